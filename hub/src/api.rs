@@ -1,0 +1,27 @@
+//! The hub's API surfaces, all thin adapters over [`crate::service::Service`].
+//!
+//! # Layout
+//! - `error.rs`: the ONE mapping of service errors to HTTP statuses and gRPC
+//!   codes.
+//! - `rest.rs`: REST under `/api/v1` (axum) and its OpenAPI document.
+//! - `grpc.rs`: the `clawfed.admin.v1` gRPC service (tonic).
+//! - `metrics.rs`: Prometheus metrics and the ops listener (`/metrics`,
+//!   `/healthz`, `/readyz`).
+
+pub mod error;
+pub mod grpc;
+pub mod metrics;
+pub mod rest;
+
+use std::sync::Arc;
+
+use crate::service::Service;
+
+/// Shared state of the API handlers.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub service: Service,
+    pub metrics: Arc<metrics::Metrics>,
+    /// Largest accepted request body, in bytes.
+    pub max_body_bytes: usize,
+}

@@ -1,0 +1,633 @@
+//! gRPC `clawfed.admin.v1.AdminService`: converts messages to the service
+//! layer's types and back. Credentials come from the `authorization:
+//! Bearer <token>` metadata, as on REST.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use clawfed_proto::admin::v1 as pb;
+use clawfed_proto::admin::v1::admin_service_server::AdminService;
+use tonic::{Request, Response, Status};
+
+use crate::auth::Principal;
+use crate::model::{
+    self, AgentSpec, CreateAgent, CreateConfiguration, CreateNamespace, DeployRequest,
+    ExecutionMode, HarnessKind, Placement, Resources, UpdateAgent, UpdateConfiguration,
+};
+use crate::service::{Service, ServiceError};
+
+/// The gRPC admin service.
+#[derive(Debug, Clone)]
+pub struct AdminApi {
+    service: Service,
+}
+
+impl AdminApi {
+    /// An adapter over `service`.
+    pub fn new(service: Service) -> Self {
+        Self { service }
+    }
+
+    async fn caller<T>(&self, req: &Request<T>) -> Result<Principal, Status> {
+        let bearer = match req.metadata().get("authorization") {
+            None => None,
+            Some(v) => {
+                let v = v.to_str().unwrap_or_default();
+                match v.strip_prefix("Bearer ") {
+                    Some(t) if !t.trim().is_empty() => Some(t.trim().to_owned()),
+                    _ => {
+                        return Err(ServiceError::Unauthenticated(
+                            "authorization metadata must be 'Bearer <token>'".into(),
+                        )
+                        .into());
+                    }
+                }
+            }
+        };
+        Ok(self.service.authenticate(bearer.as_deref()).await?)
+    }
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+fn invalid(field: &str, reason: impl Into<String>) -> Status {
+    ServiceError::InvalidArgument {
+        field: field.into(),
+        reason: reason.into(),
+    }
+    .into()
+}
+
+fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
+    if value.is_empty() {
+        Err(invalid(field, "is required"))
+    } else {
+        Ok(value)
+    }
+}
+
+fn time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn json_object(field: &str, text: &str) -> Result<serde_json::Value, Status> {
+    serde_json::from_str(text).map_err(|e| invalid(field, format!("malformed JSON: {e}")))
+}
+
+fn non_empty(s: String) -> Option<String> {
+    if s.is_empty() { None } else { Some(s) }
+}
+
+fn spec_from_pb(spec: Option<pb::AgentSpec>) -> Result<AgentSpec, Status> {
+    let spec = spec.ok_or_else(|| invalid("spec", "is required"))?;
+    let harness_kind = HarnessKind::parse(&spec.harness_kind).ok_or_else(|| {
+        invalid(
+            "spec.harness_kind",
+            format!(
+                "{:?} is not one of embedded-openclaw, dedicated-openclaw, dedicated-codex",
+                spec.harness_kind
+            ),
+        )
+    })?;
+    let execution_mode = if spec.execution_mode.is_empty() {
+        ExecutionMode::default()
+    } else {
+        ExecutionMode::parse(&spec.execution_mode).ok_or_else(|| {
+            invalid(
+                "spec.execution_mode",
+                format!("{:?} is not one of ordinary, provider", spec.execution_mode),
+            )
+        })?
+    };
+    let resources = spec.resources.unwrap_or_default();
+    let placement = spec.placement.unwrap_or_default();
+    Ok(AgentSpec {
+        harness_kind,
+        execution_mode,
+        image: spec.image,
+        gateway_image: non_empty(spec.gateway_image),
+        configuration: non_empty(spec.configuration),
+        resources: Resources {
+            cpu_request: non_empty(resources.cpu_request),
+            cpu_limit: non_empty(resources.cpu_limit),
+            memory_request: non_empty(resources.memory_request),
+            memory_limit: non_empty(resources.memory_limit),
+        },
+        requirement_labels: spec.requirement_labels.into_iter().collect(),
+        placement: Placement {
+            cluster: non_empty(placement.cluster),
+            cluster_selector: placement.cluster_selector.into_iter().collect(),
+        },
+        plugins: spec.plugins,
+    })
+}
+
+fn spec_to_pb(s: AgentSpec) -> pb::AgentSpec {
+    pb::AgentSpec {
+        harness_kind: s.harness_kind.as_str().into(),
+        execution_mode: s.execution_mode.as_str().into(),
+        image: s.image,
+        gateway_image: s.gateway_image.unwrap_or_default(),
+        configuration: s.configuration.unwrap_or_default(),
+        resources: Some(pb::ResourceRequirements {
+            cpu_request: s.resources.cpu_request.unwrap_or_default(),
+            cpu_limit: s.resources.cpu_limit.unwrap_or_default(),
+            memory_request: s.resources.memory_request.unwrap_or_default(),
+            memory_limit: s.resources.memory_limit.unwrap_or_default(),
+        }),
+        requirement_labels: s.requirement_labels.into_iter().collect(),
+        placement: Some(pb::Placement {
+            cluster: s.placement.cluster.unwrap_or_default(),
+            cluster_selector: s.placement.cluster_selector.into_iter().collect(),
+        }),
+        plugins: s.plugins,
+    }
+}
+
+fn namespace_to_pb(n: model::Namespace) -> pb::Namespace {
+    pb::Namespace {
+        id: n.id,
+        name: n.name,
+        display_name: n.display_name,
+        data_plane_namespace: n.data_plane_namespace,
+        adopted: n.adopted,
+        state: n.state.as_str().into(),
+        provisioned_at: n.provisioned_at.map(time),
+        version: n.version,
+        created_at: time(n.created_at),
+        updated_at: time(n.updated_at),
+    }
+}
+
+fn configuration_to_pb(c: model::Configuration) -> pb::Configuration {
+    pb::Configuration {
+        id: c.id,
+        namespace: c.namespace,
+        name: c.name,
+        data_json: c.data.to_string(),
+        version: c.version,
+        created_at: time(c.created_at),
+        updated_at: time(c.updated_at),
+    }
+}
+
+fn agent_to_pb(a: model::Agent) -> pb::Agent {
+    pb::Agent {
+        id: a.id,
+        namespace: a.namespace,
+        name: a.name,
+        spec: Some(spec_to_pb(a.spec)),
+        desired_state: a.desired_state.as_str().into(),
+        active_revision: a.active_revision,
+        latest_revision: a.latest_revision,
+        version: a.version,
+        created_at: time(a.created_at),
+        updated_at: time(a.updated_at),
+    }
+}
+
+fn revision_to_pb(r: model::AgentRevision) -> pb::AgentRevision {
+    pb::AgentRevision {
+        id: r.id,
+        namespace: r.namespace,
+        agent: r.agent,
+        number: r.number,
+        spec: Some(spec_to_pb(r.spec)),
+        configuration_json: r.configuration.to_string(),
+        images: r
+            .images
+            .into_iter()
+            .map(|i| pb::ImageRef {
+                role: i.role,
+                reference: i.reference,
+                digest: i.digest.unwrap_or_default(),
+            })
+            .collect(),
+        resolved_cluster: r.resolved_cluster.unwrap_or_default(),
+        phase: r.phase.as_str().into(),
+        reason: r.reason.unwrap_or_default(),
+        rolled_back_from: r.rolled_back_from,
+        created_at: time(r.created_at),
+        updated_at: time(r.updated_at),
+    }
+}
+
+fn cluster_to_pb(c: model::Cluster) -> pb::Cluster {
+    pb::Cluster {
+        id: c.id,
+        name: c.name,
+        labels: c.labels.into_iter().collect(),
+        capabilities: c.capabilities,
+        certificate_serials: c.certificate_serials,
+        connection_state: c.connection_state.as_str().into(),
+        last_seen: c.last_seen.map(time),
+        version: c.version,
+        created_at: time(c.created_at),
+    }
+}
+
+fn work_to_pb(w: model::WorkItem) -> pb::WorkItem {
+    pb::WorkItem {
+        id: w.id,
+        kind: w.kind,
+        namespace: w.namespace.unwrap_or_default(),
+        target: w.target,
+        state: w.state.as_str().into(),
+        attempts: w.attempts,
+        max_attempts: w.max_attempts,
+        run_at: time(w.run_at),
+        last_error: w.last_error,
+        created_at: time(w.created_at),
+        updated_at: time(w.updated_at),
+    }
+}
+
+fn limit(n: i64) -> Option<i64> {
+    if n == 0 { None } else { Some(n) }
+}
+
+#[tonic::async_trait]
+impl AdminService for AdminApi {
+    async fn create_namespace(
+        &self,
+        req: Request<pb::CreateNamespaceRequest>,
+    ) -> Reply<pb::Namespace> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let created = self
+            .service
+            .create_namespace(
+                &p,
+                CreateNamespace {
+                    name: r.name,
+                    display_name: non_empty(r.display_name),
+                    adopt_namespace: r.adopt_namespace,
+                },
+            )
+            .await?;
+        Ok(Response::new(namespace_to_pb(created)))
+    }
+
+    async fn list_namespaces(
+        &self,
+        req: Request<pb::ListNamespacesRequest>,
+    ) -> Reply<pb::ListNamespacesResponse> {
+        let p = self.caller(&req).await?;
+        let items = self.service.list_namespaces(&p).await?;
+        Ok(Response::new(pb::ListNamespacesResponse {
+            items: items.into_iter().map(namespace_to_pb).collect(),
+        }))
+    }
+
+    async fn get_namespace(&self, req: Request<pb::GetNamespaceRequest>) -> Reply<pb::Namespace> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let ns = self
+            .service
+            .get_namespace(&p, required("name", &r.name)?)
+            .await?;
+        Ok(Response::new(namespace_to_pb(ns)))
+    }
+
+    async fn delete_namespace(
+        &self,
+        req: Request<pb::DeleteNamespaceRequest>,
+    ) -> Reply<pb::DeleteNamespaceResponse> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        self.service
+            .delete_namespace(&p, required("name", &r.name)?)
+            .await?;
+        Ok(Response::new(pb::DeleteNamespaceResponse {}))
+    }
+
+    async fn create_configuration(
+        &self,
+        req: Request<pb::CreateConfigurationRequest>,
+    ) -> Reply<pb::Configuration> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let data = json_object("data_json", &r.data_json)?;
+        let c = self
+            .service
+            .create_configuration(
+                &p,
+                required("namespace", &r.namespace)?,
+                CreateConfiguration { name: r.name, data },
+            )
+            .await?;
+        Ok(Response::new(configuration_to_pb(c)))
+    }
+
+    async fn list_configurations(
+        &self,
+        req: Request<pb::ListConfigurationsRequest>,
+    ) -> Reply<pb::ListConfigurationsResponse> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let items = self
+            .service
+            .list_configurations(&p, required("namespace", &r.namespace)?)
+            .await?;
+        Ok(Response::new(pb::ListConfigurationsResponse {
+            items: items.into_iter().map(configuration_to_pb).collect(),
+        }))
+    }
+
+    async fn get_configuration(
+        &self,
+        req: Request<pb::GetConfigurationRequest>,
+    ) -> Reply<pb::Configuration> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let c = self
+            .service
+            .get_configuration(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("name", &r.name)?,
+            )
+            .await?;
+        Ok(Response::new(configuration_to_pb(c)))
+    }
+
+    async fn update_configuration(
+        &self,
+        req: Request<pb::UpdateConfigurationRequest>,
+    ) -> Reply<pb::Configuration> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let data = json_object("data_json", &r.data_json)?;
+        let c = self
+            .service
+            .update_configuration(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("name", &r.name)?,
+                UpdateConfiguration {
+                    data,
+                    version: r.expected_version,
+                },
+            )
+            .await?;
+        Ok(Response::new(configuration_to_pb(c)))
+    }
+
+    async fn delete_configuration(
+        &self,
+        req: Request<pb::DeleteConfigurationRequest>,
+    ) -> Reply<pb::DeleteConfigurationResponse> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        self.service
+            .delete_configuration(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("name", &r.name)?,
+            )
+            .await?;
+        Ok(Response::new(pb::DeleteConfigurationResponse {}))
+    }
+
+    async fn create_agent(&self, req: Request<pb::CreateAgentRequest>) -> Reply<pb::Agent> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let spec = spec_from_pb(r.spec)?;
+        let a = self
+            .service
+            .create_agent(
+                &p,
+                required("namespace", &r.namespace)?,
+                CreateAgent { name: r.name, spec },
+            )
+            .await?;
+        Ok(Response::new(agent_to_pb(a)))
+    }
+
+    async fn list_agents(
+        &self,
+        req: Request<pb::ListAgentsRequest>,
+    ) -> Reply<pb::ListAgentsResponse> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let items = self
+            .service
+            .list_agents(&p, required("namespace", &r.namespace)?)
+            .await?;
+        Ok(Response::new(pb::ListAgentsResponse {
+            items: items.into_iter().map(agent_to_pb).collect(),
+        }))
+    }
+
+    async fn get_agent(&self, req: Request<pb::GetAgentRequest>) -> Reply<pb::Agent> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let a = self
+            .service
+            .get_agent(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("name", &r.name)?,
+            )
+            .await?;
+        Ok(Response::new(agent_to_pb(a)))
+    }
+
+    async fn update_agent(&self, req: Request<pb::UpdateAgentRequest>) -> Reply<pb::Agent> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let spec = spec_from_pb(r.spec)?;
+        let a = self
+            .service
+            .update_agent(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("name", &r.name)?,
+                UpdateAgent {
+                    spec,
+                    version: r.expected_version,
+                },
+            )
+            .await?;
+        Ok(Response::new(agent_to_pb(a)))
+    }
+
+    async fn delete_agent(
+        &self,
+        req: Request<pb::DeleteAgentRequest>,
+    ) -> Reply<pb::DeleteAgentResponse> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        self.service
+            .delete_agent(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("name", &r.name)?,
+            )
+            .await?;
+        Ok(Response::new(pb::DeleteAgentResponse {}))
+    }
+
+    async fn deploy(&self, req: Request<pb::DeployRequest>) -> Reply<pb::AgentRevision> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let (rev, _created) = self
+            .service
+            .deploy(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("agent", &r.agent)?,
+                DeployRequest {
+                    from_revision: r.from_revision,
+                },
+                non_empty(r.idempotency_key),
+            )
+            .await?;
+        Ok(Response::new(revision_to_pb(rev)))
+    }
+
+    async fn stop(&self, req: Request<pb::StopRequest>) -> Reply<pb::Agent> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let a = self
+            .service
+            .stop(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("agent", &r.agent)?,
+            )
+            .await?;
+        Ok(Response::new(agent_to_pb(a)))
+    }
+
+    async fn list_revisions(
+        &self,
+        req: Request<pb::ListRevisionsRequest>,
+    ) -> Reply<pb::ListRevisionsResponse> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let items = self
+            .service
+            .list_revisions(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("agent", &r.agent)?,
+            )
+            .await?;
+        Ok(Response::new(pb::ListRevisionsResponse {
+            items: items.into_iter().map(revision_to_pb).collect(),
+        }))
+    }
+
+    async fn get_revision(&self, req: Request<pb::GetRevisionRequest>) -> Reply<pb::AgentRevision> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        if r.number <= 0 {
+            return Err(invalid("number", "must be a positive integer"));
+        }
+        let rev = self
+            .service
+            .get_revision(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("agent", &r.agent)?,
+                r.number,
+            )
+            .await?;
+        Ok(Response::new(revision_to_pb(rev)))
+    }
+
+    async fn list_clusters(
+        &self,
+        req: Request<pb::ListClustersRequest>,
+    ) -> Reply<pb::ListClustersResponse> {
+        let p = self.caller(&req).await?;
+        let items = self.service.list_clusters(&p).await?;
+        Ok(Response::new(pb::ListClustersResponse {
+            items: items.into_iter().map(cluster_to_pb).collect(),
+        }))
+    }
+
+    async fn get_cluster(&self, req: Request<pb::GetClusterRequest>) -> Reply<pb::Cluster> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let c = self
+            .service
+            .get_cluster(&p, required("name", &r.name)?)
+            .await?;
+        Ok(Response::new(cluster_to_pb(c)))
+    }
+
+    async fn get_fleet_summary(
+        &self,
+        req: Request<pb::GetFleetSummaryRequest>,
+    ) -> Reply<pb::FleetSummary> {
+        let p = self.caller(&req).await?;
+        let f = self.service.fleet_summary(&p).await?;
+        Ok(Response::new(pb::FleetSummary {
+            namespaces: f.namespaces,
+            agents: f.agents,
+            agents_running: f.agents_running,
+            agents_stopped: f.agents_stopped,
+            revisions_by_phase: f
+                .revisions_by_phase
+                .into_iter()
+                .collect::<BTreeMap<_, _>>()
+                .into_iter()
+                .collect(),
+            clusters: f.clusters,
+            clusters_online: f.clusters_online,
+            work_pending: f.work_pending,
+            work_failed: f.work_failed,
+        }))
+    }
+
+    async fn list_audit_events(
+        &self,
+        req: Request<pb::ListAuditEventsRequest>,
+    ) -> Reply<pb::ListAuditEventsResponse> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let ns = non_empty(r.namespace);
+        let items = self
+            .service
+            .list_audit(&p, ns.as_deref(), limit(r.limit))
+            .await?;
+        Ok(Response::new(pb::ListAuditEventsResponse {
+            items: items
+                .into_iter()
+                .map(|e| pb::AuditEvent {
+                    id: e.id,
+                    at: time(e.at),
+                    actor: e.actor,
+                    action: e.action,
+                    namespace: e.namespace.unwrap_or_default(),
+                    target: e.target,
+                    result: e.result,
+                    detail: e.detail.unwrap_or_default(),
+                })
+                .collect(),
+        }))
+    }
+
+    async fn list_work(&self, req: Request<pb::ListWorkRequest>) -> Reply<pb::ListWorkResponse> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let ns = non_empty(r.namespace);
+        let state = non_empty(r.state);
+        let items = self
+            .service
+            .list_work(&p, ns.as_deref(), state.as_deref(), limit(r.limit))
+            .await?;
+        Ok(Response::new(pb::ListWorkResponse {
+            items: items.into_iter().map(work_to_pb).collect(),
+        }))
+    }
+
+    async fn get_work(&self, req: Request<pb::GetWorkRequest>) -> Reply<pb::WorkItem> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let w = self.service.get_work(&p, required("id", &r.id)?).await?;
+        Ok(Response::new(work_to_pb(w)))
+    }
+}

@@ -1,0 +1,202 @@
+//! Prometheus metrics and the ops endpoints (`/metrics`, `/healthz`,
+//! `/readyz`). Gauges that describe stored state are read from the store at
+//! scrape time, so they are never stale and cost nothing between scrapes.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use chrono::Utc;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::store::Store;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
+}
+
+type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
+
+/// The hub's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    http_requests: Family<RequestLabels, Counter>,
+    http_duration: HistogramFamily,
+    agents: Gauge,
+    work_pending: Gauge,
+    work_oldest_age: Gauge<f64, AtomicU64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let http_requests = Family::<RequestLabels, Counter>::default();
+        let http_duration: HistogramFamily =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16)));
+        let agents = Gauge::default();
+        let work_pending = Gauge::default();
+        let work_oldest_age = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "occ_http_requests",
+            "HTTP requests by method, route and status",
+            http_requests.clone(),
+        );
+        registry.register(
+            "occ_http_request_duration_seconds",
+            "HTTP request latency by method and route",
+            http_duration.clone(),
+        );
+        registry.register("occ_agents", "Agents in the store", agents.clone());
+        registry.register(
+            "occ_work_pending",
+            "Work items pending or claimed",
+            work_pending.clone(),
+        );
+        registry.register(
+            "occ_work_oldest_pending_age_seconds",
+            "Age of the oldest pending or claimed work item",
+            work_oldest_age.clone(),
+        );
+        Self {
+            registry,
+            http_requests,
+            http_duration,
+            agents,
+            work_pending,
+            work_oldest_age,
+        }
+    }
+
+    fn observe(&self, method: &str, route: &str, status: u16, seconds: f64) {
+        self.http_requests
+            .get_or_create(&RequestLabels {
+                method: method.to_owned(),
+                route: route.to_owned(),
+                status,
+            })
+            .inc();
+        self.http_duration
+            .get_or_create(&RouteLabels {
+                method: method.to_owned(),
+                route: route.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// Refreshes the store-backed gauges and renders the text format.
+    pub async fn render(&self, store: &dyn Store) -> Result<String, crate::store::StoreError> {
+        let fleet = store.fleet_summary(None).await?;
+        let work = store.work_stats(Utc::now()).await?;
+        self.agents.set(fleet.agents);
+        self.work_pending.set(work.pending);
+        self.work_oldest_age
+            .set(work.oldest_pending_age.map_or(0.0, |d| d.as_secs_f64()));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).map_err(|e| {
+            crate::store::StoreError::Corrupt {
+                what: "metrics",
+                detail: e.to_string(),
+            }
+        })?;
+        Ok(out)
+    }
+}
+
+/// Middleware recording `occ_http_requests_total` and the latency
+/// histogram, labelled by route template (bounded cardinality).
+pub async fn track(State(metrics): State<Arc<Metrics>>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().as_str().to_owned();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(req).await;
+    metrics.observe(
+        &method,
+        &route,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    response
+}
+
+#[derive(Clone)]
+struct OpsState {
+    metrics: Arc<Metrics>,
+    store: Arc<dyn Store>,
+}
+
+/// The ops router: `/metrics`, `/healthz`, `/readyz`.
+pub fn ops_router(metrics: Arc<Metrics>, store: Arc<dyn Store>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz_ops))
+        .with_state(OpsState { metrics, store })
+}
+
+async fn metrics_handler(State(s): State<OpsState>) -> Response {
+    match s.metrics.render(s.store.as_ref()).await {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics.render_failed");
+            (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response()
+        }
+    }
+}
+
+/// Liveness: the process answers.
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz_ops(State(s): State<OpsState>) -> Response {
+    readiness(s.store.as_ref()).await
+}
+
+/// Readiness: the store answers.
+pub async fn readiness(store: &dyn Store) -> Response {
+    match store.ping().await {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "readyz.store_unavailable");
+            (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response()
+        }
+    }
+}

@@ -1,0 +1,565 @@
+//! REST under `/api/v1`. Each handler is registered together with its
+//! OpenAPI operation (utoipa-axum `routes!`), so `/openapi.json` is
+//! generated from the handlers themselves and cannot drift from them.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{IntoParams, Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody, ErrorCode};
+use crate::auth::Principal;
+use crate::model::{
+    Agent, AgentRevision, AuditEvent, Cluster, Configuration, CreateAgent, CreateConfiguration,
+    CreateNamespace, DeployRequest, FleetSummary, List, Namespace, UpdateAgent,
+    UpdateConfiguration, WorkItem,
+};
+use crate::service::ServiceError;
+
+type ApiResult<T> = Result<T, ApiError>;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "clawfed hub API",
+        description = "Desired state of tenants, Agents and AgentRevisions; fleet status. \
+                       Same semantics as the gRPC service clawfed.admin.v1.AdminService."
+    ),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    components(schemas(ErrorBody))
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The REST router (without state) and its OpenAPI document.
+pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(list_namespaces, create_namespace))
+        .routes(routes!(get_namespace, delete_namespace))
+        .routes(routes!(list_configurations, create_configuration))
+        .routes(routes!(
+            get_configuration,
+            update_configuration,
+            delete_configuration
+        ))
+        .routes(routes!(list_agents, create_agent))
+        .routes(routes!(get_agent, update_agent, delete_agent))
+        .routes(routes!(deploy))
+        .routes(routes!(stop))
+        .routes(routes!(list_revisions))
+        .routes(routes!(get_revision))
+        .routes(routes!(list_clusters))
+        .routes(routes!(get_cluster))
+        .routes(routes!(fleet))
+        .routes(routes!(list_audit))
+        .routes(routes!(list_work))
+        .routes(routes!(get_work))
+        .split_for_parts()
+}
+
+// ---- extractors ------------------------------------------------------------
+
+/// The authenticated caller, from `Authorization: Bearer <token>`.
+pub struct Caller(pub Principal);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+        let bearer = match parts.headers.get(header::AUTHORIZATION) {
+            None => None,
+            Some(value) => {
+                let value = value.to_str().unwrap_or_default();
+                match value.strip_prefix("Bearer ") {
+                    Some(token) if !token.trim().is_empty() => Some(token.trim()),
+                    _ => {
+                        return Err(ServiceError::Unauthenticated(
+                            "Authorization header must be 'Bearer <token>'".into(),
+                        )
+                        .into());
+                    }
+                }
+            }
+        };
+        Ok(Caller(state.service.authenticate(bearer).await?))
+    }
+}
+
+/// A JSON body: malformed JSON, unknown fields and wrong types are 400s
+/// naming the field; an oversized body is a 413.
+pub struct Body<T>(pub T);
+
+impl<T: DeserializeOwned + Default> Body<Option<T>> {
+    fn or_default(self) -> T {
+        self.0.unwrap_or_default()
+    }
+}
+
+async fn read_body(req: Request, state: &AppState) -> Result<Bytes, Response> {
+    let limit = state.max_body_bytes;
+    match axum::body::to_bytes(req.into_body(), limit).await {
+        Ok(bytes) => Ok(bytes),
+        Err(_) => Err(ApiError::response(
+            ErrorCode::PayloadTooLarge,
+            format!("request body is larger than the limit of {limit} bytes"),
+            None,
+        )),
+    }
+}
+
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Response> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(&mut de).map_err(|err| {
+        let path = err.path().to_string();
+        let field = if path == "." { "body".to_owned() } else { path };
+        let inner = err.into_inner();
+        let reason = match inner.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                format!("malformed JSON: {inner}")
+            }
+            _ => inner.to_string(),
+        };
+        ApiError(ServiceError::InvalidArgument { field, reason }).into_response()
+    })
+}
+
+impl<T: DeserializeOwned> FromRequest<AppState> for Body<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Response> {
+        let bytes = read_body(req, state).await?;
+        Ok(Body(parse_json(&bytes)?))
+    }
+}
+
+/// An optional JSON body: empty means the type's default.
+pub struct OptionalBody<T>(pub Body<Option<T>>);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for OptionalBody<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Response> {
+        let bytes = read_body(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalBody(Body(None)));
+        }
+        Ok(OptionalBody(Body(Some(parse_json(&bytes)?))))
+    }
+}
+
+/// Query parameters, with bad ones reported as 400s.
+pub struct Params<T>(pub T);
+
+impl<T: DeserializeOwned + Send> FromRequestParts<AppState> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &AppState) -> ApiResult<Self> {
+        Query::<T>::try_from_uri(&parts.uri)
+            .map(|Query(v)| Params(v))
+            .map_err(|e| {
+                ApiError(ServiceError::InvalidArgument {
+                    field: "query".into(),
+                    reason: e.body_text(),
+                })
+            })
+    }
+}
+
+fn created<T: serde::Serialize>(value: T) -> Response {
+    (StatusCode::CREATED, Json(value)).into_response()
+}
+
+fn with_etag<T: serde::Serialize>(version: i64, value: T) -> Response {
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{version}\"")) {
+        headers.insert(header::ETAG, v);
+    }
+    (headers, Json(value)).into_response()
+}
+
+fn parse_number(field: &str, value: &str) -> ApiResult<i64> {
+    value.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+        ApiError(ServiceError::InvalidArgument {
+            field: field.into(),
+            reason: format!("{value:?} is not a positive integer"),
+        })
+    })
+}
+
+// ---- namespaces ------------------------------------------------------------
+
+/// List the namespaces the caller may see.
+#[utoipa::path(get, path = "/api/v1/namespaces", tag = "namespaces",
+    responses((status = 200, body = List<Namespace>), (status = 401, body = ErrorBody)))]
+async fn list_namespaces(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+) -> ApiResult<Json<List<Namespace>>> {
+    Ok(Json(s.service.list_namespaces(&p).await?.into()))
+}
+
+/// Create a namespace (installation admins).
+#[utoipa::path(post, path = "/api/v1/namespaces", tag = "namespaces", request_body = CreateNamespace,
+    responses((status = 201, body = Namespace), (status = 400, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn create_namespace(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Body(req): Body<CreateNamespace>,
+) -> ApiResult<Response> {
+    Ok(created(s.service.create_namespace(&p, req).await?))
+}
+
+/// Get a namespace.
+#[utoipa::path(get, path = "/api/v1/namespaces/{ns}", tag = "namespaces",
+    params(("ns" = String, Path)),
+    responses((status = 200, body = Namespace), (status = 404, body = ErrorBody)))]
+async fn get_namespace(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path(ns): Path<String>,
+) -> ApiResult<Response> {
+    let n = s.service.get_namespace(&p, &ns).await?;
+    Ok(with_etag(n.version, n))
+}
+
+/// Delete an empty namespace.
+#[utoipa::path(delete, path = "/api/v1/namespaces/{ns}", tag = "namespaces",
+    params(("ns" = String, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn delete_namespace(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path(ns): Path<String>,
+) -> ApiResult<StatusCode> {
+    s.service.delete_namespace(&p, &ns).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- configurations --------------------------------------------------------
+
+/// List configurations.
+#[utoipa::path(get, path = "/api/v1/namespaces/{ns}/configurations", tag = "configurations",
+    params(("ns" = String, Path)), responses((status = 200, body = List<Configuration>)))]
+async fn list_configurations(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path(ns): Path<String>,
+) -> ApiResult<Json<List<Configuration>>> {
+    Ok(Json(s.service.list_configurations(&p, &ns).await?.into()))
+}
+
+/// Create a configuration.
+#[utoipa::path(post, path = "/api/v1/namespaces/{ns}/configurations", tag = "configurations",
+    params(("ns" = String, Path)), request_body = CreateConfiguration,
+    responses((status = 201, body = Configuration), (status = 400, body = ErrorBody),
+              (status = 409, body = ErrorBody)))]
+async fn create_configuration(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path(ns): Path<String>,
+    Body(req): Body<CreateConfiguration>,
+) -> ApiResult<Response> {
+    Ok(created(s.service.create_configuration(&p, &ns, req).await?))
+}
+
+/// Get a configuration.
+#[utoipa::path(get, path = "/api/v1/namespaces/{ns}/configurations/{name}", tag = "configurations",
+    params(("ns" = String, Path), ("name" = String, Path)),
+    responses((status = 200, body = Configuration), (status = 404, body = ErrorBody)))]
+async fn get_configuration(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path((ns, name)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let c = s.service.get_configuration(&p, &ns, &name).await?;
+    Ok(with_etag(c.version, c))
+}
+
+/// Replace a configuration (`version` must be the one last read).
+#[utoipa::path(put, path = "/api/v1/namespaces/{ns}/configurations/{name}", tag = "configurations",
+    params(("ns" = String, Path), ("name" = String, Path)), request_body = UpdateConfiguration,
+    responses((status = 200, body = Configuration), (status = 409, body = ErrorBody)))]
+async fn update_configuration(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path((ns, name)): Path<(String, String)>,
+    Body(req): Body<UpdateConfiguration>,
+) -> ApiResult<Response> {
+    let c = s.service.update_configuration(&p, &ns, &name, req).await?;
+    Ok(with_etag(c.version, c))
+}
+
+/// Delete a configuration.
+#[utoipa::path(delete, path = "/api/v1/namespaces/{ns}/configurations/{name}", tag = "configurations",
+    params(("ns" = String, Path), ("name" = String, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+async fn delete_configuration(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path((ns, name)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    s.service.delete_configuration(&p, &ns, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- agents ----------------------------------------------------------------
+
+/// List Agents.
+#[utoipa::path(get, path = "/api/v1/namespaces/{ns}/agents", tag = "agents",
+    params(("ns" = String, Path)), responses((status = 200, body = List<Agent>)))]
+async fn list_agents(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path(ns): Path<String>,
+) -> ApiResult<Json<List<Agent>>> {
+    Ok(Json(s.service.list_agents(&p, &ns).await?.into()))
+}
+
+/// Create an Agent draft.
+#[utoipa::path(post, path = "/api/v1/namespaces/{ns}/agents", tag = "agents",
+    params(("ns" = String, Path)), request_body = CreateAgent,
+    responses((status = 201, body = Agent), (status = 400, body = ErrorBody),
+              (status = 409, body = ErrorBody)))]
+async fn create_agent(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path(ns): Path<String>,
+    Body(req): Body<CreateAgent>,
+) -> ApiResult<Response> {
+    Ok(created(s.service.create_agent(&p, &ns, req).await?))
+}
+
+/// Get an Agent.
+#[utoipa::path(get, path = "/api/v1/namespaces/{ns}/agents/{name}", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path)),
+    responses((status = 200, body = Agent), (status = 404, body = ErrorBody)))]
+async fn get_agent(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path((ns, name)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let a = s.service.get_agent(&p, &ns, &name).await?;
+    Ok(with_etag(a.version, a))
+}
+
+/// Replace an Agent's draft spec (`version` must be the one last read).
+#[utoipa::path(put, path = "/api/v1/namespaces/{ns}/agents/{name}", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path)), request_body = UpdateAgent,
+    responses((status = 200, body = Agent), (status = 400, body = ErrorBody),
+              (status = 409, body = ErrorBody)))]
+async fn update_agent(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path((ns, name)): Path<(String, String)>,
+    Body(req): Body<UpdateAgent>,
+) -> ApiResult<Response> {
+    let a = s.service.update_agent(&p, &ns, &name, req).await?;
+    Ok(with_etag(a.version, a))
+}
+
+/// Delete a stopped Agent and its revisions.
+#[utoipa::path(delete, path = "/api/v1/namespaces/{ns}/agents/{name}", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn delete_agent(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path((ns, name)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    s.service.delete_agent(&p, &ns, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Deploy: freeze the draft (or, with `fromRevision`, an earlier revision)
+/// into a new immutable revision. A retry with the same `Idempotency-Key`
+/// returns the first call's revision (200 instead of 201).
+#[utoipa::path(post, path = "/api/v1/namespaces/{ns}/agents/{name}/deploy", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path),
+           ("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe")),
+    request_body(content = Option<DeployRequest>),
+    responses((status = 201, body = AgentRevision), (status = 200, body = AgentRevision),
+              (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn deploy(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    OptionalBody(body): OptionalBody<DeployRequest>,
+) -> ApiResult<Response> {
+    let key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| {
+                    ApiError(ServiceError::InvalidArgument {
+                        field: "Idempotency-Key".into(),
+                        reason: "must be visible ASCII".into(),
+                    })
+                })?
+                .to_owned(),
+        ),
+    };
+    let (revision, was_created) = s
+        .service
+        .deploy(&p, &ns, &name, body.or_default(), key)
+        .await?;
+    let status = if was_created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(revision)).into_response())
+}
+
+/// Stop an Agent.
+#[utoipa::path(post, path = "/api/v1/namespaces/{ns}/agents/{name}/stop", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path)),
+    responses((status = 200, body = Agent), (status = 404, body = ErrorBody)))]
+async fn stop(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path((ns, name)): Path<(String, String)>,
+) -> ApiResult<Json<Agent>> {
+    Ok(Json(s.service.stop(&p, &ns, &name).await?))
+}
+
+/// List an Agent's revisions, oldest first.
+#[utoipa::path(get, path = "/api/v1/namespaces/{ns}/agents/{name}/revisions", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path)),
+    responses((status = 200, body = List<AgentRevision>), (status = 404, body = ErrorBody)))]
+async fn list_revisions(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path((ns, name)): Path<(String, String)>,
+) -> ApiResult<Json<List<AgentRevision>>> {
+    Ok(Json(s.service.list_revisions(&p, &ns, &name).await?.into()))
+}
+
+/// Get one revision.
+#[utoipa::path(get, path = "/api/v1/namespaces/{ns}/agents/{name}/revisions/{number}", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path), ("number" = i64, Path)),
+    responses((status = 200, body = AgentRevision), (status = 404, body = ErrorBody)))]
+async fn get_revision(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path((ns, name, number)): Path<(String, String, String)>,
+) -> ApiResult<Json<AgentRevision>> {
+    let number = parse_number("number", &number)?;
+    Ok(Json(s.service.get_revision(&p, &ns, &name, number).await?))
+}
+
+// ---- clusters, fleet, audit, work ----------------------------------------------
+
+/// List enrolled execution clusters.
+#[utoipa::path(get, path = "/api/v1/clusters", tag = "clusters",
+    responses((status = 200, body = List<Cluster>)))]
+async fn list_clusters(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+) -> ApiResult<Json<List<Cluster>>> {
+    Ok(Json(s.service.list_clusters(&p).await?.into()))
+}
+
+/// Get one cluster.
+#[utoipa::path(get, path = "/api/v1/clusters/{name}", tag = "clusters",
+    params(("name" = String, Path)),
+    responses((status = 200, body = Cluster), (status = 404, body = ErrorBody)))]
+async fn get_cluster(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Cluster>> {
+    Ok(Json(s.service.get_cluster(&p, &name).await?))
+}
+
+/// Fleet-wide counts over what the caller may read.
+#[utoipa::path(get, path = "/api/v1/fleet", tag = "fleet",
+    responses((status = 200, body = FleetSummary)))]
+async fn fleet(State(s): State<AppState>, Caller(p): Caller) -> ApiResult<Json<FleetSummary>> {
+    Ok(Json(s.service.fleet_summary(&p).await?))
+}
+
+/// Filters of the audit listing.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct AuditParams {
+    namespace: Option<String>,
+    limit: Option<i64>,
+}
+
+/// Audit events, newest first.
+#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", params(AuditParams),
+    responses((status = 200, body = List<AuditEvent>), (status = 403, body = ErrorBody)))]
+async fn list_audit(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Params(q): Params<AuditParams>,
+) -> ApiResult<Json<List<AuditEvent>>> {
+    Ok(Json(
+        s.service
+            .list_audit(&p, q.namespace.as_deref(), q.limit)
+            .await?
+            .into(),
+    ))
+}
+
+/// Filters of the work listing.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct WorkParams {
+    namespace: Option<String>,
+    /// pending, claimed, done or failed.
+    state: Option<String>,
+    limit: Option<i64>,
+}
+
+/// Work items, newest first, with their last errors.
+#[utoipa::path(get, path = "/api/v1/work", tag = "work", params(WorkParams),
+    responses((status = 200, body = List<WorkItem>), (status = 400, body = ErrorBody)))]
+async fn list_work(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Params(q): Params<WorkParams>,
+) -> ApiResult<Json<List<WorkItem>>> {
+    Ok(Json(
+        s.service
+            .list_work(&p, q.namespace.as_deref(), q.state.as_deref(), q.limit)
+            .await?
+            .into(),
+    ))
+}
+
+/// One work item.
+#[utoipa::path(get, path = "/api/v1/work/{id}", tag = "work", params(("id" = String, Path)),
+    responses((status = 200, body = WorkItem), (status = 404, body = ErrorBody)))]
+async fn get_work(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<WorkItem>> {
+    Ok(Json(s.service.get_work(&p, &id).await?))
+}

@@ -1,0 +1,11 @@
+//! Command-line front ends.
+//!
+//! # Layout
+//! - `hub.rs`: `clawfed-hub`, the server and its operator commands (tokens,
+//!   migrations), which talk to the store directly.
+//! - `client.rs`: `clawfed`, the user CLI, a REST client of the hub.
+//! - `output.rs`: tables, JSON and YAML output.
+
+pub mod client;
+pub mod hub;
+pub mod output;

@@ -1,0 +1,737 @@
+//! `clawfed`: the user CLI, a REST client of the hub.
+//!
+//! Exit codes: 0 success, 1 the hub refused the request (its error is
+//! printed with the offending field), 2 bad command line, 3 the hub could
+//! not be reached.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args as ClapArgs, Parser, Subcommand};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::output::{self, Format, Tabular};
+use crate::api::error::ErrorBody;
+use crate::model::{
+    Agent, AgentRevision, AgentSpec, AuditEvent, Cluster, Configuration, CreateAgent,
+    CreateConfiguration, CreateNamespace, DeployRequest, ExecutionMode, FleetSummary, HarnessKind,
+    List, Namespace, UpdateAgent, UpdateConfiguration, WorkItem,
+};
+
+/// clawfed: run OpenClaw agents across Kubernetes clusters.
+#[derive(Debug, Parser)]
+#[command(name = "clawfed", version, about)]
+struct Cli {
+    /// Hub REST endpoint.
+    #[arg(
+        long,
+        env = "CLAWFED_SERVER",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
+    server: String,
+    /// Bearer token (`clawfed-hub token create`).
+    #[arg(long, env = "CLAWFED_TOKEN", global = true, hide_env_values = true)]
+    token: Option<String>,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value = "table", global = true)]
+    output: Format,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Tenants.
+    #[command(alias = "ns")]
+    Namespaces {
+        #[command(subcommand)]
+        command: NamespaceCommand,
+    },
+    /// Configuration documents.
+    #[command(alias = "config")]
+    Configurations {
+        #[command(subcommand)]
+        command: ConfigurationCommand,
+    },
+    /// Agent drafts.
+    Agents {
+        #[command(subcommand)]
+        command: AgentCommand,
+    },
+    /// Immutable revisions of an Agent.
+    Revisions {
+        #[command(subcommand)]
+        command: RevisionCommand,
+    },
+    /// Enrolled execution clusters.
+    Clusters {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+    /// Deploy an Agent: freeze its draft into a new revision.
+    Deploy {
+        agent: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+        /// Roll back: make the new revision from this earlier one.
+        #[arg(long)]
+        from_revision: Option<i64>,
+        /// Makes a retried deploy safe; a random key is used when omitted.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// Stop an Agent.
+    Stop {
+        agent: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+    },
+    /// Fleet-wide status.
+    Fleet,
+    /// Audit events, newest first.
+    Audit {
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
+        #[arg(long)]
+        limit: Option<i64>,
+    },
+    /// Durable work items.
+    Work {
+        #[command(subcommand)]
+        command: WorkCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum NamespaceCommand {
+    List,
+    Get {
+        name: String,
+    },
+    Create {
+        name: String,
+        #[arg(long)]
+        display_name: Option<String>,
+        /// Adopt this existing Kubernetes namespace instead of oce-<hash>.
+        #[arg(long)]
+        adopt: Option<String>,
+    },
+    Delete {
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigurationCommand {
+    List {
+        #[arg(long, short = 'n')]
+        namespace: String,
+    },
+    Get {
+        name: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+    },
+    /// Create from a JSON or YAML file holding the document (an object).
+    Create {
+        name: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+        #[arg(long, short = 'f')]
+        file: PathBuf,
+    },
+    /// Replace the document from a file.
+    Update {
+        name: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+        #[arg(long, short = 'f')]
+        file: PathBuf,
+    },
+    Delete {
+        name: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AgentCommand {
+    List {
+        #[arg(long, short = 'n')]
+        namespace: String,
+    },
+    Get {
+        name: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+    },
+    /// Create a draft from flags, or from a spec file with -f.
+    Create {
+        name: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+        #[command(flatten)]
+        spec: SpecArgs,
+    },
+    /// Change a draft: flags override the current spec; -f replaces it.
+    Update {
+        name: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+        #[command(flatten)]
+        spec: SpecArgs,
+    },
+    Delete {
+        name: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+    },
+}
+
+/// Agent spec fields as flags.
+#[derive(Debug, ClapArgs)]
+struct SpecArgs {
+    /// A JSON or YAML AgentSpec file.
+    #[arg(long, short = 'f')]
+    file: Option<PathBuf>,
+    /// embedded-openclaw, dedicated-openclaw or dedicated-codex.
+    #[arg(long)]
+    harness_kind: Option<String>,
+    /// ordinary or provider.
+    #[arg(long)]
+    execution_mode: Option<String>,
+    #[arg(long)]
+    image: Option<String>,
+    #[arg(long)]
+    gateway_image: Option<String>,
+    #[arg(long)]
+    configuration: Option<String>,
+    /// Place on this cluster.
+    #[arg(long)]
+    cluster: Option<String>,
+    /// Harness requirement label KEY=VALUE (repeatable).
+    #[arg(long = "requirement-label", value_name = "KEY=VALUE")]
+    requirement_labels: Vec<String>,
+    /// Plugin name (repeatable).
+    #[arg(long = "plugin")]
+    plugins: Vec<String>,
+    #[arg(long)]
+    cpu_request: Option<String>,
+    #[arg(long)]
+    cpu_limit: Option<String>,
+    #[arg(long)]
+    memory_request: Option<String>,
+    #[arg(long)]
+    memory_limit: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum RevisionCommand {
+    List {
+        #[arg(long, short = 'a')]
+        agent: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+    },
+    Get {
+        number: i64,
+        #[arg(long, short = 'a')]
+        agent: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterCommand {
+    List,
+    Get { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+enum WorkCommand {
+    List {
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
+        /// pending, claimed, done or failed.
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long)]
+        limit: Option<i64>,
+    },
+    Get {
+        id: String,
+    },
+}
+
+/// Why a command failed, mapped to the exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The hub answered with an error.
+    #[error("{message} ({code}, HTTP {status})")]
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+    },
+    /// The command line or an input file is wrong.
+    #[error("{0}")]
+    Usage(String),
+    /// The hub could not be reached.
+    #[error("cannot reach the hub at {server}: {source}")]
+    Unreachable {
+        server: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// Anything else (output encoding, unexpected response).
+    #[error("{0}")]
+    Other(String),
+}
+
+impl CliError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            Self::Api { .. } | Self::Other(_) => 1,
+            Self::Usage(_) => 2,
+            Self::Unreachable { .. } => 3,
+        }
+    }
+}
+
+type CliResult<T> = Result<T, CliError>;
+
+/// A REST client of the hub.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    server: String,
+    token: Option<String>,
+}
+
+impl Client {
+    /// A client of the hub at `server` (e.g. `http://127.0.0.1:8080`).
+    pub fn new(server: &str, token: Option<String>) -> CliResult<Self> {
+        // One crypto provider for the process (ring); ignore "already set".
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(30))
+            .build()
+            .map_err(|e| CliError::Other(format!("cannot build HTTP client: {e}")))?;
+        Ok(Self {
+            http,
+            server: server.trim_end_matches('/').to_owned(),
+            token,
+        })
+    }
+
+    async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> CliResult<T> {
+        let req = match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        };
+        let response = req.send().await.map_err(|source| CliError::Unreachable {
+            server: self.server.clone(),
+            source,
+        })?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|source| CliError::Unreachable {
+                server: self.server.clone(),
+                source,
+            })?;
+        if !status.is_success() {
+            return Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
+                Ok(body) => CliError::Api {
+                    status: status.as_u16(),
+                    code: body.error.code,
+                    message: body.error.message,
+                },
+                Err(_) => CliError::Api {
+                    status: status.as_u16(),
+                    code: "unknown".into(),
+                    message: String::from_utf8_lossy(&bytes).trim().to_owned(),
+                },
+            });
+        }
+        let bytes = if bytes.is_empty() {
+            &b"null"[..]
+        } else {
+            &bytes[..]
+        };
+        serde_json::from_slice(bytes)
+            .map_err(|e| CliError::Other(format!("unexpected response from the hub: {e}")))
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.server)
+    }
+
+    /// GET a resource.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> CliResult<T> {
+        self.send(self.http.get(self.url(path))).await
+    }
+
+    /// POST a JSON body.
+    pub async fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> CliResult<T> {
+        self.send(self.http.post(self.url(path)).json(body)).await
+    }
+
+    /// PUT a JSON body.
+    pub async fn put<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> CliResult<T> {
+        self.send(self.http.put(self.url(path)).json(body)).await
+    }
+
+    /// DELETE a resource.
+    pub async fn delete(&self, path: &str) -> CliResult<()> {
+        self.send::<serde_json::Value>(self.http.delete(self.url(path)))
+            .await
+            .map(|_| ())
+    }
+
+    /// Deploys with an idempotency key.
+    pub async fn deploy(
+        &self,
+        ns: &str,
+        agent: &str,
+        req: &DeployRequest,
+        key: &str,
+    ) -> CliResult<AgentRevision> {
+        let path = format!("/namespaces/{ns}/agents/{agent}/deploy");
+        self.send(
+            self.http
+                .post(self.url(&path))
+                .header("Idempotency-Key", key)
+                .json(req),
+        )
+        .await
+    }
+}
+
+/// Entry point of `clawfed`.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn list<T: Tabular + Serialize>(format: Format, items: List<T>) -> CliResult<String> {
+    output::print_list(format, &items.items).map_err(|e| CliError::Other(e.to_string()))
+}
+
+fn one<T: Tabular + Serialize>(format: Format, item: T) -> CliResult<String> {
+    output::print_one(format, &item).map_err(|e| CliError::Other(e.to_string()))
+}
+
+async fn run(cli: Cli) -> CliResult<String> {
+    let c = Client::new(&cli.server, cli.token.clone())?;
+    let f = cli.output;
+    match cli.command {
+        Command::Namespaces { command } => match command {
+            NamespaceCommand::List => list(f, c.get::<List<Namespace>>("/namespaces").await?),
+            NamespaceCommand::Get { name } => {
+                one(f, c.get::<Namespace>(&format!("/namespaces/{name}")).await?)
+            }
+            NamespaceCommand::Create {
+                name,
+                display_name,
+                adopt,
+            } => {
+                let body = CreateNamespace {
+                    name,
+                    display_name,
+                    adopt_namespace: adopt,
+                };
+                one(f, c.post::<_, Namespace>("/namespaces", &body).await?)
+            }
+            NamespaceCommand::Delete { name } => {
+                c.delete(&format!("/namespaces/{name}")).await?;
+                Ok(format!("namespace {name} deleted\n"))
+            }
+        },
+        Command::Configurations { command } => match command {
+            ConfigurationCommand::List { namespace } => list(
+                f,
+                c.get::<List<Configuration>>(&format!("/namespaces/{namespace}/configurations"))
+                    .await?,
+            ),
+            ConfigurationCommand::Get { name, namespace } => one(
+                f,
+                c.get::<Configuration>(&format!("/namespaces/{namespace}/configurations/{name}"))
+                    .await?,
+            ),
+            ConfigurationCommand::Create {
+                name,
+                namespace,
+                file,
+            } => {
+                let data = read_document(&file)?;
+                let body = CreateConfiguration { name, data };
+                one(
+                    f,
+                    c.post::<_, Configuration>(
+                        &format!("/namespaces/{namespace}/configurations"),
+                        &body,
+                    )
+                    .await?,
+                )
+            }
+            ConfigurationCommand::Update {
+                name,
+                namespace,
+                file,
+            } => {
+                let path = format!("/namespaces/{namespace}/configurations/{name}");
+                let current: Configuration = c.get(&path).await?;
+                let body = UpdateConfiguration {
+                    data: read_document(&file)?,
+                    version: current.version,
+                };
+                one(f, c.put::<_, Configuration>(&path, &body).await?)
+            }
+            ConfigurationCommand::Delete { name, namespace } => {
+                c.delete(&format!("/namespaces/{namespace}/configurations/{name}"))
+                    .await?;
+                Ok(format!("configuration {name} deleted\n"))
+            }
+        },
+        Command::Agents { command } => match command {
+            AgentCommand::List { namespace } => list(
+                f,
+                c.get::<List<Agent>>(&format!("/namespaces/{namespace}/agents"))
+                    .await?,
+            ),
+            AgentCommand::Get { name, namespace } => one(
+                f,
+                c.get::<Agent>(&format!("/namespaces/{namespace}/agents/{name}"))
+                    .await?,
+            ),
+            AgentCommand::Create {
+                name,
+                namespace,
+                spec,
+            } => {
+                let spec = spec.into_spec(None)?;
+                let body = CreateAgent { name, spec };
+                one(
+                    f,
+                    c.post::<_, Agent>(&format!("/namespaces/{namespace}/agents"), &body)
+                        .await?,
+                )
+            }
+            AgentCommand::Update {
+                name,
+                namespace,
+                spec,
+            } => {
+                let path = format!("/namespaces/{namespace}/agents/{name}");
+                let current: Agent = c.get(&path).await?;
+                let body = UpdateAgent {
+                    spec: spec.into_spec(Some(current.spec))?,
+                    version: current.version,
+                };
+                one(f, c.put::<_, Agent>(&path, &body).await?)
+            }
+            AgentCommand::Delete { name, namespace } => {
+                c.delete(&format!("/namespaces/{namespace}/agents/{name}"))
+                    .await?;
+                Ok(format!("agent {name} deleted\n"))
+            }
+        },
+        Command::Revisions { command } => match command {
+            RevisionCommand::List { agent, namespace } => list(
+                f,
+                c.get::<List<AgentRevision>>(&format!(
+                    "/namespaces/{namespace}/agents/{agent}/revisions"
+                ))
+                .await?,
+            ),
+            RevisionCommand::Get {
+                number,
+                agent,
+                namespace,
+            } => one(
+                f,
+                c.get::<AgentRevision>(&format!(
+                    "/namespaces/{namespace}/agents/{agent}/revisions/{number}"
+                ))
+                .await?,
+            ),
+        },
+        Command::Clusters { command } => match command {
+            ClusterCommand::List => list(f, c.get::<List<Cluster>>("/clusters").await?),
+            ClusterCommand::Get { name } => {
+                one(f, c.get::<Cluster>(&format!("/clusters/{name}")).await?)
+            }
+        },
+        Command::Deploy {
+            agent,
+            namespace,
+            from_revision,
+            idempotency_key,
+        } => {
+            let key = idempotency_key.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            let rev = c
+                .deploy(&namespace, &agent, &DeployRequest { from_revision }, &key)
+                .await?;
+            one(f, rev)
+        }
+        Command::Stop { agent, namespace } => one(
+            f,
+            c.post::<_, Agent>(
+                &format!("/namespaces/{namespace}/agents/{agent}/stop"),
+                &serde_json::json!({}),
+            )
+            .await?,
+        ),
+        Command::Fleet => one(f, c.get::<FleetSummary>("/fleet").await?),
+        Command::Audit { namespace, limit } => {
+            let mut query = Vec::new();
+            if let Some(ns) = namespace {
+                query.push(format!("namespace={ns}"));
+            }
+            if let Some(l) = limit {
+                query.push(format!("limit={l}"));
+            }
+            list(
+                f,
+                c.get::<List<AuditEvent>>(&format!("/audit?{}", query.join("&")))
+                    .await?,
+            )
+        }
+        Command::Work { command } => match command {
+            WorkCommand::List {
+                namespace,
+                state,
+                limit,
+            } => {
+                let mut query = Vec::new();
+                if let Some(ns) = namespace {
+                    query.push(format!("namespace={ns}"));
+                }
+                if let Some(s) = state {
+                    query.push(format!("state={s}"));
+                }
+                if let Some(l) = limit {
+                    query.push(format!("limit={l}"));
+                }
+                list(
+                    f,
+                    c.get::<List<WorkItem>>(&format!("/work?{}", query.join("&")))
+                        .await?,
+                )
+            }
+            WorkCommand::Get { id } => one(f, c.get::<WorkItem>(&format!("/work/{id}")).await?),
+        },
+    }
+}
+
+/// Reads a JSON or YAML file.
+fn read_document<T: DeserializeOwned>(path: &PathBuf) -> CliResult<T> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Usage(format!("--file {}: {e}", path.display())))?;
+    serde_yaml_ng::from_str(&text)
+        .map_err(|e| CliError::Usage(format!("--file {}: {e}", path.display())))
+}
+
+impl SpecArgs {
+    /// The spec these flags describe, over `base` (for updates).
+    fn into_spec(self, base: Option<AgentSpec>) -> CliResult<AgentSpec> {
+        let mut spec = match (&self.file, base) {
+            (Some(file), _) => read_document::<AgentSpec>(file)?,
+            (None, Some(base)) => base,
+            (None, None) => AgentSpec {
+                harness_kind: HarnessKind::EmbeddedOpenclaw,
+                execution_mode: ExecutionMode::Ordinary,
+                image: self.image.clone().ok_or_else(|| {
+                    CliError::Usage("--image: required (or give a spec file with -f)".into())
+                })?,
+                gateway_image: None,
+                configuration: None,
+                resources: Default::default(),
+                requirement_labels: BTreeMap::new(),
+                placement: Default::default(),
+                plugins: Vec::new(),
+            },
+        };
+        if let Some(kind) = &self.harness_kind {
+            spec.harness_kind = HarnessKind::parse(kind).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--harness-kind: {kind:?} is not one of embedded-openclaw, dedicated-openclaw, dedicated-codex"
+                ))
+            })?;
+        }
+        if let Some(mode) = &self.execution_mode {
+            spec.execution_mode = ExecutionMode::parse(mode).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--execution-mode: {mode:?} is not one of ordinary, provider"
+                ))
+            })?;
+        }
+        if let Some(v) = self.image {
+            spec.image = v;
+        }
+        if let Some(v) = self.gateway_image {
+            spec.gateway_image = Some(v);
+        }
+        if let Some(v) = self.configuration {
+            spec.configuration = Some(v);
+        }
+        if let Some(v) = self.cluster {
+            spec.placement.cluster = Some(v);
+        }
+        for label in self.requirement_labels {
+            let (k, v) = label.split_once('=').ok_or_else(|| {
+                CliError::Usage(format!("--requirement-label: {label:?} must be KEY=VALUE"))
+            })?;
+            spec.requirement_labels.insert(k.to_owned(), v.to_owned());
+        }
+        if !self.plugins.is_empty() {
+            spec.plugins = self.plugins;
+        }
+        let r = &mut spec.resources;
+        for (slot, value) in [
+            (&mut r.cpu_request, self.cpu_request),
+            (&mut r.cpu_limit, self.cpu_limit),
+            (&mut r.memory_request, self.memory_request),
+            (&mut r.memory_limit, self.memory_limit),
+        ] {
+            if value.is_some() {
+                *slot = value;
+            }
+        }
+        Ok(spec)
+    }
+}

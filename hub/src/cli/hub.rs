@@ -1,0 +1,243 @@
+//! `clawfed-hub`: `serve` (the default), `token create|revoke`, `migrate`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use chrono::Utc;
+use clap::{Parser, Subcommand};
+
+use crate::auth::{self, Role};
+use crate::config::{Config, LogFormat};
+use crate::server;
+use crate::store::{self, NewToken, Store};
+
+/// The clawfed hub.
+#[derive(Debug, Parser)]
+#[command(name = "clawfed-hub", version, about)]
+struct Args {
+    /// YAML config file; without one the embedded defaults apply.
+    #[arg(long, short = 'c', env = "CLAWFED_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the hub (REST, gRPC, metrics, worker) until SIGTERM/SIGINT.
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Manage API tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Create a token and print its secret (shown once).
+    Create {
+        /// Token name (unique; appears in audit events as token:<name>).
+        #[arg(long)]
+        name: String,
+        /// Namespace the token is scoped to; omit for installation-admin.
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
+        /// installation-admin, admin, deployer or viewer.
+        #[arg(long)]
+        role: String,
+        /// Lifetime, e.g. 30d, 12h, 90m; no expiry when omitted.
+        #[arg(long)]
+        ttl: Option<String>,
+    },
+    /// Revoke a token by name.
+    Revoke {
+        #[arg(long)]
+        name: String,
+    },
+}
+
+/// Entry point of `clawfed-hub`.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let config = match Config::load(args.config.as_deref(), &env) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&config);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match args.command.unwrap_or(Command::Serve) {
+            Command::Serve => serve(&config).await,
+            Command::Migrate => migrate(&config).await,
+            Command::Token { command } => token(&config, command).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log.filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log.format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn serve(config: &Config) -> anyhow::Result<()> {
+    let hub = server::start(config).await?;
+    // Printed on stdout so scripts can read where the hub listens.
+    println!(
+        "clawfed-hub listening: rest=http://{} grpc=http://{} metrics=http://{}/metrics database={}",
+        hub.rest_addr,
+        hub.grpc_addr,
+        hub.metrics_addr,
+        redact_url(&config.database.url)
+    );
+    let token = hub.shutdown_token();
+    server::shutdown_signal().await;
+    tracing::info!("hub.draining");
+    token.cancel();
+    hub.wait().await;
+    tracing::info!("hub.stopped");
+    Ok(())
+}
+
+/// Hides a password in a database URL.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+async fn migrate(config: &Config) -> anyhow::Result<()> {
+    store::connect(&config.database.url)
+        .await
+        .context("applying migrations")?;
+    println!("migrations applied");
+    Ok(())
+}
+
+async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<()> {
+    let store = store::connect(&config.database.url).await?;
+    match command {
+        TokenCommand::Create {
+            name,
+            namespace,
+            role,
+            ttl,
+        } => {
+            let role = Role::parse(&role).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--role: {role:?} is not one of installation-admin, admin, deployer, viewer"
+                )
+            })?;
+            match (role, &namespace) {
+                (Role::InstallationAdmin, Some(_)) => {
+                    anyhow::bail!(
+                        "--namespace: installation-admin tokens are not scoped to a namespace"
+                    )
+                }
+                (Role::InstallationAdmin, None) => {}
+                (_, None) => anyhow::bail!("--namespace: required for role {}", role.as_str()),
+                (_, Some(_)) => {}
+            }
+            crate::service::validate::dns_label("--name", &name)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let expires_at = ttl
+                .as_deref()
+                .map(parse_ttl)
+                .transpose()?
+                .map(|d| Utc::now() + d);
+            let minted = auth::mint_token();
+            store
+                .create_token(&NewToken {
+                    name,
+                    namespace,
+                    role,
+                    hash: minted.hash,
+                    expires_at,
+                })
+                .await?;
+            println!("{}", minted.secret);
+        }
+        TokenCommand::Revoke { name } => {
+            store.revoke_token(&name, Utc::now()).await?;
+            println!("token {name} revoked");
+        }
+    }
+    Ok(())
+}
+
+/// Parses `30d`, `12h`, `90m`, `45s`.
+pub fn parse_ttl(s: &str) -> anyhow::Result<chrono::Duration> {
+    let (number, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: i64 = number
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--ttl: {s:?} must look like 30d, 12h, 90m or 45s"))?;
+    let d = match unit {
+        "d" => chrono::Duration::days(n),
+        "h" => chrono::Duration::hours(n),
+        "m" => chrono::Duration::minutes(n),
+        "s" => chrono::Duration::seconds(n),
+        _ => anyhow::bail!("--ttl: {s:?} must look like 30d, 12h, 90m or 45s"),
+    };
+    if n <= 0 {
+        anyhow::bail!("--ttl: must be positive");
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls() {
+        assert_eq!(parse_ttl("30d").unwrap(), chrono::Duration::days(30));
+        assert_eq!(parse_ttl("90m").unwrap(), chrono::Duration::minutes(90));
+        assert!(parse_ttl("0h").is_err());
+        assert!(parse_ttl("10w").is_err());
+        assert!(parse_ttl("h").is_err());
+    }
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            redact_url("postgres://u:secret@host/db"),
+            "postgres://u:***@host/db"
+        );
+        assert_eq!(redact_url("sqlite://./clawfed.db"), "sqlite://./clawfed.db");
+    }
+}

@@ -1,0 +1,265 @@
+//! How the CLI prints: aligned tables for people, JSON or YAML for scripts.
+
+use serde::Serialize;
+
+use crate::model::{
+    Agent, AgentRevision, AuditEvent, Cluster, Configuration, FleetSummary, Namespace, WorkItem,
+};
+
+/// Output format chosen with `-o`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Yaml,
+}
+
+/// A value the CLI can show as table rows.
+pub trait Tabular {
+    /// Column headers.
+    fn headers() -> &'static [&'static str];
+    /// The row of this value.
+    fn row(&self) -> Vec<String>;
+}
+
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref()
+        .map_or_else(|| "-".to_owned(), ToString::to_string)
+}
+
+fn ago(t: chrono::DateTime<chrono::Utc>) -> String {
+    let secs = (chrono::Utc::now() - t).num_seconds().max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+impl Tabular for Namespace {
+    fn headers() -> &'static [&'static str] {
+        &["NAME", "STATE", "DATA-PLANE NAMESPACE", "ADOPTED", "AGE"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.name.clone(),
+            self.state.as_str().into(),
+            self.data_plane_namespace.clone(),
+            self.adopted.to_string(),
+            ago(self.created_at),
+        ]
+    }
+}
+
+impl Tabular for Configuration {
+    fn headers() -> &'static [&'static str] {
+        &["NAME", "VERSION", "AGE"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.name.clone(),
+            self.version.to_string(),
+            ago(self.created_at),
+        ]
+    }
+}
+
+impl Tabular for Agent {
+    fn headers() -> &'static [&'static str] {
+        &[
+            "NAME", "HARNESS", "DESIRED", "ACTIVE", "LATEST", "VERSION", "AGE",
+        ]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.name.clone(),
+            self.spec.harness_kind.as_str().into(),
+            self.desired_state.as_str().into(),
+            opt(&self.active_revision),
+            opt(&self.latest_revision),
+            self.version.to_string(),
+            ago(self.created_at),
+        ]
+    }
+}
+
+impl Tabular for AgentRevision {
+    fn headers() -> &'static [&'static str] {
+        &[
+            "AGENT", "REVISION", "PHASE", "CLUSTER", "IMAGE", "REASON", "AGE",
+        ]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.agent.clone(),
+            self.number.to_string(),
+            self.phase.as_str().into(),
+            opt(&self.resolved_cluster),
+            self.spec.image.clone(),
+            opt(&self.reason),
+            ago(self.created_at),
+        ]
+    }
+}
+
+impl Tabular for Cluster {
+    fn headers() -> &'static [&'static str] {
+        &["NAME", "STATE", "VERSION", "LAST SEEN"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.name.clone(),
+            self.connection_state.as_str().into(),
+            self.version.clone(),
+            self.last_seen
+                .map_or_else(|| "-".into(), |t| format!("{} ago", ago(t))),
+        ]
+    }
+}
+
+impl Tabular for AuditEvent {
+    fn headers() -> &'static [&'static str] {
+        &[
+            "TIME",
+            "ACTOR",
+            "ACTION",
+            "NAMESPACE",
+            "TARGET",
+            "RESULT",
+            "DETAIL",
+        ]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            self.actor.clone(),
+            self.action.clone(),
+            opt(&self.namespace),
+            self.target.clone(),
+            self.result.clone(),
+            opt(&self.detail),
+        ]
+    }
+}
+
+impl Tabular for WorkItem {
+    fn headers() -> &'static [&'static str] {
+        &["ID", "KIND", "NAMESPACE", "STATE", "ATTEMPTS", "LAST ERROR"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.id.clone(),
+            self.kind.clone(),
+            opt(&self.namespace),
+            self.state.as_str().into(),
+            format!("{}/{}", self.attempts, self.max_attempts),
+            opt(&self.last_error),
+        ]
+    }
+}
+
+impl Tabular for FleetSummary {
+    fn headers() -> &'static [&'static str] {
+        &[
+            "NAMESPACES",
+            "AGENTS",
+            "RUNNING",
+            "STOPPED",
+            "CLUSTERS",
+            "ONLINE",
+            "WORK PENDING",
+            "WORK FAILED",
+            "REVISIONS",
+        ]
+    }
+    fn row(&self) -> Vec<String> {
+        let phases = self
+            .revisions_by_phase
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        vec![
+            self.namespaces.to_string(),
+            self.agents.to_string(),
+            self.agents_running.to_string(),
+            self.agents_stopped.to_string(),
+            self.clusters.to_string(),
+            self.clusters_online.to_string(),
+            self.work_pending.to_string(),
+            self.work_failed.to_string(),
+            if phases.is_empty() {
+                "-".into()
+            } else {
+                phases
+            },
+        ]
+    }
+}
+
+/// Renders rows as a left-aligned table.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(padded.join("  ").trim_end());
+        out.push('\n');
+    };
+    line(headers.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+/// Prints a list in the chosen format.
+pub fn print_list<T: Tabular + Serialize>(format: Format, items: &[T]) -> anyhow::Result<String> {
+    Ok(match format {
+        Format::Table => table(
+            T::headers(),
+            &items.iter().map(Tabular::row).collect::<Vec<_>>(),
+        ),
+        Format::Json => format!(
+            "{}\n",
+            serde_json::to_string_pretty(&serde_json::json!({ "items": items }))?
+        ),
+        Format::Yaml => serde_yaml_ng::to_string(&serde_json::json!({ "items": items }))?,
+    })
+}
+
+/// Prints one object in the chosen format.
+pub fn print_one<T: Tabular + Serialize>(format: Format, item: &T) -> anyhow::Result<String> {
+    Ok(match format {
+        Format::Table => table(T::headers(), &[item.row()]),
+        Format::Json => format!("{}\n", serde_json::to_string_pretty(item)?),
+        Format::Yaml => serde_yaml_ng::to_string(item)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns() {
+        let out = table(
+            &["NAME", "STATE"],
+            &[
+                vec!["a".into(), "active".into()],
+                vec!["longer".into(), "-".into()],
+            ],
+        );
+        assert_eq!(out, "NAME    STATE\na       active\nlonger  -\n");
+    }
+}

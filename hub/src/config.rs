@@ -1,0 +1,359 @@
+//! Hub configuration: a versioned YAML file (unknown fields rejected) with
+//! typed environment overrides. Every setting has a default that works with
+//! no file: SQLite at `./clawfed.db`, REST on 127.0.0.1:8080, gRPC on
+//! 127.0.0.1:8081, metrics on 127.0.0.1:9464.
+//!
+//! The loader takes the environment as an argument, so tests need no global
+//! state.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::service::Policy;
+use crate::worker::WorkerConfig;
+use crate::worker::backoff::Backoff;
+
+/// Errors loading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid configuration.
+    #[error("invalid config file {path}: {source}")]
+    Parse {
+        path: String,
+        #[source]
+        source: serde_yaml_ng::Error,
+    },
+    /// An environment override has a bad value.
+    #[error("environment variable {name}: {reason}")]
+    Env { name: String, reason: String },
+    /// A value is out of range.
+    #[error("config field {field}: {reason}")]
+    Invalid { field: String, reason: String },
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Config {
+    /// Format version of this file; only 1 exists.
+    #[serde(default = "one")]
+    pub version: u32,
+    #[serde(default)]
+    pub database: DatabaseConfig,
+    #[serde(default)]
+    pub api: ApiConfig,
+    #[serde(default)]
+    pub worker: WorkerSettings,
+    #[serde(default)]
+    pub policy: PolicyConfig,
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Where desired state lives.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `sqlite://path` (embedded default) or `postgres://…`.
+    pub url: String,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://./clawfed.db".into(),
+        }
+    }
+}
+
+/// Listen addresses and request limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApiConfig {
+    pub rest_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    /// Largest accepted request body, in bytes.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            rest_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            metrics_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// The worker.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkerSettings {
+    pub enabled: bool,
+    pub batch_size: u32,
+    pub lease_seconds: u64,
+    pub poll_interval_ms: u64,
+    pub max_attempts: i32,
+    pub backoff_base_ms: u64,
+    pub backoff_cap_ms: u64,
+    pub health_interval_seconds: u64,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            batch_size: 32,
+            lease_seconds: 30,
+            poll_interval_ms: 500,
+            max_attempts: 8,
+            backoff_base_ms: 1000,
+            backoff_cap_ms: 300_000,
+            health_interval_seconds: 60,
+        }
+    }
+}
+
+/// Installation policy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyConfig {
+    pub require_immutable_digest: bool,
+    pub default_gateway_image: String,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        let p = Policy::default();
+        Self {
+            require_immutable_digest: p.require_immutable_digest,
+            default_gateway_image: p.default_gateway_image,
+        }
+    }
+}
+
+/// Logging.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LogConfig {
+    /// `json` (default) or `text`.
+    pub format: LogFormat,
+    /// A tracing filter, e.g. `info,clawfed_hub=debug`.
+    pub filter: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Json,
+            filter: "info".into(),
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            version: 1,
+            database: DatabaseConfig::default(),
+            api: ApiConfig::default(),
+            worker: WorkerSettings::default(),
+            policy: PolicyConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Loads `path` (when given) and applies overrides from `env`:
+    /// `CLAWFED_DATABASE_URL`, `CLAWFED_REST_ADDR`, `CLAWFED_GRPC_ADDR`,
+    /// `CLAWFED_METRICS_ADDR`, `CLAWFED_WORKER_ENABLED`,
+    /// `CLAWFED_REQUIRE_IMMUTABLE_DIGEST`, `CLAWFED_LOG_FORMAT`,
+    /// `CLAWFED_LOG`.
+    pub fn load(path: Option<&Path>, env: &HashMap<String, String>) -> Result<Self, ConfigError> {
+        let mut config = match path {
+            Some(path) => {
+                let shown = path.display().to_string();
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: shown.clone(),
+                    source,
+                })?;
+                serde_yaml_ng::from_str::<Config>(&text).map_err(|source| ConfigError::Parse {
+                    path: shown,
+                    source,
+                })?
+            }
+            None => Config::default(),
+        };
+        config.apply_env(env)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn apply_env(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
+        fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ConfigError>
+        where
+            T::Err: std::fmt::Display,
+        {
+            value.parse().map_err(|e: T::Err| ConfigError::Env {
+                name: name.into(),
+                reason: format!("{value:?}: {e}"),
+            })
+        }
+        for (name, value) in env {
+            match name.as_str() {
+                "CLAWFED_DATABASE_URL" => self.database.url = value.clone(),
+                "CLAWFED_REST_ADDR" => self.api.rest_addr = parse(name, value)?,
+                "CLAWFED_GRPC_ADDR" => self.api.grpc_addr = parse(name, value)?,
+                "CLAWFED_METRICS_ADDR" => self.api.metrics_addr = parse(name, value)?,
+                "CLAWFED_WORKER_ENABLED" => self.worker.enabled = parse(name, value)?,
+                "CLAWFED_REQUIRE_IMMUTABLE_DIGEST" => {
+                    self.policy.require_immutable_digest = parse(name, value)?
+                }
+                "CLAWFED_LOG_FORMAT" => {
+                    self.log.format = match value.as_str() {
+                        "json" => LogFormat::Json,
+                        "text" => LogFormat::Text,
+                        _ => {
+                            return Err(ConfigError::Env {
+                                name: name.clone(),
+                                reason: format!("{value:?}: must be json or text"),
+                            });
+                        }
+                    }
+                }
+                "CLAWFED_LOG" => self.log.filter = value.clone(),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field: &str, reason: &str| ConfigError::Invalid {
+            field: field.into(),
+            reason: reason.into(),
+        };
+        if self.version != 1 {
+            return Err(invalid("version", "only version 1 is supported"));
+        }
+        if self.worker.batch_size == 0 || self.worker.batch_size > 1000 {
+            return Err(invalid("worker.batchSize", "must be between 1 and 1000"));
+        }
+        if self.worker.lease_seconds == 0 {
+            return Err(invalid("worker.leaseSeconds", "must be at least 1"));
+        }
+        if self.worker.max_attempts < 1 {
+            return Err(invalid("worker.maxAttempts", "must be at least 1"));
+        }
+        if self.api.max_body_bytes < 1024 {
+            return Err(invalid("api.maxBodyBytes", "must be at least 1024"));
+        }
+        Ok(())
+    }
+
+    /// The service policy this configuration sets.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            require_immutable_digest: self.policy.require_immutable_digest,
+            default_gateway_image: self.policy.default_gateway_image.clone(),
+            work_max_attempts: self.worker.max_attempts,
+        }
+    }
+
+    /// The worker settings this configuration sets.
+    pub fn worker_config(&self) -> WorkerConfig {
+        WorkerConfig {
+            batch_size: self.worker.batch_size,
+            lease: Duration::from_secs(self.worker.lease_seconds),
+            poll_interval: Duration::from_millis(self.worker.poll_interval_ms),
+            backoff: Backoff {
+                base: Duration::from_millis(self.worker.backoff_base_ms),
+                cap: Duration::from_millis(self.worker.backoff_cap_ms),
+            },
+            health_interval: Duration::from_secs(self.worker.health_interval_seconds),
+            ..WorkerConfig::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_work_without_a_file() {
+        let c = Config::load(None, &env(&[])).unwrap();
+        assert_eq!(c.database.url, "sqlite://./clawfed.db");
+        assert_eq!(c.api.rest_addr.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.api.grpc_addr.to_string(), "127.0.0.1:8081");
+        assert_eq!(c.api.metrics_addr.to_string(), "127.0.0.1:9464");
+    }
+
+    #[test]
+    fn file_then_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        std::fs::write(
+            &path,
+            "version: 1\ndatabase:\n  url: postgres://x/y\nworker:\n  enabled: false\n  batchSize: 8\n  leaseSeconds: 5\n  pollIntervalMs: 10\n  maxAttempts: 3\n  backoffBaseMs: 10\n  backoffCapMs: 100\n  healthIntervalSeconds: 1\n",
+        )
+        .unwrap();
+        let c = Config::load(
+            Some(&path),
+            &env(&[("CLAWFED_REST_ADDR", "127.0.0.1:9000")]),
+        )
+        .unwrap();
+        assert_eq!(c.database.url, "postgres://x/y");
+        assert!(!c.worker.enabled);
+        assert_eq!(c.worker_config().batch_size, 8);
+        assert_eq!(c.api.rest_addr.port(), 9000);
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        std::fs::write(&path, "databse:\n  url: x\n").unwrap();
+        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("unknown field `databse`"), "{err}");
+        let err = Config::load(None, &env(&[("CLAWFED_REST_ADDR", "nope")])).unwrap_err();
+        assert!(err.to_string().contains("CLAWFED_REST_ADDR"), "{err}");
+        std::fs::write(&path, "version: 2\n").unwrap();
+        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("version"), "{err}");
+    }
+}

@@ -1,0 +1,24 @@
+//! The clawfed hub.
+//!
+//! # Layout
+//! - [`config`]: the YAML config file and its environment overrides.
+//! - [`model`]: domain types (what the store keeps, what REST returns).
+//! - [`auth`]: API tokens, roles, permission rules (pure).
+//! - [`store`]: the desired-state store trait; PostgreSQL and SQLite.
+//! - [`service`]: the one service layer behind REST and gRPC.
+//! - [`api`]: REST (`/api/v1`, OpenAPI), gRPC admin, metrics, errors.
+//! - [`worker`]: the durable work queue's worker.
+//! - [`server`]: wires everything together and runs until shutdown.
+//! - [`cli`]: the `clawfed` command-line client.
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod model;
+pub mod server;
+pub mod service;
+pub mod store;
+pub mod worker;

@@ -1,0 +1,506 @@
+//! Domain types of the hub: what the store keeps and what REST returns.
+//!
+//! REST serializes these directly (camelCase JSON); gRPC converts them to and
+//! from `clawfed.admin.v1` messages in `api::grpc`. Request types reject
+//! unknown fields so a typo is an error, not a silently ignored setting.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Namespace {
+    pub id: String,
+    pub name: String,
+    pub display_name: String,
+    /// The physical Kubernetes namespace in execution clusters.
+    pub data_plane_namespace: String,
+    /// True when `dataPlaneNamespace` was chosen by an operator.
+    pub adopted: bool,
+    pub state: NamespaceState,
+    /// Set by the worker once the namespace has been provisioned.
+    pub provisioned_at: Option<DateTime<Utc>>,
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Lifecycle of a tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum NamespaceState {
+    /// Created; provisioning work is queued.
+    Pending,
+    /// Provisioned and usable.
+    Active,
+}
+
+impl NamespaceState {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Active => "active",
+        }
+    }
+}
+
+/// Body of `POST /api/v1/namespaces`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateNamespace {
+    /// DNS-1123 label, unique across the installation.
+    pub name: String,
+    #[serde(default)]
+    pub display_name: Option<String>,
+    /// Adopt this operator-chosen Kubernetes namespace instead of `oce-<hash>`.
+    #[serde(default)]
+    pub adopt_namespace: Option<String>,
+}
+
+/// A named configuration document in a tenant, referenced by Agents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Configuration {
+    pub id: String,
+    pub namespace: String,
+    pub name: String,
+    /// A JSON object.
+    #[schema(value_type = Object)]
+    pub data: serde_json::Value,
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Body of `POST .../configurations`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateConfiguration {
+    pub name: String,
+    #[schema(value_type = Object)]
+    pub data: serde_json::Value,
+}
+
+/// Body of `PUT .../configurations/{name}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateConfiguration {
+    #[schema(value_type = Object)]
+    pub data: serde_json::Value,
+    /// The version last read; a stale version is a conflict.
+    pub version: i64,
+}
+
+/// Which Harness runs the Agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum HarnessKind {
+    EmbeddedOpenclaw,
+    DedicatedOpenclaw,
+    DedicatedCodex,
+}
+
+impl HarnessKind {
+    /// The wire spelling, as in JSON and gRPC.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EmbeddedOpenclaw => "embedded-openclaw",
+            Self::DedicatedOpenclaw => "dedicated-openclaw",
+            Self::DedicatedCodex => "dedicated-codex",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::EmbeddedOpenclaw,
+            Self::DedicatedOpenclaw,
+            Self::DedicatedCodex,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+
+    /// Dedicated Harnesses own RWO workspace storage, so a replacement stops
+    /// its predecessor before it starts.
+    pub fn is_dedicated(self) -> bool {
+        !matches!(self, Self::EmbeddedOpenclaw)
+    }
+}
+
+/// Who owns the Harness workload in the execution cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExecutionMode {
+    /// An ordinary Deployment applied by the spoke.
+    #[default]
+    Ordinary,
+    /// A SandboxDriver provider owns the Harness.
+    Provider,
+}
+
+impl ExecutionMode {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ordinary => "ordinary",
+            Self::Provider => "provider",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Ordinary, Self::Provider]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+/// Kubernetes resource quantities for the Harness container.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Resources {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_request: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_limit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_request: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<String>,
+}
+
+/// Where the Harness may run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Placement {
+    /// A cluster name; absent means any cluster matching the selector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cluster_selector: BTreeMap<String, String>,
+}
+
+/// The editable definition of an Agent (its draft).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentSpec {
+    pub harness_kind: HarnessKind,
+    #[serde(default)]
+    pub execution_mode: ExecutionMode,
+    /// Harness image reference; `name@sha256:<64 hex>` pins a digest.
+    pub image: String,
+    /// Gateway image; the hub's configured default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_image: Option<String>,
+    /// Name of a Configuration in the same namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configuration: Option<String>,
+    #[serde(default)]
+    pub resources: Resources,
+    /// Labels the Harness Pod must carry (readiness checks every one).
+    #[serde(default)]
+    pub requirement_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub placement: Placement,
+    #[serde(default)]
+    pub plugins: Vec<String>,
+}
+
+/// What the operator wants an Agent to be doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum DesiredState {
+    Running,
+    Stopped,
+}
+
+impl DesiredState {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+/// An Agent: its draft spec plus where its revisions stand.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Agent {
+    pub id: String,
+    pub namespace: String,
+    pub name: String,
+    pub spec: AgentSpec,
+    pub desired_state: DesiredState,
+    pub active_revision: Option<i64>,
+    pub latest_revision: Option<i64>,
+    /// Bumped by every change of the draft spec.
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Body of `POST .../agents`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateAgent {
+    pub name: String,
+    pub spec: AgentSpec,
+}
+
+/// Body of `PUT .../agents/{name}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateAgent {
+    pub spec: AgentSpec,
+    /// The version last read; a stale version is a conflict.
+    pub version: i64,
+}
+
+/// Body of `POST .../agents/{name}/deploy` (optional).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeployRequest {
+    /// Rollback: make the new revision from this earlier revision's snapshot.
+    #[serde(default)]
+    pub from_revision: Option<i64>,
+}
+
+/// An image as admitted into a revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageRef {
+    /// `harness` or `gateway`.
+    pub role: String,
+    pub reference: String,
+    /// `sha256:<hex>` when the reference pins one.
+    pub digest: Option<String>,
+}
+
+/// Lifecycle phase of a revision. The pipeline moves it forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RevisionPhase {
+    Pending,
+    Provisioning,
+    Preparing,
+    WaitingReady,
+    Active,
+    Retired,
+    Stopped,
+    Failed,
+}
+
+impl RevisionPhase {
+    /// Every phase, in pipeline order.
+    pub const ALL: [Self; 8] = [
+        Self::Pending,
+        Self::Provisioning,
+        Self::Preparing,
+        Self::WaitingReady,
+        Self::Active,
+        Self::Retired,
+        Self::Stopped,
+        Self::Failed,
+    ];
+
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Provisioning => "provisioning",
+            Self::Preparing => "preparing",
+            Self::WaitingReady => "waiting-ready",
+            Self::Active => "active",
+            Self::Retired => "retired",
+            Self::Stopped => "stopped",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+/// An immutable snapshot of an Agent, admitted at deploy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentRevision {
+    pub id: String,
+    pub namespace: String,
+    pub agent: String,
+    /// 1, 2, 3… per Agent.
+    pub number: i64,
+    pub spec: AgentSpec,
+    /// The configuration document frozen at deploy (`null` when none).
+    #[schema(value_type = Object)]
+    pub configuration: serde_json::Value,
+    pub images: Vec<ImageRef>,
+    /// The cluster placement resolved to, when known.
+    pub resolved_cluster: Option<String>,
+    pub phase: RevisionPhase,
+    pub reason: Option<String>,
+    /// The revision this one was rolled back from.
+    pub rolled_back_from: Option<i64>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Connection state of an execution cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConnectionState {
+    Pending,
+    Online,
+    Offline,
+    Revoked,
+}
+
+impl ConnectionState {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Online => "online",
+            Self::Offline => "offline",
+            Self::Revoked => "revoked",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Pending, Self::Online, Self::Offline, Self::Revoked]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+/// An enrolled execution cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Cluster {
+    pub id: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub capabilities: Vec<String>,
+    pub certificate_serials: Vec<String>,
+    pub connection_state: ConnectionState,
+    pub last_seen: Option<DateTime<Utc>>,
+    pub version: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// State of a durable work item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkState {
+    /// Waiting for `runAt`.
+    Pending,
+    /// Held by a worker under a lease.
+    Claimed,
+    Done,
+    /// Gave up after `maxAttempts`, or could never succeed.
+    Failed,
+}
+
+impl WorkState {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Claimed => "claimed",
+            Self::Done => "done",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Pending, Self::Claimed, Self::Done, Self::Failed]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+/// A durable work item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkItem {
+    pub id: String,
+    pub kind: String,
+    /// The tenant whose object the work acts on (name).
+    pub namespace: Option<String>,
+    #[serde(skip)]
+    pub namespace_id: Option<String>,
+    /// The object acted on (an id).
+    pub target: String,
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    /// The API token whose request made the work; re-checked before effects.
+    #[serde(skip)]
+    pub requested_by: Option<String>,
+    pub state: WorkState,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub run_at: DateTime<Utc>,
+    #[serde(skip)]
+    pub lease_owner: Option<String>,
+    #[serde(skip)]
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One audit record: who did what to which target, with what result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    /// `token:<name>` for API callers, `system:<component>` for the hub itself.
+    pub actor: String,
+    pub action: String,
+    pub namespace: Option<String>,
+    pub target: String,
+    /// `ok`, `denied` or `error`.
+    pub result: String,
+    pub detail: Option<String>,
+}
+
+/// Fleet-wide counts, scoped to what the caller may read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetSummary {
+    pub namespaces: i64,
+    pub agents: i64,
+    pub agents_running: i64,
+    pub agents_stopped: i64,
+    pub revisions_by_phase: BTreeMap<String, i64>,
+    pub clusters: i64,
+    pub clusters_online: i64,
+    pub work_pending: i64,
+    pub work_failed: i64,
+}
+
+/// A list response.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct List<T> {
+    pub items: Vec<T>,
+}
+
+impl<T> From<Vec<T>> for List<T> {
+    fn from(items: Vec<T>) -> Self {
+        Self { items }
+    }
+}

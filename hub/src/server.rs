@@ -1,0 +1,231 @@
+//! Wires the store, service, APIs and worker together and runs them until
+//! the shutdown signal. Every long-lived task is named and ends on drain.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use clawfed_proto::admin::v1::admin_service_server::AdminServiceServer;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::error::{ApiError, ErrorCode};
+use crate::api::grpc::AdminApi;
+use crate::api::{AppState, metrics, rest};
+use crate::config::Config;
+use crate::service::Service;
+use crate::store::{self, Store};
+use crate::worker::{Handlers, Worker};
+
+/// Errors starting the hub.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A listen address could not be bound.
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+}
+
+/// A running hub.
+#[derive(Debug)]
+pub struct Hub {
+    pub rest_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    shutdown: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl Hub {
+    /// The token that stops the hub when cancelled.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Signals shutdown and waits for every task to finish draining.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        while let Some(joined) = self.tasks.join_next().await {
+            if let Err(e) = joined {
+                tracing::error!(error = %e, "hub.task_failed");
+            }
+        }
+    }
+
+    /// Waits until every task has ended (after the token is cancelled).
+    pub async fn wait(mut self) {
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { what, addr, source })
+}
+
+/// Opens the configured store and starts the hub.
+pub async fn start(config: &Config) -> Result<Hub, ServerError> {
+    let store: Arc<dyn Store> = Arc::new(store::connect(&config.database.url).await?);
+    start_with_store(config, store, Handlers::builtin()).await
+}
+
+/// Starts the hub over an already-open store.
+pub async fn start_with_store(
+    config: &Config,
+    store: Arc<dyn Store>,
+    handlers: Handlers,
+) -> Result<Hub, ServerError> {
+    let rest_listener = bind("rest", config.api.rest_addr).await?;
+    let grpc_listener = bind("grpc", config.api.grpc_addr).await?;
+    let metrics_listener = bind("metrics", config.api.metrics_addr).await?;
+    let addr = |l: &TcpListener, what| {
+        l.local_addr().map_err(|source| ServerError::Bind {
+            what,
+            addr: config.api.rest_addr,
+            source,
+        })
+    };
+    let rest_addr = addr(&rest_listener, "rest")?;
+    let grpc_addr = addr(&grpc_listener, "grpc")?;
+    let metrics_addr = addr(&metrics_listener, "metrics")?;
+
+    let service = Service::new(store.clone(), config.policy());
+    let metrics = Arc::new(metrics::Metrics::new());
+    let state = AppState {
+        service: service.clone(),
+        metrics: metrics.clone(),
+        max_body_bytes: config.api.max_body_bytes,
+    };
+    let shutdown = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+
+    let rest_app = rest_app(state);
+    let token = shutdown.clone();
+    tasks.spawn(async move {
+        tracing::info!(addr = %rest_addr, "rest.listening");
+        let served = axum::serve(rest_listener, rest_app)
+            .with_graceful_shutdown(token.cancelled_owned())
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "rest.failed");
+        }
+        tracing::info!("rest.stopped");
+    });
+
+    let ops = metrics::ops_router(metrics, store.clone());
+    let token = shutdown.clone();
+    tasks.spawn(async move {
+        tracing::info!(addr = %metrics_addr, "metrics.listening");
+        let served = axum::serve(metrics_listener, ops)
+            .with_graceful_shutdown(token.cancelled_owned())
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "metrics.failed");
+        }
+    });
+
+    let max_message = config.api.max_body_bytes;
+    let grpc = AdminServiceServer::new(AdminApi::new(service))
+        .max_decoding_message_size(max_message)
+        .max_encoding_message_size(16 * 1024 * 1024);
+    let token = shutdown.clone();
+    tasks.spawn(async move {
+        tracing::info!(addr = %grpc_addr, "grpc.listening");
+        let served = tonic::transport::Server::builder()
+            .add_service(grpc)
+            .serve_with_incoming_shutdown(
+                TcpListenerStream::new(grpc_listener),
+                token.cancelled_owned(),
+            )
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "grpc.failed");
+        }
+        tracing::info!("grpc.stopped");
+    });
+
+    if config.worker.enabled {
+        let worker = Worker::new(store, handlers, config.worker_config());
+        let token = shutdown.clone();
+        tasks.spawn(async move {
+            worker.run(token).await;
+        });
+    }
+
+    Ok(Hub {
+        rest_addr,
+        grpc_addr,
+        metrics_addr,
+        shutdown,
+        tasks,
+    })
+}
+
+/// The REST application: `/api/v1`, `/openapi.json`, `/healthz`, `/readyz`.
+pub fn rest_app(state: AppState) -> Router {
+    let (api, openapi) = rest::router();
+    let openapi = Arc::new(openapi);
+    let metrics_state = state.metrics.clone();
+    api.route(
+        "/openapi.json",
+        get(move || {
+            let doc = openapi.clone();
+            async move { Json(doc.as_ref().clone()) }
+        }),
+    )
+    .route("/healthz", get(metrics::healthz))
+    .route("/readyz", get(readyz))
+    .route_layer(axum::middleware::from_fn_with_state(
+        metrics_state,
+        metrics::track,
+    ))
+    .fallback(not_found)
+    .with_state(state)
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    metrics::readiness(state.service.store().as_ref()).await
+}
+
+async fn not_found() -> Response {
+    ApiError::response(ErrorCode::NotFound, "no such route".into(), None).into_response()
+}
+
+/// Completes when SIGTERM or SIGINT arrives.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "signal.sigterm_unavailable");
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

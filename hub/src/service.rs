@@ -1,0 +1,780 @@
+//! The one service layer behind REST and gRPC: authentication, permission
+//! checks, validation, audit and the calls into the store. Both APIs are
+//! thin adapters over [`Service`], so they cannot drift apart.
+
+pub mod validate;
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::auth::{self, Action, Decision, Principal};
+use crate::model::{
+    Agent, AgentRevision, AuditEvent, Cluster, Configuration, CreateAgent, CreateConfiguration,
+    CreateNamespace, DeployRequest, DesiredState, FleetSummary, Namespace, UpdateAgent,
+    UpdateConfiguration, WorkItem, WorkState,
+};
+use crate::store::{
+    Effects, IdempotencyKey, NewAgent, NewAudit, NewNamespace, NewRevision, NewWork, Store,
+    StoreError, WorkFilter,
+};
+use crate::worker::kinds;
+
+/// Errors of the service layer; `api::error` maps each to one HTTP status
+/// and one gRPC code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServiceError {
+    /// A field of the request is invalid.
+    #[error("{field}: {reason}")]
+    InvalidArgument { field: String, reason: String },
+    /// No valid credentials.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Valid credentials without the permission.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// The object does not exist (or is not visible to the caller).
+    #[error("{0}")]
+    NotFound(String),
+    /// An object with that name already exists.
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// A stale version: the object changed since the caller read it.
+    #[error("{0}")]
+    Conflict(String),
+    /// The request is valid but the current state does not allow it.
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// The store is unavailable; retrying later may succeed.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug or corrupt data; details are in the hub's log.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(err: StoreError) -> Self {
+        let message = err.to_string();
+        match err {
+            StoreError::NotFound { .. } => Self::NotFound(message),
+            StoreError::AlreadyExists { .. } => Self::AlreadyExists(message),
+            StoreError::Conflict { .. } => Self::Conflict(message),
+            StoreError::FailedPrecondition(_) => Self::FailedPrecondition(message),
+            StoreError::Unavailable(_) => Self::Unavailable("database unavailable".into()),
+            StoreError::Database(_)
+            | StoreError::Migrate(_)
+            | StoreError::Corrupt { .. }
+            | StoreError::UnsupportedUrl(_) => {
+                tracing::error!(error = %message, "store.error");
+                Self::Internal(message)
+            }
+        }
+    }
+}
+
+/// Result type of the service layer.
+pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
+
+/// Installation policy the service enforces.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Reject deploys whose images are not pinned by SHA-256 digest.
+    pub require_immutable_digest: bool,
+    /// Gateway image used when an Agent names none.
+    pub default_gateway_image: String,
+    /// Attempts a work item gets before it is failed.
+    pub work_max_attempts: i32,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            require_immutable_digest: false,
+            default_gateway_image: "ghcr.io/openclaw/openclaw-gateway:latest".into(),
+            work_max_attempts: 8,
+        }
+    }
+}
+
+/// Limits of list calls.
+const DEFAULT_LIST_LIMIT: i64 = 100;
+const MAX_LIST_LIMIT: i64 = 1000;
+
+/// The service layer.
+#[derive(Clone)]
+pub struct Service {
+    store: Arc<dyn Store>,
+    policy: Policy,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("backend", &self.store.backend())
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+impl Service {
+    /// A service over `store` enforcing `policy`.
+    pub fn new(store: Arc<dyn Store>, policy: Policy) -> Self {
+        Self { store, policy }
+    }
+
+    /// The store (health checks, metrics).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    // ---- authentication and authorization -------------------------------
+
+    /// Resolves a bearer token to its principal.
+    pub async fn authenticate(&self, bearer: Option<&str>) -> Result<Principal> {
+        let Some(secret) = bearer else {
+            return Err(ServiceError::Unauthenticated(
+                "missing bearer token (Authorization: Bearer <token>)".into(),
+            ));
+        };
+        let token = self
+            .store
+            .find_token(&auth::hash_token(secret))
+            .await?
+            .ok_or_else(|| ServiceError::Unauthenticated("unknown token".into()))?;
+        let now = Utc::now();
+        if token.revoked_at.is_some() {
+            return Err(ServiceError::Unauthenticated("token revoked".into()));
+        }
+        if token.expires_at.is_some_and(|at| at <= now) {
+            return Err(ServiceError::Unauthenticated("token expired".into()));
+        }
+        Ok(Principal {
+            token_id: token.id,
+            token_name: token.name,
+            role: token.role,
+            namespace: token.namespace,
+        })
+    }
+
+    /// Checks a read; reads are not audited.
+    fn check_read(&self, p: &Principal, action: Action, namespace: Option<&str>) -> Result<()> {
+        match p.permits(action, namespace) {
+            Decision::Allow => Ok(()),
+            Decision::Deny(reason) => Err(ServiceError::PermissionDenied(reason)),
+        }
+    }
+
+    /// Checks a mutation; a denial is audited.
+    async fn check_mutation(
+        &self,
+        p: &Principal,
+        action: Action,
+        namespace: Option<&str>,
+        what: &str,
+        target: &str,
+    ) -> Result<()> {
+        match p.permits(action, namespace) {
+            Decision::Allow => Ok(()),
+            Decision::Deny(reason) => {
+                let event = audit(p, what, namespace, target, "denied", Some(reason.clone()));
+                if let Err(e) = self.store.append_audit(&event).await {
+                    tracing::warn!(error = %e, "audit.append_failed");
+                }
+                Err(ServiceError::PermissionDenied(reason))
+            }
+        }
+    }
+
+    /// Audits a mutation that failed after it was authorized. (Successful
+    /// mutations are audited inside their own transaction.)
+    async fn record<T>(
+        &self,
+        p: &Principal,
+        what: &str,
+        namespace: Option<&str>,
+        target: &str,
+        result: Result<T>,
+    ) -> Result<T> {
+        if let Err(err) = &result {
+            if !matches!(err, ServiceError::Unavailable(_)) {
+                let event = audit(p, what, namespace, target, "error", Some(err.to_string()));
+                if let Err(e) = self.store.append_audit(&event).await {
+                    tracing::warn!(error = %e, "audit.append_failed");
+                }
+            }
+        }
+        result
+    }
+
+    // ---- namespaces ------------------------------------------------------
+
+    /// Creates a tenant and queues its provisioning.
+    pub async fn create_namespace(&self, p: &Principal, req: CreateNamespace) -> Result<Namespace> {
+        let target = format!("namespaces/{}", req.name);
+        self.check_mutation(p, Action::Installation, None, "namespace.create", &target)
+            .await?;
+        let result = async {
+            validate::dns_label("name", &req.name)?;
+            let display_name = req.display_name.clone().unwrap_or_else(|| req.name.clone());
+            validate::display_name("displayName", &display_name)?;
+            if let Some(adopt) = &req.adopt_namespace {
+                validate::dns_label("adoptNamespace", adopt)?;
+            }
+            let id = Uuid::now_v7().to_string();
+            let data_plane_namespace = req
+                .adopt_namespace
+                .clone()
+                .unwrap_or_else(|| clawfed_proto::naming::data_plane_namespace(&id));
+            let new = NewNamespace {
+                id: id.clone(),
+                name: req.name.clone(),
+                display_name,
+                data_plane_namespace: data_plane_namespace.clone(),
+                adopted: req.adopt_namespace.is_some(),
+            };
+            let fx = Effects {
+                audit: audit(p, "namespace.create", Some(&req.name), &target, "ok", None),
+                work: vec![NewWork {
+                    kind: kinds::NAMESPACE_PROVISION.into(),
+                    namespace_id: Some(id.clone()),
+                    target: id,
+                    payload: serde_json::json!({ "dataPlaneNamespace": data_plane_namespace }),
+                    requested_by: Some(p.token_id.clone()),
+                    max_attempts: self.policy.work_max_attempts,
+                    run_at: Utc::now(),
+                }],
+            };
+            Ok(self.store.create_namespace(&new, &fx).await?)
+        }
+        .await;
+        self.record(p, "namespace.create", Some(&req.name), &target, result)
+            .await
+    }
+
+    /// The namespaces the caller may see.
+    pub async fn list_namespaces(&self, p: &Principal) -> Result<Vec<Namespace>> {
+        if p.is_installation_admin() {
+            return Ok(self.store.list_namespaces(None).await?);
+        }
+        match p.namespace.as_deref() {
+            Some(ns) => Ok(self.store.list_namespaces(Some(ns)).await?),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// One namespace.
+    pub async fn get_namespace(&self, p: &Principal, name: &str) -> Result<Namespace> {
+        self.check_read(p, Action::Read, Some(name))?;
+        Ok(self.store.get_namespace(name).await?)
+    }
+
+    /// Deletes an empty namespace.
+    pub async fn delete_namespace(&self, p: &Principal, name: &str) -> Result<()> {
+        let target = format!("namespaces/{name}");
+        self.check_mutation(
+            p,
+            Action::DeleteNamespace,
+            Some(name),
+            "namespace.delete",
+            &target,
+        )
+        .await?;
+        let fx = Effects::audit(audit(
+            p,
+            "namespace.delete",
+            Some(name),
+            &target,
+            "ok",
+            None,
+        ));
+        let result = self
+            .store
+            .delete_namespace(name, &fx)
+            .await
+            .map_err(Into::into);
+        self.record(p, "namespace.delete", Some(name), &target, result)
+            .await
+    }
+
+    // ---- configurations --------------------------------------------------
+
+    /// Creates a configuration document.
+    pub async fn create_configuration(
+        &self,
+        p: &Principal,
+        ns: &str,
+        req: CreateConfiguration,
+    ) -> Result<Configuration> {
+        let target = format!("configurations/{}", req.name);
+        let what = "configuration.create";
+        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
+            .await?;
+        let result = async {
+            validate::dns_label("name", &req.name)?;
+            validate::configuration_data("data", &req.data)?;
+            let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+            Ok(self
+                .store
+                .create_configuration(ns, &req.name, &req.data, &fx)
+                .await?)
+        }
+        .await;
+        self.record(p, what, Some(ns), &target, result).await
+    }
+
+    /// Configurations of a namespace.
+    pub async fn list_configurations(&self, p: &Principal, ns: &str) -> Result<Vec<Configuration>> {
+        self.check_read(p, Action::Read, Some(ns))?;
+        self.store.get_namespace(ns).await?;
+        Ok(self.store.list_configurations(ns).await?)
+    }
+
+    /// One configuration.
+    pub async fn get_configuration(
+        &self,
+        p: &Principal,
+        ns: &str,
+        name: &str,
+    ) -> Result<Configuration> {
+        self.check_read(p, Action::Read, Some(ns))?;
+        Ok(self.store.get_configuration(ns, name).await?)
+    }
+
+    /// Replaces a configuration document (optimistic concurrency).
+    pub async fn update_configuration(
+        &self,
+        p: &Principal,
+        ns: &str,
+        name: &str,
+        req: UpdateConfiguration,
+    ) -> Result<Configuration> {
+        let target = format!("configurations/{name}");
+        let what = "configuration.update";
+        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
+            .await?;
+        let result = async {
+            validate::configuration_data("data", &req.data)?;
+            let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+            Ok(self
+                .store
+                .update_configuration(ns, name, &req.data, req.version, &fx)
+                .await?)
+        }
+        .await;
+        self.record(p, what, Some(ns), &target, result).await
+    }
+
+    /// Deletes a configuration.
+    pub async fn delete_configuration(&self, p: &Principal, ns: &str, name: &str) -> Result<()> {
+        let target = format!("configurations/{name}");
+        let what = "configuration.delete";
+        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
+            .await?;
+        let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+        let result = self
+            .store
+            .delete_configuration(ns, name, &fx)
+            .await
+            .map_err(Into::into);
+        self.record(p, what, Some(ns), &target, result).await
+    }
+
+    // ---- agents ----------------------------------------------------------
+
+    /// Creates an Agent draft.
+    pub async fn create_agent(&self, p: &Principal, ns: &str, req: CreateAgent) -> Result<Agent> {
+        let target = format!("agents/{}", req.name);
+        let what = "agent.create";
+        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
+            .await?;
+        let result = async {
+            validate::agent_name("name", &req.name)?;
+            validate::agent_spec(&req.spec)?;
+            self.check_configuration_exists(ns, req.spec.configuration.as_deref())
+                .await?;
+            let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+            let new = NewAgent {
+                namespace: ns.to_owned(),
+                name: req.name.clone(),
+                spec: req.spec,
+            };
+            Ok(self.store.create_agent(&new, &fx).await?)
+        }
+        .await;
+        self.record(p, what, Some(ns), &target, result).await
+    }
+
+    async fn check_configuration_exists(&self, ns: &str, name: Option<&str>) -> Result<()> {
+        let Some(name) = name else { return Ok(()) };
+        match self.store.get_configuration(ns, name).await {
+            Ok(_) => Ok(()),
+            Err(StoreError::NotFound { .. }) => Err(ServiceError::InvalidArgument {
+                field: "spec.configuration".into(),
+                reason: format!("configuration {name:?} does not exist in namespace {ns:?}"),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Agents of a namespace.
+    pub async fn list_agents(&self, p: &Principal, ns: &str) -> Result<Vec<Agent>> {
+        self.check_read(p, Action::Read, Some(ns))?;
+        self.store.get_namespace(ns).await?;
+        Ok(self.store.list_agents(ns).await?)
+    }
+
+    /// One Agent.
+    pub async fn get_agent(&self, p: &Principal, ns: &str, name: &str) -> Result<Agent> {
+        self.check_read(p, Action::Read, Some(ns))?;
+        Ok(self.store.get_agent(ns, name).await?)
+    }
+
+    /// Replaces an Agent's draft spec. Running revisions are not affected.
+    pub async fn update_agent(
+        &self,
+        p: &Principal,
+        ns: &str,
+        name: &str,
+        req: UpdateAgent,
+    ) -> Result<Agent> {
+        let target = format!("agents/{name}");
+        let what = "agent.update";
+        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
+            .await?;
+        let result = async {
+            validate::agent_spec(&req.spec)?;
+            self.check_configuration_exists(ns, req.spec.configuration.as_deref())
+                .await?;
+            let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+            Ok(self
+                .store
+                .update_agent(ns, name, &req.spec, req.version, &fx)
+                .await?)
+        }
+        .await;
+        self.record(p, what, Some(ns), &target, result).await
+    }
+
+    /// Deletes a stopped Agent.
+    pub async fn delete_agent(&self, p: &Principal, ns: &str, name: &str) -> Result<()> {
+        let target = format!("agents/{name}");
+        let what = "agent.delete";
+        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
+            .await?;
+        let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+        let result = self
+            .store
+            .delete_agent(ns, name, &fx)
+            .await
+            .map_err(Into::into);
+        self.record(p, what, Some(ns), &target, result).await
+    }
+
+    /// Freezes the Agent's draft (or, for a rollback, an earlier revision)
+    /// into a new immutable revision.
+    pub async fn deploy(
+        &self,
+        p: &Principal,
+        ns: &str,
+        agent: &str,
+        req: DeployRequest,
+        idempotency_key: Option<String>,
+    ) -> Result<(AgentRevision, bool)> {
+        let target = format!("agents/{agent}");
+        let what = if req.from_revision.is_some() {
+            "agent.rollback"
+        } else {
+            "agent.deploy"
+        };
+        self.check_mutation(p, Action::Deploy, Some(ns), what, &target)
+            .await?;
+        let result = self.admit(p, ns, agent, &req, idempotency_key, what).await;
+        self.record(p, what, Some(ns), &target, result).await
+    }
+
+    async fn admit(
+        &self,
+        p: &Principal,
+        ns: &str,
+        agent_name: &str,
+        req: &DeployRequest,
+        idempotency_key: Option<String>,
+        what: &str,
+    ) -> Result<(AgentRevision, bool)> {
+        if let Some(key) = &idempotency_key {
+            validate::idempotency_key("Idempotency-Key", key)?;
+        }
+        let agent = self.store.get_agent(ns, agent_name).await?;
+        let (spec, configuration) = match req.from_revision {
+            Some(number) => {
+                let earlier = match self.store.get_revision(ns, agent_name, number).await {
+                    Err(StoreError::NotFound { .. }) => {
+                        return Err(ServiceError::InvalidArgument {
+                            field: "fromRevision".into(),
+                            reason: format!("agent {agent_name:?} has no revision {number}"),
+                        });
+                    }
+                    other => other?,
+                };
+                (earlier.spec, earlier.configuration)
+            }
+            None => {
+                let configuration = match &agent.spec.configuration {
+                    Some(name) => match self.store.get_configuration(ns, name).await {
+                        Ok(c) => c.data,
+                        Err(StoreError::NotFound { .. }) => {
+                            return Err(ServiceError::FailedPrecondition(format!(
+                                "spec.configuration names {name:?}, which no longer exists"
+                            )));
+                        }
+                        Err(e) => return Err(e.into()),
+                    },
+                    None => serde_json::Value::Null,
+                };
+                (agent.spec.clone(), configuration)
+            }
+        };
+        let gateway_image = spec
+            .gateway_image
+            .clone()
+            .unwrap_or_else(|| self.policy.default_gateway_image.clone());
+        let images = vec![
+            validate::image_ref("harness", &spec.image),
+            validate::image_ref("gateway", &gateway_image),
+        ];
+        if self.policy.require_immutable_digest {
+            if let Some(unpinned) = images.iter().find(|i| i.digest.is_none()) {
+                let field = if unpinned.role == "harness" {
+                    "spec.image"
+                } else {
+                    "spec.gatewayImage"
+                };
+                return Err(ServiceError::InvalidArgument {
+                    field: field.into(),
+                    reason: format!(
+                        "requireImmutableDigest is set: {:?} must be pinned as name@sha256:<digest>",
+                        unpinned.reference
+                    ),
+                });
+            }
+        }
+        let resolved_cluster = self.resolve_cluster(&spec).await?;
+        let idempotency = idempotency_key.map(|key| IdempotencyKey {
+            fingerprint: fingerprint(agent_name, req),
+            key,
+        });
+        let new = NewRevision {
+            namespace: ns.to_owned(),
+            agent: agent_name.to_owned(),
+            agent_version: agent.version,
+            spec,
+            configuration,
+            images,
+            resolved_cluster,
+            rolled_back_from: req.from_revision,
+            idempotency,
+        };
+        let target = format!("agents/{agent_name}");
+        let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+        let deployed = self.store.deploy(&new, &fx).await?;
+        Ok((deployed.revision, deployed.created))
+    }
+
+    /// An explicit placement must name an enrolled cluster; otherwise the
+    /// first online cluster matching the selector, or none yet (the
+    /// pipeline places it when a cluster is available).
+    async fn resolve_cluster(&self, spec: &crate::model::AgentSpec) -> Result<Option<String>> {
+        if let Some(name) = &spec.placement.cluster {
+            return match self.store.get_cluster(name).await {
+                Ok(c) => Ok(Some(c.name)),
+                Err(StoreError::NotFound { .. }) => Err(ServiceError::FailedPrecondition(format!(
+                    "spec.placement.cluster names {name:?}, which is not enrolled"
+                ))),
+                Err(e) => Err(e.into()),
+            };
+        }
+        let clusters = self.store.list_clusters().await?;
+        Ok(clusters
+            .into_iter()
+            .filter(|c| c.connection_state == crate::model::ConnectionState::Online)
+            .find(|c| {
+                spec.placement
+                    .cluster_selector
+                    .iter()
+                    .all(|(k, v)| c.labels.get(k) == Some(v))
+            })
+            .map(|c| c.name))
+    }
+
+    /// Stops an Agent: its desired state becomes `stopped`.
+    pub async fn stop(&self, p: &Principal, ns: &str, agent: &str) -> Result<Agent> {
+        let target = format!("agents/{agent}");
+        let what = "agent.stop";
+        self.check_mutation(p, Action::Deploy, Some(ns), what, &target)
+            .await?;
+        let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+        let result = self
+            .store
+            .set_desired_state(ns, agent, DesiredState::Stopped, &fx)
+            .await
+            .map_err(Into::into);
+        self.record(p, what, Some(ns), &target, result).await
+    }
+
+    /// Revisions of an Agent, oldest first.
+    pub async fn list_revisions(
+        &self,
+        p: &Principal,
+        ns: &str,
+        agent: &str,
+    ) -> Result<Vec<AgentRevision>> {
+        self.check_read(p, Action::Read, Some(ns))?;
+        Ok(self.store.list_revisions(ns, agent).await?)
+    }
+
+    /// One revision.
+    pub async fn get_revision(
+        &self,
+        p: &Principal,
+        ns: &str,
+        agent: &str,
+        number: i64,
+    ) -> Result<AgentRevision> {
+        self.check_read(p, Action::Read, Some(ns))?;
+        Ok(self.store.get_revision(ns, agent, number).await?)
+    }
+
+    // ---- clusters, fleet, audit, work ---------------------------------------
+
+    /// Enrolled clusters (shared infrastructure: any caller may read them).
+    pub async fn list_clusters(&self, p: &Principal) -> Result<Vec<Cluster>> {
+        self.check_read(p, Action::Read, None)?;
+        Ok(self.store.list_clusters().await?)
+    }
+
+    /// One cluster.
+    pub async fn get_cluster(&self, p: &Principal, name: &str) -> Result<Cluster> {
+        self.check_read(p, Action::Read, None)?;
+        Ok(self.store.get_cluster(name).await?)
+    }
+
+    /// Fleet counts over what the caller may read.
+    pub async fn fleet_summary(&self, p: &Principal) -> Result<FleetSummary> {
+        let scope = if p.is_installation_admin() {
+            None
+        } else {
+            Some(p.namespace.as_deref().unwrap_or_default())
+        };
+        Ok(self.store.fleet_summary(scope).await?)
+    }
+
+    /// Audit events, newest first. Tenant admins read their own namespace.
+    pub async fn list_audit(
+        &self,
+        p: &Principal,
+        namespace: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<Vec<AuditEvent>> {
+        let limit = list_limit(limit)?;
+        let scope = self.scope(p, namespace)?;
+        self.check_read(p, Action::ReadAudit, scope.as_deref())?;
+        Ok(self.store.list_audit(scope.as_deref(), limit).await?)
+    }
+
+    /// Work items, newest first.
+    pub async fn list_work(
+        &self,
+        p: &Principal,
+        namespace: Option<&str>,
+        state: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<Vec<WorkItem>> {
+        let limit = list_limit(limit)?;
+        let state = state
+            .map(|s| {
+                WorkState::parse(s).ok_or_else(|| ServiceError::InvalidArgument {
+                    field: "state".into(),
+                    reason: format!("{s:?} is not one of pending, claimed, done, failed"),
+                })
+            })
+            .transpose()?;
+        let scope = self.scope(p, namespace)?;
+        self.check_read(p, Action::Read, scope.as_deref())?;
+        Ok(self
+            .store
+            .list_work(&WorkFilter {
+                namespace: scope,
+                state,
+                limit,
+            })
+            .await?)
+    }
+
+    /// One work item; items of other tenants are "not found".
+    pub async fn get_work(&self, p: &Principal, id: &str) -> Result<WorkItem> {
+        let item = self.store.get_work(id).await?;
+        let visible = p.is_installation_admin()
+            || (item.namespace.is_some() && item.namespace == p.namespace);
+        if !visible {
+            return Err(ServiceError::NotFound(format!(
+                "work item {id:?} not found"
+            )));
+        }
+        Ok(item)
+    }
+
+    /// The namespace a listing covers: the requested one, or for a tenant
+    /// token its own.
+    fn scope(&self, p: &Principal, requested: Option<&str>) -> Result<Option<String>> {
+        if p.is_installation_admin() {
+            return Ok(requested.map(str::to_owned));
+        }
+        let own = p.namespace.clone();
+        match requested {
+            Some(ns) if Some(ns) != own.as_deref() => Err(ServiceError::PermissionDenied(format!(
+                "token is scoped to namespace {:?}",
+                own.unwrap_or_default()
+            ))),
+            _ => Ok(own),
+        }
+    }
+}
+
+fn list_limit(limit: Option<i64>) -> Result<i64> {
+    match limit {
+        None => Ok(DEFAULT_LIST_LIMIT),
+        Some(n) if (1..=MAX_LIST_LIMIT).contains(&n) => Ok(n),
+        Some(_) => Err(ServiceError::InvalidArgument {
+            field: "limit".into(),
+            reason: format!("must be between 1 and {MAX_LIST_LIMIT}"),
+        }),
+    }
+}
+
+/// What a deploy asked for, so a reused Idempotency-Key with a different
+/// request is caught.
+fn fingerprint(agent: &str, req: &DeployRequest) -> String {
+    let canonical = serde_json::json!({ "agent": agent, "fromRevision": req.from_revision });
+    hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
+}
+
+fn audit(
+    p: &Principal,
+    action: &str,
+    namespace: Option<&str>,
+    target: &str,
+    result: &str,
+    detail: Option<String>,
+) -> NewAudit {
+    NewAudit {
+        actor: p.actor(),
+        action: action.to_owned(),
+        namespace: namespace.map(str::to_owned),
+        target: target.to_owned(),
+        result: result.to_owned(),
+        detail,
+    }
+}

@@ -1,0 +1,304 @@
+//! Input validation. Each check names the field it rejects, in the JSON
+//! spelling the caller used (`spec.requirementLabels["a/b"]`).
+
+use std::collections::BTreeMap;
+
+use clawfed_proto::naming;
+
+use super::ServiceError;
+use crate::model::{AgentSpec, ImageRef, Resources};
+
+/// Label keys clawfed sets itself; a requirement label may not claim them.
+const RESERVED_LABEL_PREFIXES: [&str; 2] = ["clawfed.io/", "app.kubernetes.io/managed-by"];
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ServiceError {
+    ServiceError::InvalidArgument {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// A DNS-1123 label (namespace, configuration, cluster names).
+pub fn dns_label(field: &str, value: &str) -> Result<(), ServiceError> {
+    naming::validate_dns1123_label(value).map_err(|e| invalid(field, e.to_string()))
+}
+
+/// An Agent name.
+pub fn agent_name(field: &str, value: &str) -> Result<(), ServiceError> {
+    naming::validate_agent_name(value).map_err(|e| invalid(field, e.to_string()))
+}
+
+/// Free text shown to people.
+pub fn display_name(field: &str, value: &str) -> Result<(), ServiceError> {
+    if value.chars().count() > 256 {
+        return Err(invalid(field, "must be at most 256 characters"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(invalid(field, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// A configuration document: a JSON object.
+pub fn configuration_data(field: &str, value: &serde_json::Value) -> Result<(), ServiceError> {
+    if !value.is_object() {
+        return Err(invalid(field, "must be a JSON object"));
+    }
+    Ok(())
+}
+
+/// An `Idempotency-Key`: 1 to 255 visible ASCII characters.
+pub fn idempotency_key(field: &str, value: &str) -> Result<(), ServiceError> {
+    if value.is_empty() || value.len() > 255 || !value.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(invalid(field, "must be 1 to 255 visible ASCII characters"));
+    }
+    Ok(())
+}
+
+/// Everything in an Agent spec.
+pub fn agent_spec(spec: &AgentSpec) -> Result<(), ServiceError> {
+    image("spec.image", &spec.image)?;
+    if let Some(gateway) = &spec.gateway_image {
+        image("spec.gatewayImage", gateway)?;
+    }
+    if let Some(config) = &spec.configuration {
+        dns_label("spec.configuration", config)?;
+    }
+    resources(&spec.resources)?;
+    for (key, value) in &spec.requirement_labels {
+        let field = format!("spec.requirementLabels[{key:?}]");
+        label_key(&field, key)?;
+        if RESERVED_LABEL_PREFIXES.iter().any(|p| key.starts_with(p)) {
+            return Err(invalid(field, "is a label key clawfed sets itself"));
+        }
+        label_value(&field, value)?;
+    }
+    if let Some(cluster) = &spec.placement.cluster {
+        dns_label("spec.placement.cluster", cluster)?;
+    }
+    labels(
+        "spec.placement.clusterSelector",
+        &spec.placement.cluster_selector,
+    )?;
+    for (i, plugin) in spec.plugins.iter().enumerate() {
+        dns_label(&format!("spec.plugins[{i}]"), plugin)?;
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, plugin) in spec.plugins.iter().enumerate() {
+        if !seen.insert(plugin) {
+            return Err(invalid(format!("spec.plugins[{i}]"), "is listed twice"));
+        }
+    }
+    Ok(())
+}
+
+fn labels(field: &str, map: &BTreeMap<String, String>) -> Result<(), ServiceError> {
+    for (key, value) in map {
+        let field = format!("{field}[{key:?}]");
+        label_key(&field, key)?;
+        label_value(&field, value)?;
+    }
+    Ok(())
+}
+
+/// An image reference; a digest, when present, must be `sha256:<64 hex>`.
+pub fn image(field: &str, reference: &str) -> Result<(), ServiceError> {
+    if reference.is_empty() {
+        return Err(invalid(field, "must not be empty"));
+    }
+    if reference.len() > 512 {
+        return Err(invalid(field, "must be at most 512 characters"));
+    }
+    if reference
+        .bytes()
+        .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+    {
+        return Err(invalid(field, "must not contain whitespace"));
+    }
+    if let Some((_, digest)) = reference.split_once('@') {
+        let ok = digest
+            .strip_prefix("sha256:")
+            .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+        if !ok {
+            return Err(invalid(field, "digest must be sha256:<64 hex characters>"));
+        }
+    }
+    Ok(())
+}
+
+/// The image as admitted into a revision, with its digest when pinned.
+pub fn image_ref(role: &str, reference: &str) -> ImageRef {
+    ImageRef {
+        role: role.to_owned(),
+        reference: reference.to_owned(),
+        digest: reference
+            .split_once('@')
+            .map(|(_, digest)| digest.to_owned()),
+    }
+}
+
+fn resources(r: &Resources) -> Result<(), ServiceError> {
+    let fields = [
+        ("spec.resources.cpuRequest", &r.cpu_request),
+        ("spec.resources.cpuLimit", &r.cpu_limit),
+        ("spec.resources.memoryRequest", &r.memory_request),
+        ("spec.resources.memoryLimit", &r.memory_limit),
+    ];
+    for (field, value) in fields {
+        if let Some(v) = value {
+            quantity(field, v)?;
+        }
+    }
+    Ok(())
+}
+
+/// A Kubernetes resource quantity such as `500m`, `2`, `1.5Gi`.
+fn quantity(field: &str, value: &str) -> Result<(), ServiceError> {
+    const SUFFIXES: [&str; 13] = [
+        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "m", "k", "M", "G", "T", "P", "E",
+    ];
+    let number = SUFFIXES
+        .iter()
+        .find_map(|s| value.strip_suffix(s))
+        .unwrap_or(value);
+    let (int, frac) = number.split_once('.').unwrap_or((number, "0"));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(int) || !digits(frac) {
+        return Err(invalid(
+            field,
+            format!("{value:?} is not a Kubernetes quantity (e.g. 500m, 1, 512Mi)"),
+        ));
+    }
+    Ok(())
+}
+
+/// A Kubernetes label key: `[prefix/]name`.
+fn label_key(field: &str, key: &str) -> Result<(), ServiceError> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        let ok = !prefix.is_empty()
+            && prefix.len() <= 253
+            && prefix
+                .split('.')
+                .all(|part| naming::validate_dns1123_label(part).is_ok());
+        if !ok {
+            return Err(invalid(field, "label key prefix must be a DNS subdomain"));
+        }
+    }
+    if name.is_empty() || name.len() > 63 || !label_chars(name) {
+        return Err(invalid(
+            field,
+            "label key name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric",
+        ));
+    }
+    Ok(())
+}
+
+fn label_value(field: &str, value: &str) -> Result<(), ServiceError> {
+    if value.len() > 63 || (!value.is_empty() && !label_chars(value)) {
+        return Err(invalid(
+            field,
+            "label value must be at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric",
+        ));
+    }
+    Ok(())
+}
+
+fn label_chars(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.iter()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ExecutionMode, HarnessKind, Placement};
+
+    fn spec() -> AgentSpec {
+        AgentSpec {
+            harness_kind: HarnessKind::EmbeddedOpenclaw,
+            execution_mode: ExecutionMode::Ordinary,
+            image: "ghcr.io/openclaw/openclaw:1.0".into(),
+            gateway_image: None,
+            configuration: None,
+            resources: Resources::default(),
+            requirement_labels: BTreeMap::new(),
+            placement: Placement::default(),
+            plugins: vec![],
+        }
+    }
+
+    fn field_of(err: ServiceError) -> String {
+        match err {
+            ServiceError::InvalidArgument { field, .. } => field,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn accepts_a_plain_spec() {
+        agent_spec(&spec()).unwrap();
+    }
+
+    #[test]
+    fn images() {
+        let digest = format!("img@sha256:{}", "a".repeat(64));
+        image("f", &digest).unwrap();
+        assert_eq!(image_ref("harness", &digest).digest.unwrap().len(), 71);
+        assert!(image("f", "img@sha256:abc").is_err());
+        assert!(image("f", "img@md5:abc").is_err());
+        assert!(image("f", "has space").is_err());
+        assert!(image("f", "").is_err());
+        assert_eq!(image_ref("harness", "img:1").digest, None);
+    }
+
+    #[test]
+    fn names_the_failing_field() {
+        let mut s = spec();
+        s.resources.memory_limit = Some("lots".into());
+        assert_eq!(
+            field_of(agent_spec(&s).unwrap_err()),
+            "spec.resources.memoryLimit"
+        );
+        let mut s = spec();
+        s.requirement_labels
+            .insert("clawfed.io/agent".into(), "x".into());
+        assert_eq!(
+            field_of(agent_spec(&s).unwrap_err()),
+            "spec.requirementLabels[\"clawfed.io/agent\"]"
+        );
+        let mut s = spec();
+        s.requirement_labels.insert("gpu".into(), "-bad".into());
+        assert!(agent_spec(&s).is_err());
+        let mut s = spec();
+        s.plugins = vec!["web".into(), "web".into()];
+        assert_eq!(field_of(agent_spec(&s).unwrap_err()), "spec.plugins[1]");
+        let mut s = spec();
+        s.placement.cluster = Some("Exec_A".into());
+        assert_eq!(
+            field_of(agent_spec(&s).unwrap_err()),
+            "spec.placement.cluster"
+        );
+    }
+
+    #[test]
+    fn quantities_and_label_keys() {
+        for ok in ["1", "500m", "1.5Gi", "512Mi", "2k"] {
+            quantity("f", ok).unwrap();
+        }
+        for bad in ["", "m", "1.", "abc", "1.5Gb", "-1"] {
+            assert!(quantity("f", bad).is_err(), "{bad}");
+        }
+        label_key("f", "example.com/gpu").unwrap();
+        label_key("f", "gpu").unwrap();
+        assert!(label_key("f", "/gpu").is_err());
+        assert!(label_key("f", "Example_.com/gpu").is_err());
+        assert!(label_key("f", "gpu-").is_err());
+    }
+}

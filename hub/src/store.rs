@@ -1,0 +1,380 @@
+//! Desired-state store: one trait, a PostgreSQL and a SQLite backend.
+//!
+//! # Layout
+//! - this file: the [`Store`] trait, its input types and [`StoreError`].
+//! - `sql.rs`: the SQL both backends share, written once over sqlx's `Any`
+//!   driver with `$N` placeholders (SQLite accepts them too).
+//! - `postgres.rs`, `sqlite.rs`: what differs per backend: connecting,
+//!   migrations, the work-claim statement and error classification.
+//!
+//! Every mutation of desired state takes [`Effects`]: its audit event and
+//! the work it enqueues are written in the same transaction, so an audit
+//! record or a work item can never be lost or be left without its change.
+
+mod postgres;
+mod sql;
+mod sqlite;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::auth::Role;
+use crate::model::{
+    Agent, AgentRevision, AgentSpec, AuditEvent, Cluster, Configuration, ConnectionState,
+    DesiredState, FleetSummary, ImageRef, Namespace, WorkItem, WorkState,
+};
+
+pub use sql::SqlStore;
+
+/// Result type of the store.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Errors of the store layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The object does not exist.
+    #[error("{kind} {name:?} not found")]
+    NotFound { kind: &'static str, name: String },
+    /// An object with that identity already exists.
+    #[error("{kind} {name:?} already exists")]
+    AlreadyExists { kind: &'static str, name: String },
+    /// The caller's version is stale: someone else changed the object.
+    #[error(
+        "{kind} {name:?} was changed concurrently (expected version {expected}); read it again"
+    )]
+    Conflict {
+        kind: &'static str,
+        name: String,
+        expected: i64,
+    },
+    /// The change is not allowed in the object's current state.
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// The database cannot be reached or is overloaded; retrying may help.
+    #[error("database unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// Any other database error.
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+    /// Applying migrations failed.
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A stored value could not be decoded (a bug or a hand-edited row).
+    #[error("stored {what} is corrupt: {detail}")]
+    Corrupt { what: &'static str, detail: String },
+    /// The database URL names no supported backend.
+    #[error("unsupported database url {0:?}: use postgres://… or sqlite://…")]
+    UnsupportedUrl(String),
+}
+
+/// Which backend a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// An audit event to append.
+#[derive(Debug, Clone)]
+pub struct NewAudit {
+    pub actor: String,
+    pub action: String,
+    pub namespace: Option<String>,
+    pub target: String,
+    pub result: String,
+    pub detail: Option<String>,
+}
+
+/// A work item to enqueue.
+#[derive(Debug, Clone)]
+pub struct NewWork {
+    pub kind: String,
+    pub namespace_id: Option<String>,
+    pub target: String,
+    pub payload: serde_json::Value,
+    pub requested_by: Option<String>,
+    pub max_attempts: i32,
+    pub run_at: DateTime<Utc>,
+}
+
+/// The side effects written atomically with a mutation.
+#[derive(Debug, Clone)]
+pub struct Effects {
+    pub audit: NewAudit,
+    pub work: Vec<NewWork>,
+}
+
+impl Effects {
+    /// Just the audit event.
+    pub fn audit(audit: NewAudit) -> Self {
+        Self {
+            audit,
+            work: Vec::new(),
+        }
+    }
+}
+
+/// A namespace to create.
+#[derive(Debug, Clone)]
+pub struct NewNamespace {
+    pub id: String,
+    pub name: String,
+    pub display_name: String,
+    pub data_plane_namespace: String,
+    pub adopted: bool,
+}
+
+/// An Agent to create.
+#[derive(Debug, Clone)]
+pub struct NewAgent {
+    pub namespace: String,
+    pub name: String,
+    pub spec: AgentSpec,
+}
+
+/// A deploy: the snapshot to freeze into a new revision.
+#[derive(Debug, Clone)]
+pub struct NewRevision {
+    pub namespace: String,
+    pub agent: String,
+    /// The draft version the snapshot was made from; a concurrent edit of
+    /// the draft makes the deploy a conflict instead of a mixed snapshot.
+    pub agent_version: i64,
+    pub spec: AgentSpec,
+    pub configuration: serde_json::Value,
+    pub images: Vec<ImageRef>,
+    pub resolved_cluster: Option<String>,
+    pub rolled_back_from: Option<i64>,
+    pub idempotency: Option<IdempotencyKey>,
+}
+
+/// A client-supplied idempotency key and the fingerprint of its request.
+#[derive(Debug, Clone)]
+pub struct IdempotencyKey {
+    pub key: String,
+    pub fingerprint: String,
+}
+
+/// The outcome of a deploy.
+#[derive(Debug, Clone)]
+pub struct Deployed {
+    pub revision: AgentRevision,
+    /// False when an idempotent retry returned the earlier revision.
+    pub created: bool,
+}
+
+/// A stored API token (never the secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiToken {
+    pub id: String,
+    pub name: String,
+    pub namespace: Option<String>,
+    pub namespace_id: Option<String>,
+    pub role: Role,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A token to create.
+#[derive(Debug, Clone)]
+pub struct NewToken {
+    pub name: String,
+    /// Namespace name; `None` only for installation admins.
+    pub namespace: Option<String>,
+    pub role: Role,
+    pub hash: String,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// A cluster record to insert or update by name.
+#[derive(Debug, Clone)]
+pub struct ClusterRecord {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub capabilities: Vec<String>,
+    pub certificate_serials: Vec<String>,
+    pub connection_state: ConnectionState,
+    pub last_seen: Option<DateTime<Utc>>,
+    pub version: String,
+}
+
+/// Filter of a work listing.
+#[derive(Debug, Clone, Default)]
+pub struct WorkFilter {
+    pub namespace: Option<String>,
+    pub state: Option<WorkState>,
+    pub limit: i64,
+}
+
+/// Outstanding work, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WorkStats {
+    /// Items pending or claimed.
+    pub pending: i64,
+    /// Age of the oldest pending or claimed item.
+    pub oldest_pending_age: Option<Duration>,
+}
+
+/// What recovering expired leases did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Claims returned to pending for another worker.
+    pub requeued: u64,
+    /// Claims that had used their last attempt and were failed.
+    pub failed: u64,
+}
+
+/// The desired-state store.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Which backend this is.
+    fn backend(&self) -> Backend;
+    /// Checks the database answers (for `/readyz`).
+    async fn ping(&self) -> Result<()>;
+
+    // Namespaces.
+    async fn create_namespace(&self, ns: &NewNamespace, fx: &Effects) -> Result<Namespace>;
+    async fn get_namespace(&self, name: &str) -> Result<Namespace>;
+    async fn get_namespace_by_id(&self, id: &str) -> Result<Namespace>;
+    /// All namespaces, or only `only` when given.
+    async fn list_namespaces(&self, only: Option<&str>) -> Result<Vec<Namespace>>;
+    /// Deletes an empty namespace (no Agents); its tokens go with it.
+    async fn delete_namespace(&self, name: &str, fx: &Effects) -> Result<()>;
+    /// Records that provisioning finished; idempotent.
+    async fn mark_namespace_provisioned(&self, id: &str, at: DateTime<Utc>) -> Result<Namespace>;
+
+    // Configurations.
+    async fn create_configuration(
+        &self,
+        namespace: &str,
+        name: &str,
+        data: &serde_json::Value,
+        fx: &Effects,
+    ) -> Result<Configuration>;
+    async fn get_configuration(&self, namespace: &str, name: &str) -> Result<Configuration>;
+    async fn list_configurations(&self, namespace: &str) -> Result<Vec<Configuration>>;
+    async fn update_configuration(
+        &self,
+        namespace: &str,
+        name: &str,
+        data: &serde_json::Value,
+        expected_version: i64,
+        fx: &Effects,
+    ) -> Result<Configuration>;
+    async fn delete_configuration(&self, namespace: &str, name: &str, fx: &Effects) -> Result<()>;
+
+    // Agents.
+    async fn create_agent(&self, agent: &NewAgent, fx: &Effects) -> Result<Agent>;
+    async fn get_agent(&self, namespace: &str, name: &str) -> Result<Agent>;
+    async fn list_agents(&self, namespace: &str) -> Result<Vec<Agent>>;
+    async fn update_agent(
+        &self,
+        namespace: &str,
+        name: &str,
+        spec: &AgentSpec,
+        expected_version: i64,
+        fx: &Effects,
+    ) -> Result<Agent>;
+    /// Deletes a stopped Agent and its revisions.
+    async fn delete_agent(&self, namespace: &str, name: &str, fx: &Effects) -> Result<()>;
+    async fn set_desired_state(
+        &self,
+        namespace: &str,
+        name: &str,
+        state: DesiredState,
+        fx: &Effects,
+    ) -> Result<Agent>;
+
+    // Revisions.
+    /// Freezes a new revision (numbered after the latest), or returns the
+    /// revision an earlier call with the same idempotency key made.
+    async fn deploy(&self, rev: &NewRevision, fx: &Effects) -> Result<Deployed>;
+    async fn list_revisions(&self, namespace: &str, agent: &str) -> Result<Vec<AgentRevision>>;
+    async fn get_revision(
+        &self,
+        namespace: &str,
+        agent: &str,
+        number: i64,
+    ) -> Result<AgentRevision>;
+
+    // Clusters.
+    async fn upsert_cluster(&self, cluster: &ClusterRecord) -> Result<Cluster>;
+    async fn list_clusters(&self) -> Result<Vec<Cluster>>;
+    async fn get_cluster(&self, name: &str) -> Result<Cluster>;
+
+    // Work queue.
+    async fn enqueue_work(&self, items: &[NewWork]) -> Result<Vec<String>>;
+    /// Claims up to `limit` due pending items for `worker` until `now + lease`,
+    /// counting an attempt on each. Concurrent claimers never get the same item.
+    async fn claim_work(
+        &self,
+        worker: &str,
+        limit: u32,
+        lease: Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<WorkItem>>;
+    /// Extends the leases `worker` still holds; returns how many it holds.
+    async fn heartbeat_work(
+        &self,
+        worker: &str,
+        ids: &[String],
+        lease_until: DateTime<Utc>,
+    ) -> Result<u64>;
+    /// Marks items done; only the lease holder may. Returns how many.
+    async fn complete_work(&self, worker: &str, ids: &[String], now: DateTime<Utc>) -> Result<u64>;
+    /// Returns a claimed item to pending, due at `run_at`, keeping `error`.
+    async fn retry_work(
+        &self,
+        worker: &str,
+        id: &str,
+        run_at: DateTime<Utc>,
+        error: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+    /// Fails a claimed item for good, keeping `error`.
+    async fn fail_work(
+        &self,
+        worker: &str,
+        id: &str,
+        error: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+    /// Returns claims whose lease expired to pending (or fails them when
+    /// they used their last attempt).
+    async fn recover_expired_work(&self, now: DateTime<Utc>) -> Result<Recovered>;
+    async fn get_work(&self, id: &str) -> Result<WorkItem>;
+    async fn list_work(&self, filter: &WorkFilter) -> Result<Vec<WorkItem>>;
+    async fn work_stats(&self, now: DateTime<Utc>) -> Result<WorkStats>;
+
+    // Audit.
+    async fn append_audit(&self, event: &NewAudit) -> Result<()>;
+    /// Newest first; `namespace` restricts to one tenant.
+    async fn list_audit(&self, namespace: Option<&str>, limit: i64) -> Result<Vec<AuditEvent>>;
+
+    // API tokens.
+    async fn create_token(&self, token: &NewToken) -> Result<ApiToken>;
+    /// Looks a token up by the hash of its secret.
+    async fn find_token(&self, hash: &str) -> Result<Option<ApiToken>>;
+    async fn get_token(&self, id: &str) -> Result<ApiToken>;
+    async fn revoke_token(&self, name: &str, at: DateTime<Utc>) -> Result<()>;
+
+    // Fleet.
+    /// Counts, for one namespace or (None) the whole installation.
+    async fn fleet_summary(&self, namespace: Option<&str>) -> Result<FleetSummary>;
+}
+
+/// Opens the store a database URL names (`postgres://…`, `sqlite://…`) and
+/// applies pending migrations.
+pub async fn connect(url: &str) -> Result<SqlStore> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        postgres::connect(url).await
+    } else if url.starts_with("sqlite:") {
+        sqlite::connect(url).await
+    } else {
+        Err(StoreError::UnsupportedUrl(url.to_owned()))
+    }
+}

@@ -1,0 +1,73 @@
+//! PostgreSQL backend: connection, migrations, the `SKIP LOCKED` claim and
+//! SQLSTATE classification.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use sqlx::any::AnyPoolOptions;
+
+use super::sql::{SqlStore, WORK_COLS};
+use super::{Backend, Result, StoreError};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+pub(super) async fn connect(url: &str) -> Result<SqlStore> {
+    sqlx::any::install_default_drivers();
+    let pool = AnyPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .map_err(classify)?;
+    // sqlx takes an advisory lock around migrations, so replicas starting
+    // together apply each migration once.
+    MIGRATOR.run(&pool).await?;
+    Ok(SqlStore::new(pool, Backend::Postgres))
+}
+
+/// The claim: due pending items in order, skipping rows another worker has
+/// locked, so concurrent claimers never wait on or double-claim an item.
+pub(super) fn claim_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        format!(
+            "WITH due AS (SELECT id FROM work_items WHERE state = 'pending' AND run_at <= $3 \
+               ORDER BY run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) \
+             UPDATE work_items w SET state = 'claimed', lease_owner = $1, lease_expires_at = $2, \
+               attempts = w.attempts + 1, updated_at = $3 \
+             FROM due WHERE w.id = due.id \
+             RETURNING {}",
+            WORK_COLS
+                .split(", ")
+                .map(|c| format!("w.{c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+/// Classifies by SQLSTATE: connection and shutdown classes are
+/// `Unavailable` (retrying may help), the rest are database errors.
+pub(super) fn classify(err: sqlx::Error) -> StoreError {
+    let unavailable = match &err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            // 08: connection exception; 53: insufficient resources;
+            // 57P01..03: admin/crash shutdown, cannot connect now;
+            // 40001/40P01: serialization failure, deadlock (retryable).
+            code.starts_with("08")
+                || code.starts_with("53")
+                || matches!(&*code, "57P01" | "57P02" | "57P03" | "40001" | "40P01")
+        }),
+        _ => false,
+    };
+    if unavailable {
+        StoreError::Unavailable(err)
+    } else {
+        StoreError::Database(err)
+    }
+}

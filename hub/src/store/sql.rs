@@ -1,0 +1,1402 @@
+//! The SQL both backends share. Statements use `$N` placeholders, which
+//! PostgreSQL and SQLite both accept, and only types both store alike
+//! (TEXT, BIGINT). What differs per backend comes from [`Backend`].
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeZone, Utc};
+use sqlx::any::AnyRow;
+// Dynamic SQL here (wrapped in `AssertSqlSafe`) only interpolates the
+// column lists and placeholders defined in this file, never input.
+use sqlx::{Any, AnyPool, AssertSqlSafe, Row, Transaction};
+use uuid::Uuid;
+
+use super::{
+    ApiToken, Backend, ClusterRecord, Deployed, Effects, NewAgent, NewAudit, NewNamespace,
+    NewRevision, NewToken, NewWork, Recovered, Result, Store, StoreError, WorkFilter, WorkStats,
+    postgres, sqlite,
+};
+use crate::auth::Role;
+use crate::model::{
+    Agent, AgentRevision, AgentSpec, AuditEvent, Cluster, Configuration, ConnectionState,
+    DesiredState, FleetSummary, Namespace, NamespaceState, RevisionPhase, WorkItem, WorkState,
+};
+
+/// The store over a sqlx `Any` pool bound to one backend.
+#[derive(Debug, Clone)]
+pub struct SqlStore {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+type Tx = Transaction<'static, Any>;
+
+const NAMESPACE_COLS: &str = "id, name, display_name, data_plane_namespace, adopted, state, \
+     provisioned_at, version, created_at, updated_at";
+const AGENT_COLS: &str = "a.id, n.name AS namespace, a.name, a.spec, a.desired_state, \
+     a.active_revision, a.latest_revision, a.version, a.created_at, a.updated_at";
+const CONFIG_COLS: &str =
+    "c.id, n.name AS namespace, c.name, c.data, c.version, c.created_at, c.updated_at";
+const REVISION_COLS: &str = "r.id, n.name AS namespace, a.name AS agent, r.number, r.spec, \
+     r.configuration, r.images, r.resolved_cluster, r.phase, r.reason, r.rolled_back_from, \
+     r.created_at, r.updated_at";
+const REVISION_FROM: &str = "agent_revisions r JOIN agents a ON a.id = r.agent_id \
+     JOIN namespaces n ON n.id = a.namespace_id";
+const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
+     connection_state, last_seen, version, created_at";
+pub(super) const WORK_COLS: &str = "id, kind, namespace, namespace_id, target, payload, \
+     requested_by, state, attempts, max_attempts, run_at, lease_owner, lease_expires_at, \
+     last_error, created_at, updated_at";
+const TOKEN_COLS: &str = "t.id, t.name, n.name AS namespace, t.namespace_id, t.role, \
+     t.created_at, t.expires_at, t.revoked_at";
+const TOKEN_FROM: &str = "api_tokens t LEFT JOIN namespaces n ON n.id = t.namespace_id";
+
+impl SqlStore {
+    pub(super) fn new(pool: AnyPool, backend: Backend) -> Self {
+        Self { pool, backend }
+    }
+
+    /// The underlying pool (benchmarks and tests).
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    async fn begin(&self) -> Result<Tx> {
+        self.pool.begin().await.map_err(|e| self.classify(e))
+    }
+
+    async fn commit(&self, tx: Tx) -> Result<()> {
+        tx.commit().await.map_err(|e| self.classify(e))
+    }
+
+    fn classify(&self, err: sqlx::Error) -> StoreError {
+        match self.backend {
+            Backend::Postgres => postgres::classify(err),
+            Backend::Sqlite => sqlite::classify(err),
+        }
+    }
+
+    /// Maps a unique violation to `AlreadyExists`, anything else through
+    /// [`Self::classify`].
+    fn exists_or(&self, err: sqlx::Error, kind: &'static str, name: &str) -> StoreError {
+        if is_unique_violation(&err) {
+            StoreError::AlreadyExists {
+                kind,
+                name: name.to_owned(),
+            }
+        } else {
+            self.classify(err)
+        }
+    }
+
+    async fn namespace_id(&self, tx: &mut Tx, name: &str) -> Result<String> {
+        sqlx::query("SELECT id FROM namespaces WHERE name = $1")
+            .bind(name.to_owned())
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(|e| self.classify(e))?
+            .map(|row| row.get::<String, _>(0))
+            .ok_or_else(|| not_found("namespace", name))
+    }
+
+    async fn write_effects(&self, tx: &mut Tx, fx: &Effects, now: DateTime<Utc>) -> Result<()> {
+        self.insert_audit(tx, &fx.audit, now).await?;
+        for work in &fx.work {
+            self.insert_work(tx, work, now).await?;
+        }
+        Ok(())
+    }
+
+    async fn insert_audit(&self, tx: &mut Tx, a: &NewAudit, now: DateTime<Utc>) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO audit_events (at, actor, action, namespace, target, result, detail) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(ms(now))
+        .bind(a.actor.clone())
+        .bind(a.action.clone())
+        .bind(a.namespace.clone())
+        .bind(a.target.clone())
+        .bind(a.result.clone())
+        .bind(a.detail.clone())
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(())
+    }
+
+    async fn insert_work(&self, tx: &mut Tx, w: &NewWork, now: DateTime<Utc>) -> Result<String> {
+        let id = Uuid::now_v7().to_string();
+        let namespace = match &w.namespace_id {
+            Some(ns_id) => sqlx::query("SELECT name FROM namespaces WHERE id = $1")
+                .bind(ns_id.clone())
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(|e| self.classify(e))?
+                .map(|r| r.get::<String, _>(0)),
+            None => None,
+        };
+        sqlx::query(
+            "INSERT INTO work_items (id, kind, namespace, namespace_id, target, payload, \
+             requested_by, state, attempts, max_attempts, run_at, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $9, $10, $10)",
+        )
+        .bind(id.clone())
+        .bind(w.kind.clone())
+        .bind(namespace)
+        .bind(w.namespace_id.clone())
+        .bind(w.target.clone())
+        .bind(w.payload.to_string())
+        .bind(w.requested_by.clone())
+        .bind(i64::from(w.max_attempts))
+        .bind(ms(w.run_at))
+        .bind(ms(now))
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(id)
+    }
+
+    async fn fetch_agent(&self, namespace: &str, name: &str) -> Result<Agent> {
+        let sql = format!(
+            "SELECT {AGENT_COLS} FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
+             WHERE n.name = $1 AND a.name = $2"
+        );
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(namespace.to_owned())
+            .bind(name.to_owned())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("agent", name))?;
+        agent_from_row(&row)
+    }
+
+    async fn revision_by_id(&self, tx: &mut Tx, id: &str) -> Result<AgentRevision> {
+        let sql = format!("SELECT {REVISION_COLS} FROM {REVISION_FROM} WHERE r.id = $1");
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(id.to_owned())
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("revision", id))?;
+        revision_from_row(&row)
+    }
+
+    /// One attempt of [`Store::deploy`]; `Ok(None)` means a concurrent deploy
+    /// took the next number first and the caller should try again.
+    async fn try_deploy(&self, rev: &NewRevision, fx: &Effects) -> Result<Option<Deployed>> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let ns_id = self.namespace_id(&mut tx, &rev.namespace).await?;
+        if let Some(idem) = &rev.idempotency {
+            let earlier = sqlx::query(
+                "SELECT fingerprint, revision_id FROM idempotency_keys \
+                 WHERE namespace_id = $1 AND key = $2",
+            )
+            .bind(ns_id.clone())
+            .bind(idem.key.clone())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?;
+            if let Some(row) = earlier {
+                let fingerprint: String = row.get(0);
+                if fingerprint != idem.fingerprint {
+                    return Err(StoreError::FailedPrecondition(format!(
+                        "Idempotency-Key {:?} was already used for a different request",
+                        idem.key
+                    )));
+                }
+                let revision = self
+                    .revision_by_id(&mut tx, &row.get::<String, _>(1))
+                    .await?;
+                self.commit(tx).await?;
+                return Ok(Some(Deployed {
+                    revision,
+                    created: false,
+                }));
+            }
+        }
+        let agent = sqlx::query(
+            "SELECT id, version, latest_revision FROM agents WHERE namespace_id = $1 AND name = $2",
+        )
+        .bind(ns_id.clone())
+        .bind(rev.agent.clone())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .ok_or_else(|| not_found("agent", &rev.agent))?;
+        let agent_id: String = agent.get(0);
+        if agent.get::<i64, _>(1) != rev.agent_version {
+            return Err(StoreError::Conflict {
+                kind: "agent",
+                name: rev.agent.clone(),
+                expected: rev.agent_version,
+            });
+        }
+        let previous: Option<i64> = agent.get(2);
+        let number = previous.unwrap_or(0) + 1;
+        // Compare-and-swap on the revision counter: a concurrent deploy that
+        // won the race leaves this update matching no row.
+        let claimed = sqlx::query(
+            "UPDATE agents SET latest_revision = $1, desired_state = 'running', updated_at = $2 \
+             WHERE id = $3 AND version = $4 AND COALESCE(latest_revision, 0) = $5",
+        )
+        .bind(number)
+        .bind(ms(now))
+        .bind(agent_id.clone())
+        .bind(rev.agent_version)
+        .bind(previous.unwrap_or(0))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        if claimed == 0 {
+            return Ok(None);
+        }
+        let rev_id = Uuid::now_v7().to_string();
+        sqlx::query(
+            "INSERT INTO agent_revisions (id, agent_id, number, spec, configuration, images, \
+             resolved_cluster, phase, reason, rolled_back_from, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, $10, $10)",
+        )
+        .bind(rev_id.clone())
+        .bind(agent_id)
+        .bind(number)
+        .bind(to_json(&rev.spec)?)
+        .bind(rev.configuration.to_string())
+        .bind(to_json(&rev.images)?)
+        .bind(rev.resolved_cluster.clone())
+        .bind(RevisionPhase::Pending.as_str())
+        .bind(rev.rolled_back_from)
+        .bind(ms(now))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        if let Some(idem) = &rev.idempotency {
+            let inserted = sqlx::query(
+                "INSERT INTO idempotency_keys (namespace_id, key, fingerprint, revision_id, \
+                 created_at) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(ns_id)
+            .bind(idem.key.clone())
+            .bind(idem.fingerprint.clone())
+            .bind(rev_id.clone())
+            .bind(ms(now))
+            .execute(&mut *tx)
+            .await;
+            match inserted {
+                Ok(_) => {}
+                // A concurrent retry with the same key committed first: drop
+                // this attempt; the retry finds that revision.
+                Err(e) if is_unique_violation(&e) => return Ok(None),
+                Err(e) => return Err(self.classify(e)),
+            }
+        }
+        let mut fx = fx.clone();
+        fx.audit
+            .detail
+            .get_or_insert_with(|| format!("revision {number}"));
+        self.write_effects(&mut tx, &fx, now).await?;
+        let revision = self.revision_by_id(&mut tx, &rev_id).await?;
+        self.commit(tx).await?;
+        Ok(Some(Deployed {
+            revision,
+            created: true,
+        }))
+    }
+
+    /// Runs an UPDATE touching `ids`, with `$1..$k` taken by `leading` binds
+    /// and the ids bound after them.
+    async fn update_ids(&self, sql_head: &str, leading: Vec<Bind>, ids: &[String]) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let first = leading.len() + 1;
+        let placeholders = (first..first + ids.len())
+            .map(|i| format!("${i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!("{sql_head} AND id IN ({placeholders})");
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for bind in leading {
+            query = match bind {
+                Bind::Text(s) => query.bind(s),
+                Bind::Int(i) => query.bind(i),
+            };
+        }
+        for id in ids {
+            query = query.bind(id.clone());
+        }
+        Ok(query
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?
+            .rows_affected())
+    }
+
+    /// Moves one claimed item held by `worker` to `state`.
+    async fn release_work(
+        &self,
+        worker: &str,
+        id: &str,
+        state: WorkState,
+        run_at: Option<DateTime<Utc>>,
+        error: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE work_items SET state = $1, run_at = COALESCE($2, run_at), last_error = $3, \
+             lease_owner = NULL, lease_expires_at = NULL, updated_at = $4, \
+             completed_at = CASE WHEN $1 = 'failed' THEN $4 ELSE NULL END \
+             WHERE id = $5 AND lease_owner = $6 AND state = 'claimed'",
+        )
+        .bind(state.as_str())
+        .bind(run_at.map(ms))
+        .bind(error.to_owned())
+        .bind(ms(now))
+        .bind(id.to_owned())
+        .bind(worker.to_owned())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        Ok(done == 1)
+    }
+}
+
+enum Bind {
+    Text(String),
+    Int(i64),
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+        Ok(())
+    }
+
+    async fn create_namespace(&self, ns: &NewNamespace, fx: &Effects) -> Result<Namespace> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO namespaces (id, name, display_name, data_plane_namespace, adopted, \
+             state, provisioned_at, version, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, NULL, 1, $7, $7)",
+        )
+        .bind(ns.id.clone())
+        .bind(ns.name.clone())
+        .bind(ns.display_name.clone())
+        .bind(ns.data_plane_namespace.clone())
+        .bind(i64::from(ns.adopted))
+        .bind(NamespaceState::Pending.as_str())
+        .bind(ms(now))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                StoreError::AlreadyExists {
+                    kind: "namespace",
+                    name: ns.name.clone(),
+                }
+            } else {
+                self.classify(e)
+            }
+        })?;
+        self.write_effects(&mut tx, fx, now).await?;
+        self.commit(tx).await?;
+        self.get_namespace(&ns.name).await
+    }
+
+    async fn get_namespace(&self, name: &str) -> Result<Namespace> {
+        let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE name = $1");
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(name.to_owned())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("namespace", name))?;
+        namespace_from_row(&row)
+    }
+
+    async fn get_namespace_by_id(&self, id: &str) -> Result<Namespace> {
+        let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE id = $1");
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(id.to_owned())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("namespace", id))?;
+        namespace_from_row(&row)
+    }
+
+    async fn list_namespaces(&self, only: Option<&str>) -> Result<Vec<Namespace>> {
+        let rows = match only {
+            Some(name) => {
+                let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE name = $1");
+                sqlx::query(AssertSqlSafe(sql))
+                    .bind(name.to_owned())
+                    .fetch_all(&self.pool)
+                    .await
+            }
+            None => {
+                let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces ORDER BY name");
+                sqlx::query(AssertSqlSafe(sql)).fetch_all(&self.pool).await
+            }
+        }
+        .map_err(|e| self.classify(e))?;
+        rows.iter().map(namespace_from_row).collect()
+    }
+
+    async fn delete_namespace(&self, name: &str, fx: &Effects) -> Result<()> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let id = self.namespace_id(&mut tx, name).await?;
+        let agents: i64 = sqlx::query("SELECT COUNT(*) FROM agents WHERE namespace_id = $1")
+            .bind(id.clone())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?
+            .get(0);
+        if agents > 0 {
+            return Err(StoreError::FailedPrecondition(format!(
+                "namespace {name:?} still has {agents} agent(s); delete them first"
+            )));
+        }
+        for table in ["configurations", "idempotency_keys", "api_tokens"] {
+            sqlx::query(AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE namespace_id = $1"
+            )))
+            .bind(id.clone())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?;
+        }
+        sqlx::query("DELETE FROM namespaces WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?;
+        self.write_effects(&mut tx, fx, now).await?;
+        self.commit(tx).await
+    }
+
+    async fn mark_namespace_provisioned(&self, id: &str, at: DateTime<Utc>) -> Result<Namespace> {
+        sqlx::query(
+            "UPDATE namespaces SET state = $1, provisioned_at = COALESCE(provisioned_at, $2), \
+             updated_at = $2 WHERE id = $3",
+        )
+        .bind(NamespaceState::Active.as_str())
+        .bind(ms(at))
+        .bind(id.to_owned())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?;
+        self.get_namespace_by_id(id).await
+    }
+
+    async fn create_configuration(
+        &self,
+        namespace: &str,
+        name: &str,
+        data: &serde_json::Value,
+        fx: &Effects,
+    ) -> Result<Configuration> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let ns_id = self.namespace_id(&mut tx, namespace).await?;
+        sqlx::query(
+            "INSERT INTO configurations (id, namespace_id, name, data, version, created_at, \
+             updated_at) VALUES ($1, $2, $3, $4, 1, $5, $5)",
+        )
+        .bind(Uuid::now_v7().to_string())
+        .bind(ns_id)
+        .bind(name.to_owned())
+        .bind(data.to_string())
+        .bind(ms(now))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.exists_or(e, "configuration", name))?;
+        self.write_effects(&mut tx, fx, now).await?;
+        self.commit(tx).await?;
+        self.get_configuration(namespace, name).await
+    }
+
+    async fn get_configuration(&self, namespace: &str, name: &str) -> Result<Configuration> {
+        let sql = format!(
+            "SELECT {CONFIG_COLS} FROM configurations c JOIN namespaces n ON n.id = c.namespace_id \
+             WHERE n.name = $1 AND c.name = $2"
+        );
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(namespace.to_owned())
+            .bind(name.to_owned())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("configuration", name))?;
+        configuration_from_row(&row)
+    }
+
+    async fn list_configurations(&self, namespace: &str) -> Result<Vec<Configuration>> {
+        let sql = format!(
+            "SELECT {CONFIG_COLS} FROM configurations c JOIN namespaces n ON n.id = c.namespace_id \
+             WHERE n.name = $1 ORDER BY c.name"
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(namespace.to_owned())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+        rows.iter().map(configuration_from_row).collect()
+    }
+
+    async fn update_configuration(
+        &self,
+        namespace: &str,
+        name: &str,
+        data: &serde_json::Value,
+        expected_version: i64,
+        fx: &Effects,
+    ) -> Result<Configuration> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let ns_id = self.namespace_id(&mut tx, namespace).await?;
+        let updated = sqlx::query(
+            "UPDATE configurations SET data = $1, version = version + 1, updated_at = $2 \
+             WHERE namespace_id = $3 AND name = $4 AND version = $5",
+        )
+        .bind(data.to_string())
+        .bind(ms(now))
+        .bind(ns_id.clone())
+        .bind(name.to_owned())
+        .bind(expected_version)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        if updated == 0 {
+            let exists =
+                sqlx::query("SELECT 1 FROM configurations WHERE namespace_id = $1 AND name = $2")
+                    .bind(ns_id)
+                    .bind(name.to_owned())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(|e| self.classify(e))?;
+            return Err(match exists {
+                Some(_) => StoreError::Conflict {
+                    kind: "configuration",
+                    name: name.to_owned(),
+                    expected: expected_version,
+                },
+                None => not_found("configuration", name),
+            });
+        }
+        self.write_effects(&mut tx, fx, now).await?;
+        self.commit(tx).await?;
+        self.get_configuration(namespace, name).await
+    }
+
+    async fn delete_configuration(&self, namespace: &str, name: &str, fx: &Effects) -> Result<()> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let ns_id = self.namespace_id(&mut tx, namespace).await?;
+        let deleted =
+            sqlx::query("DELETE FROM configurations WHERE namespace_id = $1 AND name = $2")
+                .bind(ns_id)
+                .bind(name.to_owned())
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?
+                .rows_affected();
+        if deleted == 0 {
+            return Err(not_found("configuration", name));
+        }
+        self.write_effects(&mut tx, fx, now).await?;
+        self.commit(tx).await
+    }
+
+    async fn create_agent(&self, agent: &NewAgent, fx: &Effects) -> Result<Agent> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let ns_id = self.namespace_id(&mut tx, &agent.namespace).await?;
+        sqlx::query(
+            "INSERT INTO agents (id, namespace_id, name, spec, desired_state, active_revision, \
+             latest_revision, version, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, NULL, NULL, 1, $6, $6)",
+        )
+        .bind(Uuid::now_v7().to_string())
+        .bind(ns_id)
+        .bind(agent.name.clone())
+        .bind(to_json(&agent.spec)?)
+        .bind(DesiredState::Stopped.as_str())
+        .bind(ms(now))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.exists_or(e, "agent", &agent.name))?;
+        self.write_effects(&mut tx, fx, now).await?;
+        self.commit(tx).await?;
+        self.fetch_agent(&agent.namespace, &agent.name).await
+    }
+
+    async fn get_agent(&self, namespace: &str, name: &str) -> Result<Agent> {
+        self.fetch_agent(namespace, name).await
+    }
+
+    async fn list_agents(&self, namespace: &str) -> Result<Vec<Agent>> {
+        let sql = format!(
+            "SELECT {AGENT_COLS} FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
+             WHERE n.name = $1 ORDER BY a.name"
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(namespace.to_owned())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+        rows.iter().map(agent_from_row).collect()
+    }
+
+    async fn update_agent(
+        &self,
+        namespace: &str,
+        name: &str,
+        spec: &AgentSpec,
+        expected_version: i64,
+        fx: &Effects,
+    ) -> Result<Agent> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let ns_id = self.namespace_id(&mut tx, namespace).await?;
+        let updated = sqlx::query(
+            "UPDATE agents SET spec = $1, version = version + 1, updated_at = $2 \
+             WHERE namespace_id = $3 AND name = $4 AND version = $5",
+        )
+        .bind(to_json(spec)?)
+        .bind(ms(now))
+        .bind(ns_id.clone())
+        .bind(name.to_owned())
+        .bind(expected_version)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        if updated == 0 {
+            let exists = sqlx::query("SELECT 1 FROM agents WHERE namespace_id = $1 AND name = $2")
+                .bind(ns_id)
+                .bind(name.to_owned())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?;
+            return Err(match exists {
+                Some(_) => StoreError::Conflict {
+                    kind: "agent",
+                    name: name.to_owned(),
+                    expected: expected_version,
+                },
+                None => not_found("agent", name),
+            });
+        }
+        self.write_effects(&mut tx, fx, now).await?;
+        self.commit(tx).await?;
+        self.fetch_agent(namespace, name).await
+    }
+
+    async fn delete_agent(&self, namespace: &str, name: &str, fx: &Effects) -> Result<()> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let ns_id = self.namespace_id(&mut tx, namespace).await?;
+        let row = sqlx::query(
+            "SELECT id, desired_state FROM agents WHERE namespace_id = $1 AND name = $2",
+        )
+        .bind(ns_id)
+        .bind(name.to_owned())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .ok_or_else(|| not_found("agent", name))?;
+        if row.get::<String, _>(1) == DesiredState::Running.as_str() {
+            return Err(StoreError::FailedPrecondition(format!(
+                "agent {name:?} is running; stop it before deleting it"
+            )));
+        }
+        let id: String = row.get(0);
+        // Revisions go with their Agent; SQLite needs no foreign-key cascade
+        // support for this because it is done explicitly.
+        sqlx::query(
+            "DELETE FROM idempotency_keys WHERE revision_id IN \
+             (SELECT id FROM agent_revisions WHERE agent_id = $1)",
+        )
+        .bind(id.clone())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        sqlx::query("DELETE FROM agent_revisions WHERE agent_id = $1")
+            .bind(id.clone())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?;
+        sqlx::query("DELETE FROM agents WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?;
+        self.write_effects(&mut tx, fx, now).await?;
+        self.commit(tx).await
+    }
+
+    async fn set_desired_state(
+        &self,
+        namespace: &str,
+        name: &str,
+        state: DesiredState,
+        fx: &Effects,
+    ) -> Result<Agent> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let ns_id = self.namespace_id(&mut tx, namespace).await?;
+        let updated = sqlx::query(
+            "UPDATE agents SET desired_state = $1, updated_at = $2 \
+             WHERE namespace_id = $3 AND name = $4",
+        )
+        .bind(state.as_str())
+        .bind(ms(now))
+        .bind(ns_id)
+        .bind(name.to_owned())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        if updated == 0 {
+            return Err(not_found("agent", name));
+        }
+        self.write_effects(&mut tx, fx, now).await?;
+        self.commit(tx).await?;
+        self.fetch_agent(namespace, name).await
+    }
+
+    async fn deploy(&self, rev: &NewRevision, fx: &Effects) -> Result<Deployed> {
+        const ATTEMPTS: usize = 5;
+        for _ in 0..ATTEMPTS {
+            if let Some(deployed) = self.try_deploy(rev, fx).await? {
+                return Ok(deployed);
+            }
+        }
+        Err(StoreError::Conflict {
+            kind: "agent",
+            name: rev.agent.clone(),
+            expected: rev.agent_version,
+        })
+    }
+
+    async fn list_revisions(&self, namespace: &str, agent: &str) -> Result<Vec<AgentRevision>> {
+        // Distinguish "no such agent" from "no revisions yet".
+        self.fetch_agent(namespace, agent).await?;
+        let sql = format!(
+            "SELECT {REVISION_COLS} FROM {REVISION_FROM} WHERE n.name = $1 AND a.name = $2 \
+             ORDER BY r.number"
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(namespace.to_owned())
+            .bind(agent.to_owned())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+        rows.iter().map(revision_from_row).collect()
+    }
+
+    async fn get_revision(
+        &self,
+        namespace: &str,
+        agent: &str,
+        number: i64,
+    ) -> Result<AgentRevision> {
+        let sql = format!(
+            "SELECT {REVISION_COLS} FROM {REVISION_FROM} \
+             WHERE n.name = $1 AND a.name = $2 AND r.number = $3"
+        );
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(namespace.to_owned())
+            .bind(agent.to_owned())
+            .bind(number)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("revision", &format!("{agent}/{number}")))?;
+        revision_from_row(&row)
+    }
+
+    async fn upsert_cluster(&self, c: &ClusterRecord) -> Result<Cluster> {
+        let now = Utc::now();
+        let sql = format!(
+            "INSERT INTO clusters ({CLUSTER_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (name) DO UPDATE SET labels = $3, capabilities = $4, \
+             certificate_serials = $5, connection_state = $6, last_seen = $7, version = $8 \
+             RETURNING {CLUSTER_COLS}"
+        );
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(Uuid::now_v7().to_string())
+            .bind(c.name.clone())
+            .bind(to_json(&c.labels)?)
+            .bind(to_json(&c.capabilities)?)
+            .bind(to_json(&c.certificate_serials)?)
+            .bind(c.connection_state.as_str())
+            .bind(c.last_seen.map(ms))
+            .bind(c.version.clone())
+            .bind(ms(now))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+        cluster_from_row(&row)
+    }
+
+    async fn list_clusters(&self) -> Result<Vec<Cluster>> {
+        let sql = format!("SELECT {CLUSTER_COLS} FROM clusters ORDER BY name");
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+        rows.iter().map(cluster_from_row).collect()
+    }
+
+    async fn get_cluster(&self, name: &str) -> Result<Cluster> {
+        let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE name = $1");
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(name.to_owned())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("cluster", name))?;
+        cluster_from_row(&row)
+    }
+
+    async fn enqueue_work(&self, items: &[NewWork]) -> Result<Vec<String>> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let mut ids = Vec::with_capacity(items.len());
+        for item in items {
+            ids.push(self.insert_work(&mut tx, item, now).await?);
+        }
+        self.commit(tx).await?;
+        Ok(ids)
+    }
+
+    async fn claim_work(
+        &self,
+        worker: &str,
+        limit: u32,
+        lease: Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<WorkItem>> {
+        let sql = match self.backend {
+            Backend::Postgres => postgres::claim_sql(),
+            Backend::Sqlite => sqlite::claim_sql(),
+        };
+        let lease_until = now + chrono::Duration::from_std(lease).unwrap_or_default();
+        let rows = sqlx::query(sql)
+            .bind(worker.to_owned())
+            .bind(ms(lease_until))
+            .bind(ms(now))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+        rows.iter().map(work_from_row).collect()
+    }
+
+    async fn heartbeat_work(
+        &self,
+        worker: &str,
+        ids: &[String],
+        lease_until: DateTime<Utc>,
+    ) -> Result<u64> {
+        self.update_ids(
+            "UPDATE work_items SET lease_expires_at = $1 \
+             WHERE lease_owner = $2 AND state = 'claimed'",
+            vec![Bind::Int(ms(lease_until)), Bind::Text(worker.to_owned())],
+            ids,
+        )
+        .await
+    }
+
+    async fn complete_work(&self, worker: &str, ids: &[String], now: DateTime<Utc>) -> Result<u64> {
+        self.update_ids(
+            "UPDATE work_items SET state = 'done', lease_owner = NULL, lease_expires_at = NULL, \
+             updated_at = $1, completed_at = $1 WHERE lease_owner = $2 AND state = 'claimed'",
+            vec![Bind::Int(ms(now)), Bind::Text(worker.to_owned())],
+            ids,
+        )
+        .await
+    }
+
+    async fn retry_work(
+        &self,
+        worker: &str,
+        id: &str,
+        run_at: DateTime<Utc>,
+        error: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        self.release_work(worker, id, WorkState::Pending, Some(run_at), error, now)
+            .await
+    }
+
+    async fn fail_work(
+        &self,
+        worker: &str,
+        id: &str,
+        error: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        self.release_work(worker, id, WorkState::Failed, None, error, now)
+            .await
+    }
+
+    async fn recover_expired_work(&self, now: DateTime<Utc>) -> Result<Recovered> {
+        let mut tx = self.begin().await?;
+        let failed = sqlx::query(
+            "UPDATE work_items SET state = 'failed', lease_owner = NULL, lease_expires_at = NULL, \
+             last_error = COALESCE(last_error, 'lease expired') || ' (lease expired on the last attempt)', \
+             updated_at = $1, completed_at = $1 \
+             WHERE state = 'claimed' AND lease_expires_at < $1 AND attempts >= max_attempts",
+        )
+        .bind(ms(now))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        let requeued = sqlx::query(
+            "UPDATE work_items SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, \
+             run_at = $1, updated_at = $1 \
+             WHERE state = 'claimed' AND lease_expires_at < $1",
+        )
+        .bind(ms(now))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        self.commit(tx).await?;
+        Ok(Recovered { requeued, failed })
+    }
+
+    async fn get_work(&self, id: &str) -> Result<WorkItem> {
+        let sql = format!("SELECT {WORK_COLS} FROM work_items WHERE id = $1");
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(id.to_owned())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("work item", id))?;
+        work_from_row(&row)
+    }
+
+    async fn list_work(&self, filter: &WorkFilter) -> Result<Vec<WorkItem>> {
+        let mut clauses = Vec::new();
+        let mut binds = Vec::new();
+        if let Some(ns) = &filter.namespace {
+            binds.push(ns.clone());
+            clauses.push(format!("namespace = ${}", binds.len()));
+        }
+        if let Some(state) = filter.state {
+            binds.push(state.as_str().to_owned());
+            clauses.push(format!("state = ${}", binds.len()));
+        }
+        let where_clause = if clauses.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", clauses.join(" AND "))
+        };
+        let sql = format!(
+            "SELECT {WORK_COLS} FROM work_items {where_clause} ORDER BY created_at DESC, id DESC \
+             LIMIT ${}",
+            binds.len() + 1
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for b in binds {
+            query = query.bind(b);
+        }
+        let rows = query
+            .bind(filter.limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+        rows.iter().map(work_from_row).collect()
+    }
+
+    async fn work_stats(&self, now: DateTime<Utc>) -> Result<WorkStats> {
+        let row = sqlx::query(
+            "SELECT COUNT(*), MIN(created_at) FROM work_items WHERE state IN ('pending', 'claimed')",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?;
+        let oldest: Option<i64> = row.get(1);
+        Ok(WorkStats {
+            pending: row.get(0),
+            oldest_pending_age: oldest.map(|created| {
+                Duration::from_millis(u64::try_from(ms(now) - created).unwrap_or(0))
+            }),
+        })
+    }
+
+    async fn append_audit(&self, event: &NewAudit) -> Result<()> {
+        let mut tx = self.begin().await?;
+        self.insert_audit(&mut tx, event, Utc::now()).await?;
+        self.commit(tx).await
+    }
+
+    async fn list_audit(&self, namespace: Option<&str>, limit: i64) -> Result<Vec<AuditEvent>> {
+        const COLS: &str = "id, at, actor, action, namespace, target, result, detail";
+        let rows = match namespace {
+            Some(ns) => {
+                let sql = format!(
+                    "SELECT {COLS} FROM audit_events WHERE namespace = $1 ORDER BY id DESC LIMIT $2"
+                );
+                sqlx::query(AssertSqlSafe(sql))
+                    .bind(ns.to_owned())
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await
+            }
+            None => {
+                let sql = format!("SELECT {COLS} FROM audit_events ORDER BY id DESC LIMIT $1");
+                sqlx::query(AssertSqlSafe(sql))
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await
+            }
+        }
+        .map_err(|e| self.classify(e))?;
+        rows.iter()
+            .map(|r| {
+                Ok(AuditEvent {
+                    id: r.try_get("id").map_err(corrupt("audit event"))?,
+                    at: from_ms(r.try_get("at").map_err(corrupt("audit event"))?),
+                    actor: r.try_get("actor").map_err(corrupt("audit event"))?,
+                    action: r.try_get("action").map_err(corrupt("audit event"))?,
+                    namespace: r.try_get("namespace").map_err(corrupt("audit event"))?,
+                    target: r.try_get("target").map_err(corrupt("audit event"))?,
+                    result: r.try_get("result").map_err(corrupt("audit event"))?,
+                    detail: r.try_get("detail").map_err(corrupt("audit event"))?,
+                })
+            })
+            .collect()
+    }
+
+    async fn create_token(&self, token: &NewToken) -> Result<ApiToken> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let ns_id = match &token.namespace {
+            Some(ns) => Some(self.namespace_id(&mut tx, ns).await?),
+            None => None,
+        };
+        let id = Uuid::now_v7().to_string();
+        sqlx::query(
+            "INSERT INTO api_tokens (id, name, namespace_id, role, token_hash, created_at, \
+             expires_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)",
+        )
+        .bind(id.clone())
+        .bind(token.name.clone())
+        .bind(ns_id)
+        .bind(token.role.as_str())
+        .bind(token.hash.clone())
+        .bind(ms(now))
+        .bind(token.expires_at.map(ms))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.exists_or(e, "token", &token.name))?;
+        let audit = NewAudit {
+            actor: "system:cli".into(),
+            action: "token.create".into(),
+            namespace: token.namespace.clone(),
+            target: format!("tokens/{}", token.name),
+            result: "ok".into(),
+            detail: Some(format!("role {}", token.role.as_str())),
+        };
+        self.insert_audit(&mut tx, &audit, now).await?;
+        self.commit(tx).await?;
+        self.get_token(&id).await
+    }
+
+    async fn find_token(&self, hash: &str) -> Result<Option<ApiToken>> {
+        let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.token_hash = $1");
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(hash.to_owned())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?
+            .as_ref()
+            .map(token_from_row)
+            .transpose()
+    }
+
+    async fn get_token(&self, id: &str) -> Result<ApiToken> {
+        let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.id = $1");
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(id.to_owned())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("token", id))?;
+        token_from_row(&row)
+    }
+
+    async fn revoke_token(&self, name: &str, at: DateTime<Utc>) -> Result<()> {
+        let done = sqlx::query(
+            "UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE name = $2",
+        )
+        .bind(ms(at))
+        .bind(name.to_owned())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        if done == 0 {
+            return Err(not_found("token", name));
+        }
+        Ok(())
+    }
+
+    async fn fleet_summary(&self, namespace: Option<&str>) -> Result<FleetSummary> {
+        // `$1 IS NULL OR …` keeps one statement for both scopes.
+        let ns = namespace.map(str::to_owned);
+        let counts = sqlx::query(
+            "SELECT \
+               (SELECT COUNT(*) FROM namespaces WHERE $1 IS NULL OR name = $1), \
+               (SELECT COUNT(*) FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
+                  WHERE $1 IS NULL OR n.name = $1), \
+               (SELECT COUNT(*) FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
+                  WHERE ($1 IS NULL OR n.name = $1) AND a.desired_state = 'running'), \
+               (SELECT COUNT(*) FROM clusters), \
+               (SELECT COUNT(*) FROM clusters WHERE connection_state = 'online'), \
+               (SELECT COUNT(*) FROM work_items WHERE ($1 IS NULL OR namespace = $1) \
+                  AND state IN ('pending', 'claimed')), \
+               (SELECT COUNT(*) FROM work_items WHERE ($1 IS NULL OR namespace = $1) \
+                  AND state = 'failed')",
+        )
+        .bind(ns.clone())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?;
+        let phases = sqlx::query(AssertSqlSafe(format!(
+            "SELECT r.phase, COUNT(*) FROM {REVISION_FROM} WHERE $1 IS NULL OR n.name = $1 \
+             GROUP BY r.phase"
+        )))
+        .bind(ns)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?;
+        let agents: i64 = counts.get(1);
+        let running: i64 = counts.get(2);
+        Ok(FleetSummary {
+            namespaces: counts.get(0),
+            agents,
+            agents_running: running,
+            agents_stopped: agents - running,
+            revisions_by_phase: phases
+                .iter()
+                .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
+                .collect(),
+            clusters: counts.get(3),
+            clusters_online: counts.get(4),
+            work_pending: counts.get(5),
+            work_failed: counts.get(6),
+        })
+    }
+}
+
+// ---- helpers ---------------------------------------------------------------
+
+fn not_found(kind: &'static str, name: &str) -> StoreError {
+    StoreError::NotFound {
+        kind,
+        name: name.to_owned(),
+    }
+}
+
+pub(super) fn is_unique_violation(err: &sqlx::Error) -> bool {
+    err.as_database_error()
+        .is_some_and(|e| e.kind() == sqlx::error::ErrorKind::UniqueViolation)
+}
+
+/// Unix milliseconds, the stored form of a time.
+pub(super) fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+pub(super) fn from_ms(v: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(v).single().unwrap_or_default()
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt {
+        what: "document",
+        detail: e.to_string(),
+    })
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(what: &'static str, text: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+        what,
+        detail: e.to_string(),
+    })
+}
+
+fn corrupt(what: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
+    move |e| StoreError::Corrupt {
+        what,
+        detail: e.to_string(),
+    }
+}
+
+fn get<'r, T>(row: &'r AnyRow, what: &'static str, col: &str) -> Result<T>
+where
+    T: sqlx::Decode<'r, Any> + sqlx::Type<Any>,
+{
+    row.try_get(col).map_err(corrupt(what))
+}
+
+fn parse_enum<T>(what: &'static str, value: &str, parse: fn(&str) -> Option<T>) -> Result<T> {
+    parse(value).ok_or_else(|| StoreError::Corrupt {
+        what,
+        detail: format!("unknown value {value:?}"),
+    })
+}
+
+fn namespace_from_row(r: &AnyRow) -> Result<Namespace> {
+    const W: &str = "namespace";
+    let state: String = get(r, W, "state")?;
+    Ok(Namespace {
+        id: get(r, W, "id")?,
+        name: get(r, W, "name")?,
+        display_name: get(r, W, "display_name")?,
+        data_plane_namespace: get(r, W, "data_plane_namespace")?,
+        adopted: get::<i64>(r, W, "adopted")? != 0,
+        state: parse_enum(W, &state, |s| match s {
+            "pending" => Some(NamespaceState::Pending),
+            "active" => Some(NamespaceState::Active),
+            _ => None,
+        })?,
+        provisioned_at: get::<Option<i64>>(r, W, "provisioned_at")?.map(from_ms),
+        version: get(r, W, "version")?,
+        created_at: from_ms(get(r, W, "created_at")?),
+        updated_at: from_ms(get(r, W, "updated_at")?),
+    })
+}
+
+fn configuration_from_row(r: &AnyRow) -> Result<Configuration> {
+    const W: &str = "configuration";
+    Ok(Configuration {
+        id: get(r, W, "id")?,
+        namespace: get(r, W, "namespace")?,
+        name: get(r, W, "name")?,
+        data: from_json(W, &get::<String>(r, W, "data")?)?,
+        version: get(r, W, "version")?,
+        created_at: from_ms(get(r, W, "created_at")?),
+        updated_at: from_ms(get(r, W, "updated_at")?),
+    })
+}
+
+fn agent_from_row(r: &AnyRow) -> Result<Agent> {
+    const W: &str = "agent";
+    let desired: String = get(r, W, "desired_state")?;
+    Ok(Agent {
+        id: get(r, W, "id")?,
+        namespace: get(r, W, "namespace")?,
+        name: get(r, W, "name")?,
+        spec: from_json(W, &get::<String>(r, W, "spec")?)?,
+        desired_state: parse_enum(W, &desired, |s| match s {
+            "running" => Some(DesiredState::Running),
+            "stopped" => Some(DesiredState::Stopped),
+            _ => None,
+        })?,
+        active_revision: get(r, W, "active_revision")?,
+        latest_revision: get(r, W, "latest_revision")?,
+        version: get(r, W, "version")?,
+        created_at: from_ms(get(r, W, "created_at")?),
+        updated_at: from_ms(get(r, W, "updated_at")?),
+    })
+}
+
+fn revision_from_row(r: &AnyRow) -> Result<AgentRevision> {
+    const W: &str = "revision";
+    let phase: String = get(r, W, "phase")?;
+    Ok(AgentRevision {
+        id: get(r, W, "id")?,
+        namespace: get(r, W, "namespace")?,
+        agent: get(r, W, "agent")?,
+        number: get(r, W, "number")?,
+        spec: from_json(W, &get::<String>(r, W, "spec")?)?,
+        configuration: from_json(W, &get::<String>(r, W, "configuration")?)?,
+        images: from_json(W, &get::<String>(r, W, "images")?)?,
+        resolved_cluster: get(r, W, "resolved_cluster")?,
+        phase: parse_enum(W, &phase, RevisionPhase::parse)?,
+        reason: get(r, W, "reason")?,
+        rolled_back_from: get(r, W, "rolled_back_from")?,
+        created_at: from_ms(get(r, W, "created_at")?),
+        updated_at: from_ms(get(r, W, "updated_at")?),
+    })
+}
+
+fn cluster_from_row(r: &AnyRow) -> Result<Cluster> {
+    const W: &str = "cluster";
+    let state: String = get(r, W, "connection_state")?;
+    Ok(Cluster {
+        id: get(r, W, "id")?,
+        name: get(r, W, "name")?,
+        labels: from_json(W, &get::<String>(r, W, "labels")?)?,
+        capabilities: from_json(W, &get::<String>(r, W, "capabilities")?)?,
+        certificate_serials: from_json(W, &get::<String>(r, W, "certificate_serials")?)?,
+        connection_state: parse_enum(W, &state, ConnectionState::parse)?,
+        last_seen: get::<Option<i64>>(r, W, "last_seen")?.map(from_ms),
+        version: get(r, W, "version")?,
+        created_at: from_ms(get(r, W, "created_at")?),
+    })
+}
+
+pub(super) fn work_from_row(r: &AnyRow) -> Result<WorkItem> {
+    const W: &str = "work item";
+    let state: String = get(r, W, "state")?;
+    let attempts: i64 = get(r, W, "attempts")?;
+    let max_attempts: i64 = get(r, W, "max_attempts")?;
+    Ok(WorkItem {
+        id: get(r, W, "id")?,
+        kind: get(r, W, "kind")?,
+        namespace: get(r, W, "namespace")?,
+        namespace_id: get(r, W, "namespace_id")?,
+        target: get(r, W, "target")?,
+        payload: from_json(W, &get::<String>(r, W, "payload")?)?,
+        requested_by: get(r, W, "requested_by")?,
+        state: parse_enum(W, &state, WorkState::parse)?,
+        attempts: i32::try_from(attempts).unwrap_or(i32::MAX),
+        max_attempts: i32::try_from(max_attempts).unwrap_or(i32::MAX),
+        run_at: from_ms(get(r, W, "run_at")?),
+        lease_owner: get(r, W, "lease_owner")?,
+        lease_expires_at: get::<Option<i64>>(r, W, "lease_expires_at")?.map(from_ms),
+        last_error: get(r, W, "last_error")?,
+        created_at: from_ms(get(r, W, "created_at")?),
+        updated_at: from_ms(get(r, W, "updated_at")?),
+    })
+}
+
+fn token_from_row(r: &AnyRow) -> Result<ApiToken> {
+    const W: &str = "token";
+    let role: String = get(r, W, "role")?;
+    Ok(ApiToken {
+        id: get(r, W, "id")?,
+        name: get(r, W, "name")?,
+        namespace: get(r, W, "namespace")?,
+        namespace_id: get(r, W, "namespace_id")?,
+        role: parse_enum(W, &role, Role::parse)?,
+        created_at: from_ms(get(r, W, "created_at")?),
+        expires_at: get::<Option<i64>>(r, W, "expires_at")?.map(from_ms),
+        revoked_at: get::<Option<i64>>(r, W, "revoked_at")?.map(from_ms),
+    })
+}

@@ -1,0 +1,80 @@
+//! SQLite backend, the embedded default: one file, WAL, one connection.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::Executor;
+use sqlx::any::AnyPoolOptions;
+use sqlx::sqlite::SqliteConnectOptions;
+
+use super::sql::{SqlStore, WORK_COLS};
+use super::{Backend, Result, StoreError};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+pub(super) async fn connect(url: &str) -> Result<SqlStore> {
+    sqlx::any::install_default_drivers();
+    // Validate with the SQLite driver's own parser; create the file on
+    // first start unless the URL chose a mode.
+    SqliteConnectOptions::from_str(url).map_err(classify)?;
+    let url = if url.contains("mode=") {
+        url.to_owned()
+    } else if url.contains('?') {
+        format!("{url}&mode=rwc")
+    } else {
+        format!("{url}?mode=rwc")
+    };
+    // SQLite has one writer. A single pooled connection serialises the
+    // hub's writes in process instead of failing them with SQLITE_BUSY when
+    // a read transaction upgrades; that is correct for one hub process.
+    let pool = AnyPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(30))
+        .after_connect(|conn, _meta| {
+            Box::pin(async move {
+                conn.execute(
+                    "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                     PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
+                )
+                .await?;
+                Ok(())
+            })
+        })
+        .connect(&url)
+        .await
+        .map_err(classify)?;
+    MIGRATOR.run(&pool).await?;
+    Ok(SqlStore::new(pool, Backend::Sqlite))
+}
+
+/// The claim: one UPDATE statement, atomic because SQLite serialises writers.
+pub(super) fn claim_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        format!(
+            "UPDATE work_items SET state = 'claimed', lease_owner = $1, lease_expires_at = $2, \
+               attempts = attempts + 1, updated_at = $3 \
+             WHERE id IN (SELECT id FROM work_items WHERE state = 'pending' AND run_at <= $3 \
+               ORDER BY run_at, id LIMIT $4) \
+             RETURNING {WORK_COLS}"
+        )
+    })
+}
+
+/// Classifies by SQLite result code: busy/locked are `Unavailable`.
+pub(super) fn classify(err: sqlx::Error) -> StoreError {
+    let unavailable = match &err {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+        // SQLITE_BUSY (5) and SQLITE_LOCKED (6), with extended codes.
+        sqlx::Error::Database(db) => db
+            .code()
+            .and_then(|c| c.parse::<i64>().ok())
+            .is_some_and(|c| matches!(c & 0xff, 5 | 6)),
+        _ => false,
+    };
+    if unavailable {
+        StoreError::Unavailable(err)
+    } else {
+        StoreError::Database(err)
+    }
+}

@@ -1,0 +1,403 @@
+//! The reconciling worker: claims durable work under a lease, re-checks
+//! authorization and ownership, runs the kind's handler, and completes,
+//! retries (exponential backoff, full jitter) or fails each item.
+//!
+//! # Layout
+//! - this file: [`Worker`], the claim / heartbeat / complete loop.
+//! - `backoff.rs`: retry delays (pure).
+//! - `kinds.rs`: work kinds and their handlers.
+
+pub mod backoff;
+pub mod kinds;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::Utc;
+use futures::future::join_all;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{Action, Decision, Principal};
+use crate::model::WorkItem;
+use crate::store::{Store, StoreError};
+
+use backoff::Backoff;
+
+/// How a handler failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkError {
+    /// May succeed later; retried with backoff until `maxAttempts`.
+    #[error("{0}")]
+    Retryable(String),
+    /// Can never succeed; failed at once.
+    #[error("{0}")]
+    Permanent(String),
+    /// Shutdown interrupted the handler; the item is released untouched.
+    #[error("cancelled by shutdown")]
+    Cancelled,
+}
+
+impl WorkError {
+    /// Store errors: unavailability is retryable, the rest permanent.
+    pub fn from_store(err: StoreError) -> Self {
+        match err {
+            StoreError::Unavailable(_) => Self::Retryable(err.to_string()),
+            _ => Self::Permanent(err.to_string()),
+        }
+    }
+}
+
+/// The handler of one work kind.
+#[async_trait]
+pub trait WorkHandler: Send + Sync + 'static {
+    /// The permission the requesting token must still hold when the work
+    /// runs.
+    fn required_action(&self) -> Action;
+
+    /// Performs the work. Must be idempotent: an item may run again after a
+    /// lease expires.
+    async fn handle(
+        &self,
+        store: &dyn Store,
+        item: &WorkItem,
+        cancel: &CancellationToken,
+    ) -> Result<(), WorkError>;
+}
+
+/// Worker settings.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Lease owner name; unique per worker.
+    pub id: String,
+    /// Items claimed per round trip.
+    pub batch_size: u32,
+    /// How long a claim is held without a heartbeat.
+    pub lease: Duration,
+    /// Sleep when no work is due.
+    pub poll_interval: Duration,
+    pub backoff: Backoff,
+    /// How often `worker.health` is logged.
+    pub health_interval: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            id: format!("worker-{}", uuid::Uuid::new_v4()),
+            batch_size: 32,
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_millis(500),
+            backoff: Backoff {
+                base: Duration::from_secs(1),
+                cap: Duration::from_secs(300),
+            },
+            health_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Handlers by work kind.
+#[derive(Clone, Default)]
+pub struct Handlers(HashMap<String, Arc<dyn WorkHandler>>);
+
+impl std::fmt::Debug for Handlers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
+impl Handlers {
+    /// The hub's built-in kinds.
+    pub fn builtin() -> Self {
+        let mut h = Self::default();
+        h.register(kinds::NAMESPACE_PROVISION, kinds::ProvisionNamespace);
+        h
+    }
+
+    /// Adds (or replaces) the handler of `kind`.
+    pub fn register(&mut self, kind: &str, handler: impl WorkHandler) {
+        self.0.insert(kind.to_owned(), Arc::new(handler));
+    }
+}
+
+/// Counters a worker reports in `worker.health` and on stop.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerTotals {
+    pub claimed: u64,
+    pub completed: u64,
+    pub retried: u64,
+    pub failed: u64,
+}
+
+/// A worker over a store.
+pub struct Worker {
+    store: Arc<dyn Store>,
+    handlers: Handlers,
+    config: WorkerConfig,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("config", &self.config)
+            .field("handlers", &self.handlers)
+            .finish()
+    }
+}
+
+/// What happened to one item.
+enum Outcome {
+    Done,
+    Retry(String),
+    Fail(String),
+    Release,
+}
+
+impl Worker {
+    /// A worker running `handlers` over `store`.
+    pub fn new(store: Arc<dyn Store>, handlers: Handlers, config: WorkerConfig) -> Self {
+        Self {
+            store,
+            handlers,
+            config,
+        }
+    }
+
+    /// Runs until `shutdown` fires; the batch in hand is finished (or
+    /// released) before returning.
+    pub async fn run(self, shutdown: CancellationToken) -> WorkerTotals {
+        let started = Instant::now();
+        let id = self.config.id.clone();
+        tracing::info!(worker = %id, batch = self.config.batch_size, leaseMs = self.config.lease.as_millis() as u64, "worker.started");
+        let mut totals = WorkerTotals::default();
+        let mut last_health = Instant::now();
+        let mut last_recovery: Option<Instant> = None;
+        while !shutdown.is_cancelled() {
+            // Expired claims of crashed workers go back to pending; checking
+            // every half lease keeps recovery within 1.5 leases.
+            if last_recovery.is_none_or(|t| t.elapsed() >= self.config.lease / 2) {
+                last_recovery = Some(Instant::now());
+                match self.store.recover_expired_work(Utc::now()).await {
+                    Ok(r) if r.requeued + r.failed > 0 => {
+                        tracing::warn!(worker = %id, requeued = r.requeued, failed = r.failed, "worker.recovered");
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(worker = %id, error = %e, "worker.error"),
+                }
+            }
+            if last_health.elapsed() >= self.config.health_interval {
+                last_health = Instant::now();
+                self.log_health(&totals).await;
+            }
+            let batch = match self
+                .store
+                .claim_work(&id, self.config.batch_size, self.config.lease, Utc::now())
+                .await
+            {
+                Ok(batch) => batch,
+                Err(e) => {
+                    tracing::warn!(worker = %id, error = %e, "worker.error");
+                    sleep_or_shutdown(self.config.poll_interval, &shutdown).await;
+                    continue;
+                }
+            };
+            if batch.is_empty() {
+                sleep_or_shutdown(self.config.poll_interval, &shutdown).await;
+                continue;
+            }
+            totals.claimed += batch.len() as u64;
+            self.run_batch(batch, &shutdown, &mut totals).await;
+        }
+        tracing::info!(
+            worker = %id,
+            claimed = totals.claimed,
+            completed = totals.completed,
+            retried = totals.retried,
+            failed = totals.failed,
+            elapsedMs = started.elapsed().as_millis() as u64,
+            "worker.stopped"
+        );
+        totals
+    }
+
+    async fn log_health(&self, totals: &WorkerTotals) {
+        match self.store.work_stats(Utc::now()).await {
+            Ok(stats) => tracing::info!(
+                worker = %self.config.id,
+                pending = stats.pending,
+                oldestPendingAgeMs = stats.oldest_pending_age.map_or(0, |d| d.as_millis() as u64),
+                completed = totals.completed,
+                failed = totals.failed,
+                "worker.health"
+            ),
+            Err(e) => tracing::warn!(worker = %self.config.id, error = %e, "worker.error"),
+        }
+    }
+
+    /// Runs a claimed batch concurrently while heartbeating its leases.
+    async fn run_batch(
+        &self,
+        batch: Vec<WorkItem>,
+        shutdown: &CancellationToken,
+        totals: &mut WorkerTotals,
+    ) {
+        let ids: Vec<String> = batch.iter().map(|i| i.id.clone()).collect();
+        let work = join_all(batch.iter().map(|item| self.run_one(item, shutdown)));
+        tokio::pin!(work);
+        let mut heartbeat = tokio::time::interval(self.config.lease / 3);
+        heartbeat.tick().await; // the first tick is immediate
+        let outcomes = loop {
+            tokio::select! {
+                outcomes = &mut work => break outcomes,
+                _ = heartbeat.tick() => {
+                    let until = Utc::now() + chrono::Duration::from_std(self.config.lease).unwrap_or_default();
+                    if let Err(e) = self.store.heartbeat_work(&self.config.id, &ids, until).await {
+                        tracing::warn!(worker = %self.config.id, error = %e, "worker.error");
+                    }
+                }
+            }
+        };
+        let now = Utc::now();
+        let mut done = Vec::new();
+        for (item, (outcome, elapsed)) in batch.iter().zip(outcomes) {
+            let duration_ms = elapsed.as_millis() as u64;
+            match outcome {
+                Outcome::Done => {
+                    done.push(item.id.clone());
+                    tracing::info!(worker = %self.config.id, workId = %item.id, kind = %item.kind, attempt = item.attempts, durationMs = duration_ms, "worker.completed");
+                }
+                Outcome::Retry(error) if item.attempts < item.max_attempts => {
+                    let delay = self.config.backoff.random_delay(item.attempts as u32);
+                    let run_at = now + chrono::Duration::from_std(delay).unwrap_or_default();
+                    tracing::warn!(worker = %self.config.id, workId = %item.id, kind = %item.kind, attempt = item.attempts, retryInMs = delay.as_millis() as u64, durationMs = duration_ms, error = %error, "worker.error");
+                    self.settle(
+                        self.store
+                            .retry_work(&self.config.id, &item.id, run_at, &error, now)
+                            .await,
+                        item,
+                    );
+                    totals.retried += 1;
+                }
+                Outcome::Retry(error) | Outcome::Fail(error) => {
+                    let error = if item.attempts >= item.max_attempts {
+                        format!("{error} (gave up after {} attempts)", item.attempts)
+                    } else {
+                        error
+                    };
+                    tracing::error!(worker = %self.config.id, workId = %item.id, kind = %item.kind, attempt = item.attempts, durationMs = duration_ms, error = %error, "worker.error");
+                    self.settle(
+                        self.store
+                            .fail_work(&self.config.id, &item.id, &error, now)
+                            .await,
+                        item,
+                    );
+                    totals.failed += 1;
+                }
+                Outcome::Release => {
+                    // Put back for another worker (or this one after restart).
+                    self.settle(
+                        self.store
+                            .retry_work(&self.config.id, &item.id, now, "released at shutdown", now)
+                            .await,
+                        item,
+                    );
+                }
+            }
+        }
+        match self.store.complete_work(&self.config.id, &done, now).await {
+            Ok(n) => {
+                totals.completed += n;
+                if n < done.len() as u64 {
+                    tracing::warn!(worker = %self.config.id, lost = done.len() as u64 - n, "worker.lease_lost");
+                }
+            }
+            Err(e) => tracing::warn!(worker = %self.config.id, error = %e, "worker.error"),
+        }
+    }
+
+    fn settle(&self, result: Result<bool, StoreError>, item: &WorkItem) {
+        match result {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(worker = %self.config.id, workId = %item.id, "worker.lease_lost")
+            }
+            Err(e) => {
+                tracing::warn!(worker = %self.config.id, workId = %item.id, error = %e, "worker.error")
+            }
+        }
+    }
+
+    async fn run_one(&self, item: &WorkItem, shutdown: &CancellationToken) -> (Outcome, Duration) {
+        let started = Instant::now();
+        let outcome = match self.handlers.0.get(&item.kind) {
+            None => Outcome::Fail(format!("no handler for work kind {:?}", item.kind)),
+            Some(handler) => match self.recheck(item, handler.required_action()).await {
+                Err(WorkError::Retryable(e)) => Outcome::Retry(e),
+                Err(e) => Outcome::Fail(e.to_string()),
+                Ok(()) => match handler.handle(self.store.as_ref(), item, shutdown).await {
+                    Ok(()) => Outcome::Done,
+                    Err(WorkError::Retryable(e)) => Outcome::Retry(e),
+                    Err(WorkError::Permanent(e)) => Outcome::Fail(e),
+                    Err(WorkError::Cancelled) => Outcome::Release,
+                },
+            },
+        };
+        (outcome, started.elapsed())
+    }
+
+    /// Before any effect: the requesting token must still be valid and
+    /// allowed, and the namespace the item acts in must still exist.
+    async fn recheck(&self, item: &WorkItem, action: Action) -> Result<(), WorkError> {
+        let namespace = match &item.namespace_id {
+            Some(ns_id) => match self.store.get_namespace_by_id(ns_id).await {
+                Ok(ns) => Some(ns.name),
+                Err(StoreError::NotFound { .. }) => {
+                    return Err(WorkError::Permanent(format!(
+                        "ownership check failed: namespace {ns_id} no longer exists"
+                    )));
+                }
+                Err(e) => return Err(WorkError::from_store(e)),
+            },
+            None => None,
+        };
+        let Some(token_id) = &item.requested_by else {
+            return Ok(()); // made by the hub itself
+        };
+        let token = match self.store.get_token(token_id).await {
+            Ok(t) => t,
+            Err(StoreError::NotFound { .. }) => {
+                return Err(WorkError::Permanent(
+                    "authorization re-check failed: the requesting token no longer exists".into(),
+                ));
+            }
+            Err(e) => return Err(WorkError::from_store(e)),
+        };
+        if token.revoked_at.is_some() || token.expires_at.is_some_and(|at| at <= Utc::now()) {
+            return Err(WorkError::Permanent(format!(
+                "authorization re-check failed: token {:?} is revoked or expired",
+                token.name
+            )));
+        }
+        let principal = Principal {
+            token_id: token.id,
+            token_name: token.name,
+            role: token.role,
+            namespace: token.namespace,
+        };
+        match principal.permits(action, namespace.as_deref()) {
+            Decision::Allow => Ok(()),
+            Decision::Deny(reason) => Err(WorkError::Permanent(format!(
+                "authorization re-check failed: {reason}"
+            ))),
+        }
+    }
+}
+
+async fn sleep_or_shutdown(d: Duration, shutdown: &CancellationToken) {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = shutdown.cancelled() => {}
+    }
+}

@@ -1,0 +1,18 @@
+//! Compiles the .proto files with protox (a pure-Rust protobuf compiler), so a
+//! fresh machine needs no `protoc` binary to build clawfed.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = ["clawfed/admin/v1/admin.proto", "clawfed/link/v1/link.proto"];
+    for file in files {
+        println!("cargo:rerun-if-changed=proto/{file}");
+    }
+    let descriptors = protox::compile(files, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        // `SpokeLink.Connect` would clash with the generated `connect`
+        // constructor; clients are built with `new(channel)` instead.
+        .build_transport(false)
+        .compile_fds(descriptors)?;
+    Ok(())
+}

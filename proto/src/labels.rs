@@ -1,0 +1,17 @@
+//! Label and annotation keys written on Kubernetes objects. Both sides read
+//! these, so they live in one place.
+
+/// The tenant (clawfed namespace name) an object belongs to.
+pub const TENANT: &str = "clawfed.io/tenant";
+/// The clawfed namespace id, as an annotation on the physical namespace.
+pub const NAMESPACE_ID_ANNOTATION: &str = "clawfed.io/namespace-id";
+/// Marks objects clawfed manages.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY`].
+pub const MANAGER: &str = "clawfed";
+/// The Agent an object belongs to.
+pub const AGENT: &str = "clawfed.io/agent";
+/// The AgentRevision number an object belongs to.
+pub const REVISION: &str = "clawfed.io/revision";
+/// The workload role: `gateway` or `harness`.
+pub const WORKLOAD_ROLE: &str = "clawfed.io/workload-role";

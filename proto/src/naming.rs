@@ -1,0 +1,143 @@
+//! Name rules: DNS-1123 validation and the data-plane namespace name.
+
+use sha2::{Digest, Sha256};
+
+/// Prefix of every data-plane namespace clawfed creates.
+pub const DATA_PLANE_PREFIX: &str = "oce-";
+/// Hex characters of SHA-256(namespace id) in a data-plane namespace name.
+pub const DATA_PLANE_HASH_LEN: usize = 15;
+/// Longest Agent name: leaves room for the suffixes of the Kubernetes objects
+/// made from it (`<agent>-r<revision>-gateway` must stay a DNS-1123 label).
+pub const MAX_AGENT_NAME_LEN: usize = 40;
+
+/// Why a name is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// The name is empty.
+    #[error("must not be empty")]
+    Empty,
+    /// The name is longer than allowed.
+    #[error("must be at most {max} characters (got {len})")]
+    TooLong {
+        /// The limit.
+        max: usize,
+        /// The length given.
+        len: usize,
+    },
+    /// The name has characters or a shape DNS-1123 does not allow.
+    #[error(
+        "must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"
+    )]
+    InvalidCharacters,
+}
+
+/// The physical Kubernetes namespace of a tenant: `oce-` followed by the first
+/// 15 hex characters of SHA-256(namespace id).
+pub fn data_plane_namespace(namespace_id: &str) -> String {
+    let digest = Sha256::digest(namespace_id.as_bytes());
+    let hex = hex::encode(digest);
+    format!("{DATA_PLANE_PREFIX}{}", &hex[..DATA_PLANE_HASH_LEN])
+}
+
+/// Validates a DNS-1123 label (RFC 1123): at most 63 lower case alphanumerics
+/// or '-', starting and ending with an alphanumeric.
+pub fn validate_dns1123_label(name: &str) -> Result<(), NameError> {
+    validate_label_with_max(name, 63)
+}
+
+/// Validates an Agent name: a DNS-1123 label of at most
+/// [`MAX_AGENT_NAME_LEN`] characters.
+pub fn validate_agent_name(name: &str) -> Result<(), NameError> {
+    validate_label_with_max(name, MAX_AGENT_NAME_LEN)
+}
+
+fn validate_label_with_max(name: &str, max: usize) -> Result<(), NameError> {
+    if name.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if name.len() > max {
+        return Err(NameError::TooLong {
+            max,
+            len: name.len(),
+        });
+    }
+    let bytes = name.as_bytes();
+    let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-';
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if !bytes.iter().all(|&b| allowed(b)) || !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {
+        return Err(NameError::InvalidCharacters);
+    }
+    Ok(())
+}
+
+/// True when `name` has the shape of a legacy data-plane namespace,
+/// `oce-<slug>-<hash12>`. The shape alone never makes it valid: discovery must
+/// also find the tenant label, namespace-id annotation and manager label.
+pub fn is_legacy_data_plane_shape(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(DATA_PLANE_PREFIX) else {
+        return false;
+    };
+    let Some((slug, hash)) = rest.rsplit_once('-') else {
+        return false;
+    };
+    validate_dns1123_label(name).is_ok()
+        && !slug.is_empty()
+        && hash.len() == 12
+        && hash
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_plane_namespace_is_prefix_and_fifteen_hex_of_sha256() {
+        // sha256("abc") = ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad
+        assert_eq!(data_plane_namespace("abc"), "oce-ba7816bf8f01cfe");
+        let name = data_plane_namespace("0190f5a2-7c1e-7000-8000-000000000000");
+        assert_eq!(name.len(), 4 + 15);
+        assert!(validate_dns1123_label(&name).is_ok());
+    }
+
+    #[test]
+    fn dns1123_labels() {
+        assert!(validate_dns1123_label("team-a").is_ok());
+        assert!(validate_dns1123_label("a").is_ok());
+        assert_eq!(validate_dns1123_label(""), Err(NameError::Empty));
+        assert_eq!(
+            validate_dns1123_label("Team"),
+            Err(NameError::InvalidCharacters)
+        );
+        assert_eq!(
+            validate_dns1123_label("-a"),
+            Err(NameError::InvalidCharacters)
+        );
+        assert_eq!(
+            validate_dns1123_label("a-"),
+            Err(NameError::InvalidCharacters)
+        );
+        assert_eq!(
+            validate_dns1123_label("a_b"),
+            Err(NameError::InvalidCharacters)
+        );
+        assert!(matches!(
+            validate_dns1123_label(&"a".repeat(64)),
+            Err(NameError::TooLong { max: 63, len: 64 })
+        ));
+        assert!(matches!(
+            validate_agent_name(&"a".repeat(41)),
+            Err(NameError::TooLong { max: 40, .. })
+        ));
+    }
+
+    #[test]
+    fn legacy_shape() {
+        assert!(is_legacy_data_plane_shape("oce-team-a-0123456789ab"));
+        assert!(!is_legacy_data_plane_shape("oce-0123456789ab"));
+        assert!(!is_legacy_data_plane_shape("oce-team-0123456789"));
+        assert!(!is_legacy_data_plane_shape("oce-team-0123456789AB"));
+        assert!(!is_legacy_data_plane_shape("xyz-team-0123456789ab"));
+    }
+}

@@ -1,0 +1,10 @@
+//! Shared helpers for clawfed's integration tests.
+//!
+//! # Layout
+//! - [`db`]: throwaway SQLite files and PostgreSQL schemas for store tests.
+//! - [`hub`]: an in-process hub on `127.0.0.1:0` with its REST and gRPC clients.
+//! - [`kube_env`]: attach to the real Kubernetes test clusters (`e2e/cluster.sh`).
+
+pub mod db;
+pub mod hub;
+pub mod kube_env;
