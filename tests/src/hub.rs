@@ -1,1 +1,130 @@
+//! An in-process hub on `127.0.0.1:0` over a test store, with tokens and
+//! REST/gRPC clients for it.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use clawfed_hub::auth::{self, Role};
+use clawfed_hub::config::Config;
+use clawfed_hub::server::{self, Hub};
+use clawfed_hub::store::{NewToken, Store};
+use clawfed_hub::worker::Handlers;
+use clawfed_proto::admin::v1::admin_service_client::AdminServiceClient;
+
+use crate::db::TestDb;
+
+/// A running hub for a test.
+pub struct TestHub {
+    pub hub: Option<Hub>,
+    pub db: TestDb,
+    pub rest: String,
+    pub grpc_addr: SocketAddr,
+    pub metrics: String,
+    /// An installation-admin token.
+    pub root_token: String,
+    pub http: reqwest::Client,
+}
+
+/// Which store a test hub runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A config listening on ephemeral loopback ports, with a fast worker.
+pub fn test_config(db_url: &str) -> Config {
+    let mut config = Config::default();
+    config.database.url = db_url.to_owned();
+    config.api.rest_addr = "127.0.0.1:0".parse().unwrap();
+    config.api.grpc_addr = "127.0.0.1:0".parse().unwrap();
+    config.api.metrics_addr = "127.0.0.1:0".parse().unwrap();
+    config.worker.poll_interval_ms = 20;
+    config.worker.lease_seconds = 2;
+    config.worker.backoff_base_ms = 20;
+    config.worker.backoff_cap_ms = 200;
+    config.worker.max_attempts = 3;
+    config
+}
+
+impl TestHub {
+    /// Starts a hub with the built-in work handlers.
+    pub async fn start(backend: Backend) -> Self {
+        Self::start_with(backend, |_| {}, Handlers::builtin()).await
+    }
+
+    /// Starts a hub after `adjust` edits its config, with `handlers`.
+    pub async fn start_with(
+        backend: Backend,
+        adjust: impl FnOnce(&mut Config),
+        handlers: Handlers,
+    ) -> Self {
+        let db = match backend {
+            Backend::Sqlite => crate::db::sqlite().await,
+            Backend::Postgres => crate::db::postgres().await,
+        };
+        let mut config = test_config(&db.url);
+        adjust(&mut config);
+        let hub = server::start_with_store(&config, db.dyn_store(), handlers)
+            .await
+            .expect("start hub");
+        let root_token = mint(db.store.as_ref(), "root", None, Role::InstallationAdmin).await;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Self {
+            rest: format!("http://{}", hub.rest_addr),
+            grpc_addr: hub.grpc_addr,
+            metrics: format!("http://{}", hub.metrics_addr),
+            hub: Some(hub),
+            db,
+            root_token,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// The hub's store.
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.db.dyn_store()
+    }
+
+    /// Creates a token and returns its secret.
+    pub async fn token(&self, name: &str, namespace: Option<&str>, role: Role) -> String {
+        mint(self.db.store.as_ref(), name, namespace, role).await
+    }
+
+    /// `{rest}/api/v1{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.rest)
+    }
+
+    /// A gRPC admin client.
+    pub async fn grpc(&self) -> AdminServiceClient<tonic::transport::Channel> {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.grpc_addr))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect gRPC");
+        AdminServiceClient::new(channel)
+    }
+
+    /// Stops the hub, draining every task.
+    pub async fn stop(&mut self) {
+        if let Some(hub) = self.hub.take() {
+            hub.stop().await;
+        }
+    }
+}
+
+async fn mint(store: &dyn Store, name: &str, namespace: Option<&str>, role: Role) -> String {
+    let minted = auth::mint_token();
+    store
+        .create_token(&NewToken {
+            name: name.to_owned(),
+            namespace: namespace.map(str::to_owned),
+            role,
+            hash: minted.hash,
+            expires_at: None,
+        })
+        .await
+        .expect("create token");
+    minted.secret
+}
