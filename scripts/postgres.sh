@@ -57,10 +57,11 @@ DO \$\$ BEGIN
   END IF;
 END \$\$;
 SQL
-  # A fresh test database each run: tests make a schema each and never
-  # clean up after themselves.
-  as_postgres dropdb -p "$port" --if-exists --force "$DB" >&2
-  as_postgres createdb -p "$port" -O "$ROLE" "$DB" >&2
+  # Tests make a schema each, so runs (even concurrent ones) share the
+  # database without interfering.
+  if ! as_postgres psql -p "$port" -tAc "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1; then
+    as_postgres createdb -p "$port" -O "$ROLE" "$DB" >&2
+  fi
   echo "postgres://$ROLE:$PASSWORD@127.0.0.1:$port/$DB"
 }
 
