@@ -1,0 +1,803 @@
+//! One store conformance suite, instantiated for SQLite and for a real
+//! PostgreSQL server. Each case gets a fresh database (or schema).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use clawfed_hub::auth::{self, Role};
+use clawfed_hub::model::{
+    AgentSpec, ConnectionState, DesiredState, ExecutionMode, HarnessKind, NamespaceState,
+    Placement, Resources, RevisionPhase, WorkState,
+};
+use clawfed_hub::store::{
+    ClusterRecord, Effects, IdempotencyKey, NewAgent, NewAudit, NewNamespace, NewRevision,
+    NewToken, NewWork, Store, StoreError, WorkFilter,
+};
+use serde_json::json;
+
+fn audit(action: &str, ns: Option<&str>, target: &str) -> NewAudit {
+    NewAudit {
+        actor: "token:test".into(),
+        action: action.into(),
+        namespace: ns.map(str::to_owned),
+        target: target.into(),
+        result: "ok".into(),
+        detail: None,
+    }
+}
+
+fn fx(action: &str) -> Effects {
+    Effects::audit(audit(action, Some("team-a"), "t"))
+}
+
+fn spec(image: &str) -> AgentSpec {
+    AgentSpec {
+        harness_kind: HarnessKind::DedicatedOpenclaw,
+        execution_mode: ExecutionMode::Ordinary,
+        image: image.into(),
+        gateway_image: None,
+        configuration: None,
+        resources: Resources::default(),
+        requirement_labels: BTreeMap::from([("gpu".into(), "a100".into())]),
+        placement: Placement::default(),
+        plugins: vec!["web".into()],
+    }
+}
+
+fn work(kind: &str, ns_id: Option<&str>, target: &str) -> NewWork {
+    NewWork {
+        kind: kind.into(),
+        namespace_id: ns_id.map(str::to_owned),
+        target: target.into(),
+        payload: json!({ "n": target }),
+        requested_by: None,
+        max_attempts: 3,
+        run_at: Utc::now(),
+    }
+}
+
+async fn namespace(s: &dyn Store, name: &str) -> String {
+    let id = uuid::Uuid::now_v7().to_string();
+    s.create_namespace(
+        &NewNamespace {
+            id: id.clone(),
+            name: name.into(),
+            display_name: name.into(),
+            data_plane_namespace: clawfed_proto::naming::data_plane_namespace(&id),
+            adopted: false,
+        },
+        &Effects::audit(audit("namespace.create", Some(name), name)),
+    )
+    .await
+    .expect("create namespace");
+    id
+}
+
+async fn agent(s: &dyn Store, ns: &str, name: &str) {
+    s.create_agent(
+        &NewAgent {
+            namespace: ns.into(),
+            name: name.into(),
+            spec: spec("img:1"),
+        },
+        &fx("agent.create"),
+    )
+    .await
+    .expect("create agent");
+}
+
+fn revision(ns: &str, agent: &str, version: i64, image: &str) -> NewRevision {
+    NewRevision {
+        namespace: ns.into(),
+        agent: agent.into(),
+        agent_version: version,
+        spec: spec(image),
+        configuration: json!({ "model": "x" }),
+        images: vec![],
+        resolved_cluster: None,
+        rolled_back_from: None,
+        idempotency: None,
+    }
+}
+
+mod cases {
+    use super::*;
+
+    pub async fn namespaces_round_trip_with_atomic_effects(s: Arc<dyn Store>) {
+        let id = uuid::Uuid::now_v7().to_string();
+        let fx = Effects {
+            audit: audit("namespace.create", Some("team-a"), "namespaces/team-a"),
+            work: vec![work("namespace.provision", Some(&id), &id)],
+        };
+        let ns = s
+            .create_namespace(
+                &NewNamespace {
+                    id: id.clone(),
+                    name: "team-a".into(),
+                    display_name: "Team A".into(),
+                    data_plane_namespace: "oce-adopted".into(),
+                    adopted: true,
+                },
+                &fx,
+            )
+            .await
+            .unwrap();
+        assert_eq!(ns.state, NamespaceState::Pending);
+        assert!(ns.adopted);
+        assert_eq!(ns.data_plane_namespace, "oce-adopted");
+        assert_eq!(s.get_namespace("team-a").await.unwrap(), ns);
+        assert_eq!(s.get_namespace_by_id(&id).await.unwrap(), ns);
+        // The audit event and the work item were written with it.
+        let events = s.list_audit(Some("team-a"), 10).await.unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].action, "namespace.create");
+        let items = s
+            .list_work(&WorkFilter {
+                namespace: Some("team-a".into()),
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0].kind, "namespace.provision");
+        assert_eq!(items[0].namespace.as_deref(), Some("team-a"));
+
+        // Duplicates of name or data-plane name are refused, and the refused
+        // attempt leaves no audit or work behind.
+        let dup = s
+            .create_namespace(
+                &NewNamespace {
+                    id: uuid::Uuid::now_v7().to_string(),
+                    name: "team-a".into(),
+                    display_name: "x".into(),
+                    data_plane_namespace: "oce-other".into(),
+                    adopted: false,
+                },
+                &Effects {
+                    audit: audit("namespace.create", Some("team-a"), "dup"),
+                    work: vec![work("namespace.provision", None, "dup")],
+                },
+            )
+            .await;
+        assert!(matches!(
+            dup,
+            Err(StoreError::AlreadyExists {
+                kind: "namespace",
+                ..
+            })
+        ));
+        let dup_plane = s
+            .create_namespace(
+                &NewNamespace {
+                    id: uuid::Uuid::now_v7().to_string(),
+                    name: "team-b".into(),
+                    display_name: "x".into(),
+                    data_plane_namespace: "oce-adopted".into(),
+                    adopted: true,
+                },
+                &fx,
+            )
+            .await;
+        assert!(matches!(dup_plane, Err(StoreError::AlreadyExists { .. })));
+        assert_eq!(s.list_audit(None, 10).await.unwrap().len(), 1);
+        assert_eq!(s.work_stats(Utc::now()).await.unwrap().pending, 1);
+
+        let provisioned = s.mark_namespace_provisioned(&id, Utc::now()).await.unwrap();
+        assert_eq!(provisioned.state, NamespaceState::Active);
+        let first = provisioned.provisioned_at.unwrap();
+        let again = s
+            .mark_namespace_provisioned(&id, Utc::now() + chrono::Duration::seconds(5))
+            .await
+            .unwrap();
+        assert_eq!(again.provisioned_at, Some(first), "idempotent");
+
+        namespace(s.as_ref(), "team-b").await;
+        let names: Vec<_> = s
+            .list_namespaces(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        assert_eq!(names, ["team-a", "team-b"]);
+        assert_eq!(s.list_namespaces(Some("team-b")).await.unwrap().len(), 1);
+        assert!(matches!(
+            s.get_namespace("nope").await,
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    pub async fn namespace_delete_refuses_while_agents_exist(s: Arc<dyn Store>) {
+        namespace(s.as_ref(), "team-a").await;
+        agent(s.as_ref(), "team-a", "bot").await;
+        let err = s
+            .delete_namespace("team-a", &fx("namespace.delete"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::FailedPrecondition(_)), "{err}");
+        assert!(s.get_namespace("team-a").await.is_ok());
+        s.delete_agent("team-a", "bot", &fx("agent.delete"))
+            .await
+            .unwrap();
+        s.create_token(&NewToken {
+            name: "tenant".into(),
+            namespace: Some("team-a".into()),
+            role: Role::Viewer,
+            hash: auth::mint_token().hash,
+            expires_at: None,
+        })
+        .await
+        .unwrap();
+        s.delete_namespace("team-a", &fx("namespace.delete"))
+            .await
+            .unwrap();
+        assert!(matches!(
+            s.get_namespace("team-a").await,
+            Err(StoreError::NotFound { .. })
+        ));
+        assert!(matches!(
+            s.delete_namespace("team-a", &fx("namespace.delete")).await,
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    pub async fn configurations_use_optimistic_concurrency(s: Arc<dyn Store>) {
+        namespace(s.as_ref(), "team-a").await;
+        let c = s
+            .create_configuration("team-a", "base", &json!({"a": 1}), &fx("c"))
+            .await
+            .unwrap();
+        assert_eq!(c.version, 1);
+        assert!(matches!(
+            s.create_configuration("team-a", "base", &json!({}), &fx("c"))
+                .await,
+            Err(StoreError::AlreadyExists { .. })
+        ));
+        let c2 = s
+            .update_configuration("team-a", "base", &json!({"a": 2}), 1, &fx("u"))
+            .await
+            .unwrap();
+        assert_eq!(c2.version, 2);
+        // A writer still holding version 1 loses, and its write is not applied.
+        let stale = s
+            .update_configuration("team-a", "base", &json!({"a": 3}), 1, &fx("u"))
+            .await;
+        assert!(matches!(
+            stale,
+            Err(StoreError::Conflict { expected: 1, .. })
+        ));
+        assert_eq!(
+            s.get_configuration("team-a", "base").await.unwrap().data,
+            json!({"a": 2})
+        );
+        assert!(matches!(
+            s.update_configuration("team-a", "missing", &json!({}), 1, &fx("u"))
+                .await,
+            Err(StoreError::NotFound { .. })
+        ));
+        assert_eq!(s.list_configurations("team-a").await.unwrap().len(), 1);
+        s.delete_configuration("team-a", "base", &fx("d"))
+            .await
+            .unwrap();
+        assert!(s.list_configurations("team-a").await.unwrap().is_empty());
+    }
+
+    pub async fn agents_use_optimistic_concurrency(s: Arc<dyn Store>) {
+        namespace(s.as_ref(), "team-a").await;
+        agent(s.as_ref(), "team-a", "bot").await;
+        let a = s.get_agent("team-a", "bot").await.unwrap();
+        assert_eq!(a.version, 1);
+        assert_eq!(a.desired_state, DesiredState::Stopped);
+        assert_eq!(a.spec, spec("img:1"));
+        assert!(matches!(
+            s.create_agent(
+                &NewAgent {
+                    namespace: "team-a".into(),
+                    name: "bot".into(),
+                    spec: spec("img:1")
+                },
+                &fx("agent.create")
+            )
+            .await,
+            Err(StoreError::AlreadyExists { kind: "agent", .. })
+        ));
+        // Two writers read version 1; exactly one update wins.
+        let (spec_x, spec_y, fx_u) = (spec("img:x"), spec("img:y"), fx("u"));
+        let (x, y) = tokio::join!(
+            s.update_agent("team-a", "bot", &spec_x, 1, &fx_u),
+            s.update_agent("team-a", "bot", &spec_y, 1, &fx_u),
+        );
+        let winner = match (x, y) {
+            (Ok(w), Err(StoreError::Conflict { .. }))
+            | (Err(StoreError::Conflict { .. }), Ok(w)) => w,
+            other => panic!("expected one winner and one conflict, got {other:?}"),
+        };
+        assert_eq!(winner.version, 2);
+        assert_eq!(
+            s.get_agent("team-a", "bot").await.unwrap().spec,
+            winner.spec
+        );
+        // Agents are namespaced.
+        namespace(s.as_ref(), "team-b").await;
+        assert!(matches!(
+            s.get_agent("team-b", "bot").await,
+            Err(StoreError::NotFound { .. })
+        ));
+        assert_eq!(s.list_agents("team-b").await.unwrap().len(), 0);
+        assert_eq!(s.list_agents("team-a").await.unwrap().len(), 1);
+    }
+
+    pub async fn deploy_freezes_numbered_immutable_revisions(s: Arc<dyn Store>) {
+        namespace(s.as_ref(), "team-a").await;
+        agent(s.as_ref(), "team-a", "bot").await;
+        let r1 = s
+            .deploy(&revision("team-a", "bot", 1, "img:1"), &fx("agent.deploy"))
+            .await
+            .unwrap();
+        assert!(r1.created);
+        assert_eq!(r1.revision.number, 1);
+        assert_eq!(r1.revision.phase, RevisionPhase::Pending);
+        assert_eq!(r1.revision.configuration, json!({"model": "x"}));
+        let a = s.get_agent("team-a", "bot").await.unwrap();
+        assert_eq!(a.latest_revision, Some(1));
+        assert_eq!(a.desired_state, DesiredState::Running);
+        assert_eq!(a.version, 1, "deploy does not bump the draft version");
+        // Deploying from a stale draft version is a conflict, not a mixed snapshot.
+        s.update_agent("team-a", "bot", &spec("img:2"), 1, &fx("u"))
+            .await
+            .unwrap();
+        assert!(matches!(
+            s.deploy(&revision("team-a", "bot", 1, "img:1"), &fx("agent.deploy"))
+                .await,
+            Err(StoreError::Conflict { .. })
+        ));
+        let r2 = s
+            .deploy(&revision("team-a", "bot", 2, "img:2"), &fx("agent.deploy"))
+            .await
+            .unwrap();
+        assert_eq!(r2.revision.number, 2);
+        // Revision 1 is unchanged by the later edit and deploy.
+        let got = s.get_revision("team-a", "bot", 1).await.unwrap();
+        assert_eq!(got, r1.revision);
+        assert_eq!(got.spec.image, "img:1");
+        let mut rollback = revision("team-a", "bot", 2, "img:1");
+        rollback.rolled_back_from = Some(1);
+        let r3 = s.deploy(&rollback, &fx("agent.rollback")).await.unwrap();
+        assert_eq!(r3.revision.number, 3);
+        assert_eq!(r3.revision.rolled_back_from, Some(1));
+        let numbers: Vec<_> = s
+            .list_revisions("team-a", "bot")
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.number)
+            .collect();
+        assert_eq!(numbers, [1, 2, 3]);
+        assert!(matches!(
+            s.list_revisions("team-a", "ghost").await,
+            Err(StoreError::NotFound { .. })
+        ));
+        let events = s.list_audit(Some("team-a"), 50).await.unwrap();
+        assert!(
+            events
+                .iter()
+                .any(|e| e.action == "agent.deploy" && e.detail.as_deref() == Some("revision 2"))
+        );
+        // Stop, then delete takes the revisions with it.
+        assert!(matches!(
+            s.delete_agent("team-a", "bot", &fx("d")).await,
+            Err(StoreError::FailedPrecondition(_))
+        ));
+        s.set_desired_state("team-a", "bot", DesiredState::Stopped, &fx("stop"))
+            .await
+            .unwrap();
+        s.delete_agent("team-a", "bot", &fx("d")).await.unwrap();
+        agent(s.as_ref(), "team-a", "bot").await;
+        assert!(s.list_revisions("team-a", "bot").await.unwrap().is_empty());
+    }
+
+    pub async fn deploy_is_idempotent_per_key(s: Arc<dyn Store>) {
+        namespace(s.as_ref(), "team-a").await;
+        agent(s.as_ref(), "team-a", "bot").await;
+        let mut req = revision("team-a", "bot", 1, "img:1");
+        req.idempotency = Some(IdempotencyKey {
+            key: "k1".into(),
+            fingerprint: "f1".into(),
+        });
+        let first = s.deploy(&req, &fx("agent.deploy")).await.unwrap();
+        let again = s.deploy(&req, &fx("agent.deploy")).await.unwrap();
+        assert!(first.created);
+        assert!(!again.created);
+        assert_eq!(first.revision.id, again.revision.id);
+        assert_eq!(s.list_revisions("team-a", "bot").await.unwrap().len(), 1);
+        let mut other = req.clone();
+        other.idempotency = Some(IdempotencyKey {
+            key: "k1".into(),
+            fingerprint: "different".into(),
+        });
+        assert!(matches!(
+            s.deploy(&other, &fx("agent.deploy")).await,
+            Err(StoreError::FailedPrecondition(_))
+        ));
+        // Concurrent retries of one key still make exactly one revision.
+        let mut req2 = revision("team-a", "bot", 1, "img:1");
+        req2.idempotency = Some(IdempotencyKey {
+            key: "k2".into(),
+            fingerprint: "f2".into(),
+        });
+        let results = futures_join(s.clone(), req2, 8).await;
+        let ids: HashSet<_> = results.iter().map(|d| d.revision.id.clone()).collect();
+        assert_eq!(ids.len(), 1, "{results:?}");
+        assert_eq!(results.iter().filter(|d| d.created).count(), 1);
+        assert_eq!(s.list_revisions("team-a", "bot").await.unwrap().len(), 2);
+    }
+
+    async fn futures_join(
+        s: Arc<dyn Store>,
+        req: NewRevision,
+        n: usize,
+    ) -> Vec<clawfed_hub::store::Deployed> {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..n {
+            let s = s.clone();
+            let req = req.clone();
+            set.spawn(async move { s.deploy(&req, &fx("agent.deploy")).await.unwrap() });
+        }
+        set.join_all().await
+    }
+
+    pub async fn concurrent_deploys_get_distinct_numbers(s: Arc<dyn Store>) {
+        namespace(s.as_ref(), "team-a").await;
+        agent(s.as_ref(), "team-a", "bot").await;
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..10 {
+            let s = s.clone();
+            set.spawn(async move {
+                s.deploy(&revision("team-a", "bot", 1, "img:1"), &fx("agent.deploy"))
+                    .await
+            });
+        }
+        let mut numbers: Vec<i64> = Vec::new();
+        for r in set.join_all().await {
+            match r {
+                Ok(d) => numbers.push(d.revision.number),
+                // Under heavy contention the store may give up with a
+                // conflict; it must never hand out a duplicate number.
+                Err(StoreError::Conflict { .. }) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        numbers.sort_unstable();
+        let expected: Vec<i64> = (1..=numbers.len() as i64).collect();
+        assert_eq!(numbers, expected);
+        assert!(numbers.len() >= 5, "too many conflicts: {numbers:?}");
+    }
+
+    pub async fn clusters_upsert_by_name(s: Arc<dyn Store>) {
+        let mut rec = ClusterRecord {
+            name: "exec-a".into(),
+            labels: BTreeMap::from([("region".into(), "eu".into())]),
+            capabilities: vec!["provider".into()],
+            certificate_serials: vec!["01".into()],
+            connection_state: ConnectionState::Pending,
+            last_seen: None,
+            version: "0.1.0".into(),
+        };
+        let first = s.upsert_cluster(&rec).await.unwrap();
+        rec.connection_state = ConnectionState::Online;
+        rec.last_seen = Some(Utc::now());
+        let second = s.upsert_cluster(&rec).await.unwrap();
+        assert_eq!(first.id, second.id, "same row updated");
+        assert_eq!(second.connection_state, ConnectionState::Online);
+        assert!(second.last_seen.is_some());
+        assert_eq!(s.list_clusters().await.unwrap(), vec![second.clone()]);
+        assert_eq!(s.get_cluster("exec-a").await.unwrap(), second);
+        assert!(matches!(
+            s.get_cluster("exec-b").await,
+            Err(StoreError::NotFound { .. })
+        ));
+        assert_eq!(s.fleet_summary(None).await.unwrap().clusters_online, 1);
+    }
+
+    pub async fn work_claims_are_exclusive_and_leased(s: Arc<dyn Store>) {
+        let items: Vec<_> = (0..50).map(|i| work("k", None, &i.to_string())).collect();
+        s.enqueue_work(&items).await.unwrap();
+        let now = Utc::now();
+        let lease = Duration::from_secs(30);
+        let (a, b, c) = tokio::join!(
+            s.claim_work("w1", 20, lease, now),
+            s.claim_work("w2", 20, lease, now),
+            s.claim_work("w3", 20, lease, now),
+        );
+        let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
+        let mut ids = HashSet::new();
+        for item in a.iter().chain(&b).chain(&c) {
+            assert!(ids.insert(item.id.clone()), "claimed twice: {}", item.id);
+            assert_eq!(item.state, WorkState::Claimed);
+            assert_eq!(item.attempts, 1);
+        }
+        assert_eq!(ids.len(), 50);
+        assert!(s.claim_work("w4", 10, lease, now).await.unwrap().is_empty());
+        // Only the holder completes or extends; fencing by lease owner.
+        let a_ids: Vec<_> = a.iter().map(|i| i.id.clone()).collect();
+        assert_eq!(s.complete_work("w2", &a_ids, now).await.unwrap(), 0);
+        assert_eq!(
+            s.heartbeat_work("w1", &a_ids, now + chrono::Duration::seconds(60))
+                .await
+                .unwrap(),
+            a_ids.len() as u64
+        );
+        assert_eq!(
+            s.complete_work("w1", &a_ids, now).await.unwrap(),
+            a_ids.len() as u64
+        );
+        assert_eq!(s.get_work(&a_ids[0]).await.unwrap().state, WorkState::Done);
+        let stats = s.work_stats(now).await.unwrap();
+        assert_eq!(stats.pending, 50 - a_ids.len() as i64);
+        assert!(stats.oldest_pending_age.is_some());
+    }
+
+    pub async fn expired_claims_are_recovered(s: Arc<dyn Store>) {
+        let mut fragile = work("k", None, "last-try");
+        fragile.max_attempts = 1;
+        s.enqueue_work(&[work("k", None, "a"), fragile])
+            .await
+            .unwrap();
+        let t0 = Utc::now();
+        let claimed = s
+            .claim_work("crashed", 10, Duration::from_secs(1), t0)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 2);
+        // Not expired yet: nothing to recover.
+        assert_eq!(s.recover_expired_work(t0).await.unwrap().requeued, 0);
+        let later = t0 + chrono::Duration::seconds(5);
+        let recovered = s.recover_expired_work(later).await.unwrap();
+        assert_eq!((recovered.requeued, recovered.failed), (1, 1));
+        let again = s
+            .claim_work("survivor", 10, Duration::from_secs(30), later)
+            .await
+            .unwrap();
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].target, "a");
+        assert_eq!(again[0].attempts, 2);
+        // The crashed worker's late completion is fenced off.
+        assert_eq!(
+            s.complete_work("crashed", &[again[0].id.clone()], later)
+                .await
+                .unwrap(),
+            0
+        );
+        let failed = s
+            .list_work(&WorkFilter {
+                state: Some(WorkState::Failed),
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(failed.len(), 1);
+        assert!(
+            failed[0]
+                .last_error
+                .as_deref()
+                .unwrap()
+                .contains("lease expired"),
+            "{:?}",
+            failed[0].last_error
+        );
+    }
+
+    pub async fn retries_wait_for_run_at_and_keep_the_error(s: Arc<dyn Store>) {
+        s.enqueue_work(&[work("k", None, "a")]).await.unwrap();
+        let now = Utc::now();
+        let item = s
+            .claim_work("w", 1, Duration::from_secs(30), now)
+            .await
+            .unwrap()
+            .remove(0);
+        let run_at = now + chrono::Duration::seconds(60);
+        assert!(
+            s.retry_work("w", &item.id, run_at, "boom", now)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !s.retry_work("w", &item.id, run_at, "boom", now)
+                .await
+                .unwrap(),
+            "not claimed any more"
+        );
+        let got = s.get_work(&item.id).await.unwrap();
+        assert_eq!(got.state, WorkState::Pending);
+        assert_eq!(got.last_error.as_deref(), Some("boom"));
+        assert!(got.lease_owner.is_none());
+        assert!(
+            s.claim_work("w", 1, Duration::from_secs(30), now)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let due = s
+            .claim_work(
+                "w",
+                1,
+                Duration::from_secs(30),
+                run_at + chrono::Duration::seconds(1),
+            )
+            .await
+            .unwrap();
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].attempts, 2);
+        assert!(s.fail_work("w", &item.id, "fatal", now).await.unwrap());
+        let failed = s.get_work(&item.id).await.unwrap();
+        assert_eq!(failed.state, WorkState::Failed);
+        assert_eq!(failed.last_error.as_deref(), Some("fatal"));
+        assert_eq!(s.work_stats(now).await.unwrap().pending, 0);
+    }
+
+    pub async fn work_listing_filters(s: Arc<dyn Store>) {
+        let a = namespace(s.as_ref(), "team-a").await;
+        let b = namespace(s.as_ref(), "team-b").await;
+        s.enqueue_work(&[work("k", Some(&a), "1"), work("k", Some(&b), "2")])
+            .await
+            .unwrap();
+        let only_a = s
+            .list_work(&WorkFilter {
+                namespace: Some("team-a".into()),
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(only_a.len(), 1);
+        assert_eq!(only_a[0].target, "1");
+        let pending = s
+            .list_work(&WorkFilter {
+                state: Some(WorkState::Pending),
+                limit: 1,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(pending.len(), 1, "limit applies");
+        assert!(matches!(
+            s.get_work("missing").await,
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    pub async fn audit_lists_newest_first_per_namespace(s: Arc<dyn Store>) {
+        for i in 0..5 {
+            s.append_audit(&audit("x", Some("team-a"), &i.to_string()))
+                .await
+                .unwrap();
+        }
+        s.append_audit(&audit("x", Some("team-b"), "b"))
+            .await
+            .unwrap();
+        let a = s.list_audit(Some("team-a"), 3).await.unwrap();
+        let targets: Vec<_> = a.iter().map(|e| e.target.as_str()).collect();
+        assert_eq!(targets, ["4", "3", "2"]);
+        assert_eq!(s.list_audit(None, 100).await.unwrap().len(), 6);
+        assert_eq!(s.list_audit(Some("team-b"), 100).await.unwrap().len(), 1);
+    }
+
+    pub async fn tokens_are_stored_hashed_and_revocable(s: Arc<dyn Store>) {
+        namespace(s.as_ref(), "team-a").await;
+        let minted = auth::mint_token();
+        let created = s
+            .create_token(&NewToken {
+                name: "ci".into(),
+                namespace: Some("team-a".into()),
+                role: Role::Deployer,
+                hash: minted.hash.clone(),
+                expires_at: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(created.namespace.as_deref(), Some("team-a"));
+        let found = s
+            .find_token(&auth::hash_token(&minted.secret))
+            .await
+            .unwrap();
+        assert_eq!(found, Some(created.clone()));
+        assert_eq!(
+            s.find_token(&auth::hash_token("cfd_wrong")).await.unwrap(),
+            None
+        );
+        assert!(matches!(
+            s.create_token(&NewToken {
+                name: "ci".into(),
+                namespace: None,
+                role: Role::InstallationAdmin,
+                hash: auth::mint_token().hash,
+                expires_at: None,
+            })
+            .await,
+            Err(StoreError::AlreadyExists { .. })
+        ));
+        assert!(matches!(
+            s.create_token(&NewToken {
+                name: "other".into(),
+                namespace: Some("ghost".into()),
+                role: Role::Viewer,
+                hash: auth::mint_token().hash,
+                expires_at: None,
+            })
+            .await,
+            Err(StoreError::NotFound { .. })
+        ));
+        s.revoke_token("ci", Utc::now()).await.unwrap();
+        assert!(s.get_token(&created.id).await.unwrap().revoked_at.is_some());
+        assert!(matches!(
+            s.revoke_token("ghost", Utc::now()).await,
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    pub async fn fleet_summary_is_scoped(s: Arc<dyn Store>) {
+        namespace(s.as_ref(), "team-a").await;
+        namespace(s.as_ref(), "team-b").await;
+        agent(s.as_ref(), "team-a", "one").await;
+        agent(s.as_ref(), "team-a", "two").await;
+        agent(s.as_ref(), "team-b", "three").await;
+        s.deploy(&revision("team-a", "one", 1, "img:1"), &fx("agent.deploy"))
+            .await
+            .unwrap();
+        let all = s.fleet_summary(None).await.unwrap();
+        assert_eq!((all.namespaces, all.agents, all.agents_running), (2, 3, 1));
+        assert_eq!(all.revisions_by_phase.get("pending"), Some(&1));
+        let a = s.fleet_summary(Some("team-a")).await.unwrap();
+        assert_eq!(
+            (a.namespaces, a.agents, a.agents_running, a.agents_stopped),
+            (1, 2, 1, 1)
+        );
+        let b = s.fleet_summary(Some("team-b")).await.unwrap();
+        assert_eq!((b.agents, b.agents_running), (1, 0));
+        assert!(b.revisions_by_phase.is_empty());
+    }
+}
+
+/// Instantiates every case for one backend.
+macro_rules! conformance {
+    ($backend:ident, $open:path; $($case:ident),* $(,)?) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let db = $open().await;
+                    super::cases::$case(db.dyn_store()).await;
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! suite {
+    ($($case:ident),* $(,)?) => {
+        conformance!(sqlite, clawfed_tests::db::sqlite; $($case),*);
+        conformance!(postgres, clawfed_tests::db::postgres; $($case),*);
+    };
+}
+
+suite!(
+    namespaces_round_trip_with_atomic_effects,
+    namespace_delete_refuses_while_agents_exist,
+    configurations_use_optimistic_concurrency,
+    agents_use_optimistic_concurrency,
+    deploy_freezes_numbered_immutable_revisions,
+    deploy_is_idempotent_per_key,
+    concurrent_deploys_get_distinct_numbers,
+    clusters_upsert_by_name,
+    work_claims_are_exclusive_and_leased,
+    expired_claims_are_recovered,
+    retries_wait_for_run_at_and_keep_the_error,
+    work_listing_filters,
+    audit_lists_newest_first_per_namespace,
+    tokens_are_stored_hashed_and_revocable,
+    fleet_summary_is_scoped,
+);
