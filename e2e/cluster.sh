@@ -321,7 +321,7 @@ cluster_down() {
 
 cluster_status() {
   setup_vars "$1"
-  if [[ ! -d "$DIR" ]]; then echo "$NAME: down"; return 0; fi
+  if [[ ! -d "$DIR" ]]; then echo "$NAME: down"; return 1; fi
   local c state ready="no" n=0
   ready_ok && ready="ok"
   for c in "${COMPONENTS[@]}"; do alive "$c" && n=$((n + 1)); done

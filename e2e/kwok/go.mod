@@ -1,6 +1,5 @@
-// Wrapper module: builds sigs.k8s.io/kwok (cmd/kwok) to simulate Nodes, and
-// pins sigs.k8s.io/gateway-api so its config/crd manifests are in the module
-// cache for e2e/cluster.sh.
+// Wrapper module: builds sigs.k8s.io/kwok (cmd/kwok), which simulates the
+// test clusters' Node and makes bound Pods Running and Ready.
 module clawfed.local/e2e/kwok
 
 go 1.26.0

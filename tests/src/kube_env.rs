@@ -43,10 +43,14 @@ pub fn clusters_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("CLAWFED_CLUSTERS_DIR") {
         return PathBuf::from(dir);
     }
-    let cache = std::env::var_os("CLAWFED_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
-        home.join(".cache").join("clawfed")
-    });
+    let cache = std::env::var_os("CLAWFED_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/root"));
+            home.join(".cache").join("clawfed")
+        });
     cache.join("clusters")
 }
 
@@ -76,17 +80,23 @@ impl std::fmt::Debug for TestCluster {
 }
 
 fn start_hint(name: &str) -> String {
-    format!("start it with `e2e/cluster.sh up {name}` (builds the binaries first if needed with e2e/build.sh)")
+    format!(
+        "start it with `e2e/cluster.sh up {name}` (builds the binaries first if needed with e2e/build.sh)"
+    )
 }
 
 /// Attach to the running cluster `name`, or fail telling how to start it.
 pub async fn cluster(name: &str) -> Result<TestCluster> {
     let path = admin_kubeconfig_path(name);
     if !path.exists() {
-        bail!("Kubernetes test cluster '{name}' is not running: {} does not exist; {}", path.display(), start_hint(name));
+        bail!(
+            "Kubernetes test cluster '{name}' is not running: {} does not exist; {}",
+            path.display(),
+            start_hint(name)
+        );
     }
-    let kubeconfig =
-        Kubeconfig::read_from(&path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let kubeconfig = Kubeconfig::read_from(&path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
     let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .with_context(|| format!("loading kubeconfig {}", path.display()))?;
@@ -106,7 +116,12 @@ pub async fn cluster(name: &str) -> Result<TestCluster> {
             start_hint(name)
         ),
     }
-    Ok(TestCluster { name: name.to_string(), kubeconfig_path: path, config, client })
+    Ok(TestCluster {
+        name: name.to_string(),
+        kubeconfig_path: path,
+        config,
+        client,
+    })
 }
 
 impl TestCluster {
@@ -176,8 +191,15 @@ impl TestCluster {
     /// `namespace` as its default namespace. `audience: None` gives a token
     /// the apiserver accepts; another audience yields a token the apiserver
     /// rejects (useful to test audience checks).
-    pub async fn service_account_client(&self, namespace: &str, sa_name: &str, audience: Option<&str>) -> Result<Client> {
-        let token = self.service_account_token(namespace, sa_name, audience, 3600).await?;
+    pub async fn service_account_client(
+        &self,
+        namespace: &str,
+        sa_name: &str,
+        audience: Option<&str>,
+    ) -> Result<Client> {
+        let token = self
+            .service_account_token(namespace, sa_name, audience, 3600)
+            .await?;
         self.bearer_client(namespace, token)
     }
 
@@ -185,7 +207,10 @@ impl TestCluster {
     pub fn bearer_client(&self, default_namespace: &str, token: String) -> Result<Client> {
         let mut config = self.anonymous_config();
         config.default_namespace = default_namespace.to_string();
-        config.auth_info = AuthInfo { token: Some(token.into()), ..Default::default() };
+        config.auth_info = AuthInfo {
+            token: Some(token.into()),
+            ..Default::default()
+        };
         Client::try_from(config).context("building a bearer-token kube::Client")
     }
 
@@ -210,11 +235,16 @@ impl TestCluster {
             .await
             .with_context(|| format!("creating namespace {name} in cluster {}", self.name))?;
         let sas: Api<ServiceAccount> = Api::namespaced(self.admin(), &name);
-        eventually(Duration::from_secs(30), &format!("default ServiceAccount in {name}"), || async {
-            Ok(sas.get_opt("default").await?.map(|_| ()))
-        })
+        eventually(
+            Duration::from_secs(30),
+            &format!("default ServiceAccount in {name}"),
+            || async { Ok(sas.get_opt("default").await?.map(|_| ())) },
+        )
         .await?;
-        Ok(TestNamespace { name, client: self.admin() })
+        Ok(TestNamespace {
+            name,
+            client: self.admin(),
+        })
     }
 }
 
@@ -228,7 +258,9 @@ pub struct TestNamespace {
 
 impl std::fmt::Debug for TestNamespace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestNamespace").field("name", &self.name).finish()
+        f.debug_struct("TestNamespace")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -236,7 +268,10 @@ impl TestNamespace {
     /// Start deleting the namespace (the namespace controller finishes it).
     pub async fn delete(&self) -> Result<()> {
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
-        match namespaces.delete(&self.name, &DeleteParams::background()).await {
+        match namespaces
+            .delete(&self.name, &DeleteParams::background())
+            .await
+        {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(e).with_context(|| format!("deleting namespace {}", self.name)),
@@ -251,7 +286,11 @@ fn sanitize(prefix: &str) -> String {
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
     let s = s.trim_matches('-');
-    if s.is_empty() { "test".to_string() } else { s.chars().take(40).collect() }
+    if s.is_empty() {
+        "test".to_string()
+    } else {
+        s.chars().take(40).collect()
+    }
 }
 
 /// Poll `f` every 100 ms until it yields `Some`, failing after `timeout` with
