@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine of this kind or a warm one:
+#   1. PostgreSQL from Debian packages (installed when missing), started,
+#      with a test role and database (scripts/postgres.sh);
+#   2. the real Kubernetes control planes built from upstream Go modules
+#      (e2e/build.sh, cached outside the repo) and started as the `control`
+#      and `exec-a` clusters (e2e/cluster.sh);
+#   3. every Rust test in the workspace (unit, store conformance on SQLite
+#      and PostgreSQL, API, worker, CLI, cluster tests);
+#   4. the clusters this script started are stopped again, pass or fail.
+# Exits non-zero on the first failure. Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+need() { # command package
+  command -v "$1" >/dev/null 2>&1 && return
+  log "installing $2"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq "$2"
+}
+need openssl openssl
+need curl curl
+
+log "PostgreSQL"
+eval "$(scripts/postgres.sh env)"
+export CLAWFED_TEST_DATABASE_URL
+
+log "Kubernetes control planes (build once, cached by version)"
+start=$(date +%s)
+e2e/build.sh >/dev/null
+log "control planes built or reused in $(( $(date +%s) - start )) s"
+
+CLUSTERS=(control exec-a)
+started=()
+cleanup() {
+  if [ ${#started[@]} -gt 0 ]; then
+    log "stopping clusters ${started[*]}"
+    e2e/cluster.sh down "${started[@]}" || true
+  fi
+}
+trap cleanup EXIT
+for c in "${CLUSTERS[@]}"; do
+  if ! e2e/cluster.sh status "$c" >/dev/null 2>&1; then
+    started+=("$c")
+  fi
+done
+if [ ${#started[@]} -gt 0 ]; then
+  log "starting clusters ${started[*]}"
+  e2e/cluster.sh up "${started[@]}"
+fi
+
+log "cargo test"
+cargo test --workspace --all-targets --locked "$@"
