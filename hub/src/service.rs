@@ -198,12 +198,12 @@ impl Service {
         target: &str,
         result: Result<T>,
     ) -> Result<T> {
-        if let Err(err) = &result {
-            if !matches!(err, ServiceError::Unavailable(_)) {
-                let event = audit(p, what, namespace, target, "error", Some(err.to_string()));
-                if let Err(e) = self.store.append_audit(&event).await {
-                    tracing::warn!(error = %e, "audit.append_failed");
-                }
+        if let Err(err) = &result
+            && !matches!(err, ServiceError::Unavailable(_))
+        {
+            let event = audit(p, what, namespace, target, "error", Some(err.to_string()));
+            if let Err(e) = self.store.append_audit(&event).await {
+                tracing::warn!(error = %e, "audit.append_failed");
             }
         }
         result
@@ -545,21 +545,21 @@ impl Service {
             validate::image_ref("harness", &spec.image),
             validate::image_ref("gateway", &gateway_image),
         ];
-        if self.policy.require_immutable_digest {
-            if let Some(unpinned) = images.iter().find(|i| i.digest.is_none()) {
-                let field = if unpinned.role == "harness" {
-                    "spec.image"
-                } else {
-                    "spec.gatewayImage"
-                };
-                return Err(ServiceError::InvalidArgument {
-                    field: field.into(),
-                    reason: format!(
-                        "requireImmutableDigest is set: {:?} must be pinned as name@sha256:<digest>",
-                        unpinned.reference
-                    ),
-                });
-            }
+        if self.policy.require_immutable_digest
+            && let Some(unpinned) = images.iter().find(|i| i.digest.is_none())
+        {
+            let field = if unpinned.role == "harness" {
+                "spec.image"
+            } else {
+                "spec.gatewayImage"
+            };
+            return Err(ServiceError::InvalidArgument {
+                field: field.into(),
+                reason: format!(
+                    "requireImmutableDigest is set: {:?} must be pinned as name@sha256:<digest>",
+                    unpinned.reference
+                ),
+            });
         }
         let resolved_cluster = self.resolve_cluster(&spec).await?;
         let idempotency = idempotency_key.map(|key| IdempotencyKey {

@@ -116,19 +116,35 @@ impl<T: DeserializeOwned + Default> Body<Option<T>> {
     }
 }
 
-async fn read_body(req: Request, state: &AppState) -> Result<Bytes, Response> {
-    let limit = state.max_body_bytes;
-    match axum::body::to_bytes(req.into_body(), limit).await {
-        Ok(bytes) => Ok(bytes),
-        Err(_) => Err(ApiError::response(
-            ErrorCode::PayloadTooLarge,
-            format!("request body is larger than the limit of {limit} bytes"),
-            None,
-        )),
+/// Why a body was refused.
+pub enum BodyRejection {
+    /// Larger than the configured limit (bytes).
+    TooLarge(usize),
+    /// Not valid for the expected type.
+    Invalid(ApiError),
+}
+
+impl IntoResponse for BodyRejection {
+    fn into_response(self) -> Response {
+        match self {
+            Self::TooLarge(limit) => ApiError::response(
+                ErrorCode::PayloadTooLarge,
+                format!("request body is larger than the limit of {limit} bytes"),
+                None,
+            ),
+            Self::Invalid(e) => e.into_response(),
+        }
     }
 }
 
-fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Response> {
+async fn read_body(req: Request, state: &AppState) -> Result<Bytes, BodyRejection> {
+    let limit = state.max_body_bytes;
+    axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|_| BodyRejection::TooLarge(limit))
+}
+
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyRejection> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();
@@ -140,14 +156,14 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Response> {
             }
             _ => inner.to_string(),
         };
-        ApiError(ServiceError::InvalidArgument { field, reason }).into_response()
+        BodyRejection::Invalid(ApiError(ServiceError::InvalidArgument { field, reason }))
     })
 }
 
 impl<T: DeserializeOwned> FromRequest<AppState> for Body<T> {
-    type Rejection = Response;
+    type Rejection = BodyRejection;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Response> {
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, BodyRejection> {
         let bytes = read_body(req, state).await?;
         Ok(Body(parse_json(&bytes)?))
     }
@@ -157,9 +173,9 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Body<T> {
 pub struct OptionalBody<T>(pub Body<Option<T>>);
 
 impl<T: DeserializeOwned> FromRequest<AppState> for OptionalBody<T> {
-    type Rejection = Response;
+    type Rejection = BodyRejection;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Response> {
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, BodyRejection> {
         let bytes = read_body(req, state).await?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(OptionalBody(Body(None)));

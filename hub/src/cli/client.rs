@@ -175,7 +175,7 @@ enum AgentCommand {
         #[arg(long, short = 'n')]
         namespace: String,
         #[command(flatten)]
-        spec: SpecArgs,
+        spec: Box<SpecArgs>,
     },
     /// Change a draft: flags override the current spec; -f replaces it.
     Update {
@@ -183,7 +183,7 @@ enum AgentCommand {
         #[arg(long, short = 'n')]
         namespace: String,
         #[command(flatten)]
-        spec: SpecArgs,
+        spec: Box<SpecArgs>,
     },
     Delete {
         name: String,
