@@ -15,3 +15,12 @@ pub const AGENT: &str = "clawfed.io/agent";
 pub const REVISION: &str = "clawfed.io/revision";
 /// The workload role: `gateway` or `harness`.
 pub const WORKLOAD_ROLE: &str = "clawfed.io/workload-role";
+
+/// Annotation: the Work generation the spoke applied to an object.
+pub const GENERATION_ANNOTATION: &str = "clawfed.io/generation";
+/// Annotation: the Work target an object was applied for.
+pub const WORK_TARGET_ANNOTATION: &str = "clawfed.io/work-target";
+/// Annotation: the AgentRevision id of an object.
+pub const REVISION_ID_ANNOTATION: &str = "clawfed.io/revision-id";
+/// Label on a data-plane namespace clawfed adopted (operator-named); value `true`.
+pub const ADOPTED: &str = "clawfed.io/adopted";

@@ -5,11 +5,15 @@
 //! - [`link`]: generated `clawfed.link.v1` types for the hub/spoke stream.
 //! - [`labels`]: the Kubernetes label and annotation keys clawfed owns.
 //! - [`naming`]: name validation and the data-plane namespace rule.
+//! - [`readiness`]: the Harness readiness contract, a pure function.
+//! - [`work`]: typed work specs carried in `link.v1.Work.spec`.
 //!
 //! Nothing here performs I/O.
 
 pub mod labels;
 pub mod naming;
+pub mod readiness;
+pub mod work;
 
 /// `clawfed.admin.v1`: the admin API, same semantics as REST `/api/v1`.
 pub mod admin {

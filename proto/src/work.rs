@@ -1,0 +1,453 @@
+//! Typed work specs carried in `clawfed.link.v1.Work.spec` (JSON, camelCase,
+//! unknown fields rejected), one struct per [`WorkKind`]. Pure: no I/O.
+//!
+//! Work is level-based: each spec is the full desired state of its target, so
+//! applying the same generation twice is harmless.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// `Work.kind` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WorkKind {
+    /// Ensure the tenant's data-plane namespace ([`NamespaceWork`]).
+    NamespaceEnsure,
+    /// Tear the tenant's data-plane namespace down ([`NamespaceDeleteWork`]).
+    NamespaceDelete,
+    /// Apply one Harness revision ([`HarnessWork`]).
+    HarnessApply,
+    /// Stop one Harness revision, keeping PVC and credential Secret
+    /// ([`RevisionWork`]).
+    HarnessStop,
+    /// Retire one Harness revision: the destructive cleanup ([`RevisionWork`]).
+    HarnessRetire,
+}
+
+impl WorkKind {
+    /// Every kind.
+    pub const ALL: [WorkKind; 5] = [
+        WorkKind::NamespaceEnsure,
+        WorkKind::NamespaceDelete,
+        WorkKind::HarnessApply,
+        WorkKind::HarnessStop,
+        WorkKind::HarnessRetire,
+    ];
+
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkKind::NamespaceEnsure => "namespace.ensure",
+            WorkKind::NamespaceDelete => "namespace.delete",
+            WorkKind::HarnessApply => "harness.apply",
+            WorkKind::HarnessStop => "harness.stop",
+            WorkKind::HarnessRetire => "harness.retire",
+        }
+    }
+
+    /// Parses the wire string.
+    pub fn parse(s: &str) -> Option<WorkKind> {
+        WorkKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for WorkKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A decoded work spec.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkSpec {
+    /// `namespace.ensure`.
+    NamespaceEnsure(NamespaceWork),
+    /// `namespace.delete`.
+    NamespaceDelete(NamespaceDeleteWork),
+    /// `harness.apply`.
+    HarnessApply(Box<HarnessWork>),
+    /// `harness.stop`.
+    HarnessStop(RevisionWork),
+    /// `harness.retire`.
+    HarnessRetire(RevisionWork),
+}
+
+/// Why a work spec cannot be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// `Work.kind` is not one of [`WorkKind`].
+    #[error("unknown work kind {0:?}")]
+    UnknownKind(String),
+    /// The JSON does not match the kind's spec.
+    #[error("invalid {kind} spec: {source}")]
+    Json {
+        /// The kind.
+        kind: WorkKind,
+        /// The decoding error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl WorkSpec {
+    /// Decodes `spec` as the spec of `kind`.
+    pub fn decode(kind: &str, spec: &[u8]) -> Result<WorkSpec, SpecError> {
+        let k = WorkKind::parse(kind).ok_or_else(|| SpecError::UnknownKind(kind.to_string()))?;
+        let err = |source| SpecError::Json { kind: k, source };
+        Ok(match k {
+            WorkKind::NamespaceEnsure => {
+                WorkSpec::NamespaceEnsure(serde_json::from_slice(spec).map_err(err)?)
+            }
+            WorkKind::NamespaceDelete => {
+                WorkSpec::NamespaceDelete(serde_json::from_slice(spec).map_err(err)?)
+            }
+            WorkKind::HarnessApply => {
+                WorkSpec::HarnessApply(Box::new(serde_json::from_slice(spec).map_err(err)?))
+            }
+            WorkKind::HarnessStop => {
+                WorkSpec::HarnessStop(serde_json::from_slice(spec).map_err(err)?)
+            }
+            WorkKind::HarnessRetire => {
+                WorkSpec::HarnessRetire(serde_json::from_slice(spec).map_err(err)?)
+            }
+        })
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> WorkKind {
+        match self {
+            WorkSpec::NamespaceEnsure(_) => WorkKind::NamespaceEnsure,
+            WorkSpec::NamespaceDelete(_) => WorkKind::NamespaceDelete,
+            WorkSpec::HarnessApply(_) => WorkKind::HarnessApply,
+            WorkSpec::HarnessStop(_) => WorkKind::HarnessStop,
+            WorkSpec::HarnessRetire(_) => WorkKind::HarnessRetire,
+        }
+    }
+
+    /// Encodes the spec as the JSON carried in `Work.spec`.
+    pub fn encode(&self) -> Vec<u8> {
+        let r = match self {
+            WorkSpec::NamespaceEnsure(s) => serde_json::to_vec(s),
+            WorkSpec::NamespaceDelete(s) => serde_json::to_vec(s),
+            WorkSpec::HarnessApply(s) => serde_json::to_vec(s),
+            WorkSpec::HarnessStop(s) | WorkSpec::HarnessRetire(s) => serde_json::to_vec(s),
+        };
+        // These types serialize infallibly (string keys, no custom impls that fail).
+        r.unwrap_or_default()
+    }
+}
+
+/// Conventional work targets (the hub chooses them; the spoke only records them).
+pub mod target {
+    /// Target of namespace work: `namespace/<namespace id>`.
+    pub fn namespace(namespace_id: &str) -> String {
+        format!("namespace/{namespace_id}")
+    }
+
+    /// Target of Harness work: `harness/<namespace id>/<agent>/<revision>`.
+    pub fn harness(namespace_id: &str, agent: &str, revision: i64) -> String {
+        format!("harness/{namespace_id}/{agent}/{revision}")
+    }
+}
+
+/// `namespace.ensure`: the tenant's data-plane namespace and its guard rails.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NamespaceWork {
+    /// The clawfed namespace (tenant) name: value of the tenant label.
+    pub tenant: String,
+    /// The clawfed namespace id: input of the naming rule and value of the
+    /// namespace-id annotation.
+    pub namespace_id: String,
+    /// Adopt this operator-named namespace instead of `oce-<hash15>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopt: Option<String>,
+    /// ResourceQuota `spec.hard` (e.g. `pods: "20"`, `requests.cpu: "8"`).
+    #[serde(default)]
+    pub quota: BTreeMap<String, String>,
+    /// LimitRange container defaults.
+    #[serde(default)]
+    pub container_defaults: ContainerDefaults,
+    /// The flows Harness Pods need beyond DNS.
+    #[serde(default)]
+    pub network: HarnessNetwork,
+}
+
+/// LimitRange `Container` defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContainerDefaults {
+    /// `defaultRequest` (e.g. `cpu: 100m`, `memory: 128Mi`).
+    #[serde(default)]
+    pub default_request: BTreeMap<String, String>,
+    /// `default` limits.
+    #[serde(default)]
+    pub default_limit: BTreeMap<String, String>,
+}
+
+/// Network flows allowed to and from Harness Pods (everything else is denied).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HarnessNetwork {
+    /// Sources (CIDRs) allowed to reach the Harness port, e.g. the Gateway's
+    /// egress addresses in the control cluster.
+    #[serde(default)]
+    pub ingress_from_cidrs: Vec<String>,
+    /// The Harness port opened to `ingressFromCidrs`.
+    #[serde(default = "default_harness_port")]
+    pub harness_port: i32,
+    /// Egress destinations (e.g. the model provider's addresses).
+    #[serde(default)]
+    pub egress: Vec<EgressRule>,
+}
+
+/// One allowed egress flow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EgressRule {
+    /// Destination CIDR.
+    pub cidr: String,
+    /// Destination TCP ports.
+    pub ports: Vec<i32>,
+}
+
+fn default_harness_port() -> i32 {
+    8080
+}
+
+/// `namespace.delete`: tear the tenant's data-plane namespace down.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NamespaceDeleteWork {
+    /// The clawfed namespace (tenant) name.
+    pub tenant: String,
+    /// The clawfed namespace id.
+    pub namespace_id: String,
+    /// The physical namespace (as resolved by `namespace.ensure`).
+    pub data_plane_namespace: String,
+}
+
+/// How a Harness runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum ExecutionMode {
+    /// The spoke applies an ordinary Deployment.
+    #[default]
+    Ordinary,
+    /// The spoke's SandboxDriver provider owns the Harness.
+    Provider,
+}
+
+/// Container resources (Kubernetes quantities).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Resources {
+    /// Requests, e.g. `cpu: 250m`.
+    #[serde(default)]
+    pub requests: BTreeMap<String, String>,
+    /// Limits, e.g. `memory: 1Gi`.
+    #[serde(default)]
+    pub limits: BTreeMap<String, String>,
+}
+
+/// The workspace PVC (ReadWriteOnce).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Workspace {
+    /// Requested size, e.g. `1Gi`.
+    pub size: String,
+    /// StorageClass; `None` uses the cluster default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class: Option<String>,
+}
+
+/// Secret data: values never appear in `Debug` output or logs.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(transparent)]
+pub struct SecretData(pub BTreeMap<String, String>);
+
+impl fmt::Debug for SecretData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.keys().map(|k| (k, "<redacted>")))
+            .finish()
+    }
+}
+
+/// A predecessor revision of the same Agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Predecessor {
+    /// Revision number.
+    pub revision: i64,
+    /// Revision id.
+    pub revision_id: String,
+    /// How it runs.
+    #[serde(default)]
+    pub execution: ExecutionMode,
+}
+
+/// `harness.apply`: one Harness revision, the full desired state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HarnessWork {
+    /// The clawfed namespace (tenant) name.
+    pub tenant: String,
+    /// The clawfed namespace id.
+    pub namespace_id: String,
+    /// The physical namespace (as resolved by `namespace.ensure`).
+    pub data_plane_namespace: String,
+    /// Agent name (DNS-1123, at most 40 characters).
+    pub agent: String,
+    /// AgentRevision number.
+    pub revision: i64,
+    /// AgentRevision id.
+    pub revision_id: String,
+    /// Harness kind (e.g. `openclaw-native`), recorded as a label.
+    #[serde(default)]
+    pub harness_kind: String,
+    /// Container image; `name@sha256:<64 hex>` when `requireDigest`.
+    pub image: String,
+    /// Reject an image not pinned by SHA-256 digest.
+    #[serde(default)]
+    pub require_digest: bool,
+    /// Harness requirement labels: every Harness Pod carries them, and the
+    /// readiness contract requires them.
+    #[serde(default)]
+    pub requirement_labels: BTreeMap<String, String>,
+    /// Container resources.
+    #[serde(default)]
+    pub resources: Resources,
+    /// Container port the Harness serves on.
+    #[serde(default = "default_harness_port")]
+    pub port: i32,
+    /// Environment (non-secret) of the Harness container.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The workspace PVC; none when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<Workspace>,
+    /// The model credential: goes only into the Harness credential Secret.
+    #[serde(default)]
+    pub credential: SecretData,
+    /// Dedicated Harness: stop `predecessors` before starting this one.
+    #[serde(default)]
+    pub dedicated: bool,
+    /// Earlier revisions of the same Agent to stop first (when `dedicated`).
+    #[serde(default)]
+    pub predecessors: Vec<Predecessor>,
+    /// Ordinary Deployment or provider-owned.
+    #[serde(default)]
+    pub execution: ExecutionMode,
+    /// Node selector of the Harness Pod.
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+}
+
+/// `harness.stop` and `harness.retire`: one revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RevisionWork {
+    /// The clawfed namespace (tenant) name.
+    pub tenant: String,
+    /// The clawfed namespace id.
+    pub namespace_id: String,
+    /// The physical namespace.
+    pub data_plane_namespace: String,
+    /// Agent name.
+    pub agent: String,
+    /// Revision number.
+    pub revision: i64,
+    /// Revision id.
+    pub revision_id: String,
+    /// How it runs.
+    #[serde(default)]
+    pub execution: ExecutionMode,
+}
+
+/// Why an image reference is not pinned by digest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("image {0:?} is not pinned by a sha256 digest (name@sha256:<64 lowercase hex>)")]
+pub struct DigestError(pub String);
+
+/// Accepts `name@sha256:<64 lowercase hex>`.
+pub fn check_image_digest(image: &str) -> Result<(), DigestError> {
+    let ok = image.split_once("@sha256:").is_some_and(|(name, hex)| {
+        !name.is_empty()
+            && hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(DigestError(image.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_round_trip() {
+        for k in WorkKind::ALL {
+            assert_eq!(WorkKind::parse(k.as_str()), Some(k));
+        }
+        assert_eq!(WorkKind::parse("harness.delete"), None);
+    }
+
+    #[test]
+    fn harness_spec_decodes_camel_case_with_defaults() {
+        let json = br#"{
+            "tenant": "team-a", "namespaceId": "ns-1", "dataPlaneNamespace": "oce-x",
+            "agent": "a1", "revision": 2, "revisionId": "rev-2",
+            "image": "reg.example/agent@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+            "requireDigest": true,
+            "requirementLabels": {"sandbox.io/class": "gvisor"},
+            "credential": {"MODEL_API_KEY": "s3cret"},
+            "execution": "provider",
+            "predecessors": [{"revision": 1, "revisionId": "rev-1"}]
+        }"#;
+        let WorkSpec::HarnessApply(h) = WorkSpec::decode("harness.apply", json).expect("decodes")
+        else {
+            panic!("kind")
+        };
+        assert_eq!(h.port, 8080);
+        assert_eq!(h.execution, ExecutionMode::Provider);
+        assert_eq!(h.predecessors[0].execution, ExecutionMode::Ordinary);
+        assert!(
+            !format!("{h:?}").contains("s3cret"),
+            "secret redacted in Debug"
+        );
+        let again = WorkSpec::decode("harness.apply", &WorkSpec::HarnessApply(h.clone()).encode())
+            .expect("round trip");
+        assert_eq!(again, WorkSpec::HarnessApply(h));
+    }
+
+    #[test]
+    fn unknown_fields_and_kinds_are_rejected() {
+        let err = WorkSpec::decode(
+            "namespace.ensure",
+            br#"{"tenant":"t","namespaceId":"i","surprise":1}"#,
+        )
+        .expect_err("unknown field");
+        assert!(err.to_string().contains("surprise"), "{err}");
+        assert!(matches!(
+            WorkSpec::decode("nope", b"{}"),
+            Err(SpecError::UnknownKind(_))
+        ));
+    }
+
+    #[test]
+    fn digests() {
+        let hex = "a".repeat(64);
+        assert!(check_image_digest(&format!("reg/agent@sha256:{hex}")).is_ok());
+        assert!(check_image_digest("reg/agent:1.0").is_err());
+        assert!(check_image_digest(&format!("@sha256:{hex}")).is_err());
+        assert!(check_image_digest(&format!("reg/agent@sha256:{}", "A".repeat(64))).is_err());
+        assert!(check_image_digest("reg/agent@sha256:abc").is_err());
+    }
+}
