@@ -62,6 +62,16 @@ fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
     if value.is_empty() {
         Err(invalid(field, "is required"))
     } else {
+        no_nul(field, value)
+    }
+}
+
+/// PostgreSQL text cannot hold NUL, so a NUL in a name or id would fail in
+/// the database as `Internal`; it is a malformed field, named here.
+fn no_nul<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
+    if value.contains('\0') {
+        Err(invalid(field, "must not contain NUL characters"))
+    } else {
         Ok(value)
     }
 }
@@ -589,6 +599,9 @@ impl AdminService for AdminApi {
         let p = self.caller(&req).await?;
         let r = req.into_inner();
         let ns = non_empty(r.namespace);
+        if let Some(ns) = &ns {
+            no_nul("namespace", ns)?;
+        }
         let items = self
             .service
             .list_audit(&p, ns.as_deref(), limit(r.limit))
@@ -614,6 +627,9 @@ impl AdminService for AdminApi {
         let p = self.caller(&req).await?;
         let r = req.into_inner();
         let ns = non_empty(r.namespace);
+        if let Some(ns) = &ns {
+            no_nul("namespace", ns)?;
+        }
         let state = non_empty(r.state);
         let items = self
             .service

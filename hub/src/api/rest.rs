@@ -4,6 +4,7 @@
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -191,14 +192,60 @@ impl<T: DeserializeOwned + Send> FromRequestParts<AppState> for Params<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &AppState) -> ApiResult<Self> {
+        let query_error = |e: QueryRejection| {
+            ApiError(ServiceError::InvalidArgument {
+                field: "query".into(),
+                reason: e.body_text(),
+            })
+        };
+        let Query(raw) =
+            Query::<Vec<(String, String)>>::try_from_uri(&parts.uri).map_err(query_error)?;
+        reject_nul(&raw)?;
         Query::<T>::try_from_uri(&parts.uri)
             .map(|Query(v)| Params(v))
-            .map_err(|e| {
-                ApiError(ServiceError::InvalidArgument {
-                    field: "query".into(),
-                    reason: e.body_text(),
-                })
-            })
+            .map_err(query_error)
+    }
+}
+
+/// Path parameters, with bad ones reported as 400s in the JSON error body
+/// (axum's own rejection is plain text).
+pub struct PathParams<T>(pub T);
+
+impl<T: DeserializeOwned + Send> FromRequestParts<AppState> for PathParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+        let Path(raw) = Path::<Vec<(String, String)>>::from_request_parts(parts, state)
+            .await
+            .map_err(path_error)?;
+        reject_nul(&raw)?;
+        let Path(value) = Path::<T>::from_request_parts(parts, state)
+            .await
+            .map_err(path_error)?;
+        Ok(PathParams(value))
+    }
+}
+
+fn path_error(e: PathRejection) -> ApiError {
+    if e.status().is_client_error() {
+        ApiError(ServiceError::InvalidArgument {
+            field: "path".into(),
+            reason: e.body_text(),
+        })
+    } else {
+        ApiError(ServiceError::Internal(e.body_text()))
+    }
+}
+
+/// PostgreSQL text cannot hold NUL, so a NUL in a name or id would fail in
+/// the database as a 500; it is a malformed parameter, named here.
+fn reject_nul(params: &[(String, String)]) -> ApiResult<()> {
+    match params.iter().find(|(_, value)| value.contains('\0')) {
+        Some((name, _)) => Err(ApiError(ServiceError::InvalidArgument {
+            field: name.clone(),
+            reason: "must not contain NUL characters".into(),
+        })),
+        None => Ok(()),
     }
 }
 
@@ -254,7 +301,7 @@ async fn create_namespace(
 async fn get_namespace(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path(ns): Path<String>,
+    PathParams(ns): PathParams<String>,
 ) -> ApiResult<Response> {
     let n = s.service.get_namespace(&p, &ns).await?;
     Ok(with_etag(n.version, n))
@@ -267,7 +314,7 @@ async fn get_namespace(
 async fn delete_namespace(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path(ns): Path<String>,
+    PathParams(ns): PathParams<String>,
 ) -> ApiResult<StatusCode> {
     s.service.delete_namespace(&p, &ns).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -281,7 +328,7 @@ async fn delete_namespace(
 async fn list_configurations(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path(ns): Path<String>,
+    PathParams(ns): PathParams<String>,
 ) -> ApiResult<Json<List<Configuration>>> {
     Ok(Json(s.service.list_configurations(&p, &ns).await?.into()))
 }
@@ -294,7 +341,7 @@ async fn list_configurations(
 async fn create_configuration(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path(ns): Path<String>,
+    PathParams(ns): PathParams<String>,
     Body(req): Body<CreateConfiguration>,
 ) -> ApiResult<Response> {
     Ok(created(s.service.create_configuration(&p, &ns, req).await?))
@@ -307,7 +354,7 @@ async fn create_configuration(
 async fn get_configuration(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path((ns, name)): Path<(String, String)>,
+    PathParams((ns, name)): PathParams<(String, String)>,
 ) -> ApiResult<Response> {
     let c = s.service.get_configuration(&p, &ns, &name).await?;
     Ok(with_etag(c.version, c))
@@ -320,7 +367,7 @@ async fn get_configuration(
 async fn update_configuration(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path((ns, name)): Path<(String, String)>,
+    PathParams((ns, name)): PathParams<(String, String)>,
     Body(req): Body<UpdateConfiguration>,
 ) -> ApiResult<Response> {
     let c = s.service.update_configuration(&p, &ns, &name, req).await?;
@@ -334,7 +381,7 @@ async fn update_configuration(
 async fn delete_configuration(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path((ns, name)): Path<(String, String)>,
+    PathParams((ns, name)): PathParams<(String, String)>,
 ) -> ApiResult<StatusCode> {
     s.service.delete_configuration(&p, &ns, &name).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -348,7 +395,7 @@ async fn delete_configuration(
 async fn list_agents(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path(ns): Path<String>,
+    PathParams(ns): PathParams<String>,
 ) -> ApiResult<Json<List<Agent>>> {
     Ok(Json(s.service.list_agents(&p, &ns).await?.into()))
 }
@@ -361,7 +408,7 @@ async fn list_agents(
 async fn create_agent(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path(ns): Path<String>,
+    PathParams(ns): PathParams<String>,
     Body(req): Body<CreateAgent>,
 ) -> ApiResult<Response> {
     Ok(created(s.service.create_agent(&p, &ns, req).await?))
@@ -374,7 +421,7 @@ async fn create_agent(
 async fn get_agent(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path((ns, name)): Path<(String, String)>,
+    PathParams((ns, name)): PathParams<(String, String)>,
 ) -> ApiResult<Response> {
     let a = s.service.get_agent(&p, &ns, &name).await?;
     Ok(with_etag(a.version, a))
@@ -388,7 +435,7 @@ async fn get_agent(
 async fn update_agent(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path((ns, name)): Path<(String, String)>,
+    PathParams((ns, name)): PathParams<(String, String)>,
     Body(req): Body<UpdateAgent>,
 ) -> ApiResult<Response> {
     let a = s.service.update_agent(&p, &ns, &name, req).await?;
@@ -402,7 +449,7 @@ async fn update_agent(
 async fn delete_agent(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path((ns, name)): Path<(String, String)>,
+    PathParams((ns, name)): PathParams<(String, String)>,
 ) -> ApiResult<StatusCode> {
     s.service.delete_agent(&p, &ns, &name).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -420,7 +467,7 @@ async fn delete_agent(
 async fn deploy(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path((ns, name)): Path<(String, String)>,
+    PathParams((ns, name)): PathParams<(String, String)>,
     headers: HeaderMap,
     OptionalBody(body): OptionalBody<DeployRequest>,
 ) -> ApiResult<Response> {
@@ -456,7 +503,7 @@ async fn deploy(
 async fn stop(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path((ns, name)): Path<(String, String)>,
+    PathParams((ns, name)): PathParams<(String, String)>,
 ) -> ApiResult<Json<Agent>> {
     Ok(Json(s.service.stop(&p, &ns, &name).await?))
 }
@@ -468,7 +515,7 @@ async fn stop(
 async fn list_revisions(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path((ns, name)): Path<(String, String)>,
+    PathParams((ns, name)): PathParams<(String, String)>,
 ) -> ApiResult<Json<List<AgentRevision>>> {
     Ok(Json(s.service.list_revisions(&p, &ns, &name).await?.into()))
 }
@@ -480,7 +527,7 @@ async fn list_revisions(
 async fn get_revision(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path((ns, name, number)): Path<(String, String, String)>,
+    PathParams((ns, name, number)): PathParams<(String, String, String)>,
 ) -> ApiResult<Json<AgentRevision>> {
     let number = parse_number("number", &number)?;
     Ok(Json(s.service.get_revision(&p, &ns, &name, number).await?))
@@ -505,7 +552,7 @@ async fn list_clusters(
 async fn get_cluster(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path(name): Path<String>,
+    PathParams(name): PathParams<String>,
 ) -> ApiResult<Json<Cluster>> {
     Ok(Json(s.service.get_cluster(&p, &name).await?))
 }
@@ -575,7 +622,7 @@ async fn list_work(
 async fn get_work(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> ApiResult<Json<WorkItem>> {
     Ok(Json(s.service.get_work(&p, &id).await?))
 }
