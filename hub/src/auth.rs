@@ -12,6 +12,9 @@ use utoipa::ToSchema;
 /// Prefix that makes clawfed tokens recognisable (and scannable for leaks).
 pub const TOKEN_PREFIX: &str = "cfd_";
 
+/// Token id of [`Principal::system`]; no stored token has it.
+const SYSTEM_TOKEN_ID: &str = "system";
+
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -79,9 +82,24 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// The hub's own operator commands (`clawfed-hub cluster …`), which
+    /// act with installation-admin rights and are audited as `system:<name>`.
+    pub fn system(name: &str) -> Self {
+        Self {
+            token_id: SYSTEM_TOKEN_ID.to_owned(),
+            token_name: name.to_owned(),
+            role: Role::InstallationAdmin,
+            namespace: None,
+        }
+    }
+
     /// How audit events name this caller.
     pub fn actor(&self) -> String {
-        format!("token:{}", self.token_name)
+        if self.token_id == SYSTEM_TOKEN_ID {
+            format!("system:{}", self.token_name)
+        } else {
+            format!("token:{}", self.token_name)
+        }
     }
 
     /// True when the principal may see every namespace.

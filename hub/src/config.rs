@@ -58,6 +58,8 @@ pub struct Config {
     #[serde(default)]
     pub policy: PolicyConfig,
     #[serde(default)]
+    pub link: LinkSettings,
+    #[serde(default)]
     pub log: LogConfig,
 }
 
@@ -132,6 +134,41 @@ impl Default for WorkerSettings {
     }
 }
 
+/// The spoke link (mTLS gRPC port spokes dial).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LinkSettings {
+    pub enabled: bool,
+    pub addr: SocketAddr,
+    /// Directory of the link CA (`ca.key` mode 0600, `ca.crt`); created on
+    /// first start, or supplied by the operator.
+    pub ca_dir: std::path::PathBuf,
+    /// Names and IPs on the link's serving certificate.
+    pub server_names: Vec<String>,
+    pub cert_ttl_seconds: u64,
+    pub heartbeat_seconds: u64,
+    pub max_sessions: usize,
+    pub max_concurrent_handshakes: usize,
+    pub max_message_bytes: usize,
+}
+
+impl Default for LinkSettings {
+    fn default() -> Self {
+        let d = crate::link::LinkConfig::default();
+        Self {
+            enabled: true,
+            addr: d.addr,
+            ca_dir: d.ca_dir,
+            server_names: d.server_names,
+            cert_ttl_seconds: d.cert_ttl.as_secs(),
+            heartbeat_seconds: d.heartbeat.as_secs(),
+            max_sessions: d.max_sessions,
+            max_concurrent_handshakes: d.max_concurrent_handshakes,
+            max_message_bytes: d.max_message_bytes,
+        }
+    }
+}
+
 /// Installation policy.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -185,6 +222,7 @@ impl Default for Config {
             api: ApiConfig::default(),
             worker: WorkerSettings::default(),
             policy: PolicyConfig::default(),
+            link: LinkSettings::default(),
             log: LogConfig::default(),
         }
     }
@@ -233,6 +271,14 @@ impl Config {
                 "CLAWFED_GRPC_ADDR" => self.api.grpc_addr = parse(name, value)?,
                 "CLAWFED_METRICS_ADDR" => self.api.metrics_addr = parse(name, value)?,
                 "CLAWFED_WORKER_ENABLED" => self.worker.enabled = parse(name, value)?,
+                "CLAWFED_LINK_ENABLED" => self.link.enabled = parse(name, value)?,
+                "CLAWFED_LINK_ADDR" => self.link.addr = parse(name, value)?,
+                "CLAWFED_LINK_CA_DIR" => self.link.ca_dir = value.into(),
+                "CLAWFED_LINK_CERT_TTL_SECONDS" => self.link.cert_ttl_seconds = parse(name, value)?,
+                "CLAWFED_LINK_HEARTBEAT_SECONDS" => {
+                    self.link.heartbeat_seconds = parse(name, value)?
+                }
+                "CLAWFED_LINK_MAX_SESSIONS" => self.link.max_sessions = parse(name, value)?,
                 "CLAWFED_REQUIRE_IMMUTABLE_DIGEST" => {
                     self.policy.require_immutable_digest = parse(name, value)?
                 }
@@ -272,6 +318,18 @@ impl Config {
         if self.worker.max_attempts < 1 {
             return Err(invalid("worker.maxAttempts", "must be at least 1"));
         }
+        if self.link.cert_ttl_seconds < 10 {
+            return Err(invalid("link.certTtlSeconds", "must be at least 10"));
+        }
+        if self.link.heartbeat_seconds == 0 {
+            return Err(invalid("link.heartbeatSeconds", "must be at least 1"));
+        }
+        if self.link.max_concurrent_handshakes == 0 {
+            return Err(invalid(
+                "link.maxConcurrentHandshakes",
+                "must be at least 1",
+            ));
+        }
         if self.api.max_body_bytes < 1024 {
             return Err(invalid("api.maxBodyBytes", "must be at least 1024"));
         }
@@ -284,6 +342,21 @@ impl Config {
             require_immutable_digest: self.policy.require_immutable_digest,
             default_gateway_image: self.policy.default_gateway_image.clone(),
             work_max_attempts: self.worker.max_attempts,
+        }
+    }
+
+    /// The link settings this configuration sets.
+    pub fn link_config(&self) -> crate::link::LinkConfig {
+        crate::link::LinkConfig {
+            addr: self.link.addr,
+            ca_dir: self.link.ca_dir.clone(),
+            server_names: self.link.server_names.clone(),
+            cert_ttl: Duration::from_secs(self.link.cert_ttl_seconds),
+            heartbeat: Duration::from_secs(self.link.heartbeat_seconds),
+            max_sessions: self.link.max_sessions,
+            max_concurrent_handshakes: self.link.max_concurrent_handshakes,
+            max_message_bytes: self.link.max_message_bytes,
+            ..crate::link::LinkConfig::default()
         }
     }
 

@@ -8,6 +8,7 @@
 //! - [`service`]: the one service layer behind REST and gRPC.
 //! - [`api`]: REST (`/api/v1`, OpenAPI), gRPC admin, metrics, errors.
 //! - [`worker`]: the durable work queue's worker.
+//! - [`link`]: the spoke link (CA, enrollment, mTLS stream, outbox delivery).
 //! - [`server`]: wires everything together and runs until shutdown.
 //! - [`cli`]: the `clawfed` command-line client.
 
@@ -17,6 +18,7 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod link;
 pub mod model;
 pub mod server;
 pub mod service;

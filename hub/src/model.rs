@@ -399,6 +399,28 @@ pub struct Cluster {
     pub created_at: DateTime<Utc>,
 }
 
+/// Body of `POST /api/v1/clusters/{name}/bootstrap-tokens`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateBootstrapToken {
+    /// Lifetime in seconds (default 3600, at most 7 days).
+    #[serde(default)]
+    pub ttl_seconds: Option<i64>,
+    /// Allow re-enrolling an already enrolled cluster name.
+    #[serde(default)]
+    pub reenroll: bool,
+}
+
+/// A freshly created bootstrap token; the secret is shown only here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapTokenCreated {
+    pub cluster_name: String,
+    pub token: String,
+    pub expires_at: DateTime<Utc>,
+    pub reenroll: bool,
+}
+
 /// State of a durable work item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]

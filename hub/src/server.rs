@@ -37,6 +37,9 @@ pub enum ServerError {
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] store::StoreError),
+    /// The spoke link could not start.
+    #[error(transparent)]
+    Link(#[from] crate::link::server::LinkError),
 }
 
 /// A running hub.
@@ -45,6 +48,8 @@ pub struct Hub {
     pub rest_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
+    /// The spoke link, when enabled.
+    pub link: Option<crate::link::server::LinkHandle>,
     shutdown: CancellationToken,
     tasks: JoinSet<()>,
 }
@@ -104,7 +109,9 @@ pub async fn start_with_store(
     let metrics_addr = addr(&metrics_listener, "metrics")?;
 
     let service = Service::new(store.clone(), config.policy());
-    let metrics = Arc::new(metrics::Metrics::new());
+    let mut metrics = metrics::Metrics::new();
+    let link_metrics = crate::link::metrics::LinkMetrics::register(metrics.registry_mut());
+    let metrics = Arc::new(metrics);
     let state = AppState {
         service: service.clone(),
         metrics: metrics.clone(),
@@ -158,6 +165,21 @@ pub async fn start_with_store(
         tracing::info!("grpc.stopped");
     });
 
+    let link = if config.link.enabled {
+        Some(
+            crate::link::server::start(
+                config.link_config(),
+                store.clone(),
+                link_metrics,
+                shutdown.clone(),
+                &mut tasks,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+
     if config.worker.enabled {
         let worker = Worker::new(store, handlers, config.worker_config());
         let token = shutdown.clone();
@@ -170,6 +192,7 @@ pub async fn start_with_store(
         rest_addr,
         grpc_addr,
         metrics_addr,
+        link,
         shutdown,
         tasks,
     })

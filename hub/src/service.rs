@@ -12,13 +12,13 @@ use uuid::Uuid;
 
 use crate::auth::{self, Action, Decision, Principal};
 use crate::model::{
-    Agent, AgentRevision, AuditEvent, Cluster, Configuration, CreateAgent, CreateConfiguration,
-    CreateNamespace, DeployRequest, DesiredState, FleetSummary, Namespace, UpdateAgent,
-    UpdateConfiguration, WorkItem, WorkState,
+    Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, Cluster, Configuration, CreateAgent,
+    CreateBootstrapToken, CreateConfiguration, CreateNamespace, DeployRequest, DesiredState,
+    FleetSummary, Namespace, UpdateAgent, UpdateConfiguration, WorkItem, WorkState,
 };
 use crate::store::{
-    Effects, IdempotencyKey, NewAgent, NewAudit, NewNamespace, NewRevision, NewWork, Store,
-    StoreError, WorkFilter,
+    Effects, IdempotencyKey, NewAgent, NewAudit, NewBootstrapToken, NewNamespace, NewRevision,
+    NewWork, Store, StoreError, WorkFilter,
 };
 use crate::worker::kinds;
 
@@ -659,6 +659,71 @@ impl Service {
     pub async fn get_cluster(&self, p: &Principal, name: &str) -> Result<Cluster> {
         self.check_read(p, Action::Read, None)?;
         Ok(self.store.get_cluster(name).await?)
+    }
+
+    /// Creates a single-use, expiring bootstrap token for enrolling
+    /// `cluster_name` (installation admins).
+    pub async fn create_bootstrap_token(
+        &self,
+        p: &Principal,
+        cluster_name: &str,
+        req: CreateBootstrapToken,
+    ) -> Result<BootstrapTokenCreated> {
+        const MAX_TTL: i64 = 7 * 24 * 3600;
+        let target = format!("clusters/{cluster_name}");
+        let what = "cluster.token.create";
+        self.check_mutation(p, Action::Installation, None, what, &target)
+            .await?;
+        let result = async {
+            validate::dns_label("clusterName", cluster_name)?;
+            let ttl = req.ttl_seconds.unwrap_or(3600);
+            if !(1..=MAX_TTL).contains(&ttl) {
+                return Err(ServiceError::InvalidArgument {
+                    field: "ttlSeconds".into(),
+                    reason: format!("must be between 1 and {MAX_TTL}"),
+                });
+            }
+            let (secret, hash) = crate::link::enroll::mint_bootstrap_token();
+            let detail = req.reenroll.then(|| "re-enrollment allowed".to_owned());
+            let fx = Effects::audit(audit(p, what, None, &target, "ok", detail));
+            let token = self
+                .store
+                .create_bootstrap_token(
+                    &NewBootstrapToken {
+                        cluster_name: cluster_name.to_owned(),
+                        hash,
+                        reenroll: req.reenroll,
+                        created_by: p.actor(),
+                        expires_at: Utc::now() + chrono::Duration::seconds(ttl),
+                    },
+                    &fx,
+                )
+                .await?;
+            Ok(BootstrapTokenCreated {
+                cluster_name: token.cluster_name,
+                token: secret,
+                expires_at: token.expires_at,
+                reenroll: token.reenroll,
+            })
+        }
+        .await;
+        self.record(p, what, None, &target, result).await
+    }
+
+    /// Revokes a cluster: its certificates are denied and its live stream
+    /// closes; coming back needs re-enrollment.
+    pub async fn revoke_cluster(&self, p: &Principal, name: &str) -> Result<Cluster> {
+        let target = format!("clusters/{name}");
+        let what = "cluster.revoke";
+        self.check_mutation(p, Action::Installation, None, what, &target)
+            .await?;
+        let fx = Effects::audit(audit(p, what, None, &target, "ok", None));
+        let result = self
+            .store
+            .revoke_cluster(name, Utc::now(), &fx)
+            .await
+            .map_err(Into::into);
+        self.record(p, what, None, &target, result).await
     }
 
     /// Fleet counts over what the caller may read.

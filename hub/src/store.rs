@@ -4,6 +4,8 @@
 //! - this file: the [`Store`] trait, its input types and [`StoreError`].
 //! - `sql.rs`: the SQL both backends share, written once over sqlx's `Any`
 //!   driver with `$N` placeholders (SQLite accepts them too).
+//! - `link.rs`, `sql_link.rs`: the spoke link's part (bootstrap tokens,
+//!   certificates, the durable per-cluster outbox, reports).
 //! - `postgres.rs`, `sqlite.rs`: what differs per backend: connecting,
 //!   migrations, the work-claim statement and error classification.
 //!
@@ -11,8 +13,10 @@
 //! the work it enqueues are written in the same transaction, so an audit
 //! record or a work item can never be lost or be left without its change.
 
+mod link;
 mod postgres;
 mod sql;
+mod sql_link;
 mod sqlite;
 
 use std::collections::BTreeMap;
@@ -27,6 +31,7 @@ use crate::model::{
     DesiredState, FleetSummary, ImageRef, Namespace, WorkItem, WorkState,
 };
 
+pub use link::*;
 pub use sql::SqlStore;
 
 /// Result type of the store.
@@ -230,7 +235,7 @@ pub struct Recovered {
 
 /// The desired-state store.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: LinkStore + Send + Sync + 'static {
     /// Which backend this is.
     fn backend(&self) -> Backend;
     /// Checks the database answers (for `/readyz`).

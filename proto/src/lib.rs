@@ -30,3 +30,35 @@ pub mod link {
         tonic::include_proto!("clawfed.link.v1");
     }
 }
+
+/// How link certificates name a cluster: a URI SAN
+/// `spiffe://clawfed/cluster/<cluster id>`. Both sides use this one rule.
+pub mod identity {
+    /// The URI SAN prefix of cluster certificates.
+    pub const CLUSTER_URI_PREFIX: &str = "spiffe://clawfed/cluster/";
+
+    /// The URI SAN naming `cluster_id`.
+    pub fn cluster_uri(cluster_id: &str) -> String {
+        format!("{CLUSTER_URI_PREFIX}{cluster_id}")
+    }
+
+    /// The cluster id a URI SAN names, if it is a cluster URI.
+    pub fn cluster_id_from_uri(uri: &str) -> Option<&str> {
+        uri.strip_prefix(CLUSTER_URI_PREFIX)
+            .filter(|id| !id.is_empty() && !id.contains('/'))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn round_trip() {
+            let uri = cluster_uri("abc");
+            assert_eq!(cluster_id_from_uri(&uri), Some("abc"));
+            assert_eq!(cluster_id_from_uri("spiffe://clawfed/cluster/"), None);
+            assert_eq!(cluster_id_from_uri("spiffe://other/cluster/abc"), None);
+            assert_eq!(cluster_id_from_uri("spiffe://clawfed/cluster/a/b"), None);
+        }
+    }
+}

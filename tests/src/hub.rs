@@ -44,6 +44,9 @@ pub fn test_config(db_url: &str) -> Config {
     config.worker.backoff_base_ms = 20;
     config.worker.backoff_cap_ms = 200;
     config.worker.max_attempts = 3;
+    config.link.addr = "127.0.0.1:0".parse().unwrap();
+    config.link.ca_dir = std::env::temp_dir().join(format!("clawfed-ca-{}", uuid::Uuid::new_v4()));
+    config.link.heartbeat_seconds = 1;
     config
 }
 

@@ -568,6 +568,41 @@ impl AdminService for AdminApi {
         Ok(Response::new(cluster_to_pb(c)))
     }
 
+    async fn create_bootstrap_token(
+        &self,
+        req: Request<pb::CreateBootstrapTokenRequest>,
+    ) -> Reply<pb::BootstrapToken> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let created = self
+            .service
+            .create_bootstrap_token(
+                &p,
+                required("cluster_name", &r.cluster_name)?,
+                model::CreateBootstrapToken {
+                    ttl_seconds: limit(r.ttl_seconds),
+                    reenroll: r.reenroll,
+                },
+            )
+            .await?;
+        Ok(Response::new(pb::BootstrapToken {
+            cluster_name: created.cluster_name,
+            token: created.token,
+            expires_at: time(created.expires_at),
+            reenroll: created.reenroll,
+        }))
+    }
+
+    async fn revoke_cluster(&self, req: Request<pb::RevokeClusterRequest>) -> Reply<pb::Cluster> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let c = self
+            .service
+            .revoke_cluster(&p, required("name", &r.name)?)
+            .await?;
+        Ok(Response::new(cluster_to_pb(c)))
+    }
+
     async fn get_fleet_summary(
         &self,
         req: Request<pb::GetFleetSummaryRequest>,

@@ -55,6 +55,12 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The registry, for other rooms to register their metrics in before
+    /// the hub starts serving.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
     /// Registers every metric.
     pub fn new() -> Self {
         let mut registry = Registry::default();

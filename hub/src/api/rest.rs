@@ -20,9 +20,9 @@ use super::AppState;
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use crate::auth::Principal;
 use crate::model::{
-    Agent, AgentRevision, AuditEvent, Cluster, Configuration, CreateAgent, CreateConfiguration,
-    CreateNamespace, DeployRequest, FleetSummary, List, Namespace, UpdateAgent,
-    UpdateConfiguration, WorkItem,
+    Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, Cluster, Configuration, CreateAgent,
+    CreateBootstrapToken, CreateConfiguration, CreateNamespace, DeployRequest, FleetSummary, List,
+    Namespace, UpdateAgent, UpdateConfiguration, WorkItem,
 };
 use crate::service::ServiceError;
 
@@ -72,6 +72,8 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(get_revision))
         .routes(routes!(list_clusters))
         .routes(routes!(get_cluster))
+        .routes(routes!(create_bootstrap_token))
+        .routes(routes!(revoke_cluster))
         .routes(routes!(fleet))
         .routes(routes!(list_audit))
         .routes(routes!(list_work))
@@ -555,6 +557,38 @@ async fn get_cluster(
     PathParams(name): PathParams<String>,
 ) -> ApiResult<Json<Cluster>> {
     Ok(Json(s.service.get_cluster(&p, &name).await?))
+}
+
+/// Create a single-use, expiring bootstrap token to enroll a cluster.
+#[utoipa::path(post, path = "/api/v1/clusters/{name}/bootstrap-tokens", tag = "clusters",
+    params(("name" = String, Path)), request_body(content = Option<CreateBootstrapToken>),
+    responses((status = 201, body = BootstrapTokenCreated), (status = 400, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn create_bootstrap_token(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path(name): Path<String>,
+    OptionalBody(body): OptionalBody<CreateBootstrapToken>,
+) -> ApiResult<Response> {
+    Ok(created(
+        s.service
+            .create_bootstrap_token(&p, &name, body.or_default())
+            .await?,
+    ))
+}
+
+/// Revoke a cluster: its stream closes within a second and it cannot
+/// reconnect until re-enrolled.
+#[utoipa::path(post, path = "/api/v1/clusters/{name}/revoke", tag = "clusters",
+    params(("name" = String, Path)),
+    responses((status = 200, body = Cluster), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
+async fn revoke_cluster(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Cluster>> {
+    Ok(Json(s.service.revoke_cluster(&p, &name).await?))
 }
 
 /// Fleet-wide counts over what the caller may read.

@@ -35,6 +35,39 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Enroll, list and revoke execution clusters.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterCommand {
+    /// Bootstrap tokens for enrolling a spoke.
+    Token {
+        #[command(subcommand)]
+        command: ClusterTokenCommand,
+    },
+    /// Revoke a cluster: its stream closes and it cannot reconnect.
+    Revoke { name: String },
+    /// Print the link CA certificate (PEM) that spokes pin.
+    Ca,
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterTokenCommand {
+    /// Create a single-use, expiring bootstrap token and print it.
+    Create {
+        /// The cluster name the token enrolls.
+        name: String,
+        /// Lifetime, e.g. 1h, 30m (default 1h).
+        #[arg(long)]
+        ttl: Option<String>,
+        /// Allow re-enrolling an already enrolled name (an admin decision).
+        #[arg(long)]
+        reenroll: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -85,6 +118,7 @@ pub fn main() -> ExitCode {
             Command::Serve => serve(&config).await,
             Command::Migrate => migrate(&config).await,
             Command::Token { command } => token(&config, command).await,
+            Command::Cluster { command } => cluster(&config, command).await,
         }
     });
     match result {
@@ -111,11 +145,16 @@ fn init_logging(config: &Config) {
 async fn serve(config: &Config) -> anyhow::Result<()> {
     let hub = server::start(config).await?;
     // Printed on stdout so scripts can read where the hub listens.
+    let link = hub
+        .link
+        .as_ref()
+        .map_or_else(|| "off".to_owned(), |l| format!("https://{}", l.addr));
     println!(
-        "clawfed-hub listening: rest=http://{} grpc=http://{} metrics=http://{}/metrics database={}",
+        "clawfed-hub listening: rest=http://{} grpc=http://{} metrics=http://{}/metrics link={} database={}",
         hub.rest_addr,
         hub.grpc_addr,
         hub.metrics_addr,
+        link,
         redact_url(&config.database.url)
     );
     let token = hub.shutdown_token();
@@ -196,6 +235,59 @@ async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<()> {
             store.revoke_token(&name, Utc::now()).await?;
             println!("token {name} revoked");
         }
+    }
+    Ok(())
+}
+
+async fn cluster(config: &Config, command: ClusterCommand) -> anyhow::Result<()> {
+    if let ClusterCommand::Ca = command {
+        let ca = crate::link::ca::CertificateAuthority::load_or_create(&config.link.ca_dir)?;
+        print!("{}", ca.ca_pem());
+        return Ok(());
+    }
+    let store: std::sync::Arc<dyn Store> =
+        std::sync::Arc::new(store::connect(&config.database.url).await?);
+    let service = crate::service::Service::new(store, config.policy());
+    let operator = auth::Principal::system("cli");
+    match command {
+        ClusterCommand::Token {
+            command:
+                ClusterTokenCommand::Create {
+                    name,
+                    ttl,
+                    reenroll,
+                },
+        } => {
+            let ttl_seconds = ttl
+                .as_deref()
+                .map(parse_ttl)
+                .transpose()?
+                .map(|d| d.num_seconds());
+            let created = service
+                .create_bootstrap_token(
+                    &operator,
+                    &name,
+                    crate::model::CreateBootstrapToken {
+                        ttl_seconds,
+                        reenroll,
+                    },
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("{}", created.token);
+            eprintln!(
+                "bootstrap token for cluster {name} (single use, expires {})",
+                created.expires_at.to_rfc3339()
+            );
+        }
+        ClusterCommand::Revoke { name } => {
+            let cluster = service
+                .revoke_cluster(&operator, &name)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("cluster {} revoked", cluster.name);
+        }
+        ClusterCommand::Ca => {}
     }
     Ok(())
 }

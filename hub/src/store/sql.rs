@@ -30,7 +30,7 @@ pub struct SqlStore {
     backend: Backend,
 }
 
-type Tx = Transaction<'static, Any>;
+pub(super) type Tx = Transaction<'static, Any>;
 
 const NAMESPACE_COLS: &str = "id, name, display_name, data_plane_namespace, adopted, state, \
      provisioned_at, version, created_at, updated_at";
@@ -43,7 +43,7 @@ const REVISION_COLS: &str = "r.id, n.name AS namespace, a.name AS agent, r.numbe
      r.created_at, r.updated_at";
 const REVISION_FROM: &str = "agent_revisions r JOIN agents a ON a.id = r.agent_id \
      JOIN namespaces n ON n.id = a.namespace_id";
-const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
+pub(super) const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
      connection_state, last_seen, version, created_at";
 pub(super) const WORK_COLS: &str = "id, kind, namespace, namespace_id, target, payload, \
      requested_by, state, attempts, max_attempts, run_at, lease_owner, lease_expires_at, \
@@ -62,15 +62,15 @@ impl SqlStore {
         &self.pool
     }
 
-    async fn begin(&self) -> Result<Tx> {
+    pub(super) async fn begin(&self) -> Result<Tx> {
         self.pool.begin().await.map_err(|e| self.classify(e))
     }
 
-    async fn commit(&self, tx: Tx) -> Result<()> {
+    pub(super) async fn commit(&self, tx: Tx) -> Result<()> {
         tx.commit().await.map_err(|e| self.classify(e))
     }
 
-    fn classify(&self, err: sqlx::Error) -> StoreError {
+    pub(super) fn classify(&self, err: sqlx::Error) -> StoreError {
         match self.backend {
             Backend::Postgres => postgres::classify(err),
             Backend::Sqlite => sqlite::classify(err),
@@ -100,7 +100,12 @@ impl SqlStore {
             .ok_or_else(|| not_found("namespace", name))
     }
 
-    async fn write_effects(&self, tx: &mut Tx, fx: &Effects, now: DateTime<Utc>) -> Result<()> {
+    pub(super) async fn write_effects(
+        &self,
+        tx: &mut Tx,
+        fx: &Effects,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
         self.insert_audit(tx, &fx.audit, now).await?;
         for work in &fx.work {
             self.insert_work(tx, work, now).await?;
@@ -1214,7 +1219,7 @@ impl Store for SqlStore {
 
 // ---- helpers ---------------------------------------------------------------
 
-fn not_found(kind: &'static str, name: &str) -> StoreError {
+pub(super) fn not_found(kind: &'static str, name: &str) -> StoreError {
     StoreError::NotFound {
         kind,
         name: name.to_owned(),
@@ -1345,7 +1350,7 @@ fn revision_from_row(r: &AnyRow) -> Result<AgentRevision> {
     })
 }
 
-fn cluster_from_row(r: &AnyRow) -> Result<Cluster> {
+pub(super) fn cluster_from_row(r: &AnyRow) -> Result<Cluster> {
     const W: &str = "cluster";
     let state: String = get(r, W, "connection_state")?;
     Ok(Cluster {

@@ -1,0 +1,320 @@
+//! The hub's certificate authority for the spoke link (rcgen).
+//!
+//! The CA key is generated on first start, or supplied by the operator, and
+//! kept as `ca.key` (mode 0600) beside `ca.crt` in the configured directory.
+//! It signs short-lived client certificates whose only identity is a URI SAN
+//! naming one cluster id; whatever names a CSR asks for are ignored, so a
+//! spoke cannot choose its own identity.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertificateSigningRequestParams, DistinguishedName,
+    DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+/// Errors of the certificate authority.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    /// Reading or writing the CA files failed.
+    #[error("CA file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The stored CA key or certificate could not be used.
+    #[error("CA material in {path} is invalid: {source}")]
+    Invalid {
+        path: PathBuf,
+        #[source]
+        source: rcgen::Error,
+    },
+    /// Only one of ca.key / ca.crt exists.
+    #[error("CA directory {0} holds only one of ca.key and ca.crt")]
+    Incomplete(PathBuf),
+    /// The CSR is malformed or its signature does not verify.
+    #[error("invalid certificate signing request: {0}")]
+    BadCsr(#[source] rcgen::Error),
+    /// Signing failed.
+    #[error("signing failed: {0}")]
+    Sign(#[source] rcgen::Error),
+}
+
+/// A certificate the CA issued.
+#[derive(Debug, Clone)]
+pub struct IssuedCertificate {
+    pub pem: String,
+    /// Lower-case hex of the serial number's bytes.
+    pub serial: String,
+    pub not_after: DateTime<Utc>,
+}
+
+/// The link CA.
+pub struct CertificateAuthority {
+    issuer: Issuer<'static, KeyPair>,
+    ca_pem: String,
+    ca_der: CertificateDer<'static>,
+}
+
+impl std::fmt::Debug for CertificateAuthority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertificateAuthority")
+            .finish_non_exhaustive()
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CaError + '_ {
+    move |source| CaError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn time(t: DateTime<Utc>) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp(t.timestamp())
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+}
+
+/// A random positive serial of 16 bytes whose DER form needs no padding, so
+/// its hex is the same whichever side reads it.
+fn random_serial() -> (SerialNumber, String) {
+    let mut bytes: [u8; 16] = rand::random();
+    bytes[0] = (bytes[0] & 0x7f) | 0x01;
+    (SerialNumber::from_slice(&bytes), hex::encode(bytes))
+}
+
+impl CertificateAuthority {
+    /// Loads the CA from `dir`, creating it there on first start.
+    pub fn load_or_create(dir: &Path) -> Result<Self, CaError> {
+        let key_path = dir.join("ca.key");
+        let cert_path = dir.join("ca.crt");
+        match (key_path.exists(), cert_path.exists()) {
+            (true, true) => {
+                let key_pem = std::fs::read_to_string(&key_path).map_err(io(&key_path))?;
+                let cert_pem = std::fs::read_to_string(&cert_path).map_err(io(&cert_path))?;
+                Self::from_pem(&cert_pem, &key_pem).map_err(|source| CaError::Invalid {
+                    path: dir.to_owned(),
+                    source,
+                })
+            }
+            (false, false) => {
+                std::fs::create_dir_all(dir).map_err(io(dir))?;
+                let ca = Self::generate().map_err(CaError::Sign)?;
+                write_private(&key_path, &ca.issuer.key().serialize_pem())?;
+                std::fs::write(&cert_path, &ca.ca_pem).map_err(io(&cert_path))?;
+                tracing::info!(dir = %dir.display(), "link.ca_created");
+                Ok(ca)
+            }
+            _ => Err(CaError::Incomplete(dir.to_owned())),
+        }
+    }
+
+    /// A new CA valid for ten years.
+    pub fn generate() -> Result<Self, rcgen::Error> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, "clawfed link CA");
+        dn.push(DnType::OrganizationName, "clawfed");
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let now = Utc::now();
+        params.not_before = time(now - chrono::Duration::minutes(5));
+        params.not_after = time(now + chrono::Duration::days(3650));
+        params.serial_number = Some(random_serial().0);
+        let cert = params.self_signed(&key)?;
+        let ca_pem = cert.pem();
+        let ca_der = cert.der().clone();
+        Ok(Self {
+            issuer: Issuer::new(params, key),
+            ca_pem,
+            ca_der,
+        })
+    }
+
+    /// A CA from PEM files an operator supplies.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, rcgen::Error> {
+        let key = KeyPair::from_pem(key_pem)?;
+        let ca_der = rustls_pki_types::pem::PemObject::from_pem_slice(cert_pem.as_bytes())
+            .map_err(|_| rcgen::Error::CouldNotParseCertificate)?;
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, key)?;
+        Ok(Self {
+            issuer,
+            ca_pem: cert_pem.to_owned(),
+            ca_der,
+        })
+    }
+
+    /// The CA certificate (PEM), which spokes pin.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The CA certificate (DER).
+    pub fn ca_der(&self) -> &CertificateDer<'static> {
+        &self.ca_der
+    }
+
+    /// A serving certificate for the link port, with DNS names and IPs.
+    pub fn issue_server(
+        &self,
+        names: &[String],
+        ttl: Duration,
+    ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), rcgen::Error> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, "clawfed hub link");
+        params.distinguished_name = dn;
+        params.subject_alt_names = names
+            .iter()
+            .map(|n| match n.parse::<std::net::IpAddr>() {
+                Ok(ip) => Ok(SanType::IpAddress(ip)),
+                Err(_) => n.clone().try_into().map(SanType::DnsName),
+            })
+            .collect::<Result<_, _>>()?;
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let now = Utc::now();
+        params.not_before = time(now - chrono::Duration::minutes(5));
+        params.not_after = time(now + chrono::Duration::from_std(ttl).unwrap_or_default());
+        params.serial_number = Some(random_serial().0);
+        let cert = params.signed_by(&key, &self.issuer)?;
+        let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        Ok((vec![cert.der().clone(), self.ca_der.clone()], key_der))
+    }
+
+    /// Checks a CSR parses and its signature verifies.
+    pub fn check_csr(csr_pem: &str) -> Result<(), CaError> {
+        CertificateSigningRequestParams::from_pem(csr_pem)
+            .map(|_| ())
+            .map_err(CaError::BadCsr)
+    }
+
+    /// Signs a spoke's CSR as a client certificate for `cluster_id`, valid
+    /// for `ttl`. The CSR contributes only its public key.
+    pub fn sign_cluster_csr(
+        &self,
+        csr_pem: &str,
+        cluster_id: &str,
+        cluster_name: &str,
+        ttl: Duration,
+    ) -> Result<IssuedCertificate, CaError> {
+        let csr = CertificateSigningRequestParams::from_pem(csr_pem).map_err(CaError::BadCsr)?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, cluster_name);
+        dn.push(DnType::OrganizationName, "clawfed spoke");
+        params.distinguished_name = dn;
+        let uri = clawfed_proto::identity::cluster_uri(cluster_id)
+            .try_into()
+            .map_err(CaError::Sign)?;
+        params.subject_alt_names = vec![SanType::URI(uri)];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let now = Utc::now();
+        let not_after = now + chrono::Duration::from_std(ttl).unwrap_or_default();
+        // Small backdating tolerates clock skew between hub and spoke.
+        params.not_before = time(now - chrono::Duration::minutes(1));
+        params.not_after = time(not_after);
+        let (serial_number, serial) = random_serial();
+        params.serial_number = Some(serial_number);
+        let cert = params
+            .signed_by(&csr.public_key, &self.issuer)
+            .map_err(CaError::Sign)?;
+        Ok(IssuedCertificate {
+            pem: cert.pem(),
+            serial,
+            not_after: DateTime::from_timestamp(not_after.timestamp(), 0).unwrap_or(not_after),
+        })
+    }
+}
+
+fn write_private(path: &Path, contents: &str) -> Result<(), CaError> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path).map_err(io(path))?;
+    file.write_all(contents.as_bytes()).map_err(io(path))?;
+    file.sync_all().map_err(io(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_then_reloads_with_owner_only_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CertificateAuthority::load_or_create(dir.path()).unwrap();
+        let again = CertificateAuthority::load_or_create(dir.path()).unwrap();
+        assert_eq!(ca.ca_pem(), again.ca_pem());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.path().join("ca.key"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        std::fs::remove_file(dir.path().join("ca.crt")).unwrap();
+        assert!(matches!(
+            CertificateAuthority::load_or_create(dir.path()),
+            Err(CaError::Incomplete(_))
+        ));
+    }
+
+    #[test]
+    fn signs_only_the_hub_chosen_identity() {
+        let ca = CertificateAuthority::generate().unwrap();
+        let key = KeyPair::generate().unwrap();
+        // The CSR asks for a name of its own choosing; the hub ignores it.
+        let csr = CertificateParams::new(vec!["evil.example".to_string()])
+            .unwrap()
+            .serialize_request(&key)
+            .unwrap()
+            .pem()
+            .unwrap();
+        let issued = ca
+            .sign_cluster_csr(&csr, "cid-1", "exec-a", Duration::from_secs(3600))
+            .unwrap();
+        let der = rustls_pki_types::pem::PemObject::from_pem_slice(issued.pem.as_bytes())
+            .map(|d: CertificateDer<'static>| d.to_vec())
+            .unwrap();
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+        let sans: Vec<String> = cert
+            .subject_alternative_name()
+            .unwrap()
+            .unwrap()
+            .value
+            .general_names
+            .iter()
+            .map(|n| format!("{n}"))
+            .collect();
+        assert_eq!(sans.len(), 1, "{sans:?}");
+        assert!(
+            sans[0].contains("spiffe://clawfed/cluster/cid-1"),
+            "{sans:?}"
+        );
+        assert_eq!(hex::encode(cert.raw_serial()), issued.serial);
+        assert!(
+            ca.sign_cluster_csr("not a csr", "c", "n", Duration::from_secs(1))
+                .is_err()
+        );
+    }
+}

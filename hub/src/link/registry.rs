@@ -1,0 +1,168 @@
+//! Live sessions by cluster. A new session for a cluster replaces the old
+//! one (the old stream is closed), so a reconnecting spoke never leaves a
+//! stale stream holding its work.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Why a session is being closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The cluster was revoked.
+    Revoked,
+    /// A newer session of the same cluster took over.
+    Replaced,
+    /// The hub is shutting down.
+    Shutdown,
+}
+
+/// A session's handles, shared with its stream task.
+#[derive(Debug, Clone)]
+pub struct SessionHandle {
+    pub id: u64,
+    pub cluster_id: String,
+    pub cluster_name: String,
+    /// Cancelled to close the session; `reason` says why.
+    pub close: CancellationToken,
+    reason: Arc<Mutex<Option<CloseReason>>>,
+    /// Notified when the cluster's outbox has new items.
+    pub wake: Arc<Notify>,
+    /// Unix millis of the last message from the spoke.
+    pub last_heard_ms: Arc<AtomicI64>,
+}
+
+impl SessionHandle {
+    /// Why the session was closed, if it was.
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        *self.reason.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn close_with(&self, reason: CloseReason) {
+        *self.reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+        self.close.cancel();
+    }
+}
+
+/// The registry of live sessions.
+#[derive(Debug, Default)]
+pub struct Registry {
+    sessions: Mutex<HashMap<String, SessionHandle>>,
+    next_id: AtomicU64,
+}
+
+impl Registry {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, SessionHandle>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a session for `cluster_id`, closing any older one.
+    pub fn register(&self, cluster_id: &str, cluster_name: &str, now_ms: i64) -> SessionHandle {
+        let handle = SessionHandle {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
+            cluster_id: cluster_id.to_owned(),
+            cluster_name: cluster_name.to_owned(),
+            close: CancellationToken::new(),
+            reason: Arc::new(Mutex::new(None)),
+            wake: Arc::new(Notify::new()),
+            last_heard_ms: Arc::new(AtomicI64::new(now_ms)),
+        };
+        if let Some(old) = self.map().insert(cluster_id.to_owned(), handle.clone()) {
+            old.close_with(CloseReason::Replaced);
+        }
+        handle
+    }
+
+    /// Removes the session if it is still the cluster's current one.
+    /// Returns whether it was.
+    pub fn unregister(&self, handle: &SessionHandle) -> bool {
+        let mut map = self.map();
+        match map.get(&handle.cluster_id) {
+            Some(current) if current.id == handle.id => {
+                map.remove(&handle.cluster_id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Wakes the cluster's session to send new outbox items.
+    pub fn wake(&self, cluster_id: &str) {
+        if let Some(s) = self.map().get(cluster_id) {
+            s.wake.notify_one();
+        }
+    }
+
+    /// Closes the cluster's session.
+    pub fn close(&self, cluster_id: &str, reason: CloseReason) -> bool {
+        match self.map().get(cluster_id) {
+            Some(s) => {
+                s.close_with(reason);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Closes every session (shutdown).
+    pub fn close_all(&self) {
+        for s in self.map().values() {
+            s.close_with(CloseReason::Shutdown);
+        }
+    }
+
+    /// Live sessions.
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    /// True when no session is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `cluster_id` has a live session.
+    pub fn is_connected(&self, cluster_id: &str) -> bool {
+        self.map().contains_key(cluster_id)
+    }
+
+    /// (cluster name, last heard unix ms) of every live session.
+    pub fn last_heard(&self) -> Vec<(String, i64)> {
+        self.map()
+            .values()
+            .map(|s| {
+                (
+                    s.cluster_name.clone(),
+                    s.last_heard_ms.load(Ordering::Relaxed),
+                )
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_session_replaces_the_old_one() {
+        let r = Registry::default();
+        let a = r.register("c1", "one", 0);
+        let b = r.register("c1", "one", 0);
+        assert!(a.close.is_cancelled());
+        assert_eq!(a.close_reason(), Some(CloseReason::Replaced));
+        assert!(!b.close.is_cancelled());
+        assert!(
+            !r.unregister(&a),
+            "the replaced session must not remove its successor"
+        );
+        assert!(r.is_connected("c1"));
+        assert!(r.close("c1", CloseReason::Revoked));
+        assert_eq!(b.close_reason(), Some(CloseReason::Revoked));
+        assert!(r.unregister(&b));
+        assert!(r.is_empty());
+    }
+}

@@ -1,0 +1,497 @@
+//! One `SpokeLink.Connect` stream.
+//!
+//! The first message must be Hello; the cluster is the one the verified
+//! certificate names. The hub answers Welcome, acks what the spoke already
+//! applied, then sends every unacked outbox item in sequence order, keeping
+//! at most `send_window` unacked on the wire. Acks, reports and heartbeats
+//! flow back on the same stream. Silence for two heartbeat intervals, a
+//! revocation, a newer session of the same cluster, certificate expiry or
+//! hub shutdown end the stream.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use clawfed_proto::link::v1 as pb;
+use clawfed_proto::link::v1::spoke_link_server::SpokeLink;
+use clawfed_proto::link::v1::{hub_message, report, spoke_message};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::LinkState;
+use super::enroll::{authenticate, renew};
+use super::metrics::ClusterLabel;
+use super::registry::{CloseReason, SessionHandle};
+use super::tls::PeerIdentity;
+use crate::model::{Cluster, ConnectionState};
+
+/// How long a new stream may take to send its Hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often an online cluster's last_seen is written to the store.
+const LAST_SEEN_WRITE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The `SpokeLink` service.
+#[derive(Debug, Clone)]
+pub struct SpokeLinkApi {
+    state: Arc<LinkState>,
+}
+
+impl SpokeLinkApi {
+    /// The service over the link state.
+    pub fn new(state: Arc<LinkState>) -> Self {
+        Self { state }
+    }
+}
+
+type Outbound = mpsc::Sender<Result<pb::HubMessage, Status>>;
+
+fn hub(body: hub_message::Body) -> pb::HubMessage {
+    pb::HubMessage { body: Some(body) }
+}
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+/// A retry-after in [lo, hi] seconds, jittered so shed spokes spread out.
+fn jittered_retry_after(lo: u32, hi: u32) -> u32 {
+    lo + (rand::random::<u32>() % (hi - lo + 1))
+}
+
+#[tonic::async_trait]
+impl SpokeLink for SpokeLinkApi {
+    type ConnectStream = ReceiverStream<Result<pb::HubMessage, Status>>;
+
+    async fn connect(
+        &self,
+        request: Request<Streaming<pb::SpokeMessage>>,
+    ) -> Result<Response<Self::ConnectStream>, Status> {
+        let identity = authenticate(&self.state, &request).await?;
+        let cluster = self
+            .state
+            .store
+            .get_cluster_by_id(&identity.cluster_id)
+            .await
+            .map_err(|_| Status::unauthenticated("unknown cluster"))?;
+        if cluster.connection_state == ConnectionState::Revoked {
+            return Err(Status::permission_denied("cluster revoked"));
+        }
+        let (tx, rx) = mpsc::channel(64);
+        let at_capacity = self.state.registry.len() >= self.state.config.max_sessions
+            && !self.state.registry.is_connected(&cluster.id);
+        if at_capacity {
+            self.state.metrics.sessions_shed.inc();
+            let retry_after_seconds = jittered_retry_after(5, 30);
+            let _ = tx
+                .send(Ok(hub(hub_message::Body::GoAway(pb::GoAway {
+                    reason: "hub at session capacity".into(),
+                    retry_after_seconds,
+                }))))
+                .await;
+            return Ok(Response::new(ReceiverStream::new(rx)));
+        }
+        let state = self.state.clone();
+        let inbound = request.into_inner();
+        tokio::spawn(async move {
+            run(state, identity, cluster, inbound, tx).await;
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn renew(
+        &self,
+        request: Request<pb::RenewRequest>,
+    ) -> Result<Response<pb::RenewResponse>, Status> {
+        renew(&self.state, request).await
+    }
+}
+
+/// Why the loop ended.
+enum End {
+    /// The spoke closed the stream or the connection dropped.
+    Gone,
+    /// Two heartbeat intervals of silence.
+    Silent,
+    /// Ended with this status sent to the spoke.
+    Status(Status),
+    /// Ended after a GoAway.
+    GoAway,
+}
+
+struct Session {
+    state: Arc<LinkState>,
+    handle: SessionHandle,
+    cluster: Cluster,
+    tx: Outbound,
+    /// Sent and not yet acked: sequence → (sent at, target, generation).
+    in_flight: HashMap<i64, (Instant, String, i64)>,
+    last_sent: i64,
+    last_seen_written: Instant,
+}
+
+async fn run(
+    state: Arc<LinkState>,
+    identity: PeerIdentity,
+    cluster: Cluster,
+    mut inbound: Streaming<pb::SpokeMessage>,
+    tx: Outbound,
+) {
+    let hello = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
+        Ok(Ok(Some(pb::SpokeMessage {
+            body: Some(spoke_message::Body::Hello(hello)),
+        }))) => hello,
+        Ok(Err(status)) => {
+            tracing::warn!(cluster = %cluster.name, error = %status, "link.hello_failed");
+            return;
+        }
+        _ => {
+            let _ = tx
+                .send(Err(Status::invalid_argument(
+                    "the first message must be Hello",
+                )))
+                .await;
+            return;
+        }
+    };
+    if !hello.claimed_cluster_id.is_empty() && hello.claimed_cluster_id != identity.cluster_id {
+        tracing::warn!(cluster = %cluster.name, claimed = %hello.claimed_cluster_id, "link.hello_identity_mismatch");
+        let _ = tx
+            .send(Err(Status::permission_denied(
+                "Hello claims a cluster other than the one the client certificate names",
+            )))
+            .await;
+        return;
+    }
+    let handle = state
+        .registry
+        .register(&cluster.id, &cluster.name, now_ms());
+    state.metrics.connected_spokes.inc();
+    state
+        .metrics
+        .certificate_expiry
+        .get_or_create(&ClusterLabel {
+            cluster: cluster.name.clone(),
+        })
+        .set((identity.not_after - Utc::now()).num_seconds() as f64);
+    let mut session = Session {
+        state: state.clone(),
+        handle: handle.clone(),
+        cluster,
+        tx,
+        in_flight: HashMap::new(),
+        last_sent: 0,
+        last_seen_written: Instant::now(),
+    };
+    let end = match session.open(&hello).await {
+        Ok(()) => session.serve(&mut inbound, &identity).await,
+        Err(status) => End::Status(status),
+    };
+    session.close(end).await;
+    state.metrics.connected_spokes.dec();
+}
+
+impl Session {
+    async fn send(&self, body: hub_message::Body) -> bool {
+        self.tx.send(Ok(hub(body))).await.is_ok()
+    }
+
+    fn store_err(e: crate::store::StoreError) -> Status {
+        tracing::error!(error = %e, "link.store_error");
+        Status::unavailable("hub store unavailable")
+    }
+
+    /// Marks the cluster online, acks what the spoke already applied and
+    /// sends Welcome.
+    async fn open(&mut self, hello: &pb::Hello) -> Result<(), Status> {
+        let store = &self.state.store;
+        let id = self.cluster.id.clone();
+        store
+            .set_connection_state(
+                &id,
+                ConnectionState::Online,
+                Utc::now(),
+                Some((&hello.spoke_version, &hello.capabilities)),
+            )
+            .await
+            .map_err(Self::store_err)?;
+        let applied: Vec<(String, i64)> =
+            hello.applied.iter().map(|(t, g)| (t.clone(), *g)).collect();
+        let already = store
+            .outbox_ack_applied(&id, &applied, Utc::now())
+            .await
+            .map_err(Self::store_err)?;
+        let pending = store
+            .outbox_pending(&id, 0, self.state.config.send_window as i64)
+            .await
+            .map_err(Self::store_err)?;
+        tracing::info!(
+            cluster = %self.cluster.name,
+            session = self.handle.id,
+            version = %hello.spoke_version,
+            applied = applied.len(),
+            ackedFromHello = already,
+            resend = pending.len(),
+            "link.connected"
+        );
+        let welcome = pb::Welcome {
+            cluster_id: id,
+            cluster_name: self.cluster.name.clone(),
+            heartbeat_interval_seconds: self.state.config.heartbeat.as_secs().max(1) as u32,
+            resend: pending.iter().map(|p| p.target.clone()).collect(),
+        };
+        if !self.send(hub_message::Body::Welcome(welcome)).await {
+            return Err(Status::cancelled("spoke went away"));
+        }
+        Ok(())
+    }
+
+    async fn serve(
+        &mut self,
+        inbound: &mut Streaming<pb::SpokeMessage>,
+        identity: &PeerIdentity,
+    ) -> End {
+        let heartbeat = self.state.config.heartbeat;
+        let mut beat = tokio::time::interval(heartbeat);
+        beat.tick().await;
+        let expires_in = (identity.not_after - Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO);
+        let expiry = tokio::time::sleep(expires_in);
+        tokio::pin!(expiry);
+        if let Err(status) = self.dispatch().await {
+            return End::Status(status);
+        }
+        loop {
+            tokio::select! {
+                _ = self.handle.close.cancelled() => {
+                    return match self.handle.close_reason() {
+                        Some(CloseReason::Revoked) => End::Status(Status::permission_denied("cluster revoked")),
+                        Some(CloseReason::Replaced) => End::Status(Status::aborted("replaced by a newer session of this cluster")),
+                        _ => self.go_away("hub shutting down").await,
+                    };
+                }
+                _ = self.state.shutdown.cancelled() => return self.go_away("hub shutting down").await,
+                message = inbound.message() => match message {
+                    Ok(Some(m)) => {
+                        self.handle.last_heard_ms.store(now_ms(), Ordering::Relaxed);
+                        if let Err(status) = self.on_message(m).await {
+                            return End::Status(status);
+                        }
+                    }
+                    Ok(None) => return End::Gone,
+                    Err(status) => {
+                        tracing::debug!(cluster = %self.cluster.name, error = %status, "link.stream_error");
+                        return End::Gone;
+                    }
+                },
+                _ = self.handle.wake.notified() => {
+                    if let Err(status) = self.dispatch().await {
+                        return End::Status(status);
+                    }
+                }
+                _ = beat.tick() => {
+                    let silent_ms = now_ms() - self.handle.last_heard_ms.load(Ordering::Relaxed);
+                    if silent_ms > 2 * heartbeat.as_millis() as i64 {
+                        return End::Silent;
+                    }
+                    let beat_msg = pb::Heartbeat { unix_millis: now_ms() as u64, applied_digest: String::new() };
+                    if !self.send(hub_message::Body::Heartbeat(beat_msg)).await {
+                        return End::Gone;
+                    }
+                    // Safety net for a missed wake-up, and re-send of items
+                    // sent on this stream but unacked for long.
+                    if let Err(status) = self.dispatch().await {
+                        return End::Status(status);
+                    }
+                }
+                _ = &mut expiry => {
+                    return End::Status(Status::unauthenticated("client certificate expired; reconnect with the renewed certificate"));
+                }
+            }
+        }
+    }
+
+    async fn go_away(&self, reason: &str) -> End {
+        let _ = self
+            .send(hub_message::Body::GoAway(pb::GoAway {
+                reason: reason.to_owned(),
+                retry_after_seconds: jittered_retry_after(1, 5),
+            }))
+            .await;
+        End::GoAway
+    }
+
+    /// Sends unacked items after the last one sent, up to the window.
+    async fn dispatch(&mut self) -> Result<(), Status> {
+        let room = self
+            .state
+            .config
+            .send_window
+            .saturating_sub(self.in_flight.len());
+        if room == 0 {
+            return Ok(());
+        }
+        let items = self
+            .state
+            .store
+            .outbox_pending(&self.cluster.id, self.last_sent, room as i64)
+            .await
+            .map_err(Self::store_err)?;
+        for item in items {
+            let work = pb::Work {
+                sequence: item.sequence as u64,
+                target: item.target.clone(),
+                generation: item.generation,
+                spec: item.spec.into_bytes(),
+                kind: item.kind,
+            };
+            if !self.send(hub_message::Body::Work(work)).await {
+                return Err(Status::cancelled("spoke went away"));
+            }
+            self.last_sent = item.sequence;
+            self.in_flight.insert(
+                item.sequence,
+                (Instant::now(), item.target, item.generation),
+            );
+        }
+        Ok(())
+    }
+
+    async fn on_message(&mut self, message: pb::SpokeMessage) -> Result<(), Status> {
+        let id = self.cluster.id.clone();
+        match message.body {
+            Some(spoke_message::Body::Ack(ack)) => {
+                let sequence = i64::try_from(ack.sequence)
+                    .map_err(|_| Status::invalid_argument("ack.sequence out of range"))?;
+                if let Some((sent, _, _)) = self.in_flight.remove(&sequence) {
+                    self.state
+                        .metrics
+                        .ack_latency
+                        .observe(sent.elapsed().as_secs_f64());
+                }
+                let acked = self
+                    .state
+                    .store
+                    .outbox_ack(&id, sequence, &ack.target, ack.generation, Utc::now())
+                    .await
+                    .map_err(Self::store_err)?;
+                if !acked {
+                    // A duplicate ack, or one for an item a newer generation
+                    // superseded, is harmless; an ack for work this cluster
+                    // was never sent is a protocol violation.
+                    let known = self
+                        .state
+                        .store
+                        .outbox_latest_generation(&id, &ack.target)
+                        .await
+                        .map_err(Self::store_err)?;
+                    if known.is_none() {
+                        tracing::warn!(cluster = %self.cluster.name, target = %ack.target, "link.ack_for_foreign_work");
+                        return Err(Status::permission_denied(format!(
+                            "ack for work {:?} that was never sent to this cluster",
+                            ack.target
+                        )));
+                    }
+                }
+                self.dispatch().await
+            }
+            Some(spoke_message::Body::Report(report)) => self.on_report(report).await,
+            Some(spoke_message::Body::Heartbeat(_)) => {
+                if self.last_seen_written.elapsed() >= LAST_SEEN_WRITE_INTERVAL {
+                    self.last_seen_written = Instant::now();
+                    self.state
+                        .store
+                        .set_connection_state(&id, ConnectionState::Online, Utc::now(), None)
+                        .await
+                        .map_err(Self::store_err)?;
+                }
+                Ok(())
+            }
+            Some(spoke_message::Body::Hello(_)) => Err(Status::invalid_argument(
+                "Hello may only be the first message of a stream",
+            )),
+            None => Err(Status::invalid_argument("empty SpokeMessage")),
+        }
+    }
+
+    async fn on_report(&mut self, report: pb::Report) -> Result<(), Status> {
+        let id = self.cluster.id.clone();
+        let known = self
+            .state
+            .store
+            .outbox_knows_target(&id, &report.target)
+            .await
+            .map_err(Self::store_err)?;
+        if !known {
+            tracing::warn!(cluster = %self.cluster.name, target = %report.target, "link.report_for_foreign_work");
+            return Err(Status::permission_denied(format!(
+                "report on work {:?} that was never sent to this cluster",
+                report.target
+            )));
+        }
+        let (kind, body) = match report.body {
+            Some(report::Body::WorkResult(r)) => (
+                "work-result",
+                serde_json::json!({ "applied": r.applied, "reason": r.reason }),
+            ),
+            Some(report::Body::Readiness(r)) => (
+                "readiness",
+                serde_json::json!({
+                    "revisionId": r.revision_id,
+                    "ready": r.ready,
+                    "liveCandidates": r.live_candidates,
+                    "reason": r.reason,
+                }),
+            ),
+            None => return Err(Status::invalid_argument("report.body: required")),
+        };
+        self.state
+            .store
+            .put_report(
+                &id,
+                &report.target,
+                kind,
+                report.generation,
+                &body,
+                Utc::now(),
+            )
+            .await
+            .map_err(Self::store_err)
+    }
+
+    async fn close(self, end: End) {
+        let reason = self.handle.close_reason();
+        let current = self.state.registry.unregister(&self.handle);
+        let why = match &end {
+            End::Gone => "spoke closed the stream".to_owned(),
+            End::Silent => "no heartbeat for two intervals".to_owned(),
+            End::Status(s) => s.message().to_owned(),
+            End::GoAway => "go-away".to_owned(),
+        };
+        if let End::Status(status) = end {
+            let _ = self.tx.send(Err(status)).await;
+        }
+        // A replaced session leaves the state to its successor; a revoked
+        // cluster keeps its revoked state.
+        if current && reason != Some(CloseReason::Revoked) {
+            let last_heard = self.handle.last_heard_ms.load(Ordering::Relaxed);
+            let last_seen =
+                chrono::DateTime::from_timestamp_millis(last_heard).unwrap_or_else(Utc::now);
+            if let Err(e) = self
+                .state
+                .store
+                .set_connection_state(&self.cluster.id, ConnectionState::Offline, last_seen, None)
+                .await
+            {
+                tracing::warn!(cluster = %self.cluster.name, error = %e, "link.store_error");
+            }
+            self.state.metrics.last_seen_age.remove(&ClusterLabel {
+                cluster: self.cluster.name.clone(),
+            });
+        }
+        tracing::info!(cluster = %self.cluster.name, session = self.handle.id, reason = %why, "link.disconnected");
+    }
+}

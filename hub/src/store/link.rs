@@ -1,0 +1,226 @@
+//! The spoke link's part of the store: bootstrap tokens, certificates and
+//! revocation, the durable per-cluster outbox, and spoke reports.
+//!
+//! The outbox is level-based: an item carries the FULL desired spec of its
+//! target at a generation. Putting a newer generation deletes the older
+//! unacked items of that target (supersession before sending), so a spoke
+//! that was away receives only what is current.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::{Effects, Result};
+use crate::model::{Cluster, ConnectionState};
+
+/// A bootstrap token to create (the secret is shown once; this is its hash).
+#[derive(Debug, Clone)]
+pub struct NewBootstrapToken {
+    pub cluster_name: String,
+    pub hash: String,
+    /// An admin's decision that this token may re-enroll an existing name.
+    pub reenroll: bool,
+    pub created_by: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A stored bootstrap token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootstrapToken {
+    pub id: String,
+    pub cluster_name: String,
+    pub reenroll: bool,
+    pub expires_at: DateTime<Utc>,
+    pub used_at: Option<DateTime<Utc>>,
+}
+
+/// Why an enrollment was refused. Nothing is changed when it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnrollRejected {
+    /// No token has that secret.
+    #[error("unknown bootstrap token")]
+    UnknownToken,
+    /// The token was used before (tokens are single-use).
+    #[error("bootstrap token was already used")]
+    TokenUsed,
+    /// The token's lifetime is over.
+    #[error("bootstrap token expired")]
+    TokenExpired,
+    /// The token was issued for another cluster name.
+    #[error("bootstrap token was issued for another cluster name")]
+    WrongCluster,
+    /// The name is enrolled and the token carries no re-enrollment decision.
+    #[error(
+        "cluster {0:?} is already enrolled; re-enrollment needs a token created with --reenroll"
+    )]
+    AlreadyEnrolled(String),
+}
+
+/// A certificate's standing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateStatus {
+    pub cluster_id: String,
+    pub revoked: bool,
+}
+
+/// A revoked certificate (for the in-memory deny-list).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevokedCertificate {
+    pub cluster_id: String,
+    pub serial: String,
+    pub revoked_at: DateTime<Utc>,
+}
+
+/// One outbox item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxItem {
+    pub cluster_id: String,
+    pub sequence: i64,
+    pub target: String,
+    pub kind: String,
+    pub generation: i64,
+    /// The full desired spec, JSON.
+    pub spec: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Unacked outbox items of one cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxSummary {
+    pub cluster_id: String,
+    pub cluster_name: String,
+    pub depth: i64,
+    pub max_sequence: i64,
+}
+
+/// A stored report from a spoke, the latest per (target, kind).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpokeReport {
+    pub cluster_id: String,
+    pub target: String,
+    pub kind: String,
+    pub generation: i64,
+    pub body: serde_json::Value,
+    pub received_at: DateTime<Utc>,
+}
+
+/// The link's storage.
+#[async_trait]
+pub trait LinkStore: Send + Sync {
+    /// Creates a bootstrap token for `cluster_name`. Refused with
+    /// `FailedPrecondition` when the name is enrolled and `reenroll` is false.
+    async fn create_bootstrap_token(
+        &self,
+        token: &NewBootstrapToken,
+        fx: &Effects,
+    ) -> Result<BootstrapToken>;
+
+    /// Consumes a bootstrap token and creates (or, with a re-enrollment
+    /// token, revives) the cluster in state `pending`. Returns its id.
+    async fn begin_enrollment(
+        &self,
+        token_hash: &str,
+        cluster_name: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Result<Cluster, EnrollRejected>>;
+
+    /// Records a certificate issued to a cluster.
+    async fn add_certificate(
+        &self,
+        cluster_id: &str,
+        serial: &str,
+        not_after: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
+
+    async fn get_cluster_by_id(&self, id: &str) -> Result<Cluster>;
+
+    /// A certificate's standing, `None` when the hub never issued it.
+    async fn certificate_status(&self, serial: &str) -> Result<Option<CertificateStatus>>;
+
+    /// Revokes a cluster: state `revoked`, every certificate revoked.
+    async fn revoke_cluster(&self, name: &str, at: DateTime<Utc>, fx: &Effects) -> Result<Cluster>;
+
+    /// Certificates revoked at or after `since` (all with `None`).
+    async fn revoked_since(&self, since: Option<DateTime<Utc>>) -> Result<Vec<RevokedCertificate>>;
+
+    /// Records connection state and what the spoke said of itself; never
+    /// overrides a revocation.
+    async fn set_connection_state(
+        &self,
+        cluster_id: &str,
+        state: ConnectionState,
+        last_seen: DateTime<Utc>,
+        hello: Option<(&str, &[String])>,
+    ) -> Result<()>;
+
+    /// Marks clusters offline whose last_seen is older than `before` while
+    /// they are recorded online (a crashed hub leaves them online).
+    async fn mark_stale_offline(&self, before: DateTime<Utc>) -> Result<u64>;
+
+    /// Puts the desired spec of `target` at `generation` into the cluster's
+    /// outbox, deleting older unacked items of the target. Returns the new
+    /// sequence, or `None` when the outbox already holds this generation or
+    /// a newer one.
+    async fn outbox_put(
+        &self,
+        cluster_id: &str,
+        target: &str,
+        kind: &str,
+        generation: i64,
+        spec: &str,
+    ) -> Result<Option<i64>>;
+
+    /// Unacked items after `after_sequence`, in sequence order.
+    async fn outbox_pending(
+        &self,
+        cluster_id: &str,
+        after_sequence: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboxItem>>;
+
+    /// Acks one item; only the item of this cluster, sequence, target and
+    /// generation. Returns whether it was unacked before.
+    async fn outbox_ack(
+        &self,
+        cluster_id: &str,
+        sequence: i64,
+        target: &str,
+        generation: i64,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+
+    /// Acks every unacked item the spoke already applied (its Hello):
+    /// generation at or below the applied one. Returns how many.
+    async fn outbox_ack_applied(
+        &self,
+        cluster_id: &str,
+        applied: &[(String, i64)],
+        now: DateTime<Utc>,
+    ) -> Result<u64>;
+
+    /// Whether `target` was ever sent to this cluster (reports about other
+    /// targets are refused).
+    async fn outbox_knows_target(&self, cluster_id: &str, target: &str) -> Result<bool>;
+
+    /// The latest generation put for `target`, acked or not.
+    async fn outbox_latest_generation(&self, cluster_id: &str, target: &str)
+    -> Result<Option<i64>>;
+
+    /// Unacked depth and head per cluster.
+    async fn outbox_summary(&self) -> Result<Vec<OutboxSummary>>;
+
+    /// Stores a report, replacing the previous one of that target and kind
+    /// unless it is for an older generation.
+    async fn put_report(
+        &self,
+        cluster_id: &str,
+        target: &str,
+        kind: &str,
+        generation: i64,
+        body: &serde_json::Value,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
+
+    /// Reports of one cluster.
+    async fn list_reports(&self, cluster_id: &str) -> Result<Vec<SpokeReport>>;
+}

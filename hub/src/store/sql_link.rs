@@ -1,0 +1,580 @@
+//! [`LinkStore`] over the shared SQL (both backends).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::{AssertSqlSafe, Row};
+use uuid::Uuid;
+
+use super::link::{
+    BootstrapToken, CertificateStatus, EnrollRejected, LinkStore, NewBootstrapToken, OutboxItem,
+    OutboxSummary, RevokedCertificate, SpokeReport,
+};
+use super::sql::{CLUSTER_COLS, SqlStore, cluster_from_row, from_ms, ms, not_found};
+use super::{Effects, Result, StoreError};
+use crate::model::{Cluster, ConnectionState};
+
+const OUTBOX_COLS: &str = "cluster_id, sequence, target, kind, generation, spec, created_at";
+
+fn outbox_from_row(r: &sqlx::any::AnyRow) -> Result<OutboxItem> {
+    let corrupt = |e: sqlx::Error| StoreError::Corrupt {
+        what: "outbox item",
+        detail: e.to_string(),
+    };
+    Ok(OutboxItem {
+        cluster_id: r.try_get("cluster_id").map_err(corrupt)?,
+        sequence: r.try_get("sequence").map_err(corrupt)?,
+        target: r.try_get("target").map_err(corrupt)?,
+        kind: r.try_get("kind").map_err(corrupt)?,
+        generation: r.try_get("generation").map_err(corrupt)?,
+        spec: r.try_get("spec").map_err(corrupt)?,
+        created_at: from_ms(r.try_get("created_at").map_err(corrupt)?),
+    })
+}
+
+#[async_trait]
+impl LinkStore for SqlStore {
+    async fn create_bootstrap_token(
+        &self,
+        token: &NewBootstrapToken,
+        fx: &Effects,
+    ) -> Result<BootstrapToken> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let exists = sqlx::query("SELECT 1 FROM clusters WHERE name = $1")
+            .bind(token.cluster_name.clone())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?
+            .is_some();
+        if exists && !token.reenroll {
+            return Err(StoreError::FailedPrecondition(format!(
+                "cluster {:?} is already enrolled; re-enrolling it is an admin decision (--reenroll)",
+                token.cluster_name
+            )));
+        }
+        let id = Uuid::now_v7().to_string();
+        sqlx::query(
+            "INSERT INTO bootstrap_tokens (id, cluster_name, token_hash, reenroll, created_by, \
+             created_at, expires_at, used_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)",
+        )
+        .bind(id.clone())
+        .bind(token.cluster_name.clone())
+        .bind(token.hash.clone())
+        .bind(i64::from(token.reenroll))
+        .bind(token.created_by.clone())
+        .bind(ms(now))
+        .bind(ms(token.expires_at))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        self.write_effects(&mut tx, fx, now).await?;
+        self.commit(tx).await?;
+        Ok(BootstrapToken {
+            id,
+            cluster_name: token.cluster_name.clone(),
+            reenroll: token.reenroll,
+            expires_at: from_ms(ms(token.expires_at)),
+            used_at: None,
+        })
+    }
+
+    async fn begin_enrollment(
+        &self,
+        token_hash: &str,
+        cluster_name: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Result<Cluster, EnrollRejected>> {
+        let mut tx = self.begin().await?;
+        let Some(row) = sqlx::query(
+            "SELECT id, cluster_name, reenroll, expires_at, used_at FROM bootstrap_tokens \
+             WHERE token_hash = $1",
+        )
+        .bind(token_hash.to_owned())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        else {
+            return Ok(Err(EnrollRejected::UnknownToken));
+        };
+        let token_id: String = row.get(0);
+        let for_cluster: String = row.get(1);
+        let reenroll = row.get::<i64, _>(2) != 0;
+        if row.get::<Option<i64>, _>(4).is_some() {
+            return Ok(Err(EnrollRejected::TokenUsed));
+        }
+        if row.get::<i64, _>(3) <= ms(now) {
+            return Ok(Err(EnrollRejected::TokenExpired));
+        }
+        if for_cluster != cluster_name {
+            return Ok(Err(EnrollRejected::WrongCluster));
+        }
+        // Consume first: a concurrent enrollment with the same token finds
+        // it used (the UPDATE is the single winner).
+        let consumed = sqlx::query(
+            "UPDATE bootstrap_tokens SET used_at = $1 WHERE id = $2 AND used_at IS NULL",
+        )
+        .bind(ms(now))
+        .bind(token_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        if consumed == 0 {
+            return Ok(Err(EnrollRejected::TokenUsed));
+        }
+        let existing = sqlx::query("SELECT id FROM clusters WHERE name = $1")
+            .bind(cluster_name.to_owned())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?;
+        let id = match existing {
+            Some(_) if !reenroll => {
+                return Ok(Err(EnrollRejected::AlreadyEnrolled(
+                    cluster_name.to_owned(),
+                )));
+            }
+            Some(row) => {
+                // Re-enrollment keeps the id (revisions and outbox refer to
+                // it) but every earlier certificate stays revoked.
+                let id: String = row.get(0);
+                sqlx::query(
+                    "UPDATE clusters SET connection_state = 'pending', revoked_at = NULL \
+                     WHERE id = $1",
+                )
+                .bind(id.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?;
+                sqlx::query(
+                    "UPDATE cluster_certificates SET revoked_at = COALESCE(revoked_at, $1) \
+                     WHERE cluster_id = $2",
+                )
+                .bind(ms(now))
+                .bind(id.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?;
+                id
+            }
+            None => {
+                let id = Uuid::now_v7().to_string();
+                sqlx::query(
+                    "INSERT INTO clusters (id, name, labels, capabilities, certificate_serials, \
+                     connection_state, last_seen, version, created_at) \
+                     VALUES ($1, $2, '{}', '[]', '[]', 'pending', NULL, '', $3)",
+                )
+                .bind(id.clone())
+                .bind(cluster_name.to_owned())
+                .bind(ms(now))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?;
+                id
+            }
+        };
+        let audit = super::NewAudit {
+            actor: "system:link".into(),
+            action: if reenroll {
+                "cluster.reenroll".into()
+            } else {
+                "cluster.enroll".into()
+            },
+            namespace: None,
+            target: format!("clusters/{cluster_name}"),
+            result: "ok".into(),
+            detail: None,
+        };
+        self.write_effects(&mut tx, &Effects::audit(audit), now)
+            .await?;
+        self.commit(tx).await?;
+        Ok(Ok(self.get_cluster_by_id(&id).await?))
+    }
+
+    async fn add_certificate(
+        &self,
+        cluster_id: &str,
+        serial: &str,
+        not_after: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        let row = sqlx::query("SELECT certificate_serials FROM clusters WHERE id = $1")
+            .bind(cluster_id.to_owned())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("cluster", cluster_id))?;
+        let mut serials: Vec<String> =
+            serde_json::from_str(&row.get::<String, _>(0)).unwrap_or_default();
+        serials.push(serial.to_owned());
+        sqlx::query("UPDATE clusters SET certificate_serials = $1 WHERE id = $2")
+            .bind(serde_json::to_string(&serials).unwrap_or_else(|_| "[]".into()))
+            .bind(cluster_id.to_owned())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?;
+        sqlx::query(
+            "INSERT INTO cluster_certificates (serial, cluster_id, issued_at, not_after, \
+             revoked_at) VALUES ($1, $2, $3, $4, NULL)",
+        )
+        .bind(serial.to_owned())
+        .bind(cluster_id.to_owned())
+        .bind(ms(now))
+        .bind(ms(not_after))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        self.commit(tx).await
+    }
+
+    async fn get_cluster_by_id(&self, id: &str) -> Result<Cluster> {
+        let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE id = $1");
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(id.to_owned())
+            .fetch_optional(self.pool())
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("cluster", id))?;
+        cluster_from_row(&row)
+    }
+
+    async fn certificate_status(&self, serial: &str) -> Result<Option<CertificateStatus>> {
+        let row = sqlx::query(
+            "SELECT c.cluster_id, c.revoked_at, k.revoked_at FROM cluster_certificates c \
+             JOIN clusters k ON k.id = c.cluster_id WHERE c.serial = $1",
+        )
+        .bind(serial.to_owned())
+        .fetch_optional(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(row.map(|r| CertificateStatus {
+            cluster_id: r.get(0),
+            revoked: r.get::<Option<i64>, _>(1).is_some() || r.get::<Option<i64>, _>(2).is_some(),
+        }))
+    }
+
+    async fn revoke_cluster(&self, name: &str, at: DateTime<Utc>, fx: &Effects) -> Result<Cluster> {
+        let mut tx = self.begin().await?;
+        let id: String = sqlx::query("SELECT id FROM clusters WHERE name = $1")
+            .bind(name.to_owned())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("cluster", name))?
+            .get(0);
+        sqlx::query(
+            "UPDATE clusters SET connection_state = 'revoked', revoked_at = COALESCE(revoked_at, $1) \
+             WHERE id = $2",
+        )
+        .bind(ms(at))
+        .bind(id.clone())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        sqlx::query(
+            "UPDATE cluster_certificates SET revoked_at = COALESCE(revoked_at, $1) \
+             WHERE cluster_id = $2",
+        )
+        .bind(ms(at))
+        .bind(id.clone())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        self.write_effects(&mut tx, fx, at).await?;
+        self.commit(tx).await?;
+        self.get_cluster_by_id(&id).await
+    }
+
+    async fn revoked_since(&self, since: Option<DateTime<Utc>>) -> Result<Vec<RevokedCertificate>> {
+        let rows = sqlx::query(
+            "SELECT cluster_id, serial, revoked_at FROM cluster_certificates \
+             WHERE revoked_at IS NOT NULL AND revoked_at >= $1",
+        )
+        .bind(since.map_or(0, ms))
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(rows
+            .iter()
+            .map(|r| RevokedCertificate {
+                cluster_id: r.get(0),
+                serial: r.get(1),
+                revoked_at: from_ms(r.get(2)),
+            })
+            .collect())
+    }
+
+    async fn set_connection_state(
+        &self,
+        cluster_id: &str,
+        state: ConnectionState,
+        last_seen: DateTime<Utc>,
+        hello: Option<(&str, &[String])>,
+    ) -> Result<()> {
+        let (version, capabilities) = match hello {
+            Some((v, caps)) => (
+                Some(v.to_owned()),
+                Some(serde_json::to_string(caps).unwrap_or_else(|_| "[]".into())),
+            ),
+            None => (None, None),
+        };
+        sqlx::query(
+            "UPDATE clusters SET connection_state = $1, last_seen = $2, \
+             version = COALESCE($3, version), capabilities = COALESCE($4, capabilities) \
+             WHERE id = $5 AND revoked_at IS NULL",
+        )
+        .bind(state.as_str())
+        .bind(ms(last_seen))
+        .bind(version)
+        .bind(capabilities)
+        .bind(cluster_id.to_owned())
+        .execute(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(())
+    }
+
+    async fn mark_stale_offline(&self, before: DateTime<Utc>) -> Result<u64> {
+        Ok(sqlx::query(
+            "UPDATE clusters SET connection_state = 'offline' \
+             WHERE connection_state = 'online' AND revoked_at IS NULL \
+             AND (last_seen IS NULL OR last_seen < $1)",
+        )
+        .bind(ms(before))
+        .execute(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected())
+    }
+
+    async fn outbox_put(
+        &self,
+        cluster_id: &str,
+        target: &str,
+        kind: &str,
+        generation: i64,
+        spec: &str,
+    ) -> Result<Option<i64>> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        // Bumping the counter first also takes the cluster row's lock on
+        // PostgreSQL, so puts to one cluster serialise and sequences are
+        // dense and increasing.
+        let sequence: i64 = sqlx::query(
+            "UPDATE clusters SET next_sequence = next_sequence + 1 WHERE id = $1 \
+             RETURNING next_sequence",
+        )
+        .bind(cluster_id.to_owned())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .ok_or_else(|| not_found("cluster", cluster_id))?
+        .get(0);
+        let newest: Option<i64> =
+            sqlx::query("SELECT MAX(generation) FROM outbox WHERE cluster_id = $1 AND target = $2")
+                .bind(cluster_id.to_owned())
+                .bind(target.to_owned())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?
+                .get(0);
+        if newest.is_some_and(|g| g >= generation) {
+            // Already holds this generation or a newer one; leave the
+            // counter bump uncommitted.
+            return Ok(None);
+        }
+        sqlx::query(
+            "DELETE FROM outbox WHERE cluster_id = $1 AND target = $2 AND acked_at IS NULL",
+        )
+        .bind(cluster_id.to_owned())
+        .bind(target.to_owned())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO outbox ({OUTBOX_COLS}, acked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)"
+        )))
+        .bind(cluster_id.to_owned())
+        .bind(sequence)
+        .bind(target.to_owned())
+        .bind(kind.to_owned())
+        .bind(generation)
+        .bind(spec.to_owned())
+        .bind(ms(now))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        self.commit(tx).await?;
+        Ok(Some(sequence))
+    }
+
+    async fn outbox_pending(
+        &self,
+        cluster_id: &str,
+        after_sequence: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboxItem>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {OUTBOX_COLS} FROM outbox WHERE cluster_id = $1 AND acked_at IS NULL \
+             AND sequence > $2 ORDER BY sequence LIMIT $3"
+        )))
+        .bind(cluster_id.to_owned())
+        .bind(after_sequence)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        rows.iter().map(outbox_from_row).collect()
+    }
+
+    async fn outbox_ack(
+        &self,
+        cluster_id: &str,
+        sequence: i64,
+        target: &str,
+        generation: i64,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        Ok(sqlx::query(
+            "UPDATE outbox SET acked_at = $1 WHERE cluster_id = $2 AND sequence = $3 \
+             AND target = $4 AND generation = $5 AND acked_at IS NULL",
+        )
+        .bind(ms(now))
+        .bind(cluster_id.to_owned())
+        .bind(sequence)
+        .bind(target.to_owned())
+        .bind(generation)
+        .execute(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected()
+            == 1)
+    }
+
+    async fn outbox_ack_applied(
+        &self,
+        cluster_id: &str,
+        applied: &[(String, i64)],
+        now: DateTime<Utc>,
+    ) -> Result<u64> {
+        if applied.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.begin().await?;
+        let mut acked = 0;
+        for (target, generation) in applied {
+            acked += sqlx::query(
+                "UPDATE outbox SET acked_at = $1 WHERE cluster_id = $2 AND target = $3 \
+                 AND generation <= $4 AND acked_at IS NULL",
+            )
+            .bind(ms(now))
+            .bind(cluster_id.to_owned())
+            .bind(target.clone())
+            .bind(*generation)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?
+            .rows_affected();
+        }
+        self.commit(tx).await?;
+        Ok(acked)
+    }
+
+    async fn outbox_knows_target(&self, cluster_id: &str, target: &str) -> Result<bool> {
+        Ok(self
+            .outbox_latest_generation(cluster_id, target)
+            .await?
+            .is_some())
+    }
+
+    async fn outbox_latest_generation(
+        &self,
+        cluster_id: &str,
+        target: &str,
+    ) -> Result<Option<i64>> {
+        Ok(
+            sqlx::query("SELECT MAX(generation) FROM outbox WHERE cluster_id = $1 AND target = $2")
+                .bind(cluster_id.to_owned())
+                .bind(target.to_owned())
+                .fetch_one(self.pool())
+                .await
+                .map_err(|e| self.classify(e))?
+                .get(0),
+        )
+    }
+
+    async fn outbox_summary(&self) -> Result<Vec<OutboxSummary>> {
+        let rows = sqlx::query(
+            "SELECT o.cluster_id, c.name, COUNT(*), MAX(o.sequence) FROM outbox o \
+             JOIN clusters c ON c.id = o.cluster_id WHERE o.acked_at IS NULL \
+             GROUP BY o.cluster_id, c.name",
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(rows
+            .iter()
+            .map(|r| OutboxSummary {
+                cluster_id: r.get(0),
+                cluster_name: r.get(1),
+                depth: r.get(2),
+                max_sequence: r.get(3),
+            })
+            .collect())
+    }
+
+    async fn put_report(
+        &self,
+        cluster_id: &str,
+        target: &str,
+        kind: &str,
+        generation: i64,
+        body: &serde_json::Value,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO spoke_reports (cluster_id, target, kind, generation, body, received_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (cluster_id, target, kind) DO UPDATE SET generation = $4, body = $5, \
+             received_at = $6 WHERE spoke_reports.generation <= $4",
+        )
+        .bind(cluster_id.to_owned())
+        .bind(target.to_owned())
+        .bind(kind.to_owned())
+        .bind(generation)
+        .bind(body.to_string())
+        .bind(ms(now))
+        .execute(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(())
+    }
+
+    async fn list_reports(&self, cluster_id: &str) -> Result<Vec<SpokeReport>> {
+        let rows = sqlx::query(
+            "SELECT cluster_id, target, kind, generation, body, received_at FROM spoke_reports \
+             WHERE cluster_id = $1 ORDER BY target, kind",
+        )
+        .bind(cluster_id.to_owned())
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        rows.iter()
+            .map(|r| {
+                Ok(SpokeReport {
+                    cluster_id: r.get(0),
+                    target: r.get(1),
+                    kind: r.get(2),
+                    generation: r.get(3),
+                    body: serde_json::from_str(&r.get::<String, _>(4)).map_err(|e| {
+                        StoreError::Corrupt {
+                            what: "spoke report",
+                            detail: e.to_string(),
+                        }
+                    })?,
+                    received_at: from_ms(r.get(5)),
+                })
+            })
+            .collect()
+    }
+}
