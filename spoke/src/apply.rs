@@ -1,0 +1,252 @@
+//! Kubernetes objects for namespace and Harness work.
+//!
+//! Object builders are pure (typed k8s-openapi structs); the thin I/O helpers
+//! here apply them server-side with the one field manager
+//! [`FIELD_MANAGER`]. Every object carries the ownership labels
+//! ([`owner_labels`]) so cleanup and a restarted spoke know exactly what the
+//! spoke owns.
+
+pub mod harness;
+pub mod ledger;
+pub mod namespace;
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::time::Duration;
+
+use clawfed_proto::labels;
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// The one field manager of every write the spoke makes.
+pub const FIELD_MANAGER: &str = "clawfed-spoke";
+
+/// Errors of the apply room.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The apiserver refused or failed a request.
+    #[error("{action} {kind} {namespace}/{name}: {source}")]
+    Kube {
+        /// What was attempted (`apply`, `delete`, `get`, `list`).
+        action: &'static str,
+        /// Object kind.
+        kind: &'static str,
+        /// Namespace ("" for cluster-scoped).
+        namespace: String,
+        /// Object name ("" for lists).
+        name: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The work spec is not acceptable (fails closed).
+    #[error("{0}")]
+    Invalid(String),
+    /// The data-plane namespace cannot be used (fails closed).
+    #[error(transparent)]
+    Namespace(#[from] namespace::NamespaceError),
+    /// A deletion did not finish in time.
+    #[error("{kind} {namespace}/{name} still present after {waited:?}")]
+    DeleteTimeout {
+        /// Object kind.
+        kind: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// The operation was cancelled.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Result alias of the apply room.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// True when retrying the same work later may succeed (apiserver
+    /// unavailable, throttled, conflicts, timeouts); false when the work
+    /// itself is refused.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Kube { source, .. } => is_transient_kube(source),
+            Error::DeleteTimeout { .. } | Error::Cancelled => true,
+            Error::Invalid(_) | Error::Namespace(_) => false,
+        }
+    }
+}
+
+/// Classifies a kube error as transient (worth a retry of the same work).
+pub fn is_transient_kube(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(s) => s.code >= 500 || s.code == 429 || s.code == 409,
+        kube::Error::Auth(_) | kube::Error::SerdeError(_) | kube::Error::BuildRequest(_) => false,
+        _ => true,
+    }
+}
+
+/// True for a 404.
+pub fn is_not_found(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 404)
+}
+
+/// True for a 403.
+pub fn is_forbidden(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 403)
+}
+
+/// Server-side apply parameters: field manager [`FIELD_MANAGER`], forced (the
+/// spoke is the only writer of the fields it owns).
+pub fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+/// Merge-patch parameters with field manager [`FIELD_MANAGER`].
+pub fn merge_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    }
+}
+
+/// Labels every object of a tenant carries.
+pub fn owner_labels(tenant: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::MANAGED_BY.to_string(), labels::MANAGER.to_string()),
+        (labels::TENANT.to_string(), tenant.to_string()),
+    ])
+}
+
+/// The annotations recording which work produced an object.
+pub fn work_annotations(target: &str, generation: i64) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            labels::WORK_TARGET_ANNOTATION.to_string(),
+            target.to_string(),
+        ),
+        (
+            labels::GENERATION_ANNOTATION.to_string(),
+            generation.to_string(),
+        ),
+    ])
+}
+
+/// Server-side applies a namespaced object.
+pub async fn ssa<K>(api: &Api<K>, obj: &K) -> Result<K>
+where
+    K: Resource + k8s_openapi::Resource + Serialize + DeserializeOwned + Clone + Debug,
+    <K as Resource>::DynamicType: Default,
+{
+    let name = obj.meta().name.clone().unwrap_or_default();
+    api.patch(&name, &apply_params(), &Patch::Apply(obj))
+        .await
+        .map_err(|source| Error::Kube {
+            action: "apply",
+            kind: kind_of::<K>(),
+            namespace: obj.meta().namespace.clone().unwrap_or_default(),
+            name,
+            source,
+        })
+}
+
+/// The static kind name of `K` (for error messages).
+pub fn kind_of<K: k8s_openapi::Resource>() -> &'static str {
+    K::KIND
+}
+
+/// Deletes a namespaced object; absent is success. Returns whether it existed.
+pub async fn delete_if_present<K>(api: &Api<K>, name: &str, dp: &DeleteParams) -> Result<bool>
+where
+    K: Resource<Scope = NamespaceResourceScope>
+        + k8s_openapi::Resource
+        + DeserializeOwned
+        + Clone
+        + Debug,
+    <K as Resource>::DynamicType: Default,
+{
+    match api.delete(name, dp).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(source) => Err(Error::Kube {
+            action: "delete",
+            kind: kind_of::<K>(),
+            namespace: api.namespace().unwrap_or_default().to_string(),
+            name: name.to_string(),
+            source,
+        }),
+    }
+}
+
+/// Waits until a namespaced object is gone, polling GET (never LIST) with a
+/// growing interval.
+pub async fn wait_gone<K>(
+    api: &Api<K>,
+    name: &str,
+    timeout: Duration,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<()>
+where
+    K: Resource<Scope = NamespaceResourceScope>
+        + k8s_openapi::Resource
+        + DeserializeOwned
+        + Clone
+        + Debug,
+    <K as Resource>::DynamicType: Default,
+{
+    let start = tokio::time::Instant::now();
+    let mut interval = Duration::from_millis(25);
+    loop {
+        match api.get_opt(name).await {
+            Ok(None) => return Ok(()),
+            Ok(Some(_)) => {}
+            Err(source) => {
+                return Err(Error::Kube {
+                    action: "get",
+                    kind: kind_of::<K>(),
+                    namespace: api.namespace().unwrap_or_default().to_string(),
+                    name: name.to_string(),
+                    source,
+                });
+            }
+        }
+        if start.elapsed() >= timeout {
+            return Err(Error::DeleteTimeout {
+                kind: kind_of::<K>(),
+                namespace: api.namespace().unwrap_or_default().to_string(),
+                name: name.to_string(),
+                waited: timeout,
+            });
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return Err(Error::Cancelled),
+            () = tokio::time::sleep(interval) => {}
+        }
+        interval = (interval * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// Retries `f` while the apiserver answers `Forbidden`, for at most `settle`:
+/// right after the spoke binds its tenant role in a new namespace the
+/// authorizer may not have seen the binding yet.
+pub async fn retry_forbidden<T, F, Fut>(settle: Duration, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let start = tokio::time::Instant::now();
+    loop {
+        match f().await {
+            Err(Error::Kube { source, .. })
+                if is_forbidden(&source) && start.elapsed() < settle =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}

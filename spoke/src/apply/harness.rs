@@ -1,0 +1,495 @@
+//! Objects of one Harness revision, built from a [`HarnessWork`]: its
+//! ServiceAccount, credential Secret, workspace PVC, Deployment and Service.
+//! Pure builders; the executor applies them.
+
+use std::collections::BTreeMap;
+
+use clawfed_proto::labels;
+use clawfed_proto::naming::validate_agent_name;
+use clawfed_proto::readiness::{HARNESS_ROLE, ReadinessQuery, required_labels};
+use clawfed_proto::work::{HarnessWork, check_image_digest};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
+    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, Secret,
+    SecretEnvSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume,
+    VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::{Error, Result, owner_labels, work_annotations};
+
+/// Annotation on the Harness Service: the requirement labels (JSON object), so
+/// a restarted spoke can rebuild its readiness queries from the cluster.
+pub const REQUIREMENTS_ANNOTATION: &str = "clawfed.io/requirement-labels";
+/// Annotation on the Harness Service: the execution mode.
+pub const EXECUTION_ANNOTATION: &str = "clawfed.io/execution";
+/// The non-root uid/gid the Harness runs as.
+pub const HARNESS_UID: i64 = 65532;
+
+/// Object names of one revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// Deployment, Service, ServiceAccount (and the provider's object).
+    pub harness: String,
+    /// The credential Secret.
+    pub credentials: String,
+    /// The workspace PVC.
+    pub workspace: String,
+}
+
+/// Names for Agent `agent`, revision `revision`.
+pub fn names(agent: &str, revision: i64) -> Names {
+    let base = format!("{agent}-r{revision}");
+    Names {
+        harness: format!("{base}-harness"),
+        credentials: format!("{base}-credentials"),
+        workspace: format!("{base}-workspace"),
+    }
+}
+
+/// The Service selector: Agent, revision and workload role.
+pub fn selector_labels(agent: &str, revision: i64) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::AGENT.to_string(), agent.to_string()),
+        (labels::REVISION.to_string(), revision.to_string()),
+        (labels::WORKLOAD_ROLE.to_string(), HARNESS_ROLE.to_string()),
+    ])
+}
+
+/// Ownership labels of every object of the revision.
+pub fn object_labels(tenant: &str, agent: &str, revision: i64) -> BTreeMap<String, String> {
+    let mut l = owner_labels(tenant);
+    l.extend(selector_labels(agent, revision));
+    l
+}
+
+/// Labels of the Harness Pod: ownership, selector and every requirement label.
+pub fn pod_labels(h: &HarnessWork) -> BTreeMap<String, String> {
+    let mut l = object_labels(&h.tenant, &h.agent, h.revision);
+    for (k, v) in &h.requirement_labels {
+        l.insert(k.clone(), v.clone());
+    }
+    if !h.harness_kind.is_empty() {
+        l.insert("clawfed.io/harness-kind".into(), h.harness_kind.clone());
+    }
+    l
+}
+
+/// The readiness query for the revision.
+pub fn readiness_query(h: &HarnessWork) -> ReadinessQuery {
+    ReadinessQuery {
+        namespace: h.data_plane_namespace.clone(),
+        agent: h.agent.clone(),
+        revision: h.revision.to_string(),
+        role: HARNESS_ROLE.into(),
+        requirement_labels: h
+            .requirement_labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    }
+}
+
+/// Checks a Harness spec before anything is applied (fails closed).
+pub fn validate(h: &HarnessWork) -> Result<()> {
+    validate_agent_name(&h.agent)
+        .map_err(|e| Error::Invalid(format!("agent {:?}: {e}", h.agent)))?;
+    if h.revision < 0 {
+        return Err(Error::Invalid(format!("negative revision {}", h.revision)));
+    }
+    if h.image.is_empty() {
+        return Err(Error::Invalid("empty image".into()));
+    }
+    if h.require_digest {
+        check_image_digest(&h.image).map_err(|e| Error::Invalid(e.to_string()))?;
+    }
+    required_labels(&readiness_query(h)).map_err(|e| Error::Invalid(e.to_string()))?;
+    for (k, _) in &h.requirement_labels {
+        if k.starts_with("clawfed.io/") || k == labels::MANAGED_BY {
+            return Err(Error::Invalid(format!(
+                "requirement label {k} uses a key reserved for clawfed"
+            )));
+        }
+    }
+    if let Some(p) = h.predecessors.iter().find(|p| p.revision >= h.revision) {
+        return Err(Error::Invalid(format!(
+            "predecessor revision {} is not older than {}",
+            p.revision, h.revision
+        )));
+    }
+    Ok(())
+}
+
+fn meta(name: &str, h: &HarnessWork, target: &str, generation: i64) -> ObjectMeta {
+    let mut annotations = work_annotations(target, generation);
+    annotations.insert(labels::REVISION_ID_ANNOTATION.into(), h.revision_id.clone());
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some(h.data_plane_namespace.clone()),
+        labels: Some(object_labels(&h.tenant, &h.agent, h.revision)),
+        annotations: Some(annotations),
+        ..Default::default()
+    }
+}
+
+fn quantities(m: &BTreeMap<String, String>) -> Option<BTreeMap<String, Quantity>> {
+    (!m.is_empty()).then(|| {
+        m.iter()
+            .map(|(k, v)| (k.clone(), Quantity(v.clone())))
+            .collect()
+    })
+}
+
+/// The Harness ServiceAccount: no token is mounted into the Pod.
+pub fn service_account(h: &HarnessWork, target: &str, generation: i64) -> ServiceAccount {
+    ServiceAccount {
+        metadata: meta(&names(&h.agent, h.revision).harness, h, target, generation),
+        automount_service_account_token: Some(false),
+        ..Default::default()
+    }
+}
+
+/// The credential Secret: the only place the model credential goes.
+pub fn credential_secret(h: &HarnessWork, target: &str, generation: i64) -> Secret {
+    Secret {
+        metadata: meta(
+            &names(&h.agent, h.revision).credentials,
+            h,
+            target,
+            generation,
+        ),
+        type_: Some("Opaque".into()),
+        string_data: Some(h.credential.0.clone()),
+        ..Default::default()
+    }
+}
+
+/// The workspace PVC (ReadWriteOnce), when the work asks for one.
+pub fn workspace_claim(
+    h: &HarnessWork,
+    target: &str,
+    generation: i64,
+) -> Option<PersistentVolumeClaim> {
+    let w = h.workspace.as_ref()?;
+    Some(PersistentVolumeClaim {
+        metadata: meta(
+            &names(&h.agent, h.revision).workspace,
+            h,
+            target,
+            generation,
+        ),
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: w.storage_class.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(w.size.clone()),
+                )])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// The hardened Pod spec of the Harness: non-root, RuntimeDefault seccomp,
+/// all capabilities dropped, no privilege escalation, read-only root
+/// filesystem, no ServiceAccount token, the node selector of the work.
+pub fn pod_spec(h: &HarnessWork) -> PodSpec {
+    let n = names(&h.agent, h.revision);
+    let seccomp = Some(SeccompProfile {
+        type_: "RuntimeDefault".into(),
+        localhost_profile: None,
+    });
+    let mut volumes = vec![Volume {
+        name: "tmp".into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }];
+    let mut mounts = vec![VolumeMount {
+        name: "tmp".into(),
+        mount_path: "/tmp".into(),
+        ..Default::default()
+    }];
+    if h.workspace.is_some() {
+        volumes.push(Volume {
+            name: "workspace".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: n.workspace.clone(),
+                read_only: Some(false),
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "workspace".into(),
+            mount_path: "/workspace".into(),
+            ..Default::default()
+        });
+    }
+    let env: Vec<EnvVar> = h
+        .env
+        .iter()
+        .map(|(k, v)| EnvVar {
+            name: k.clone(),
+            value: Some(v.clone()),
+            ..Default::default()
+        })
+        .collect();
+    PodSpec {
+        service_account_name: Some(n.harness.clone()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        node_selector: (!h.node_selector.is_empty()).then(|| h.node_selector.clone()),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(HARNESS_UID),
+            run_as_group: Some(HARNESS_UID),
+            fs_group: Some(HARNESS_UID),
+            seccomp_profile: seccomp.clone(),
+            ..Default::default()
+        }),
+        containers: vec![Container {
+            name: "harness".into(),
+            image: Some(h.image.clone()),
+            ports: Some(vec![ContainerPort {
+                name: Some("harness".into()),
+                container_port: h.port,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            env: (!env.is_empty()).then_some(env),
+            env_from: Some(vec![EnvFromSource {
+                secret_ref: Some(SecretEnvSource {
+                    name: n.credentials.clone(),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }]),
+            resources: Some(ResourceRequirements {
+                requests: quantities(&h.resources.requests),
+                limits: quantities(&h.resources.limits),
+                ..Default::default()
+            }),
+            security_context: Some(SecurityContext {
+                run_as_non_root: Some(true),
+                allow_privilege_escalation: Some(false),
+                privileged: Some(false),
+                read_only_root_filesystem: Some(true),
+                capabilities: Some(Capabilities {
+                    drop: Some(vec!["ALL".into()]),
+                    add: None,
+                }),
+                seccomp_profile: seccomp,
+                ..Default::default()
+            }),
+            volume_mounts: Some(mounts),
+            ..Default::default()
+        }],
+        volumes: Some(volumes),
+        ..Default::default()
+    }
+}
+
+/// The ordinary Harness Deployment: one replica, `Recreate` (the workspace is
+/// ReadWriteOnce, so two Pods never overlap).
+pub fn deployment(h: &HarnessWork, target: &str, generation: i64) -> Deployment {
+    let n = names(&h.agent, h.revision);
+    let mut template_annotations = BTreeMap::new();
+    template_annotations.insert(
+        labels::REVISION_ID_ANNOTATION.to_string(),
+        h.revision_id.clone(),
+    );
+    Deployment {
+        metadata: meta(&n.harness, h, target, generation),
+        spec: DeploymentSpec {
+            replicas: Some(1),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(&h.agent, h.revision)),
+                ..Default::default()
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("Recreate".into()),
+                rolling_update: None,
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels(h)),
+                    annotations: Some(template_annotations),
+                    ..Default::default()
+                }),
+                spec: Some(pod_spec(h)),
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The Harness Service; its selector is the Agent/revision/role labels. Its
+/// annotations keep what a restarted spoke needs to rebuild readiness.
+pub fn service(h: &HarnessWork, target: &str, generation: i64) -> Service {
+    let n = names(&h.agent, h.revision);
+    let mut m = meta(&n.harness, h, target, generation);
+    let ann = m.annotations.get_or_insert_with(BTreeMap::new);
+    ann.insert(
+        REQUIREMENTS_ANNOTATION.into(),
+        serde_json::to_string(&h.requirement_labels).unwrap_or_else(|_| "{}".into()),
+    );
+    ann.insert(
+        EXECUTION_ANNOTATION.into(),
+        match h.execution {
+            clawfed_proto::work::ExecutionMode::Ordinary => "ordinary".into(),
+            clawfed_proto::work::ExecutionMode::Provider => "provider".into(),
+        },
+    );
+    Service {
+        metadata: m,
+        spec: Some(ServiceSpec {
+            selector: Some(selector_labels(&h.agent, h.revision)),
+            ports: Some(vec![ServicePort {
+                name: Some("harness".into()),
+                port: h.port,
+                target_port: Some(IntOrString::String("harness".into())),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clawfed_proto::work::{ExecutionMode, Predecessor, SecretData, Workspace};
+
+    pub(crate) fn harness() -> HarnessWork {
+        HarnessWork {
+            tenant: "team-a".into(),
+            namespace_id: "id-1".into(),
+            data_plane_namespace: "oce-abc".into(),
+            agent: "a1".into(),
+            revision: 3,
+            revision_id: "rev-3".into(),
+            harness_kind: "openclaw-native".into(),
+            image: format!("reg.example/agent@sha256:{}", "0".repeat(64)),
+            require_digest: true,
+            requirement_labels: BTreeMap::from([("sandbox.io/class".into(), "gvisor".into())]),
+            resources: Default::default(),
+            port: 8080,
+            env: BTreeMap::new(),
+            workspace: Some(Workspace {
+                size: "1Gi".into(),
+                storage_class: None,
+            }),
+            credential: SecretData(BTreeMap::from([("MODEL_API_KEY".into(), "k".into())])),
+            dedicated: true,
+            predecessors: vec![Predecessor {
+                revision: 2,
+                revision_id: "rev-2".into(),
+                execution: ExecutionMode::Ordinary,
+            }],
+            execution: ExecutionMode::Ordinary,
+            node_selector: BTreeMap::from([("type".into(), "kwok".into())]),
+        }
+    }
+
+    #[test]
+    fn deployment_is_hardened_single_replica_with_every_label() {
+        let d = deployment(&harness(), "t", 7);
+        let spec = d.spec;
+        assert_eq!(spec.replicas, Some(1));
+        let tl = spec
+            .template
+            .metadata
+            .and_then(|m| m.labels)
+            .expect("labels");
+        for (k, v) in selector_labels("a1", 3) {
+            assert_eq!(tl.get(&k), Some(&v));
+        }
+        assert_eq!(
+            tl.get("sandbox.io/class").map(String::as_str),
+            Some("gvisor")
+        );
+        let pod = spec.template.spec.expect("pod");
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        assert_eq!(
+            pod.node_selector
+                .as_ref()
+                .and_then(|n| n.get("type"))
+                .map(String::as_str),
+            Some("kwok")
+        );
+        let psc = pod.security_context.expect("psc");
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(
+            psc.seccomp_profile.map(|s| s.type_).as_deref(),
+            Some("RuntimeDefault")
+        );
+        let sc = pod.containers[0].security_context.clone().expect("sc");
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(
+            sc.capabilities.and_then(|c| c.drop),
+            Some(vec!["ALL".to_string()])
+        );
+        let ann = d.metadata.annotations.expect("annotations");
+        assert_eq!(
+            ann.get(labels::GENERATION_ANNOTATION).map(String::as_str),
+            Some("7")
+        );
+        // The credential reaches the Pod only by reference to the Secret.
+        assert!(
+            !serde_json::to_string(&pod.containers[0])
+                .expect("json")
+                .contains("\"k\"")
+        );
+    }
+
+    #[test]
+    fn service_selects_agent_revision_role() {
+        let s = service(&harness(), "t", 1);
+        assert_eq!(
+            s.spec.and_then(|s| s.selector),
+            Some(selector_labels("a1", 3))
+        );
+    }
+
+    #[test]
+    fn validation_fails_closed() {
+        assert!(validate(&harness()).is_ok());
+        let mut h = harness();
+        h.image = "reg.example/agent:latest".into();
+        assert!(validate(&h).is_err(), "digest required");
+        h.require_digest = false;
+        assert!(validate(&h).is_ok());
+        let mut h = harness();
+        h.requirement_labels
+            .insert(labels::AGENT.into(), "other".into());
+        assert!(validate(&h).is_err(), "contradicts the selector");
+        let mut h = harness();
+        h.predecessors[0].revision = 3;
+        assert!(validate(&h).is_err());
+        let mut h = harness();
+        h.agent = "A".repeat(41);
+        assert!(validate(&h).is_err());
+    }
+
+    #[test]
+    fn secret_holds_the_credential() {
+        let s = credential_secret(&harness(), "t", 1);
+        assert_eq!(
+            s.string_data
+                .and_then(|d| d.get("MODEL_API_KEY").cloned())
+                .as_deref(),
+            Some("k")
+        );
+    }
+}

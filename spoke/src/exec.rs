@@ -1,0 +1,977 @@
+//! The executor: runs `link.v1.Work` against the execution cluster with the
+//! spoke's own credentials.
+//!
+//! - [`Executor::apply`] decodes the work spec, ignores a generation older than
+//!   the one recorded for the target, runs the work (level-based, so the same
+//!   generation twice is harmless) and durably records the applied generation
+//!   on the cluster BEFORE it returns `Ok` (the link acks only after that):
+//!   namespace targets in the namespace's `clawfed.io/generation` /
+//!   `clawfed.io/work-target` annotations, Harness targets in the namespace's
+//!   ledger ConfigMap (and as annotations on every object applied).
+//! - Every outcome is also sent as a `Report` with a `WorkResult` on the
+//!   report channel; readiness observations follow on the same channel
+//!   whenever a revision's verdict changes.
+//! - [`Executor::applied`] rebuilds what is applied from the cluster's labels,
+//!   annotations and ledgers, never from memory, and (the first time) resumes
+//!   the readiness watchers and tracked revisions, so a restarted spoke
+//!   converges without duplicates.
+//!
+//! Errors: a refused spec (invalid, fails closed) is `Ok` with
+//! `applied: false` and a reason, so it is acked and not redelivered; an
+//! error that may pass (apiserver unavailable, conflicts, timeouts) is
+//! [`ExecError::Transient`], so the link does not ack and the work comes back.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use clawfed_proto::labels;
+use clawfed_proto::link::v1::{Report, Work, WorkResult, report};
+use clawfed_proto::naming::validate_dns1123_label;
+use clawfed_proto::readiness::{HARNESS_ROLE, ReadinessQuery};
+use clawfed_proto::work::{
+    ExecutionMode, HarnessWork, NamespaceDeleteWork, NamespaceWork, RevisionWork, WorkKind,
+    WorkSpec,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, LimitRange, Namespace, PersistentVolumeClaim, ResourceQuota, Secret, Service,
+    ServiceAccount,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, ListParams, Patch};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::{OnceCell, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::apply::namespace::{self as nsapply, NamespaceError, NamespaceObservation, Resolution};
+use crate::apply::{self, harness, ledger, merge_params, retry_forbidden, ssa};
+use crate::cleanup::{
+    CleanupOps, NAMESPACE_TEARDOWN, NamespaceStep, PREPARATION_FAILED, RETIRE, RevisionStep, STOP,
+    StepFailed, run_plan,
+};
+use crate::config::SpokeConfig;
+use crate::provider::ordinary::DeploymentDriver;
+use crate::provider::{HarnessContext, NamespaceContext, RevisionContext, SandboxDriver};
+use crate::readiness::observer::Observer;
+
+/// Errors of the executor.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The work failed in a way that may pass; it must be delivered again.
+    #[error("{kind} {target}: {reason}")]
+    Transient {
+        /// The work target.
+        target: String,
+        /// The work kind.
+        kind: String,
+        /// Why.
+        reason: String,
+    },
+    /// Reading the applied state from the cluster failed.
+    #[error("reading applied state: {0}")]
+    Discover(#[from] apply::Error),
+}
+
+/// A failed piece of work.
+#[derive(Debug)]
+struct Failure {
+    reason: String,
+    transient: bool,
+}
+
+impl From<apply::Error> for Failure {
+    fn from(e: apply::Error) -> Self {
+        Failure {
+            transient: e.is_transient(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+impl From<NamespaceError> for Failure {
+    fn from(e: NamespaceError) -> Self {
+        Failure {
+            transient: false,
+            reason: e.to_string(),
+        }
+    }
+}
+
+impl From<crate::provider::ProviderError> for Failure {
+    fn from(e: crate::provider::ProviderError) -> Self {
+        Failure {
+            transient: e.is_transient(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+impl From<StepFailed> for Failure {
+    fn from(e: StepFailed) -> Self {
+        Failure {
+            transient: e.transient,
+            reason: e.to_string(),
+        }
+    }
+}
+
+fn refuse(reason: impl Into<String>) -> Failure {
+    Failure {
+        reason: reason.into(),
+        transient: false,
+    }
+}
+
+/// A successful piece of work.
+#[derive(Debug, Default)]
+struct Done {
+    reason: String,
+    namespace: String,
+}
+
+/// Recorded generations: target -> (physical namespace, generation).
+type Recorded = HashMap<String, (String, i64)>;
+
+/// The executor. Cheap to share behind an `Arc`; `apply` may run concurrently
+/// for different targets (work on one target is serialized).
+pub struct Executor {
+    client: Client,
+    config: SpokeConfig,
+    reports: mpsc::Sender<Report>,
+    driver: Arc<dyn SandboxDriver>,
+    observer: Observer,
+    cancel: CancellationToken,
+    recorded: Mutex<Recorded>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    rebuilt: OnceCell<()>,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("driver", &self.driver.name())
+            .finish_non_exhaustive()
+    }
+}
+
+fn kube_err(
+    action: &'static str,
+    kind: &'static str,
+    ns: &str,
+    name: &str,
+    source: kube::Error,
+) -> apply::Error {
+    apply::Error::Kube {
+        action,
+        kind,
+        namespace: ns.into(),
+        name: name.into(),
+        source,
+    }
+}
+
+impl Executor {
+    /// An executor with the ordinary Deployment driver.
+    pub fn new(client: Client, config: SpokeConfig, reports: mpsc::Sender<Report>) -> Self {
+        Self::with_driver(client, config, reports, Arc::new(DeploymentDriver))
+    }
+
+    /// An executor with a SandboxDriver provider.
+    pub fn with_driver(
+        client: Client,
+        config: SpokeConfig,
+        reports: mpsc::Sender<Report>,
+        driver: Arc<dyn SandboxDriver>,
+    ) -> Self {
+        let cancel = CancellationToken::new();
+        Executor {
+            observer: Observer::new(client.clone(), reports.clone(), cancel.child_token()),
+            client,
+            config,
+            reports,
+            driver,
+            cancel,
+            recorded: Mutex::new(HashMap::new()),
+            locks: Mutex::new(HashMap::new()),
+            rebuilt: OnceCell::new(),
+        }
+    }
+
+    /// The readiness observer.
+    pub fn observer(&self) -> &Observer {
+        &self.observer
+    }
+
+    /// Cancels in-flight provider calls and ends every watcher.
+    pub fn shutdown(&self) {
+        self.cancel.cancel();
+    }
+
+    fn recorded_lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
+        self.recorded.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn target_lock(&self, target: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let m = {
+            let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+            locks.entry(target.to_string()).or_default().clone()
+        };
+        m.lock_owned().await
+    }
+
+    /// Applies one piece of work (see the module docs for the contract).
+    pub async fn apply(&self, work: &Work) -> Result<WorkResult, ExecError> {
+        self.ensure_rebuilt().await?;
+        let _guard = self.target_lock(&work.target).await;
+        let spec = match WorkSpec::decode(&work.kind, &work.spec) {
+            Ok(s) => s,
+            Err(e) => return self.finish(work, Err(refuse(e.to_string()))).await,
+        };
+        let recorded = self.recorded_lock().get(&work.target).map(|(_, g)| *g);
+        if let Some(have) = recorded.filter(|have| *have > work.generation) {
+            tracing::info!(target_ = %work.target, have, got = work.generation, "spoke.work.superseded");
+            let result = WorkResult {
+                applied: true,
+                reason: format!("superseded: generation {have} already applied"),
+                kind: work.kind.clone(),
+                namespace: String::new(),
+            };
+            return Ok(result);
+        }
+        let outcome = match &spec {
+            WorkSpec::NamespaceEnsure(w) => self.ensure_namespace(w, work).await,
+            WorkSpec::NamespaceDelete(w) => self.delete_namespace(w, work).await,
+            WorkSpec::HarnessApply(h) => self.apply_harness(h, work).await,
+            WorkSpec::HarnessStop(r) => self.stop_revision(r, work, STOP).await,
+            WorkSpec::HarnessRetire(r) => self.stop_revision(r, work, RETIRE).await,
+        };
+        self.finish(work, outcome).await
+    }
+
+    async fn finish(
+        &self,
+        work: &Work,
+        outcome: Result<Done, Failure>,
+    ) -> Result<WorkResult, ExecError> {
+        let (result, err) = match outcome {
+            Ok(done) => (
+                WorkResult {
+                    applied: true,
+                    reason: done.reason,
+                    kind: work.kind.clone(),
+                    namespace: done.namespace,
+                },
+                None,
+            ),
+            Err(f) => {
+                tracing::warn!(target_ = %work.target, kind = %work.kind, generation = work.generation,
+                    transient = f.transient, reason = %f.reason, "spoke.work.failed");
+                let err = f.transient.then(|| ExecError::Transient {
+                    target: work.target.clone(),
+                    kind: work.kind.clone(),
+                    reason: f.reason.clone(),
+                });
+                (
+                    WorkResult {
+                        applied: false,
+                        reason: f.reason,
+                        kind: work.kind.clone(),
+                        namespace: String::new(),
+                    },
+                    err,
+                )
+            }
+        };
+        let report = Report {
+            target: work.target.clone(),
+            generation: work.generation,
+            body: Some(report::Body::WorkResult(result.clone())),
+        };
+        if self.reports.send(report).await.is_err() {
+            tracing::warn!("spoke.work.report_dropped: report channel closed");
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(result),
+        }
+    }
+
+    // ------------------------------------------------------------ namespaces
+
+    async fn discover(&self, w: &NamespaceWork) -> Result<Vec<NamespaceObservation>, Failure> {
+        validate_dns1123_label(&w.tenant)
+            .map_err(|e| refuse(format!("tenant {:?}: {e}", w.tenant)))?;
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let mut seen: BTreeMap<String, NamespaceObservation> = BTreeMap::new();
+        for selector in [
+            format!("{}={}", labels::TENANT, w.tenant),
+            format!("{}={}", labels::MANAGED_BY, labels::MANAGER),
+        ] {
+            let list = api
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| kube_err("list", "Namespace", "", "", e))?;
+            for ns in &list.items {
+                seen.insert(ns.name_any(), ns.into());
+            }
+        }
+        let expected = clawfed_proto::naming::data_plane_namespace(&w.namespace_id);
+        for name in std::iter::once(expected.as_str()).chain(w.adopt.as_deref()) {
+            if validate_dns1123_label(name).is_err() || seen.contains_key(name) {
+                continue;
+            }
+            if let Some(ns) = api
+                .get_opt(name)
+                .await
+                .map_err(|e| kube_err("get", "Namespace", "", name, e))?
+            {
+                seen.insert(name.to_string(), (&ns).into());
+            }
+        }
+        Ok(seen.into_values().collect())
+    }
+
+    async fn ensure_namespace(&self, w: &NamespaceWork, work: &Work) -> Result<Done, Failure> {
+        let observed = self.discover(w).await?;
+        let resolution = nsapply::resolve(w, &observed)?;
+        let name = resolution.name().to_string();
+        let adopted = resolution.adopted(&observed);
+        if matches!(resolution, Resolution::Create(_)) {
+            tracing::info!(namespace = %name, tenant = %w.tenant, "spoke.namespace.create");
+        }
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        namespaces
+            .patch(
+                &name,
+                &apply::apply_params(),
+                &Patch::Apply(nsapply::namespace_object(w, &name, adopted, &self.config)),
+            )
+            .await
+            .map_err(|e| kube_err("apply", "Namespace", "", &name, e))?;
+        let c = &self.client;
+        ssa(
+            &Api::<RoleBinding>::namespaced(c.clone(), &name),
+            &nsapply::spoke_binding(&name, &w.tenant, &self.config),
+        )
+        .await?;
+        // The first write under the fresh binding may be refused until the
+        // authorizer has seen it.
+        let quotas = Api::<ResourceQuota>::namespaced(c.clone(), &name);
+        let quota = nsapply::quota(w, &name);
+        retry_forbidden(self.config.rbac_settle_timeout, || ssa(&quotas, &quota)).await?;
+        ssa(
+            &Api::<LimitRange>::namespaced(c.clone(), &name),
+            &nsapply::limit_range(w, &name),
+        )
+        .await?;
+        let policies = Api::<NetworkPolicy>::namespaced(c.clone(), &name);
+        for p in nsapply::network_policies(w, &name, &self.config) {
+            ssa(&policies, &p).await?;
+        }
+        ssa(
+            &Api::<ConfigMap>::namespaced(c.clone(), &name),
+            &ledger::ledger_object(&name, &w.tenant),
+        )
+        .await?;
+        let ctx = NamespaceContext {
+            namespace: name.clone(),
+            tenant: w.tenant.clone(),
+            namespace_id: w.namespace_id.clone(),
+        };
+        self.driver
+            .ensure_namespace(&ctx, &self.cancel.child_token())
+            .await?;
+        self.observer.watch_namespace(&name);
+        // Record last: the generation is on the cluster before the ack.
+        let patch = Namespace {
+            metadata: ObjectMeta {
+                annotations: Some(apply::work_annotations(&work.target, work.generation)),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        namespaces
+            .patch(&name, &merge_params(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| kube_err("patch", "Namespace", "", &name, e))?;
+        self.recorded_lock()
+            .insert(work.target.clone(), (name.clone(), work.generation));
+        Ok(Done {
+            reason: format!("namespace {name} ensured"),
+            namespace: name,
+        })
+    }
+
+    /// Fetches `name` and checks it is the tenant's (all three markers).
+    /// `Ok(None)` when it does not exist.
+    async fn owned_namespace(
+        &self,
+        name: &str,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<Namespace>, Failure> {
+        validate_dns1123_label(name).map_err(|e| refuse(format!("namespace {name:?}: {e}")))?;
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let Some(ns) = api
+            .get_opt(name)
+            .await
+            .map_err(|e| kube_err("get", "Namespace", "", name, e))?
+        else {
+            return Ok(None);
+        };
+        if !NamespaceObservation::from(&ns).has_all_markers(tenant, id) {
+            return Err(NamespaceError::NotOwned {
+                name: name.into(),
+                tenant: tenant.into(),
+            }
+            .into());
+        }
+        Ok(Some(ns))
+    }
+
+    async fn delete_namespace(
+        &self,
+        w: &NamespaceDeleteWork,
+        work: &Work,
+    ) -> Result<Done, Failure> {
+        let name = w.data_plane_namespace.as_str();
+        let Some(ns) = self
+            .owned_namespace(name, &w.tenant, &w.namespace_id)
+            .await?
+        else {
+            self.forget_namespace(name);
+            return Ok(Done {
+                reason: format!("namespace {name} already gone"),
+                namespace: name.into(),
+            });
+        };
+        let adopted = ns
+            .labels()
+            .get(labels::ADOPTED)
+            .is_some_and(|v| v == "true");
+        let ops = NamespaceOps {
+            exec: self,
+            ctx: NamespaceContext {
+                namespace: name.into(),
+                tenant: w.tenant.clone(),
+                namespace_id: w.namespace_id.clone(),
+            },
+            adopted,
+            cancel: self.cancel.child_token(),
+        };
+        run_plan(&ops, NAMESPACE_TEARDOWN).await?;
+        self.forget_namespace(name);
+        let _ = work;
+        Ok(Done {
+            reason: if adopted {
+                format!("clawfed objects removed from adopted namespace {name}")
+            } else {
+                format!("namespace {name} deleted")
+            },
+            namespace: name.into(),
+        })
+    }
+
+    fn forget_namespace(&self, name: &str) {
+        self.observer.unwatch_namespace(name);
+        self.recorded_lock().retain(|_, (ns, _)| ns != name);
+    }
+
+    // --------------------------------------------------------------- harness
+
+    async fn apply_harness(&self, h: &HarnessWork, work: &Work) -> Result<Done, Failure> {
+        harness::validate(h)?;
+        let ns = h.data_plane_namespace.as_str();
+        if self
+            .owned_namespace(ns, &h.tenant, &h.namespace_id)
+            .await?
+            .is_none()
+        {
+            return Err(refuse(format!(
+                "namespace {ns} does not exist (namespace.ensure first)"
+            )));
+        }
+        if h.execution == ExecutionMode::Provider && !self.driver.provisions_harness() {
+            return Err(refuse(format!(
+                "provider {} cannot own a harness",
+                self.driver.name()
+            )));
+        }
+        if h.dedicated {
+            // RWO workspace: predecessors must be stopped before the new
+            // Harness starts.
+            for p in &h.predecessors {
+                let r = RevisionWork {
+                    tenant: h.tenant.clone(),
+                    namespace_id: h.namespace_id.clone(),
+                    data_plane_namespace: h.data_plane_namespace.clone(),
+                    agent: h.agent.clone(),
+                    revision: p.revision,
+                    revision_id: p.revision_id.clone(),
+                    execution: p.execution,
+                };
+                let ops = RevisionOps::new(self, &r);
+                run_plan(&ops, STOP).await?;
+                self.observer.untrack(ns, &h.agent, p.revision);
+            }
+        }
+        self.observer
+            .track(
+                harness::readiness_query(h),
+                &work.target,
+                work.generation,
+                &h.revision_id,
+            )
+            .await;
+        if let Err(f) = self.prepare_harness(h, work).await {
+            // Preparation error: run the workload cleanup hooks.
+            let r = RevisionWork {
+                tenant: h.tenant.clone(),
+                namespace_id: h.namespace_id.clone(),
+                data_plane_namespace: h.data_plane_namespace.clone(),
+                agent: h.agent.clone(),
+                revision: h.revision,
+                revision_id: h.revision_id.clone(),
+                execution: h.execution,
+            };
+            if let Err(hook) = run_plan(&RevisionOps::new(self, &r), PREPARATION_FAILED).await {
+                tracing::warn!(error = %hook, "spoke.harness.cleanup_hook_failed");
+                return Err(Failure {
+                    reason: format!("{}; cleanup hooks: {hook}", f.reason),
+                    transient: f.transient,
+                });
+            }
+            return Err(f);
+        }
+        let cms = Api::<ConfigMap>::namespaced(self.client.clone(), ns);
+        ledger::record(&cms, &h.tenant, &work.target, work.generation).await?;
+        self.recorded_lock()
+            .insert(work.target.clone(), (ns.to_string(), work.generation));
+        Ok(Done {
+            reason: format!("harness {}/{} revision {} applied", ns, h.agent, h.revision),
+            namespace: ns.into(),
+        })
+    }
+
+    async fn prepare_harness(&self, h: &HarnessWork, work: &Work) -> Result<(), Failure> {
+        let c = &self.client;
+        let ns = h.data_plane_namespace.as_str();
+        let (t, g) = (work.target.as_str(), work.generation);
+        ssa(
+            &Api::<ServiceAccount>::namespaced(c.clone(), ns),
+            &harness::service_account(h, t, g),
+        )
+        .await?;
+        ssa(
+            &Api::<Secret>::namespaced(c.clone(), ns),
+            &harness::credential_secret(h, t, g),
+        )
+        .await?;
+        if let Some(pvc) = harness::workspace_claim(h, t, g) {
+            ssa(
+                &Api::<PersistentVolumeClaim>::namespaced(c.clone(), ns),
+                &pvc,
+            )
+            .await?;
+        }
+        match h.execution {
+            ExecutionMode::Ordinary => {
+                ssa(
+                    &Api::<Deployment>::namespaced(c.clone(), ns),
+                    &harness::deployment(h, t, g),
+                )
+                .await?;
+            }
+            ExecutionMode::Provider => {
+                let ctx = HarnessContext {
+                    work: h,
+                    name: harness::names(&h.agent, h.revision).harness,
+                    object_labels: harness::object_labels(&h.tenant, &h.agent, h.revision),
+                    pod_labels: harness::pod_labels(h),
+                    pod_spec: harness::pod_spec(h),
+                    target: t.into(),
+                    generation: g,
+                };
+                self.driver
+                    .provision_harness(&ctx, &self.cancel.child_token())
+                    .await?;
+            }
+        }
+        ssa(
+            &Api::<Service>::namespaced(c.clone(), ns),
+            &harness::service(h, t, g),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn stop_revision(
+        &self,
+        r: &RevisionWork,
+        work: &Work,
+        plan: &[RevisionStep],
+    ) -> Result<Done, Failure> {
+        let ns = r.data_plane_namespace.as_str();
+        let what = if plan == RETIRE { "retired" } else { "stopped" };
+        if self
+            .owned_namespace(ns, &r.tenant, &r.namespace_id)
+            .await?
+            .is_none()
+        {
+            return Ok(Done {
+                reason: format!("namespace {ns} gone; revision {} {what}", r.revision),
+                namespace: ns.into(),
+            });
+        }
+        run_plan(&RevisionOps::new(self, r), plan).await?;
+        self.observer.untrack(ns, &r.agent, r.revision);
+        let cms = Api::<ConfigMap>::namespaced(self.client.clone(), ns);
+        ledger::record(&cms, &r.tenant, &work.target, work.generation).await?;
+        self.recorded_lock()
+            .insert(work.target.clone(), (ns.to_string(), work.generation));
+        Ok(Done {
+            reason: format!("harness {ns}/{} revision {} {what}", r.agent, r.revision),
+            namespace: ns.into(),
+        })
+    }
+
+    // --------------------------------------------------------------- rebuild
+
+    /// What is applied (target -> generation), read from the cluster: the
+    /// generation annotations of managed namespaces and their ledgers.
+    pub async fn applied(&self) -> Result<HashMap<String, i64>, ExecError> {
+        let fresh = self.read_applied().await?;
+        let mut rec = self.recorded_lock();
+        *rec = fresh;
+        Ok(rec.iter().map(|(t, (_, g))| (t.clone(), *g)).collect())
+    }
+
+    async fn managed_namespaces(&self) -> Result<Vec<Namespace>, apply::Error> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let selector = format!("{}={}", labels::MANAGED_BY, labels::MANAGER);
+        Ok(api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| kube_err("list", "Namespace", "", "", e))?
+            .items
+            .into_iter()
+            .filter(|ns| ns.metadata.deletion_timestamp.is_none())
+            .collect())
+    }
+
+    async fn read_applied(&self) -> Result<Recorded, apply::Error> {
+        let mut out = HashMap::new();
+        for ns in self.managed_namespaces().await? {
+            let name = ns.name_any();
+            let ann = ns.annotations();
+            if let (Some(t), Some(g)) = (
+                ann.get(labels::WORK_TARGET_ANNOTATION),
+                ann.get(labels::GENERATION_ANNOTATION)
+                    .and_then(|g| g.parse::<i64>().ok()),
+            ) {
+                out.insert(t.clone(), (name.clone(), g));
+            }
+            let cms = Api::<ConfigMap>::namespaced(self.client.clone(), &name);
+            for (t, g) in ledger::load(&cms).await? {
+                out.insert(t, (name.clone(), g));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn ensure_rebuilt(&self) -> Result<(), ExecError> {
+        self.rebuilt
+            .get_or_try_init(|| async { self.rebuild().await.map_err(ExecError::from) })
+            .await
+            .map(|_| ())
+    }
+
+    /// Rebuilds the spoke's view from the cluster: recorded generations,
+    /// watchers of every managed namespace, and the tracked revisions (from
+    /// the annotations of their Harness Services).
+    async fn rebuild(&self) -> Result<(), apply::Error> {
+        let fresh = self.read_applied().await?;
+        *self.recorded_lock() = fresh;
+        for ns in self.managed_namespaces().await? {
+            let name = ns.name_any();
+            self.observer.watch_namespace(&name);
+            let services = Api::<Service>::namespaced(self.client.clone(), &name);
+            let selector = format!(
+                "{}={HARNESS_ROLE},{}={}",
+                labels::WORKLOAD_ROLE,
+                labels::MANAGED_BY,
+                labels::MANAGER
+            );
+            let list = services
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| kube_err("list", "Service", &name, "", e))?;
+            for svc in list.items {
+                let (l, a) = (svc.labels(), svc.annotations());
+                let (Some(agent), Some(revision), Some(target), Some(generation)) = (
+                    l.get(labels::AGENT),
+                    l.get(labels::REVISION),
+                    a.get(labels::WORK_TARGET_ANNOTATION),
+                    a.get(labels::GENERATION_ANNOTATION)
+                        .and_then(|g| g.parse::<i64>().ok()),
+                ) else {
+                    continue;
+                };
+                let requirements: BTreeMap<String, String> = a
+                    .get(harness::REQUIREMENTS_ANNOTATION)
+                    .and_then(|j| serde_json::from_str(j).ok())
+                    .unwrap_or_default();
+                let query = ReadinessQuery {
+                    namespace: name.clone(),
+                    agent: agent.clone(),
+                    revision: revision.clone(),
+                    role: HARNESS_ROLE.into(),
+                    requirement_labels: requirements.into_iter().collect(),
+                };
+                let revision_id = a
+                    .get(labels::REVISION_ID_ANNOTATION)
+                    .cloned()
+                    .unwrap_or_default();
+                self.observer
+                    .track(query, target, generation, &revision_id)
+                    .await;
+            }
+        }
+        tracing::info!(
+            namespaces = self.observer.namespaces().len(),
+            "spoke.exec.rebuilt"
+        );
+        Ok(())
+    }
+}
+
+/// Runs revision cleanup steps against the cluster and the provider.
+struct RevisionOps<'a> {
+    exec: &'a Executor,
+    r: &'a RevisionWork,
+    names: harness::Names,
+    cancel: CancellationToken,
+}
+
+impl<'a> RevisionOps<'a> {
+    fn new(exec: &'a Executor, r: &'a RevisionWork) -> Self {
+        RevisionOps {
+            exec,
+            r,
+            names: harness::names(&r.agent, r.revision),
+            cancel: exec.cancel.child_token(),
+        }
+    }
+}
+
+fn step_failed(step: impl std::fmt::Debug, e: impl Into<Failure>) -> StepFailed {
+    let f = e.into();
+    StepFailed {
+        step: format!("{step:?}"),
+        reason: f.reason,
+        transient: f.transient,
+    }
+}
+
+#[async_trait]
+impl CleanupOps<RevisionStep> for RevisionOps<'_> {
+    async fn run(&self, step: RevisionStep) -> Result<(), StepFailed> {
+        let c = &self.exec.client;
+        let ns = self.r.data_plane_namespace.as_str();
+        let bg = DeleteParams::background();
+        let res: Result<(), Failure> = async {
+            match step {
+                RevisionStep::DeleteDeployment => {
+                    let api = Api::<Deployment>::namespaced(c.clone(), ns);
+                    if apply::delete_if_present(
+                        &api,
+                        &self.names.harness,
+                        &DeleteParams::foreground(),
+                    )
+                    .await?
+                    {
+                        apply::wait_gone(
+                            &api,
+                            &self.names.harness,
+                            self.exec.config.delete_timeout,
+                            &self.cancel,
+                        )
+                        .await?;
+                    }
+                }
+                RevisionStep::ProviderCleanupRevision => {
+                    let ctx = RevisionContext {
+                        namespace: ns.into(),
+                        agent: self.r.agent.clone(),
+                        revision: self.r.revision,
+                        revision_id: self.r.revision_id.clone(),
+                        name: self.names.harness.clone(),
+                    };
+                    self.exec
+                        .driver
+                        .cleanup_revision(&ctx, &self.cancel)
+                        .await?;
+                }
+                RevisionStep::DeleteService => {
+                    apply::delete_if_present(
+                        &Api::<Service>::namespaced(c.clone(), ns),
+                        &self.names.harness,
+                        &bg,
+                    )
+                    .await?;
+                }
+                RevisionStep::DeleteServiceAccount => {
+                    apply::delete_if_present(
+                        &Api::<ServiceAccount>::namespaced(c.clone(), ns),
+                        &self.names.harness,
+                        &bg,
+                    )
+                    .await?;
+                }
+                RevisionStep::DeleteCredentialSecret => {
+                    apply::delete_if_present(
+                        &Api::<Secret>::namespaced(c.clone(), ns),
+                        &self.names.credentials,
+                        &bg,
+                    )
+                    .await?;
+                }
+                RevisionStep::DeleteWorkspace => {
+                    apply::delete_if_present(
+                        &Api::<PersistentVolumeClaim>::namespaced(c.clone(), ns),
+                        &self.names.workspace,
+                        &bg,
+                    )
+                    .await?;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        tracing::debug!(namespace = ns, agent = %self.r.agent, revision = self.r.revision, ?step, ok = res.is_ok(), "spoke.cleanup.step");
+        res.map_err(|e| step_failed(step, e))
+    }
+}
+
+/// Runs namespace teardown steps.
+struct NamespaceOps<'a> {
+    exec: &'a Executor,
+    ctx: NamespaceContext,
+    adopted: bool,
+    cancel: CancellationToken,
+}
+
+impl NamespaceOps<'_> {
+    /// For an adopted namespace: delete only what clawfed owns in it, then
+    /// drop clawfed's markers from the namespace.
+    async fn delete_owned_objects(&self) -> Result<(), Failure> {
+        let c = &self.exec.client;
+        let ns = self.ctx.namespace.as_str();
+        let lp =
+            ListParams::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
+        let dp = DeleteParams::background();
+        macro_rules! purge {
+            ($t:ty, $kind:literal) => {
+                Api::<$t>::namespaced(c.clone(), ns)
+                    .delete_collection(&dp, &lp)
+                    .await
+                    .map_err(|e| kube_err("deletecollection", $kind, ns, "", e))?;
+            };
+        }
+        purge!(Deployment, "Deployment");
+        purge!(Service, "Service");
+        purge!(ServiceAccount, "ServiceAccount");
+        purge!(Secret, "Secret");
+        purge!(PersistentVolumeClaim, "PersistentVolumeClaim");
+        purge!(NetworkPolicy, "NetworkPolicy");
+        purge!(ResourceQuota, "ResourceQuota");
+        purge!(LimitRange, "LimitRange");
+        purge!(ConfigMap, "ConfigMap");
+        // Drop the markers (the fields this manager applied) before the
+        // binding that grants the rights above goes.
+        let bare = Namespace {
+            metadata: ObjectMeta {
+                name: Some(ns.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let namespaces: Api<Namespace> = Api::all(c.clone());
+        namespaces
+            .patch(ns, &apply::apply_params(), &Patch::Apply(&bare))
+            .await
+            .map_err(|e| kube_err("apply", "Namespace", "", ns, e))?;
+        let marker_patch = serde_json::json!({ "metadata": { "annotations": {
+            labels::GENERATION_ANNOTATION: null, labels::WORK_TARGET_ANNOTATION: null } } });
+        namespaces
+            .patch(ns, &merge_params(), &Patch::Merge(&marker_patch))
+            .await
+            .map_err(|e| kube_err("patch", "Namespace", "", ns, e))?;
+        apply::delete_if_present(
+            &Api::<RoleBinding>::namespaced(c.clone(), ns),
+            nsapply::SPOKE_BINDING,
+            &dp,
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl CleanupOps<NamespaceStep> for NamespaceOps<'_> {
+    async fn run(&self, step: NamespaceStep) -> Result<(), StepFailed> {
+        let res: Result<(), Failure> = async {
+            match step {
+                NamespaceStep::ProviderCleanupNamespace => {
+                    self.exec
+                        .driver
+                        .cleanup_namespace(&self.ctx, &self.cancel)
+                        .await?;
+                }
+                NamespaceStep::RevokeCredentials => {
+                    self.exec
+                        .driver
+                        .revoke_credentials(&self.ctx, &self.cancel)
+                        .await?;
+                }
+                NamespaceStep::DeleteInfrastructure => {
+                    self.exec.observer.unwatch_namespace(&self.ctx.namespace);
+                    if self.adopted {
+                        self.delete_owned_objects().await?;
+                    } else {
+                        let api: Api<Namespace> = Api::all(self.exec.client.clone());
+                        match api
+                            .delete(&self.ctx.namespace, &DeleteParams::background())
+                            .await
+                        {
+                            Ok(_) => {}
+                            Err(e) if apply::is_not_found(&e) => {}
+                            Err(e) => {
+                                return Err(kube_err(
+                                    "delete",
+                                    "Namespace",
+                                    "",
+                                    &self.ctx.namespace,
+                                    e,
+                                )
+                                .into());
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+        .await;
+        tracing::info!(namespace = %self.ctx.namespace, ?step, ok = res.is_ok(), "spoke.namespace.teardown_step");
+        res.map_err(|e| step_failed(step, e))
+    }
+}
+
+/// The set of kinds the executor understands (for the link's capabilities).
+pub fn capabilities() -> HashSet<&'static str> {
+    WorkKind::ALL.iter().map(|k| k.as_str()).collect()
+}

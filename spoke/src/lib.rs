@@ -1,0 +1,26 @@
+//! The clawfed spoke: runs in an execution cluster, receives Harness work from
+//! the hub over the link, applies it with the spoke's own least-privilege
+//! in-cluster credentials, watches Pods and reports readiness.
+//!
+//! # Layout
+//! - [`exec`]: the [`exec::Executor`]: decodes `link.v1.Work`, runs it,
+//!   records the applied generation on the cluster, rebuilds after a restart.
+//! - [`apply`]: Kubernetes objects for namespace and Harness work (typed
+//!   k8s-openapi objects, server-side apply as `clawfed-spoke`), namespace
+//!   resolution, the applied-generation ledger.
+//! - [`readiness`]: the watch-driven observer feeding the pure contract in
+//!   `clawfed_proto::readiness`.
+//! - [`provider`]: the `SandboxDriver` trait, the ordinary Deployment driver
+//!   and a CRD-backed driver that owns its Harness through a custom resource.
+//! - [`cleanup`]: stop / retire / namespace teardown ordering (pure plans and
+//!   their runner).
+//! - [`config`]: the spoke's execution settings.
+
+#![forbid(unsafe_code)]
+
+pub mod apply;
+pub mod cleanup;
+pub mod config;
+pub mod exec;
+pub mod provider;
+pub mod readiness;
