@@ -567,7 +567,7 @@ async fn get_cluster(
 async fn create_bootstrap_token(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path(name): Path<String>,
+    PathParams(name): PathParams<String>,
     OptionalBody(body): OptionalBody<CreateBootstrapToken>,
 ) -> ApiResult<Response> {
     Ok(created(
@@ -586,7 +586,7 @@ async fn create_bootstrap_token(
 async fn revoke_cluster(
     State(s): State<AppState>,
     Caller(p): Caller,
-    Path(name): Path<String>,
+    PathParams(name): PathParams<String>,
 ) -> ApiResult<Json<Cluster>> {
     Ok(Json(s.service.revoke_cluster(&p, &name).await?))
 }
