@@ -1893,6 +1893,12 @@ async fn bad_query_and_path_params(backend: Backend) {
     )
     .await
     .expect_invalid("name");
+    c.post("/clusters/%00/revoke", json!({}))
+        .await
+        .expect_invalid("name");
+    c.post("/clusters/%00/bootstrap-tokens", json!({}))
+        .await
+        .expect_invalid("name");
     c.get("/namespaces/%FF")
         .await
         .expect_error(400, "invalid_argument");
