@@ -1,23 +1,194 @@
 //! `clawfed-spoke`: runs in an execution cluster and dials out to the hub.
-//!
-//! The link (enrollment, mTLS stream), apply, readiness and cleanup rooms
-//! arrive with their issues; today the binary only parses its flags and
-//! states what it would connect to, so the workspace builds end to end.
 
-use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// Command-line flags of the spoke.
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use clawfed_spoke::link::identity::{FileIdentityStore, IdentityStore, SecretIdentityStore};
+use clawfed_spoke::link::ledger::FileLedger;
+use clawfed_spoke::link::tls::HubAddress;
+use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics, WorkApplier};
+use tokio_util::sync::CancellationToken;
+
+/// What applies the hub's work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Applier {
+    /// The Kubernetes executor (namespaces, Harness objects, readiness).
+    Kube,
+    /// A durable file ledger in --state-dir, for runs without a cluster.
+    Ledger,
+}
+
+/// The clawfed spoke.
 #[derive(Debug, Parser)]
 #[command(name = "clawfed-spoke", version, about)]
 struct Args {
-    /// The hub's link endpoint (mTLS gRPC), e.g. https://hub.example:8443.
+    /// The hub's link endpoint, e.g. https://hub.example:8443.
     #[arg(long, env = "CLAWFED_HUB_URL")]
     hub_url: String,
+    /// The hub's link CA certificate (PEM) to pin.
+    #[arg(long, env = "CLAWFED_HUB_CA_FILE")]
+    ca_file: PathBuf,
+    /// This execution cluster's name (as enrolled).
+    #[arg(long, env = "CLAWFED_CLUSTER_NAME")]
+    cluster_name: String,
+    /// File holding the single-use bootstrap token (first start only).
+    #[arg(long, env = "CLAWFED_BOOTSTRAP_TOKEN_FILE")]
+    bootstrap_token_file: Option<PathBuf>,
+    /// Keep the key and certificate in this directory (local runs).
+    #[arg(long, env = "CLAWFED_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Keep the key and certificate in this Secret of --identity-namespace
+    /// (in cluster).
+    #[arg(long, env = "CLAWFED_IDENTITY_SECRET")]
+    identity_secret: Option<String>,
+    #[arg(long, env = "CLAWFED_IDENTITY_NAMESPACE", default_value = "clawfed-system")]
+    identity_namespace: String,
+    #[arg(long, value_enum, default_value = "kube", env = "CLAWFED_APPLIER")]
+    applier: Applier,
+    /// Prometheus metrics listener.
+    #[arg(long, env = "CLAWFED_SPOKE_METRICS_ADDR", default_value = "127.0.0.1:9465")]
+    metrics_addr: SocketAddr,
+    /// Reconnect backoff cap in seconds.
+    #[arg(long, default_value_t = 30)]
+    backoff_max_seconds: u64,
 }
 
-fn main() -> anyhow::Result<()> {
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    tracing_subscriber::fmt().json().init();
-    tracing::error!(hub_url = %args.hub_url, "spoke.link.unavailable: the spoke link is not built yet");
-    anyhow::bail!("the spoke link is not implemented in this build; see the spoke link issue")
+    tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CLAWFED_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    let hub = HubAddress::parse(&args.hub_url).map_err(|e| anyhow::anyhow!("--hub-url: {e}"))?;
+    let ca_pem = std::fs::read_to_string(&args.ca_file)
+        .with_context(|| format!("--ca-file {}", args.ca_file.display()))?;
+    let bootstrap_token = match &args.bootstrap_token_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("--bootstrap-token-file {}", path.display()))?
+                .trim()
+                .to_owned(),
+        ),
+        None => None,
+    };
+
+    let needs_kube = args.applier == Applier::Kube || args.identity_secret.is_some();
+    let kube = if needs_kube {
+        Some(kube::Client::try_default().await.context("Kubernetes client")?)
+    } else {
+        None
+    };
+    let identities: Arc<dyn IdentityStore> = match (&args.identity_secret, &args.state_dir, &kube) {
+        (Some(name), _, Some(client)) => Arc::new(SecretIdentityStore::new(
+            client.clone(),
+            &args.identity_namespace,
+            name,
+        )),
+        (None, Some(dir), _) => Arc::new(FileIdentityStore::new(dir)),
+        _ => anyhow::bail!("--state-dir or --identity-secret: one is required to keep the spoke's identity"),
+    };
+
+    let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(1024);
+    let applier: Arc<dyn WorkApplier> = match (args.applier, &kube) {
+        (Applier::Kube, Some(client)) => Arc::new(clawfed_spoke::exec::Executor::new(
+            client.clone(),
+            clawfed_spoke::config::SpokeConfig::default(),
+            reports_tx,
+        )),
+        (Applier::Ledger, _) => {
+            let dir = args
+                .state_dir
+                .clone()
+                .context("--state-dir: required with --applier ledger")?;
+            drop(reports_tx);
+            Arc::new(FileLedger::open(dir).map_err(|e| anyhow::anyhow!("{e}"))?)
+        }
+        (Applier::Kube, None) => anyhow::bail!("--applier kube needs a Kubernetes client"),
+    };
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = SpokeMetrics::register(&mut registry);
+    let registry = Arc::new(registry);
+    let shutdown = CancellationToken::new();
+    let metrics_listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .with_context(|| format!("--metrics-addr {}", args.metrics_addr))?;
+    let metrics_task = tokio::spawn(serve_metrics(metrics_listener, registry, shutdown.clone()));
+
+    let link = Link::new(
+        LinkConfig {
+            hub,
+            ca_pem,
+            cluster_name: args.cluster_name.clone(),
+            bootstrap_token,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            capabilities: vec![format!("applier:{:?}", args.applier).to_lowercase()],
+            backoff_min: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(args.backoff_max_seconds.max(1)),
+        },
+        identities,
+        applier,
+        metrics,
+    );
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("spoke.draining");
+        stop.cancel();
+    });
+    tracing::info!(cluster = %args.cluster_name, hub = %args.hub_url, "spoke.started");
+    let result = link.run(reports_rx, shutdown.clone()).await;
+    shutdown.cancel();
+    let _ = metrics_task.await;
+    tracing::info!("spoke.stopped");
+    result.map_err(Into::into)
+}
+
+async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    registry: Arc<prometheus_client::registry::Registry>,
+    shutdown: CancellationToken,
+) {
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let registry = registry.clone();
+                async move {
+                    let mut out = String::new();
+                    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+                    out
+                }
+            }),
+        )
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }));
+    let _ = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await;
+}
+
+async fn wait_for_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }

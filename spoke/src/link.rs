@@ -1,0 +1,629 @@
+//! The spoke's side of the link: it dials OUT to the hub (the execution
+//! cluster needs no inbound port), enrolls once with a bootstrap token,
+//! then keeps one mTLS stream open, applies work in order, acks only after
+//! the applier recorded it durably, and renews its certificate at two
+//! thirds of its lifetime without dropping work.
+//!
+//! # Layout
+//! - this file: [`Link`], the connect / reconnect loop and one session.
+//! - `identity.rs`: key, CSR, certificate; file or Secret storage.
+//! - `tls.rs`: TLS 1.3 client configs, the swappable client certificate.
+//! - `ledger.rs`: a file-backed [`WorkApplier`] for runs without Kubernetes.
+//!
+//! Autonomy: losing the hub never changes a running workload. The loop
+//! only reconnects; nothing here deletes or rolls back anything.
+
+pub mod identity;
+pub mod ledger;
+pub mod tls;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use backon::BackoffBuilder;
+use clawfed_proto::link::v1 as pb;
+use clawfed_proto::link::v1::enrollment_client::EnrollmentClient;
+use clawfed_proto::link::v1::spoke_link_client::SpokeLinkClient;
+use clawfed_proto::link::v1::{hub_message, spoke_message};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use sha2::{Digest, Sha256};
+use std::sync::atomic::AtomicU64;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+use identity::{Identity, IdentityError, IdentityStore, new_key_and_csr};
+use tls::{HubAddress, SwappableCert};
+
+/// An applier failed; the item is not acked and is retried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ApplyError(pub String);
+
+/// What applies work in the execution cluster.
+#[async_trait]
+pub trait WorkApplier: Send + Sync + 'static {
+    /// Applies `work` idempotently and records its generation durably
+    /// before returning, because the link acks when this returns Ok.
+    async fn apply(&self, work: &pb::Work) -> Result<pb::WorkResult, ApplyError>;
+    /// What is applied (target → generation), rebuilt from durable state.
+    async fn applied(&self) -> Result<HashMap<String, i64>, ApplyError>;
+}
+
+/// Errors that end the link for good.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// No identity and no bootstrap token to enroll with.
+    #[error("not enrolled and no bootstrap token given")]
+    NoBootstrapToken,
+    /// The hub refused enrollment for a reason retrying cannot fix.
+    #[error("enrollment refused: {0}")]
+    EnrollmentRefused(String),
+    /// The hub revoked this cluster; it must be re-enrolled.
+    #[error("the hub revoked this cluster: {0}")]
+    Revoked(String),
+    /// Identity storage failed.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// TLS could not be configured.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+}
+
+/// Settings of the link.
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    pub hub: HubAddress,
+    /// The hub CA (PEM) the spoke pins.
+    pub ca_pem: String,
+    pub cluster_name: String,
+    /// Single-use token for the first start.
+    pub bootstrap_token: Option<String>,
+    pub version: String,
+    pub capabilities: Vec<String>,
+    /// Reconnect backoff: first delay and cap (full jitter in between).
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+}
+
+/// The spoke's link metrics.
+#[derive(Debug, Clone, Default)]
+pub struct SpokeMetrics {
+    pub certificate_expiry_seconds: Gauge<f64, AtomicU64>,
+    pub connected: Gauge,
+    pub reconnects: Counter,
+    pub work_applied: Counter,
+    pub work_failed: Counter,
+}
+
+impl SpokeMetrics {
+    /// Registers the metrics.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "clawfed_spoke_certificate_expiry_seconds",
+            "Seconds until the spoke's client certificate expires",
+            m.certificate_expiry_seconds.clone(),
+        );
+        registry.register(
+            "clawfed_spoke_link_connected",
+            "1 while a link session is open",
+            m.connected.clone(),
+        );
+        registry.register(
+            "clawfed_spoke_link_reconnects",
+            "Link sessions started after the first",
+            m.reconnects.clone(),
+        );
+        registry.register(
+            "clawfed_spoke_work_applied",
+            "Work items applied and acked",
+            m.work_applied.clone(),
+        );
+        registry.register(
+            "clawfed_spoke_work_failed",
+            "Work items whose apply failed (retried)",
+            m.work_failed.clone(),
+        );
+        m
+    }
+}
+
+/// How a session ended.
+#[derive(Debug)]
+enum SessionEnd {
+    Shutdown,
+    /// A renewed certificate is installed: reconnect now with it.
+    Rotated,
+    GoAway(Duration),
+    Revoked(String),
+    Failed(String),
+}
+
+/// The link.
+#[derive(Clone)]
+pub struct Link {
+    config: LinkConfig,
+    identities: Arc<dyn IdentityStore>,
+    applier: Arc<dyn WorkApplier>,
+    metrics: SpokeMetrics,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("cluster", &self.config.cluster_name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn is_revocation(message: &str) -> bool {
+    message.to_ascii_lowercase().contains("revoked")
+}
+
+fn digest(applied: &HashMap<String, i64>) -> String {
+    let sorted: BTreeMap<_, _> = applied.iter().collect();
+    let mut h = Sha256::new();
+    for (t, g) in sorted {
+        h.update(t.as_bytes());
+        h.update(b"=");
+        h.update(g.to_string().as_bytes());
+        h.update(b"\n");
+    }
+    hex::encode(&h.finalize()[..16])
+}
+
+impl Link {
+    /// A link that applies work with `applier` and keeps its identity in
+    /// `identities`.
+    pub fn new(
+        config: LinkConfig,
+        identities: Arc<dyn IdentityStore>,
+        applier: Arc<dyn WorkApplier>,
+        metrics: SpokeMetrics,
+    ) -> Self {
+        Self {
+            config,
+            identities,
+            applier,
+            metrics,
+        }
+    }
+
+    /// The reconnect delays: exponential from `backoff_min` to
+    /// `backoff_max`, each drawn uniformly from [0, delay] (full jitter).
+    fn backoff(&self) -> impl Iterator<Item = Duration> {
+        let exponential = backon::ExponentialBuilder::default()
+            .with_min_delay(self.config.backoff_min)
+            .with_max_delay(self.config.backoff_max)
+            .with_factor(2.0)
+            .without_max_times()
+            .build();
+        exponential.map(|d| d.mul_f64(rand::random::<f64>()))
+    }
+
+    /// Runs until `shutdown`, reconnecting as needed. Readiness and other
+    /// reports from the executor arrive on `reports` and go to the hub.
+    pub async fn run(
+        self,
+        mut reports: mpsc::Receiver<pb::Report>,
+        shutdown: CancellationToken,
+    ) -> Result<(), LinkError> {
+        let Some(identity) = self.ensure_identity(&shutdown).await? else {
+            return Ok(());
+        };
+        let cert = Arc::new(SwappableCert::default());
+        cert.install(&identity)?;
+        let mtls = tls::mtls_config(&self.config.ca_pem, cert.clone())?;
+        let (identity_tx, identity_rx) = watch::channel(identity);
+        let renewer = tokio::spawn(self.clone().renew_loop(
+            mtls.clone(),
+            cert.clone(),
+            identity_tx,
+            shutdown.clone(),
+        ));
+        let mut delays = self.backoff();
+        let mut sessions = 0u64;
+        let result = loop {
+            if shutdown.is_cancelled() {
+                break Ok(());
+            }
+            if sessions > 0 {
+                self.metrics.reconnects.inc();
+            }
+            sessions += 1;
+            let started = Instant::now();
+            let end = self
+                .session(mtls.clone(), identity_rx.clone(), &mut reports, &shutdown)
+                .await;
+            self.metrics.connected.set(0);
+            // A session that lived a while resets the backoff.
+            if started.elapsed() > Duration::from_secs(30) {
+                delays = self.backoff();
+            }
+            let wait = match end {
+                SessionEnd::Shutdown => break Ok(()),
+                SessionEnd::Rotated => {
+                    tracing::info!("link.rotated_reconnect");
+                    continue;
+                }
+                SessionEnd::Revoked(message) => {
+                    tracing::error!(reason = %message, "link.revoked");
+                    break Err(LinkError::Revoked(message));
+                }
+                SessionEnd::GoAway(retry_after) => {
+                    let jitter = delays.next().unwrap_or(self.config.backoff_max);
+                    tracing::warn!(retryAfterMs = retry_after.as_millis() as u64, "link.go_away");
+                    retry_after.max(jitter)
+                }
+                SessionEnd::Failed(reason) => {
+                    let wait = delays.next().unwrap_or(self.config.backoff_max);
+                    tracing::warn!(reason = %reason, retryInMs = wait.as_millis() as u64, "link.disconnected");
+                    wait
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => break Ok(()),
+                _ = tokio::time::sleep(wait) => {}
+            }
+        };
+        renewer.abort();
+        result
+    }
+
+    /// The stored identity, or a new one from enrollment. `None` on shutdown.
+    async fn ensure_identity(
+        &self,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<Identity>, LinkError> {
+        if let Some(identity) = self.identities.load().await? {
+            tracing::info!(clusterId = %identity.cluster_id, notAfter = %identity.not_after, "link.identity_loaded");
+            return Ok(Some(identity));
+        }
+        let token = self
+            .config
+            .bootstrap_token
+            .clone()
+            .ok_or(LinkError::NoBootstrapToken)?;
+        let tls = tls::enroll_config(&self.config.ca_pem)?;
+        let mut delays = self.backoff();
+        loop {
+            match self.enroll(tls.clone(), &token).await {
+                Ok(identity) => {
+                    self.identities.save(&identity).await?;
+                    tracing::info!(clusterId = %identity.cluster_id, "link.enrolled");
+                    return Ok(Some(identity));
+                }
+                Err(Err(fatal)) => return Err(fatal),
+                Err(Ok(transient)) => {
+                    let wait = delays.next().unwrap_or(self.config.backoff_max);
+                    tracing::warn!(reason = %transient, retryInMs = wait.as_millis() as u64, "link.enroll_retry");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Ok(None),
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// One enrollment attempt: `Err(Ok(_))` may be retried, `Err(Err(_))`
+    /// may not.
+    async fn enroll(
+        &self,
+        tls: Arc<rustls::ClientConfig>,
+        token: &str,
+    ) -> Result<Identity, Result<String, LinkError>> {
+        let (key_pem, csr_pem) = new_key_and_csr().map_err(|e| Err(e.into()))?;
+        let channel = tls::channel(&self.config.hub, tls)
+            .await
+            .map_err(|e| Ok(format!("cannot reach the hub: {e}")))?;
+        let response = EnrollmentClient::new(channel)
+            .enroll(pb::EnrollRequest {
+                bootstrap_token: token.to_owned(),
+                cluster_name: self.config.cluster_name.clone(),
+                csr_pem,
+                spoke_version: self.config.version.clone(),
+            })
+            .await;
+        let response = match response {
+            Ok(r) => r.into_inner(),
+            Err(status) => {
+                return Err(match status.code() {
+                    tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
+                        Ok(status.message().to_owned())
+                    }
+                    _ => Err(LinkError::EnrollmentRefused(status.message().to_owned())),
+                });
+            }
+        };
+        Identity::new(response.cluster_id, key_pem, response.certificate_pem)
+            .map_err(|e| Err(e.into()))
+    }
+
+    /// Renews at two thirds of the lifetime, stores the new identity,
+    /// installs it for new connections and tells the session to move over.
+    async fn renew_loop(
+        self,
+        mtls: Arc<rustls::ClientConfig>,
+        cert: Arc<SwappableCert>,
+        identity_tx: watch::Sender<Identity>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let current = identity_tx.borrow().clone();
+            let wait = (current.renew_at() - chrono::Utc::now())
+                .to_std()
+                .unwrap_or(Duration::ZERO);
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            match self.renew(mtls.clone(), &current).await {
+                Ok(renewed) => {
+                    if let Err(e) = self.identities.save(&renewed).await {
+                        tracing::error!(error = %e, "link.renew_store_failed");
+                    } else if let Err(e) = cert.install(&renewed) {
+                        tracing::error!(error = %e, "link.renew_install_failed");
+                    } else {
+                        tracing::info!(notAfter = %renewed.not_after, "link.renewed");
+                        let _ = identity_tx.send(renewed);
+                        continue;
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "link.renew_failed"),
+            }
+            // Retry well before expiry.
+            let left = (current.not_after - chrono::Utc::now())
+                .to_std()
+                .unwrap_or(Duration::ZERO);
+            let retry = (left / 10).clamp(Duration::from_millis(500), Duration::from_secs(60));
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(retry) => {}
+            }
+        }
+    }
+
+    async fn renew(
+        &self,
+        mtls: Arc<rustls::ClientConfig>,
+        current: &Identity,
+    ) -> Result<Identity, String> {
+        let (key_pem, csr_pem) = new_key_and_csr().map_err(|e| e.to_string())?;
+        let channel = tls::channel(&self.config.hub, mtls)
+            .await
+            .map_err(|e| format!("cannot reach the hub: {e}"))?;
+        let response = SpokeLinkClient::new(channel)
+            .renew(pb::RenewRequest { csr_pem })
+            .await
+            .map_err(|s| s.message().to_owned())?
+            .into_inner();
+        Identity::new(current.cluster_id.clone(), key_pem, response.certificate_pem)
+            .map_err(|e| e.to_string())
+    }
+
+    async fn session(
+        &self,
+        mtls: Arc<rustls::ClientConfig>,
+        mut identity: watch::Receiver<Identity>,
+        reports: &mut mpsc::Receiver<pb::Report>,
+        shutdown: &CancellationToken,
+    ) -> SessionEnd {
+        identity.mark_unchanged();
+        let cluster_id = identity.borrow().cluster_id.clone();
+        let channel = match tls::channel(&self.config.hub, mtls).await {
+            Ok(c) => c,
+            Err(e) => {
+                let text = format!("{e:?}");
+                if is_revocation(&text) {
+                    return SessionEnd::Revoked("certificate refused as revoked".into());
+                }
+                return SessionEnd::Failed(format!("cannot reach the hub: {e}"));
+            }
+        };
+        let mut applied = match self.applier.applied().await {
+            Ok(a) => a,
+            Err(e) => return SessionEnd::Failed(format!("cannot read applied state: {e}")),
+        };
+        let (out, out_rx) = mpsc::channel::<pb::SpokeMessage>(256);
+        let hello = pb::Hello {
+            spoke_version: self.config.version.clone(),
+            capabilities: self.config.capabilities.clone(),
+            applied: applied.clone(),
+            last_acked_sequence: 0,
+            claimed_cluster_id: cluster_id,
+        };
+        let send = |body| pb::SpokeMessage { body: Some(body) };
+        if out.send(send(spoke_message::Body::Hello(hello))).await.is_err() {
+            return SessionEnd::Failed("outbound stream closed".into());
+        }
+        let mut client = SpokeLinkClient::new(channel).max_decoding_message_size(16 * 1024 * 1024);
+        let mut inbound = match client.connect(ReceiverStream::new(out_rx)).await {
+            Ok(r) => r.into_inner(),
+            Err(status) => return classify(status),
+        };
+        let heartbeat = match inbound.message().await {
+            Ok(Some(pb::HubMessage {
+                body: Some(hub_message::Body::Welcome(w)),
+            })) => {
+                tracing::info!(cluster = %w.cluster_name, resend = w.resend.len(), "link.connected");
+                Duration::from_secs(u64::from(w.heartbeat_interval_seconds.max(1)))
+            }
+            Ok(Some(pb::HubMessage {
+                body: Some(hub_message::Body::GoAway(g)),
+            })) => return SessionEnd::GoAway(Duration::from_secs(u64::from(g.retry_after_seconds))),
+            Ok(_) => return SessionEnd::Failed("hub did not answer Hello with Welcome".into()),
+            Err(status) => return classify(status),
+        };
+        self.metrics.connected.set(1);
+        let mut beat = tokio::time::interval(heartbeat);
+        let mut last_heard = Instant::now();
+        // Items whose apply failed, retried until applied or superseded.
+        let mut failed: BTreeMap<String, pb::Work> = BTreeMap::new();
+        let mut retry = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return SessionEnd::Shutdown,
+                changed = identity.changed() => {
+                    if changed.is_ok() {
+                        return SessionEnd::Rotated;
+                    }
+                }
+                message = inbound.message() => {
+                    last_heard = Instant::now();
+                    match message {
+                        Ok(Some(pb::HubMessage { body: Some(hub_message::Body::Work(work)) })) => {
+                            failed.remove(&work.target);
+                            if let Some(w) = self.apply_and_ack(work, &out, &mut applied).await {
+                                failed.insert(w.target.clone(), w);
+                            }
+                        }
+                        Ok(Some(pb::HubMessage { body: Some(hub_message::Body::GoAway(g)) })) => {
+                            return SessionEnd::GoAway(Duration::from_secs(u64::from(g.retry_after_seconds)));
+                        }
+                        Ok(Some(_)) => {}
+                        Ok(None) => return SessionEnd::Failed("hub closed the stream".into()),
+                        Err(status) => return classify(status),
+                    }
+                }
+                report = reports.recv() => {
+                    if let Some(report) = report
+                        && out.send(send(spoke_message::Body::Report(report))).await.is_err()
+                    {
+                        return SessionEnd::Failed("outbound stream closed".into());
+                    }
+                }
+                _ = beat.tick() => {
+                    if last_heard.elapsed() > heartbeat * 3 {
+                        return SessionEnd::Failed("hub silent for three heartbeat intervals".into());
+                    }
+                    let expiry = identity.borrow().seconds_to_expiry();
+                    self.metrics.certificate_expiry_seconds.set(expiry as f64);
+                    let msg = pb::Heartbeat {
+                        unix_millis: chrono::Utc::now().timestamp_millis() as u64,
+                        applied_digest: digest(&applied),
+                    };
+                    if out.send(send(spoke_message::Body::Heartbeat(msg))).await.is_err() {
+                        return SessionEnd::Failed("outbound stream closed".into());
+                    }
+                }
+                _ = retry.tick(), if !failed.is_empty() => {
+                    let pending = std::mem::take(&mut failed);
+                    for (_, work) in pending {
+                        if let Some(w) = self.apply_and_ack(work, &out, &mut applied).await {
+                            failed.insert(w.target.clone(), w);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies one item; acks and reports it when applied. Returns the item
+    /// back when the apply failed (it is retried, never acked).
+    async fn apply_and_ack(
+        &self,
+        work: pb::Work,
+        out: &mpsc::Sender<pb::SpokeMessage>,
+        applied: &mut HashMap<String, i64>,
+    ) -> Option<pb::Work> {
+        let send = |body| pb::SpokeMessage { body: Some(body) };
+        let started = Instant::now();
+        match self.applier.apply(&work).await {
+            Ok(result) => {
+                self.metrics.work_applied.inc();
+                let entry = applied.entry(work.target.clone()).or_insert(0);
+                *entry = (*entry).max(work.generation);
+                tracing::info!(target = %work.target, generation = work.generation, sequence = work.sequence, durationMs = started.elapsed().as_millis() as u64, "link.applied");
+                let ack = pb::Ack {
+                    sequence: work.sequence,
+                    target: work.target.clone(),
+                    generation: work.generation,
+                };
+                let _ = out.send(send(spoke_message::Body::Ack(ack))).await;
+                let report = pb::Report {
+                    target: work.target,
+                    generation: work.generation,
+                    body: Some(pb::report::Body::WorkResult(result)),
+                };
+                let _ = out.send(send(spoke_message::Body::Report(report))).await;
+                None
+            }
+            Err(e) => {
+                self.metrics.work_failed.inc();
+                tracing::warn!(target = %work.target, generation = work.generation, error = %e, "link.apply_failed");
+                let report = pb::Report {
+                    target: work.target.clone(),
+                    generation: work.generation,
+                    body: Some(pb::report::Body::WorkResult(pb::WorkResult {
+                        applied: false,
+                        reason: e.0,
+                        kind: work.kind.clone(),
+                        namespace: String::new(),
+                    })),
+                };
+                let _ = out.send(send(spoke_message::Body::Report(report))).await;
+                Some(work)
+            }
+        }
+    }
+}
+
+fn classify(status: tonic::Status) -> SessionEnd {
+    let message = status.message().to_owned();
+    if status.code() == tonic::Code::PermissionDenied && is_revocation(&message) {
+        return SessionEnd::Revoked(message);
+    }
+    let detail = format!("{status:?}");
+    if is_revocation(&detail) && status.code() == tonic::Code::Unknown {
+        return SessionEnd::Revoked(message);
+    }
+    SessionEnd::Failed(format!("{}: {message}", status.code()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_ignores_order() {
+        let a: HashMap<_, _> = [("x".to_string(), 1), ("y".to_string(), 2)].into();
+        let b: HashMap<_, _> = [("y".to_string(), 2), ("x".to_string(), 1)].into();
+        assert_eq!(digest(&a), digest(&b));
+        let c: HashMap<_, _> = [("y".to_string(), 3), ("x".to_string(), 1)].into();
+        assert_ne!(digest(&a), digest(&c));
+    }
+
+    #[test]
+    fn revocations_are_recognised() {
+        assert!(matches!(
+            classify(tonic::Status::permission_denied("cluster revoked")),
+            SessionEnd::Revoked(_)
+        ));
+        assert!(matches!(
+            classify(tonic::Status::unavailable("down")),
+            SessionEnd::Failed(_)
+        ));
+    }
+}
+
+/// The Kubernetes executor as the link's applier.
+#[async_trait]
+impl WorkApplier for crate::exec::Executor {
+    async fn apply(&self, work: &pb::Work) -> Result<pb::WorkResult, ApplyError> {
+        crate::exec::Executor::apply(self, work)
+            .await
+            .map_err(|e| ApplyError(e.to_string()))
+    }
+
+    async fn applied(&self) -> Result<HashMap<String, i64>, ApplyError> {
+        crate::exec::Executor::applied(self)
+            .await
+            .map_err(|e| ApplyError(e.to_string()))
+    }
+}
