@@ -15,6 +15,7 @@
 //! - [`cleanup`]: stop / retire / namespace teardown ordering (pure plans and
 //!   their runner).
 //! - [`config`]: the spoke's execution settings.
+//! - [`link`]: the hub link: enrollment, the mTLS stream, renewal, reconnects.
 
 #![forbid(unsafe_code)]
 
@@ -22,5 +23,6 @@ pub mod apply;
 pub mod cleanup;
 pub mod config;
 pub mod exec;
+pub mod link;
 pub mod provider;
 pub mod readiness;
