@@ -151,6 +151,11 @@ pub fn server_config(
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"h2".to_vec()];
+    // No session resumption: a resumed session would skip client
+    // certificate verification, letting a revoked or replaced certificate
+    // back in. Every connection does a full handshake.
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
     Ok(config)
 }
 

@@ -45,6 +45,10 @@ pub struct Identity {
     pub cert_pem: String,
     pub not_before: DateTime<Utc>,
     pub not_after: DateTime<Utc>,
+    /// When the spoke received the certificate. The hub backdates
+    /// `not_before` for clock skew, so the lifetime is measured from here.
+    #[serde(default = "Utc::now")]
+    pub received_at: DateTime<Utc>,
 }
 
 impl std::fmt::Debug for Identity {
@@ -60,7 +64,11 @@ impl std::fmt::Debug for Identity {
 
 impl Identity {
     /// Builds an identity from a freshly signed certificate.
-    pub fn new(cluster_id: String, key_pem: String, cert_pem: String) -> Result<Self, IdentityError> {
+    pub fn new(
+        cluster_id: String,
+        key_pem: String,
+        cert_pem: String,
+    ) -> Result<Self, IdentityError> {
         let (not_before, not_after) = validity(&cert_pem)?;
         Ok(Self {
             cluster_id,
@@ -68,12 +76,15 @@ impl Identity {
             cert_pem,
             not_before,
             not_after,
+            received_at: Utc::now(),
         })
     }
 
-    /// When to renew: at two thirds of the certificate's lifetime.
+    /// When to renew: at two thirds of the certificate's lifetime, counted
+    /// from when it was received.
     pub fn renew_at(&self) -> DateTime<Utc> {
-        self.not_before + (self.not_after - self.not_before) * 2 / 3
+        let start = self.received_at.max(self.not_before);
+        start + (self.not_after - start) * 2 / 3
     }
 
     /// Seconds until the certificate expires (negative when it has).
@@ -219,7 +230,8 @@ impl IdentityStore for SecretIdentityStore {
     }
 
     async fn save(&self, identity: &Identity) -> Result<(), IdentityError> {
-        let bytes = serde_json::to_vec(identity).map_err(|e| IdentityError::Corrupt(e.to_string()))?;
+        let bytes =
+            serde_json::to_vec(identity).map_err(|e| IdentityError::Corrupt(e.to_string()))?;
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),

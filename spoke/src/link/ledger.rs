@@ -63,7 +63,11 @@ impl FileLedger {
 
     /// How many times `target`'s spec was written.
     pub async fn writes(&self, target: &str) -> u64 {
-        self.entries.lock().await.get(target).map_or(0, |e| e.writes)
+        self.entries
+            .lock()
+            .await
+            .get(target)
+            .map_or(0, |e| e.writes)
     }
 }
 

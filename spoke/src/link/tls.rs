@@ -92,6 +92,9 @@ pub fn mtls_config(ca_pem: &str, cert: Arc<SwappableCert>) -> Result<Arc<ClientC
         .with_root_certificates(roots(ca_pem)?)
         .with_client_cert_resolver(cert);
     config.alpn_protocols = vec![b"h2".to_vec()];
+    // A resumed session would keep presenting the identity of the original
+    // handshake, so a renewed certificate would never be used.
+    config.resumption = rustls::client::Resumption::disabled();
     Ok(Arc::new(config))
 }
 
@@ -116,8 +119,8 @@ impl HubAddress {
             _ => return Err(format!("hub URL {url:?} must name a port")),
         };
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        let server_name = ServerName::try_from(host.to_owned())
-            .map_err(|e| format!("hub URL {url:?}: {e}"))?;
+        let server_name =
+            ServerName::try_from(host.to_owned()).map_err(|e| format!("hub URL {url:?}: {e}"))?;
         Ok(Self {
             authority,
             server_name,
@@ -150,11 +153,7 @@ pub async fn channel(
         .connect_with_connector(tower::service_fn(move |_uri| {
             let hub = hub.clone();
             let config = config.clone();
-            async move {
-                dial(&hub, config)
-                    .await
-                    .map(hyper_util::rt::TokioIo::new)
-            }
+            async move { dial(&hub, config).await.map(hyper_util::rt::TokioIo::new) }
         }))
         .await
 }

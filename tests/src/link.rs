@@ -1,0 +1,179 @@
+//! In-process spokes for link tests: the real `clawfed_spoke::link::Link`
+//! over real TLS to a [`TestHub`], applying work with the durable file
+//! ledger.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clawfed_hub::model::{BootstrapTokenCreated, Cluster};
+use clawfed_spoke::link::identity::FileIdentityStore;
+use clawfed_spoke::link::ledger::FileLedger;
+use clawfed_spoke::link::tls::HubAddress;
+use clawfed_spoke::link::{Link, LinkConfig, LinkError, SpokeMetrics};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::hub::TestHub;
+
+/// A running in-process spoke.
+pub struct TestSpoke {
+    pub ledger: Arc<FileLedger>,
+    pub metrics: SpokeMetrics,
+    shutdown: CancellationToken,
+    task: Option<JoinHandle<Result<(), LinkError>>>,
+}
+
+impl TestSpoke {
+    /// Stops the spoke gracefully and returns how its link ended.
+    pub async fn stop(mut self) -> Result<(), LinkError> {
+        self.shutdown.cancel();
+        match self.task.take() {
+            Some(t) => t.await.expect("spoke task"),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for the link to end on its own (e.g. revocation).
+    pub async fn ended(mut self, within: Duration) -> Result<(), LinkError> {
+        let task = self.task.take().expect("running");
+        tokio::time::timeout(within, task)
+            .await
+            .expect("spoke link did not end in time")
+            .expect("spoke task")
+    }
+
+    /// Kills the spoke's task without a graceful close (like SIGKILL for
+    /// the link: no stream close frame is sent on purpose).
+    pub fn abort(mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for TestSpoke {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// The hub's link URL.
+pub fn hub_url(hub: &TestHub) -> String {
+    let link = hub
+        .hub
+        .as_ref()
+        .and_then(|h| h.link.as_ref())
+        .expect("link enabled");
+    format!("https://127.0.0.1:{}", link.addr.port())
+}
+
+/// The hub's link CA.
+pub fn hub_ca(hub: &TestHub) -> String {
+    let link = hub
+        .hub
+        .as_ref()
+        .and_then(|h| h.link.as_ref())
+        .expect("link enabled");
+    link.ca_pem().to_owned()
+}
+
+/// A bootstrap token for `cluster`, created through REST as the root admin.
+pub async fn bootstrap_token(hub: &TestHub, cluster: &str, reenroll: bool) -> String {
+    let response = hub
+        .http
+        .post(hub.url(&format!("/clusters/{cluster}/bootstrap-tokens")))
+        .bearer_auth(&hub.root_token)
+        .json(&serde_json::json!({ "reenroll": reenroll }))
+        .send()
+        .await
+        .expect("create bootstrap token");
+    assert_eq!(response.status(), 201, "{:?}", response.text().await);
+    response
+        .json::<BootstrapTokenCreated>()
+        .await
+        .expect("token body")
+        .token
+}
+
+/// Logs to stderr when `CLAWFED_TEST_LOG` is set (e.g. `info`).
+pub fn init_test_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(filter) = std::env::var("CLAWFED_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}
+
+/// Starts a spoke keeping its identity and ledger in `dir`.
+pub fn start_spoke(hub: &TestHub, cluster: &str, token: Option<String>, dir: &Path) -> TestSpoke {
+    init_test_logging();
+    let ledger = Arc::new(FileLedger::open(dir).expect("ledger"));
+    let mut registry = prometheus_client_registry();
+    let metrics = SpokeMetrics::register(&mut registry);
+    let link = Link::new(
+        LinkConfig {
+            hub: HubAddress::parse(&hub_url(hub)).expect("hub url"),
+            ca_pem: hub_ca(hub),
+            cluster_name: cluster.to_owned(),
+            bootstrap_token: token,
+            version: "test".into(),
+            capabilities: vec!["applier:ledger".into()],
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(500),
+        },
+        Arc::new(FileIdentityStore::new(dir)),
+        ledger.clone(),
+        metrics.clone(),
+    );
+    let shutdown = CancellationToken::new();
+    let (_reports_tx, reports_rx) = tokio::sync::mpsc::channel(16);
+    let task = tokio::spawn(link.run(reports_rx, shutdown.clone()));
+    TestSpoke {
+        ledger,
+        metrics,
+        shutdown,
+        task: Some(task),
+    }
+}
+
+fn prometheus_client_registry() -> prometheus_client::registry::Registry {
+    prometheus_client::registry::Registry::default()
+}
+
+/// GET /api/v1/clusters/{name} as root.
+pub async fn cluster(hub: &TestHub, name: &str) -> Option<Cluster> {
+    let response = hub
+        .http
+        .get(hub.url(&format!("/clusters/{name}")))
+        .bearer_auth(&hub.root_token)
+        .send()
+        .await
+        .expect("get cluster");
+    if response.status() == 404 {
+        return None;
+    }
+    Some(response.json().await.expect("cluster body"))
+}
+
+/// Polls `check` every 20 ms until it returns Some, or panics after `within`.
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {within:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,270 @@
+//! The spoke link end to end over real TLS 1.3 mTLS on loopback: a real
+//! hub, a real spoke (`clawfed_spoke::link::Link` with the durable file
+//! ledger), enrollment, delivery with acks, supersession, resume after
+//! restarts, offline detection, revocation and rotation.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use clawfed_hub::model::ConnectionState;
+use clawfed_hub::store::Store;
+use clawfed_tests::hub::{Backend, TestHub};
+use clawfed_tests::link::{bootstrap_token, cluster, eventually, start_spoke};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+async fn cluster_id(hub: &TestHub, name: &str) -> String {
+    eventually(WAIT, "cluster enrolled", || async {
+        cluster(hub, name).await.map(|c| c.id)
+    })
+    .await
+}
+
+async fn wait_state(hub: &TestHub, name: &str, state: ConnectionState) {
+    eventually(WAIT, &format!("cluster {name} {state:?}"), || async {
+        cluster(hub, name)
+            .await
+            .filter(|c| c.connection_state == state)
+            .map(|_| ())
+    })
+    .await;
+}
+
+async fn depth(store: &dyn Store, cluster_id: &str) -> i64 {
+    store
+        .outbox_summary()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.cluster_id == cluster_id)
+        .map_or(0, |s| s.depth)
+}
+
+async fn delivery_resumes_and_supersedes(backend: Backend) {
+    let hub = TestHub::start(backend).await;
+    let link = hub.hub.as_ref().unwrap().link.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = bootstrap_token(&hub, "exec-a", false).await;
+    let spoke = start_spoke(&hub, "exec-a", Some(token), dir.path());
+    let id = cluster_id(&hub, "exec-a").await;
+    wait_state(&hub, "exec-a", ConnectionState::Online).await;
+
+    // Delivered, applied once, acked, reported.
+    link.send(&id, "ns/team-a", "namespace.ensure", 1, &json!({"n": 1}))
+        .await
+        .unwrap()
+        .expect("queued");
+    let store = hub.store();
+    eventually(WAIT, "ack of generation 1", || async {
+        (depth(store.as_ref(), &id).await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(spoke.ledger.writes("ns/team-a").await, 1);
+    let reports = eventually(WAIT, "work result report", || async {
+        let r = store.list_reports(&id).await.unwrap();
+        (!r.is_empty()).then_some(r)
+    })
+    .await;
+    assert_eq!(reports[0].kind, "work-result");
+    assert_eq!(reports[0].body["applied"], json!(true));
+
+    // The same generation again is not queued twice.
+    assert_eq!(
+        link.send(&id, "ns/team-a", "namespace.ensure", 1, &json!({"n": 1}))
+            .await
+            .unwrap(),
+        None
+    );
+
+    // While the spoke is away, three generations pile up; on reconnect only
+    // the newest is delivered, and the spoke applies it once.
+    spoke.stop().await.unwrap();
+    wait_state(&hub, "exec-a", ConnectionState::Offline).await;
+    for generation in 2..=4 {
+        link.send(
+            &id,
+            "ns/team-a",
+            "namespace.ensure",
+            generation,
+            &json!({"n": generation}),
+        )
+        .await
+        .unwrap()
+        .expect("queued");
+    }
+    assert_eq!(
+        depth(store.as_ref(), &id).await,
+        1,
+        "older generations superseded"
+    );
+    let spoke = start_spoke(&hub, "exec-a", None, dir.path());
+    eventually(WAIT, "ack of generation 4", || async {
+        (depth(store.as_ref(), &id).await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        spoke.ledger.writes("ns/team-a").await,
+        2,
+        "gen 1 and gen 4 only"
+    );
+    let applied = clawfed_spoke::link::WorkApplier::applied(spoke.ledger.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(applied.get("ns/team-a"), Some(&4));
+
+    // A spoke killed before acking: the item is re-sent after it comes
+    // back, and the durable ledger turns the replay into a no-op.
+    spoke.abort();
+    link.send(&id, "ns/team-b", "namespace.ensure", 1, &json!({"n": "b"}))
+        .await
+        .unwrap();
+    let spoke = start_spoke(&hub, "exec-a", None, dir.path());
+    eventually(WAIT, "ack after restart", || async {
+        (depth(store.as_ref(), &id).await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(spoke.ledger.writes("ns/team-b").await, 1);
+    spoke.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_delivery_resumes_and_supersedes() {
+    delivery_resumes_and_supersedes(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_delivery_resumes_and_supersedes() {
+    delivery_resumes_and_supersedes(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silence_marks_offline_within_two_heartbeats() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = bootstrap_token(&hub, "exec-a", false).await;
+    let spoke = start_spoke(&hub, "exec-a", Some(token), dir.path());
+    cluster_id(&hub, "exec-a").await;
+    wait_state(&hub, "exec-a", ConnectionState::Online).await;
+    // Abort the task: no close frame is sent, but the socket closes with
+    // the process state; either way the hub must notice within 2 intervals
+    // (heartbeat is 1 s in tests) and show the cluster offline.
+    let started = std::time::Instant::now();
+    spoke.abort();
+    wait_state(&hub, "exec-a", ConnectionState::Offline).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "offline after {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocation_closes_the_stream_within_a_second_and_refuses_reconnects() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = bootstrap_token(&hub, "exec-a", false).await;
+    let spoke = start_spoke(&hub, "exec-a", Some(token), dir.path());
+    cluster_id(&hub, "exec-a").await;
+    wait_state(&hub, "exec-a", ConnectionState::Online).await;
+    let started = std::time::Instant::now();
+    let revoked = hub
+        .http
+        .post(hub.url("/clusters/exec-a/revoke"))
+        .bearer_auth(&hub.root_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 200);
+    let ended = spoke.ended(Duration::from_secs(5)).await;
+    assert!(
+        matches!(ended, Err(clawfed_spoke::link::LinkError::Revoked(_))),
+        "{ended:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "stream closed after {:?}",
+        started.elapsed()
+    );
+    // The same identity cannot come back.
+    let again = start_spoke(&hub, "exec-a", None, dir.path());
+    let refused = again.ended(Duration::from_secs(5)).await;
+    assert!(
+        matches!(refused, Err(clawfed_spoke::link::LinkError::Revoked(_))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        cluster(&hub, "exec-a").await.unwrap().connection_state,
+        ConnectionState::Revoked
+    );
+    // Re-enrollment is an admin decision: a plain token is refused…
+    let plain = hub
+        .http
+        .post(hub.url("/clusters/exec-a/bootstrap-tokens"))
+        .bearer_auth(&hub.root_token)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 409);
+    // …a re-enrollment token with a fresh identity works.
+    let token = bootstrap_token(&hub, "exec-a", true).await;
+    let fresh = tempfile::tempdir().unwrap();
+    let spoke = start_spoke(&hub, "exec-a", Some(token), fresh.path());
+    wait_state(&hub, "exec-a", ConnectionState::Online).await;
+    spoke.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_rotate_without_dropping_work() {
+    // 12 s certificates: the spoke renews at 8 s.
+    let hub = TestHub::start_with(
+        Backend::Sqlite,
+        |c| c.link.cert_ttl_seconds = 12,
+        clawfed_hub::worker::Handlers::builtin(),
+    )
+    .await;
+    let link = hub.hub.as_ref().unwrap().link.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = bootstrap_token(&hub, "exec-a", false).await;
+    let spoke = start_spoke(&hub, "exec-a", Some(token), dir.path());
+    let id = cluster_id(&hub, "exec-a").await;
+    wait_state(&hub, "exec-a", ConnectionState::Online).await;
+    let first = cluster(&hub, "exec-a").await.unwrap().certificate_serials;
+    assert_eq!(first.len(), 1);
+    let store = hub.store();
+    // Keep work flowing across the rotation and past the first
+    // certificate's expiry.
+    let deadline = Utc::now() + chrono::Duration::seconds(16);
+    let mut generation = 0;
+    while Utc::now() < deadline {
+        generation += 1;
+        link.send(
+            &id,
+            "ns/rotating",
+            "namespace.ensure",
+            generation,
+            &json!({"g": generation}),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eventually(WAIT, "all work acked", || async {
+        (depth(store.as_ref(), &id).await == 0).then_some(())
+    })
+    .await;
+    let serials = cluster(&hub, "exec-a").await.unwrap().certificate_serials;
+    assert!(serials.len() >= 2, "renewed: {serials:?}");
+    let applied = clawfed_spoke::link::WorkApplier::applied(spoke.ledger.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(applied.get("ns/rotating"), Some(&generation));
+    // Still online on the renewed certificate after the first expired.
+    assert_eq!(
+        cluster(&hub, "exec-a").await.unwrap().connection_state,
+        ConnectionState::Online
+    );
+    assert!(spoke.metrics.certificate_expiry_seconds.get() > 0.0);
+    spoke.stop().await.unwrap();
+}
