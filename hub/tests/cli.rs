@@ -1,0 +1,581 @@
+//! The `clawfed` and `clawfed-hub` binaries end to end: a real
+//! `clawfed-hub serve` child process on a SQLite file in a temp dir, a token
+//! minted with `clawfed-hub token create`, and `clawfed` driving it.
+//!
+//! Every child gets a cleared environment, so a developer's `CLAWFED_*`
+//! variables cannot leak into the test.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const CLAWFED: &str = env!("CARGO_BIN_EXE_clawfed");
+const CLAWFED_HUB: &str = env!("CARGO_BIN_EXE_clawfed-hub");
+
+/// Upper bound of every wait; generous for a loaded 2-core machine.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A temp dir holding the hub's SQLite database (and link CA).
+struct Database {
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Database {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+        Self { url, dir }
+    }
+
+    /// `clawfed-hub ARGS` over this database, on ephemeral loopback ports.
+    fn hub_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(CLAWFED_HUB);
+        cmd.env_clear()
+            .env("CLAWFED_DATABASE_URL", &self.url)
+            .env("CLAWFED_REST_ADDR", "127.0.0.1:0")
+            .env("CLAWFED_GRPC_ADDR", "127.0.0.1:0")
+            .env("CLAWFED_METRICS_ADDR", "127.0.0.1:0")
+            // The spoke link's listener and CA (unknown variables are ignored).
+            .env("CLAWFED_LINK_ADDR", "127.0.0.1:0")
+            .env("CLAWFED_LINK_CA_DIR", self.dir.path().join("ca"))
+            .args(args);
+        cmd
+    }
+
+    /// Runs `clawfed-hub ARGS` to completion.
+    fn hub(&self, args: &[&str]) -> Output {
+        self.hub_command(args).output().expect("run clawfed-hub")
+    }
+
+    /// `clawfed-hub token create`; returns the printed secret.
+    fn create_token(&self, name: &str, role: &str, namespace: Option<&str>) -> String {
+        let mut args = vec!["token", "create", "--name", name, "--role", role];
+        if let Some(ns) = namespace {
+            args.extend(["--namespace", ns]);
+        }
+        let secret = stdout_of(&self.hub(&args)).trim().to_owned();
+        assert!(secret.starts_with("cfd_"), "not a token: {secret:?}");
+        secret
+    }
+}
+
+/// A running `clawfed-hub serve`.
+struct HubProcess {
+    child: Child,
+    /// `http://127.0.0.1:PORT`, read from the hub's stdout.
+    rest: String,
+    /// The root (installation-admin) token.
+    token: String,
+    stderr: Option<JoinHandle<String>>,
+    db: Database,
+}
+
+impl HubProcess {
+    /// Mints a root token, then starts the hub and waits until it listens.
+    fn start() -> Self {
+        let db = Database::new();
+        let token = db.create_token("root", "installation-admin", None);
+        let mut child = db
+            .hub_command(&["serve"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn clawfed-hub serve");
+        let mut stderr_pipe = child.stderr.take().expect("stderr");
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr_pipe.read_to_string(&mut text);
+            text
+        });
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
+        });
+        let line = match rx.recv_timeout(WAIT) {
+            Ok(line) => line,
+            Err(e) => {
+                let _ = child.kill();
+                let status = child.wait();
+                let stderr = stderr.join().unwrap_or_default();
+                panic!("clawfed-hub serve printed no address ({e}; {status:?}):\n{stderr}");
+            }
+        };
+        let rest = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("rest="))
+            .unwrap_or_else(|| panic!("no rest= in {line:?}"))
+            .to_owned();
+        assert!(rest.starts_with("http://127.0.0.1:"), "{line}");
+        Self {
+            child,
+            rest,
+            token,
+            stderr: Some(stderr),
+            db,
+        }
+    }
+
+    /// `clawfed ARGS` against this hub with the root token.
+    fn clawfed(&self, args: &[&str]) -> Output {
+        self.clawfed_as(&self.token, args)
+    }
+
+    /// `clawfed ARGS` against this hub with `token`.
+    fn clawfed_as(&self, token: &str, args: &[&str]) -> Output {
+        Command::new(CLAWFED)
+            .env_clear()
+            .env("CLAWFED_SERVER", &self.rest)
+            .env("CLAWFED_TOKEN", token)
+            .args(args)
+            .output()
+            .expect("run clawfed")
+    }
+
+    /// `clawfed ARGS -o json`, which must succeed.
+    fn json(&self, args: &[&str]) -> Value {
+        let mut args = args.to_vec();
+        args.extend(["-o", "json"]);
+        let out = stdout_of(&self.clawfed(&args));
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+    }
+
+    /// `clawfed ARGS -o yaml`, which must succeed.
+    fn yaml(&self, args: &[&str]) -> Value {
+        let mut args = args.to_vec();
+        args.extend(["-o", "yaml"]);
+        let out = stdout_of(&self.clawfed(&args));
+        serde_yaml_ng::from_str(&out).unwrap_or_else(|e| panic!("not YAML ({e}): {out}"))
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit; returns its status
+    /// and everything the hub wrote to stderr.
+    fn terminate(mut self) -> (ExitStatus, String) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let exit = loop {
+            if let Some(exit) = self.child.try_wait().expect("wait for the hub") {
+                break exit;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "clawfed-hub did not exit within 10s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let stderr = self.stderr.take().expect("stderr reader").join().unwrap();
+        (exit, stderr)
+    }
+}
+
+impl Drop for HubProcess {
+    fn drop(&mut self) {
+        // Only our own child, by handle.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The stdout of a command that must have succeeded.
+fn stdout_of(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "command failed ({}): stdout {:?} stderr {:?}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// The stderr of a command that must have failed with `code`.
+fn failure(out: &Output, code: i32) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "stdout {:?} stderr {:?}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stderr)
+}
+
+/// The header and rows of a table, split on runs of two or more spaces.
+fn table(out: &str) -> Vec<Vec<String>> {
+    out.lines()
+        .map(|line| {
+            line.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
+}
+
+fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn clawfed_drives_a_real_hub() {
+    let hub = HubProcess::start();
+
+    // Namespaces: create (table), wait for provisioning, list, get.
+    let out =
+        stdout_of(&hub.clawfed(&["namespaces", "create", "team-a", "--display-name", "Team A"]));
+    let rows = table(&out);
+    assert_eq!(
+        rows[0],
+        ["NAME", "STATE", "DATA-PLANE NAMESPACE", "ADOPTED", "AGE"]
+    );
+    assert_eq!(rows.len(), 2, "{out}");
+    assert_eq!(rows[1][0], "team-a");
+    let ns = eventually("team-a to be provisioned", || {
+        let ns = hub.json(&["namespaces", "get", "team-a"]);
+        (ns["state"] == "active").then_some(ns)
+    });
+    assert!(ns["provisionedAt"].is_string(), "{ns}");
+
+    let rows = table(&stdout_of(&hub.clawfed(&["ns", "list"])));
+    assert_eq!(rows[0][0], "NAME");
+    assert_eq!(rows[1][..2], ["team-a", "active"]);
+    let listed = hub.json(&["namespaces", "list"]);
+    assert_eq!(
+        listed["items"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+    assert_eq!(listed["items"][0]["id"], ns["id"]);
+    let got = hub.yaml(&["namespaces", "get", "team-a"]);
+    assert_eq!(got["displayName"], "Team A");
+    assert_eq!(got["dataPlaneNamespace"], ns["dataPlaneNamespace"]);
+
+    // Agents: create, update (flags override the current draft), get.
+    let created = hub.json(&[
+        "agents",
+        "create",
+        "helper",
+        "-n",
+        "team-a",
+        "--image",
+        "ghcr.io/example/helper:1.0",
+        "--requirement-label",
+        "tier=gold",
+        "--plugin",
+        "web",
+    ]);
+    assert_eq!(created["spec"]["image"], "ghcr.io/example/helper:1.0");
+    assert_eq!(created["spec"]["harnessKind"], "embedded-openclaw");
+    let updated = hub.json(&[
+        "agents",
+        "update",
+        "helper",
+        "-n",
+        "team-a",
+        "--image",
+        "ghcr.io/example/helper:1.1",
+        "--cpu-request",
+        "100m",
+    ]);
+    assert_eq!(updated["spec"]["image"], "ghcr.io/example/helper:1.1");
+    assert_eq!(updated["spec"]["requirementLabels"]["tier"], "gold");
+    assert_eq!(updated["spec"]["plugins"][0], "web");
+    assert_eq!(updated["spec"]["resources"]["cpuRequest"], "100m");
+    assert_eq!(
+        updated["version"].as_i64(),
+        created["version"].as_i64().map(|v| v + 1)
+    );
+    let rows = table(&stdout_of(
+        &hub.clawfed(&["agents", "get", "helper", "-n", "team-a"]),
+    ));
+    assert_eq!(rows[0][..2], ["NAME", "HARNESS"]);
+    assert_eq!(rows[1][..2], ["helper", "embedded-openclaw"]);
+    let got = hub.yaml(&["agents", "get", "helper", "-n", "team-a"]);
+    assert_eq!(got["spec"]["image"], "ghcr.io/example/helper:1.1");
+
+    // Deploy: a revision; the same idempotency key twice makes one revision.
+    let first = hub.json(&["deploy", "helper", "-n", "team-a"]);
+    assert_eq!(first["number"], 1, "{first}");
+    assert_eq!(first["spec"]["image"], "ghcr.io/example/helper:1.1");
+    let roles: Vec<&str> = first["images"]
+        .as_array()
+        .expect("images")
+        .iter()
+        .filter_map(|i| i["role"].as_str())
+        .collect();
+    assert_eq!(roles, ["harness", "gateway"]);
+    let args = [
+        "deploy",
+        "helper",
+        "-n",
+        "team-a",
+        "--idempotency-key",
+        "release-2",
+    ];
+    let second = hub.json(&args);
+    let retried = hub.json(&args);
+    assert_eq!(second["number"], 2, "{second}");
+    assert_eq!(retried["id"], second["id"], "an idempotent retry");
+
+    // Revisions: list (table and JSON), get (YAML).
+    let rows = table(&stdout_of(&hub.clawfed(&[
+        "revisions",
+        "list",
+        "-a",
+        "helper",
+        "-n",
+        "team-a",
+    ])));
+    assert_eq!(rows[0][..3], ["AGENT", "REVISION", "PHASE"]);
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let revisions = hub.json(&["revisions", "list", "-a", "helper", "-n", "team-a"]);
+    let numbers: Vec<i64> = revisions["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|r| r["number"].as_i64())
+        .collect();
+    assert_eq!(numbers, [1, 2]);
+    let rev = hub.yaml(&["revisions", "get", "1", "-a", "helper", "-n", "team-a"]);
+    assert_eq!(rev["number"], 1);
+    assert_eq!(rev["agent"], "helper");
+    assert_eq!(rev["spec"]["requirementLabels"]["tier"], "gold");
+
+    // Stop, fleet, clusters.
+    let stopped = hub.json(&["stop", "helper", "-n", "team-a"]);
+    assert_eq!(stopped["desiredState"], "stopped", "{stopped}");
+    let fleet = hub.json(&["fleet"]);
+    assert_eq!(fleet["namespaces"], 1, "{fleet}");
+    assert_eq!(fleet["agents"], 1, "{fleet}");
+    assert_eq!(fleet["agentsStopped"], 1, "{fleet}");
+    assert_eq!(fleet["workFailed"], 0, "{fleet}");
+    let rows = table(&stdout_of(&hub.clawfed(&["fleet"])));
+    assert_eq!(rows[0][0], "NAMESPACES");
+    assert_eq!(rows[1][..2], ["1", "1"]);
+    let rows = table(&stdout_of(&hub.clawfed(&["clusters", "list"])));
+    assert_eq!(rows, [["NAME", "STATE", "VERSION", "LAST SEEN"]]);
+    assert_eq!(
+        hub.json(&["clusters", "list"])["items"],
+        serde_json::json!([])
+    );
+
+    // Audit: every change above, by the root token.
+    let audit = hub.json(&["audit", "-n", "team-a", "--limit", "50"]);
+    let events = audit["items"].as_array().expect("items");
+    let actions: Vec<&str> = events.iter().filter_map(|e| e["action"].as_str()).collect();
+    for action in [
+        "namespace.create",
+        "agent.create",
+        "agent.update",
+        "agent.deploy",
+        "agent.stop",
+    ] {
+        assert!(actions.contains(&action), "{action} missing in {actions:?}");
+    }
+    assert!(events.iter().all(|e| e["actor"] == "token:root"), "{audit}");
+    let rows = table(&stdout_of(&hub.clawfed(&["audit", "--limit", "5"])));
+    assert_eq!(rows[0][..3], ["TIME", "ACTOR", "ACTION"]);
+
+    // Work: the namespace's provisioning, done on the first attempt.
+    let work = hub.json(&["work", "list", "-n", "team-a"]);
+    let items = work["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{work}");
+    assert_eq!(items[0]["kind"], "namespace.provision");
+    assert_eq!(items[0]["state"], "done");
+    assert_eq!(items[0]["attempts"], 1);
+    let id = items[0]["id"].as_str().expect("id");
+    let rows = table(&stdout_of(
+        &hub.clawfed(&["work", "list", "--state", "done"]),
+    ));
+    assert_eq!(rows[0][..2], ["ID", "KIND"]);
+    assert_eq!(rows[1][..2], [id, "namespace.provision"]);
+    assert_eq!(hub.json(&["work", "get", id])["target"], ns["id"]);
+
+    // Delete the stopped Agent; it is gone afterwards.
+    let out = stdout_of(&hub.clawfed(&["agents", "delete", "helper", "-n", "team-a"]));
+    assert_eq!(out.trim(), "agent helper deleted");
+    let err = failure(
+        &hub.clawfed(&["agents", "get", "helper", "-n", "team-a"]),
+        1,
+    );
+    assert!(err.contains("not_found"), "{err}");
+}
+
+#[test]
+fn errors_have_exit_codes_and_name_the_field() {
+    let hub = HubProcess::start();
+    stdout_of(&hub.clawfed(&["namespaces", "create", "team-a"]));
+
+    // The hub refuses: exit 1, the message names the field.
+    let err = failure(&hub.clawfed(&["namespaces", "create", "Not_A_Label"]), 1);
+    assert!(err.contains("name:"), "{err}");
+    assert!(err.contains("invalid_argument"), "{err}");
+    assert!(err.contains("HTTP 400"), "{err}");
+    let err = failure(&hub.clawfed(&["work", "list", "--state", "sleeping"]), 1);
+    assert!(err.contains("state:"), "{err}");
+    let err = failure(&hub.clawfed(&["namespaces", "create", "team-a"]), 1);
+    assert!(err.contains("already_exists"), "{err}");
+    let err = failure(&hub.clawfed_as("cfd_not-a-real-token", &["fleet"]), 1);
+    assert!(err.contains("unauthenticated"), "{err}");
+
+    // A tenant token cannot do installation work.
+    let viewer = hub.db.create_token("viewer-a", "viewer", Some("team-a"));
+    let err = failure(
+        &hub.clawfed_as(&viewer, &["namespaces", "create", "team-b"]),
+        1,
+    );
+    assert!(err.contains("permission_denied"), "{err}");
+    let seen = hub.clawfed_as(&viewer, &["namespaces", "list", "-o", "json"]);
+    let seen: Value = serde_json::from_str(&stdout_of(&seen)).expect("JSON");
+    assert_eq!(seen["items"].as_array().map(Vec::len), Some(1));
+
+    // Bad command lines: exit 2, naming the flag; nothing is sent.
+    let err = failure(&hub.clawfed(&["agents", "create", "x", "-n", "team-a"]), 2);
+    assert!(err.contains("--image"), "{err}");
+    let err = failure(
+        &hub.clawfed(&[
+            "agents",
+            "create",
+            "x",
+            "-n",
+            "team-a",
+            "--image",
+            "i:1",
+            "--harness-kind",
+            "nope",
+        ]),
+        2,
+    );
+    assert!(err.contains("--harness-kind"), "{err}");
+    let err = failure(&hub.clawfed(&["agents", "create"]), 2);
+    assert!(err.to_lowercase().contains("usage"), "{err}");
+    let err = failure(&hub.clawfed(&["namespaces", "list", "-o", "xml"]), 2);
+    assert!(err.contains("xml"), "{err}");
+
+    // Nothing listens: exit 3.
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let out = Command::new(CLAWFED)
+        .env_clear()
+        .env("CLAWFED_TOKEN", &hub.token)
+        .args(["--server", &format!("http://127.0.0.1:{port}"), "fleet"])
+        .output()
+        .expect("run clawfed");
+    let err = failure(&out, 3);
+    assert!(err.contains("cannot reach the hub"), "{err}");
+
+    // clawfed-hub token create checks its flags.
+    let out = hub
+        .db
+        .hub(&["token", "create", "--name", "t1", "--role", "admin"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--namespace"), "{out:?}");
+    let out = hub
+        .db
+        .hub(&["token", "create", "--name", "t2", "--role", "boss"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--role"), "{out:?}");
+    let out = hub.db.hub(&[
+        "token",
+        "create",
+        "--name",
+        "t3",
+        "--role",
+        "installation-admin",
+        "--namespace",
+        "team-a",
+    ]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--namespace"), "{out:?}");
+    let out = hub.db.hub(&[
+        "token",
+        "create",
+        "--name",
+        "t4",
+        "--role",
+        "viewer",
+        "--namespace",
+        "team-a",
+        "--ttl",
+        "soon",
+    ]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--ttl"), "{out:?}");
+
+    // A revoked token is refused from then on.
+    assert!(stdout_of(&hub.db.hub(&["token", "revoke", "--name", "viewer-a"])).contains("revoked"));
+    let err = failure(&hub.clawfed_as(&viewer, &["namespaces", "list"]), 1);
+    assert!(err.contains("unauthenticated"), "{err}");
+}
+
+#[test]
+fn serve_drains_and_exits_zero_on_sigterm() {
+    let db = Database::new();
+    let out = stdout_of(&db.hub(&["migrate"]));
+    assert!(out.contains("migrations applied"), "{out}");
+    drop(db);
+
+    let hub = HubProcess::start();
+    stdout_of(&hub.clawfed(&["namespaces", "list"]));
+    let rest = hub.rest.clone();
+    let token = hub.token.clone();
+
+    let (status, stderr) = hub.terminate();
+    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+    let messages: Vec<String> = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|l| l["message"].as_str().map(str::to_owned))
+        .collect();
+    for expected in [
+        "worker.started",
+        "hub.draining",
+        "worker.stopped",
+        "hub.stopped",
+    ] {
+        assert!(
+            messages.iter().any(|m| m == expected),
+            "{expected} missing from the hub's log:\n{stderr}"
+        );
+    }
+    assert_eq!(messages.last().map(String::as_str), Some("hub.stopped"));
+    assert!(!stderr.contains(&token), "the token secret reached a log");
+
+    // Nothing listens any more.
+    let out = Command::new(CLAWFED)
+        .env_clear()
+        .env("CLAWFED_TOKEN", &token)
+        .args(["--server", &rest, "fleet"])
+        .output()
+        .expect("run clawfed");
+    failure(&out, 3);
+}
