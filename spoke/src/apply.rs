@@ -40,7 +40,7 @@ pub enum Error {
         name: String,
         /// The cause.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// The work spec is not acceptable (fails closed).
     #[error("{0}")]
@@ -150,7 +150,7 @@ where
             kind: kind_of::<K>(),
             namespace: obj.meta().namespace.clone().unwrap_or_default(),
             name,
-            source,
+            source: Box::new(source),
         })
 }
 
@@ -177,7 +177,7 @@ where
             kind: kind_of::<K>(),
             namespace: api.namespace().unwrap_or_default().to_string(),
             name: name.to_string(),
-            source,
+            source: Box::new(source),
         }),
     }
 }
@@ -210,7 +210,7 @@ where
                     kind: kind_of::<K>(),
                     namespace: api.namespace().unwrap_or_default().to_string(),
                     name: name.to_string(),
-                    source,
+                    source: Box::new(source),
                 });
             }
         }

@@ -169,7 +169,7 @@ fn kube_err(
         kind,
         namespace: ns.into(),
         name: name.into(),
-        source,
+        source: Box::new(source),
     }
 }
 
@@ -642,7 +642,10 @@ impl Executor {
 
     /// What is applied (target -> generation), read from the cluster: the
     /// generation annotations of managed namespaces and their ledgers.
+    /// The first call also resumes the readiness watchers and tracked
+    /// revisions (see [`Executor::resume`]).
     pub async fn applied(&self) -> Result<HashMap<String, i64>, ExecError> {
+        self.resume().await?;
         let fresh = self.read_applied().await?;
         let mut rec = self.recorded_lock();
         *rec = fresh;
@@ -680,6 +683,13 @@ impl Executor {
             }
         }
         Ok(out)
+    }
+
+    /// Rebuilds the spoke's view from the cluster once (idempotent): recorded
+    /// generations, a watcher per managed namespace, tracked revisions.
+    /// `apply` and `applied` call it; a link may call it at start-up.
+    pub async fn resume(&self) -> Result<(), ExecError> {
+        self.ensure_rebuilt().await
     }
 
     async fn ensure_rebuilt(&self) -> Result<(), ExecError> {

@@ -108,7 +108,7 @@ pub fn validate(h: &HarnessWork) -> Result<()> {
         check_image_digest(&h.image).map_err(|e| Error::Invalid(e.to_string()))?;
     }
     required_labels(&readiness_query(h)).map_err(|e| Error::Invalid(e.to_string()))?;
-    for (k, _) in &h.requirement_labels {
+    for k in h.requirement_labels.keys() {
         if k.starts_with("clawfed.io/") || k == labels::MANAGED_BY {
             return Err(Error::Invalid(format!(
                 "requirement label {k} uses a key reserved for clawfed"

@@ -68,7 +68,7 @@ pub async fn load(api: &Api<ConfigMap>) -> Result<HashMap<String, i64>> {
             kind: "ConfigMap",
             namespace: api.namespace().unwrap_or_default().into(),
             name: LEDGER.into(),
-            source,
+            source: Box::new(source),
         }),
     }
 }
@@ -95,7 +95,7 @@ pub async fn record(
         kind: "ConfigMap",
         namespace: namespace.clone(),
         name: LEDGER.into(),
-        source,
+        source: Box::new(source),
     };
     match api
         .patch(LEDGER, &merge_params(), &Patch::Merge(&patch))
@@ -127,7 +127,7 @@ pub async fn forget(api: &Api<ConfigMap>, target: &str) -> Result<()> {
             kind: "ConfigMap",
             namespace: api.namespace().unwrap_or_default().into(),
             name: LEDGER.into(),
-            source,
+            source: Box::new(source),
         }),
     }
 }

@@ -479,6 +479,13 @@ mod tests {
         o
     }
 
+    type Case = (
+        &'static str,
+        NamespaceWork,
+        Vec<NamespaceObservation>,
+        Result<Resolution, &'static str>,
+    );
+
     #[test]
     fn resolution_table() {
         let expected = data_plane_namespace("id-1");
@@ -492,12 +499,7 @@ mod tests {
             adopt: Some(a.into()),
             ..work()
         };
-        let cases: Vec<(
-            &str,
-            NamespaceWork,
-            Vec<NamespaceObservation>,
-            Result<Resolution, &str>,
-        )> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "nothing yet: create",
                 work(),

@@ -221,7 +221,7 @@ fn kube_err(
         kind,
         namespace: ns.into(),
         name: name.into(),
-        source,
+        source: Box::new(source),
     }
 }
 
