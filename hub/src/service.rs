@@ -746,7 +746,26 @@ impl Service {
         let limit = list_limit(limit)?;
         let scope = self.scope(p, namespace)?;
         self.check_read(p, Action::ReadAudit, scope.as_deref())?;
-        Ok(self.store.list_audit(scope.as_deref(), limit).await?)
+        let events = self.store.list_audit(scope.as_deref(), limit).await?;
+        if p.is_installation_admin() {
+            return Ok(events);
+        }
+        // Audit events are kept by namespace name and outlive the namespace:
+        // a tenant re-created under an old name sees only its own events.
+        let current = self.own_namespace(p).await?;
+        Ok(events
+            .into_iter()
+            .filter(|e| e.at >= current.created_at)
+            .collect())
+    }
+
+    /// The caller's own namespace (tenant tokens).
+    async fn own_namespace(&self, p: &Principal) -> Result<crate::model::Namespace> {
+        let name = p
+            .namespace
+            .as_deref()
+            .ok_or_else(|| ServiceError::PermissionDenied("token has no namespace scope".into()))?;
+        Ok(self.store.get_namespace(name).await?)
     }
 
     /// Work items, newest first.
@@ -768,21 +787,34 @@ impl Service {
             .transpose()?;
         let scope = self.scope(p, namespace)?;
         self.check_read(p, Action::Read, scope.as_deref())?;
-        Ok(self
+        let items = self
             .store
             .list_work(&WorkFilter {
                 namespace: scope,
                 state,
                 limit,
             })
-            .await?)
+            .await?;
+        if p.is_installation_admin() {
+            return Ok(items);
+        }
+        // Work items keep the namespace name they were made under; a
+        // re-created namespace of the same name does not see the old ones.
+        let current = self.own_namespace(p).await?;
+        Ok(items
+            .into_iter()
+            .filter(|w| w.namespace_id.as_deref() == Some(current.id.as_str()))
+            .collect())
     }
 
     /// One work item; items of other tenants are "not found".
     pub async fn get_work(&self, p: &Principal, id: &str) -> Result<WorkItem> {
         let item = self.store.get_work(id).await?;
         let visible = p.is_installation_admin()
-            || (item.namespace.is_some() && item.namespace == p.namespace);
+            || match (&item.namespace_id, self.own_namespace(p).await) {
+                (Some(ns_id), Ok(own)) => *ns_id == own.id,
+                _ => false,
+            };
         if !visible {
             return Err(ServiceError::NotFound(format!(
                 "work item {id:?} not found"

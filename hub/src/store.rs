@@ -348,6 +348,9 @@ pub trait Store: LinkStore + Send + Sync + 'static {
         error: &str,
         now: DateTime<Utc>,
     ) -> Result<bool>;
+    /// Gives a claimed item back untouched (shutdown interrupted it): it is
+    /// pending again, due now, and the attempt is not counted.
+    async fn release_work(&self, worker: &str, id: &str, now: DateTime<Utc>) -> Result<bool>;
     /// Returns claims whose lease expired to pending (or fails them when
     /// they used their last attempt).
     async fn recover_expired_work(&self, now: DateTime<Utc>) -> Result<Recovered>;

@@ -299,7 +299,7 @@ impl Worker {
                     // Put back for another worker (or this one after restart).
                     self.settle(
                         self.store
-                            .retry_work(&self.config.id, &item.id, now, "released at shutdown", now)
+                            .release_work(&self.config.id, &item.id, now)
                             .await,
                         item,
                     );

@@ -342,7 +342,7 @@ impl SqlStore {
     }
 
     /// Moves one claimed item held by `worker` to `state`.
-    async fn release_work(
+    async fn settle_claim(
         &self,
         worker: &str,
         id: &str,
@@ -788,17 +788,23 @@ impl Store for SqlStore {
     }
 
     async fn deploy(&self, rev: &NewRevision, fx: &Effects) -> Result<Deployed> {
-        const ATTEMPTS: usize = 5;
-        for _ in 0..ATTEMPTS {
+        const ATTEMPTS: u32 = 8;
+        for attempt in 0..ATTEMPTS {
             if let Some(deployed) = self.try_deploy(rev, fx).await? {
                 return Ok(deployed);
             }
+            // Another deploy of the same Agent took the next number; a
+            // short jittered pause lets the contenders spread out.
+            let ceiling_ms = 2u64 << attempt.min(6);
+            tokio::time::sleep(std::time::Duration::from_millis(
+                rand::random::<u64>() % ceiling_ms,
+            ))
+            .await;
         }
-        Err(StoreError::Conflict {
-            kind: "agent",
-            name: rev.agent.clone(),
-            expected: rev.agent_version,
-        })
+        Err(StoreError::FailedPrecondition(format!(
+            "agent {:?} is being deployed concurrently; retry with the same Idempotency-Key",
+            rev.agent
+        )))
     }
 
     async fn list_revisions(&self, namespace: &str, agent: &str) -> Result<Vec<AgentRevision>> {
@@ -949,7 +955,7 @@ impl Store for SqlStore {
         error: &str,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        self.release_work(worker, id, WorkState::Pending, Some(run_at), error, now)
+        self.settle_claim(worker, id, WorkState::Pending, Some(run_at), error, now)
             .await
     }
 
@@ -960,15 +966,32 @@ impl Store for SqlStore {
         error: &str,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        self.release_work(worker, id, WorkState::Failed, None, error, now)
+        self.settle_claim(worker, id, WorkState::Failed, None, error, now)
             .await
+    }
+
+    async fn release_work(&self, worker: &str, id: &str, now: DateTime<Utc>) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE work_items SET state = 'pending', run_at = $1, updated_at = $1, \
+             attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, \
+             lease_owner = NULL, lease_expires_at = NULL \
+             WHERE id = $2 AND lease_owner = $3 AND state = 'claimed'",
+        )
+        .bind(ms(now))
+        .bind(id.to_owned())
+        .bind(worker.to_owned())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        Ok(done == 1)
     }
 
     async fn recover_expired_work(&self, now: DateTime<Utc>) -> Result<Recovered> {
         let mut tx = self.begin().await?;
         let failed = sqlx::query(
             "UPDATE work_items SET state = 'failed', lease_owner = NULL, lease_expires_at = NULL, \
-             last_error = COALESCE(last_error, 'lease expired') || ' (lease expired on the last attempt)', \
+             last_error = COALESCE(last_error || '; ', '') || 'lease expired on the last attempt', \
              updated_at = $1, completed_at = $1 \
              WHERE state = 'claimed' AND lease_expires_at < $1 AND attempts >= max_attempts",
         )
