@@ -257,7 +257,10 @@ impl Link {
                 }
                 SessionEnd::GoAway(retry_after) => {
                     let jitter = delays.next().unwrap_or(self.config.backoff_max);
-                    tracing::warn!(retryAfterMs = retry_after.as_millis() as u64, "link.go_away");
+                    tracing::warn!(
+                        retryAfterMs = retry_after.as_millis() as u64,
+                        "link.go_away"
+                    );
                     retry_after.max(jitter)
                 }
                 SessionEnd::Failed(reason) => {
@@ -403,8 +406,12 @@ impl Link {
             .await
             .map_err(|s| s.message().to_owned())?
             .into_inner();
-        Identity::new(current.cluster_id.clone(), key_pem, response.certificate_pem)
-            .map_err(|e| e.to_string())
+        Identity::new(
+            current.cluster_id.clone(),
+            key_pem,
+            response.certificate_pem,
+        )
+        .map_err(|e| e.to_string())
     }
 
     async fn session(
@@ -439,7 +446,11 @@ impl Link {
             claimed_cluster_id: cluster_id,
         };
         let send = |body| pb::SpokeMessage { body: Some(body) };
-        if out.send(send(spoke_message::Body::Hello(hello))).await.is_err() {
+        if out
+            .send(send(spoke_message::Body::Hello(hello)))
+            .await
+            .is_err()
+        {
             return SessionEnd::Failed("outbound stream closed".into());
         }
         let mut client = SpokeLinkClient::new(channel).max_decoding_message_size(16 * 1024 * 1024);
@@ -456,7 +467,9 @@ impl Link {
             }
             Ok(Some(pb::HubMessage {
                 body: Some(hub_message::Body::GoAway(g)),
-            })) => return SessionEnd::GoAway(Duration::from_secs(u64::from(g.retry_after_seconds))),
+            })) => {
+                return SessionEnd::GoAway(Duration::from_secs(u64::from(g.retry_after_seconds)));
+            }
             Ok(_) => return SessionEnd::Failed("hub did not answer Hello with Welcome".into()),
             Err(status) => return classify(status),
         };
@@ -586,6 +599,22 @@ fn classify(status: tonic::Status) -> SessionEnd {
     SessionEnd::Failed(format!("{}: {message}", status.code()))
 }
 
+/// The Kubernetes executor as the link's applier.
+#[async_trait]
+impl WorkApplier for crate::exec::Executor {
+    async fn apply(&self, work: &pb::Work) -> Result<pb::WorkResult, ApplyError> {
+        crate::exec::Executor::apply(self, work)
+            .await
+            .map_err(|e| ApplyError(e.to_string()))
+    }
+
+    async fn applied(&self) -> Result<HashMap<String, i64>, ApplyError> {
+        crate::exec::Executor::applied(self)
+            .await
+            .map_err(|e| ApplyError(e.to_string()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -609,21 +638,5 @@ mod tests {
             classify(tonic::Status::unavailable("down")),
             SessionEnd::Failed(_)
         ));
-    }
-}
-
-/// The Kubernetes executor as the link's applier.
-#[async_trait]
-impl WorkApplier for crate::exec::Executor {
-    async fn apply(&self, work: &pb::Work) -> Result<pb::WorkResult, ApplyError> {
-        crate::exec::Executor::apply(self, work)
-            .await
-            .map_err(|e| ApplyError(e.to_string()))
-    }
-
-    async fn applied(&self) -> Result<HashMap<String, i64>, ApplyError> {
-        crate::exec::Executor::applied(self)
-            .await
-            .map_err(|e| ApplyError(e.to_string()))
     }
 }
