@@ -8,6 +8,7 @@
 //! - [`service`]: the one service layer behind REST and gRPC.
 //! - [`api`]: REST (`/api/v1`, OpenAPI), gRPC admin, metrics, errors.
 //! - [`worker`]: the durable work queue's worker.
+//! - [`pipeline`]: the revision pipeline as a pure state machine.
 //! - [`link`]: the spoke link (CA, enrollment, mTLS stream, outbox delivery).
 //! - [`server`]: wires everything together and runs until shutdown.
 //! - [`cli`]: the `clawfed` command-line client.
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod config;
 pub mod link;
 pub mod model;
+pub mod pipeline;
 pub mod server;
 pub mod service;
 pub mod store;
