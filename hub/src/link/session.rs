@@ -144,7 +144,10 @@ async fn run(
             body: Some(spoke_message::Body::Hello(hello)),
         }))) => hello,
         Ok(Err(status)) => {
+            // A malformed or oversized first message: say so to the spoke
+            // instead of ending the stream as if all were well.
             tracing::warn!(cluster = %cluster.name, error = %status, "link.hello_failed");
+            let _ = tx.send(Err(status)).await;
             return;
         }
         _ => {
@@ -283,8 +286,11 @@ impl Session {
                     }
                     Ok(None) => return End::Gone,
                     Err(status) => {
+                        // A frame that does not decode or exceeds the size
+                        // limit (or a dropped connection): the status goes
+                        // back to the spoke, so it is not a clean end.
                         tracing::debug!(cluster = %self.cluster.name, error = %status, "link.stream_error");
-                        return End::Gone;
+                        return End::Status(status);
                     }
                 },
                 _ = self.handle.wake.notified() => {
