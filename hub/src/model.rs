@@ -351,8 +351,35 @@ pub struct AgentRevision {
     pub reason: Option<String>,
     /// The revision this one was rolled back from.
     pub rolled_back_from: Option<i64>,
+    /// Pipeline progress: effects done and phase timings.
+    #[serde(default)]
+    pub progress: RevisionProgress,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// What the pipeline has done for a revision, durably, so a restarted hub
+/// resumes without repeating effects. Times are RFC 3339.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionProgress {
+    /// When each phase was entered.
+    #[serde(default)]
+    pub phases: BTreeMap<String, DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_applied_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predecessors_stopped_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activated_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predecessors_retired_at: Option<DateTime<Utc>>,
+    /// After this, waiting for readiness fails the revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_deadline: Option<DateTime<Utc>>,
+    /// Milliseconds spent: prepareMs, readinessWaitMs, activationMs, elapsedMs.
+    #[serde(default)]
+    pub durations_ms: BTreeMap<String, i64>,
 }
 
 /// Connection state of an execution cluster.

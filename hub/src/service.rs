@@ -567,6 +567,7 @@ impl Service {
             key,
         });
         let new = NewRevision {
+            id: Uuid::now_v7().to_string(),
             namespace: ns.to_owned(),
             agent: agent_name.to_owned(),
             agent_version: agent.version,

@@ -143,6 +143,8 @@ pub struct NewAgent {
 /// A deploy: the snapshot to freeze into a new revision.
 #[derive(Debug, Clone)]
 pub struct NewRevision {
+    /// Chosen by the caller so work for the revision can be queued with it.
+    pub id: String,
     pub namespace: String,
     pub agent: String,
     /// The draft version the snapshot was made from; a concurrent edit of
@@ -299,6 +301,22 @@ pub trait Store: LinkStore + Send + Sync + 'static {
     /// revision an earlier call with the same idempotency key made.
     async fn deploy(&self, rev: &NewRevision, fx: &Effects) -> Result<Deployed>;
     async fn list_revisions(&self, namespace: &str, agent: &str) -> Result<Vec<AgentRevision>>;
+    async fn get_revision_by_id(&self, id: &str) -> Result<AgentRevision>;
+    /// Records a revision's phase, reason and progress.
+    async fn update_revision(
+        &self,
+        id: &str,
+        phase: crate::model::RevisionPhase,
+        reason: Option<&str>,
+        progress: &crate::model::RevisionProgress,
+    ) -> Result<AgentRevision>;
+    /// Points the Agent at its active revision (`None`: nothing active).
+    async fn set_active_revision(
+        &self,
+        namespace: &str,
+        agent: &str,
+        number: Option<i64>,
+    ) -> Result<()>;
     async fn get_revision(
         &self,
         namespace: &str,

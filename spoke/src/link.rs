@@ -568,19 +568,11 @@ impl Link {
                 None
             }
             Err(e) => {
+                // A transient failure: not acked, retried here and
+                // re-delivered after a reconnect. Only a refusal (Ok with
+                // applied = false) is a result the hub acts on.
                 self.metrics.work_failed.inc();
                 tracing::warn!(target = %work.target, generation = work.generation, error = %e, "link.apply_failed");
-                let report = pb::Report {
-                    target: work.target.clone(),
-                    generation: work.generation,
-                    body: Some(pb::report::Body::WorkResult(pb::WorkResult {
-                        applied: false,
-                        reason: e.0,
-                        kind: work.kind.clone(),
-                        namespace: String::new(),
-                    })),
-                };
-                let _ = out.send(send(spoke_message::Body::Report(report))).await;
                 Some(work)
             }
         }

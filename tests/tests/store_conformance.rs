@@ -90,6 +90,7 @@ async fn agent(s: &dyn Store, ns: &str, name: &str) {
 
 fn revision(ns: &str, agent: &str, version: i64, image: &str) -> NewRevision {
     NewRevision {
+        id: uuid::Uuid::now_v7().to_string(),
         namespace: ns.into(),
         agent: agent.into(),
         agent_version: version,

@@ -40,7 +40,7 @@ const CONFIG_COLS: &str =
     "c.id, n.name AS namespace, c.name, c.data, c.version, c.created_at, c.updated_at";
 const REVISION_COLS: &str = "r.id, n.name AS namespace, a.name AS agent, r.number, r.spec, \
      r.configuration, r.images, r.resolved_cluster, r.phase, r.reason, r.rolled_back_from, \
-     r.created_at, r.updated_at";
+     r.progress, r.created_at, r.updated_at";
 const REVISION_FROM: &str = "agent_revisions r JOIN agents a ON a.id = r.agent_id \
      JOIN namespaces n ON n.id = a.namespace_id";
 pub(super) const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
@@ -260,8 +260,8 @@ impl SqlStore {
         if claimed == 0 {
             return Ok(None);
         }
-        let rev_id = Uuid::now_v7().to_string();
-        sqlx::query(
+        let rev_id = rev.id.clone();
+        let inserted_revision = sqlx::query(
             "INSERT INTO agent_revisions (id, agent_id, number, spec, configuration, images, \
              resolved_cluster, phase, reason, rolled_back_from, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, $10, $10)",
@@ -277,8 +277,14 @@ impl SqlStore {
         .bind(rev.rolled_back_from)
         .bind(ms(now))
         .execute(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?;
+        .await;
+        match inserted_revision {
+            Ok(_) => {}
+            // A concurrent retry of the same request committed this id
+            // first; the retry finds it through the idempotency key.
+            Err(e) if is_unique_violation(&e) => return Ok(None),
+            Err(e) => return Err(self.classify(e)),
+        }
         if let Some(idem) = &rev.idempotency {
             let inserted = sqlx::query(
                 "INSERT INTO idempotency_keys (namespace_id, key, fingerprint, revision_id, \
@@ -821,6 +827,63 @@ impl Store for SqlStore {
             .await
             .map_err(|e| self.classify(e))?;
         rows.iter().map(revision_from_row).collect()
+    }
+
+    async fn get_revision_by_id(&self, id: &str) -> Result<AgentRevision> {
+        let sql = format!("SELECT {REVISION_COLS} FROM {REVISION_FROM} WHERE r.id = $1");
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(id.to_owned())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("revision", id))?;
+        revision_from_row(&row)
+    }
+
+    async fn update_revision(
+        &self,
+        id: &str,
+        phase: RevisionPhase,
+        reason: Option<&str>,
+        progress: &crate::model::RevisionProgress,
+    ) -> Result<AgentRevision> {
+        let updated = sqlx::query(
+            "UPDATE agent_revisions SET phase = $1, reason = $2, progress = $3, updated_at = $4 \
+             WHERE id = $5",
+        )
+        .bind(phase.as_str())
+        .bind(reason.map(str::to_owned))
+        .bind(to_json(progress)?)
+        .bind(ms(Utc::now()))
+        .bind(id.to_owned())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        if updated == 0 {
+            return Err(not_found("revision", id));
+        }
+        self.get_revision_by_id(id).await
+    }
+
+    async fn set_active_revision(
+        &self,
+        namespace: &str,
+        agent: &str,
+        number: Option<i64>,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE agents SET active_revision = $1, updated_at = $2 WHERE name = $3 AND \
+             namespace_id = (SELECT id FROM namespaces WHERE name = $4)",
+        )
+        .bind(number)
+        .bind(ms(Utc::now()))
+        .bind(agent.to_owned())
+        .bind(namespace.to_owned())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(())
     }
 
     async fn get_revision(
@@ -1368,6 +1431,7 @@ fn revision_from_row(r: &AnyRow) -> Result<AgentRevision> {
         phase: parse_enum(W, &phase, RevisionPhase::parse)?,
         reason: get(r, W, "reason")?,
         rolled_back_from: get(r, W, "rolled_back_from")?,
+        progress: from_json(W, &get::<String>(r, W, "progress")?)?,
         created_at: from_ms(get(r, W, "created_at")?),
         updated_at: from_ms(get(r, W, "updated_at")?),
     })
