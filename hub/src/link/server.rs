@@ -69,10 +69,30 @@ impl LinkHandle {
         generation: i64,
         spec: &serde_json::Value,
     ) -> Result<Option<i64>, StoreError> {
+        let spec = spec.to_string();
+        // An item the link cannot encode would end the cluster's stream on
+        // every delivery attempt and hold back everything queued after it.
+        let encoded = prost::Message::encoded_len(&clawfed_proto::link::v1::HubMessage {
+            body: Some(clawfed_proto::link::v1::hub_message::Body::Work(
+                clawfed_proto::link::v1::Work {
+                    sequence: u64::MAX,
+                    target: target.to_owned(),
+                    generation,
+                    spec: spec.clone().into_bytes(),
+                    kind: kind.to_owned(),
+                },
+            )),
+        });
+        if encoded > self.state.config.max_message_bytes {
+            return Err(StoreError::FailedPrecondition(format!(
+                "work for {target:?} is {encoded} bytes on the link, over link.max_message_bytes ({}); it could never be delivered",
+                self.state.config.max_message_bytes
+            )));
+        }
         let seq = self
             .state
             .store
-            .outbox_put(cluster_id, target, kind, generation, &spec.to_string())
+            .outbox_put(cluster_id, target, kind, generation, &spec)
             .await?;
         if seq.is_some() {
             self.state.registry.wake(cluster_id);
