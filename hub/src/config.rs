@@ -60,6 +60,8 @@ pub struct Config {
     #[serde(default)]
     pub link: LinkSettings,
     #[serde(default)]
+    pub pipeline: PipelineSettings,
+    #[serde(default)]
     pub log: LogConfig,
 }
 
@@ -130,6 +132,26 @@ impl Default for WorkerSettings {
             backoff_base_ms: 1000,
             backoff_cap_ms: 300_000,
             health_interval_seconds: 60,
+        }
+    }
+}
+
+/// The revision pipeline.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PipelineSettings {
+    /// Drive deployed revisions to spokes (needs the link).
+    pub enabled: bool,
+    /// How long a revision may wait for its Harness and Gateway to be
+    /// Ready before it fails with the reason.
+    pub ready_deadline_seconds: u64,
+}
+
+impl Default for PipelineSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            ready_deadline_seconds: 300,
         }
     }
 }
@@ -223,6 +245,7 @@ impl Default for Config {
             worker: WorkerSettings::default(),
             policy: PolicyConfig::default(),
             link: LinkSettings::default(),
+            pipeline: PipelineSettings::default(),
             log: LogConfig::default(),
         }
     }
@@ -272,6 +295,7 @@ impl Config {
                 "CLAWFED_METRICS_ADDR" => self.api.metrics_addr = parse(name, value)?,
                 "CLAWFED_WORKER_ENABLED" => self.worker.enabled = parse(name, value)?,
                 "CLAWFED_LINK_ENABLED" => self.link.enabled = parse(name, value)?,
+                "CLAWFED_PIPELINE_ENABLED" => self.pipeline.enabled = parse(name, value)?,
                 "CLAWFED_LINK_ADDR" => self.link.addr = parse(name, value)?,
                 "CLAWFED_LINK_CA_DIR" => self.link.ca_dir = value.into(),
                 "CLAWFED_LINK_CERT_TTL_SECONDS" => self.link.cert_ttl_seconds = parse(name, value)?,
@@ -342,7 +366,13 @@ impl Config {
             require_immutable_digest: self.policy.require_immutable_digest,
             default_gateway_image: self.policy.default_gateway_image.clone(),
             work_max_attempts: self.worker.max_attempts,
+            pipeline: self.pipeline_enabled(),
         }
+    }
+
+    /// Whether deployed revisions are driven through spokes.
+    pub fn pipeline_enabled(&self) -> bool {
+        self.link.enabled && self.pipeline.enabled
     }
 
     /// The link settings this configuration sets.

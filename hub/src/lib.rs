@@ -9,6 +9,7 @@
 //! - [`api`]: REST (`/api/v1`, OpenAPI), gRPC admin, metrics, errors.
 //! - [`worker`]: the durable work queue's worker.
 //! - [`pipeline`]: the revision pipeline as a pure state machine.
+//! - [`gateway`]: each Agent's Gateway in the control cluster (kube).
 //! - [`link`]: the spoke link (CA, enrollment, mTLS stream, outbox delivery).
 //! - [`server`]: wires everything together and runs until shutdown.
 //! - [`cli`]: the `clawfed` command-line client.
@@ -19,6 +20,7 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod gateway;
 pub mod link;
 pub mod model;
 pub mod pipeline;

@@ -76,8 +76,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::store::Store;
 
+/// Told about every report a spoke sends (after it is stored), so the
+/// pipeline reacts to reports instead of polling for them.
+#[async_trait::async_trait]
+pub trait ReportListener: Send + Sync + 'static {
+    async fn on_report(&self, cluster_id: &str, target: &str, kind: &str);
+}
+
 /// What every part of the link shares.
 pub struct LinkState {
+    pub listener: Option<Arc<dyn ReportListener>>,
     pub store: Arc<dyn Store>,
     pub ca: Arc<ca::CertificateAuthority>,
     pub registry: Arc<registry::Registry>,

@@ -21,6 +21,10 @@ use crate::api::{AppState, metrics, rest};
 use crate::config::Config;
 use crate::service::Service;
 use crate::store::{self, Store};
+use crate::worker::rollout::{
+    AGENT_STOP, GatewayRuntime, GatewaysDisabled, REVISION_ROLLOUT, Rollout, RolloutConfig,
+    RolloutHandler, RolloutTrigger, StopHandler,
+};
 use crate::worker::{Handlers, Worker};
 
 /// Errors starting the hub.
@@ -165,17 +169,42 @@ pub async fn start_with_store(
         tracing::info!("grpc.stopped");
     });
 
+    // The pipeline needs the link: revisions are prepared through spokes.
+    let mut handlers = handlers;
     let link = if config.link.enabled {
-        Some(
-            crate::link::server::start(
-                config.link_config(),
-                store.clone(),
-                link_metrics,
-                shutdown.clone(),
-                &mut tasks,
-            )
-            .await?,
+        let trigger: Option<Arc<dyn crate::link::ReportListener>> = if config.pipeline_enabled() {
+            Some(Arc::new(RolloutTrigger {
+                store: store.clone(),
+                max_attempts: config.worker.max_attempts,
+            }))
+        } else {
+            None
+        };
+        let link = crate::link::server::start(
+            config.link_config(),
+            store.clone(),
+            link_metrics,
+            trigger,
+            shutdown.clone(),
+            &mut tasks,
         )
+        .await?;
+        let gateways: Arc<dyn GatewayRuntime> = Arc::new(GatewaysDisabled);
+        let rollout = Rollout::new(
+            link.clone(),
+            gateways,
+            RolloutConfig {
+                ready_deadline: std::time::Duration::from_secs(
+                    config.pipeline.ready_deadline_seconds,
+                ),
+                max_attempts: config.worker.max_attempts,
+            },
+        );
+        if config.pipeline_enabled() {
+            handlers.register(REVISION_ROLLOUT, RolloutHandler(rollout.clone()));
+            handlers.register(AGENT_STOP, StopHandler(rollout));
+        }
+        Some(link)
     } else {
         None
     };

@@ -87,6 +87,8 @@ pub struct Policy {
     pub default_gateway_image: String,
     /// Attempts a work item gets before it is failed.
     pub work_max_attempts: i32,
+    /// Deploys and stops queue pipeline work (the link is enabled).
+    pub pipeline: bool,
 }
 
 impl Default for Policy {
@@ -95,6 +97,7 @@ impl Default for Policy {
             require_immutable_digest: false,
             default_gateway_image: "ghcr.io/openclaw/openclaw-gateway:latest".into(),
             work_max_attempts: 8,
+            pipeline: false,
         }
     }
 }
@@ -579,7 +582,17 @@ impl Service {
             idempotency,
         };
         let target = format!("agents/{agent_name}");
-        let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+        let mut fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+        if self.policy.pipeline {
+            let namespace = self.store.get_namespace(ns).await?;
+            fx.work.push(crate::worker::rollout::Rollout::work(
+                &new.id,
+                &namespace.id,
+                Some(p.token_id.clone()),
+                Utc::now(),
+                self.policy.work_max_attempts,
+            ));
+        }
         let deployed = self.store.deploy(&new, &fx).await?;
         Ok((deployed.revision, deployed.created))
     }
@@ -616,7 +629,19 @@ impl Service {
         let what = "agent.stop";
         self.check_mutation(p, Action::Deploy, Some(ns), what, &target)
             .await?;
-        let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+        let mut fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+        if self.policy.pipeline {
+            let namespace = self.store.get_namespace(ns).await?;
+            fx.work.push(NewWork {
+                kind: crate::worker::rollout::AGENT_STOP.into(),
+                namespace_id: Some(namespace.id),
+                target: agent.to_owned(),
+                payload: serde_json::json!({}),
+                requested_by: Some(p.token_id.clone()),
+                max_attempts: self.policy.work_max_attempts,
+                run_at: Utc::now(),
+            });
+        }
         let result = self
             .store
             .set_desired_state(ns, agent, DesiredState::Stopped, &fx)

@@ -310,6 +310,8 @@ pub trait Store: LinkStore + Send + Sync + 'static {
         reason: Option<&str>,
         progress: &crate::model::RevisionProgress,
     ) -> Result<AgentRevision>;
+    /// Records the cluster a revision was placed on (once).
+    async fn place_revision(&self, id: &str, cluster: &str) -> Result<()>;
     /// Points the Agent at its active revision (`None`: nothing active).
     async fn set_active_revision(
         &self,

@@ -6,9 +6,11 @@
 //! - this file: [`Worker`], the claim / heartbeat / complete loop.
 //! - `backoff.rs`: retry delays (pure).
 //! - `kinds.rs`: work kinds and their handlers.
+//! - `rollout.rs`: the revision pipeline's driver (`revision.rollout`, `agent.stop`).
 
 pub mod backoff;
 pub mod kinds;
+pub mod rollout;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -111,11 +111,12 @@ pub async fn start(
     config: LinkConfig,
     store: Arc<dyn Store>,
     metrics: LinkMetrics,
+    report_listener: Option<Arc<dyn super::ReportListener>>,
     shutdown: CancellationToken,
     tasks: &mut JoinSet<()>,
 ) -> Result<LinkHandle, LinkError> {
     let ca = Arc::new(CertificateAuthority::load_or_create(&config.ca_dir)?);
-    start_with_ca(config, ca, store, metrics, shutdown, tasks).await
+    start_with_ca(config, ca, store, metrics, report_listener, shutdown, tasks).await
 }
 
 /// As [`start`], with a CA already in hand.
@@ -124,6 +125,7 @@ pub async fn start_with_ca(
     ca: Arc<CertificateAuthority>,
     store: Arc<dyn Store>,
     metrics: LinkMetrics,
+    report_listener: Option<Arc<dyn super::ReportListener>>,
     shutdown: CancellationToken,
     tasks: &mut JoinSet<()>,
 ) -> Result<LinkHandle, LinkError> {
@@ -150,6 +152,7 @@ pub async fn start_with_ca(
         source,
     })?;
     let state = Arc::new(LinkState {
+        listener: report_listener,
         store,
         ca,
         registry: Arc::new(Registry::default()),

@@ -866,6 +866,19 @@ impl Store for SqlStore {
         self.get_revision_by_id(id).await
     }
 
+    async fn place_revision(&self, id: &str, cluster: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE agent_revisions SET resolved_cluster = $1 WHERE id = $2 \
+             AND resolved_cluster IS NULL",
+        )
+        .bind(cluster.to_owned())
+        .bind(id.to_owned())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(())
+    }
+
     async fn set_active_revision(
         &self,
         namespace: &str,

@@ -1,0 +1,254 @@
+//! The Gateway room: each Agent's Gateway in the control cluster, managed
+//! with the hub's own least-privilege identity (`deploy/hub/rbac.yaml`: a Role
+//! in the gateway namespace only).
+//!
+//! Per Agent, in the managed gateway namespace ([`GatewayConfig::namespace`]):
+//! a ServiceAccount, a transport Secret (never the model credential: that
+//! goes to the Harness only), a ReadWriteOnce PVC, a default-deny
+//! NetworkPolicy, a single-replica `Recreate` Deployment (the PVC holds
+//! SQLite), one Service per revision and, with private routing, an HTTPRoute
+//! whose backend is switched at activation.
+//!
+//! # Layout
+//! - [`objects`]: pure builders of the typed objects (no I/O).
+//! - [`ready`]: the Gateway readiness verdict, a pure function.
+//! - [`client`]: [`Gateways`], the thin I/O adapter (server-side apply as
+//!   [`FIELD_MANAGER`], discovery and access checks before routing changes,
+//!   ordered stop).
+
+pub mod client;
+pub mod objects;
+pub mod ready;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use clawfed_proto::work::{EgressRule, Resources};
+use serde::{Deserialize, Serialize};
+
+pub use client::{Activation, Error, Gateways, Result, Step, StepAction};
+pub use ready::{NotReady, Readiness};
+
+/// The one field manager of every write the hub makes in the control cluster.
+pub const FIELD_MANAGER: &str = "clawfed-hub";
+/// Value of the workload-role label on Gateway objects.
+pub const GATEWAY_ROLE: &str = "gateway";
+/// Default managed gateway namespace.
+pub const DEFAULT_NAMESPACE: &str = "clawfed-gateways";
+/// Default API version of HTTPRoute (Gateway API, standard channel).
+pub const DEFAULT_ROUTE_API_VERSION: &str = "gateway.networking.k8s.io/v1";
+/// Default port of the OpenClaw Gateway.
+pub const DEFAULT_GATEWAY_PORT: i32 = 18789;
+
+/// Gateway settings of the hub (the `gateways` section of its config).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// The managed gateway namespace in the control cluster.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// StorageClass of the Gateway PVC (SQLite-safe block storage); `None`
+    /// uses the cluster default.
+    #[serde(default)]
+    pub storage_class: Option<String>,
+    /// Size of the Gateway PVC.
+    #[serde(default = "default_workspace_size")]
+    pub workspace_size: String,
+    /// Node selector of Gateway Pods (the trusted nodes).
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    /// CIDRs of the trusted proxies (the Gateway API data plane) allowed in.
+    #[serde(default)]
+    pub trusted_proxy_cidrs: Vec<String>,
+    /// Namespace labels of approved Gateway clients. Together with
+    /// [`Self::approved_client_pod_labels`] one NetworkPolicy peer; with both
+    /// empty no client peer is allowed (never "every namespace").
+    #[serde(default)]
+    pub approved_client_namespace_labels: BTreeMap<String, String>,
+    /// Pod labels of approved Gateway clients (alone: pods of the gateway
+    /// namespace).
+    #[serde(default)]
+    pub approved_client_pod_labels: BTreeMap<String, String>,
+    /// Egress allowed to the Harness endpoints (execution clusters).
+    #[serde(default)]
+    pub harness_egress: Vec<EgressRule>,
+    /// Where Gateway Pods may resolve names.
+    #[serde(default)]
+    pub dns: DnsPeer,
+    /// Private routing through a Gateway API Gateway; `None` means no route
+    /// is managed (activation says so explicitly).
+    #[serde(default)]
+    pub private_routing: Option<PrivateRouting>,
+    /// Refuse Gateway images not pinned by SHA-256 digest. On by default
+    /// (fail closed).
+    #[serde(default = "yes")]
+    pub require_immutable_digest: bool,
+    /// Image used when the spec names none.
+    #[serde(default)]
+    pub default_image: Option<String>,
+    /// Port the Gateway container serves on.
+    #[serde(default = "default_port")]
+    pub port: i32,
+    /// Gateway container resources.
+    #[serde(default)]
+    pub resources: Resources,
+    /// How long stop waits for each deleted object to be gone.
+    #[serde(default = "default_delete_timeout")]
+    pub delete_timeout_seconds: u64,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            namespace: default_namespace(),
+            storage_class: None,
+            workspace_size: default_workspace_size(),
+            node_selector: BTreeMap::new(),
+            trusted_proxy_cidrs: Vec::new(),
+            approved_client_namespace_labels: BTreeMap::new(),
+            approved_client_pod_labels: BTreeMap::new(),
+            harness_egress: Vec::new(),
+            dns: DnsPeer::default(),
+            private_routing: None,
+            require_immutable_digest: true,
+            default_image: None,
+            port: DEFAULT_GATEWAY_PORT,
+            resources: Resources::default(),
+            delete_timeout_seconds: default_delete_timeout(),
+        }
+    }
+}
+
+/// The DNS servers Gateway Pods may reach on port 53 (UDP and TCP).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DnsPeer {
+    /// Namespace of the DNS Pods.
+    pub namespace: String,
+    /// Labels of the DNS Pods.
+    pub pod_labels: BTreeMap<String, String>,
+}
+
+impl Default for DnsPeer {
+    fn default() -> Self {
+        Self {
+            namespace: "kube-system".into(),
+            pod_labels: BTreeMap::from([("k8s-app".into(), "kube-dns".into())]),
+        }
+    }
+}
+
+/// Private routing: an HTTPRoute per Agent attached to one Gateway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PrivateRouting {
+    /// Name of the Gateway the routes attach to.
+    pub gateway_name: String,
+    /// Namespace of that Gateway.
+    pub gateway_namespace: String,
+    /// Route hostnames are `<agent>.<hostnameSuffix>`.
+    pub hostname_suffix: String,
+    /// `group/version` of HTTPRoute.
+    #[serde(default = "default_route_api_version")]
+    pub api_version: String,
+}
+
+/// One Agent revision's Gateway: the desired state `ensure` applies.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GatewaySpec {
+    /// The clawfed namespace (tenant) name.
+    pub tenant: String,
+    /// Agent name (DNS-1123, at most 40 characters).
+    pub agent: String,
+    /// AgentRevision number.
+    pub revision: i64,
+    /// AgentRevision id.
+    pub revision_id: String,
+    /// Gateway image; [`GatewayConfig::default_image`] when `None`.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// URL of the revision's Harness (`http(s)://host:port`, no userinfo).
+    pub harness_endpoint: String,
+    /// Transport material projected into the Gateway Pod.
+    pub transport: Transport,
+}
+
+impl fmt::Debug for GatewaySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatewaySpec")
+            .field("tenant", &self.tenant)
+            .field("agent", &self.agent)
+            .field("revision", &self.revision)
+            .field("revision_id", &self.revision_id)
+            .field("image", &self.image)
+            .field("harness_endpoint", &self.harness_endpoint)
+            .field("transport", &self.transport)
+            .finish()
+    }
+}
+
+/// What the Gateway needs to authenticate its clients and reach its Harness:
+/// a fixed set of fields, so nothing else (the model credential above all)
+/// can be put into the transport Secret.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Transport {
+    /// The generated Gateway token clients present.
+    pub gateway_token: String,
+    /// TLS bundle of the Gateway, if it terminates TLS itself.
+    #[serde(default)]
+    pub tls: Option<TlsBundle>,
+}
+
+/// A TLS bundle (PEM).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TlsBundle {
+    /// Certificate chain.
+    pub cert_pem: String,
+    /// Private key.
+    pub key_pem: String,
+    /// CA to verify the Harness (or clients) with.
+    #[serde(default)]
+    pub ca_pem: Option<String>,
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transport")
+            .field("gateway_token", &"<redacted>")
+            .field("tls", &self.tls.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl fmt::Debug for TlsBundle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TlsBundle(<redacted>)")
+    }
+}
+
+fn default_namespace() -> String {
+    DEFAULT_NAMESPACE.into()
+}
+
+fn default_workspace_size() -> String {
+    "1Gi".into()
+}
+
+fn default_route_api_version() -> String {
+    DEFAULT_ROUTE_API_VERSION.into()
+}
+
+fn default_port() -> i32 {
+    DEFAULT_GATEWAY_PORT
+}
+
+fn default_delete_timeout() -> u64 {
+    60
+}
+
+fn yes() -> bool {
+    true
+}

@@ -1,0 +1,884 @@
+//! [`Gateways`]: applies the Gateway objects to the control cluster with the
+//! hub's own client, reads readiness, switches routes and stops Gateways.
+//!
+//! Order matters in two places, and both are decided here:
+//! - activation checks that the route API is served (discovery) and that the
+//!   hub may write routes (SelfSubjectAccessReview) BEFORE the route is
+//!   touched, so a missing CRD or permission leaves the route as it was and
+//!   fails with a reason; routing is never silently skipped;
+//! - stop deletes the route first, then the runtime (Deployment, its Pods,
+//!   the revision Services); the PVC, ServiceAccount, Secret and
+//!   NetworkPolicy stay. Absent objects count as done, so stop converges.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use clawfed_proto::labels;
+use futures::future::try_join_all;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{
+    Namespace, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
+use kube::{Api, Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::objects::{self, ROUTE_KIND, ROUTE_PLURAL};
+use super::ready::{self, Readiness};
+use super::{FIELD_MANAGER, GatewayConfig, GatewaySpec, PrivateRouting};
+
+/// Errors of the Gateway client.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The spec or config is not acceptable (nothing was applied).
+    #[error("invalid gateway: {0}")]
+    Invalid(#[from] objects::Error),
+    /// The managed gateway namespace cannot be used.
+    #[error("gateway namespace {namespace}: {reason}")]
+    NamespaceUnavailable {
+        /// The namespace.
+        namespace: String,
+        /// Why.
+        reason: String,
+    },
+    /// Private routing is configured but the control cluster does not serve
+    /// HTTPRoute at the configured API version.
+    #[error(
+        "private routing is enabled but the control cluster does not serve {kind} {api_version}: {reason}; install the Gateway API CRDs or fix gateways.privateRouting.apiVersion (the route was not changed)"
+    )]
+    RouteApiMissing {
+        /// Kind looked for.
+        kind: &'static str,
+        /// `group/version` looked for.
+        api_version: String,
+        /// What discovery said.
+        reason: String,
+    },
+    /// Private routing is configured but the hub may not manage routes.
+    #[error(
+        "private routing is enabled but clawfed-hub may not {verbs} httproutes in namespace {namespace}{reason}; grant it in deploy/hub/rbac.yaml (the route was not changed)"
+    )]
+    RouteForbidden {
+        /// The gateway namespace.
+        namespace: String,
+        /// The verbs denied, comma separated.
+        verbs: String,
+        /// The authorizer's reason, if any (with a leading separator).
+        reason: String,
+    },
+    /// The apiserver refused the hub's identity.
+    #[error("clawfed-hub may not {action} {kind} {namespace}/{name}: {source}")]
+    Forbidden {
+        /// What was attempted.
+        action: &'static str,
+        /// Object kind.
+        kind: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Object name ("" for lists).
+        name: String,
+        /// The cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Any other apiserver failure.
+    #[error("{action} {kind} {namespace}/{name}: {source}")]
+    Kube {
+        /// What was attempted (`apply`, `get`, `list`, `delete`).
+        action: &'static str,
+        /// Object kind.
+        kind: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Object name ("" for lists).
+        name: String,
+        /// The cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// A Gateway object of that name belongs to another tenant.
+    #[error("{kind} {name} belongs to tenant {owner:?}, not {tenant:?}")]
+    OwnedByOtherTenant {
+        /// Object kind.
+        kind: &'static str,
+        /// Object name.
+        name: String,
+        /// The tenant label found.
+        owner: String,
+        /// The tenant asked for.
+        tenant: String,
+    },
+    /// The Gateway already runs a newer revision than the one asked for.
+    #[error("gateway of agent {agent} runs revision {deployed}, newer than {requested}")]
+    Superseded {
+        /// Agent.
+        agent: String,
+        /// Revision in the Deployment.
+        deployed: i64,
+        /// Revision asked for.
+        requested: i64,
+    },
+    /// Activation asked for a revision whose Gateway is not prepared.
+    #[error("gateway revision {revision} of agent {agent} is not prepared (no Service {service})")]
+    NotPrepared {
+        /// Agent.
+        agent: String,
+        /// Revision.
+        revision: i64,
+        /// The missing Service.
+        service: String,
+    },
+    /// Activation asked for a revision whose Gateway is not ready.
+    #[error("gateway revision {revision} of agent {agent} is not ready: {reason}")]
+    NotReady {
+        /// Agent.
+        agent: String,
+        /// Revision.
+        revision: i64,
+        /// The readiness reason code.
+        reason: &'static str,
+    },
+    /// Retirement asked for the revision the route points at.
+    #[error("gateway revision {revision} of agent {agent} is the routed revision")]
+    RevisionActive {
+        /// Agent.
+        agent: String,
+        /// Revision.
+        revision: i64,
+    },
+    /// A deleted object did not go away in time.
+    #[error("{kind} {namespace}/{name} still present after {waited:?}")]
+    DeleteTimeout {
+        /// Object kind.
+        kind: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// How long it waited.
+        waited: Duration,
+    },
+}
+
+/// Result alias of the Gateway client.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A stable reason code for status conditions and logs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Invalid(_) => "InvalidGateway",
+            Error::NamespaceUnavailable { .. } => "GatewayNamespaceUnavailable",
+            Error::RouteApiMissing { .. } => "RouteApiMissing",
+            Error::RouteForbidden { .. } => "RouteForbidden",
+            Error::Forbidden { .. } => "Forbidden",
+            Error::Kube { .. } => "KubernetesError",
+            Error::OwnedByOtherTenant { .. } => "OwnedByOtherTenant",
+            Error::Superseded { .. } => "Superseded",
+            Error::NotPrepared { .. } => "GatewayNotPrepared",
+            Error::NotReady { .. } => "GatewayNotReady",
+            Error::RevisionActive { .. } => "RevisionActive",
+            Error::DeleteTimeout { .. } => "DeleteTimeout",
+        }
+    }
+
+    /// True when retrying later may succeed without anyone changing the spec,
+    /// the config or the cluster's RBAC/CRDs.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Kube { source, .. } => match source.as_ref() {
+                kube::Error::Api(s) => s.code >= 500 || s.code == 429 || s.code == 409,
+                kube::Error::Auth(_)
+                | kube::Error::SerdeError(_)
+                | kube::Error::BuildRequest(_) => false,
+                _ => true,
+            },
+            Error::NotReady { .. } | Error::DeleteTimeout { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// What one step of `ensure`, `stop`, `retire_revision` or `delete` did, in
+/// the order it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// What happened.
+    pub action: StepAction,
+    /// Object kind.
+    pub kind: &'static str,
+    /// Object name.
+    pub name: String,
+}
+
+/// What a [`Step`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepAction {
+    /// Server-side applied.
+    Applied,
+    /// Deleted, and seen gone.
+    Deleted,
+    /// Already absent.
+    Absent,
+}
+
+/// The outcome of [`Gateways::activate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Activation {
+    /// Private routing is not configured: no route exists to switch.
+    RoutingDisabled,
+    /// The route now points at `revision`.
+    Routed {
+        /// The HTTPRoute name.
+        route: String,
+        /// The revision routed to.
+        revision: i64,
+        /// The revision routed to before, if any.
+        previous: Option<i64>,
+    },
+}
+
+const WRITE_VERBS: [&str; 4] = ["get", "create", "patch", "delete"];
+
+/// The Gateways of every Agent, managed with one kube client (the hub's own
+/// identity in the control cluster).
+#[derive(Clone)]
+pub struct Gateways {
+    client: Client,
+    config: GatewayConfig,
+}
+
+impl std::fmt::Debug for Gateways {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateways")
+            .field("namespace", &self.config.namespace)
+            .finish()
+    }
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+fn kube_error(
+    action: &'static str,
+    kind: &'static str,
+    namespace: &str,
+    name: &str,
+    source: kube::Error,
+) -> Error {
+    let (namespace, name, source) = (namespace.to_string(), name.to_string(), Box::new(source));
+    if is_status(&source, 403) {
+        Error::Forbidden {
+            action,
+            kind,
+            namespace,
+            name,
+            source,
+        }
+    } else {
+        Error::Kube {
+            action,
+            kind,
+            namespace,
+            name,
+            source,
+        }
+    }
+}
+
+fn deleted(kind: &'static str, name: &str, existed: bool) -> Step {
+    Step {
+        action: if existed {
+            StepAction::Deleted
+        } else {
+            StepAction::Absent
+        },
+        kind,
+        name: name.to_string(),
+    }
+}
+
+fn label_of<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+
+impl Gateways {
+    /// Gateways managed through `client` with `config` (checked here).
+    pub fn new(client: Client, config: GatewayConfig) -> Result<Self> {
+        objects::validate_config(&config)?;
+        Ok(Self { client, config })
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &GatewayConfig {
+        &self.config
+    }
+
+    fn ns(&self) -> &str {
+        &self.config.namespace
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), self.ns())
+    }
+
+    fn delete_timeout(&self) -> Duration {
+        Duration::from_secs(self.config.delete_timeout_seconds)
+    }
+
+    /// The route API and its settings, when private routing is configured.
+    fn routes(&self) -> Result<Option<(Api<DynamicObject>, &PrivateRouting)>> {
+        let Some(routing) = &self.config.private_routing else {
+            return Ok(None);
+        };
+        let ar: ApiResource = objects::route_api_resource(&routing.api_version)?;
+        Ok(Some((
+            Api::namespaced_with(self.client.clone(), self.ns(), &ar),
+            routing,
+        )))
+    }
+
+    /// Applies every Gateway object of `spec`'s revision: ServiceAccount,
+    /// transport Secret, PVC, NetworkPolicy (before any Pod exists), the
+    /// revision's Service and the Deployment (last: a new revision replaces
+    /// the Pod of the previous one, `Recreate`). The route is not touched;
+    /// see [`Gateways::activate`]. With private routing configured, a route
+    /// API the hub cannot use fails here already, before anything is applied.
+    pub async fn ensure(&self, spec: &GatewaySpec) -> Result<Vec<Step>> {
+        let image = objects::validate(spec, &self.config)?;
+        self.ensure_namespace().await?;
+        self.check_routing().await?;
+        self.check_owner(spec).await?;
+        let c = &self.config;
+        let mut steps = Vec::with_capacity(6);
+        steps.push(self.apply(&objects::service_account(spec, c)).await?);
+        steps.push(self.apply(&objects::transport_secret(spec, c)).await?);
+        steps.push(self.apply(&objects::data_claim(spec, c)).await?);
+        steps.push(self.apply(&objects::network_policy(spec, c)).await?);
+        steps.push(self.apply(&objects::service(spec, c)).await?);
+        steps.push(self.apply(&objects::deployment(spec, c, &image)).await?);
+        tracing::info!(
+            agent = %spec.agent,
+            revision = spec.revision,
+            namespace = %self.ns(),
+            "gateway.ensured"
+        );
+        Ok(steps)
+    }
+
+    /// Whether `revision`'s Gateway is ready (see [`ready::evaluate`]).
+    pub async fn is_ready(&self, agent: &str, revision: i64) -> Result<Readiness> {
+        objects::validate_names(agent, revision)?;
+        let name = objects::names(agent).gateway;
+        let d = self
+            .api::<Deployment>()
+            .get_opt(&name)
+            .await
+            .map_err(|e| kube_error("get", "Deployment", self.ns(), &name, e))?;
+        let lp = ListParams::default().labels(&objects::agent_selector_string(agent));
+        let pods = self
+            .api::<Pod>()
+            .list(&lp)
+            .await
+            .map_err(|e| kube_error("list", "Pod", self.ns(), "", e))?;
+        Ok(ready::evaluate(revision, d.as_ref(), &pods.items))
+    }
+
+    /// Checks that private routing can work: the route API is served
+    /// (discovery) and the hub may get, create, patch and delete routes in
+    /// the gateway namespace (SelfSubjectAccessReview). Returns false when
+    /// private routing is not configured.
+    pub async fn check_routing(&self) -> Result<bool> {
+        let Some(routing) = &self.config.private_routing else {
+            return Ok(false);
+        };
+        let ar = objects::route_api_resource(&routing.api_version)?;
+        let missing = |reason: String| Error::RouteApiMissing {
+            kind: ROUTE_KIND,
+            api_version: routing.api_version.clone(),
+            reason,
+        };
+        match self
+            .client
+            .list_api_group_resources(&routing.api_version)
+            .await
+        {
+            Ok(list) => {
+                if !list
+                    .resources
+                    .iter()
+                    .any(|r| r.name == ROUTE_PLURAL && r.kind == ROUTE_KIND)
+                {
+                    return Err(missing(format!(
+                        "{} is served but has no {ROUTE_PLURAL} resource",
+                        routing.api_version
+                    )));
+                }
+            }
+            Err(e) if is_status(&e, 404) => {
+                return Err(missing("discovery has no such API group/version".into()));
+            }
+            Err(e) => {
+                return Err(kube_error(
+                    "discover",
+                    ROUTE_KIND,
+                    "",
+                    &routing.api_version,
+                    e,
+                ));
+            }
+        }
+        let reviews = WRITE_VERBS.map(|verb| self.access_review(&ar.group, verb));
+        let denied: Vec<(&str, String)> = try_join_all(reviews)
+            .await?
+            .into_iter()
+            .zip(WRITE_VERBS)
+            .filter_map(|(answer, verb)| answer.map(|reason| (verb, reason)))
+            .collect();
+        if denied.is_empty() {
+            return Ok(true);
+        }
+        let reason = denied
+            .iter()
+            .map(|(_, r)| r.as_str())
+            .find(|r| !r.is_empty())
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        Err(Error::RouteForbidden {
+            namespace: self.ns().to_string(),
+            verbs: denied
+                .iter()
+                .map(|(v, _)| *v)
+                .collect::<Vec<_>>()
+                .join(", "),
+            reason,
+        })
+    }
+
+    /// `None` when `verb` on routes is allowed, else the authorizer's reason.
+    async fn access_review(&self, group: &str, verb: &str) -> Result<Option<String>> {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(group.to_string()),
+                    resource: Some(ROUTE_PLURAL.into()),
+                    namespace: Some(self.ns().to_string()),
+                    verb: Some(verb.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = Api::<SelfSubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| kube_error("create", "SelfSubjectAccessReview", "", "", e))?;
+        let status = answer.status.unwrap_or_default();
+        Ok((!status.allowed).then(|| status.reason.unwrap_or_default()))
+    }
+
+    /// The revision the Agent's route points at (`None`: no route, or
+    /// private routing not configured).
+    pub async fn active_revision(&self, agent: &str) -> Result<Option<i64>> {
+        objects::validate_names(agent, 0)?;
+        let Some((routes, _)) = self.routes()? else {
+            return Ok(None);
+        };
+        let name = objects::names(agent).route;
+        let route = match routes.get_opt(&name).await {
+            Ok(r) => r,
+            // The route API is not served: no route can exist.
+            Err(e) if is_status(&e, 404) => None,
+            Err(e) => return Err(kube_error("get", ROUTE_KIND, self.ns(), &name, e)),
+        };
+        match route {
+            Some(r) => Ok(objects::routed_revision(agent, &objects::route_spec(&r)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Switches the Agent's route to `revision`. Before anything changes it
+    /// checks the route API and the hub's route permissions
+    /// ([`Gateways::check_routing`]), that the revision is prepared and ready
+    /// and owned by the same tenant; any failure leaves the route unchanged.
+    pub async fn activate(&self, agent: &str, revision: i64) -> Result<Activation> {
+        objects::validate_names(agent, revision)?;
+        let Some((routes, routing)) = self.routes()? else {
+            return Ok(Activation::RoutingDisabled);
+        };
+        self.check_routing().await?;
+        let svc_name = objects::service_name(agent, revision);
+        let svc = self
+            .api::<Service>()
+            .get_opt(&svc_name)
+            .await
+            .map_err(|e| kube_error("get", "Service", self.ns(), &svc_name, e))?
+            .ok_or_else(|| Error::NotPrepared {
+                agent: agent.to_string(),
+                revision,
+                service: svc_name.clone(),
+            })?;
+        let tenant = label_of(&svc.metadata, labels::TENANT)
+            .unwrap_or_default()
+            .to_string();
+        if let Readiness::NotReady(why) = self.is_ready(agent, revision).await? {
+            return Err(Error::NotReady {
+                agent: agent.to_string(),
+                revision,
+                reason: why.as_str(),
+            });
+        }
+        let name = objects::names(agent).route;
+        let current = routes
+            .get_opt(&name)
+            .await
+            .map_err(|e| kube_error("get", ROUTE_KIND, self.ns(), &name, e))?;
+        let previous = match &current {
+            Some(r) => {
+                let owner = label_of(&r.metadata, labels::TENANT).unwrap_or_default();
+                if owner != tenant {
+                    return Err(Error::OwnedByOtherTenant {
+                        kind: ROUTE_KIND,
+                        name,
+                        owner: owner.to_string(),
+                        tenant,
+                    });
+                }
+                objects::routed_revision(agent, &objects::route_spec(r)?)
+            }
+            None => None,
+        };
+        let obj = objects::route(&tenant, agent, revision, &self.config, routing)?;
+        routes
+            .patch(&name, &apply_params(), &Patch::Apply(&obj))
+            .await
+            .map_err(|e| kube_error("apply", ROUTE_KIND, self.ns(), &name, e))?;
+        tracing::info!(
+            agent,
+            revision,
+            previous = ?previous,
+            route = %name,
+            "gateway.activated"
+        );
+        Ok(Activation::Routed {
+            route: name,
+            revision,
+            previous,
+        })
+    }
+
+    /// Stops the Agent's Gateway: the route first (and waits until it is
+    /// gone), then the Deployment (foreground; waits until it and its Pods
+    /// are gone), then every revision Service. Keeps the PVC, ServiceAccount,
+    /// transport Secret and NetworkPolicy. Converges when already stopped.
+    pub async fn stop(&self, agent: &str) -> Result<Vec<Step>> {
+        objects::validate_names(agent, 0)?;
+        let n = objects::names(agent);
+        let mut steps = Vec::new();
+        if let Some((routes, _)) = self.routes()? {
+            let existed = match routes.delete(&n.route, &DeleteParams::default()).await {
+                Ok(_) => true,
+                // Absent, or the route API is not served: no route exists.
+                Err(e) if is_status(&e, 404) => false,
+                Err(e) => return Err(kube_error("delete", ROUTE_KIND, self.ns(), &n.route, e)),
+            };
+            if existed {
+                self.wait_gone(&routes, ROUTE_KIND, &n.route).await?;
+            }
+            steps.push(deleted(ROUTE_KIND, &n.route, existed));
+        }
+        let deployments = self.api::<Deployment>();
+        let existed = self
+            .delete_if_present(&deployments, &n.gateway, &DeleteParams::foreground())
+            .await?;
+        if existed {
+            self.wait_gone(&deployments, "Deployment", &n.gateway)
+                .await?;
+        }
+        steps.push(deleted("Deployment", &n.gateway, existed));
+        self.wait_pods_gone(agent).await?;
+        steps.extend(self.delete_services(agent, None).await?);
+        tracing::info!(agent, namespace = %self.ns(), "gateway.stopped");
+        Ok(steps)
+    }
+
+    /// Deletes `revision`'s Service (after activation moved the route away
+    /// from it). Refuses the revision the route points at.
+    pub async fn retire_revision(&self, agent: &str, revision: i64) -> Result<Vec<Step>> {
+        objects::validate_names(agent, revision)?;
+        if self.active_revision(agent).await? == Some(revision) {
+            return Err(Error::RevisionActive {
+                agent: agent.to_string(),
+                revision,
+            });
+        }
+        self.delete_services(agent, Some(revision)).await
+    }
+
+    /// Destructive: [`Gateways::stop`], then the NetworkPolicy, transport
+    /// Secret, ServiceAccount and PVC (the Gateway's state is lost; waits
+    /// until the PVC is gone).
+    pub async fn delete(&self, agent: &str) -> Result<Vec<Step>> {
+        let mut steps = self.stop(agent).await?;
+        let n = objects::names(agent);
+        let dp = DeleteParams::background();
+        let np = self.api::<NetworkPolicy>();
+        let existed = self.delete_if_present(&np, &n.gateway, &dp).await?;
+        steps.push(deleted("NetworkPolicy", &n.gateway, existed));
+        let secrets = self.api::<Secret>();
+        let existed = self.delete_if_present(&secrets, &n.transport, &dp).await?;
+        steps.push(deleted("Secret", &n.transport, existed));
+        let sas = self.api::<ServiceAccount>();
+        let existed = self.delete_if_present(&sas, &n.gateway, &dp).await?;
+        steps.push(deleted("ServiceAccount", &n.gateway, existed));
+        let pvcs = self.api::<PersistentVolumeClaim>();
+        let existed = self.delete_if_present(&pvcs, &n.data, &dp).await?;
+        if existed {
+            // pvc-protection holds it until no Pod uses it; report it gone
+            // only when it is.
+            self.wait_gone(&pvcs, "PersistentVolumeClaim", &n.data)
+                .await?;
+        }
+        steps.push(deleted("PersistentVolumeClaim", &n.data, existed));
+        tracing::info!(agent, namespace = %self.ns(), "gateway.deleted");
+        Ok(steps)
+    }
+
+    /// The namespace must exist; the hub creates it only if it may (the
+    /// least-privilege deployment creates it with deploy/hub/namespace.yaml).
+    async fn ensure_namespace(&self) -> Result<()> {
+        let api = Api::<Namespace>::all(self.client.clone());
+        let unavailable = |reason: String| Error::NamespaceUnavailable {
+            namespace: self.ns().to_string(),
+            reason,
+        };
+        match api.get_opt(self.ns()).await {
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) => {}
+            Err(e) if is_status(&e, 403) => {
+                return Err(unavailable(
+                    "clawfed-hub may not read it (missing, or not the namespace deploy/hub/rbac.yaml grants)".into(),
+                ));
+            }
+            Err(e) => return Err(kube_error("get", "Namespace", "", self.ns(), e)),
+        }
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(self.ns().to_string()),
+                labels: Some(
+                    [(labels::MANAGED_BY.to_string(), labels::MANAGER.to_string())].into(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, 409) => Ok(()),
+            Err(e) if is_status(&e, 403) => Err(unavailable(
+                "it does not exist and clawfed-hub may not create namespaces; apply deploy/hub/namespace.yaml".into(),
+            )),
+            Err(e) => Err(kube_error("create", "Namespace", "", self.ns(), e)),
+        }
+    }
+
+    /// Refuses objects of another tenant and a revision older than the one
+    /// deployed (a stale retry must not roll the Gateway back).
+    async fn check_owner(&self, spec: &GatewaySpec) -> Result<()> {
+        let name = objects::names(&spec.agent).gateway;
+        let sa = self
+            .api::<ServiceAccount>()
+            .get_opt(&name)
+            .await
+            .map_err(|e| kube_error("get", "ServiceAccount", self.ns(), &name, e))?;
+        if let Some(sa) = sa {
+            let owner = label_of(&sa.metadata, labels::TENANT).unwrap_or_default();
+            if owner != spec.tenant {
+                return Err(Error::OwnedByOtherTenant {
+                    kind: "ServiceAccount",
+                    name,
+                    owner: owner.to_string(),
+                    tenant: spec.tenant.clone(),
+                });
+            }
+        }
+        let d = self
+            .api::<Deployment>()
+            .get_opt(&name)
+            .await
+            .map_err(|e| kube_error("get", "Deployment", self.ns(), &name, e))?;
+        let deployed = d
+            .as_ref()
+            .and_then(|d| d.spec.template.metadata.as_ref())
+            .and_then(|m| label_of(m, labels::REVISION))
+            .and_then(|r| r.parse::<i64>().ok());
+        match deployed {
+            Some(deployed) if deployed > spec.revision => Err(Error::Superseded {
+                agent: spec.agent.clone(),
+                deployed,
+                requested: spec.revision,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    async fn apply<K>(&self, obj: &K) -> Result<Step>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + k8s_openapi::Resource
+            + Serialize
+            + DeserializeOwned
+            + Clone
+            + Debug,
+    {
+        let name = obj.meta().name.clone().unwrap_or_default();
+        self.api::<K>()
+            .patch(&name, &apply_params(), &Patch::Apply(obj))
+            .await
+            .map_err(|e| {
+                kube_error(
+                    "apply",
+                    <K as k8s_openapi::Resource>::KIND,
+                    self.ns(),
+                    &name,
+                    e,
+                )
+            })?;
+        Ok(Step {
+            action: StepAction::Applied,
+            kind: <K as k8s_openapi::Resource>::KIND,
+            name,
+        })
+    }
+
+    async fn delete_if_present<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        dp: &DeleteParams,
+    ) -> Result<bool>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + k8s_openapi::Resource
+            + DeserializeOwned
+            + Clone
+            + Debug,
+    {
+        match api.delete(name, dp).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_status(&e, 404) => Ok(false),
+            Err(e) => Err(kube_error(
+                "delete",
+                <K as k8s_openapi::Resource>::KIND,
+                self.ns(),
+                name,
+                e,
+            )),
+        }
+    }
+
+    /// Deletes the Agent's revision Services (one revision, or all).
+    async fn delete_services(&self, agent: &str, revision: Option<i64>) -> Result<Vec<Step>> {
+        let services = self.api::<Service>();
+        let names: Vec<String> = match revision {
+            Some(r) => vec![objects::service_name(agent, r)],
+            None => {
+                let lp = ListParams::default().labels(&objects::agent_selector_string(agent));
+                let list = services
+                    .list_metadata(&lp)
+                    .await
+                    .map_err(|e| kube_error("list", "Service", self.ns(), "", e))?;
+                list.items
+                    .into_iter()
+                    .filter_map(|s| s.metadata.name)
+                    .collect()
+            }
+        };
+        let mut steps = Vec::with_capacity(names.len().max(1));
+        for name in &names {
+            let existed = self
+                .delete_if_present(&services, name, &DeleteParams::background())
+                .await?;
+            steps.push(deleted("Service", name, existed));
+        }
+        Ok(steps)
+    }
+
+    /// Polls GET until `name` is gone, with a growing interval.
+    async fn wait_gone<K>(&self, api: &Api<K>, kind: &'static str, name: &str) -> Result<()>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug,
+    {
+        let timeout = self.delete_timeout();
+        let start = tokio::time::Instant::now();
+        let mut interval = Duration::from_millis(25);
+        loop {
+            match api.get_opt(name).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(_)) => {}
+                Err(e) if is_status(&e, 404) => return Ok(()),
+                Err(e) => return Err(kube_error("get", kind, self.ns(), name, e)),
+            }
+            if start.elapsed() >= timeout {
+                return Err(Error::DeleteTimeout {
+                    kind,
+                    namespace: self.ns().to_string(),
+                    name: name.to_string(),
+                    waited: timeout,
+                });
+            }
+            tokio::time::sleep(interval).await;
+            interval = (interval * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Waits until no Gateway Pod of the Agent is left (the RWO PVC is free
+    /// and nothing serves old traffic).
+    async fn wait_pods_gone(&self, agent: &str) -> Result<()> {
+        let pods = self.api::<Pod>();
+        let lp = ListParams::default().labels(&objects::agent_selector_string(agent));
+        let timeout = self.delete_timeout();
+        let start = tokio::time::Instant::now();
+        let mut interval = Duration::from_millis(25);
+        loop {
+            let list = pods
+                .list_metadata(&lp)
+                .await
+                .map_err(|e| kube_error("list", "Pod", self.ns(), "", e))?;
+            let Some(left) = list.items.first() else {
+                return Ok(());
+            };
+            if start.elapsed() >= timeout {
+                return Err(Error::DeleteTimeout {
+                    kind: "Pod",
+                    namespace: self.ns().to_string(),
+                    name: left.metadata.name.clone().unwrap_or_default(),
+                    waited: timeout,
+                });
+            }
+            tokio::time::sleep(interval).await;
+            interval = (interval * 2).min(Duration::from_millis(500));
+        }
+    }
+}

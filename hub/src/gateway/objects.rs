@@ -1,0 +1,1042 @@
+//! Typed objects of one Agent's Gateway, built from a [`GatewaySpec`] and the
+//! [`GatewayConfig`]. Pure: no I/O; [`super::client`] applies them.
+
+use std::collections::BTreeMap;
+
+use clawfed_proto::labels;
+use clawfed_proto::naming::{validate_agent_name, validate_dns1123_label};
+use clawfed_proto::work::check_image_digest;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource,
+    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume,
+    VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+    NetworkPolicyPort, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use serde::{Deserialize, Serialize};
+
+use super::{GATEWAY_ROLE, GatewayConfig, GatewaySpec, PrivateRouting};
+
+/// Why a spec or config cannot be turned into objects (fails closed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A name or label value is not acceptable.
+    #[error("{what} {value:?}: {reason}")]
+    Name {
+        /// What was named (agent, tenant, object).
+        what: &'static str,
+        /// The value given.
+        value: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The image is not pinned by digest although that is required.
+    #[error("gateway image refused: {0}")]
+    Digest(#[source] clawfed_proto::work::DigestError),
+    /// Neither the spec nor the config names an image.
+    #[error("no gateway image: the spec names none and gateways.defaultImage is unset")]
+    NoImage,
+    /// Any other invalid field.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// Why it is refused.
+        reason: String,
+    },
+}
+
+/// Result alias of the object builders.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Keys the transport Secret may hold; nothing else is ever written to it.
+pub const TRANSPORT_KEYS: [&str; 4] = ["gateway-token", "tls.crt", "tls.key", "ca.crt"];
+/// Where the transport Secret is mounted (read-only) in the Gateway Pod.
+pub const TRANSPORT_DIR: &str = "/var/run/clawfed/transport";
+/// Where the Gateway PVC is mounted (the Gateway's SQLite state).
+pub const DATA_DIR: &str = "/data";
+/// Environment variable with the Harness endpoint of the revision.
+pub const HARNESS_ENDPOINT_ENV: &str = "CLAWFED_HARNESS_ENDPOINT";
+/// The non-root uid/gid the Gateway runs as.
+pub const GATEWAY_UID: i64 = 65532;
+/// Kind of the route object.
+pub const ROUTE_KIND: &str = "HTTPRoute";
+/// Plural of the route resource.
+pub const ROUTE_PLURAL: &str = "httproutes";
+
+/// Object names of one Agent's Gateway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// ServiceAccount, Deployment and NetworkPolicy: `<agent>-gateway`.
+    pub gateway: String,
+    /// Transport Secret: `<agent>-gateway-transport`.
+    pub transport: String,
+    /// PVC: `<agent>-gateway-data`.
+    pub data: String,
+    /// HTTPRoute: `<agent>`.
+    pub route: String,
+}
+
+/// Names for Agent `agent`.
+pub fn names(agent: &str) -> Names {
+    Names {
+        gateway: format!("{agent}-gateway"),
+        transport: format!("{agent}-gateway-transport"),
+        data: format!("{agent}-gateway-data"),
+        route: agent.to_string(),
+    }
+}
+
+/// The per-revision Service: `<agent>-r<revision>-gateway`.
+pub fn service_name(agent: &str, revision: i64) -> String {
+    format!("{agent}-r{revision}-gateway")
+}
+
+/// Labels every Gateway object of the Agent carries.
+pub fn owner_labels(tenant: &str, agent: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::MANAGED_BY.to_string(), labels::MANAGER.to_string()),
+        (labels::TENANT.to_string(), tenant.to_string()),
+        (labels::AGENT.to_string(), agent.to_string()),
+        (labels::WORKLOAD_ROLE.to_string(), GATEWAY_ROLE.to_string()),
+    ])
+}
+
+/// Selects every Gateway Pod of the Agent, whatever the revision (the
+/// Deployment selector, which is immutable, and the NetworkPolicy's).
+pub fn agent_selector(agent: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::AGENT.to_string(), agent.to_string()),
+        (labels::WORKLOAD_ROLE.to_string(), GATEWAY_ROLE.to_string()),
+    ])
+}
+
+/// Selects the Gateway Pod of one revision (the revision's Service).
+pub fn revision_selector(agent: &str, revision: i64) -> BTreeMap<String, String> {
+    let mut l = agent_selector(agent);
+    l.insert(labels::REVISION.to_string(), revision.to_string());
+    l
+}
+
+/// `agent_selector` as a label-selector string for LIST calls.
+pub fn agent_selector_string(agent: &str) -> String {
+    selector_string(&agent_selector(agent))
+}
+
+fn selector_string(m: &BTreeMap<String, String>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn name_error(what: &'static str, value: &str, e: impl ToString) -> Error {
+    Error::Name {
+        what,
+        value: value.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// Checks the agent name and the names derived from it for `revision`.
+pub fn validate_names(agent: &str, revision: i64) -> Result<()> {
+    validate_agent_name(agent).map_err(|e| name_error("agent", agent, e))?;
+    if revision < 0 {
+        return Err(Error::Invalid {
+            field: "revision",
+            reason: format!("negative revision {revision}"),
+        });
+    }
+    let n = names(agent);
+    for name in [
+        n.gateway,
+        n.transport,
+        n.data,
+        n.route,
+        service_name(agent, revision),
+    ] {
+        validate_dns1123_label(&name).map_err(|e| name_error("object name", &name, e))?;
+    }
+    Ok(())
+}
+
+/// Checks the Gateway settings once, when [`super::Gateways`] is built.
+pub fn validate_config(c: &GatewayConfig) -> Result<()> {
+    validate_dns1123_label(&c.namespace).map_err(|e| name_error("namespace", &c.namespace, e))?;
+    if !(1..=65535).contains(&c.port) {
+        return Err(Error::Invalid {
+            field: "gateways.port",
+            reason: format!("{} is not a TCP port", c.port),
+        });
+    }
+    for cidr in c
+        .trusted_proxy_cidrs
+        .iter()
+        .chain(c.harness_egress.iter().map(|r| &r.cidr))
+    {
+        validate_cidr(cidr)?;
+    }
+    if let Some(image) = &c.default_image
+        && c.require_immutable_digest
+    {
+        check_image_digest(image).map_err(Error::Digest)?;
+    }
+    if let Some(r) = &c.private_routing {
+        route_api_resource(&r.api_version)?;
+        validate_dns1123_label(&r.gateway_namespace)
+            .map_err(|e| name_error("gateway namespace", &r.gateway_namespace, e))?;
+        if r.gateway_name.is_empty() || r.hostname_suffix.is_empty() {
+            return Err(Error::Invalid {
+                field: "gateways.privateRouting",
+                reason: "gatewayName and hostnameSuffix are required".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn validate_cidr(cidr: &str) -> Result<()> {
+    let ok = cidr.split_once('/').is_some_and(|(ip, bits)| {
+        let max = match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(_)) => 32,
+            Ok(std::net::IpAddr::V6(_)) => 128,
+            Err(_) => return false,
+        };
+        bits.parse::<u8>().is_ok_and(|b| b <= max)
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Invalid {
+            field: "cidr",
+            reason: format!("{cidr:?} is not an IP/prefix CIDR"),
+        })
+    }
+}
+
+/// Checks a spec against the config before anything is applied and returns
+/// the image to run.
+pub fn validate(spec: &GatewaySpec, c: &GatewayConfig) -> Result<String> {
+    validate_names(&spec.agent, spec.revision)?;
+    validate_dns1123_label(&spec.tenant).map_err(|e| name_error("tenant", &spec.tenant, e))?;
+    let image = spec
+        .image
+        .clone()
+        .or_else(|| c.default_image.clone())
+        .ok_or(Error::NoImage)?;
+    if c.require_immutable_digest {
+        check_image_digest(&image).map_err(Error::Digest)?;
+    }
+    validate_endpoint(&spec.harness_endpoint)?;
+    if spec.transport.gateway_token.is_empty() {
+        return Err(Error::Invalid {
+            field: "transport.gatewayToken",
+            reason: "must not be empty".into(),
+        });
+    }
+    Ok(image)
+}
+
+/// The Harness endpoint goes into the Pod environment, so it must never
+/// carry credentials (`user:pass@`).
+fn validate_endpoint(url: &str) -> Result<()> {
+    let invalid = |reason: &str| Error::Invalid {
+        field: "harnessEndpoint",
+        reason: reason.to_string(),
+    };
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| invalid("must start with http:// or https://"))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.is_empty() {
+        return Err(invalid("has no host"));
+    }
+    if authority.contains('@') {
+        return Err(invalid("must not carry credentials (userinfo)"));
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid("contains whitespace or control characters"));
+    }
+    Ok(())
+}
+
+/// The ApiResource of HTTPRoute at `api_version` (`group/version`).
+pub fn route_api_resource(api_version: &str) -> Result<ApiResource> {
+    let (group, version) = api_version
+        .split_once('/')
+        .filter(|(g, v)| !g.is_empty() && !v.is_empty() && !v.contains('/'))
+        .ok_or_else(|| Error::Invalid {
+            field: "gateways.privateRouting.apiVersion",
+            reason: format!("{api_version:?} is not group/version"),
+        })?;
+    Ok(ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(group, version, ROUTE_KIND),
+        ROUTE_PLURAL,
+    ))
+}
+
+fn meta(name: &str, spec: &GatewaySpec, c: &GatewayConfig) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(c.namespace.clone()),
+        labels: Some(owner_labels(&spec.tenant, &spec.agent)),
+        ..Default::default()
+    }
+}
+
+fn revision_meta(name: &str, spec: &GatewaySpec, c: &GatewayConfig) -> ObjectMeta {
+    let mut m = meta(name, spec, c);
+    m.labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(labels::REVISION.to_string(), spec.revision.to_string());
+    m.annotations = Some(BTreeMap::from([(
+        labels::REVISION_ID_ANNOTATION.to_string(),
+        spec.revision_id.clone(),
+    )]));
+    m
+}
+
+/// The Gateway ServiceAccount (separate from the Harness'); no token is
+/// mounted.
+pub fn service_account(spec: &GatewaySpec, c: &GatewayConfig) -> ServiceAccount {
+    ServiceAccount {
+        metadata: meta(&names(&spec.agent).gateway, spec, c),
+        automount_service_account_token: Some(false),
+        ..Default::default()
+    }
+}
+
+/// The transport Secret. Its keys are exactly those of [`Transport`]
+/// (see [`TRANSPORT_KEYS`]); the model credential has no way in.
+///
+/// [`Transport`]: super::Transport
+pub fn transport_secret(spec: &GatewaySpec, c: &GatewayConfig) -> Secret {
+    let t = &spec.transport;
+    let mut data = BTreeMap::from([(TRANSPORT_KEYS[0].to_string(), t.gateway_token.clone())]);
+    if let Some(tls) = &t.tls {
+        data.insert(TRANSPORT_KEYS[1].into(), tls.cert_pem.clone());
+        data.insert(TRANSPORT_KEYS[2].into(), tls.key_pem.clone());
+        if let Some(ca) = &tls.ca_pem {
+            data.insert(TRANSPORT_KEYS[3].into(), ca.clone());
+        }
+    }
+    Secret {
+        metadata: meta(&names(&spec.agent).transport, spec, c),
+        type_: Some("Opaque".into()),
+        string_data: Some(data),
+        ..Default::default()
+    }
+}
+
+/// The Gateway PVC: ReadWriteOnce, the configured StorageClass and size.
+pub fn data_claim(spec: &GatewaySpec, c: &GatewayConfig) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: meta(&names(&spec.agent).data, spec, c),
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: c.storage_class.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(c.workspace_size.clone()),
+                )])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn tcp_port(port: i32) -> NetworkPolicyPort {
+    NetworkPolicyPort {
+        port: Some(IntOrString::Int(port)),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
+}
+
+fn match_labels(m: &BTreeMap<String, String>) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(m.clone()),
+        ..Default::default()
+    }
+}
+
+/// The Gateway NetworkPolicy: default deny in both directions for the
+/// Agent's Gateway Pods. In: only the approved clients and the trusted proxy
+/// CIDRs, on the Gateway port. Out: DNS and the Harness endpoints.
+pub fn network_policy(spec: &GatewaySpec, c: &GatewayConfig) -> NetworkPolicy {
+    let mut from = Vec::new();
+    let ns_labels = &c.approved_client_namespace_labels;
+    let pod_labels = &c.approved_client_pod_labels;
+    // An empty selector would mean "everything", so a peer is only made from
+    // labels that were actually configured.
+    if !ns_labels.is_empty() || !pod_labels.is_empty() {
+        from.push(NetworkPolicyPeer {
+            namespace_selector: (!ns_labels.is_empty()).then(|| match_labels(ns_labels)),
+            pod_selector: (!pod_labels.is_empty()).then(|| match_labels(pod_labels)),
+            ..Default::default()
+        });
+    }
+    for cidr in &c.trusted_proxy_cidrs {
+        from.push(NetworkPolicyPeer {
+            ip_block: Some(IPBlock {
+                cidr: cidr.clone(),
+                except: None,
+            }),
+            ..Default::default()
+        });
+    }
+    let ingress = if from.is_empty() {
+        Vec::new()
+    } else {
+        vec![NetworkPolicyIngressRule {
+            from: Some(from),
+            ports: Some(vec![tcp_port(c.port)]),
+        }]
+    };
+    let mut dns_ns = BTreeMap::new();
+    dns_ns.insert(
+        "kubernetes.io/metadata.name".to_string(),
+        c.dns.namespace.clone(),
+    );
+    let mut egress = vec![NetworkPolicyEgressRule {
+        to: Some(vec![NetworkPolicyPeer {
+            namespace_selector: Some(match_labels(&dns_ns)),
+            pod_selector: Some(match_labels(&c.dns.pod_labels)),
+            ..Default::default()
+        }]),
+        ports: Some(
+            ["UDP", "TCP"]
+                .into_iter()
+                .map(|p| NetworkPolicyPort {
+                    port: Some(IntOrString::Int(53)),
+                    protocol: Some(p.into()),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+    }];
+    for rule in &c.harness_egress {
+        egress.push(NetworkPolicyEgressRule {
+            to: Some(vec![NetworkPolicyPeer {
+                ip_block: Some(IPBlock {
+                    cidr: rule.cidr.clone(),
+                    except: None,
+                }),
+                ..Default::default()
+            }]),
+            ports: Some(rule.ports.iter().map(|&p| tcp_port(p)).collect()),
+        });
+    }
+    NetworkPolicy {
+        metadata: meta(&names(&spec.agent).gateway, spec, c),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(match_labels(&agent_selector(&spec.agent))),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: Some(ingress),
+            egress: Some(egress),
+        }),
+    }
+}
+
+fn quantities(m: &BTreeMap<String, String>) -> Option<BTreeMap<String, Quantity>> {
+    (!m.is_empty()).then(|| {
+        m.iter()
+            .map(|(k, v)| (k.clone(), Quantity(v.clone())))
+            .collect()
+    })
+}
+
+fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+/// The hardened Pod spec: non-root, RuntimeDefault seccomp, all capabilities
+/// dropped, no privilege escalation, read-only root filesystem, no
+/// ServiceAccount token, trusted nodes only; the PVC at [`DATA_DIR`], the
+/// transport Secret read-only at [`TRANSPORT_DIR`].
+pub fn pod_spec(spec: &GatewaySpec, c: &GatewayConfig, image: &str) -> PodSpec {
+    let n = names(&spec.agent);
+    let seccomp = Some(SeccompProfile {
+        type_: "RuntimeDefault".into(),
+        localhost_profile: None,
+    });
+    PodSpec {
+        service_account_name: Some(n.gateway.clone()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        node_selector: (!c.node_selector.is_empty()).then(|| c.node_selector.clone()),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(GATEWAY_UID),
+            run_as_group: Some(GATEWAY_UID),
+            fs_group: Some(GATEWAY_UID),
+            seccomp_profile: seccomp.clone(),
+            ..Default::default()
+        }),
+        containers: vec![Container {
+            name: "gateway".into(),
+            image: Some(image.to_string()),
+            ports: Some(vec![ContainerPort {
+                name: Some("gateway".into()),
+                container_port: c.port,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            env: Some(vec![
+                env("CLAWFED_AGENT", spec.agent.clone()),
+                env("CLAWFED_REVISION", spec.revision.to_string()),
+                env(HARNESS_ENDPOINT_ENV, spec.harness_endpoint.clone()),
+                env("CLAWFED_TRANSPORT_DIR", TRANSPORT_DIR),
+                env("OPENCLAW_STATE_DIR", DATA_DIR),
+                env("HOME", "/tmp"),
+            ]),
+            readiness_probe: Some(Probe {
+                tcp_socket: Some(TCPSocketAction {
+                    port: IntOrString::String("gateway".into()),
+                    host: None,
+                }),
+                period_seconds: Some(5),
+                ..Default::default()
+            }),
+            resources: Some(ResourceRequirements {
+                requests: quantities(&c.resources.requests),
+                limits: quantities(&c.resources.limits),
+                ..Default::default()
+            }),
+            security_context: Some(SecurityContext {
+                run_as_non_root: Some(true),
+                allow_privilege_escalation: Some(false),
+                privileged: Some(false),
+                read_only_root_filesystem: Some(true),
+                capabilities: Some(Capabilities {
+                    drop: Some(vec!["ALL".into()]),
+                    add: None,
+                }),
+                seccomp_profile: seccomp,
+                ..Default::default()
+            }),
+            volume_mounts: Some(vec![
+                VolumeMount {
+                    name: "tmp".into(),
+                    mount_path: "/tmp".into(),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "data".into(),
+                    mount_path: DATA_DIR.into(),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "transport".into(),
+                    mount_path: TRANSPORT_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }],
+        volumes: Some(vec![
+            Volume {
+                name: "tmp".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+            Volume {
+                name: "data".into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: n.data.clone(),
+                    read_only: Some(false),
+                }),
+                ..Default::default()
+            },
+            Volume {
+                name: "transport".into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(n.transport.clone()),
+                    default_mode: Some(0o440),
+                    optional: Some(false),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    }
+}
+
+/// The Gateway Deployment: exactly one replica and `Recreate` (the PVC is
+/// ReadWriteOnce and holds SQLite, so two Pods must never overlap). Its
+/// selector spans revisions; the template carries the revision.
+pub fn deployment(spec: &GatewaySpec, c: &GatewayConfig, image: &str) -> Deployment {
+    let n = names(&spec.agent);
+    let mut pod_labels = owner_labels(&spec.tenant, &spec.agent);
+    pod_labels.insert(labels::REVISION.to_string(), spec.revision.to_string());
+    Deployment {
+        metadata: revision_meta(&n.gateway, spec, c),
+        spec: DeploymentSpec {
+            replicas: Some(1),
+            selector: match_labels(&agent_selector(&spec.agent)),
+            strategy: Some(DeploymentStrategy {
+                type_: Some("Recreate".into()),
+                rolling_update: None,
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(BTreeMap::from([(
+                        labels::REVISION_ID_ANNOTATION.to_string(),
+                        spec.revision_id.clone(),
+                    )])),
+                    ..Default::default()
+                }),
+                spec: Some(pod_spec(spec, c, image)),
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The revision's Service `<agent>-r<N>-gateway`, selecting that revision's
+/// Gateway Pod.
+pub fn service(spec: &GatewaySpec, c: &GatewayConfig) -> Service {
+    Service {
+        metadata: revision_meta(&service_name(&spec.agent, spec.revision), spec, c),
+        spec: Some(ServiceSpec {
+            selector: Some(revision_selector(&spec.agent, spec.revision)),
+            ports: Some(vec![ServicePort {
+                name: Some("gateway".into()),
+                port: c.port,
+                target_port: Some(IntOrString::String("gateway".into())),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The part of the HTTPRoute spec clawfed writes and reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteSpec {
+    /// The Gateway(s) the route attaches to.
+    #[serde(default)]
+    pub parent_refs: Vec<ParentRef>,
+    /// Hostnames served.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hostnames: Vec<String>,
+    /// Rules; clawfed writes one.
+    #[serde(default)]
+    pub rules: Vec<RouteRule>,
+}
+
+/// A Gateway reference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentRef {
+    /// API group of the parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Kind of the parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// One route rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteRule {
+    /// Backends.
+    #[serde(default)]
+    pub backend_refs: Vec<BackendRef>,
+}
+
+/// A backend Service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendRef {
+    /// Service name.
+    pub name: String,
+    /// Service port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+}
+
+/// The route object's body (`spec` only; the rest is metadata).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+struct RouteBody {
+    #[serde(default)]
+    spec: RouteSpec,
+}
+
+/// The Agent's HTTPRoute `<agent>`, attached to the configured Gateway, with
+/// its one backend the revision's Service. Ownership labels name the Agent.
+pub fn route(
+    tenant: &str,
+    agent: &str,
+    revision: i64,
+    c: &GatewayConfig,
+    routing: &PrivateRouting,
+) -> Result<DynamicObject> {
+    let ar = route_api_resource(&routing.api_version)?;
+    let mut obj = DynamicObject::new(&names(agent).route, &ar).within(&c.namespace);
+    let mut l = owner_labels(tenant, agent);
+    l.insert(labels::REVISION.to_string(), revision.to_string());
+    obj.metadata.labels = Some(l);
+    let body = RouteBody {
+        spec: RouteSpec {
+            parent_refs: vec![ParentRef {
+                group: Some("gateway.networking.k8s.io".into()),
+                kind: Some("Gateway".into()),
+                name: routing.gateway_name.clone(),
+                namespace: Some(routing.gateway_namespace.clone()),
+            }],
+            hostnames: vec![format!(
+                "{agent}.{}",
+                routing.hostname_suffix.trim_start_matches('.')
+            )],
+            rules: vec![RouteRule {
+                backend_refs: vec![BackendRef {
+                    name: service_name(agent, revision),
+                    port: Some(c.port),
+                }],
+            }],
+        },
+    };
+    obj.data = serde_json::to_value(body).map_err(|e| Error::Invalid {
+        field: "route",
+        reason: e.to_string(),
+    })?;
+    Ok(obj)
+}
+
+/// The spec of a route read back from the cluster.
+pub fn route_spec(obj: &DynamicObject) -> Result<RouteSpec> {
+    let body: RouteBody = serde_json::from_value(obj.data.clone()).map_err(|e| Error::Invalid {
+        field: "route",
+        reason: format!("unreadable HTTPRoute spec: {e}"),
+    })?;
+    Ok(body.spec)
+}
+
+/// The revision a route's backends point at, when they all name Services of
+/// `agent` of one revision; `None` otherwise.
+pub fn routed_revision(agent: &str, spec: &RouteSpec) -> Option<i64> {
+    let prefix = format!("{agent}-r");
+    let mut revisions = spec.rules.iter().flat_map(|r| &r.backend_refs).map(|b| {
+        b.name
+            .strip_prefix(&prefix)
+            .and_then(|s| s.strip_suffix("-gateway"))
+            .and_then(|s| s.parse::<i64>().ok())
+    });
+    let first = revisions.next()??;
+    revisions.all(|r| r == Some(first)).then_some(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::{TlsBundle, Transport};
+    use clawfed_proto::work::EgressRule;
+
+    const DIGEST_IMAGE: &str = "reg.example/gateway@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+    fn spec() -> GatewaySpec {
+        GatewaySpec {
+            tenant: "team-a".into(),
+            agent: "a1".into(),
+            revision: 3,
+            revision_id: "rev-3".into(),
+            image: Some(DIGEST_IMAGE.into()),
+            harness_endpoint: "http://a1-r3-harness.oce-abc.svc:8080".into(),
+            transport: Transport {
+                gateway_token: "s3cr3t-value".into(),
+                tls: Some(TlsBundle {
+                    cert_pem: "CERT-PEM-VALUE".into(),
+                    key_pem: "KEY-PEM-VALUE".into(),
+                    ca_pem: Some("CA".into()),
+                }),
+            },
+        }
+    }
+
+    fn config() -> GatewayConfig {
+        GatewayConfig {
+            storage_class: Some("block-ssd".into()),
+            workspace_size: "2Gi".into(),
+            node_selector: BTreeMap::from([("trusted".into(), "true".into())]),
+            trusted_proxy_cidrs: vec!["10.0.0.0/24".into()],
+            approved_client_namespace_labels: BTreeMap::from([("team".into(), "edge".into())]),
+            approved_client_pod_labels: BTreeMap::from([("app".into(), "client".into())]),
+            harness_egress: vec![EgressRule {
+                cidr: "192.0.2.0/24".into(),
+                ports: vec![8080],
+            }],
+            private_routing: Some(PrivateRouting {
+                gateway_name: "edge".into(),
+                gateway_namespace: "edge-system".into(),
+                hostname_suffix: "agents.example".into(),
+                api_version: crate::gateway::DEFAULT_ROUTE_API_VERSION.into(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn deployment_is_one_hardened_recreate_replica_of_the_revision() {
+        let (s, c) = (spec(), config());
+        let image = validate(&s, &c).expect("valid");
+        let d = deployment(&s, &c, &image);
+        assert_eq!(d.metadata.name.as_deref(), Some("a1-gateway"));
+        assert_eq!(d.metadata.namespace.as_deref(), Some("clawfed-gateways"));
+        let ds = d.spec;
+        assert_eq!(ds.replicas, Some(1));
+        assert_eq!(
+            ds.strategy.and_then(|s| s.type_).as_deref(),
+            Some("Recreate")
+        );
+        assert_eq!(ds.selector.match_labels, Some(agent_selector("a1")));
+        let tl = ds.template.metadata.and_then(|m| m.labels).expect("labels");
+        for (k, v) in [
+            (labels::AGENT, "a1"),
+            (labels::REVISION, "3"),
+            (labels::WORKLOAD_ROLE, "gateway"),
+            (labels::TENANT, "team-a"),
+            (labels::MANAGED_BY, labels::MANAGER),
+        ] {
+            assert_eq!(tl.get(k).map(String::as_str), Some(v), "{k}");
+        }
+        let pod = ds.template.spec.expect("pod");
+        assert_eq!(pod.service_account_name.as_deref(), Some("a1-gateway"));
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        assert_eq!(pod.node_selector, Some(c.node_selector.clone()));
+        let psc = pod.security_context.expect("psc");
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(
+            psc.seccomp_profile.map(|s| s.type_).as_deref(),
+            Some("RuntimeDefault")
+        );
+        let ctr = &pod.containers[0];
+        assert_eq!(ctr.image.as_deref(), Some(DIGEST_IMAGE));
+        let sc = ctr.security_context.clone().expect("sc");
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.privileged, Some(false));
+        assert_eq!(
+            sc.capabilities.and_then(|c| c.drop),
+            Some(vec!["ALL".to_string()])
+        );
+        let env = ctr.env.clone().expect("env");
+        assert!(env.iter().any(|e| e.name == HARNESS_ENDPOINT_ENV
+            && e.value.as_deref() == Some("http://a1-r3-harness.oce-abc.svc:8080")));
+        let mounts = ctr.volume_mounts.clone().expect("mounts");
+        let transport = mounts.iter().find(|m| m.name == "transport").expect("m");
+        assert_eq!(transport.read_only, Some(true));
+        let volumes = pod.volumes.expect("volumes");
+        let claim = volumes
+            .iter()
+            .find_map(|v| v.persistent_volume_claim.clone())
+            .expect("pvc volume");
+        assert_eq!(claim.claim_name, "a1-gateway-data");
+        // The transport material reaches the Pod only by reference.
+        let json = serde_json::to_string(&pod.containers).expect("json");
+        assert!(!json.contains("s3cr3t") && !json.contains("PEM-VALUE"));
+    }
+
+    #[test]
+    fn digest_is_enforced_when_required() {
+        let mut s = spec();
+        s.image = Some("reg.example/gateway:1.0".into());
+        let mut c = config();
+        assert!(matches!(validate(&s, &c), Err(Error::Digest(_))));
+        c.require_immutable_digest = false;
+        assert_eq!(validate(&s, &c).as_deref(), Ok("reg.example/gateway:1.0"));
+        s.image = None;
+        assert_eq!(validate(&s, &c), Err(Error::NoImage));
+        c.default_image = Some("reg.example/default:2".into());
+        assert_eq!(validate(&s, &c).as_deref(), Ok("reg.example/default:2"));
+        c.require_immutable_digest = true;
+        assert!(validate_config(&c).is_err(), "tagged default image");
+        assert!(GatewayConfig::default().require_immutable_digest);
+    }
+
+    #[test]
+    fn transport_secret_never_holds_the_model_credential() {
+        let sec = transport_secret(&spec(), &config());
+        let data = sec.string_data.expect("data");
+        assert!(data.keys().all(|k| TRANSPORT_KEYS.contains(&k.as_str())));
+        assert_eq!(
+            data.get("gateway-token").map(String::as_str),
+            Some("s3cr3t-value")
+        );
+        for k in data.keys() {
+            let k = k.to_ascii_lowercase();
+            assert!(
+                !k.contains("model") && !k.contains("api") && !k.contains("credential"),
+                "{k}"
+            );
+        }
+        // The spec has no field for anything else: an extra key is refused
+        // when the spec is decoded.
+        let mut v = serde_json::to_value(spec()).expect("json");
+        v["transport"]["MODEL_API_KEY"] = "sk-x".into();
+        assert!(serde_json::from_value::<GatewaySpec>(v).is_err());
+        // And secret values never reach Debug output.
+        let dbg = format!("{:?}", spec());
+        assert!(!dbg.contains("s3cr3t") && !dbg.contains("PEM-VALUE"));
+    }
+
+    #[test]
+    fn claim_account_and_service() {
+        let (s, c) = (spec(), config());
+        let pvc = data_claim(&s, &c).spec.expect("spec");
+        assert_eq!(pvc.access_modes, Some(vec!["ReadWriteOnce".to_string()]));
+        assert_eq!(pvc.storage_class_name.as_deref(), Some("block-ssd"));
+        assert_eq!(
+            pvc.resources
+                .and_then(|r| r.requests)
+                .and_then(|r| r.get("storage").cloned()),
+            Some(Quantity("2Gi".into()))
+        );
+        let sa = service_account(&s, &c);
+        assert_eq!(sa.automount_service_account_token, Some(false));
+        assert_eq!(sa.metadata.name.as_deref(), Some("a1-gateway"));
+        let svc = service(&s, &c);
+        assert_eq!(svc.metadata.name.as_deref(), Some("a1-r3-gateway"));
+        assert_eq!(
+            svc.spec.and_then(|s| s.selector),
+            Some(revision_selector("a1", 3))
+        );
+        for l in [sa.metadata.labels, svc.metadata.labels] {
+            let l = l.expect("labels");
+            assert_eq!(
+                l.get(labels::MANAGED_BY).map(String::as_str),
+                Some(labels::MANAGER)
+            );
+            assert_eq!(l.get(labels::TENANT).map(String::as_str), Some("team-a"));
+        }
+    }
+
+    #[test]
+    fn network_policy_denies_by_default_and_lets_in_only_approved_peers() {
+        let np = network_policy(&spec(), &config()).spec.expect("spec");
+        assert_eq!(
+            np.pod_selector.and_then(|s| s.match_labels),
+            Some(agent_selector("a1"))
+        );
+        assert_eq!(
+            np.policy_types,
+            Some(vec!["Ingress".to_string(), "Egress".to_string()])
+        );
+        let ingress = np.ingress.expect("ingress");
+        assert_eq!(ingress.len(), 1);
+        let from = ingress[0].from.clone().expect("from");
+        assert_eq!(from.len(), 2);
+        assert!(from[0].namespace_selector.is_some() && from[0].pod_selector.is_some());
+        assert_eq!(
+            from[1].ip_block.as_ref().map(|b| b.cidr.as_str()),
+            Some("10.0.0.0/24")
+        );
+        let egress = np.egress.expect("egress");
+        assert_eq!(egress.len(), 2, "dns + harness");
+        assert_eq!(
+            egress[1]
+                .to
+                .as_ref()
+                .and_then(|t| t[0].ip_block.clone())
+                .map(|b| b.cidr),
+            Some("192.0.2.0/24".into())
+        );
+
+        // Nothing approved: ingress denied entirely, never "from everywhere".
+        let bare = network_policy(&spec(), &GatewayConfig::default())
+            .spec
+            .expect("spec");
+        assert_eq!(bare.ingress, Some(vec![]));
+        let mut c = config();
+        c.approved_client_namespace_labels.clear();
+        c.trusted_proxy_cidrs.clear();
+        let np = network_policy(&spec(), &c).spec.expect("spec");
+        let peer = &np.ingress.expect("ingress")[0].from.clone().expect("from")[0];
+        assert!(peer.namespace_selector.is_none() && peer.pod_selector.is_some());
+    }
+
+    #[test]
+    fn route_attaches_to_the_gateway_and_points_at_the_revision() {
+        let c = config();
+        let routing = c.private_routing.clone().expect("routing");
+        let r = route("team-a", "a1", 2, &c, &routing).expect("route");
+        assert_eq!(r.metadata.name.as_deref(), Some("a1"));
+        let types = r.types.clone().expect("types");
+        assert_eq!(types.api_version, "gateway.networking.k8s.io/v1");
+        assert_eq!(types.kind, "HTTPRoute");
+        let s = route_spec(&r).expect("spec");
+        assert_eq!(s.parent_refs[0].name, "edge");
+        assert_eq!(s.parent_refs[0].namespace.as_deref(), Some("edge-system"));
+        assert_eq!(s.hostnames, vec!["a1.agents.example".to_string()]);
+        assert_eq!(s.rules[0].backend_refs[0].name, "a1-r2-gateway");
+        assert_eq!(routed_revision("a1", &s), Some(2));
+        assert_eq!(routed_revision("a2", &s), None);
+        assert!(route_api_resource("v1").is_err());
+        assert!(route_api_resource("g/v/x").is_err());
+    }
+
+    #[test]
+    fn names_are_dns_labels_within_63() {
+        let agent = "a".repeat(40);
+        assert!(validate_names(&agent, 1).is_ok());
+        assert!(validate_names(&agent, 99_999_999_999).is_ok());
+        assert!(validate_names(&agent, i64::MAX).is_err(), "64+ chars");
+        assert!(validate_names(&"a".repeat(41), 1).is_err());
+        assert!(validate_names("A1", 1).is_err());
+        assert!(validate_names("a1", -1).is_err());
+    }
+
+    #[test]
+    fn config_and_endpoint_checks() {
+        assert!(validate_config(&config()).is_ok());
+        let mut c = config();
+        c.trusted_proxy_cidrs = vec!["10.0.0.0".into()];
+        assert!(validate_config(&c).is_err());
+        let mut c = config();
+        c.harness_egress[0].cidr = "10.0.0.0/33".into();
+        assert!(validate_config(&c).is_err());
+        let mut s = spec();
+        s.harness_endpoint = "http://user:pw@host:1".into();
+        assert!(validate(&s, &config()).is_err());
+        s.harness_endpoint = "ftp://host".into();
+        assert!(validate(&s, &config()).is_err());
+        let yaml = "namespace: gw\nprivateRouting:\n  gatewayName: edge\n  gatewayNamespace: edge\n  hostnameSuffix: x.example\n";
+        let c: GatewayConfig = serde_yaml_ng::from_str(yaml).expect("yaml");
+        assert_eq!(c.namespace, "gw");
+        assert_eq!(
+            c.private_routing.map(|r| r.api_version).as_deref(),
+            Some(crate::gateway::DEFAULT_ROUTE_API_VERSION)
+        );
+        assert!(serde_yaml_ng::from_str::<GatewayConfig>("bogus: 1").is_err());
+    }
+}
