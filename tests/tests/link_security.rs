@@ -316,11 +316,7 @@ fn client_identity(
         None => {
             let now = Utc::now();
             params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-            params.not_after = rcgen::date_time_ymd(
-                i32::try_from(chrono::Datelike::year(&now)).unwrap() + 1,
-                1,
-                1,
-            );
+            params.not_after = rcgen::date_time_ymd(chrono::Datelike::year(&now) + 1, 1, 1);
         }
     }
     let cert = params.signed_by(&key, issuer).unwrap();
@@ -458,8 +454,7 @@ async fn revoked_certificate_is_refused_in_the_handshake() {
     let renew = SpokeLinkClient::new(mtls_channel(&hub, &a).await)
         .renew(pb::RenewRequest { csr_pem })
         .await
-        .err()
-        .expect("renew refused");
+        .expect_err("renew refused");
     assert_transport_refusal(&renew, "CertificateRevoked");
     unchanged(store.as_ref(), &before).await;
 }
@@ -763,8 +758,7 @@ async fn plaintext_connections_are_refused() {
             spoke_version: "test".into(),
         })
         .await
-        .err()
-        .expect("h2c refused");
+        .expect_err("h2c refused");
     // Refused in the transport (the connection is closed on it), never an
     // answer from a handler.
     assert!(
@@ -808,8 +802,7 @@ async fn tls_1_2_clients_are_refused() {
         config.alpn_protocols = vec![b"h2".to_vec()];
         let error = spoke_tls::dial(&address(&hub), Arc::new(config))
             .await
-            .err()
-            .expect("TLS 1.2 refused");
+            .expect_err("TLS 1.2 refused");
         assert!(error.to_string().contains("ProtocolVersion"), "{error}");
     }
     unchanged(store.as_ref(), &before).await;
@@ -839,8 +832,7 @@ async fn oversized_messages_close_the_stream_and_store_nothing() {
             &json!({ "x": "y".repeat(2 * LIMIT) }),
         )
         .await
-        .err()
-        .expect("oversized work refused");
+        .expect_err("oversized work refused");
     assert!(
         refused.to_string().contains("over link.max_message_bytes"),
         "{refused}"

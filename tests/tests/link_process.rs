@@ -1,0 +1,466 @@
+//! The real `clawfed-hub` and `clawfed-spoke` binaries as child processes
+//! on loopback: enrollment with a CLI-made bootstrap token, delivery,
+//! `kill -9` of the spoke mid-stream and of the hub, restarts on the same
+//! state, and SIGTERM drains of both.
+//!
+//! The binaries are taken from the target directory this test runs from
+//! (`<target>/debug/clawfed-hub`, `.../clawfed-spoke`):
+//! `cargo test --workspace --all-targets` builds them; for this target
+//! alone run `cargo build -p clawfed-hub -p clawfed-spoke --bins` first.
+//!
+//! Work is put into the hub's outbox by opening the same SQLite database
+//! from this process, the way another hub process would; the running hub's
+//! outbox poller picks it up.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use clawfed_hub::model::ConnectionState;
+use clawfed_hub::store::{self, LinkStore, SqlStore, Store};
+use clawfed_spoke::link::WorkApplier;
+use clawfed_spoke::link::ledger::FileLedger;
+
+const CLUSTER: &str = "exec-a";
+
+fn bin(name: &str) -> PathBuf {
+    // <target>/debug/deps/link_process-<hash> → <target>/debug/<name>
+    let exe = std::env::current_exe().expect("test executable");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build it first with `cargo build -p clawfed-hub -p clawfed-spoke --bins` \
+         (`cargo test --workspace --all-targets` builds it too)",
+        path.display()
+    );
+    path
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// A child process, killed (SIGKILL) and reaped when dropped.
+struct Proc {
+    tag: String,
+    child: Option<Child>,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Proc {
+    fn spawn(tag: &str, command: &mut Command, logs: &Path) -> Self {
+        let stdout = logs.join(format!("{tag}.out"));
+        let stderr = logs.join(format!("{tag}.err"));
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {tag}: {e}"));
+        Self {
+            tag: tag.to_owned(),
+            child: Some(child),
+            stdout,
+            stderr,
+        }
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("running")
+    }
+
+    fn stdout_text(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+    }
+
+    fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child().try_wait(), Ok(None))
+    }
+
+    /// `kill -9`, then reap.
+    fn kill9(mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+    }
+
+    /// SIGTERM, then waits (bounded) for the exit.
+    async fn terminate(mut self, within: Duration) -> (ExitStatus, String) {
+        let pid = self.child().id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill -TERM");
+        assert!(sent.success(), "kill -TERM {pid}");
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child().try_wait().expect("wait") {
+                self.child = None;
+                return (status, self.stderr_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not exit within {within:?} of SIGTERM; stderr:\n{}",
+                self.tag,
+                self.stderr_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Everything a hub process needs; restarts reuse it.
+struct Env {
+    root: PathBuf,
+    logs: PathBuf,
+    db_url: String,
+    ca_dir: PathBuf,
+    link_port: u16,
+}
+
+impl Env {
+    fn new(root: &Path) -> Self {
+        let logs = root.join("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        Self {
+            root: root.to_owned(),
+            logs,
+            db_url: format!("sqlite://{}", root.join("hub.db").display()),
+            ca_dir: root.join("ca"),
+            // Fixed across hub restarts: the spoke's --hub-url does not change.
+            link_port: free_port(),
+        }
+    }
+
+    fn hub(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin("clawfed-hub"));
+        c.args(args)
+            .env_remove("CLAWFED_CONFIG")
+            .env("CLAWFED_DATABASE_URL", &self.db_url)
+            .env("CLAWFED_REST_ADDR", "127.0.0.1:0")
+            .env("CLAWFED_GRPC_ADDR", "127.0.0.1:0")
+            .env("CLAWFED_METRICS_ADDR", "127.0.0.1:0")
+            .env("CLAWFED_LINK_ADDR", format!("127.0.0.1:{}", self.link_port))
+            .env("CLAWFED_LINK_CA_DIR", &self.ca_dir)
+            .env("CLAWFED_LINK_HEARTBEAT_SECONDS", "1")
+            .env("CLAWFED_LOG", "info");
+        c
+    }
+
+    /// Runs a hub CLI command to completion (bounded) and returns stdout.
+    async fn cli(&self, args: &[&str]) -> String {
+        let tag = format!("cli-{}", args.join("-"));
+        let mut p = Proc::spawn(&tag, &mut self.hub(args), &self.logs);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = p.child().try_wait().unwrap() {
+                p.child = None;
+                assert!(
+                    status.success(),
+                    "clawfed-hub {args:?}: {status}\n{}",
+                    p.stderr_text()
+                );
+                return p.stdout_text();
+            }
+            assert!(Instant::now() < deadline, "clawfed-hub {args:?} hung");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts `clawfed-hub serve` and waits for its "listening" line.
+    async fn serve(&self, n: u32) -> Proc {
+        let mut p = Proc::spawn(&format!("hub-{n}"), &mut self.hub(&["serve"]), &self.logs);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = p.stdout_text();
+            if let Some(line) = out
+                .lines()
+                .find(|l| l.starts_with("clawfed-hub listening:"))
+            {
+                assert!(
+                    line.contains(&format!("link=https://127.0.0.1:{}", self.link_port)),
+                    "{line}"
+                );
+                return p;
+            }
+            assert!(
+                p.alive(),
+                "hub exited during start-up:\n{}",
+                p.stderr_text()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "hub did not start:\n{}",
+                p.stderr_text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts `clawfed-spoke` with the ledger applier in `state`.
+    fn spoke(&self, n: u32, state: &Path, token_file: Option<&Path>) -> Proc {
+        let mut c = Command::new(bin("clawfed-spoke"));
+        c.args([
+            "--hub-url",
+            &format!("https://127.0.0.1:{}", self.link_port),
+        ])
+        .arg("--ca-file")
+        .arg(self.root.join("ca.pem"))
+        .args(["--cluster-name", CLUSTER])
+        .arg("--state-dir")
+        .arg(state)
+        .args(["--applier", "ledger"])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .args(["--backoff-max-seconds", "1"])
+        .env("CLAWFED_LOG", "info");
+        if let Some(f) = token_file {
+            c.arg("--bootstrap-token-file").arg(f);
+        }
+        Proc::spawn(&format!("spoke-{n}"), &mut c, &self.logs)
+    }
+}
+
+async fn wait_for<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn depth(store: &SqlStore, cluster_id: &str) -> i64 {
+    store
+        .outbox_summary()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.cluster_id == cluster_id)
+        .map_or(0, |s| s.depth)
+}
+
+async fn state(store: &SqlStore) -> ConnectionState {
+    store.get_cluster(CLUSTER).await.unwrap().connection_state
+}
+
+/// Generations put per target, in order.
+#[derive(Default)]
+struct Puts(HashMap<String, Vec<i64>>);
+
+impl Puts {
+    async fn put(&mut self, store: &SqlStore, cluster_id: &str, target: &str, generation: i64) {
+        store
+            .outbox_put(
+                cluster_id,
+                target,
+                "namespace.ensure",
+                generation,
+                &serde_json::json!({ "target": target, "generation": generation }).to_string(),
+            )
+            .await
+            .unwrap()
+            .expect("queued");
+        self.0
+            .entry(target.to_owned())
+            .or_default()
+            .push(generation);
+    }
+
+    /// Every target applied at its newest generation, each written at most
+    /// once per distinct generation put (replays change nothing).
+    async fn check(&self, ledger_dir: &Path) {
+        let ledger = FileLedger::open(ledger_dir).expect("ledger readable");
+        let applied = ledger.applied().await.unwrap();
+        for (target, generations) in &self.0 {
+            let latest = *generations.iter().max().unwrap();
+            assert_eq!(applied.get(target), Some(&latest), "{target}");
+            let writes = ledger.writes(target).await;
+            assert!(
+                (1..=generations.len() as u64).contains(&writes),
+                "{target}: written {writes} times for generations {generations:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::new(tmp.path());
+    let hub = env.serve(1).await;
+
+    // Enrollment material from the operator CLI, as an operator would.
+    let token = env
+        .cli(&["cluster", "token", "create", CLUSTER, "--ttl", "10m"])
+        .await;
+    let token = token.trim();
+    assert!(token.starts_with("cfb_"), "{token}");
+    let ca = env.cli(&["cluster", "ca"]).await;
+    assert!(ca.contains("BEGIN CERTIFICATE"), "{ca}");
+    std::fs::write(tmp.path().join("ca.pem"), &ca).unwrap();
+    let token_file = tmp.path().join("bootstrap-token");
+    std::fs::write(&token_file, token).unwrap();
+
+    let store = store::connect(&env.db_url)
+        .await
+        .expect("open the hub's DB");
+    let spoke_dir = tmp.path().join("spoke");
+    let spoke = env.spoke(1, &spoke_dir, Some(&token_file));
+    let id = wait_for(Duration::from_secs(30), "exec-a online", || async {
+        let c = store.get_cluster(CLUSTER).await.ok()?;
+        (c.connection_state == ConnectionState::Online).then_some(c.id)
+    })
+    .await;
+
+    // --- kill -9 of the spoke while work is in flight -----------------------
+    let mut puts = Puts::default();
+    let mut killed_at_depth = 0;
+    let mut batch = 0;
+    let mut spoke = Some(spoke);
+    while killed_at_depth == 0 {
+        batch += 1;
+        assert!(
+            batch <= 3,
+            "the spoke finished every batch before it could be killed"
+        );
+        for i in 0..300 {
+            puts.put(&store, &id, &format!("ns/b{batch}-{i:03}"), 1)
+                .await;
+        }
+        for i in (0..300).step_by(3) {
+            puts.put(&store, &id, &format!("ns/b{batch}-{i:03}"), 2)
+                .await;
+        }
+        let total = depth(&store, &id).await;
+        // Kill once about a third of the batch is acked: the rest is in
+        // flight (sent ahead in the window) or still queued.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let d = depth(&store, &id).await;
+            if d == 0 {
+                break;
+            }
+            if d <= total * 2 / 3 {
+                spoke.take().unwrap().kill9();
+                killed_at_depth = d;
+                break;
+            }
+            assert!(Instant::now() < deadline, "no progress on the batch");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    // The ledger the killed spoke left is whole, and never ahead of the hub.
+    let at_kill = FileLedger::open(&spoke_dir)
+        .expect("ledger intact after kill -9")
+        .applied()
+        .await
+        .unwrap();
+    for (target, generation) in &at_kill {
+        assert!(puts.0[target].contains(generation), "{target}");
+    }
+    assert!(depth(&store, &id).await > 0, "killed mid-stream");
+    eprintln!(
+        "spoke killed in batch {batch} with {killed_at_depth} items unacked, {} targets applied",
+        at_kill.len()
+    );
+    wait_for(Duration::from_secs(10), "exec-a offline", || async {
+        (state(&store).await == ConnectionState::Offline).then_some(())
+    })
+    .await;
+
+    // Restarted without a token: it keeps its identity and resumes.
+    let mut spoke = env.spoke(2, &spoke_dir, None);
+    wait_for(Duration::from_secs(60), "outbox drained", || async {
+        (depth(&store, &id).await == 0).then_some(())
+    })
+    .await;
+    puts.check(&spoke_dir).await;
+    assert_eq!(state(&store).await, ConnectionState::Online);
+
+    // --- kill -9 of the hub --------------------------------------------------
+    hub.kill9();
+    assert!(spoke.alive(), "the spoke survives losing the hub");
+    // Work queued while the hub is down (by another hub process, say).
+    for i in 0..20 {
+        puts.put(&store, &id, &format!("ns/after-{i:02}"), 1).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(spoke.alive(), "the spoke keeps running without the hub");
+    let hub = env.serve(2).await;
+    // The spoke reconnects by itself (backoff) and delivery resumes.
+    wait_for(Duration::from_secs(30), "new work acked", || async {
+        (depth(&store, &id).await == 0).then_some(())
+    })
+    .await;
+    wait_for(Duration::from_secs(10), "exec-a online again", || async {
+        (state(&store).await == ConnectionState::Online).then_some(())
+    })
+    .await;
+    puts.check(&spoke_dir).await;
+    let spoke_log = spoke.stderr_text();
+    assert!(
+        spoke_log.contains("link.disconnected") && spoke_log.matches("link.connected").count() >= 2,
+        "the spoke reconnected on its own:\n{spoke_log}"
+    );
+
+    // --- SIGTERM drains both -------------------------------------------------
+    let (status, log) = spoke.terminate(Duration::from_secs(15)).await;
+    assert!(status.success(), "spoke exit {status}:\n{log}");
+    assert!(
+        log.contains("spoke.draining") && log.contains("spoke.stopped"),
+        "{log}"
+    );
+    wait_for(
+        Duration::from_secs(10),
+        "exec-a offline after the drain",
+        || async { (state(&store).await == ConnectionState::Offline).then_some(()) },
+    )
+    .await;
+    let (status, log) = hub.terminate(Duration::from_secs(20)).await;
+    assert!(status.success(), "hub exit {status}:\n{log}");
+    assert!(
+        log.contains("hub.draining") && log.contains("hub.stopped"),
+        "{log}"
+    );
+    // The token and the spoke's key never reached either side's logs.
+    for p in std::fs::read_dir(&env.logs).unwrap() {
+        let path = p.unwrap().path();
+        if path.extension().is_some_and(|e| e == "err") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(!text.contains(token), "{} logs the token", path.display());
+            assert!(
+                !text.contains("PRIVATE KEY"),
+                "{} logs a key",
+                path.display()
+            );
+        }
+    }
+}
