@@ -1,0 +1,855 @@
+//! The hub's Gateway room against the real control cluster (`e2e/cluster.sh
+//! up control`): the hub runs as its own ServiceAccount with the RBAC of
+//! deploy/hub (parsed from the YAML into typed objects and applied), kwok
+//! makes the Gateway Pods Running and Ready, the Gateway API CRDs are served.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use clawfed_hub::gateway::objects::{TRANSPORT_KEYS, route_api_resource, route_spec};
+use clawfed_hub::gateway::{
+    Activation, DEFAULT_ROUTE_API_VERSION, Error, GatewayConfig, GatewaySpec, Gateways,
+    PrivateRouting, Readiness, StepAction, Transport,
+};
+use clawfed_proto::labels;
+use clawfed_proto::work::EgressRule;
+use clawfed_tests::kube_env::{self, TestCluster, eventually, is_forbidden};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{
+    HostPathVolumeSource, Namespace, ObjectReference, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeSpec, Pod, Secret, Service, ServiceAccount,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
+};
+use kube::{Api, Client, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+const WAIT: Duration = Duration::from_secs(60);
+const HUB_NS: &str = "clawfed-system";
+const HUB_SA: &str = "clawfed-hub";
+const GW_NS: &str = "clawfed-gateways";
+const NOROUTE_SA: &str = "clawfed-hub-noroute";
+const STORAGE_CLASS: &str = "clawfed-gateway-test";
+const EDGE_NS: &str = "clawfed-edge";
+const EDGE_GATEWAY: &str = "edge";
+const EDGE_CLASS: &str = "clawfed-test-edge";
+
+fn deploy_file(name: &str) -> Result<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/hub/");
+    std::fs::read_to_string(format!("{path}{name}"))
+        .with_context(|| format!("reading deploy/hub/{name}"))
+}
+
+fn typed<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T> {
+    Ok(serde_json::from_value(v.clone())?)
+}
+
+fn pp() -> PatchParams {
+    PatchParams::apply("clawfed-tests").force()
+}
+
+async fn ssa<K>(api: Api<K>, obj: &K) -> Result<()>
+where
+    K: kube::Resource + serde::Serialize + DeserializeOwned + Clone + std::fmt::Debug,
+{
+    api.patch(&obj.name_any(), &pp(), &Patch::Apply(obj))
+        .await
+        .with_context(|| format!("applying {}", obj.name_any()))?;
+    Ok(())
+}
+
+/// The documents of a deploy/hub file, as JSON values.
+fn documents(file: &str) -> Result<Vec<serde_json::Value>> {
+    let text = deploy_file(file)?;
+    let mut out = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+fn no_wildcards(role: &Role) -> Result<()> {
+    for rule in role.rules.iter().flatten() {
+        for field in [
+            &rule.verbs,
+            rule.resources.as_ref().unwrap_or(&vec![]),
+            rule.api_groups.as_ref().unwrap_or(&vec![]),
+        ] {
+            ensure!(
+                !field.iter().any(|s| s.contains('*')),
+                "wildcard in {}",
+                role.name_any()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Applies deploy/hub/{namespace,rbac}.yaml as admin, each document parsed
+/// into its typed k8s-openapi object, plus a second identity whose Role is
+/// the hub's without the httproutes rule.
+async fn install_hub(c: &TestCluster) -> Result<()> {
+    let admin = c.admin();
+    let mut hub_role = None;
+    for file in ["namespace.yaml", "rbac.yaml"] {
+        for v in documents(file)? {
+            match v["kind"].as_str().unwrap_or_default() {
+                "Namespace" => ssa(Api::all(admin.clone()), &typed::<Namespace>(&v)?).await?,
+                "ServiceAccount" => {
+                    let sa: ServiceAccount = typed(&v)?;
+                    let ns = sa.namespace().context("sa namespace")?;
+                    ssa(Api::namespaced(admin.clone(), &ns), &sa).await?
+                }
+                "Role" => {
+                    let role: Role = typed(&v)?;
+                    no_wildcards(&role)?;
+                    let ns = role.namespace().context("role namespace")?;
+                    ensure!(ns == GW_NS, "the hub's Role lives in {GW_NS}, not {ns}");
+                    ssa(Api::namespaced(admin.clone(), &ns), &role).await?;
+                    hub_role = Some(role);
+                }
+                "RoleBinding" => {
+                    let rb: RoleBinding = typed(&v)?;
+                    let ns = rb.namespace().context("rb namespace")?;
+                    ssa(Api::namespaced(admin.clone(), &ns), &rb).await?
+                }
+                other => {
+                    bail!("unexpected kind {other} in deploy/hub/{file} (no ClusterRole needed)")
+                }
+            }
+        }
+    }
+    // The same Role without route rights, for a second ServiceAccount.
+    let mut role = hub_role.context("deploy/hub/rbac.yaml has no Role")?;
+    role.metadata = ObjectMeta {
+        name: Some(NOROUTE_SA.into()),
+        namespace: Some(GW_NS.into()),
+        ..Default::default()
+    };
+    let before = role.rules.as_ref().map_or(0, Vec::len);
+    role.rules = role.rules.map(|rules| {
+        rules
+            .into_iter()
+            .filter(|r| !r.resources.iter().flatten().any(|x| x == "httproutes"))
+            .collect()
+    });
+    ensure!(
+        role.rules.as_ref().map_or(0, Vec::len) + 1 == before,
+        "one httproutes rule"
+    );
+    ssa(Api::namespaced(admin.clone(), GW_NS), &role).await?;
+    let sa: ServiceAccount = typed(&json!({
+        "metadata": { "name": NOROUTE_SA, "namespace": HUB_NS }
+    }))?;
+    ssa(Api::namespaced(admin.clone(), HUB_NS), &sa).await?;
+    let rb: RoleBinding = typed(&json!({
+        "metadata": { "name": NOROUTE_SA, "namespace": GW_NS },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NOROUTE_SA },
+        "subjects": [{ "kind": "ServiceAccount", "name": NOROUTE_SA, "namespace": HUB_NS }]
+    }))?;
+    ssa(Api::namespaced(admin.clone(), GW_NS), &rb).await?;
+
+    // Storage for the Gateway PVCs (pre-bound PVs, see `volume_for`).
+    let sc: StorageClass = typed(&json!({
+        "metadata": { "name": STORAGE_CLASS },
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "Immediate",
+        "reclaimPolicy": "Retain"
+    }))?;
+    ssa(Api::all(admin.clone()), &sc).await?;
+
+    // A Gateway for the routes' parentRefs.
+    let ns: Namespace = typed(&json!({ "metadata": { "name": EDGE_NS } }))?;
+    ssa(Api::all(admin.clone()), &ns).await?;
+    let class: DynamicObject = typed(&json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+        "metadata": { "name": EDGE_CLASS },
+        "spec": { "controllerName": "clawfed.dev/test-controller" }
+    }))?;
+    ssa(
+        Api::all_with(
+            admin.clone(),
+            &gateway_api("GatewayClass", "gatewayclasses"),
+        ),
+        &class,
+    )
+    .await?;
+    let gw: DynamicObject = typed(&json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": { "name": EDGE_GATEWAY, "namespace": EDGE_NS },
+        "spec": {
+            "gatewayClassName": EDGE_CLASS,
+            "listeners": [{
+                "name": "http", "protocol": "HTTP", "port": 80,
+                "allowedRoutes": { "namespaces": { "from": "All" } }
+            }]
+        }
+    }))?;
+    ssa(
+        Api::namespaced_with(admin, EDGE_NS, &gateway_api("Gateway", "gateways")),
+        &gw,
+    )
+    .await?;
+    Ok(())
+}
+
+fn gateway_api(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", kind),
+        plural,
+    )
+}
+
+struct Env {
+    cluster: TestCluster,
+    hub: Client,
+}
+
+static INSTALLED: OnceCell<()> = OnceCell::const_new();
+
+async fn env() -> Result<Env> {
+    let cluster = kube_env::cluster("control").await?;
+    INSTALLED
+        .get_or_try_init(|| async { install_hub(&cluster).await })
+        .await?;
+    let hub = cluster.service_account_client(HUB_NS, HUB_SA, None).await?;
+    Ok(Env { cluster, hub })
+}
+
+fn config() -> GatewayConfig {
+    GatewayConfig {
+        namespace: GW_NS.into(),
+        storage_class: Some(STORAGE_CLASS.into()),
+        workspace_size: "1Gi".into(),
+        node_selector: BTreeMap::from([("type".into(), "kwok".into())]),
+        trusted_proxy_cidrs: vec!["10.244.0.0/24".into()],
+        approved_client_namespace_labels: BTreeMap::from([(
+            "clawfed.io/gateway-clients".into(),
+            "true".into(),
+        )]),
+        harness_egress: vec![EgressRule {
+            cidr: "198.51.100.0/24".into(),
+            ports: vec![8080],
+        }],
+        private_routing: Some(PrivateRouting {
+            gateway_name: EDGE_GATEWAY.into(),
+            gateway_namespace: EDGE_NS.into(),
+            hostname_suffix: "agents.clawfed.test".into(),
+            api_version: DEFAULT_ROUTE_API_VERSION.into(),
+        }),
+        require_immutable_digest: true,
+        delete_timeout_seconds: 60,
+        ..Default::default()
+    }
+}
+
+fn agent_name(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
+fn spec(agent: &str, revision: i64) -> GatewaySpec {
+    GatewaySpec {
+        tenant: "team-gw".into(),
+        agent: agent.into(),
+        revision,
+        revision_id: format!("rev-{revision}"),
+        image: Some(format!(
+            "registry.invalid/openclaw-gateway@sha256:{}",
+            "cd".repeat(32)
+        )),
+        harness_endpoint: format!("http://{agent}-r{revision}-harness.oce-0123.svc:8080"),
+        transport: Transport {
+            gateway_token: "gw-token-not-real".into(),
+            tls: None,
+        },
+    }
+}
+
+/// A PV pre-bound to the Agent's Gateway PVC (the test cluster has no
+/// provisioner; kwok does not mount anything).
+async fn volume_for(admin: &Client, agent: &str) -> Result<String> {
+    let name = format!("gwtest-{agent}");
+    let pv = PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            capacity: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: Some(STORAGE_CLASS.into()),
+            persistent_volume_reclaim_policy: Some("Retain".into()),
+            host_path: Some(HostPathVolumeSource {
+                path: format!("/tmp/{name}"),
+                type_: None,
+            }),
+            claim_ref: Some(ObjectReference {
+                namespace: Some(GW_NS.into()),
+                name: Some(format!("{agent}-gateway-data")),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    ssa(Api::all(admin.clone()), &pv).await?;
+    Ok(name)
+}
+
+async fn delete_volume(admin: &Client, name: &str) {
+    let _ = Api::<PersistentVolume>::all(admin.clone())
+        .delete(name, &DeleteParams::background())
+        .await;
+}
+
+async fn wait_ready(g: &Gateways, agent: &str, revision: i64) -> Result<()> {
+    eventually(
+        WAIT,
+        &format!("gateway {agent} r{revision} ready"),
+        || async { Ok(g.is_ready(agent, revision).await?.is_ready().then_some(())) },
+    )
+    .await
+}
+
+fn routes(admin: &Client) -> Result<Api<DynamicObject>> {
+    let ar = route_api_resource(DEFAULT_ROUTE_API_VERSION)?;
+    Ok(Api::namespaced_with(admin.clone(), GW_NS, &ar))
+}
+
+async fn backend(admin: &Client, agent: &str) -> Result<Option<String>> {
+    let Some(r) = routes(admin)?.get_opt(agent).await? else {
+        return Ok(None);
+    };
+    let s = route_spec(&r)?;
+    Ok(s.rules
+        .first()
+        .and_then(|r| r.backend_refs.first())
+        .map(|b| b.name.clone()))
+}
+
+async fn count<K>(admin: &Client, agent: &str) -> Result<usize>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let lp = ListParams::default().labels(&format!("{}={agent}", labels::AGENT));
+    Ok(Api::<K>::namespaced(admin.clone(), GW_NS)
+        .list_metadata(&lp)
+        .await?
+        .items
+        .len())
+}
+
+#[tokio::test]
+async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
+    let e = env().await?;
+    let admin = e.cluster.admin();
+    let g = Gateways::new(e.hub.clone(), config())?;
+    let agent = agent_name("gwl");
+    let pv = volume_for(&admin, &agent).await?;
+
+    let steps = g.ensure(&spec(&agent, 1)).await?;
+    let kinds: Vec<&str> = steps.iter().map(|s| s.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "Secret",
+            "PersistentVolumeClaim",
+            "NetworkPolicy",
+            "Service",
+            "Deployment"
+        ]
+    );
+
+    // What the hub applied, read back as admin.
+    let d = Api::<Deployment>::namespaced(admin.clone(), GW_NS)
+        .get(&format!("{agent}-gateway"))
+        .await?;
+    assert_eq!(d.spec.replicas, Some(1));
+    assert_eq!(
+        d.spec.strategy.as_ref().and_then(|s| s.type_.as_deref()),
+        Some("Recreate")
+    );
+    let tl = d
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .context("template labels")?;
+    for (k, v) in [
+        (labels::AGENT, agent.as_str()),
+        (labels::REVISION, "1"),
+        (labels::WORKLOAD_ROLE, "gateway"),
+        (labels::TENANT, "team-gw"),
+    ] {
+        assert_eq!(tl.get(k).map(String::as_str), Some(v), "{k}");
+    }
+    let pod = d.spec.template.spec.clone().context("pod spec")?;
+    let psc = pod
+        .security_context
+        .clone()
+        .context("pod security context")?;
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(
+        psc.seccomp_profile.map(|s| s.type_).as_deref(),
+        Some("RuntimeDefault")
+    );
+    let sc = pod.containers[0].security_context.clone().context("sc")?;
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(
+        sc.capabilities.and_then(|c| c.drop),
+        Some(vec!["ALL".to_string()])
+    );
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    assert_eq!(pod.service_account_name, Some(format!("{agent}-gateway")));
+    assert_eq!(
+        pod.node_selector
+            .as_ref()
+            .and_then(|n| n.get("type"))
+            .map(String::as_str),
+        Some("kwok")
+    );
+    let pvc = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), GW_NS)
+        .get(&format!("{agent}-gateway-data"))
+        .await?;
+    let pvc_spec = pvc.spec.context("pvc spec")?;
+    assert_eq!(pvc_spec.storage_class_name.as_deref(), Some(STORAGE_CLASS));
+    assert_eq!(
+        pvc_spec.access_modes,
+        Some(vec!["ReadWriteOnce".to_string()])
+    );
+    let secret = Api::<Secret>::namespaced(admin.clone(), GW_NS)
+        .get(&format!("{agent}-gateway-transport"))
+        .await?;
+    let keys: Vec<String> = secret.data.unwrap_or_default().into_keys().collect();
+    assert_eq!(keys, ["gateway-token"]);
+    assert!(keys.iter().all(|k| TRANSPORT_KEYS.contains(&k.as_str())));
+    let sa = Api::<ServiceAccount>::namespaced(admin.clone(), GW_NS)
+        .get(&format!("{agent}-gateway"))
+        .await?;
+    assert_eq!(sa.automount_service_account_token, Some(false));
+    let np = Api::<NetworkPolicy>::namespaced(admin.clone(), GW_NS)
+        .get(&format!("{agent}-gateway"))
+        .await?
+        .spec
+        .context("np spec")?;
+    assert_eq!(
+        np.policy_types,
+        Some(vec!["Ingress".to_string(), "Egress".to_string()])
+    );
+    let svc = Api::<Service>::namespaced(admin.clone(), GW_NS)
+        .get(&format!("{agent}-r1-gateway"))
+        .await?;
+    let sel = svc.spec.and_then(|s| s.selector).context("selector")?;
+    assert_eq!(sel.get(labels::REVISION).map(String::as_str), Some("1"));
+    // Every object carries the manager label.
+    for m in [&d.metadata, &pvc.metadata, &sa.metadata] {
+        assert_eq!(
+            m.labels
+                .as_ref()
+                .and_then(|l| l.get(labels::MANAGED_BY))
+                .map(String::as_str),
+            Some(labels::MANAGER)
+        );
+    }
+
+    // The Pod (restricted Pod Security in the namespace admitted it) becomes
+    // Ready on the kwok node; the route goes to r1.
+    wait_ready(&g, &agent, 1).await?;
+    assert!(matches!(
+        g.activate(&agent, 2).await,
+        Err(Error::NotPrepared { revision: 2, .. })
+    ));
+    assert_eq!(
+        g.activate(&agent, 1).await?,
+        Activation::Routed {
+            route: agent.clone(),
+            revision: 1,
+            previous: None
+        }
+    );
+    let route = routes(&admin)?.get(&agent).await?;
+    let rs = route_spec(&route)?;
+    assert_eq!(rs.parent_refs[0].name, EDGE_GATEWAY);
+    assert_eq!(rs.parent_refs[0].namespace.as_deref(), Some(EDGE_NS));
+    assert_eq!(rs.hostnames, [format!("{agent}.agents.clawfed.test")]);
+    assert_eq!(
+        route.labels().get(labels::AGENT).map(String::as_str),
+        Some(agent.as_str())
+    );
+    assert_eq!(
+        backend(&admin, &agent).await?,
+        Some(format!("{agent}-r1-gateway"))
+    );
+
+    // Revision 2: Recreate replaces the Pod; activation switches the route.
+    g.ensure(&spec(&agent, 2)).await?;
+    wait_ready(&g, &agent, 2).await?;
+    assert!(!g.is_ready(&agent, 1).await?.is_ready());
+    assert_eq!(
+        g.activate(&agent, 2).await?,
+        Activation::Routed {
+            route: agent.clone(),
+            revision: 2,
+            previous: Some(1)
+        }
+    );
+    assert_eq!(
+        backend(&admin, &agent).await?,
+        Some(format!("{agent}-r2-gateway"))
+    );
+    assert_eq!(g.active_revision(&agent).await?, Some(2));
+
+    // A stale prepare of r1 cannot roll the Gateway back; the routed
+    // revision cannot be retired; the predecessor can.
+    assert!(matches!(
+        g.ensure(&spec(&agent, 1)).await,
+        Err(Error::Superseded {
+            deployed: 2,
+            requested: 1,
+            ..
+        })
+    ));
+    assert!(matches!(
+        g.retire_revision(&agent, 2).await,
+        Err(Error::RevisionActive { revision: 2, .. })
+    ));
+    let retired = g.retire_revision(&agent, 1).await?;
+    assert_eq!(retired[0].action, StepAction::Deleted);
+    assert_eq!(count::<Service>(&admin, &agent).await?, 1);
+
+    // Stop: an observer polls the Deployment, then the route. Seeing the
+    // Deployment deleting or gone while the route still exists would mean
+    // the runtime went first.
+    let violated = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicUsize::new(0));
+    let stop_flag = Arc::new(AtomicBool::new(false));
+    let observer = {
+        let (admin, agent) = (admin.clone(), agent.clone());
+        let (violated, rounds, stop_flag) = (violated.clone(), rounds.clone(), stop_flag.clone());
+        tokio::spawn(async move {
+            let deployments = Api::<Deployment>::namespaced(admin.clone(), GW_NS);
+            let routes = routes(&admin)?;
+            while !stop_flag.load(Ordering::SeqCst) {
+                let d = deployments.get_opt(&format!("{agent}-gateway")).await?;
+                let runtime_going = d.is_none_or(|d| d.metadata.deletion_timestamp.is_some());
+                let route_present = routes.get_opt(&agent).await?.is_some();
+                if runtime_going && route_present {
+                    violated.store(true, Ordering::SeqCst);
+                }
+                rounds.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    eventually(WAIT, "observer running", || async {
+        Ok((rounds.load(Ordering::SeqCst) > 0).then_some(()))
+    })
+    .await?;
+    let steps = g.stop(&agent).await?;
+    stop_flag.store(true, Ordering::SeqCst);
+    observer.await??;
+    assert!(
+        !violated.load(Ordering::SeqCst),
+        "runtime deleted while the route existed"
+    );
+    let order: Vec<(&str, StepAction)> = steps.iter().map(|s| (s.kind, s.action)).collect();
+    assert_eq!(
+        order,
+        [
+            ("HTTPRoute", StepAction::Deleted),
+            ("Deployment", StepAction::Deleted),
+            ("Service", StepAction::Deleted)
+        ]
+    );
+    assert!(routes(&admin)?.get_opt(&agent).await?.is_none());
+    assert_eq!(count::<Deployment>(&admin, &agent).await?, 0);
+    assert_eq!(count::<Pod>(&admin, &agent).await?, 0);
+    assert_eq!(count::<Service>(&admin, &agent).await?, 0);
+    assert_eq!(
+        count::<PersistentVolumeClaim>(&admin, &agent).await?,
+        1,
+        "stop keeps the PVC"
+    );
+    assert_eq!(count::<ServiceAccount>(&admin, &agent).await?, 1);
+    assert_eq!(count::<Secret>(&admin, &agent).await?, 1);
+
+    // Repeated stop converges.
+    let again = g.stop(&agent).await?;
+    assert!(
+        again.iter().all(|s| s.action == StepAction::Absent),
+        "{again:?}"
+    );
+    assert_eq!(g.active_revision(&agent).await?, None);
+
+    // A restart after stop reuses the kept PVC.
+    g.ensure(&spec(&agent, 3)).await?;
+    wait_ready(&g, &agent, 3).await?;
+
+    // Delete is destructive: the PVC goes too.
+    g.delete(&agent).await?;
+    for (kind, n) in [
+        ("pvc", count::<PersistentVolumeClaim>(&admin, &agent).await?),
+        ("secret", count::<Secret>(&admin, &agent).await?),
+        ("sa", count::<ServiceAccount>(&admin, &agent).await?),
+        ("np", count::<NetworkPolicy>(&admin, &agent).await?),
+        ("deployment", count::<Deployment>(&admin, &agent).await?),
+        ("service", count::<Service>(&admin, &agent).await?),
+    ] {
+        assert_eq!(n, 0, "{kind} left after delete");
+    }
+    delete_volume(&admin, &pv).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn ensure_refuses_tags_when_digests_are_required_and_a_missing_namespace() -> Result<()> {
+    let e = env().await?;
+    let admin = e.cluster.admin();
+    let g = Gateways::new(e.hub.clone(), config())?;
+    let agent = agent_name("gwd");
+    let mut s = spec(&agent, 1);
+    s.image = Some("registry.invalid/openclaw-gateway:latest".into());
+    let err = g.ensure(&s).await.expect_err("a tag must be refused");
+    assert!(matches!(err, Error::Invalid(_)), "{err}");
+    assert!(err.to_string().contains("sha256"), "{err}");
+    assert_eq!(
+        count::<ServiceAccount>(&admin, &agent).await?,
+        0,
+        "nothing applied"
+    );
+    assert_eq!(count::<Deployment>(&admin, &agent).await?, 0);
+
+    // The tag is fine once digests are not required.
+    let relaxed = Gateways::new(
+        e.hub.clone(),
+        GatewayConfig {
+            require_immutable_digest: false,
+            ..config()
+        },
+    )?;
+    relaxed.ensure(&s).await?;
+    assert_eq!(count::<Deployment>(&admin, &agent).await?, 1);
+    relaxed.delete(&agent).await?;
+
+    // A gateway namespace that does not exist and that the hub may not create.
+    let missing = Gateways::new(
+        e.hub.clone(),
+        GatewayConfig {
+            namespace: agent_name("no-such-gw"),
+            ..config()
+        },
+    )?;
+    let err = missing
+        .ensure(&spec(&agent, 1))
+        .await
+        .expect_err("no namespace");
+    assert!(matches!(err, Error::NamespaceUnavailable { .. }), "{err}");
+    assert_eq!(err.reason(), "GatewayNamespaceUnavailable");
+    Ok(())
+}
+
+#[tokio::test]
+async fn routing_failures_fail_clearly_and_leave_the_route_unchanged() -> Result<()> {
+    let e = env().await?;
+    let admin = e.cluster.admin();
+    let g = Gateways::new(e.hub.clone(), config())?;
+    let agent = agent_name("gwr");
+    let pv = volume_for(&admin, &agent).await?;
+    g.ensure(&spec(&agent, 1)).await?;
+    wait_ready(&g, &agent, 1).await?;
+    g.activate(&agent, 1).await?;
+    g.ensure(&spec(&agent, 2)).await?;
+    wait_ready(&g, &agent, 2).await?;
+    let r1 = Some(format!("{agent}-r1-gateway"));
+    let rv = routes(&admin)?.get(&agent).await?.resource_version();
+
+    // A ServiceAccount with every gateway right except httproutes.
+    let noroute_client = e
+        .cluster
+        .service_account_client(HUB_NS, NOROUTE_SA, None)
+        .await?;
+    let noroute = Gateways::new(noroute_client, config())?;
+    let err = noroute
+        .activate(&agent, 2)
+        .await
+        .expect_err("no route rights");
+    assert!(matches!(err, Error::RouteForbidden { .. }), "{err}");
+    assert_eq!(err.reason(), "RouteForbidden");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("httproutes") && msg.contains("create"),
+        "{msg}"
+    );
+    assert!(!err.is_transient());
+    // ... and the same identity fails at prepare, before applying anything.
+    let other = agent_name("gwr-x");
+    let err = noroute
+        .ensure(&spec(&other, 1))
+        .await
+        .expect_err("no route rights");
+    assert!(matches!(err, Error::RouteForbidden { .. }), "{err}");
+    assert_eq!(count::<ServiceAccount>(&admin, &other).await?, 0);
+
+    // A route API version the control cluster does not serve.
+    let bogus = Gateways::new(
+        e.hub.clone(),
+        GatewayConfig {
+            private_routing: Some(PrivateRouting {
+                api_version: "gateway.networking.k8s.io/v9".into(),
+                ..config().private_routing.context("routing")?
+            }),
+            ..config()
+        },
+    )?;
+    let err = bogus.activate(&agent, 2).await.expect_err("no such API");
+    assert!(matches!(err, Error::RouteApiMissing { .. }), "{err}");
+    assert!(
+        err.to_string().contains("gateway.networking.k8s.io/v9"),
+        "{err}"
+    );
+    let err = bogus
+        .ensure(&spec(&other, 1))
+        .await
+        .expect_err("no such API");
+    assert!(matches!(err, Error::RouteApiMissing { .. }), "{err}");
+    assert_eq!(count::<ServiceAccount>(&admin, &other).await?, 0);
+
+    // Neither touched the route.
+    assert_eq!(backend(&admin, &agent).await?, r1);
+    assert_eq!(routes(&admin)?.get(&agent).await?.resource_version(), rv);
+
+    // Routing that is not configured is said so, not skipped silently.
+    let unrouted = Gateways::new(
+        e.hub.clone(),
+        GatewayConfig {
+            private_routing: None,
+            ..config()
+        },
+    )?;
+    assert_eq!(
+        unrouted.activate(&agent, 2).await?,
+        Activation::RoutingDisabled
+    );
+    assert_eq!(backend(&admin, &agent).await?, r1);
+
+    g.delete(&agent).await?;
+    assert!(routes(&admin)?.get_opt(&agent).await?.is_none());
+    delete_volume(&admin, &pv).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_hub_identity_is_confined_to_the_gateway_namespace() -> Result<()> {
+    let e = env().await?;
+    let admin = e.cluster.admin();
+    let other = e.cluster.create_namespace("gw-outside").await?;
+    let hub = e.hub.clone();
+
+    let d: Deployment = typed(&json!({
+        "metadata": { "name": "x" },
+        "spec": {
+            "selector": { "matchLabels": { "a": "b" } },
+            "template": {
+                "metadata": { "labels": { "a": "b" } },
+                "spec": { "containers": [{ "name": "c", "image": "registry.invalid/x" }] }
+            }
+        }
+    }))?;
+    let err = Api::<Deployment>::namespaced(hub.clone(), &other.name)
+        .create(&PostParams::default(), &d)
+        .await
+        .expect_err("outside the gateway namespace");
+    assert!(is_forbidden(&err), "{err}");
+    let err = Api::<Secret>::all(hub.clone())
+        .list(&ListParams::default())
+        .await
+        .expect_err("cluster-wide secrets");
+    assert!(is_forbidden(&err), "{err}");
+    let err = Api::<Secret>::namespaced(hub.clone(), GW_NS)
+        .list(&ListParams::default())
+        .await
+        .expect_err("secrets are write-only for the hub");
+    assert!(is_forbidden(&err), "{err}");
+    let err = Api::<Namespace>::all(hub.clone())
+        .get("default")
+        .await
+        .expect_err("other namespaces");
+    assert!(is_forbidden(&err), "{err}");
+    let err = Api::<ClusterRole>::all(hub.clone())
+        .list(&ListParams::default())
+        .await
+        .expect_err("cluster roles");
+    assert!(is_forbidden(&err), "{err}");
+
+    // Pointed at another (existing) namespace, ensure fails clearly and
+    // applies nothing there.
+    let outside = Gateways::new(
+        hub,
+        GatewayConfig {
+            namespace: other.name.clone(),
+            ..config()
+        },
+    )?;
+    let agent = agent_name("gwo");
+    let err = outside.ensure(&spec(&agent, 1)).await.expect_err("outside");
+    assert!(
+        matches!(
+            err,
+            Error::RouteForbidden { .. } | Error::NamespaceUnavailable { .. }
+        ),
+        "{err}"
+    );
+    let sas = Api::<ServiceAccount>::namespaced(admin, &other.name)
+        .get_opt(&format!("{agent}-gateway"))
+        .await?;
+    assert!(sas.is_none());
+    other.delete().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn readiness_reports_why_not() -> Result<()> {
+    let e = env().await?;
+    let g = Gateways::new(e.hub.clone(), config())?;
+    let agent = agent_name("gwn");
+    assert_eq!(
+        g.is_ready(&agent, 1).await?,
+        Readiness::NotReady(clawfed_hub::gateway::NotReady::NoDeployment)
+    );
+    // Without a bound PVC the Pod stays Pending: never ready.
+    g.ensure(&spec(&agent, 1)).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!g.is_ready(&agent, 1).await?.is_ready());
+    assert!(matches!(
+        g.activate(&agent, 1).await,
+        Err(Error::NotReady { revision: 1, .. })
+    ));
+    assert!(routes(&e.cluster.admin())?.get_opt(&agent).await?.is_none());
+    g.delete(&agent).await?;
+    Ok(())
+}
