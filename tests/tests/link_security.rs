@@ -40,13 +40,16 @@ const WAIT: Duration = Duration::from_secs(15);
 
 /// A hub on SQLite, with every log line of this test binary captured.
 async fn start_hub(adjust: impl FnOnce(&mut clawfed_hub::config::Config)) -> TestHub {
+    start_hub_on(Backend::Sqlite, adjust).await
+}
+
+/// A hub on `backend` (the cases whose refusal is store logic run on both).
+async fn start_hub_on(
+    backend: Backend,
+    adjust: impl FnOnce(&mut clawfed_hub::config::Config),
+) -> TestHub {
     logs();
-    TestHub::start_with(
-        Backend::Sqlite,
-        adjust,
-        clawfed_hub::worker::Handlers::builtin(),
-    )
-    .await
+    TestHub::start_with(backend, adjust, clawfed_hub::worker::Handlers::builtin()).await
 }
 
 fn address(hub: &TestHub) -> HubAddress {
@@ -408,9 +411,8 @@ async fn expired_certificate_from_the_hub_ca_is_refused_in_the_handshake() {
     unchanged(store.as_ref(), &before).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn revoked_certificate_is_refused_in_the_handshake() {
-    let hub = start_hub(|_| {}).await;
+async fn revoked_certificate_is_refused_in_the_handshake(backend: Backend) {
+    let hub = start_hub_on(backend, |_| {}).await;
     let store = hub.store();
     let a = enroll(&hub, "exec-a").await;
     // The identity is good before the revocation.
@@ -459,13 +461,22 @@ async fn revoked_certificate_is_refused_in_the_handshake() {
     unchanged(store.as_ref(), &before).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_revoked_certificate_is_refused_in_the_handshake() {
+    revoked_certificate_is_refused_in_the_handshake(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_revoked_certificate_is_refused_in_the_handshake() {
+    revoked_certificate_is_refused_in_the_handshake(Backend::Postgres).await;
+}
+
 // ---------------------------------------------------------------------------
 // Work of another cluster, identity claims, message order
 // ---------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_cannot_ack_or_report_on_another_clusters_work() {
-    let hub = start_hub(|_| {}).await;
+async fn a_cluster_cannot_ack_or_report_on_another_clusters_work(backend: Backend) {
+    let hub = start_hub_on(backend, |_| {}).await;
     let store = hub.store();
     let a = enroll(&hub, "exec-a").await;
     let b = enroll(&hub, "exec-b").await;
@@ -548,6 +559,16 @@ async fn a_cluster_cannot_ack_or_report_on_another_clusters_work() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_cluster_cannot_ack_or_report_on_another_clusters_work() {
+    a_cluster_cannot_ack_or_report_on_another_clusters_work(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_cluster_cannot_ack_or_report_on_another_clusters_work() {
+    a_cluster_cannot_ack_or_report_on_another_clusters_work(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hello_claiming_another_clusters_id_is_refused() {
     let hub = start_hub(|_| {}).await;
     let store = hub.store();
@@ -608,9 +629,8 @@ async fn the_first_message_must_be_hello_and_only_the_first() {
 // Bootstrap tokens
 // ---------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bootstrap_token_enrolls_once() {
-    let hub = start_hub(|_| {}).await;
+async fn a_bootstrap_token_enrolls_once(backend: Backend) {
+    let hub = start_hub_on(backend, |_| {}).await;
     let store = hub.store();
     let token = bootstrap_token(&hub, "exec-a", false).await;
     try_enroll(&hub, "exec-a", &token).await.unwrap();
@@ -629,8 +649,17 @@ async fn a_bootstrap_token_enrolls_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expired_bootstrap_token_is_refused() {
-    let hub = start_hub(|_| {}).await;
+async fn sqlite_a_bootstrap_token_enrolls_once() {
+    a_bootstrap_token_enrolls_once(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_bootstrap_token_enrolls_once() {
+    a_bootstrap_token_enrolls_once(Backend::Postgres).await;
+}
+
+async fn an_expired_bootstrap_token_is_refused(backend: Backend) {
+    let hub = start_hub_on(backend, |_| {}).await;
     let store = hub.store();
     let (secret, hash) = clawfed_hub::link::enroll::mint_bootstrap_token();
     store
@@ -683,8 +712,17 @@ async fn an_expired_bootstrap_token_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_for_another_cluster_name_is_refused_and_stays_usable() {
-    let hub = start_hub(|_| {}).await;
+async fn sqlite_an_expired_bootstrap_token_is_refused() {
+    an_expired_bootstrap_token_is_refused(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_expired_bootstrap_token_is_refused() {
+    an_expired_bootstrap_token_is_refused(Backend::Postgres).await;
+}
+
+async fn a_token_for_another_cluster_name_is_refused_and_stays_usable(backend: Backend) {
+    let hub = start_hub_on(backend, |_| {}).await;
     let store = hub.store();
     let token = bootstrap_token(&hub, "exec-a", false).await;
     let before = snapshot(store.as_ref()).await;
@@ -714,6 +752,16 @@ async fn a_token_for_another_cluster_name_is_refused_and_stays_usable() {
     // The token still enrolls the name it was issued for.
     let a = try_enroll(&hub, "exec-a", &token).await.unwrap();
     assert_eq!(get_cluster(&hub, "exec-a").await.id, a.cluster_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_token_for_another_cluster_name_is_refused_and_stays_usable() {
+    a_token_for_another_cluster_name_is_refused_and_stays_usable(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_token_for_another_cluster_name_is_refused_and_stays_usable() {
+    a_token_for_another_cluster_name_is_refused_and_stays_usable(Backend::Postgres).await;
 }
 
 // ---------------------------------------------------------------------------
