@@ -480,11 +480,11 @@ async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
     // Ready on the kwok node; the route goes to r1.
     wait_ready(&g, &agent, 1).await?;
     assert!(matches!(
-        g.activate(&agent, 2).await,
+        g.activate("team-gw", &agent, 2).await,
         Err(Error::NotPrepared { revision: 2, .. })
     ));
     assert_eq!(
-        g.activate(&agent, 1).await?,
+        g.activate("team-gw", &agent, 1).await?,
         Activation::Routed {
             route: agent.clone(),
             revision: 1,
@@ -510,7 +510,7 @@ async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
     wait_ready(&g, &agent, 2).await?;
     assert!(!g.is_ready(&agent, 1).await?.is_ready());
     assert_eq!(
-        g.activate(&agent, 2).await?,
+        g.activate("team-gw", &agent, 2).await?,
         Activation::Routed {
             route: agent.clone(),
             revision: 2,
@@ -534,10 +534,10 @@ async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
         })
     ));
     assert!(matches!(
-        g.retire_revision(&agent, 2).await,
+        g.retire_revision("team-gw", &agent, 2).await,
         Err(Error::RevisionActive { revision: 2, .. })
     ));
-    let retired = g.retire_revision(&agent, 1).await?;
+    let retired = g.retire_revision("team-gw", &agent, 1).await?;
     assert_eq!(retired[0].action, StepAction::Deleted);
     assert_eq!(count::<Service>(&admin, &agent).await?, 1);
 
@@ -570,7 +570,7 @@ async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
         Ok((rounds.load(Ordering::SeqCst) > 0).then_some(()))
     })
     .await?;
-    let steps = g.stop(&agent).await?;
+    let steps = g.stop("team-gw", &agent).await?;
     stop_flag.store(true, Ordering::SeqCst);
     observer.await??;
     assert!(
@@ -599,7 +599,7 @@ async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
     assert_eq!(count::<Secret>(&admin, &agent).await?, 1);
 
     // Repeated stop converges.
-    let again = g.stop(&agent).await?;
+    let again = g.stop("team-gw", &agent).await?;
     assert!(
         again.iter().all(|s| s.action == StepAction::Absent),
         "{again:?}"
@@ -611,7 +611,7 @@ async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
     wait_ready(&g, &agent, 3).await?;
 
     // Delete is destructive: the PVC goes too.
-    g.delete(&agent).await?;
+    g.delete("team-gw", &agent).await?;
     for (kind, n) in [
         ("pvc", count::<PersistentVolumeClaim>(&admin, &agent).await?),
         ("secret", count::<Secret>(&admin, &agent).await?),
@@ -654,7 +654,7 @@ async fn ensure_refuses_tags_when_digests_are_required_and_a_missing_namespace()
     )?;
     relaxed.ensure(&s).await?;
     assert_eq!(count::<Deployment>(&admin, &agent).await?, 1);
-    relaxed.delete(&agent).await?;
+    relaxed.delete("team-gw", &agent).await?;
 
     // A gateway namespace that does not exist and that the hub may not create.
     let missing = Gateways::new(
@@ -682,7 +682,7 @@ async fn routing_failures_fail_clearly_and_leave_the_route_unchanged() -> Result
     let pv = volume_for(&admin, &agent).await?;
     g.ensure(&spec(&agent, 1)).await?;
     wait_ready(&g, &agent, 1).await?;
-    g.activate(&agent, 1).await?;
+    g.activate("team-gw", &agent, 1).await?;
     g.ensure(&spec(&agent, 2)).await?;
     wait_ready(&g, &agent, 2).await?;
     let r1 = Some(format!("{agent}-r1-gateway"));
@@ -695,7 +695,7 @@ async fn routing_failures_fail_clearly_and_leave_the_route_unchanged() -> Result
         .await?;
     let noroute = Gateways::new(noroute_client, config())?;
     let err = noroute
-        .activate(&agent, 2)
+        .activate("team-gw", &agent, 2)
         .await
         .expect_err("no route rights");
     assert!(matches!(err, Error::RouteForbidden { .. }), "{err}");
@@ -726,7 +726,10 @@ async fn routing_failures_fail_clearly_and_leave_the_route_unchanged() -> Result
             ..config()
         },
     )?;
-    let err = bogus.activate(&agent, 2).await.expect_err("no such API");
+    let err = bogus
+        .activate("team-gw", &agent, 2)
+        .await
+        .expect_err("no such API");
     assert!(matches!(err, Error::RouteApiMissing { .. }), "{err}");
     assert!(
         err.to_string().contains("gateway.networking.k8s.io/v9"),
@@ -752,12 +755,12 @@ async fn routing_failures_fail_clearly_and_leave_the_route_unchanged() -> Result
         },
     )?;
     assert_eq!(
-        unrouted.activate(&agent, 2).await?,
+        unrouted.activate("team-gw", &agent, 2).await?,
         Activation::RoutingDisabled
     );
     assert_eq!(backend(&admin, &agent).await?, r1);
 
-    g.delete(&agent).await?;
+    g.delete("team-gw", &agent).await?;
     assert!(routes(&admin)?.get_opt(&agent).await?.is_none());
     delete_volume(&admin, &pv).await;
     Ok(())
@@ -846,10 +849,33 @@ async fn readiness_reports_why_not() -> Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!g.is_ready(&agent, 1).await?.is_ready());
     assert!(matches!(
-        g.activate(&agent, 1).await,
+        g.activate("team-gw", &agent, 1).await,
         Err(Error::NotReady { revision: 1, .. })
     ));
     assert!(routes(&e.cluster.admin())?.get_opt(&agent).await?.is_none());
-    g.delete(&agent).await?;
+
+    // Agent names are unique per tenant only: another tenant's Agent of the
+    // same name can neither take this Gateway over nor stop or route it.
+    let mut foreign = spec(&agent, 2);
+    foreign.tenant = "team-other".into();
+    for err in [
+        g.ensure(&foreign).await.err(),
+        g.stop("team-other", &agent).await.err(),
+        g.delete("team-other", &agent).await.err(),
+        g.activate("team-other", &agent, 1).await.err(),
+        g.retire_revision("team-other", &agent, 1).await.err(),
+    ] {
+        assert!(
+            matches!(err, Some(Error::OwnedByOtherTenant { .. })),
+            "{err:?}"
+        );
+    }
+    assert_eq!(count::<Deployment>(&e.cluster.admin(), &agent).await?, 1);
+    assert!(
+        g.is_ready(&agent, 1).await?
+            != Readiness::NotReady(clawfed_hub::gateway::NotReady::OtherRevisionDeployed)
+    );
+
+    g.delete("team-gw", &agent).await?;
     Ok(())
 }

@@ -521,8 +521,8 @@ impl Gateways {
     /// Switches the Agent's route to `revision`. Before anything changes it
     /// checks the route API and the hub's route permissions
     /// ([`Gateways::check_routing`]), that the revision is prepared and ready
-    /// and owned by the same tenant; any failure leaves the route unchanged.
-    pub async fn activate(&self, agent: &str, revision: i64) -> Result<Activation> {
+    /// and owned by `tenant`; any failure leaves the route unchanged.
+    pub async fn activate(&self, tenant: &str, agent: &str, revision: i64) -> Result<Activation> {
         objects::validate_names(agent, revision)?;
         let Some((routes, routing)) = self.routes()? else {
             return Ok(Activation::RoutingDisabled);
@@ -539,9 +539,16 @@ impl Gateways {
                 revision,
                 service: svc_name.clone(),
             })?;
-        let tenant = label_of(&svc.metadata, labels::TENANT)
-            .unwrap_or_default()
-            .to_string();
+        let tenant = tenant.to_string();
+        let owner = label_of(&svc.metadata, labels::TENANT).unwrap_or_default();
+        if owner != tenant {
+            return Err(Error::OwnedByOtherTenant {
+                kind: "Service",
+                name: svc_name,
+                owner: owner.to_string(),
+                tenant,
+            });
+        }
         if let Readiness::NotReady(why) = self.is_ready(agent, revision).await? {
             return Err(Error::NotReady {
                 agent: agent.to_string(),
@@ -592,8 +599,10 @@ impl Gateways {
     /// gone), then the Deployment (foreground; waits until it and its Pods
     /// are gone), then every revision Service. Keeps the PVC, ServiceAccount,
     /// transport Secret and NetworkPolicy. Converges when already stopped.
-    pub async fn stop(&self, agent: &str) -> Result<Vec<Step>> {
+    /// Refuses (before deleting anything) a Gateway of another tenant.
+    pub async fn stop(&self, tenant: &str, agent: &str) -> Result<Vec<Step>> {
         objects::validate_names(agent, 0)?;
+        self.check_tenant(tenant, agent).await?;
         let n = objects::names(agent);
         let mut steps = Vec::new();
         if let Some((routes, _)) = self.routes()? {
@@ -625,8 +634,14 @@ impl Gateways {
 
     /// Deletes `revision`'s Service (after activation moved the route away
     /// from it). Refuses the revision the route points at.
-    pub async fn retire_revision(&self, agent: &str, revision: i64) -> Result<Vec<Step>> {
+    pub async fn retire_revision(
+        &self,
+        tenant: &str,
+        agent: &str,
+        revision: i64,
+    ) -> Result<Vec<Step>> {
         objects::validate_names(agent, revision)?;
+        self.check_tenant(tenant, agent).await?;
         if self.active_revision(agent).await? == Some(revision) {
             return Err(Error::RevisionActive {
                 agent: agent.to_string(),
@@ -639,8 +654,8 @@ impl Gateways {
     /// Destructive: [`Gateways::stop`], then the NetworkPolicy, transport
     /// Secret, ServiceAccount and PVC (the Gateway's state is lost; waits
     /// until the PVC is gone).
-    pub async fn delete(&self, agent: &str) -> Result<Vec<Step>> {
-        let mut steps = self.stop(agent).await?;
+    pub async fn delete(&self, tenant: &str, agent: &str) -> Result<Vec<Step>> {
+        let mut steps = self.stop(tenant, agent).await?;
         let n = objects::names(agent);
         let dp = DeleteParams::background();
         let np = self.api::<NetworkPolicy>();
@@ -703,26 +718,36 @@ impl Gateways {
         }
     }
 
-    /// Refuses objects of another tenant and a revision older than the one
-    /// deployed (a stale retry must not roll the Gateway back).
-    async fn check_owner(&self, spec: &GatewaySpec) -> Result<()> {
-        let name = objects::names(&spec.agent).gateway;
+    /// Agent names are unique per tenant only, and all Gateways share one
+    /// namespace: the Gateway ServiceAccount (made first by `ensure`, kept
+    /// until `delete`) records which tenant owns the name.
+    async fn check_tenant(&self, tenant: &str, agent: &str) -> Result<()> {
+        let name = objects::names(agent).gateway;
         let sa = self
             .api::<ServiceAccount>()
             .get_opt(&name)
             .await
             .map_err(|e| kube_error("get", "ServiceAccount", self.ns(), &name, e))?;
-        if let Some(sa) = sa {
-            let owner = label_of(&sa.metadata, labels::TENANT).unwrap_or_default();
-            if owner != spec.tenant {
-                return Err(Error::OwnedByOtherTenant {
-                    kind: "ServiceAccount",
-                    name,
-                    owner: owner.to_string(),
-                    tenant: spec.tenant.clone(),
-                });
-            }
+        let Some(sa) = sa else {
+            return Ok(());
+        };
+        let owner = label_of(&sa.metadata, labels::TENANT).unwrap_or_default();
+        if owner == tenant {
+            return Ok(());
         }
+        Err(Error::OwnedByOtherTenant {
+            kind: "ServiceAccount",
+            name,
+            owner: owner.to_string(),
+            tenant: tenant.to_string(),
+        })
+    }
+
+    /// Refuses objects of another tenant and a revision older than the one
+    /// deployed (a stale retry must not roll the Gateway back).
+    async fn check_owner(&self, spec: &GatewaySpec) -> Result<()> {
+        self.check_tenant(&spec.tenant, &spec.agent).await?;
+        let name = objects::names(&spec.agent).gateway;
         let d = self
             .api::<Deployment>()
             .get_opt(&name)
