@@ -343,6 +343,10 @@ pub struct HarnessWork {
     /// Node selector of the Harness Pod.
     #[serde(default)]
     pub node_selector: BTreeMap<String, String>,
+    /// Make the Harness Service headless (`clusterIP: None`): no virtual IP
+    /// is allocated (large fleets, small Service CIDRs).
+    #[serde(default)]
+    pub headless_service: bool,
 }
 
 /// `harness.stop` and `harness.retire`: one revision.

@@ -678,8 +678,18 @@ impl Executor {
                 out.insert(t.clone(), (name.clone(), g));
             }
             let cms = Api::<ConfigMap>::namespaced(self.client.clone(), &name);
-            for (t, g) in ledger::load(&cms).await? {
-                out.insert(t, (name.clone(), g));
+            match ledger::load(&cms).await {
+                Ok(entries) => {
+                    for (t, g) in entries {
+                        out.insert(t, (name.clone(), g));
+                    }
+                }
+                // Labelled as managed but never provisioned by this spoke (no
+                // tenant binding): not ours to report.
+                Err(apply::Error::Kube { source, .. }) if apply::is_forbidden(&source) => {
+                    tracing::warn!(namespace = %name, "spoke.exec.namespace_not_granted");
+                }
+                Err(e) => return Err(e),
             }
         }
         Ok(out)
@@ -715,10 +725,17 @@ impl Executor {
                 labels::MANAGED_BY,
                 labels::MANAGER
             );
-            let list = services
+            let list = match services
                 .list(&ListParams::default().labels(&selector))
                 .await
-                .map_err(|e| kube_err("list", "Service", &name, "", e))?;
+            {
+                Ok(l) => l,
+                Err(e) if apply::is_forbidden(&e) => {
+                    self.observer.unwatch_namespace(&name);
+                    continue;
+                }
+                Err(e) => return Err(kube_err("list", "Service", &name, "", e)),
+            };
             for svc in list.items {
                 let (l, a) = (svc.labels(), svc.annotations());
                 let (Some(agent), Some(revision), Some(target), Some(generation)) = (

@@ -239,6 +239,7 @@ impl Tenant {
                 "kubernetes.io/hostname".into(),
                 "kwok-node-0".into(),
             )]),
+            headless_service: false,
         }
     }
 

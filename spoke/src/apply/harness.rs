@@ -351,6 +351,7 @@ pub fn service(h: &HarnessWork, target: &str, generation: i64) -> Service {
     Service {
         metadata: m,
         spec: Some(ServiceSpec {
+            cluster_ip: h.headless_service.then(|| "None".to_string()),
             selector: Some(selector_labels(&h.agent, h.revision)),
             ports: Some(vec![ServicePort {
                 name: Some("harness".into()),
@@ -398,6 +399,7 @@ mod tests {
             }],
             execution: ExecutionMode::Ordinary,
             node_selector: BTreeMap::from([("type".into(), "kwok".into())]),
+            headless_service: false,
         }
     }
 

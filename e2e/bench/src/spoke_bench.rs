@@ -1,0 +1,499 @@
+//! `spoke-bench`: one spoke (the clawfed-spoke `Executor`), one execution
+//! cluster, N Harness revisions (default 1,000), each an ordinary Deployment
+//! whose Pod kwok makes Ready. Prints:
+//! - apiserver write requests per revision (a counting layer on the spoke's
+//!   kube client, by verb),
+//! - LIST requests: at start-up, during the run, and during an idle window
+//!   after all revisions are ready (periodic LISTs; goal 0),
+//! - readiness report latency after the Pod turns Ready, p50/p99: the parent
+//!   process watches the Pods on its own connection and timestamps the event
+//!   in which each Pod turns Ready; the spoke child timestamps the moment its
+//!   ready report is on the report channel (goal p99 <= 100 ms),
+//! - spoke RSS at N watched Pods (the child process alone; goal <= 32 MiB).
+//!
+//! Usage: `spoke-bench [--cluster exec-b] [--revisions 1000]`; the cluster
+//! must be up (`e2e/bench/spoke-bench.sh` starts and stops exec-b around it).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use clawfed_proto::link::v1::{Report, Work, report};
+use clawfed_proto::naming::data_plane_namespace;
+use clawfed_proto::work::{
+    ContainerDefaults, ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, target,
+};
+use clawfed_spoke::config::SpokeConfig;
+use clawfed_spoke::exec::Executor;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::DeleteParams;
+use kube::client::ClientBuilder;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Config};
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Cluster name under the e2e clusters dir.
+    #[arg(long, default_value = "exec-b")]
+    cluster: String,
+    /// Harness revisions.
+    #[arg(long, default_value_t = 1000)]
+    revisions: usize,
+    /// Concurrent applies.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Idle window after all are ready, in which LISTs are counted.
+    #[arg(long, default_value_t = 10)]
+    idle_seconds: u64,
+    /// Run as the spoke child (internal).
+    #[arg(long)]
+    child: Option<String>,
+}
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default()
+}
+
+fn kubeconfig_path(cluster: &str) -> std::path::PathBuf {
+    let cache = std::env::var_os("CLAWFED_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+                .join(".cache/clawfed")
+        });
+    let dir = std::env::var_os("CLAWFED_CLUSTERS_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| cache.join("clusters"));
+    dir.join(cluster).join("admin.kubeconfig")
+}
+
+async fn config(cluster: &str) -> Result<Config> {
+    let path = kubeconfig_path(cluster);
+    let kc = Kubeconfig::read_from(&path).with_context(|| {
+        format!(
+            "{} (is `e2e/cluster.sh up {cluster}` running?)",
+            path.display()
+        )
+    })?;
+    Ok(Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?)
+}
+
+/// Request counters of the spoke's client.
+#[derive(Default, Debug)]
+struct Counts {
+    writes: AtomicU64,
+    lists: AtomicU64,
+    watches: AtomicU64,
+    gets: AtomicU64,
+    by_verb: std::sync::Mutex<BTreeMap<String, u64>>,
+}
+
+impl Counts {
+    fn observe(&self, req: &http::Request<kube::client::Body>) {
+        let method = req.method().as_str().to_string();
+        let path = req.uri().path();
+        let query = req.uri().query().unwrap_or_default();
+        let verb = match method.as_str() {
+            "GET" if query.contains("watch=true") || query.contains("watch=1") => "watch",
+            "GET" if is_collection(path) => "list",
+            "GET" => "get",
+            "POST" => "create",
+            "PATCH" => "patch",
+            "PUT" => "update",
+            "DELETE" => "delete",
+            _ => "other",
+        };
+        match verb {
+            "watch" => self.watches.fetch_add(1, Ordering::Relaxed),
+            "list" => self.lists.fetch_add(1, Ordering::Relaxed),
+            "get" => self.gets.fetch_add(1, Ordering::Relaxed),
+            _ => self.writes.fetch_add(1, Ordering::Relaxed),
+        };
+        if let Ok(mut m) = self.by_verb.lock() {
+            *m.entry(verb.to_string()).or_default() += 1;
+        }
+    }
+
+    fn snapshot(&self) -> (u64, u64, u64, u64) {
+        (
+            self.writes.load(Ordering::Relaxed),
+            self.lists.load(Ordering::Relaxed),
+            self.watches.load(Ordering::Relaxed),
+            self.gets.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// True when `path` names a collection (a LIST), not one object.
+fn is_collection(path: &str) -> bool {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest: &[&str] = match segs.first() {
+        Some(&"api") if segs.len() >= 2 => &segs[2..],
+        Some(&"apis") if segs.len() >= 3 => &segs[3..],
+        _ => return false,
+    };
+    if rest.first() == Some(&"namespaces") && rest.len() >= 3 {
+        rest.len() == 3
+    } else {
+        rest.len() == 1
+    }
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// A tenant name unique to the run (a deleting namespace of an earlier run
+/// still claims its own tenant, and the spoke fails closed on two claims).
+fn tenant_of(id: &str) -> String {
+    format!("bench-{}", &id[id.len().saturating_sub(8)..])
+}
+
+fn harness(id: &str, ns: &str, i: usize) -> HarnessWork {
+    HarnessWork {
+        tenant: tenant_of(id),
+        namespace_id: id.into(),
+        data_plane_namespace: ns.into(),
+        agent: format!("a{i:04}"),
+        revision: 1,
+        revision_id: format!("rev-{i}"),
+        harness_kind: "openclaw-native".into(),
+        image: format!("registry.invalid/openclaw@sha256:{}", "cd".repeat(32)),
+        require_digest: true,
+        requirement_labels: BTreeMap::from([(
+            "sandbox.clawfed.io/class".into(),
+            "standard".into(),
+        )]),
+        resources: Default::default(),
+        port: 8080,
+        env: BTreeMap::new(),
+        workspace: None,
+        credential: SecretData(BTreeMap::from([("MODEL_API_KEY".into(), "bench".into())])),
+        dedicated: false,
+        predecessors: vec![],
+        execution: ExecutionMode::Ordinary,
+        node_selector: BTreeMap::new(),
+        // 1,000 ClusterIPs do not fit the test cluster's Service CIDR.
+        headless_service: true,
+    }
+}
+
+/// The spoke: applies the work and prints `READY <agent> <nanos>` per first
+/// ready report, then the counters, then waits for stdin to close.
+async fn child(args: &Args, id: &str) -> Result<()> {
+    let counts = Arc::new(Counts::default());
+    let cfg = config(&args.cluster).await?;
+    let c2 = counts.clone();
+    let layer = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+        c2.observe(&req);
+        req
+    });
+    let client = ClientBuilder::try_from(cfg)?.with_layer(&layer).build();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Report>(8192);
+    let exec = Arc::new(Executor::new(client, SpokeConfig::default(), tx));
+    let ns = data_plane_namespace(id);
+    let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
+    let o2 = out.clone();
+    let n = args.revisions;
+    let (all_ready_tx, all_ready_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let mut ready = std::collections::HashSet::new();
+        let mut all_ready_tx = Some(all_ready_tx);
+        while let Some(r) = rx.recv().await {
+            if let Some(report::Body::Readiness(o)) = &r.body
+                && o.ready
+            {
+                let t = now_nanos();
+                let agent = r.target.split('/').nth(2).unwrap_or_default().to_string();
+                if ready.insert(agent.clone())
+                    && let Ok(mut w) = o2.lock()
+                {
+                    let _ = writeln!(w, "READY {agent} {t}");
+                    let _ = w.flush();
+                }
+                if ready.len() == n
+                    && let Some(tx) = all_ready_tx.take()
+                {
+                    let _ = tx.send(());
+                }
+            }
+        }
+    });
+    let mut seq = 0u64;
+    let mut mk = |target: String, spec: WorkSpec| {
+        seq += 1;
+        Work {
+            sequence: seq,
+            target,
+            generation: 1,
+            kind: spec.kind().as_str().into(),
+            spec: spec.encode(),
+        }
+    };
+    let nsw = NamespaceWork {
+        tenant: tenant_of(id),
+        namespace_id: id.into(),
+        quota: BTreeMap::from([("pods".into(), format!("{}", n * 2 + 10))]),
+        container_defaults: ContainerDefaults {
+            default_request: BTreeMap::from([
+                ("cpu".into(), "10m".into()),
+                ("memory".into(), "16Mi".into()),
+            ]),
+            default_limit: BTreeMap::new(),
+        },
+        ..Default::default()
+    };
+    let r = exec
+        .apply(&mk(target::namespace(id), WorkSpec::NamespaceEnsure(nsw)))
+        .await?;
+    if !r.applied {
+        bail!("namespace.ensure: {}", r.reason);
+    }
+    let before = counts.snapshot();
+    let works: Vec<Work> = (0..n)
+        .map(|i| {
+            let h = harness(id, &ns, i);
+            mk(
+                target::harness(id, &h.agent, 1),
+                WorkSpec::HarnessApply(Box::new(h)),
+            )
+        })
+        .collect();
+    let start = Instant::now();
+    futures::stream::iter(works)
+        .map(|w| {
+            let exec = exec.clone();
+            async move {
+                let r = exec.apply(&w).await?;
+                if !r.applied {
+                    bail!("{}: {}", w.target, r.reason);
+                }
+                Ok(())
+            }
+        })
+        .buffer_unordered(args.concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let applied_in = start.elapsed();
+    let after_apply = counts.snapshot();
+    tokio::time::timeout(Duration::from_secs(600), all_ready_rx)
+        .await
+        .context("all ready")??;
+    let ready_in = start.elapsed();
+    let at_ready = counts.snapshot();
+    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+    let idle = counts.snapshot();
+    let verbs = counts.by_verb.lock().map(|m| m.clone()).unwrap_or_default();
+    if let Ok(mut w) = out.lock() {
+        let _ = writeln!(w, "APPLIED_SECONDS {:.2}", applied_in.as_secs_f64());
+        let _ = writeln!(w, "READY_SECONDS {:.2}", ready_in.as_secs_f64());
+        let _ = writeln!(w, "WRITES_HARNESS {}", after_apply.0 - before.0);
+        let _ = writeln!(w, "GETS_HARNESS {}", after_apply.3 - before.3);
+        let _ = writeln!(w, "LISTS_STARTUP {}", before.1);
+        let _ = writeln!(w, "LISTS_RUN {}", at_ready.1 - before.1);
+        let _ = writeln!(w, "LISTS_IDLE {}", idle.1 - at_ready.1);
+        let _ = writeln!(w, "WATCHES {}", idle.2);
+        let _ = writeln!(w, "VERBS {verbs:?}");
+        let _ = writeln!(w, "WATCHED_PODS {}", exec.observer().watched_pods());
+        let _ = writeln!(w, "DONE");
+        let _ = w.flush();
+    }
+    // Stay alive (watching) until the parent has read our RSS.
+    let _ = tokio::task::spawn_blocking(|| {
+        let mut s = String::new();
+        let _ = std::io::stdin().read_line(&mut s);
+    })
+    .await;
+    exec.shutdown();
+    Ok(())
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+async fn parent(args: &Args) -> Result<()> {
+    let client = Client::try_from(config(&args.cluster).await?)?;
+    let id = format!("bench-{}", uuid::Uuid::new_v4().simple());
+    let ns = data_plane_namespace(&id);
+    // Independent observer: when does each Pod turn Ready?
+    let seen: Arc<std::sync::Mutex<HashMap<String, u128>>> = Default::default();
+    let s2 = seen.clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let watch = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(
+            watcher(pods, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+        );
+        while let Some(Ok(p)) = stream.next().await {
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            if ready && p.metadata.deletion_timestamp.is_none() {
+                let t = now_nanos();
+                let agent = p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("clawfed.io/agent"))
+                    .cloned()
+                    .unwrap_or_default();
+                if let Ok(mut m) = s2.lock() {
+                    m.entry(agent).or_insert(t);
+                }
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let exe = std::env::current_exe()?;
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "--cluster",
+            &args.cluster,
+            "--revisions",
+            &args.revisions.to_string(),
+        ])
+        .args([
+            "--concurrency",
+            &args.concurrency.to_string(),
+            "--idle-seconds",
+            &args.idle_seconds.to_string(),
+        ])
+        .args(["--child", &id])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let pid = child.id();
+    let stdout = child.stdout.take().context("child stdout")?;
+    let mut reported: HashMap<String, u128> = HashMap::new();
+    let mut figures: BTreeMap<String, String> = BTreeMap::new();
+    let lines = tokio::task::spawn_blocking(move || {
+        let mut v = Vec::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let done = line == "DONE";
+            v.push(line);
+            if done {
+                break;
+            }
+        }
+        v
+    })
+    .await?;
+    let rss = rss_kib(pid);
+    drop(child.stdin.take());
+    let _ = child.wait();
+    watch.abort();
+    for line in lines {
+        let mut parts = line.splitn(3, ' ');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("READY"), Some(agent), Some(t)) => {
+                reported.insert(agent.into(), t.parse().unwrap_or_default());
+            }
+            (Some(k), Some(v), rest) if k != "READY" => {
+                figures.insert(k.into(), rest.map_or(v.to_string(), |r| format!("{v} {r}")));
+            }
+            _ => {}
+        }
+    }
+    let seen = seen.lock().map(|m| m.clone()).unwrap_or_default();
+    let mut lat: Vec<f64> = reported
+        .iter()
+        .filter_map(|(a, t)| seen.get(a).map(|s| (*t as f64 - *s as f64) / 1e6))
+        .collect();
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let n = args.revisions as f64;
+    let writes: f64 = figures
+        .get("WRITES_HARNESS")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN);
+    println!(
+        "spoke-bench: {} Harness revisions, one spoke, cluster {}",
+        args.revisions, args.cluster
+    );
+    println!(
+        "  applied in                      {} s (concurrency {})",
+        figures.get("APPLIED_SECONDS").map_or("?", |s| s),
+        args.concurrency
+    );
+    println!(
+        "  all ready reported in           {} s",
+        figures.get("READY_SECONDS").map_or("?", |s| s)
+    );
+    println!(
+        "  apiserver writes per revision   {:.2} ({} writes)",
+        writes / n,
+        writes
+    );
+    println!(
+        "  GETs per revision               {:.2}",
+        figures
+            .get("GETS_HARNESS")
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+            / n
+    );
+    println!(
+        "  requests by verb                {}",
+        figures.get("VERBS").map_or("?", |s| s)
+    );
+    println!(
+        "  LISTs: start-up {}, during run {}, idle {} s window {} (periodic LISTs; goal 0)",
+        figures.get("LISTS_STARTUP").map_or("?", |s| s),
+        figures.get("LISTS_RUN").map_or("?", |s| s),
+        args.idle_seconds,
+        figures.get("LISTS_IDLE").map_or("?", |s| s)
+    );
+    println!(
+        "  watch requests                  {}",
+        figures.get("WATCHES").map_or("?", |s| s)
+    );
+    println!(
+        "  readiness report latency after Pod Ready: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} samples; goal p99 <= 100 ms)",
+        pct(&lat, 50.0),
+        pct(&lat, 99.0),
+        lat.last().copied().unwrap_or(f64::NAN),
+        lat.len()
+    );
+    println!(
+        "  spoke RSS at {} watched Pods     {:.1} MiB (goal <= 32 MiB)",
+        figures.get("WATCHED_PODS").map_or("?", |s| s),
+        rss.unwrap_or_default() as f64 / 1024.0
+    );
+    let _ = Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::background())
+        .await;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let args = Args::parse();
+    match args.child.clone() {
+        Some(id) => child(&args, &id).await,
+        None => parent(&args).await,
+    }
+}
