@@ -432,12 +432,26 @@ impl Session {
             .await
             .map_err(Self::store_err)?;
         if !known {
-            tracing::warn!(cluster = %self.cluster.name, target = %report.target, "link.report_for_foreign_work");
-            return Err(Status::permission_denied(format!(
-                "report on work {:?} that was never sent to this cluster",
-                report.target
-            )));
+            let foreign = self
+                .state
+                .store
+                .outbox_target_exists(&report.target)
+                .await
+                .map_err(Self::store_err)?;
+            if foreign {
+                // Another cluster's work: an attempt to speak for it.
+                tracing::warn!(cluster = %self.cluster.name, target = %report.target, "link.report_for_foreign_work");
+                return Err(Status::permission_denied(format!(
+                    "report on work {:?} that was never sent to this cluster",
+                    report.target
+                )));
+            }
+            // Work no hub cluster was ever sent (objects a spoke found in its
+            // cluster from before this enrollment): dropped, never stored.
+            tracing::debug!(cluster = %self.cluster.name, target = %report.target, "link.report_for_unknown_target_dropped");
+            return Ok(());
         }
+        tracing::debug!(cluster = %self.cluster.name, target = %report.target, generation = report.generation, "link.report");
         let (kind, body) = match report.body {
             Some(report::Body::WorkResult(r)) => (
                 "work-result",
@@ -465,7 +479,11 @@ impl Session {
                 Utc::now(),
             )
             .await
-            .map_err(Self::store_err)
+            .map_err(Self::store_err)?;
+        if let Some(listener) = &self.state.listener {
+            listener.on_report(&id, &report.target, kind).await;
+        }
+        Ok(())
     }
 
     async fn close(self, end: End) {

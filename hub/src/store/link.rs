@@ -202,6 +202,9 @@ pub trait LinkStore: Send + Sync {
     /// targets are refused).
     async fn outbox_knows_target(&self, cluster_id: &str, target: &str) -> Result<bool>;
 
+    /// Whether `target` was ever sent to any cluster.
+    async fn outbox_target_exists(&self, target: &str) -> Result<bool>;
+
     /// The latest generation put for `target`, acked or not.
     async fn outbox_latest_generation(&self, cluster_id: &str, target: &str)
     -> Result<Option<i64>>;

@@ -487,6 +487,17 @@ impl LinkStore for SqlStore {
             .is_some())
     }
 
+    async fn outbox_target_exists(&self, target: &str) -> Result<bool> {
+        Ok(
+            sqlx::query("SELECT 1 FROM outbox WHERE target = $1 LIMIT 1")
+                .bind(target.to_owned())
+                .fetch_optional(self.pool())
+                .await
+                .map_err(|e| self.classify(e))?
+                .is_some(),
+        )
+    }
+
     async fn outbox_latest_generation(
         &self,
         cluster_id: &str,

@@ -301,6 +301,7 @@ impl Rollout {
                 .collect(),
             execution: execution(rev),
             node_selector: std::collections::BTreeMap::new(),
+            headless_service: false,
         }
     }
 
@@ -937,6 +938,7 @@ impl RolloutTrigger {
             })
             .map(|r| Rollout::work(&r.id, &ns.id, None, Utc::now(), self.max_attempts))
             .collect();
+        tracing::debug!(target = %target, queued = work.len(), "pipeline.triggered");
         if !work.is_empty() {
             store.enqueue_work(&work).await?;
         }

@@ -1,0 +1,108 @@
+//! The spoke's own identity in a test execution cluster: applies
+//! `deploy/spoke/{namespace,rbac,admission}.yaml` (parsed into typed
+//! k8s-openapi objects, wildcards refused) and returns a client that acts as
+//! the spoke's ServiceAccount.
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::kube_env::TestCluster;
+
+/// Namespace of the spoke's ServiceAccount.
+pub const SPOKE_NAMESPACE: &str = "clawfed-system";
+/// The spoke's ServiceAccount.
+pub const SPOKE_SERVICE_ACCOUNT: &str = "clawfed-spoke";
+
+fn deploy_file(name: &str) -> Result<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/spoke/");
+    std::fs::read_to_string(format!("{path}{name}"))
+        .with_context(|| format!("reading deploy/spoke/{name}"))
+}
+
+fn typed<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T> {
+    Ok(serde_json::from_value(v.clone())?)
+}
+
+async fn apply_cluster_scoped<K>(client: &Client, obj: K) -> Result<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + serde::Serialize
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    Api::<K>::all(client.clone())
+        .patch(
+            &obj.name_any(),
+            &PatchParams::apply("clawfed-tests").force(),
+            &Patch::Apply(&obj),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Installs the spoke's namespace, ServiceAccount, RBAC and admission
+/// policy from deploy/spoke, as the cluster admin.
+pub async fn install_spoke_rbac(cluster: &TestCluster) -> Result<()> {
+    let admin = cluster.admin();
+    for file in ["namespace.yaml", "rbac.yaml", "admission.yaml"] {
+        let text = deploy_file(file)?;
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+            if v.is_null() {
+                continue;
+            }
+            match v["kind"].as_str().unwrap_or_default() {
+                "Namespace" => apply_cluster_scoped(&admin, typed::<Namespace>(&v)?).await?,
+                "ServiceAccount" => {
+                    let sa: ServiceAccount = typed(&v)?;
+                    let ns = sa.namespace().context("serviceaccount namespace")?;
+                    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+                        .patch(
+                            &sa.name_any(),
+                            &PatchParams::apply("clawfed-tests").force(),
+                            &Patch::Apply(&sa),
+                        )
+                        .await?;
+                }
+                "ClusterRole" => {
+                    let role: ClusterRole = typed(&v)?;
+                    for rule in role.rules.iter().flatten() {
+                        let wild = rule.verbs.iter().any(|s| s == "*")
+                            || rule.resources.iter().flatten().any(|s| s == "*")
+                            || rule.api_groups.iter().flatten().any(|s| s == "*");
+                        ensure!(!wild, "wildcard in {}", role.name_any());
+                    }
+                    apply_cluster_scoped(&admin, role).await?
+                }
+                "ClusterRoleBinding" => {
+                    apply_cluster_scoped(&admin, typed::<ClusterRoleBinding>(&v)?).await?
+                }
+                "ValidatingAdmissionPolicy" => {
+                    apply_cluster_scoped(&admin, typed::<ValidatingAdmissionPolicy>(&v)?).await?
+                }
+                "ValidatingAdmissionPolicyBinding" => {
+                    apply_cluster_scoped(&admin, typed::<ValidatingAdmissionPolicyBinding>(&v)?)
+                        .await?
+                }
+                other => bail!("unexpected kind {other} in deploy/spoke/{file}"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A client acting as the spoke's ServiceAccount (token via TokenRequest).
+pub async fn spoke_client(cluster: &TestCluster) -> Result<Client> {
+    install_spoke_rbac(cluster).await?;
+    cluster
+        .service_account_client(SPOKE_NAMESPACE, SPOKE_SERVICE_ACCOUNT, None)
+        .await
+}
