@@ -62,6 +62,8 @@ pub struct Config {
     #[serde(default)]
     pub pipeline: PipelineSettings,
     #[serde(default)]
+    pub gateway: GatewaySettings,
+    #[serde(default)]
     pub log: LogConfig,
 }
 
@@ -134,6 +136,24 @@ impl Default for WorkerSettings {
             health_interval_seconds: 60,
         }
     }
+}
+
+/// Agent Gateways in the control cluster.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GatewaySettings {
+    /// Off: revisions activate without a Gateway (logged at every
+    /// activation); on: Gateways and routes are managed in the control
+    /// cluster and their failures fail the revision.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Kubeconfig of the control cluster; in-cluster credentials when unset.
+    #[serde(default)]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Gateway objects: namespace, storage class, node selector, trusted
+    /// proxies, private routing, digest policy.
+    #[serde(default)]
+    pub options: crate::gateway::GatewayConfig,
 }
 
 /// The revision pipeline.
@@ -246,6 +266,7 @@ impl Default for Config {
             policy: PolicyConfig::default(),
             link: LinkSettings::default(),
             pipeline: PipelineSettings::default(),
+            gateway: GatewaySettings::default(),
             log: LogConfig::default(),
         }
     }
@@ -296,6 +317,8 @@ impl Config {
                 "CLAWFED_WORKER_ENABLED" => self.worker.enabled = parse(name, value)?,
                 "CLAWFED_LINK_ENABLED" => self.link.enabled = parse(name, value)?,
                 "CLAWFED_PIPELINE_ENABLED" => self.pipeline.enabled = parse(name, value)?,
+                "CLAWFED_GATEWAY_ENABLED" => self.gateway.enabled = parse(name, value)?,
+                "CLAWFED_GATEWAY_KUBECONFIG" => self.gateway.kubeconfig = Some(value.into()),
                 "CLAWFED_LINK_ADDR" => self.link.addr = parse(name, value)?,
                 "CLAWFED_LINK_CA_DIR" => self.link.ca_dir = value.into(),
                 "CLAWFED_LINK_CERT_TTL_SECONDS" => self.link.cert_ttl_seconds = parse(name, value)?,

@@ -44,6 +44,9 @@ pub enum ServerError {
     /// The spoke link could not start.
     #[error(transparent)]
     Link(#[from] crate::link::server::LinkError),
+    /// The control-cluster Gateways could not be set up.
+    #[error("gateways: {0}")]
+    Gateway(String),
 }
 
 /// A running hub.
@@ -97,6 +100,18 @@ pub async fn start_with_store(
     config: &Config,
     store: Arc<dyn Store>,
     handlers: Handlers,
+) -> Result<Hub, ServerError> {
+    start_with_parts(config, store, handlers, None).await
+}
+
+/// Starts the hub over an already-open store, with `gateways` instead of
+/// the ones `config.gateway` describes (tests pass a runtime acting as the
+/// hub's own ServiceAccount).
+pub async fn start_with_parts(
+    config: &Config,
+    store: Arc<dyn Store>,
+    handlers: Handlers,
+    gateways: Option<Arc<dyn GatewayRuntime>>,
 ) -> Result<Hub, ServerError> {
     let rest_listener = bind("rest", config.api.rest_addr).await?;
     let grpc_listener = bind("grpc", config.api.grpc_addr).await?;
@@ -189,7 +204,11 @@ pub async fn start_with_store(
             &mut tasks,
         )
         .await?;
-        let gateways: Arc<dyn GatewayRuntime> = Arc::new(GatewaysDisabled);
+        let gateways: Arc<dyn GatewayRuntime> = match gateways {
+            Some(g) => g,
+            None if config.gateway.enabled => Arc::new(control_cluster_gateways(config).await?),
+            None => Arc::new(GatewaysDisabled),
+        };
         let rollout = Rollout::new(
             link.clone(),
             gateways,
@@ -225,6 +244,33 @@ pub async fn start_with_store(
         shutdown,
         tasks,
     })
+}
+
+/// The Gateway room over the control cluster named by `gateway.kubeconfig`
+/// (or the in-cluster credentials).
+async fn control_cluster_gateways(
+    config: &Config,
+) -> Result<crate::gateway::Gateways, ServerError> {
+    let gateway = |e: String| ServerError::Gateway(e);
+    let kube_config = match &config.gateway.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| gateway(format!("gateway.kubeconfig {}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| gateway(format!("gateway.kubeconfig {}: {e}", path.display())))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| gateway(format!("control-cluster credentials: {e}")))?,
+    };
+    let client = kube::Client::try_from(kube_config)
+        .map_err(|e| gateway(format!("control-cluster client: {e}")))?;
+    crate::gateway::Gateways::new(client, config.gateway.options.clone())
+        .map_err(|e| gateway(format!("gateway.options: {e}")))
 }
 
 /// The REST application: `/api/v1`, `/openapi.json`, `/healthz`, `/readyz`.

@@ -65,13 +65,23 @@ impl TestHub {
         adjust: impl FnOnce(&mut Config),
         handlers: Handlers,
     ) -> Self {
+        Self::start_with_gateways(backend, adjust, handlers, None).await
+    }
+
+    /// As [`Self::start_with`], with a Gateway runtime for the pipeline.
+    pub async fn start_with_gateways(
+        backend: Backend,
+        adjust: impl FnOnce(&mut Config),
+        handlers: Handlers,
+        gateways: Option<std::sync::Arc<dyn clawfed_hub::worker::rollout::GatewayRuntime>>,
+    ) -> Self {
         let db = match backend {
             Backend::Sqlite => crate::db::sqlite().await,
             Backend::Postgres => crate::db::postgres().await,
         };
         let mut config = test_config(&db.url);
         adjust(&mut config);
-        let hub = server::start_with_store(&config, db.dyn_store(), handlers)
+        let hub = server::start_with_parts(&config, db.dyn_store(), handlers, gateways)
             .await
             .expect("start hub");
         let root_token = mint(db.store.as_ref(), "root", None, Role::InstallationAdmin).await;
