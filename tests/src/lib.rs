@@ -1,12 +1,14 @@
 //! Shared helpers for clawfed's integration tests.
 //!
 //! # Layout
+//! - [`control_env`]: the hub's RBAC, Gateway storage and edge Gateway in the control cluster.
 //! - [`db`]: throwaway SQLite files and PostgreSQL schemas for store tests.
 //! - [`hub`]: an in-process hub on `127.0.0.1:0` with its REST and gRPC clients.
 //! - [`link`]: in-process spokes that enroll with and connect to a test hub.
 //! - [`spoke_env`]: the spoke's own RBAC and ServiceAccount client in a test cluster.
 //! - [`kube_env`]: attach to the real Kubernetes test clusters (`e2e/cluster.sh`).
 
+pub mod control_env;
 pub mod db;
 pub mod hub;
 pub mod kube_env;

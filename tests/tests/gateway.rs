@@ -3,259 +3,50 @@
 //! deploy/hub (parsed from the YAML into typed objects and applied), kwok
 //! makes the Gateway Pods Running and Ready, the Gateway API CRDs are served.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result};
 use clawfed_hub::gateway::objects::{TRANSPORT_KEYS, route_api_resource, route_spec};
 use clawfed_hub::gateway::{
     Activation, DEFAULT_ROUTE_API_VERSION, Error, GatewayConfig, GatewaySpec, Gateways,
     PrivateRouting, Readiness, StepAction, Transport,
 };
 use clawfed_proto::labels;
-use clawfed_proto::work::EgressRule;
-use clawfed_tests::kube_env::{self, TestCluster, eventually, is_forbidden};
+use clawfed_tests::control_env::{
+    self, EDGE_GATEWAY, EDGE_NS, GW_NS, HUB_NS, NOROUTE_SA, STORAGE_CLASS, delete_volume, typed,
+    volume_for,
+};
+use clawfed_tests::kube_env::{TestCluster, eventually, is_forbidden};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
-    HostPathVolumeSource, Namespace, ObjectReference, PersistentVolume, PersistentVolumeClaim,
-    PersistentVolumeSpec, Pod, Secret, Service, ServiceAccount,
+    Namespace, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
-use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-    PostParams,
-};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use tokio::sync::OnceCell;
 
 const WAIT: Duration = Duration::from_secs(60);
-const HUB_NS: &str = "clawfed-system";
-const HUB_SA: &str = "clawfed-hub";
-const GW_NS: &str = "clawfed-gateways";
-const NOROUTE_SA: &str = "clawfed-hub-noroute";
-const STORAGE_CLASS: &str = "clawfed-gateway-test";
-const EDGE_NS: &str = "clawfed-edge";
-const EDGE_GATEWAY: &str = "edge";
-const EDGE_CLASS: &str = "clawfed-test-edge";
-
-fn deploy_file(name: &str) -> Result<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/hub/");
-    std::fs::read_to_string(format!("{path}{name}"))
-        .with_context(|| format!("reading deploy/hub/{name}"))
-}
-
-fn typed<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T> {
-    Ok(serde_json::from_value(v.clone())?)
-}
-
-fn pp() -> PatchParams {
-    PatchParams::apply("clawfed-tests").force()
-}
-
-async fn ssa<K>(api: Api<K>, obj: &K) -> Result<()>
-where
-    K: kube::Resource + serde::Serialize + DeserializeOwned + Clone + std::fmt::Debug,
-{
-    api.patch(&obj.name_any(), &pp(), &Patch::Apply(obj))
-        .await
-        .with_context(|| format!("applying {}", obj.name_any()))?;
-    Ok(())
-}
-
-/// The documents of a deploy/hub file, as JSON values.
-fn documents(file: &str) -> Result<Vec<serde_json::Value>> {
-    let text = deploy_file(file)?;
-    let mut out = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
-        if !v.is_null() {
-            out.push(v);
-        }
-    }
-    Ok(out)
-}
-
-fn no_wildcards(role: &Role) -> Result<()> {
-    for rule in role.rules.iter().flatten() {
-        for field in [
-            &rule.verbs,
-            rule.resources.as_ref().unwrap_or(&vec![]),
-            rule.api_groups.as_ref().unwrap_or(&vec![]),
-        ] {
-            ensure!(
-                !field.iter().any(|s| s.contains('*')),
-                "wildcard in {}",
-                role.name_any()
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Applies deploy/hub/{namespace,rbac}.yaml as admin, each document parsed
-/// into its typed k8s-openapi object, plus a second identity whose Role is
-/// the hub's without the httproutes rule.
-async fn install_hub(c: &TestCluster) -> Result<()> {
-    let admin = c.admin();
-    let mut hub_role = None;
-    for file in ["namespace.yaml", "rbac.yaml"] {
-        for v in documents(file)? {
-            match v["kind"].as_str().unwrap_or_default() {
-                "Namespace" => ssa(Api::all(admin.clone()), &typed::<Namespace>(&v)?).await?,
-                "ServiceAccount" => {
-                    let sa: ServiceAccount = typed(&v)?;
-                    let ns = sa.namespace().context("sa namespace")?;
-                    ssa(Api::namespaced(admin.clone(), &ns), &sa).await?
-                }
-                "Role" => {
-                    let role: Role = typed(&v)?;
-                    no_wildcards(&role)?;
-                    let ns = role.namespace().context("role namespace")?;
-                    ensure!(ns == GW_NS, "the hub's Role lives in {GW_NS}, not {ns}");
-                    ssa(Api::namespaced(admin.clone(), &ns), &role).await?;
-                    hub_role = Some(role);
-                }
-                "RoleBinding" => {
-                    let rb: RoleBinding = typed(&v)?;
-                    let ns = rb.namespace().context("rb namespace")?;
-                    ssa(Api::namespaced(admin.clone(), &ns), &rb).await?
-                }
-                other => {
-                    bail!("unexpected kind {other} in deploy/hub/{file} (no ClusterRole needed)")
-                }
-            }
-        }
-    }
-    // The same Role without route rights, for a second ServiceAccount.
-    let mut role = hub_role.context("deploy/hub/rbac.yaml has no Role")?;
-    role.metadata = ObjectMeta {
-        name: Some(NOROUTE_SA.into()),
-        namespace: Some(GW_NS.into()),
-        ..Default::default()
-    };
-    let before = role.rules.as_ref().map_or(0, Vec::len);
-    role.rules = role.rules.map(|rules| {
-        rules
-            .into_iter()
-            .filter(|r| !r.resources.iter().flatten().any(|x| x == "httproutes"))
-            .collect()
-    });
-    ensure!(
-        role.rules.as_ref().map_or(0, Vec::len) + 1 == before,
-        "one httproutes rule"
-    );
-    ssa(Api::namespaced(admin.clone(), GW_NS), &role).await?;
-    let sa: ServiceAccount = typed(&json!({
-        "metadata": { "name": NOROUTE_SA, "namespace": HUB_NS }
-    }))?;
-    ssa(Api::namespaced(admin.clone(), HUB_NS), &sa).await?;
-    let rb: RoleBinding = typed(&json!({
-        "metadata": { "name": NOROUTE_SA, "namespace": GW_NS },
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NOROUTE_SA },
-        "subjects": [{ "kind": "ServiceAccount", "name": NOROUTE_SA, "namespace": HUB_NS }]
-    }))?;
-    ssa(Api::namespaced(admin.clone(), GW_NS), &rb).await?;
-
-    // Storage for the Gateway PVCs (pre-bound PVs, see `volume_for`).
-    let sc: StorageClass = typed(&json!({
-        "metadata": { "name": STORAGE_CLASS },
-        "provisioner": "kubernetes.io/no-provisioner",
-        "volumeBindingMode": "Immediate",
-        "reclaimPolicy": "Retain"
-    }))?;
-    ssa(Api::all(admin.clone()), &sc).await?;
-
-    // A Gateway for the routes' parentRefs.
-    let ns: Namespace = typed(&json!({ "metadata": { "name": EDGE_NS } }))?;
-    ssa(Api::all(admin.clone()), &ns).await?;
-    let class: DynamicObject = typed(&json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-        "metadata": { "name": EDGE_CLASS },
-        "spec": { "controllerName": "clawfed.dev/test-controller" }
-    }))?;
-    ssa(
-        Api::all_with(
-            admin.clone(),
-            &gateway_api("GatewayClass", "gatewayclasses"),
-        ),
-        &class,
-    )
-    .await?;
-    let gw: DynamicObject = typed(&json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": { "name": EDGE_GATEWAY, "namespace": EDGE_NS },
-        "spec": {
-            "gatewayClassName": EDGE_CLASS,
-            "listeners": [{
-                "name": "http", "protocol": "HTTP", "port": 80,
-                "allowedRoutes": { "namespaces": { "from": "All" } }
-            }]
-        }
-    }))?;
-    ssa(
-        Api::namespaced_with(admin, EDGE_NS, &gateway_api("Gateway", "gateways")),
-        &gw,
-    )
-    .await?;
-    Ok(())
-}
-
-fn gateway_api(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", kind),
-        plural,
-    )
-}
 
 struct Env {
     cluster: TestCluster,
     hub: Client,
 }
 
-static INSTALLED: OnceCell<()> = OnceCell::const_new();
-
+/// The control cluster with deploy/hub installed (see
+/// `clawfed_tests::control_env`), and a client acting as the hub.
 async fn env() -> Result<Env> {
-    let cluster = kube_env::cluster("control").await?;
-    INSTALLED
-        .get_or_try_init(|| async { install_hub(&cluster).await })
-        .await?;
-    let hub = cluster.service_account_client(HUB_NS, HUB_SA, None).await?;
+    let cluster = control_env::control().await?;
+    let hub = control_env::hub_client(&cluster).await?;
     Ok(Env { cluster, hub })
 }
 
 fn config() -> GatewayConfig {
-    GatewayConfig {
-        namespace: GW_NS.into(),
-        storage_class: Some(STORAGE_CLASS.into()),
-        workspace_size: "1Gi".into(),
-        node_selector: BTreeMap::from([("type".into(), "kwok".into())]),
-        trusted_proxy_cidrs: vec!["10.244.0.0/24".into()],
-        approved_client_namespace_labels: BTreeMap::from([(
-            "clawfed.io/gateway-clients".into(),
-            "true".into(),
-        )]),
-        harness_egress: vec![EgressRule {
-            cidr: "198.51.100.0/24".into(),
-            ports: vec![8080],
-        }],
-        private_routing: Some(PrivateRouting {
-            gateway_name: EDGE_GATEWAY.into(),
-            gateway_namespace: EDGE_NS.into(),
-            hostname_suffix: "agents.clawfed.test".into(),
-            api_version: DEFAULT_ROUTE_API_VERSION.into(),
-        }),
-        require_immutable_digest: true,
-        delete_timeout_seconds: 60,
-        ..Default::default()
-    }
+    control_env::gateway_config()
 }
 
 fn agent_name(prefix: &str) -> String {
@@ -281,43 +72,6 @@ fn spec(agent: &str, revision: i64) -> GatewaySpec {
             tls: None,
         },
     }
-}
-
-/// A PV pre-bound to the Agent's Gateway PVC (the test cluster has no
-/// provisioner; kwok does not mount anything).
-async fn volume_for(admin: &Client, agent: &str) -> Result<String> {
-    let name = format!("gwtest-{agent}");
-    let pv = PersistentVolume {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            ..Default::default()
-        },
-        spec: Some(PersistentVolumeSpec {
-            capacity: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
-            access_modes: Some(vec!["ReadWriteOnce".into()]),
-            storage_class_name: Some(STORAGE_CLASS.into()),
-            persistent_volume_reclaim_policy: Some("Retain".into()),
-            host_path: Some(HostPathVolumeSource {
-                path: format!("/tmp/{name}"),
-                type_: None,
-            }),
-            claim_ref: Some(ObjectReference {
-                namespace: Some(GW_NS.into()),
-                name: Some(format!("{agent}-gateway-data")),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    ssa(Api::all(admin.clone()), &pv).await?;
-    Ok(name)
-}
-
-async fn delete_volume(admin: &Client, name: &str) {
-    let _ = Api::<PersistentVolume>::all(admin.clone())
-        .delete(name, &DeleteParams::background())
-        .await;
 }
 
 async fn wait_ready(g: &Gateways, agent: &str, revision: i64) -> Result<()> {
