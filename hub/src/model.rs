@@ -424,6 +424,9 @@ pub struct Cluster {
     pub last_seen: Option<DateTime<Utc>>,
     pub version: String,
     pub created_at: DateTime<Utc>,
+    /// Work queued for the cluster and not yet acked.
+    #[serde(default)]
+    pub outbox_depth: i64,
 }
 
 /// Body of `POST /api/v1/clusters/{name}/bootstrap-tokens`.

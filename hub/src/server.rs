@@ -130,6 +130,8 @@ pub async fn start_with_parts(
     let service = Service::new(store.clone(), config.policy());
     let mut metrics = metrics::Metrics::new();
     let link_metrics = crate::link::metrics::LinkMetrics::register(metrics.registry_mut());
+    let pipeline_metrics =
+        crate::worker::rollout::PipelineMetrics::register(metrics.registry_mut());
     let metrics = Arc::new(metrics);
     let state = AppState {
         service: service.clone(),
@@ -218,7 +220,8 @@ pub async fn start_with_parts(
                 ),
                 max_attempts: config.worker.max_attempts,
             },
-        );
+        )
+        .with_metrics(pipeline_metrics);
         if config.pipeline_enabled() {
             handlers.register(REVISION_ROLLOUT, RolloutHandler(rollout.clone()));
             handlers.register(AGENT_STOP, StopHandler(rollout));

@@ -678,13 +678,31 @@ impl Service {
     /// Enrolled clusters (shared infrastructure: any caller may read them).
     pub async fn list_clusters(&self, p: &Principal) -> Result<Vec<Cluster>> {
         self.check_read(p, Action::Read, None)?;
-        Ok(self.store.list_clusters().await?)
+        let mut clusters = self.store.list_clusters().await?;
+        self.with_outbox_depth(&mut clusters).await?;
+        Ok(clusters)
     }
 
     /// One cluster.
     pub async fn get_cluster(&self, p: &Principal, name: &str) -> Result<Cluster> {
         self.check_read(p, Action::Read, None)?;
-        Ok(self.store.get_cluster(name).await?)
+        let mut cluster = vec![self.store.get_cluster(name).await?];
+        self.with_outbox_depth(&mut cluster).await?;
+        Ok(cluster.remove(0))
+    }
+
+    async fn with_outbox_depth(&self, clusters: &mut [Cluster]) -> Result<()> {
+        let depths: std::collections::HashMap<String, i64> = self
+            .store
+            .outbox_summary()
+            .await?
+            .into_iter()
+            .map(|s| (s.cluster_id, s.depth))
+            .collect();
+        for c in clusters {
+            c.outbox_depth = depths.get(&c.id).copied().unwrap_or(0);
+        }
+        Ok(())
     }
 
     /// Creates a single-use, expiring bootstrap token for enrolling

@@ -233,6 +233,7 @@ fn cluster_to_pb(c: model::Cluster) -> pb::Cluster {
         last_seen: c.last_seen.map(time),
         version: c.version,
         created_at: time(c.created_at),
+        outbox_depth: c.outbox_depth,
     }
 }
 

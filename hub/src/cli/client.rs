@@ -17,8 +17,9 @@ use crate::api::error::ErrorBody;
 use crate::model::{
     Agent, AgentRevision, AgentSpec, AuditEvent, Cluster, Configuration, CreateAgent,
     CreateConfiguration, CreateNamespace, DeployRequest, ExecutionMode, FleetSummary, HarnessKind,
-    List, Namespace, UpdateAgent, UpdateConfiguration, WorkItem,
+    List, Namespace, RevisionPhase, UpdateAgent, UpdateConfiguration, WorkItem,
 };
+use std::time::Duration;
 
 /// clawfed: run OpenClaw agents across Kubernetes clusters.
 #[derive(Debug, Parser)]
@@ -168,6 +169,13 @@ enum AgentCommand {
         name: String,
         #[arg(long, short = 'n')]
         namespace: String,
+        /// Follow the latest revision's phases until it is active, failed
+        /// or stopped (phases go to stderr, the Agent to stdout).
+        #[arg(long)]
+        wait: bool,
+        /// Give up waiting after this many seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
     },
     /// Create a draft from flags, or from a spec file with -f.
     Create {
@@ -533,11 +541,21 @@ async fn run(cli: Cli) -> CliResult<String> {
                 c.get::<List<Agent>>(&format!("/namespaces/{namespace}/agents"))
                     .await?,
             ),
-            AgentCommand::Get { name, namespace } => one(
-                f,
-                c.get::<Agent>(&format!("/namespaces/{namespace}/agents/{name}"))
-                    .await?,
-            ),
+            AgentCommand::Get {
+                name,
+                namespace,
+                wait,
+                timeout,
+            } => {
+                if wait {
+                    wait_for_revision(&c, &namespace, &name, Duration::from_secs(timeout)).await?;
+                }
+                one(
+                    f,
+                    c.get::<Agent>(&format!("/namespaces/{namespace}/agents/{name}"))
+                        .await?,
+                )
+            }
             AgentCommand::Create {
                 name,
                 namespace,
@@ -616,7 +634,14 @@ async fn run(cli: Cli) -> CliResult<String> {
             )
             .await?,
         ),
-        Command::Fleet => one(f, c.get::<FleetSummary>("/fleet").await?),
+        Command::Fleet => {
+            let summary = c.get::<FleetSummary>("/fleet").await?;
+            if f != Format::Table {
+                return one(f, summary);
+            }
+            let clusters = c.get::<List<Cluster>>("/clusters").await?;
+            Ok(format!("{}\n{}", one(f, summary)?, list(f, clusters)?))
+        }
         Command::Audit { namespace, limit } => {
             let mut query = Vec::new();
             if let Some(ns) = namespace {
@@ -655,6 +680,65 @@ async fn run(cli: Cli) -> CliResult<String> {
             }
             WorkCommand::Get { id } => one(f, c.get::<WorkItem>(&format!("/work/{id}")).await?),
         },
+    }
+}
+
+/// Prints the latest revision's phases until it settles; an error when it
+/// failed or the wait timed out.
+async fn wait_for_revision(
+    c: &Client,
+    namespace: &str,
+    agent: &str,
+    timeout: Duration,
+) -> CliResult<()> {
+    let started = std::time::Instant::now();
+    let mut last: Option<(i64, RevisionPhase)> = None;
+    loop {
+        let a: Agent = c
+            .get(&format!("/namespaces/{namespace}/agents/{agent}"))
+            .await?;
+        let Some(number) = a.latest_revision else {
+            return Err(CliError::Usage(format!(
+                "agent {agent} has no revision to wait for; deploy it first"
+            )));
+        };
+        let rev: AgentRevision = c
+            .get(&format!(
+                "/namespaces/{namespace}/agents/{agent}/revisions/{number}"
+            ))
+            .await?;
+        if last != Some((number, rev.phase)) {
+            last = Some((number, rev.phase));
+            eprintln!(
+                "revision {number}: {} (+{:.1}s){}",
+                rev.phase.as_str(),
+                started.elapsed().as_secs_f64(),
+                rev.reason
+                    .as_deref()
+                    .map(|r| format!(" — {r}"))
+                    .unwrap_or_default()
+            );
+        }
+        match rev.phase {
+            RevisionPhase::Active | RevisionPhase::Stopped | RevisionPhase::Retired => {
+                return Ok(());
+            }
+            RevisionPhase::Failed => {
+                return Err(CliError::Other(format!(
+                    "revision {number} failed: {}",
+                    rev.reason.unwrap_or_default()
+                )));
+            }
+            _ => {}
+        }
+        if started.elapsed() > timeout {
+            return Err(CliError::Other(format!(
+                "revision {number} still {} after {}s",
+                rev.phase.as_str(),
+                timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

@@ -105,13 +105,14 @@ impl Tabular for AgentRevision {
 
 impl Tabular for Cluster {
     fn headers() -> &'static [&'static str] {
-        &["NAME", "STATE", "VERSION", "LAST SEEN"]
+        &["NAME", "STATE", "VERSION", "OUTBOX", "LAST SEEN"]
     }
     fn row(&self) -> Vec<String> {
         vec![
             self.name.clone(),
             self.connection_state.as_str().into(),
             self.version.clone(),
+            self.outbox_depth.to_string(),
             self.last_seen
                 .map_or_else(|| "-".into(), |t| format!("{} ago", ago(t))),
         ]

@@ -1463,6 +1463,7 @@ pub(super) fn cluster_from_row(r: &AnyRow) -> Result<Cluster> {
         last_seen: get::<Option<i64>>(r, W, "last_seen")?.map(from_ms),
         version: get(r, W, "version")?,
         created_at: from_ms(get(r, W, "created_at")?),
+        outbox_depth: 0,
     })
 }
 

@@ -139,6 +139,54 @@ fn gateway_failure(e: crate::gateway::Error) -> GatewayFailure {
     }
 }
 
+/// Labels of `occ_agent_operation_duration_seconds`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct OperationLabels {
+    /// `deploy` (deploy request to Active) or `stop`.
+    pub operation: String,
+    /// `ok` or `failed`.
+    pub result: String,
+}
+
+type OperationHistogram = prometheus_client::metrics::family::Family<
+    OperationLabels,
+    prometheus_client::metrics::histogram::Histogram,
+    fn() -> prometheus_client::metrics::histogram::Histogram,
+>;
+
+/// Pipeline metrics.
+#[derive(Debug, Clone)]
+pub struct PipelineMetrics {
+    pub operation_duration: OperationHistogram,
+}
+
+impl PipelineMetrics {
+    /// Registers `occ_agent_operation_duration_seconds`.
+    pub fn register(registry: &mut prometheus_client::registry::Registry) -> Self {
+        let operation_duration: OperationHistogram =
+            prometheus_client::metrics::family::Family::new_with_constructor(|| {
+                prometheus_client::metrics::histogram::Histogram::new(
+                    prometheus_client::metrics::histogram::exponential_buckets(0.01, 2.0, 16),
+                )
+            });
+        registry.register(
+            "occ_agent_operation_duration_seconds",
+            "Agent operations: deploy (request to Active or Failed) and stop",
+            operation_duration.clone(),
+        );
+        Self { operation_duration }
+    }
+
+    fn observe(&self, operation: &str, result: &str, seconds: f64) {
+        self.operation_duration
+            .get_or_create(&OperationLabels {
+                operation: operation.to_owned(),
+                result: result.to_owned(),
+            })
+            .observe(seconds);
+    }
+}
+
 /// Pipeline settings.
 #[derive(Debug, Clone)]
 pub struct RolloutConfig {
@@ -163,6 +211,7 @@ pub struct Rollout {
     link: LinkHandle,
     gateways: Arc<dyn GatewayRuntime>,
     config: RolloutConfig,
+    metrics: Option<PipelineMetrics>,
     /// One pass per revision at a time (reports can queue several).
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
 }
@@ -203,7 +252,21 @@ impl Rollout {
             link,
             gateways,
             config,
+            metrics: None,
             locks: Arc::default(),
+        }
+    }
+
+    /// Records operation durations in `metrics`.
+    pub fn with_metrics(mut self, metrics: PipelineMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    fn observe(&self, operation: &str, result: &str, since: chrono::DateTime<Utc>) {
+        if let Some(m) = &self.metrics {
+            let seconds = (Utc::now() - since).num_milliseconds().max(0) as f64 / 1000.0;
+            m.observe(operation, result, seconds);
         }
     }
 
@@ -618,6 +681,7 @@ impl Rollout {
                 }
                 if phase == RevisionPhase::Active {
                     self.log_completed(&rev);
+                    self.observe("deploy", "ok", rev.created_at);
                 }
             }
             Step::ApplyGateway => {
@@ -790,8 +854,10 @@ impl Rollout {
                     .await?;
             }
         }
+        let created = rev.created_at;
         self.enter(store, &mut rev, RevisionPhase::Failed, Some(reason))
             .await?;
+        self.observe("deploy", "failed", created);
         Ok(false)
     }
 
@@ -866,7 +932,8 @@ impl Rollout {
                 .await?;
             }
         }
-        tracing::info!(agent = %agent.name, namespace = %ns.name, "pipeline.stopped");
+        tracing::info!(agent = %agent.name, namespace = %ns.name, elapsedMs = (Utc::now() - item.created_at).num_milliseconds(), "pipeline.stopped");
+        self.observe("stop", "ok", item.created_at);
         Ok(())
     }
 }
