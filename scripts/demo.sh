@@ -1,61 +1,190 @@
 #!/usr/bin/env bash
-# The main job on the embedded defaults: builds clawfed, starts the hub on
-# SQLite (state in ./.clawfed/), creates an installation-admin token, a
-# namespace and an Agent, deploys it, prints the fleet and keeps the hub
-# serving until Ctrl-C. `--once` stops the hub after printing.
-#
-# The execution side (spoke, Kubernetes clusters, Gateway) arrives with the
-# link, spoke-execution and pipeline issues; until then the deployed revision
-# stays `pending` in the hub.
+# The main job, on the embedded defaults, in one command:
+#   - a control cluster and an execution cluster (real kube-apiserver,
+#     controller-manager, scheduler, etcd, kwok built from upstream modules,
+#     e2e/cluster.sh; built once into ~/.cache/clawfed),
+#   - the hub on SQLite (state in ./.clawfed/), with the link, the pipeline
+#     and the Agent Gateways in the control cluster (as the hub's own
+#     least-privilege ServiceAccount, deploy/hub),
+#   - one spoke enrolled with a bootstrap token, dialing out over mTLS and
+#     applying work in the execution cluster as its own ServiceAccount
+#     (deploy/spoke),
+#   - a sample Agent deployed and followed until it is Active, then the
+#     fleet status.
+# Ctrl-C stops the hub and the spoke (and the clusters this script started);
+# `--once` does so right after printing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 ONCE=0
 [ "${1:-}" = "--once" ] && ONCE=1
+STATE="$PWD/.clawfed"
+rm -rf "$STATE"
+mkdir -p "$STATE"
+log() { printf '\n== %s\n' "$*" >&2; }
 
-echo "== building clawfed" >&2
-cargo build --locked -p clawfed-hub --bins >&2
+log "building clawfed"
+cargo build --locked -p clawfed-hub -p clawfed-spoke --bins >&2
 BIN="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug"
 
-STATE=.clawfed
-mkdir -p "$STATE"
-export CLAWFED_DATABASE_URL="sqlite://$STATE/clawfed.db"
-export CLAWFED_LOG_FORMAT=text
-
-TOKEN_FILE="$STATE/admin.token"
-if [ ! -s "$TOKEN_FILE" ]; then
-  "$BIN/clawfed-hub" token create --name "demo-admin-$(date +%s)" --role installation-admin > "$TOKEN_FILE"
+log "Kubernetes control planes (built once, cached by version)"
+e2e/build.sh >/dev/null
+started=()
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ ${#started[@]} -gt 0 ]; then
+    log "stopping clusters ${started[*]}"
+    e2e/cluster.sh down "${started[@]}" >&2 || true
+  fi
+}
+trap cleanup EXIT
+for c in control exec-a; do
+  if ! e2e/cluster.sh status "$c" >/dev/null 2>&1; then
+    started+=("$c")
+  fi
+done
+if [ ${#started[@]} -gt 0 ]; then
+  log "starting clusters ${started[*]}"
+  e2e/cluster.sh up "${started[@]}" >&2
 fi
-export CLAWFED_TOKEN="$(cat "$TOKEN_FILE")"
+kc() { e2e/cluster.sh kubectl "$@"; }
 
+log "least-privilege identities: hub in control, spoke in exec-a"
+kc control apply --server-side --force-conflicts -f deploy/hub/namespace.yaml -f deploy/hub/rbac.yaml >&2
+kc exec-a apply --server-side --force-conflicts -f deploy/spoke/namespace.yaml -f deploy/spoke/rbac.yaml -f deploy/spoke/admission.yaml >&2
+# Storage for the Gateway's SQLite volume (kwok nodes mount nothing, and the
+# test clusters have no provisioner) and an edge Gateway for the routes.
+kc control apply --server-side --force-conflicts -f - >&2 <<'EOF'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: { name: clawfed-demo-local }
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: Immediate
+reclaimPolicy: Retain
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: { name: clawfed-demo-hello-gateway }
+spec:
+  capacity: { storage: 1Gi }
+  accessModes: [ReadWriteOnce]
+  storageClassName: clawfed-demo-local
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: { path: /var/lib/clawfed-demo/hello-gateway }
+  claimRef: { namespace: clawfed-gateways, name: hello-gateway-data }
+---
+apiVersion: v1
+kind: Namespace
+metadata: { name: clawfed-edge }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: { name: clawfed-demo }
+spec: { controllerName: clawfed.io/demo-controller }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: { name: edge, namespace: clawfed-edge }
+spec:
+  gatewayClassName: clawfed-demo
+  listeners:
+    - name: http
+      protocol: HTTP
+      port: 80
+      allowedRoutes: { namespaces: { from: All } }
+EOF
+
+# A kubeconfig acting as a ServiceAccount (token from the TokenRequest API).
+sa_kubeconfig() { # cluster namespace serviceaccount out
+  local token server ca
+  token="$(kc "$1" create token "$3" -n "$2" --duration=24h)"
+  server="$(kc "$1" config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
+  ca="$(kc "$1" config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')"
+  cat > "$4" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{ name: c, cluster: { server: "$server", certificate-authority-data: "$ca" } }]
+users: [{ name: u, user: { token: "$token" } }]
+contexts: [{ name: c, context: { cluster: c, user: u, namespace: "$2" } }]
+current-context: c
+EOF
+  chmod 600 "$4"
+}
+sa_kubeconfig control clawfed-system clawfed-hub "$STATE/hub-control.kubeconfig"
+sa_kubeconfig exec-a clawfed-system clawfed-spoke "$STATE/spoke-exec-a.kubeconfig"
+
+cat > "$STATE/hub.yaml" <<EOF
+version: 1
+database: { url: "sqlite://$STATE/clawfed.db" }
+link: { addr: "127.0.0.1:18443", caDir: "$STATE/ca", heartbeatSeconds: 5 }
+pipeline: { readyDeadlineSeconds: 120 }
+gateway:
+  enabled: true
+  kubeconfig: "$STATE/hub-control.kubeconfig"
+  options:
+    namespace: clawfed-gateways
+    storageClass: clawfed-demo-local
+    workspaceSize: 1Gi
+    trustedProxyCidrs: ["10.244.0.0/16"]
+    privateRouting:
+      gatewayName: edge
+      gatewayNamespace: clawfed-edge
+      hostnameSuffix: agents.clawfed.local
+log: { format: text, filter: "info,kube=warn" }
+EOF
+
+log "hub"
+export CLAWFED_CONFIG="$STATE/hub.yaml"
+"$BIN/clawfed-hub" token create --name demo-admin --role installation-admin > "$STATE/admin.token"
 "$BIN/clawfed-hub" serve > "$STATE/hub.out" 2> "$STATE/hub.log" &
-HUB_PID=$!
-stop_hub() { kill -TERM "$HUB_PID" 2>/dev/null && wait "$HUB_PID" 2>/dev/null || true; }
-trap stop_hub EXIT
-
+pids+=($!)
 for _ in $(seq 1 100); do
   grep -q listening "$STATE/hub.out" 2>/dev/null && break
-  kill -0 "$HUB_PID" 2>/dev/null || { cat "$STATE/hub.log" >&2; exit 1; }
+  kill -0 "${pids[0]}" 2>/dev/null || { cat "$STATE/hub.log" >&2; exit 1; }
   sleep 0.1
 done
 cat "$STATE/hub.out"
 export CLAWFED_SERVER="$(sed -n 's/.*rest=\([^ ]*\).*/\1/p' "$STATE/hub.out")"
+export CLAWFED_TOKEN="$(cat "$STATE/admin.token")"
 
+log "spoke for exec-a (bootstrap token, CSR, mTLS)"
+"$BIN/clawfed-hub" cluster token create exec-a --ttl 10m > "$STATE/exec-a.token" 2>/dev/null
+"$BIN/clawfed-hub" cluster ca > "$STATE/hub-ca.pem"
+KUBECONFIG="$STATE/spoke-exec-a.kubeconfig" "$BIN/clawfed-spoke" \
+  --hub-url https://127.0.0.1:18443 --ca-file "$STATE/hub-ca.pem" \
+  --cluster-name exec-a --bootstrap-token-file "$STATE/exec-a.token" \
+  --state-dir "$STATE/spoke" --applier kube --metrics-addr 127.0.0.1:19465 \
+  2> "$STATE/spoke.log" &
+pids+=($!)
 cf() { echo "\$ clawfed $*"; "$BIN/clawfed" "$@"; }
-"$BIN/clawfed" namespaces get demo >/dev/null 2>&1 || cf namespaces create demo --display-name "Demo tenant"
-"$BIN/clawfed" agents get hello -n demo >/dev/null 2>&1 || \
-  cf agents create hello -n demo --harness-kind embedded-openclaw \
-    --image "ghcr.io/openclaw/openclaw@sha256:$(printf 'demo' | sha256sum | cut -d' ' -f1)" \
-    --memory-limit 512Mi --cpu-request 250m
+for _ in $(seq 1 100); do
+  "$BIN/clawfed" clusters get exec-a -o json 2>/dev/null | grep -q '"connectionState": "online"' && break
+  sleep 0.2
+done
+cf clusters list
+
+log "a sample Agent, deployed and followed until Active"
+digest() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
+cf namespaces create demo --display-name "Demo tenant"
+cf agents create hello -n demo --harness-kind embedded-openclaw \
+  --image "ghcr.io/openclaw/openclaw@sha256:$(digest harness)" \
+  --gateway-image "ghcr.io/openclaw/openclaw-gateway@sha256:$(digest gateway)" \
+  --cluster exec-a --cpu-request 250m --memory-limit 512Mi
 cf deploy hello -n demo
-sleep 1
-cf namespaces list
+cf agents get hello -n demo --wait --timeout 180
 cf revisions list -a hello -n demo
 cf fleet
 echo
-echo "hub log: $STATE/hub.log   token: $TOKEN_FILE   (clawfed reads CLAWFED_SERVER and CLAWFED_TOKEN)"
+echo "Gateway and route in the control cluster:"
+kc control get deployments,services,httproutes -n clawfed-gateways -o name
+echo "Harness in the execution cluster:"
+kc exec-a get deployments,pods -A -l clawfed.io/agent=hello -o wide
+echo
+echo "logs: $STATE/hub.log $STATE/spoke.log   token: $STATE/admin.token"
 if [ "$ONCE" = 1 ]; then
   exit 0
 fi
-echo "hub serving at $CLAWFED_SERVER; Ctrl-C stops it"
-wait "$HUB_PID"
+echo "hub at $CLAWFED_SERVER (CLAWFED_SERVER/CLAWFED_TOKEN as above); Ctrl-C stops everything"
+wait "${pids[0]}"

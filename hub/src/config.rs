@@ -73,7 +73,8 @@ fn one() -> u32 {
 
 /// Where desired state lives.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+// Every field is optional: a partial section keeps the other defaults.
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct DatabaseConfig {
     /// `sqlite://path` (embedded default) or `postgres://…`.
     pub url: String,
@@ -89,7 +90,8 @@ impl Default for DatabaseConfig {
 
 /// Listen addresses and request limits.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+// Every field is optional: a partial section keeps the other defaults.
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ApiConfig {
     pub rest_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
@@ -111,7 +113,8 @@ impl Default for ApiConfig {
 
 /// The worker.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+// Every field is optional: a partial section keeps the other defaults.
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct WorkerSettings {
     pub enabled: bool,
     pub batch_size: u32,
@@ -158,7 +161,8 @@ pub struct GatewaySettings {
 
 /// The revision pipeline.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+// Every field is optional: a partial section keeps the other defaults.
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct PipelineSettings {
     /// Drive deployed revisions to spokes (needs the link).
     pub enabled: bool,
@@ -178,7 +182,8 @@ impl Default for PipelineSettings {
 
 /// The spoke link (mTLS gRPC port spokes dial).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+// Every field is optional: a partial section keeps the other defaults.
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct LinkSettings {
     pub enabled: bool,
     pub addr: SocketAddr,
@@ -213,7 +218,8 @@ impl Default for LinkSettings {
 
 /// Installation policy.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+// Every field is optional: a partial section keeps the other defaults.
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct PolicyConfig {
     pub require_immutable_digest: bool,
     pub default_gateway_image: String,
@@ -231,7 +237,8 @@ impl Default for PolicyConfig {
 
 /// Logging.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+// Every field is optional: a partial section keeps the other defaults.
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct LogConfig {
     /// `json` (default) or `text`.
     pub format: LogFormat,
