@@ -439,6 +439,9 @@ pub struct CreateBootstrapToken {
     /// Allow re-enrolling an already enrolled cluster name.
     #[serde(default)]
     pub reenroll: bool,
+    /// Issue the certificate only after `POST /clusters/{name}/approve`.
+    #[serde(default)]
+    pub require_approval: bool,
 }
 
 /// A freshly created bootstrap token; the secret is shown only here.

@@ -737,6 +737,7 @@ impl Service {
                         cluster_name: cluster_name.to_owned(),
                         hash,
                         reenroll: req.reenroll,
+                        require_approval: req.require_approval,
                         created_by: p.actor(),
                         expires_at: Utc::now() + chrono::Duration::seconds(ttl),
                     },
@@ -751,6 +752,24 @@ impl Service {
             })
         }
         .await;
+        self.record(p, what, None, &target, result).await
+    }
+
+    /// Approves a spoke's pending enrollment (tokens created with
+    /// `requireApproval`).
+    pub async fn approve_cluster(&self, p: &Principal, name: &str) -> Result<()> {
+        let target = format!("clusters/{name}");
+        let what = "cluster.approve";
+        self.check_mutation(p, Action::Installation, None, what, &target)
+            .await?;
+        let fx = Effects::audit(audit(p, what, None, &target, "ok", None));
+        let result = match self.store.approve_enrollment(name, Utc::now(), &fx).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ServiceError::NotFound(format!(
+                "no enrollment of cluster {name:?} is awaiting approval"
+            ))),
+            Err(e) => Err(e.into()),
+        };
         self.record(p, what, None, &target, result).await
     }
 

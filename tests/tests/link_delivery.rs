@@ -268,3 +268,58 @@ async fn certificates_rotate_without_dropping_work() {
     assert!(spoke.metrics.certificate_expiry_seconds.get() > 0.0);
     spoke.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enrollment_can_wait_for_manual_approval() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let created = hub
+        .http
+        .post(hub.url("/clusters/exec-a/bootstrap-tokens"))
+        .bearer_auth(&hub.root_token)
+        .json(&json!({ "requireApproval": true }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let token = created
+        .json::<clawfed_hub::model::BootstrapTokenCreated>()
+        .await
+        .unwrap()
+        .token;
+    // Nothing is pending before the spoke asks.
+    let approve = |hub: &TestHub| {
+        hub.http
+            .post(hub.url("/clusters/exec-a/approve"))
+            .bearer_auth(&hub.root_token)
+            .send()
+    };
+    assert_eq!(approve(&hub).await.unwrap().status(), 404);
+    let dir = tempfile::tempdir().unwrap();
+    let spoke = start_spoke(&hub, "exec-a", Some(token), dir.path());
+    // The spoke waits (retrying) and gets no certificate; no cluster yet.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(cluster(&hub, "exec-a").await.is_none());
+    assert!(!dir.path().join("identity.json").exists());
+    assert_eq!(approve(&hub).await.unwrap().status(), 204);
+    wait_state(&hub, "exec-a", ConnectionState::Online).await;
+    assert!(dir.path().join("identity.json").exists());
+    let audit: serde_json::Value = hub
+        .http
+        .get(hub.url("/audit"))
+        .bearer_auth(&hub.root_token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let actions: Vec<&str> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert!(actions.contains(&"cluster.approve"), "{actions:?}");
+    assert!(actions.contains(&"cluster.enroll"), "{actions:?}");
+    spoke.stop().await.unwrap();
+}

@@ -583,6 +583,7 @@ impl AdminService for AdminApi {
                 model::CreateBootstrapToken {
                     ttl_seconds: limit(r.ttl_seconds),
                     reenroll: r.reenroll,
+                    require_approval: r.require_approval,
                 },
             )
             .await?;

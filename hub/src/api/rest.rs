@@ -74,6 +74,7 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(get_cluster))
         .routes(routes!(create_bootstrap_token))
         .routes(routes!(revoke_cluster))
+        .routes(routes!(approve_cluster))
         .routes(routes!(fleet))
         .routes(routes!(list_audit))
         .routes(routes!(list_work))
@@ -575,6 +576,19 @@ async fn create_bootstrap_token(
             .create_bootstrap_token(&p, &name, body.or_default())
             .await?,
     ))
+}
+
+/// Approve a cluster's pending enrollment (tokens with `requireApproval`).
+#[utoipa::path(post, path = "/api/v1/clusters/{name}/approve", tag = "clusters",
+    params(("name" = String, Path)),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn approve_cluster(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    PathParams(name): PathParams<String>,
+) -> ApiResult<StatusCode> {
+    s.service.approve_cluster(&p, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Revoke a cluster: its stream closes within a second and it cannot

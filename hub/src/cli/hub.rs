@@ -51,6 +51,8 @@ enum ClusterCommand {
     },
     /// Revoke a cluster: its stream closes and it cannot reconnect.
     Revoke { name: String },
+    /// Approve a pending enrollment (tokens created with --require-approval).
+    Approve { name: String },
     /// Print the link CA certificate (PEM) that spokes pin.
     Ca,
 }
@@ -67,6 +69,9 @@ enum ClusterTokenCommand {
         /// Allow re-enrolling an already enrolled name (an admin decision).
         #[arg(long)]
         reenroll: bool,
+        /// Issue the certificate only after `cluster approve NAME`.
+        #[arg(long)]
+        require_approval: bool,
     },
 }
 
@@ -256,6 +261,7 @@ async fn cluster(config: &Config, command: ClusterCommand) -> anyhow::Result<()>
                     name,
                     ttl,
                     reenroll,
+                    require_approval,
                 },
         } => {
             let ttl_seconds = ttl
@@ -270,6 +276,7 @@ async fn cluster(config: &Config, command: ClusterCommand) -> anyhow::Result<()>
                     crate::model::CreateBootstrapToken {
                         ttl_seconds,
                         reenroll,
+                        require_approval,
                     },
                 )
                 .await
@@ -286,6 +293,13 @@ async fn cluster(config: &Config, command: ClusterCommand) -> anyhow::Result<()>
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             println!("cluster {} revoked", cluster.name);
+        }
+        ClusterCommand::Approve { name } => {
+            service
+                .approve_cluster(&operator, &name)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("enrollment of cluster {name} approved");
         }
         ClusterCommand::Ca => {}
     }

@@ -87,6 +87,8 @@ impl Enrollment for EnrollmentApi {
                     EnrollRejected::AlreadyEnrolled(_) => {
                         Status::failed_precondition(rejected.to_string())
                     }
+                    // Retryable by the spoke: it keeps its key and asks again.
+                    EnrollRejected::AwaitingApproval => Status::unavailable(rejected.to_string()),
                     _ => Status::unauthenticated(rejected.to_string()),
                 });
             }

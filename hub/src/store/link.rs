@@ -19,6 +19,8 @@ pub struct NewBootstrapToken {
     pub hash: String,
     /// An admin's decision that this token may re-enroll an existing name.
     pub reenroll: bool,
+    /// Enrollment waits for `cluster approve` before a certificate is issued.
+    pub require_approval: bool,
     pub created_by: String,
     pub expires_at: DateTime<Utc>,
 }
@@ -48,6 +50,10 @@ pub enum EnrollRejected {
     /// The token was issued for another cluster name.
     #[error("bootstrap token was issued for another cluster name")]
     WrongCluster,
+    /// The token needs an admin's approval, which has not been given yet;
+    /// the spoke retries. Nothing is consumed.
+    #[error("enrollment is awaiting approval (clawfed-hub cluster approve NAME)")]
+    AwaitingApproval,
     /// The name is enrolled and the token carries no re-enrollment decision.
     #[error(
         "cluster {0:?} is already enrolled; re-enrollment needs a token created with --reenroll"
@@ -122,6 +128,15 @@ pub trait LinkStore: Send + Sync {
         cluster_name: &str,
         now: DateTime<Utc>,
     ) -> Result<Result<Cluster, EnrollRejected>>;
+
+    /// Approves the pending enrollment of `cluster_name` (a spoke presented
+    /// a valid approval-requiring token). Returns whether one was pending.
+    async fn approve_enrollment(
+        &self,
+        cluster_name: &str,
+        now: DateTime<Utc>,
+        fx: &Effects,
+    ) -> Result<bool>;
 
     /// Records a certificate issued to a cluster.
     async fn add_certificate(

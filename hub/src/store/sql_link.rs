@@ -55,7 +55,8 @@ impl LinkStore for SqlStore {
         let id = Uuid::now_v7().to_string();
         sqlx::query(
             "INSERT INTO bootstrap_tokens (id, cluster_name, token_hash, reenroll, created_by, \
-             created_at, expires_at, used_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)",
+             created_at, expires_at, used_at, require_approval) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, $8)",
         )
         .bind(id.clone())
         .bind(token.cluster_name.clone())
@@ -64,6 +65,7 @@ impl LinkStore for SqlStore {
         .bind(token.created_by.clone())
         .bind(ms(now))
         .bind(ms(token.expires_at))
+        .bind(i64::from(token.require_approval))
         .execute(&mut *tx)
         .await
         .map_err(|e| self.classify(e))?;
@@ -86,8 +88,8 @@ impl LinkStore for SqlStore {
     ) -> Result<Result<Cluster, EnrollRejected>> {
         let mut tx = self.begin().await?;
         let Some(row) = sqlx::query(
-            "SELECT id, cluster_name, reenroll, expires_at, used_at FROM bootstrap_tokens \
-             WHERE token_hash = $1",
+            "SELECT id, cluster_name, reenroll, expires_at, used_at, require_approval, \
+             approved_at FROM bootstrap_tokens WHERE token_hash = $1",
         )
         .bind(token_hash.to_owned())
         .fetch_optional(&mut *tx)
@@ -107,6 +109,20 @@ impl LinkStore for SqlStore {
         }
         if for_cluster != cluster_name {
             return Ok(Err(EnrollRejected::WrongCluster));
+        }
+        let needs_approval = row.get::<i64, _>(5) != 0;
+        if needs_approval && row.get::<Option<i64>, _>(6).is_none() {
+            sqlx::query(
+                "UPDATE bootstrap_tokens SET pending_since = COALESCE(pending_since, $1) \
+                 WHERE id = $2",
+            )
+            .bind(ms(now))
+            .bind(token_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?;
+            self.commit(tx).await?;
+            return Ok(Err(EnrollRejected::AwaitingApproval));
         }
         // Consume first: a concurrent enrollment with the same token finds
         // it used (the UPDATE is the single winner).
@@ -188,6 +204,32 @@ impl LinkStore for SqlStore {
             .await?;
         self.commit(tx).await?;
         Ok(Ok(self.get_cluster_by_id(&id).await?))
+    }
+
+    async fn approve_enrollment(
+        &self,
+        cluster_name: &str,
+        now: DateTime<Utc>,
+        fx: &Effects,
+    ) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        let approved = sqlx::query(
+            "UPDATE bootstrap_tokens SET approved_at = $1 WHERE cluster_name = $2 \
+             AND require_approval = 1 AND pending_since IS NOT NULL AND approved_at IS NULL \
+             AND used_at IS NULL AND expires_at > $1",
+        )
+        .bind(ms(now))
+        .bind(cluster_name.to_owned())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        if approved == 0 {
+            return Ok(false);
+        }
+        self.write_effects(&mut tx, fx, now).await?;
+        self.commit(tx).await?;
+        Ok(true)
     }
 
     async fn add_certificate(
