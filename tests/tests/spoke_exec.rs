@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result};
 use async_trait::async_trait;
 use clawfed_proto::labels;
 use clawfed_proto::link::v1::{ReadinessObservation, Report, Work, WorkResult, report};
@@ -22,16 +22,12 @@ use clawfed_spoke::provider::crd::CrdSandboxDriver;
 use clawfed_spoke::provider::ordinary::DeploymentDriver;
 use clawfed_spoke::provider::{NamespaceContext, ProviderError, RevisionContext, SandboxDriver};
 use clawfed_tests::kube_env::{self, TestCluster, eventually, is_forbidden};
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, LimitRange, Namespace, PersistentVolumeClaim, Pod, ResourceQuota, Secret, Service,
-    ServiceAccount,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
@@ -42,88 +38,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(60);
-const SPOKE_NS: &str = "clawfed-system";
-const SPOKE_SA: &str = "clawfed-spoke";
-
-fn deploy_file(name: &str) -> Result<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/spoke/");
-    std::fs::read_to_string(format!("{path}{name}"))
-        .with_context(|| format!("reading deploy/spoke/{name}"))
-}
+use clawfed_tests::spoke_env::{
+    SPOKE_NAMESPACE as SPOKE_NS, SPOKE_SERVICE_ACCOUNT as SPOKE_SA, install_spoke_rbac,
+};
 
 fn typed<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T> {
     Ok(serde_json::from_value(v.clone())?)
-}
-
-async fn ssa_all<K>(client: &Client, obj: K) -> Result<()>
-where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
-        + serde::Serialize
-        + DeserializeOwned
-        + Clone
-        + std::fmt::Debug,
-{
-    let pp = PatchParams::apply("clawfed-tests").force();
-    Api::<K>::all(client.clone())
-        .patch(&obj.name_any(), &pp, &Patch::Apply(&obj))
-        .await?;
-    Ok(())
-}
-
-async fn ssa_service_account(client: &Client, obj: ServiceAccount) -> Result<()> {
-    let pp = PatchParams::apply("clawfed-tests").force();
-    let ns = obj.namespace().context("serviceaccount namespace")?;
-    Api::<ServiceAccount>::namespaced(client.clone(), &ns)
-        .patch(&obj.name_any(), &pp, &Patch::Apply(&obj))
-        .await?;
-    Ok(())
-}
-
-/// Applies deploy/spoke/{namespace,rbac,admission}.yaml as admin, each
-/// document parsed into its typed k8s-openapi object.
-async fn install_spoke_rbac(c: &TestCluster) -> Result<()> {
-    let admin = c.admin();
-    for file in ["namespace.yaml", "rbac.yaml", "admission.yaml"] {
-        let text = deploy_file(file)?;
-        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-            let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
-            if v.is_null() {
-                continue;
-            }
-            match v["kind"].as_str().unwrap_or_default() {
-                "Namespace" => ssa_all(&admin, typed::<Namespace>(&v)?).await?,
-                "ServiceAccount" => {
-                    ssa_service_account(&admin, typed::<ServiceAccount>(&v)?).await?
-                }
-                "ClusterRole" => {
-                    let role: ClusterRole = typed(&v)?;
-                    for rule in role.rules.iter().flatten() {
-                        for field in [
-                            &rule.verbs,
-                            rule.resources.as_ref().unwrap_or(&vec![]),
-                            rule.api_groups.as_ref().unwrap_or(&vec![]),
-                        ] {
-                            ensure!(
-                                !field.iter().any(|s| s == "*"),
-                                "wildcard in {}",
-                                role.name_any()
-                            );
-                        }
-                    }
-                    ssa_all(&admin, role).await?
-                }
-                "ClusterRoleBinding" => ssa_all(&admin, typed::<ClusterRoleBinding>(&v)?).await?,
-                "ValidatingAdmissionPolicy" => {
-                    ssa_all(&admin, typed::<ValidatingAdmissionPolicy>(&v)?).await?
-                }
-                "ValidatingAdmissionPolicyBinding" => {
-                    ssa_all(&admin, typed::<ValidatingAdmissionPolicyBinding>(&v)?).await?
-                }
-                other => bail!("unexpected kind {other} in deploy/spoke/{file}"),
-            }
-        }
-    }
-    Ok(())
 }
 
 struct Env {
