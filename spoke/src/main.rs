@@ -45,12 +45,20 @@ struct Args {
     /// (in cluster).
     #[arg(long, env = "CLAWFED_IDENTITY_SECRET")]
     identity_secret: Option<String>,
-    #[arg(long, env = "CLAWFED_IDENTITY_NAMESPACE", default_value = "clawfed-system")]
+    #[arg(
+        long,
+        env = "CLAWFED_IDENTITY_NAMESPACE",
+        default_value = "clawfed-system"
+    )]
     identity_namespace: String,
     #[arg(long, value_enum, default_value = "kube", env = "CLAWFED_APPLIER")]
     applier: Applier,
     /// Prometheus metrics listener.
-    #[arg(long, env = "CLAWFED_SPOKE_METRICS_ADDR", default_value = "127.0.0.1:9465")]
+    #[arg(
+        long,
+        env = "CLAWFED_SPOKE_METRICS_ADDR",
+        default_value = "127.0.0.1:9465"
+    )]
     metrics_addr: SocketAddr,
     /// Reconnect backoff cap in seconds.
     #[arg(long, default_value_t = 30)]
@@ -86,7 +94,11 @@ async fn main() -> anyhow::Result<()> {
 
     let needs_kube = args.applier == Applier::Kube || args.identity_secret.is_some();
     let kube = if needs_kube {
-        Some(kube::Client::try_default().await.context("Kubernetes client")?)
+        Some(
+            kube::Client::try_default()
+                .await
+                .context("Kubernetes client")?,
+        )
     } else {
         None
     };
@@ -97,7 +109,9 @@ async fn main() -> anyhow::Result<()> {
             name,
         )),
         (None, Some(dir), _) => Arc::new(FileIdentityStore::new(dir)),
-        _ => anyhow::bail!("--state-dir or --identity-secret: one is required to keep the spoke's identity"),
+        _ => anyhow::bail!(
+            "--state-dir or --identity-secret: one is required to keep the spoke's identity"
+        ),
     };
 
     let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(1024);
