@@ -668,6 +668,7 @@ async fn an_expired_bootstrap_token_is_refused(backend: Backend) {
                 cluster_name: "exec-a".into(),
                 hash,
                 reenroll: false,
+                require_approval: false,
                 created_by: "test".into(),
                 expires_at: Utc::now() - chrono::Duration::seconds(1),
             },

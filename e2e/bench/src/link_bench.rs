@@ -650,6 +650,7 @@ async fn enroll_all(
                     cluster_name: name.clone(),
                     hash,
                     reenroll: false,
+                    require_approval: false,
                     created_by: "link-bench".into(),
                     expires_at,
                 },
