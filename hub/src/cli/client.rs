@@ -550,11 +550,31 @@ async fn run(cli: Cli) -> CliResult<String> {
                 if wait {
                     wait_for_revision(&c, &namespace, &name, Duration::from_secs(timeout)).await?;
                 }
-                one(
-                    f,
-                    c.get::<Agent>(&format!("/namespaces/{namespace}/agents/{name}"))
-                        .await?,
-                )
+                let agent = c
+                    .get::<Agent>(&format!("/namespaces/{namespace}/agents/{name}"))
+                    .await?;
+                let status = match (f, agent.latest_revision) {
+                    (Format::Table, Some(n)) => {
+                        let rev = c
+                            .get::<AgentRevision>(&format!(
+                                "/namespaces/{namespace}/agents/{name}/revisions/{n}"
+                            ))
+                            .await?;
+                        format!(
+                            "\nrevision {n}: {} on {}{}{}\n",
+                            rev.phase.as_str(),
+                            rev.resolved_cluster.as_deref().unwrap_or("(not placed)"),
+                            if rev.phase == RevisionPhase::Active {
+                                ", ready"
+                            } else {
+                                ", not ready"
+                            },
+                            rev.reason.map(|r| format!(" — {r}")).unwrap_or_default()
+                        )
+                    }
+                    _ => String::new(),
+                };
+                Ok(format!("{}{status}", one(f, agent)?))
             }
             AgentCommand::Create {
                 name,
