@@ -84,8 +84,9 @@ impl GatewayRuntime for crate::gateway::Gateways {
             revision: t.revision,
             revision_id: t.revision_id.clone(),
             image: (!t.image.is_empty()).then(|| t.image.clone()),
+            // The spoke's Harness Service is `<agent>-r<N>-harness`.
             harness_endpoint: format!(
-                "http://{}-r{}.{}.svc:{}",
+                "http://{}-r{}-harness.{}.svc:{}",
                 t.agent, t.revision, t.harness_namespace, t.harness_port
             ),
             transport: crate::gateway::Transport {
