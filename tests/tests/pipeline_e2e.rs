@@ -1,0 +1,1708 @@
+//! End-to-end proof of the revision pipeline on real parts: real
+//! PostgreSQL, real mTLS on the spoke link, the hub's Gateway room acting as
+//! the hub's own ServiceAccount in the `control` cluster, and a real spoke
+//! (the Kubernetes executor as the spoke's ServiceAccount) on `exec-a`. Both
+//! clusters are real kube-apiservers with controller-manager, scheduler and
+//! kwok.
+//!
+//! Needs `e2e/cluster.sh up control exec-a` and `eval "$(scripts/postgres.sh
+//! env)"`. The hub-process tests (SIGKILL of the hub, spoke and hub outages)
+//! run the `clawfed-hub` and `clawfed-spoke` binaries of the target dir:
+//! `cargo build -p clawfed-hub -p clawfed-spoke --bins` first.
+//!
+//! Every test cleans up what it made (tenant namespaces in exec-a, Gateway
+//! objects in control, PVs), also when it fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use async_trait::async_trait;
+use clawfed_hub::auth::{self, Role};
+use clawfed_hub::gateway::objects::{HARNESS_ENDPOINT_ENV, route_api_resource, route_spec};
+use clawfed_hub::gateway::{DEFAULT_ROUTE_API_VERSION, Gateways};
+use clawfed_hub::model::{
+    Agent, AgentRevision, Cluster, ConnectionState, Namespace, RevisionPhase,
+};
+use clawfed_hub::store::{LinkStore, NewToken, Store, WorkFilter};
+use clawfed_proto::labels;
+use clawfed_spoke::config::SpokeConfig;
+use clawfed_spoke::exec::Executor;
+use clawfed_spoke::link::identity::FileIdentityStore;
+use clawfed_spoke::link::tls::HubAddress;
+use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
+use clawfed_spoke::provider::{NamespaceContext, ProviderError, RevisionContext, SandboxDriver};
+use clawfed_tests::control_env::{self, GW_NS};
+use clawfed_tests::hub::{Backend, TestHub};
+use clawfed_tests::kube_env::{self, TestCluster};
+use clawfed_tests::{db, spoke_env};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, DynamicObject, ListParams};
+use kube::{Api, Client, ResourceExt};
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(90);
+const HARNESS_IMAGE: &str = "ghcr.io/openclaw/openclaw:1.0";
+
+fn gateway_image() -> String {
+    format!(
+        "registry.invalid/openclaw-gateway@sha256:{}",
+        "cd".repeat(32)
+    )
+}
+
+fn short_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}
+
+/// Polls `f` every 20 ms until it yields `Some`, failing after `within`
+/// with the last error.
+async fn until<T, F, Fut>(within: Duration, what: &str, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + within;
+    let mut last = None;
+    loop {
+        match f().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = Some(e),
+        }
+        if Instant::now() >= deadline {
+            return Err(match last {
+                Some(e) => e.context(format!("timed out after {within:?} waiting for {what}")),
+                None => anyhow::anyhow!("timed out after {within:?} waiting for {what}"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// ------------------------------------------------------------------ REST
+
+/// The hub's REST API as one token.
+#[derive(Clone)]
+struct Rest {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Rest {
+    fn of(hub: &TestHub) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            base: hub.rest.clone(),
+            token: hub.root_token.clone(),
+        }
+    }
+
+    fn with_token(&self, token: &str) -> Self {
+        Self {
+            token: token.to_owned(),
+            ..self.clone()
+        }
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<(StatusCode, String)> {
+        let mut req = self
+            .http
+            .request(method, format!("{}/api/v1{path}", self.base))
+            .bearer_auth(&self.token)
+            .timeout(Duration::from_secs(20));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await?;
+        let status = resp.status();
+        Ok((status, resp.text().await?))
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<T> {
+        let (status, text) = self.send(method, path, body).await?;
+        ensure!(status.is_success(), "{path}: {status} {text}");
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    async fn revision(&self, ns: &str, agent: &str, n: i64) -> Result<AgentRevision> {
+        self.call(
+            Method::GET,
+            &format!("/namespaces/{ns}/agents/{agent}/revisions/{n}"),
+            None,
+        )
+        .await
+    }
+
+    async fn agent(&self, ns: &str, agent: &str) -> Result<Agent> {
+        self.call(
+            Method::GET,
+            &format!("/namespaces/{ns}/agents/{agent}"),
+            None,
+        )
+        .await
+    }
+
+    async fn deploy(&self, ns: &str, agent: &str) -> Result<AgentRevision> {
+        self.call(
+            Method::POST,
+            &format!("/namespaces/{ns}/agents/{agent}/deploy"),
+            None,
+        )
+        .await
+    }
+
+    async fn cluster(&self, name: &str) -> Result<Cluster> {
+        self.call(Method::GET, &format!("/clusters/{name}"), None)
+            .await
+    }
+
+    async fn bootstrap_token(&self, cluster: &str) -> Result<String> {
+        let created: serde_json::Value = self
+            .call(
+                Method::POST,
+                &format!("/clusters/{cluster}/bootstrap-tokens"),
+                Some(json!({ "reenroll": false })),
+            )
+            .await?;
+        created["token"]
+            .as_str()
+            .map(str::to_owned)
+            .context("bootstrap token body")
+    }
+
+    /// Waits (bounded) for revision `n` to reach `phase`; fails at once if
+    /// it fails.
+    async fn wait_phase(
+        &self,
+        ns: &str,
+        agent: &str,
+        n: i64,
+        phase: RevisionPhase,
+    ) -> Result<AgentRevision> {
+        let r = until(WAIT, &format!("revision {n} {phase:?}"), || async {
+            let r = self.revision(ns, agent, n).await?;
+            Ok((r.phase == phase || r.phase == RevisionPhase::Failed).then_some(r))
+        })
+        .await?;
+        ensure!(
+            r.phase == phase,
+            "revision {n} is {:?} ({:?}), wanted {phase:?}",
+            r.phase,
+            r.reason
+        );
+        Ok(r)
+    }
+
+    async fn wait_online(&self, cluster: &str, within: Duration) -> Result<Cluster> {
+        until(within, &format!("{cluster} online"), || async {
+            let c = self.cluster(cluster).await?;
+            Ok((c.connection_state == ConnectionState::Online).then_some(c))
+        })
+        .await
+    }
+
+    /// A tenant with one Agent placed on `cluster`.
+    async fn tenant_with_agent(
+        &self,
+        cluster: &str,
+        harness_kind: &str,
+    ) -> Result<(Namespace, Agent)> {
+        let tenant = format!("t{}", short_id());
+        let ns: Namespace = self
+            .call(Method::POST, "/namespaces", Some(json!({ "name": tenant })))
+            .await?;
+        let agent: Agent = self
+            .call(
+                Method::POST,
+                &format!("/namespaces/{tenant}/agents"),
+                Some(json!({
+                    "name": format!("a{}", short_id()),
+                    "spec": {
+                        "harnessKind": harness_kind,
+                        "image": HARNESS_IMAGE,
+                        "gatewayImage": gateway_image(),
+                        "placement": { "cluster": cluster },
+                        "requirementLabels": { "example.com/pool": "general" }
+                    }
+                })),
+            )
+            .await?;
+        Ok((ns, agent))
+    }
+}
+
+// --------------------------------------------------------------- cleanup
+
+/// What a test made in the clusters; removed on drop (also after a
+/// failure), on a runtime of its own.
+#[derive(Default)]
+struct Cleanup {
+    exec_namespaces: Vec<String>,
+    gateways: Vec<(String, String)>,
+    control_pvs: Vec<String>,
+    exec_pvs: Vec<String>,
+}
+
+impl Cleanup {
+    fn is_empty(&self) -> bool {
+        self.exec_namespaces.is_empty()
+            && self.gateways.is_empty()
+            && self.control_pvs.is_empty()
+            && self.exec_pvs.is_empty()
+    }
+
+    async fn run(&mut self) -> Result<()> {
+        let control = kube_env::cluster("control").await?;
+        let exec_a = kube_env::cluster("exec-a").await?;
+        let g = Gateways::new(control.admin(), control_env::gateway_config())?;
+        for (tenant, agent) in self.gateways.drain(..) {
+            if let Err(e) = g.delete(&tenant, &agent).await {
+                eprintln!("cleanup: gateway {tenant}/{agent}: {e}");
+            }
+        }
+        for pv in self.control_pvs.drain(..) {
+            control_env::delete_volume(&control.admin(), &pv).await;
+        }
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(exec_a.admin());
+        for ns in self.exec_namespaces.drain(..) {
+            match namespaces.delete(&ns, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => eprintln!("cleanup: namespace {ns}: {e}"),
+            }
+        }
+        for pv in self.exec_pvs.drain(..) {
+            let _ = Api::<PersistentVolume>::all(exec_a.admin())
+                .delete(&pv, &DeleteParams::background())
+                .await;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if self.is_empty() {
+            return;
+        }
+        let mut me = std::mem::take(self);
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("cleanup runtime");
+            rt.block_on(async {
+                match tokio::time::timeout(Duration::from_secs(90), me.run()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => eprintln!("cleanup failed: {e:#}"),
+                    Err(_) => eprintln!("cleanup timed out"),
+                }
+            });
+        })
+        .join();
+    }
+}
+
+// ------------------------------------------------------- spoke (in process)
+
+/// When the provider's revision cleanup ran, and whether the Harness
+/// Deployment was absent at that moment (read from the cluster).
+#[derive(Debug, Clone)]
+struct CleanupCall {
+    agent: String,
+    revision: i64,
+    at: Instant,
+    deployment_absent: bool,
+}
+
+/// The ordinary driver (owns nothing), recording every revision cleanup.
+struct RecordingDriver {
+    client: Client,
+    calls: Arc<Mutex<Vec<CleanupCall>>>,
+}
+
+#[async_trait]
+impl SandboxDriver for RecordingDriver {
+    fn name(&self) -> &str {
+        "deployment"
+    }
+
+    async fn ensure_namespace(
+        &self,
+        _ns: &NamespaceContext,
+        _cancel: &CancellationToken,
+    ) -> Result<(), ProviderError> {
+        Ok(())
+    }
+
+    async fn cleanup_revision(
+        &self,
+        r: &RevisionContext,
+        _cancel: &CancellationToken,
+    ) -> Result<(), ProviderError> {
+        let at = Instant::now();
+        let absent = Api::<Deployment>::namespaced(self.client.clone(), &r.namespace)
+            .get_opt(&r.name)
+            .await
+            .map(|d| d.is_none())
+            .unwrap_or(false);
+        self.calls.lock().unwrap().push(CleanupCall {
+            agent: r.agent.clone(),
+            revision: r.revision,
+            at,
+            deployment_absent: absent,
+        });
+        Ok(())
+    }
+
+    async fn cleanup_namespace(
+        &self,
+        _ns: &NamespaceContext,
+        _cancel: &CancellationToken,
+    ) -> Result<(), ProviderError> {
+        Ok(())
+    }
+}
+
+/// The real spoke link and Kubernetes executor in this process.
+struct InSpoke {
+    shutdown: CancellationToken,
+    task: Option<JoinHandle<Result<(), clawfed_spoke::link::LinkError>>>,
+    cleanups: Arc<Mutex<Vec<CleanupCall>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl InSpoke {
+    async fn start(
+        hub_url: &str,
+        ca_pem: String,
+        cluster_name: &str,
+        token: String,
+        client: Client,
+    ) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(1024);
+        let cleanups = Arc::new(Mutex::new(Vec::new()));
+        let executor = Arc::new(Executor::with_driver(
+            client.clone(),
+            SpokeConfig::default(),
+            reports_tx,
+            Arc::new(RecordingDriver {
+                client,
+                calls: cleanups.clone(),
+            }),
+        ));
+        let shutdown = CancellationToken::new();
+        let link = Link::new(
+            LinkConfig {
+                hub: HubAddress::parse(hub_url).map_err(anyhow::Error::msg)?,
+                ca_pem,
+                cluster_name: cluster_name.to_owned(),
+                bootstrap_token: Some(token),
+                version: "test".into(),
+                capabilities: vec!["applier:kube".into()],
+                backoff_min: Duration::from_millis(50),
+                backoff_max: Duration::from_millis(500),
+            },
+            Arc::new(FileIdentityStore::new(dir.path())),
+            executor,
+            SpokeMetrics::default(),
+        );
+        let task = tokio::spawn(link.run(reports_rx, shutdown.clone()));
+        Ok(Self {
+            shutdown,
+            task: Some(task),
+            cleanups,
+            _dir: dir,
+        })
+    }
+
+    async fn stop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+    }
+}
+
+impl Drop for InSpoke {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+// ------------------------------------------------------- cluster reads
+
+fn routes(client: &Client) -> Result<Api<DynamicObject>> {
+    let ar = route_api_resource(DEFAULT_ROUTE_API_VERSION)?;
+    Ok(Api::namespaced_with(client.clone(), GW_NS, &ar))
+}
+
+async fn route_backend(control: &Client, agent: &str) -> Result<Option<String>> {
+    let Some(r) = routes(control)?.get_opt(agent).await? else {
+        return Ok(None);
+    };
+    let s = route_spec(&r)?;
+    Ok(s.rules
+        .first()
+        .and_then(|r| r.backend_refs.first())
+        .map(|b| b.name.clone()))
+}
+
+fn agent_selector(agent: &str) -> ListParams {
+    ListParams::default().labels(&format!("{}={agent}", labels::AGENT))
+}
+
+/// Names of the live (not deleting) objects of `agent` in `ns`.
+async fn live_names<K>(client: &Client, ns: &str, agent: &str) -> Result<Vec<String>>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let mut names: Vec<String> = Api::<K>::namespaced(client.clone(), ns)
+        .list_metadata(&agent_selector(agent))
+        .await?
+        .items
+        .into_iter()
+        .filter(|o| o.metadata.deletion_timestamp.is_none())
+        .map(|o| o.name_any())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Every object of `agent` in `ns`, deleting or not.
+async fn all_names<K>(client: &Client, ns: &str, agent: &str) -> Result<Vec<String>>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let mut names: Vec<String> = Api::<K>::namespaced(client.clone(), ns)
+        .list_metadata(&agent_selector(agent))
+        .await?
+        .items
+        .into_iter()
+        .map(|o| o.name_any())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+fn ready_replicas(d: &Deployment) -> i32 {
+    d.status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0)
+}
+
+fn template_label(d: &Deployment, key: &str) -> Option<String> {
+    d.spec
+        .template
+        .metadata
+        .as_ref()?
+        .labels
+        .as_ref()?
+        .get(key)
+        .cloned()
+}
+
+fn env_value(d: &Deployment, name: &str) -> Option<String> {
+    d.spec
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
+}
+
+fn going(meta: Option<&ObjectMeta>) -> bool {
+    meta.is_none_or(|m| m.deletion_timestamp.is_some())
+}
+
+/// The Gateway of `agent` in control serves `revision` and the route
+/// points at it; the Harness of `revision` is Ready in exec-a.
+async fn assert_serving(
+    control: &Client,
+    exec: &Client,
+    dpns: &str,
+    agent: &str,
+    revision: i64,
+) -> Result<()> {
+    let gw = Api::<Deployment>::namespaced(control.clone(), GW_NS)
+        .get(&format!("{agent}-gateway"))
+        .await
+        .context("gateway Deployment in control")?;
+    ensure!(
+        ready_replicas(&gw) == 1,
+        "gateway not Ready: {:?}",
+        gw.status
+    );
+    assert_eq!(
+        template_label(&gw, labels::REVISION),
+        Some(revision.to_string())
+    );
+    assert_eq!(
+        env_value(&gw, HARNESS_ENDPOINT_ENV),
+        Some(format!(
+            "http://{agent}-r{revision}-harness.{dpns}.svc:8080"
+        )),
+        "the Gateway is pointed at the revision's Harness Service"
+    );
+    assert_eq!(
+        live_names::<Service>(control, GW_NS, agent).await?,
+        [format!("{agent}-r{revision}-gateway")],
+        "one per-revision gateway Service"
+    );
+    assert_eq!(
+        route_backend(control, agent).await?,
+        Some(format!("{agent}-r{revision}-gateway")),
+        "HTTPRoute backendRef"
+    );
+    let harness = Api::<Deployment>::namespaced(exec.clone(), dpns)
+        .get(&format!("{agent}-r{revision}-harness"))
+        .await
+        .context("Harness Deployment in exec-a")?;
+    ensure!(
+        ready_replicas(&harness) == 1,
+        "Harness not Ready: {:?}",
+        harness.status
+    );
+    Api::<Service>::namespaced(exec.clone(), dpns)
+        .get(&format!("{agent}-r{revision}-harness"))
+        .await
+        .context("the Harness Service the Gateway points at")?;
+    let pods: Vec<Pod> = Api::<Pod>::namespaced(exec.clone(), dpns)
+        .list(&agent_selector(agent))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    ensure!(pods.len() == 1, "{} live Harness Pods", pods.len());
+    assert_eq!(
+        pods[0].labels().get(labels::REVISION),
+        Some(&revision.to_string())
+    );
+    Ok(())
+}
+
+// ----------------------------------------------------- in-process world
+
+/// A hub on PostgreSQL (pipeline on, Gateways as the hub's ServiceAccount
+/// in control) and a spoke on exec-a, connected over mTLS.
+struct World {
+    control: TestCluster,
+    exec_a: TestCluster,
+    hub: TestHub,
+    rest: Rest,
+    cluster_name: String,
+    spoke: InSpoke,
+    cleanup: Cleanup,
+}
+
+impl World {
+    async fn start() -> Result<Self> {
+        clawfed_tests::link::init_test_logging();
+        let control = control_env::control().await?;
+        let exec_a = kube_env::cluster("exec-a").await?;
+        let spoke_client = spoke_env::spoke_client(&exec_a).await?;
+        let gateways = Gateways::new(
+            control_env::hub_client(&control).await?,
+            control_env::gateway_config(),
+        )?;
+        let hub = TestHub::start_with_gateways(
+            Backend::Postgres,
+            |c| {
+                c.pipeline.enabled = true;
+                c.pipeline.ready_deadline_seconds = 60;
+                c.worker.max_attempts = 8;
+            },
+            clawfed_hub::worker::Handlers::builtin(),
+            Some(Arc::new(gateways)),
+        )
+        .await;
+        let rest = Rest::of(&hub);
+        let cluster_name = format!("exec-a-{}", &short_id()[..6]);
+        let token = rest.bootstrap_token(&cluster_name).await?;
+        let spoke = InSpoke::start(
+            &clawfed_tests::link::hub_url(&hub),
+            clawfed_tests::link::hub_ca(&hub),
+            &cluster_name,
+            token,
+            spoke_client,
+        )
+        .await?;
+        rest.wait_online(&cluster_name, WAIT).await?;
+        Ok(Self {
+            control,
+            exec_a,
+            hub,
+            rest,
+            cluster_name,
+            spoke,
+            cleanup: Cleanup::default(),
+        })
+    }
+
+    /// A tenant and Agent, with the Gateway's PV in control and everything
+    /// registered for cleanup.
+    async fn agent(&mut self, harness_kind: &str) -> Result<(Namespace, Agent)> {
+        let (ns, agent) = self
+            .rest
+            .tenant_with_agent(&self.cluster_name, harness_kind)
+            .await?;
+        self.cleanup
+            .exec_namespaces
+            .push(ns.data_plane_namespace.clone());
+        self.cleanup
+            .gateways
+            .push((ns.name.clone(), agent.name.clone()));
+        let pv = control_env::volume_for(&self.control.admin(), &agent.name).await?;
+        self.cleanup.control_pvs.push(pv);
+        Ok((ns, agent))
+    }
+
+    async fn finish(mut self) -> Result<()> {
+        self.spoke.stop().await;
+        self.hub.stop().await;
+        self.cleanup.run().await
+    }
+}
+
+// ================================================================ tests
+
+/// 1. deploy → revision Active: the Gateway runs in the CONTROL cluster
+/// (Deployment `<agent>-gateway` Ready, per-revision Service, HTTPRoute →
+/// r1), the Harness is Ready in exec-a, and the route points at the new
+/// revision. Hub on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_puts_the_gateway_in_control_and_the_harness_in_exec_a() -> Result<()> {
+    let mut w = World::start().await?;
+    let (ns, agent) = w.agent("embedded-openclaw").await?;
+    let (control, exec) = (w.control.admin(), w.exec_a.admin());
+
+    let r = w.rest.deploy(&ns.name, &agent.name).await?;
+    assert_eq!(r.number, 1);
+    let r1 = w
+        .rest
+        .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
+        .await?;
+    for key in ["prepareMs", "readinessWaitMs", "activationMs", "elapsedMs"] {
+        assert!(
+            r1.progress.durations_ms.contains_key(key),
+            "{key}: {:?}",
+            r1.progress
+        );
+    }
+    assert!(r1.progress.gateway_applied_at.is_some());
+    assert!(r1.progress.activated_at.is_some());
+    assert_eq!(
+        r1.resolved_cluster.as_deref(),
+        Some(w.cluster_name.as_str())
+    );
+    assert_serving(&control, &exec, &ns.data_plane_namespace, &agent.name, 1).await?;
+    // The Gateway's objects live in the control cluster only.
+    assert!(
+        live_names::<Deployment>(&exec, &ns.data_plane_namespace, &agent.name)
+            .await?
+            .iter()
+            .all(|n| !n.ends_with("-gateway")),
+        "no Gateway in the execution cluster"
+    );
+    assert_eq!(
+        w.rest.agent(&ns.name, &agent.name).await?.active_revision,
+        Some(1)
+    );
+    eprintln!("revision 1 durations: {:?}", r1.progress.durations_ms);
+    w.finish().await
+}
+
+/// 2. change the Agent → revision 2 Active, the route now → r2, the
+/// predecessor retired after the switch (phase retired, its Harness gone,
+/// its gateway Service gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> {
+    let mut w = World::start().await?;
+    let (ns, agent) = w.agent("embedded-openclaw").await?;
+    let (control, exec) = (w.control.admin(), w.exec_a.admin());
+    let dpns = ns.data_plane_namespace.clone();
+    let name = agent.name.clone();
+    w.rest.deploy(&ns.name, &name).await?;
+    w.rest
+        .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
+        .await?;
+
+    // Observer: r1's Harness going while the route does not yet point at
+    // r2 would mean the predecessor was retired before the switch. Read the
+    // Harness first, then the route (so a Harness seen going is compared
+    // with a route read after it).
+    let r2_service = format!("{name}-r2-gateway");
+    let violated = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let observer = {
+        let (control, exec, dpns, name, r2_service) = (
+            control.clone(),
+            exec.clone(),
+            dpns.clone(),
+            name.clone(),
+            r2_service.clone(),
+        );
+        let (violated, rounds, stop) = (violated.clone(), rounds.clone(), stop.clone());
+        tokio::spawn(async move {
+            let harness = Api::<Deployment>::namespaced(exec, &dpns);
+            let mut seen_going = false;
+            while !stop.load(Ordering::SeqCst) {
+                let h1 = harness.get_opt(&format!("{name}-r1-harness")).await?;
+                let h1_going = going(h1.as_ref().map(|d| &d.metadata));
+                let backend = route_backend(&control, &name).await?;
+                if h1_going && backend.as_deref() != Some(&r2_service) {
+                    violated.store(true, Ordering::SeqCst);
+                }
+                seen_going |= h1_going;
+                rounds.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            anyhow::Ok(seen_going)
+        })
+    };
+    until(WAIT, "observer running", || async {
+        Ok((rounds.load(Ordering::SeqCst) > 0).then_some(()))
+    })
+    .await?;
+
+    let mut spec = agent.spec.clone();
+    spec.image = "ghcr.io/openclaw/openclaw:1.1".into();
+    let _: Agent = w
+        .rest
+        .call(
+            Method::PUT,
+            &format!("/namespaces/{}/agents/{name}", ns.name),
+            Some(json!({ "spec": spec, "version": agent.version })),
+        )
+        .await?;
+    let r = w.rest.deploy(&ns.name, &name).await?;
+    assert_eq!(r.number, 2);
+    let r2 = w
+        .rest
+        .wait_phase(&ns.name, &name, 2, RevisionPhase::Active)
+        .await?;
+    let r1 = w
+        .rest
+        .wait_phase(&ns.name, &name, 1, RevisionPhase::Retired)
+        .await?;
+    until(WAIT, "only r2's Harness and gateway Service", || async {
+        let h = all_names::<Deployment>(&exec, &dpns, &name).await?;
+        let s = all_names::<Service>(&control, GW_NS, &name).await?;
+        Ok((h == [format!("{name}-r2-harness")] && s == [r2_service.clone()]).then_some(()))
+    })
+    .await?;
+    stop.store(true, Ordering::SeqCst);
+    let seen_going = observer.await??;
+    assert!(
+        !violated.load(Ordering::SeqCst),
+        "r1's Harness went before the route pointed at r2"
+    );
+    assert!(seen_going, "the observer saw r1's Harness go");
+
+    assert_serving(&control, &exec, &dpns, &name, 2).await?;
+    // Retired after r2 was activated, in the recorded progress too.
+    let retired_at = r1.progress.phases.get("retired").copied();
+    let activated_at = r2.progress.activated_at;
+    assert!(
+        retired_at.zip(activated_at).is_some_and(|(r, a)| r >= a),
+        "r1 retired at {retired_at:?}, r2 activated at {activated_at:?}"
+    );
+    // Retirement is the destructive cleanup: r1's credential Secret goes,
+    // r2's stays.
+    let secrets = live_names::<Secret>(&exec, &dpns, &name).await?;
+    assert!(
+        !secrets.contains(&format!("{name}-r1-credentials")),
+        "{secrets:?}"
+    );
+    assert!(
+        secrets.contains(&format!("{name}-r2-credentials")),
+        "{secrets:?}"
+    );
+    assert_eq!(
+        w.rest.agent(&ns.name, &name).await?.active_revision,
+        Some(2)
+    );
+    w.finish().await
+}
+
+/// 3. stop → the route and Gateway runtime go first (hub, control), then
+/// the Harness Deployment (spoke, exec-a), then the provider's revision
+/// cleanup; PVCs are kept (the Gateway's in control, the dedicated
+/// Harness's workspace in exec-a, bound to a pre-bound PV there because
+/// the test clusters have no provisioner), and so is the Harness Secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_removes_route_and_gateway_then_harness_then_provider_state() -> Result<()> {
+    let mut w = World::start().await?;
+    let (ns, agent) = w.agent("dedicated-openclaw").await?;
+    let (control, exec) = (w.control.admin(), w.exec_a.admin());
+    let dpns = ns.data_plane_namespace.clone();
+    let name = agent.name.clone();
+    // The dedicated Harness's workspace PVC names no StorageClass; exec-a
+    // has no provisioner, so a PV pre-bound to it.
+    let pv = control_env::pre_bound_volume(
+        &exec,
+        &format!("ws-{name}"),
+        None,
+        &dpns,
+        &format!("{name}-r1-workspace"),
+    )
+    .await?;
+    w.cleanup.exec_pvs.push(pv);
+
+    w.rest.deploy(&ns.name, &name).await?;
+    w.rest
+        .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
+        .await?;
+    assert_serving(&control, &exec, &dpns, &name, 1).await?;
+    let claim = Api::<PersistentVolumeClaim>::namespaced(exec.clone(), &dpns)
+        .get(&format!("{name}-r1-workspace"))
+        .await?;
+    assert_eq!(
+        claim.status.and_then(|s| s.phase).as_deref(),
+        Some("Bound"),
+        "workspace bound"
+    );
+
+    // Observer, each round reading the later step first: the Harness
+    // Deployment (exec-a), then the Gateway Deployment, then the route
+    // (control). A step seen going while an earlier one is still in place
+    // is a violation. First-seen times are kept for the report.
+    #[derive(Default, Debug, Clone, Copy)]
+    struct Seen {
+        route: Option<Instant>,
+        gateway: Option<Instant>,
+        harness: Option<Instant>,
+        harness_absent: Option<Instant>,
+        violations: usize,
+        rounds: usize,
+    }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let observer = {
+        let (control, exec, dpns, name) =
+            (control.clone(), exec.clone(), dpns.clone(), name.clone());
+        let (seen, stop) = (seen.clone(), stop.clone());
+        tokio::spawn(async move {
+            let harness = Api::<Deployment>::namespaced(exec, &dpns);
+            let gateways = Api::<Deployment>::namespaced(control.clone(), GW_NS);
+            let routes = routes(&control)?;
+            while !stop.load(Ordering::SeqCst) {
+                let h = harness.get_opt(&format!("{name}-r1-harness")).await?;
+                let now_h = Instant::now();
+                let g = gateways.get_opt(&format!("{name}-gateway")).await?;
+                let now_g = Instant::now();
+                let r = routes.get_opt(&name).await?;
+                let now_r = Instant::now();
+                let (h_going, g_going, r_gone) = (
+                    going(h.as_ref().map(|d| &d.metadata)),
+                    going(g.as_ref().map(|d| &d.metadata)),
+                    r.is_none(),
+                );
+                {
+                    let mut s = seen.lock().unwrap();
+                    if (h_going && (!g_going || !r_gone)) || (g_going && !r_gone) {
+                        s.violations += 1;
+                    }
+                    if r_gone {
+                        s.route.get_or_insert(now_r);
+                    }
+                    if g_going {
+                        s.gateway.get_or_insert(now_g);
+                    }
+                    if h_going {
+                        s.harness.get_or_insert(now_h);
+                    }
+                    if h.is_none() {
+                        s.harness_absent.get_or_insert(now_h);
+                    }
+                    s.rounds += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    until(WAIT, "observer running", || async {
+        Ok((seen.lock().unwrap().rounds > 0).then_some(()))
+    })
+    .await?;
+    let stop_sent = Instant::now();
+    let _: Agent = w
+        .rest
+        .call(
+            Method::POST,
+            &format!("/namespaces/{}/agents/{name}/stop", ns.name),
+            Some(json!({})),
+        )
+        .await?;
+    w.rest
+        .wait_phase(&ns.name, &name, 1, RevisionPhase::Stopped)
+        .await?;
+    until(
+        WAIT,
+        "Harness Deployment gone and provider cleanup run",
+        || async {
+            let gone = seen.lock().unwrap().harness_absent.is_some();
+            let cleaned = w
+                .spoke
+                .cleanups
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|c| c.agent == name && c.revision == 1);
+            Ok((gone && cleaned).then_some(()))
+        },
+    )
+    .await?;
+    stop.store(true, Ordering::SeqCst);
+    observer.await??;
+    let s = *seen.lock().unwrap();
+    let ms = |t: Option<Instant>| t.map(|t| t.duration_since(stop_sent).as_millis());
+    let cleanup = w
+        .spoke
+        .cleanups
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|c| c.agent == name && c.revision == 1)
+        .cloned()
+        .context("provider cleanup call")?;
+    eprintln!(
+        "stop order (ms after the request, {} observer rounds): route gone {:?}, gateway Deployment going {:?}, Harness Deployment going {:?}, absent {:?}, provider cleanup {}",
+        s.rounds,
+        ms(s.route),
+        ms(s.gateway),
+        ms(s.harness),
+        ms(s.harness_absent),
+        cleanup.at.duration_since(stop_sent).as_millis()
+    );
+    assert_eq!(
+        s.violations, 0,
+        "a later stop step was seen before an earlier one finished: {s:?}"
+    );
+    let (route, gateway, harness) = (
+        s.route.context("route never seen gone")?,
+        s.gateway.context("gateway never seen going")?,
+        s.harness.context("Harness never seen going")?,
+    );
+    assert!(route <= gateway && gateway <= harness, "{s:?}");
+    assert!(
+        cleanup.deployment_absent,
+        "the provider cleanup ran while the Harness Deployment existed"
+    );
+    assert!(
+        cleanup.at >= harness,
+        "provider cleanup before the Harness went"
+    );
+
+    // Gone: route, Gateway runtime and Service, Harness Deployment,
+    // Service and Pods.
+    assert!(routes(&control)?.get_opt(&name).await?.is_none());
+    assert!(
+        all_names::<Deployment>(&control, GW_NS, &name)
+            .await?
+            .is_empty()
+    );
+    assert!(
+        all_names::<Service>(&control, GW_NS, &name)
+            .await?
+            .is_empty()
+    );
+    assert!(
+        all_names::<Deployment>(&exec, &dpns, &name)
+            .await?
+            .is_empty()
+    );
+    assert!(all_names::<Service>(&exec, &dpns, &name).await?.is_empty());
+    until(WAIT, "Harness Pods gone", || async {
+        Ok(all_names::<Pod>(&exec, &dpns, &name)
+            .await?
+            .is_empty()
+            .then_some(()))
+    })
+    .await?;
+    // Kept: the Gateway PVC (control), the workspace PVC and the
+    // credential Secret (exec-a).
+    assert_eq!(
+        live_names::<PersistentVolumeClaim>(&control, GW_NS, &name).await?,
+        [format!("{name}-gateway-data")]
+    );
+    assert_eq!(
+        live_names::<PersistentVolumeClaim>(&exec, &dpns, &name).await?,
+        [format!("{name}-r1-workspace")]
+    );
+    assert!(
+        live_names::<Secret>(&exec, &dpns, &name)
+            .await?
+            .contains(&format!("{name}-r1-credentials"))
+    );
+    assert_eq!(w.rest.agent(&ns.name, &name).await?.active_revision, None);
+    w.finish().await
+}
+
+/// 6. A tenant's token cannot deploy into another tenant: 403, and nothing
+/// is queued (no work item, no outbox item, no revision).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_token_cannot_deploy_into_another_tenant() -> Result<()> {
+    let mut w = World::start().await?;
+    let (ns_a, agent_a) = w.agent("embedded-openclaw").await?;
+    let (ns_b, agent_b) = w.agent("embedded-openclaw").await?;
+    let token_a = w
+        .hub
+        .token("deployer-a", Some(&ns_a.name), Role::Deployer)
+        .await;
+    let as_a = w.rest.with_token(&token_a);
+
+    for (method, path, body) in [
+        (
+            Method::POST,
+            format!("/namespaces/{}/agents/{}/deploy", ns_b.name, agent_b.name),
+            None,
+        ),
+        (
+            Method::POST,
+            format!("/namespaces/{}/agents/{}/deploy", ns_b.name, agent_b.name),
+            Some(json!({ "fromRevision": 1 })),
+        ),
+        (
+            Method::POST,
+            format!("/namespaces/{}/agents/{}/stop", ns_b.name, agent_b.name),
+            Some(json!({})),
+        ),
+    ] {
+        let (status, text) = as_a.send(method, &path, body).await?;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {text}");
+    }
+    // Tenant A's own deploy works (the token is valid), and runs.
+    as_a.deploy(&ns_a.name, &agent_a.name).await?;
+    w.rest
+        .wait_phase(&ns_a.name, &agent_a.name, 1, RevisionPhase::Active)
+        .await?;
+
+    let store = w.hub.store();
+    assert!(
+        store
+            .list_revisions(&ns_b.name, &agent_b.name)
+            .await?
+            .is_empty(),
+        "no revision for tenant B"
+    );
+    let work = store
+        .list_work(&WorkFilter {
+            namespace: Some(ns_b.name.clone()),
+            state: None,
+            limit: 100,
+        })
+        .await?;
+    assert!(work.is_empty(), "no work for tenant B: {work:?}");
+    for target in [
+        clawfed_proto::work::target::namespace(&ns_b.id),
+        clawfed_proto::work::target::harness(&ns_b.id, &agent_b.name, 1),
+    ] {
+        assert!(
+            !w.hub.db.store.outbox_target_exists(&target).await?,
+            "outbox item {target}"
+        );
+    }
+    let b = w.rest.agent(&ns_b.name, &agent_b.name).await?;
+    assert_eq!(b.latest_revision, None);
+    assert_eq!(b.active_revision, None);
+    // Nothing of tenant B reached either cluster.
+    assert!(
+        all_names::<Deployment>(&w.control.admin(), GW_NS, &agent_b.name)
+            .await?
+            .is_empty()
+    );
+    let exec_ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(w.exec_a.admin());
+    assert!(exec_ns.get_opt(&ns_b.data_plane_namespace).await?.is_none());
+    w.finish().await
+}
+
+// ======================================================= hub processes
+
+fn bin(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("target directory")?;
+    let path = dir.join(name);
+    ensure!(
+        path.exists(),
+        "{} is missing: build it first with `cargo build -p clawfed-hub -p clawfed-spoke --bins`",
+        path.display()
+    );
+    Ok(path)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// A child process, killed (SIGKILL) and reaped when dropped.
+struct Proc {
+    tag: String,
+    child: Option<Child>,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Proc {
+    fn spawn(tag: &str, command: &mut Command, logs: &Path) -> Result<Self> {
+        let stdout = logs.join(format!("{tag}.out"));
+        let stderr = logs.join(format!("{tag}.err"));
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout)?)
+            .stderr(std::fs::File::create(&stderr)?)
+            .spawn()
+            .with_context(|| format!("spawn {tag}"))?;
+        Ok(Self {
+            tag: tag.to_owned(),
+            child: Some(child),
+            stdout,
+            stderr,
+        })
+    }
+
+    fn text(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// `kill -9`, then reap.
+    fn kill9(&mut self) -> Result<()> {
+        let mut child = self.child.take().context("not running")?;
+        child.kill()?;
+        child.wait()?;
+        Ok(())
+    }
+
+    /// SIGTERM, then a bounded wait (SIGKILL after it).
+    async fn terminate(&mut self) {
+        let Some(child) = self.child.as_mut() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                self.child = None;
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!("{} did not exit on SIGTERM; killing", self.tag);
+        let _ = self.kill9();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A `clawfed-hub serve` child on PostgreSQL with the pipeline and the
+/// control-cluster Gateways on (YAML config; `gateway.kubeconfig` is a
+/// kubeconfig for the hub's ServiceAccount), fixed REST and link ports and
+/// CA dir so restarts keep them.
+struct HubEnv {
+    dir: tempfile::TempDir,
+    _db: db::TestDb,
+    config: PathBuf,
+    rest_port: u16,
+    link_port: u16,
+    store: Arc<dyn Store>,
+    rest: Option<Rest>,
+}
+
+impl HubEnv {
+    async fn new(control: &TestCluster) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        std::fs::create_dir_all(dir.path().join("logs"))?;
+        let db = db::postgres().await;
+        let kubeconfig = dir.path().join("hub.kubeconfig");
+        control_env::write_service_account_kubeconfig(
+            control,
+            control_env::HUB_NS,
+            control_env::HUB_SA,
+            3600,
+            &kubeconfig,
+        )
+        .await?;
+        let (rest_port, link_port) = (free_port(), free_port());
+        let config = json!({
+            "version": 1,
+            "database": { "url": db.url },
+            "api": {
+                "restAddr": format!("127.0.0.1:{rest_port}"),
+                "grpcAddr": "127.0.0.1:0",
+                "metricsAddr": "127.0.0.1:0",
+                "maxBodyBytes": 1048576
+            },
+            "worker": {
+                "enabled": true, "batchSize": 32, "leaseSeconds": 2,
+                "pollIntervalMs": 20, "maxAttempts": 8, "backoffBaseMs": 20,
+                "backoffCapMs": 500, "healthIntervalSeconds": 60
+            },
+            "link": {
+                "enabled": true,
+                "addr": format!("127.0.0.1:{link_port}"),
+                "caDir": dir.path().join("ca"),
+                "serverNames": ["127.0.0.1", "localhost"],
+                "certTtlSeconds": 3600,
+                "heartbeatSeconds": 1,
+                "maxSessions": 100,
+                "maxConcurrentHandshakes": 16,
+                "maxMessageBytes": 4194304
+            },
+            "pipeline": { "enabled": true, "readyDeadlineSeconds": 60 },
+            "gateway": {
+                "enabled": true,
+                "kubeconfig": kubeconfig,
+                "options": control_env::gateway_config()
+            },
+            "log": { "format": "json", "filter": "info" }
+        });
+        let path = dir.path().join("hub.yaml");
+        std::fs::write(&path, serde_yaml_ng::to_string(&config)?)?;
+        let store = db.dyn_store();
+        Ok(Self {
+            dir,
+            _db: db,
+            config: path,
+            rest_port,
+            link_port,
+            store,
+            rest: None,
+        })
+    }
+
+    fn logs(&self) -> PathBuf {
+        self.dir.path().join("logs")
+    }
+
+    fn link_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.link_port)
+    }
+
+    fn ca_pem(&self) -> Result<String> {
+        Ok(std::fs::read_to_string(self.dir.path().join("ca/ca.crt"))?)
+    }
+
+    /// Starts `clawfed-hub serve` and waits for its "listening" line.
+    async fn serve(&mut self, n: u32) -> Result<Proc> {
+        let mut c = Command::new(bin("clawfed-hub")?);
+        c.arg("--config").arg(&self.config).arg("serve");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("CLAWFED_") {
+                c.env_remove(k);
+            }
+        }
+        let mut p = Proc::spawn(&format!("hub-{n}"), &mut c, &self.logs())?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if Proc::text(&p.stdout).contains("clawfed-hub listening:") {
+                break;
+            }
+            ensure!(
+                p.alive(),
+                "hub exited during start-up:\n{}",
+                Proc::text(&p.stderr)
+            );
+            ensure!(
+                Instant::now() < deadline,
+                "hub did not start:\n{}",
+                Proc::text(&p.stderr)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if self.rest.is_none() {
+            let minted = auth::mint_token();
+            self.store
+                .create_token(&NewToken {
+                    name: "root".into(),
+                    namespace: None,
+                    role: Role::InstallationAdmin,
+                    hash: minted.hash,
+                    expires_at: None,
+                })
+                .await?;
+            self.rest = Some(Rest {
+                http: reqwest::Client::new(),
+                base: format!("http://127.0.0.1:{}", self.rest_port),
+                token: minted.secret,
+            });
+        }
+        Ok(p)
+    }
+
+    fn rest(&self) -> &Rest {
+        self.rest.as_ref().expect("hub started")
+    }
+}
+
+/// `clawfed-spoke --applier kube` as a child acting as the spoke's
+/// ServiceAccount on exec-a (a kubeconfig with its token and the CA).
+struct SpokeEnv {
+    kubeconfig: PathBuf,
+    state: PathBuf,
+    token_file: PathBuf,
+    ca_file: PathBuf,
+    cluster_name: String,
+}
+
+impl SpokeEnv {
+    async fn new(hub: &HubEnv, exec_a: &TestCluster, cluster_name: &str) -> Result<Self> {
+        spoke_env::install_spoke_rbac(exec_a).await?;
+        let root = hub.dir.path();
+        let kubeconfig = root.join("spoke.kubeconfig");
+        control_env::write_service_account_kubeconfig(
+            exec_a,
+            spoke_env::SPOKE_NAMESPACE,
+            spoke_env::SPOKE_SERVICE_ACCOUNT,
+            3600,
+            &kubeconfig,
+        )
+        .await?;
+        let token_file = root.join("bootstrap-token");
+        std::fs::write(&token_file, hub.rest().bootstrap_token(cluster_name).await?)?;
+        let ca_file = root.join("hub-ca.pem");
+        std::fs::write(&ca_file, hub.ca_pem()?)?;
+        Ok(Self {
+            kubeconfig,
+            state: root.join("spoke-state"),
+            token_file,
+            ca_file,
+            cluster_name: cluster_name.to_owned(),
+        })
+    }
+
+    /// Starts the spoke; the bootstrap token only on its first start.
+    fn spawn(&self, hub: &HubEnv, n: u32, enroll: bool) -> Result<Proc> {
+        let mut c = Command::new(bin("clawfed-spoke")?);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("CLAWFED_") || k == "KUBECONFIG" {
+                c.env_remove(k);
+            }
+        }
+        c.args(["--hub-url", &hub.link_url()])
+            .arg("--ca-file")
+            .arg(&self.ca_file)
+            .args(["--cluster-name", &self.cluster_name])
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(["--applier", "kube"])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .args(["--backoff-max-seconds", "1"])
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("CLAWFED_LOG", "info");
+        if enroll {
+            c.arg("--bootstrap-token-file").arg(&self.token_file);
+        }
+        Proc::spawn(&format!("spoke-{n}"), &mut c, &hub.logs())
+    }
+}
+
+/// Identity and version of an object, to prove nothing touched it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Version {
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+}
+
+fn version(meta: &ObjectMeta) -> Version {
+    Version {
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        generation: meta.generation,
+    }
+}
+
+/// The running workloads of `agent`: Harness Deployment and Pod (exec-a),
+/// Gateway Deployment (control).
+async fn workloads(
+    control: &Client,
+    exec: &Client,
+    dpns: &str,
+    agent: &str,
+) -> Result<Vec<(String, Version)>> {
+    let mut out = Vec::new();
+    let d = Api::<Deployment>::namespaced(exec.clone(), dpns)
+        .get(&format!("{agent}-r1-harness"))
+        .await?;
+    out.push((d.name_any(), version(&d.metadata)));
+    for p in Api::<Pod>::namespaced(exec.clone(), dpns)
+        .list(&agent_selector(agent))
+        .await?
+        .items
+    {
+        out.push((p.name_any(), version(&p.metadata)));
+    }
+    let g = Api::<Deployment>::namespaced(control.clone(), GW_NS)
+        .get(&format!("{agent}-gateway"))
+        .await?;
+    out.push((g.name_any(), version(&g.metadata)));
+    Ok(out)
+}
+
+/// 4. the hub killed with SIGKILL while the revision is `preparing` →
+/// after a restart on the same database, CA and link port the revision
+/// completes, with exactly one of each object per revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_killed_during_prepare_completes_after_restart_without_duplicates() -> Result<()> {
+    clawfed_tests::link::init_test_logging();
+    let control = control_env::control().await?;
+    let exec_a = kube_env::cluster("exec-a").await?;
+    let spoke_client = spoke_env::spoke_client(&exec_a).await?;
+    let mut env = HubEnv::new(&control).await?;
+    let mut cleanup = Cleanup::default();
+    let mut hub = env.serve(1).await?;
+    let rest = env.rest().clone();
+    let cluster_name = format!("exec-a-{}", &short_id()[..6]);
+    let mut spoke = InSpoke::start(
+        &env.link_url(),
+        env.ca_pem()?,
+        &cluster_name,
+        rest.bootstrap_token(&cluster_name).await?,
+        spoke_client,
+    )
+    .await?;
+    rest.wait_online(&cluster_name, WAIT).await?;
+    let (ns, agent) = rest
+        .tenant_with_agent(&cluster_name, "embedded-openclaw")
+        .await?;
+    let name = agent.name.clone();
+    let dpns = ns.data_plane_namespace.clone();
+    cleanup.exec_namespaces.push(dpns.clone());
+    cleanup.gateways.push((ns.name.clone(), name.clone()));
+    cleanup
+        .control_pvs
+        .push(control_env::volume_for(&control.admin(), &name).await?);
+
+    rest.deploy(&ns.name, &name).await?;
+    let seen = until(WAIT, "revision 1 preparing", || async {
+        let r = rest.revision(&ns.name, &name, 1).await?;
+        match r.phase {
+            RevisionPhase::Pending | RevisionPhase::Provisioning => Ok(None),
+            RevisionPhase::Preparing => Ok(Some(r)),
+            other => bail!("revision 1 went past preparing to {other:?} before the kill"),
+        }
+    })
+    .await?;
+    hub.kill9()?;
+    let (control_admin, exec_admin) = (control.admin(), exec_a.admin());
+    eprintln!(
+        "killed in {:?}; gateway applied: {}; gateway objects then: deployments {:?}, services {:?}; harness {:?}",
+        seen.phase,
+        seen.progress.gateway_applied_at.is_some(),
+        all_names::<Deployment>(&control_admin, GW_NS, &name).await?,
+        all_names::<Service>(&control_admin, GW_NS, &name).await?,
+        all_names::<Deployment>(&exec_admin, &dpns, &name).await?,
+    );
+    let at_kill = rest.revision(&ns.name, &name, 1).await;
+    assert!(at_kill.is_err(), "the hub is down");
+
+    let mut hub = env.serve(2).await?;
+    let r1 = rest
+        .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
+        .await?;
+    assert!(r1.progress.durations_ms.contains_key("elapsedMs"));
+    assert_serving(&control_admin, &exec_admin, &dpns, &name, 1).await?;
+    // Exactly one of each, deleting or not.
+    assert_eq!(
+        all_names::<Deployment>(&exec_admin, &dpns, &name).await?,
+        [format!("{name}-r1-harness")]
+    );
+    assert_eq!(
+        all_names::<Service>(&exec_admin, &dpns, &name).await?,
+        [format!("{name}-r1-harness")]
+    );
+    assert_eq!(
+        all_names::<Deployment>(&control_admin, GW_NS, &name).await?,
+        [format!("{name}-gateway")]
+    );
+    assert_eq!(
+        all_names::<Service>(&control_admin, GW_NS, &name).await?,
+        [format!("{name}-r1-gateway")]
+    );
+    assert_eq!(
+        all_names::<PersistentVolumeClaim>(&control_admin, GW_NS, &name).await?,
+        [format!("{name}-gateway-data")]
+    );
+    let revisions = env.store.list_revisions(&ns.name, &name).await?;
+    assert_eq!(revisions.len(), 1, "one revision");
+    let r = rest.agent(&ns.name, &name).await?;
+    assert_eq!(r.active_revision, Some(1));
+
+    spoke.stop().await;
+    hub.terminate().await;
+    cleanup.run().await?;
+    Ok(())
+}
+
+/// 5. the spoke killed (SIGKILL), and separately the hub unreachable for a
+/// while (killed, restarted only after several heartbeats): the running
+/// workloads are untouched (same uid, resourceVersion, generation), the
+/// cluster is shown offline within 2 heartbeats (link.heartbeatSeconds: 1),
+/// and status is correct again within seconds of the reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
+    const HEARTBEAT: Duration = Duration::from_secs(1);
+    clawfed_tests::link::init_test_logging();
+    let control = control_env::control().await?;
+    let exec_a = kube_env::cluster("exec-a").await?;
+    let mut env = HubEnv::new(&control).await?;
+    let mut cleanup = Cleanup::default();
+    let mut hub = env.serve(1).await?;
+    let rest = env.rest().clone();
+    let cluster_name = format!("exec-a-{}", &short_id()[..6]);
+    let spoke_proc = SpokeEnv::new(&env, &exec_a, &cluster_name).await?;
+    let mut spoke = spoke_proc.spawn(&env, 1, true)?;
+    rest.wait_online(&cluster_name, WAIT).await?;
+    let (ns, agent) = rest
+        .tenant_with_agent(&cluster_name, "embedded-openclaw")
+        .await?;
+    let name = agent.name.clone();
+    let dpns = ns.data_plane_namespace.clone();
+    cleanup.exec_namespaces.push(dpns.clone());
+    cleanup.gateways.push((ns.name.clone(), name.clone()));
+    cleanup
+        .control_pvs
+        .push(control_env::volume_for(&control.admin(), &name).await?);
+    rest.deploy(&ns.name, &name).await?;
+    rest.wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
+        .await?;
+    let (control_admin, exec_admin) = (control.admin(), exec_a.admin());
+    assert_serving(&control_admin, &exec_admin, &dpns, &name, 1).await?;
+    let before = workloads(&control_admin, &exec_admin, &dpns, &name).await?;
+    assert_eq!(before.len(), 3, "{before:?}");
+
+    // --- the spoke killed -------------------------------------------------
+    spoke.kill9()?;
+    let killed = Instant::now();
+    until(
+        2 * HEARTBEAT + Duration::from_millis(500),
+        "offline within 2 heartbeats",
+        || async {
+            let c = rest.cluster(&cluster_name).await?;
+            Ok((c.connection_state == ConnectionState::Offline).then_some(()))
+        },
+    )
+    .await?;
+    let offline_after = killed.elapsed();
+    tokio::time::sleep(3 * HEARTBEAT).await;
+    assert_eq!(
+        workloads(&control_admin, &exec_admin, &dpns, &name).await?,
+        before,
+        "workloads changed while the spoke was down"
+    );
+    let restarted = Instant::now();
+    let mut spoke = spoke_proc.spawn(&env, 2, false)?;
+    rest.wait_online(&cluster_name, Duration::from_secs(15))
+        .await?;
+    let online_after = restarted.elapsed();
+    let r = rest.revision(&ns.name, &name, 1).await?;
+    assert_eq!(r.phase, RevisionPhase::Active);
+    tokio::time::sleep(2 * HEARTBEAT).await;
+    assert_eq!(
+        workloads(&control_admin, &exec_admin, &dpns, &name).await?,
+        before,
+        "the restarted spoke changed running workloads"
+    );
+
+    // --- the hub unreachable ----------------------------------------------
+    hub.kill9()?;
+    let hub_down = Instant::now();
+    tokio::time::sleep(5 * HEARTBEAT).await;
+    assert!(spoke.alive(), "the spoke keeps running without the hub");
+    assert_eq!(
+        workloads(&control_admin, &exec_admin, &dpns, &name).await?,
+        before,
+        "the spoke changed workloads when it lost the hub"
+    );
+    let mut hub = env.serve(2).await?;
+    let hub_back = Instant::now();
+    let c = rest
+        .wait_online(&cluster_name, Duration::from_secs(15))
+        .await?;
+    let reconnect_after = hub_back.elapsed();
+    assert!(
+        c.last_seen.is_some_and(|t| t > chrono::Utc::now()
+            - chrono::Duration::from_std(hub_down.elapsed()).unwrap_or_default()),
+        "last seen after the outage: {:?}",
+        c.last_seen
+    );
+    let r = rest.revision(&ns.name, &name, 1).await?;
+    assert_eq!(r.phase, RevisionPhase::Active);
+    assert_eq!(rest.agent(&ns.name, &name).await?.active_revision, Some(1));
+    tokio::time::sleep(2 * HEARTBEAT).await;
+    assert_eq!(
+        workloads(&control_admin, &exec_admin, &dpns, &name).await?,
+        before,
+        "workloads changed across the hub outage"
+    );
+    assert!(spoke.alive());
+    let spoke_log = Proc::text(&spoke.stderr);
+    assert!(
+        spoke_log.contains("link.disconnected"),
+        "the spoke saw the hub go:\n{spoke_log}"
+    );
+    eprintln!(
+        "offline {offline_after:?} after the spoke's SIGKILL; online {online_after:?} after its restart; reconnected {reconnect_after:?} after the hub restart"
+    );
+
+    spoke.terminate().await;
+    hub.terminate().await;
+    cleanup.run().await?;
+    Ok(())
+}
