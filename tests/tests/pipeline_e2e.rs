@@ -934,7 +934,11 @@ async fn stop_removes_route_and_gateway_then_harness_then_provider_state() -> Re
                 );
                 {
                     let mut s = seen.lock().unwrap();
-                    if (h_going && (!g_going || !r_gone)) || (g_going && !r_gone) {
+                    // The Harness going needs the Gateway going; either going needs
+                    // the route gone.
+                    let harness_early = h_going && !g_going;
+                    let runtime_early = (h_going || g_going) && !r_gone;
+                    if harness_early || runtime_early {
                         s.violations += 1;
                     }
                     if r_gone {
@@ -1086,6 +1090,24 @@ async fn a_tenant_token_cannot_deploy_into_another_tenant() -> Result<()> {
         .token("deployer-a", Some(&ns_a.name), Role::Deployer)
         .await;
     let as_a = w.rest.with_token(&token_a);
+    let store = w.hub.store();
+    // Creating tenant B queued its own namespace work (as root); the
+    // refused calls must add nothing to it.
+    let work_b = || async {
+        let mut items: Vec<(String, String)> = store
+            .list_work(&WorkFilter {
+                namespace: Some(ns_b.name.clone()),
+                state: None,
+                limit: 1000,
+            })
+            .await?
+            .into_iter()
+            .map(|w| (w.id, w.kind))
+            .collect();
+        items.sort();
+        anyhow::Ok(items)
+    };
+    let work_before = work_b().await?;
 
     for (method, path, body) in [
         (
@@ -1113,7 +1135,6 @@ async fn a_tenant_token_cannot_deploy_into_another_tenant() -> Result<()> {
         .wait_phase(&ns_a.name, &agent_a.name, 1, RevisionPhase::Active)
         .await?;
 
-    let store = w.hub.store();
     assert!(
         store
             .list_revisions(&ns_b.name, &agent_b.name)
@@ -1121,14 +1142,14 @@ async fn a_tenant_token_cannot_deploy_into_another_tenant() -> Result<()> {
             .is_empty(),
         "no revision for tenant B"
     );
-    let work = store
-        .list_work(&WorkFilter {
-            namespace: Some(ns_b.name.clone()),
-            state: None,
-            limit: 100,
-        })
-        .await?;
-    assert!(work.is_empty(), "no work for tenant B: {work:?}");
+    let work_after = work_b().await?;
+    assert_eq!(work_after, work_before, "no work queued for tenant B");
+    assert!(
+        work_after
+            .iter()
+            .all(|(_, kind)| kind != "revision.rollout" && kind != "agent.stop"),
+        "{work_after:?}"
+    );
     for target in [
         clawfed_proto::work::target::namespace(&ns_b.id),
         clawfed_proto::work::target::harness(&ns_b.id, &agent_b.name, 1),
