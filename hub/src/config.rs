@@ -119,6 +119,8 @@ pub struct WorkerSettings {
     pub enabled: bool,
     pub batch_size: u32,
     pub lease_seconds: u64,
+    /// Sleep when no work is due. A pipeline pass queued by a spoke report
+    /// waits for it, so it adds up to this per step to deploy → Active.
     pub poll_interval_ms: u64,
     pub max_attempts: i32,
     pub backoff_base_ms: u64,
@@ -132,7 +134,7 @@ impl Default for WorkerSettings {
             enabled: true,
             batch_size: 32,
             lease_seconds: 30,
-            poll_interval_ms: 500,
+            poll_interval_ms: 50,
             max_attempts: 8,
             backoff_base_ms: 1000,
             backoff_cap_ms: 300_000,

@@ -24,6 +24,9 @@ pub struct Namespace {
     pub state: NamespaceState,
     /// Set by the worker once the namespace has been provisioned.
     pub provisioned_at: Option<DateTime<Utc>>,
+    /// Why the namespace is in its state, when that needs saying.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_reason: Option<String>,
     pub version: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -37,6 +40,10 @@ pub enum NamespaceState {
     Pending,
     /// Provisioned and usable.
     Active,
+    /// Being torn down in the execution clusters (provider cleanup first).
+    Deleting,
+    /// Teardown failed in a cluster; its infrastructure was kept.
+    TeardownFailed,
 }
 
 impl NamespaceState {
@@ -45,6 +52,8 @@ impl NamespaceState {
         match self {
             Self::Pending => "pending",
             Self::Active => "active",
+            Self::Deleting => "deleting",
+            Self::TeardownFailed => "teardown-failed",
         }
     }
 }

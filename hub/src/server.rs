@@ -22,8 +22,8 @@ use crate::config::Config;
 use crate::service::Service;
 use crate::store::{self, Store};
 use crate::worker::rollout::{
-    AGENT_STOP, GatewayRuntime, GatewaysDisabled, REVISION_ROLLOUT, Rollout, RolloutConfig,
-    RolloutHandler, RolloutTrigger, StopHandler,
+    AGENT_STOP, GatewayRuntime, GatewaysDisabled, NAMESPACE_TEARDOWN, REVISION_ROLLOUT, Rollout,
+    RolloutConfig, RolloutHandler, RolloutTrigger, StopHandler, TeardownHandler,
 };
 use crate::worker::{Handlers, Worker};
 
@@ -224,7 +224,8 @@ pub async fn start_with_parts(
         .with_metrics(pipeline_metrics);
         if config.pipeline_enabled() {
             handlers.register(REVISION_ROLLOUT, RolloutHandler(rollout.clone()));
-            handlers.register(AGENT_STOP, StopHandler(rollout));
+            handlers.register(AGENT_STOP, StopHandler(rollout.clone()));
+            handlers.register(NAMESPACE_TEARDOWN, TeardownHandler(rollout));
         }
         Some(link)
     } else {

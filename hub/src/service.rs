@@ -274,32 +274,51 @@ impl Service {
         Ok(self.store.get_namespace(name).await?)
     }
 
-    /// Deletes an empty namespace.
-    pub async fn delete_namespace(&self, p: &Principal, name: &str) -> Result<()> {
+    /// Deletes an empty namespace. With the pipeline on, the namespace is
+    /// torn down in its execution clusters first (provider cleanup first;
+    /// a failure keeps it): returns false when that teardown was queued,
+    /// true when the namespace is already gone.
+    pub async fn delete_namespace(&self, p: &Principal, name: &str) -> Result<bool> {
         let target = format!("namespaces/{name}");
-        self.check_mutation(
-            p,
-            Action::DeleteNamespace,
-            Some(name),
-            "namespace.delete",
-            &target,
-        )
-        .await?;
-        let fx = Effects::audit(audit(
-            p,
-            "namespace.delete",
-            Some(name),
-            &target,
-            "ok",
-            None,
-        ));
-        let result = self
-            .store
-            .delete_namespace(name, &fx)
-            .await
-            .map_err(Into::into);
-        self.record(p, "namespace.delete", Some(name), &target, result)
-            .await
+        let what = "namespace.delete";
+        self.check_mutation(p, Action::DeleteNamespace, Some(name), what, &target)
+            .await?;
+        let result = async {
+            if !self.policy.pipeline {
+                let fx = Effects::audit(audit(p, what, Some(name), &target, "ok", None));
+                self.store.delete_namespace(name, &fx).await?;
+                return Ok(true);
+            }
+            let ns = self.store.get_namespace(name).await?;
+            let agents = self.store.list_agents(name).await?;
+            if !agents.is_empty() {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "namespace {name:?} still has {} agent(s); delete them first",
+                    agents.len()
+                )));
+            }
+            let fx = Effects {
+                audit: audit(
+                    p,
+                    what,
+                    Some(name),
+                    &target,
+                    "ok",
+                    Some("teardown queued".into()),
+                ),
+                work: vec![crate::worker::rollout::Rollout::teardown_work(
+                    &ns.id,
+                    Some(p.token_id.clone()),
+                    self.policy.work_max_attempts,
+                )],
+            };
+            self.store
+                .set_namespace_state(&ns.id, crate::model::NamespaceState::Deleting, None, &fx)
+                .await?;
+            Ok(false)
+        }
+        .await;
+        self.record(p, what, Some(name), &target, result).await
     }
 
     // ---- configurations --------------------------------------------------

@@ -251,6 +251,14 @@ pub trait Store: LinkStore + Send + Sync + 'static {
     async fn list_namespaces(&self, only: Option<&str>) -> Result<Vec<Namespace>>;
     /// Deletes an empty namespace (no Agents); its tokens go with it.
     async fn delete_namespace(&self, name: &str, fx: &Effects) -> Result<()>;
+    /// Sets a namespace's state (and why), with its audit and work.
+    async fn set_namespace_state(
+        &self,
+        id: &str,
+        state: crate::model::NamespaceState,
+        reason: Option<&str>,
+        fx: &Effects,
+    ) -> Result<Namespace>;
     /// Records that provisioning finished; idempotent.
     async fn mark_namespace_provisioned(&self, id: &str, at: DateTime<Utc>) -> Result<Namespace>;
 

@@ -90,7 +90,7 @@ impl Default for WorkerConfig {
             id: format!("worker-{}", uuid::Uuid::new_v4()),
             batch_size: 32,
             lease: Duration::from_secs(30),
-            poll_interval: Duration::from_millis(500),
+            poll_interval: Duration::from_millis(50),
             backoff: Backoff {
                 base: Duration::from_secs(1),
                 cap: Duration::from_secs(300),

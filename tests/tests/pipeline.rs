@@ -264,6 +264,41 @@ async fn deploy_change_and_stop_through_a_real_spoke() -> Result<()> {
         "stop keeps the Harness credential Secret"
     );
 
+    // Delete the Agent, then the tenant: the spoke tears the data-plane
+    // namespace down (provider cleanup first), then the tenant is gone.
+    let deleted = hub
+        .http
+        .delete(hub.url(&format!("/namespaces/{tenant}/agents/bot")))
+        .bearer_auth(&hub.root_token)
+        .send()
+        .await?;
+    assert_eq!(deleted.status(), 204);
+    let deleting = hub
+        .http
+        .delete(hub.url(&format!("/namespaces/{tenant}")))
+        .bearer_auth(&hub.root_token)
+        .send()
+        .await?;
+    assert_eq!(deleting.status(), 202, "teardown is queued");
+    eventually(WAIT, "tenant deleted after teardown", || async {
+        let r = hub
+            .http
+            .get(hub.url(&format!("/namespaces/{tenant}")))
+            .bearer_auth(&hub.root_token)
+            .send()
+            .await
+            .ok()?;
+        (r.status() == 404).then_some(())
+    })
+    .await;
+    let physical = Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .get_opt(&ns.data_plane_namespace)
+        .await?;
+    assert!(
+        physical.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
+        "the data-plane namespace is deleted"
+    );
+
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), spoke).await;
     Ok(())

@@ -310,17 +310,21 @@ async fn get_namespace(
     Ok(with_etag(n.version, n))
 }
 
-/// Delete an empty namespace.
+/// Delete an empty namespace: 204 when it is gone, 202 when its teardown in
+/// the execution clusters was queued (it shows state `deleting`).
 #[utoipa::path(delete, path = "/api/v1/namespaces/{ns}", tag = "namespaces",
     params(("ns" = String, Path)),
-    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 204), (status = 202), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn delete_namespace(
     State(s): State<AppState>,
     Caller(p): Caller,
     PathParams(ns): PathParams<String>,
 ) -> ApiResult<StatusCode> {
-    s.service.delete_namespace(&p, &ns).await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(if s.service.delete_namespace(&p, &ns).await? {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::ACCEPTED
+    })
 }
 
 // ---- configurations --------------------------------------------------------

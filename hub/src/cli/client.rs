@@ -486,7 +486,14 @@ async fn run(cli: Cli) -> CliResult<String> {
             }
             NamespaceCommand::Delete { name } => {
                 c.delete(&format!("/namespaces/{name}")).await?;
-                Ok(format!("namespace {name} deleted\n"))
+                // With execution clusters the teardown runs there first.
+                match c.get::<Namespace>(&format!("/namespaces/{name}")).await {
+                    Ok(ns) => Ok(format!(
+                        "namespace {name} is {} (torn down in its clusters first)\n",
+                        ns.state.as_str()
+                    )),
+                    Err(_) => Ok(format!("namespace {name} deleted\n")),
+                }
             }
         },
         Command::Configurations { command } => match command {

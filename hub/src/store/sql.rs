@@ -33,7 +33,7 @@ pub struct SqlStore {
 pub(super) type Tx = Transaction<'static, Any>;
 
 const NAMESPACE_COLS: &str = "id, name, display_name, data_plane_namespace, adopted, state, \
-     provisioned_at, version, created_at, updated_at";
+     provisioned_at, state_reason, version, created_at, updated_at";
 const AGENT_COLS: &str = "a.id, n.name AS namespace, a.name, a.spec, a.desired_state, \
      a.active_revision, a.latest_revision, a.version, a.created_at, a.updated_at";
 const CONFIG_COLS: &str =
@@ -501,10 +501,38 @@ impl Store for SqlStore {
         self.commit(tx).await
     }
 
+    async fn set_namespace_state(
+        &self,
+        id: &str,
+        state: NamespaceState,
+        reason: Option<&str>,
+        fx: &Effects,
+    ) -> Result<Namespace> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let updated = sqlx::query(
+            "UPDATE namespaces SET state = $1, state_reason = $2, updated_at = $3 WHERE id = $4",
+        )
+        .bind(state.as_str())
+        .bind(reason.map(str::to_owned))
+        .bind(ms(now))
+        .bind(id.to_owned())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        if updated == 0 {
+            return Err(not_found("namespace", id));
+        }
+        self.write_effects(&mut tx, fx, now).await?;
+        self.commit(tx).await?;
+        self.get_namespace_by_id(id).await
+    }
+
     async fn mark_namespace_provisioned(&self, id: &str, at: DateTime<Utc>) -> Result<Namespace> {
         sqlx::query(
             "UPDATE namespaces SET state = $1, provisioned_at = COALESCE(provisioned_at, $2), \
-             updated_at = $2 WHERE id = $3",
+             updated_at = $2 WHERE id = $3 AND state IN ('pending', 'active')",
         )
         .bind(NamespaceState::Active.as_str())
         .bind(ms(at))
@@ -1386,9 +1414,12 @@ fn namespace_from_row(r: &AnyRow) -> Result<Namespace> {
         state: parse_enum(W, &state, |s| match s {
             "pending" => Some(NamespaceState::Pending),
             "active" => Some(NamespaceState::Active),
+            "deleting" => Some(NamespaceState::Deleting),
+            "teardown-failed" => Some(NamespaceState::TeardownFailed),
             _ => None,
         })?,
         provisioned_at: get::<Option<i64>>(r, W, "provisioned_at")?.map(from_ms),
+        state_reason: get(r, W, "state_reason")?,
         version: get(r, W, "version")?,
         created_at: from_ms(get(r, W, "created_at")?),
         updated_at: from_ms(get(r, W, "updated_at")?),

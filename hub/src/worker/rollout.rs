@@ -30,6 +30,9 @@ use crate::store::{NewWork, Store, StoreError};
 pub const REVISION_ROLLOUT: &str = "revision.rollout";
 /// Stops an Agent: route and Gateway first, then the Harness via the spoke.
 pub const AGENT_STOP: &str = "agent.stop";
+/// Tears a tenant down in every cluster it was provisioned in (the spoke
+/// runs the provider's namespace cleanup first), then deletes it.
+pub const NAMESPACE_TEARDOWN: &str = "namespace.teardown";
 
 /// The Agent a Gateway belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -939,6 +942,146 @@ impl Rollout {
     }
 }
 
+impl Rollout {
+    /// The work item that tears `namespace_id` down.
+    pub fn teardown_work(
+        namespace_id: &str,
+        requested_by: Option<String>,
+        max_attempts: i32,
+    ) -> NewWork {
+        NewWork {
+            kind: NAMESPACE_TEARDOWN.into(),
+            namespace_id: Some(namespace_id.to_owned()),
+            target: namespace_id.to_owned(),
+            payload: serde_json::json!({}),
+            requested_by,
+            max_attempts,
+            run_at: Utc::now(),
+        }
+    }
+
+    /// One pass of a namespace teardown: ask every cluster that has the
+    /// namespace to delete it, then delete the tenant once all say it is
+    /// gone; a failure keeps the tenant (and the spoke keeps the
+    /// infrastructure) with the reason.
+    async fn teardown(&self, store: &dyn Store, item: &WorkItem) -> Result<(), WorkError> {
+        use crate::model::NamespaceState;
+        let ns = match store.get_namespace_by_id(&item.target).await {
+            Ok(ns) => ns,
+            Err(StoreError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(store_err(e)),
+        };
+        if ns.state != NamespaceState::Deleting {
+            return Ok(());
+        }
+        // Each deletion request gets its own generation, so a retried
+        // delete after a failure is new work for the spoke.
+        let generation = ns.updated_at.timestamp_millis();
+        let target = target::namespace(&ns.id);
+        let work = spec::WorkSpec::NamespaceDelete(spec::NamespaceDeleteWork {
+            tenant: ns.name.clone(),
+            namespace_id: ns.id.clone(),
+            data_plane_namespace: ns.data_plane_namespace.clone(),
+        });
+        let mut waiting = 0;
+        let mut failures = Vec::new();
+        for cluster in store.list_clusters().await.map_err(store_err)? {
+            let Some(sent) = store
+                .outbox_latest_generation(&cluster.id, &target)
+                .await
+                .map_err(store_err)?
+            else {
+                continue; // never provisioned there
+            };
+            if sent < generation {
+                self.send(
+                    &cluster.id,
+                    &target,
+                    spec::WorkKind::NamespaceDelete,
+                    generation,
+                    &work,
+                )
+                .await?;
+                waiting += 1;
+                continue;
+            }
+            match self
+                .outcome(store, &cluster.id, &target, generation)
+                .await?
+            {
+                WorkOutcome::Applied => {}
+                WorkOutcome::Waiting => waiting += 1,
+                WorkOutcome::Failed(reason) => failures.push(format!("{}: {reason}", cluster.name)),
+            }
+        }
+        let system = |action: &str, result: &str, detail: Option<String>| crate::store::NewAudit {
+            actor: "system:pipeline".into(),
+            action: action.into(),
+            namespace: Some(ns.name.clone()),
+            target: format!("namespaces/{}", ns.name),
+            result: result.into(),
+            detail,
+        };
+        if !failures.is_empty() {
+            let reason = format!(
+                "teardown failed, infrastructure kept: {}",
+                failures.join("; ")
+            );
+            tracing::error!(namespace = %ns.name, reason = %reason, "pipeline.teardown_failed");
+            store
+                .set_namespace_state(
+                    &ns.id,
+                    NamespaceState::TeardownFailed,
+                    Some(&reason),
+                    &crate::store::Effects::audit(system(
+                        "namespace.teardown",
+                        "error",
+                        Some(reason.clone()),
+                    )),
+                )
+                .await
+                .map_err(store_err)?;
+            return Ok(());
+        }
+        if waiting > 0 {
+            return Ok(()); // the spokes' reports bring the next pass
+        }
+        match store
+            .delete_namespace(
+                &ns.name,
+                &crate::store::Effects::audit(system("namespace.deleted", "ok", None)),
+            )
+            .await
+        {
+            Ok(()) | Err(StoreError::NotFound { .. }) => {
+                tracing::info!(namespace = %ns.name, "pipeline.namespace_deleted");
+                Ok(())
+            }
+            Err(e) => Err(store_err(e)),
+        }
+    }
+}
+
+/// `namespace.teardown` handler.
+#[derive(Debug, Clone)]
+pub struct TeardownHandler(pub Rollout);
+
+#[async_trait]
+impl WorkHandler for TeardownHandler {
+    fn required_action(&self) -> Action {
+        Action::DeleteNamespace
+    }
+
+    async fn handle(
+        &self,
+        store: &dyn Store,
+        item: &WorkItem,
+        _cancel: &CancellationToken,
+    ) -> Result<(), WorkError> {
+        self.0.teardown(store, item).await
+    }
+}
+
 /// `revision.rollout` handler.
 #[derive(Debug, Clone)]
 pub struct RolloutHandler(pub Rollout);
@@ -1067,6 +1210,12 @@ impl RolloutTrigger {
                 }
             }
             ("namespace", _, _) => {
+                if ns.state == crate::model::NamespaceState::Deleting {
+                    store
+                        .enqueue_work(&[Rollout::teardown_work(&ns.id, None, self.max_attempts)])
+                        .await?;
+                    return Ok(());
+                }
                 for agent in store.list_agents(&ns.name).await? {
                     if let Some(latest) = agent.latest_revision
                         && let Ok(rev) = store.get_revision(&ns.name, &agent.name, latest).await
