@@ -1,0 +1,1067 @@
+//! `pipeline-bench`: the revision pipeline end to end with one hub and two
+//! execution clusters (issue 6).
+//!
+//! In one process: a hub (`clawfed_hub::server::start_with_parts`, pipeline
+//! on, Gateways disabled, SQLite in a temp dir or a fresh schema on
+//! `CLAWFED_TEST_DATABASE_URL` with `--postgres`) and two real spokes
+//! (`clawfed_spoke::link::Link` over mTLS, each with its own
+//! `clawfed_spoke::exec::Executor` acting as the spoke ServiceAccount of
+//! `deploy/spoke` on exec-a and exec-b). The bench watches Deployments and
+//! Pods in the tenant's data-plane namespace on both clusters as admin and
+//! timestamps every event at µs resolution.
+//!
+//! 1. Latency: M Agents deployed one at a time (placement alternating), each
+//!    `POST .../deploy` → revision `active` seen by `GET` polled every 5 ms.
+//!    Kubernetes' share is Harness Deployment seen → its Pod Ready seen (the
+//!    ReplicaSet controller, scheduler and kwok); clawfed's overhead is the
+//!    rest, split into deploy → Deployment (hub pass, link, spoke apply) and
+//!    Pod Ready → Active (spoke report, link, hub pass).
+//! 2. Throughput: N Agents deployed at once across both clusters; revisions
+//!    per second from the first deploy request to the last `active` phase
+//!    time the hub recorded, and deploy → Active under that load.
+//!
+//! Exits 1 when a revision fails or anything times out. Everything it makes
+//! (hub, spokes, data-plane namespaces, the PostgreSQL schema) is removed at
+//! the end; the spoke RBAC of `deploy/spoke` stays installed, as the tests
+//! leave it. `e2e/bench/pipeline-bench.sh` starts the clusters if needed.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail, ensure};
+use clap::Parser;
+use clawfed_hub::auth::{self, Role};
+use clawfed_hub::config::Config as HubConfig;
+use clawfed_hub::model::{
+    Agent, AgentRevision, BootstrapTokenCreated, Cluster, ConnectionState, List, Namespace,
+    RevisionPhase,
+};
+use clawfed_hub::store::{self, NewToken, Store};
+use clawfed_hub::worker::Handlers;
+use clawfed_hub::worker::rollout::GatewaysDisabled;
+use clawfed_spoke::config::SpokeConfig;
+use clawfed_spoke::exec::Executor;
+use clawfed_spoke::link::identity::FileIdentityStore;
+use clawfed_spoke::link::tls::HubAddress;
+use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
+use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace as KubeNamespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use sqlx::Connection;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(about = "Deploy-to-Active latency and revisions/s through the real pipeline")]
+struct Args {
+    /// Execution clusters (names under the e2e clusters dir).
+    #[arg(long, value_delimiter = ',', default_value = "exec-a,exec-b")]
+    clusters: Vec<String>,
+    /// Agents deployed one at a time (latency phase).
+    #[arg(long, default_value_t = 50)]
+    latency_agents: usize,
+    /// Agents deployed at once (throughput phase).
+    #[arg(long, default_value_t = 200)]
+    throughput_agents: usize,
+    /// Poll interval of the latency phase's `GET revision`.
+    #[arg(long, default_value_t = 5)]
+    poll_ms: u64,
+    /// Hub worker poll interval (`worker.pollIntervalMs`); the hub default
+    /// when unset.
+    #[arg(long)]
+    worker_poll_ms: Option<u64>,
+    /// Per-revision limit in the latency phase.
+    #[arg(long, default_value_t = 60)]
+    revision_timeout_seconds: u64,
+    /// Limit of the throughput phase.
+    #[arg(long, default_value_t = 300)]
+    throughput_timeout_seconds: u64,
+    /// PostgreSQL (a fresh schema on CLAWFED_TEST_DATABASE_URL) instead of
+    /// SQLite.
+    #[arg(long)]
+    postgres: bool,
+}
+
+const SPOKE_NAMESPACE: &str = "clawfed-system";
+const SPOKE_SERVICE_ACCOUNT: &str = "clawfed-spoke";
+const FIELD_MANAGER: &str = "clawfed-bench";
+const IMAGE: &str = "ghcr.io/openclaw/openclaw:1.0";
+
+/// Wall-clock milliseconds (fractional), the clock the hub's timestamps use.
+fn now_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .unwrap_or_default()
+}
+
+fn chrono_ms(t: chrono::DateTime<chrono::Utc>) -> f64 {
+    t.timestamp_micros() as f64 / 1000.0
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v
+}
+
+// ---------------------------------------------------------------- clusters
+
+fn clusters_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("CLAWFED_CLUSTERS_DIR") {
+        return PathBuf::from(d);
+    }
+    std::env::var_os("CLAWFED_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+                .join(".cache/clawfed")
+        })
+        .join("clusters")
+}
+
+struct ExecCluster {
+    name: String,
+    admin_config: kube::Config,
+    admin: Client,
+}
+
+async fn exec_cluster(name: &str) -> Result<ExecCluster> {
+    let path = clusters_dir().join(name).join("admin.kubeconfig");
+    let kc = Kubeconfig::read_from(&path).with_context(|| {
+        format!(
+            "{} (start the cluster: e2e/cluster.sh up {name})",
+            path.display()
+        )
+    })?;
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    cfg.connect_timeout = Some(Duration::from_secs(5));
+    cfg.read_timeout = Some(Duration::from_secs(60));
+    let admin = Client::try_from(cfg.clone())?;
+    tokio::time::timeout(Duration::from_secs(10), admin.apiserver_version())
+        .await
+        .with_context(|| format!("cluster {name}: /version timed out"))?
+        .with_context(|| format!("cluster {name} does not answer"))?;
+    Ok(ExecCluster {
+        name: name.to_owned(),
+        admin_config: cfg,
+        admin,
+    })
+}
+
+fn typed<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T> {
+    Ok(serde_json::from_value(v.clone())?)
+}
+
+async fn apply_all<K>(client: &Client, obj: K) -> Result<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + serde::Serialize
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    Api::<K>::all(client.clone())
+        .patch(
+            &obj.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&obj),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Installs deploy/spoke/{namespace,rbac,admission}.yaml as the admin (the
+/// same objects, parsed the same way, as tests/src/spoke_env.rs).
+async fn install_spoke_rbac(admin: &Client) -> Result<()> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/spoke/");
+    for file in ["namespace.yaml", "rbac.yaml", "admission.yaml"] {
+        let text = std::fs::read_to_string(format!("{dir}{file}"))
+            .with_context(|| format!("reading deploy/spoke/{file}"))?;
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+            if v.is_null() {
+                continue;
+            }
+            match v["kind"].as_str().unwrap_or_default() {
+                "Namespace" => apply_all(admin, typed::<KubeNamespace>(&v)?).await?,
+                "ServiceAccount" => {
+                    let sa: ServiceAccount = typed(&v)?;
+                    let ns = sa.namespace().context("serviceaccount namespace")?;
+                    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+                        .patch(
+                            &sa.name_any(),
+                            &PatchParams::apply(FIELD_MANAGER).force(),
+                            &Patch::Apply(&sa),
+                        )
+                        .await?;
+                }
+                "ClusterRole" => apply_all(admin, typed::<ClusterRole>(&v)?).await?,
+                "ClusterRoleBinding" => apply_all(admin, typed::<ClusterRoleBinding>(&v)?).await?,
+                "ValidatingAdmissionPolicy" => {
+                    apply_all(admin, typed::<ValidatingAdmissionPolicy>(&v)?).await?
+                }
+                "ValidatingAdmissionPolicyBinding" => {
+                    apply_all(admin, typed::<ValidatingAdmissionPolicyBinding>(&v)?).await?
+                }
+                other => bail!("unexpected kind {other} in deploy/spoke/{file}"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A client acting as the spoke's ServiceAccount (TokenRequest).
+async fn spoke_client(c: &ExecCluster) -> Result<Client> {
+    install_spoke_rbac(&c.admin).await?;
+    let sas: Api<ServiceAccount> = Api::namespaced(c.admin.clone(), SPOKE_NAMESPACE);
+    let req = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = sas
+        .create_token_request(SPOKE_SERVICE_ACCOUNT, &PostParams::default(), &req)
+        .await
+        .context("TokenRequest for the spoke ServiceAccount")?
+        .status
+        .and_then(|s| s.token)
+        .context("TokenRequest returned no token")?;
+    let mut cfg = kube::Config::new(c.admin_config.cluster_url.clone());
+    cfg.root_cert = c.admin_config.root_cert.clone();
+    cfg.connect_timeout = c.admin_config.connect_timeout;
+    cfg.read_timeout = c.admin_config.read_timeout;
+    cfg.default_namespace = SPOKE_NAMESPACE.into();
+    cfg.auth_info = AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    Ok(Client::try_from(cfg)?)
+}
+
+// ------------------------------------------------------- Kubernetes timing
+
+/// When the bench's own watches saw a Harness's objects (wall-clock ms).
+#[derive(Debug, Default, Clone, Copy)]
+struct KubeTimes {
+    deployment: Option<f64>,
+    pod: Option<f64>,
+    pod_ready: Option<f64>,
+}
+
+type Times = Arc<Mutex<HashMap<(usize, String), KubeTimes>>>;
+
+fn agent_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
+    meta.labels
+        .as_ref()?
+        .get(clawfed_proto::labels::AGENT)
+        .cloned()
+}
+
+/// Watches Deployments (`pods == false`) or Pods in `ns`; signals `synced`
+/// after the initial list.
+fn spawn_watch(
+    client: Client,
+    ns: String,
+    cluster: usize,
+    pods: bool,
+    times: Times,
+    synced: tokio::sync::oneshot::Sender<()>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut synced = Some(synced);
+        let record = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+                      ready: bool| {
+            if meta.deletion_timestamp.is_some() {
+                return;
+            }
+            let Some(agent) = agent_of(meta) else { return };
+            let t = now_ms();
+            let mut m = times.lock().unwrap_or_else(|p| p.into_inner());
+            let e = m.entry((cluster, agent)).or_default();
+            if pods {
+                e.pod.get_or_insert(t);
+                if ready {
+                    e.pod_ready.get_or_insert(t);
+                }
+            } else {
+                e.deployment.get_or_insert(t);
+            }
+        };
+        if pods {
+            let api: Api<Pod> = Api::namespaced(client, &ns);
+            let mut s = std::pin::pin!(watcher(api, watcher::Config::default()));
+            loop {
+                let ev = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    ev = s.next() => ev,
+                };
+                match ev {
+                    Some(Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p))) => {
+                        let ready = p
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|cs| {
+                                cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            });
+                        record(&p.metadata, ready);
+                    }
+                    Some(Ok(watcher::Event::InitDone)) => {
+                        if let Some(tx) = synced.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    None => break,
+                }
+            }
+        } else {
+            let api: Api<Deployment> = Api::namespaced(client, &ns);
+            let mut s = std::pin::pin!(watcher(api, watcher::Config::default()));
+            loop {
+                let ev = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    ev = s.next() => ev,
+                };
+                match ev {
+                    Some(Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d))) => {
+                        record(&d.metadata, false)
+                    }
+                    Some(Ok(watcher::Event::InitDone)) => {
+                        if let Some(tx) = synced.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    None => break,
+                }
+            }
+        }
+    })
+}
+
+// ---------------------------------------------------------------- hub REST
+
+struct Rest {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Rest {
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<T> {
+        let mut req = self
+            .http
+            .request(method, format!("{}/api/v1{path}", self.base))
+            .bearer_auth(&self.token)
+            .timeout(Duration::from_secs(30));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.with_context(|| path.to_owned())?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        ensure!(status.is_success(), "{path}: {status} {text}");
+        serde_json::from_str(&text).with_context(|| format!("{path}: {text}"))
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    async fn revision(&self, tenant: &str, agent: &str) -> Result<AgentRevision> {
+        self.get(&format!("/namespaces/{tenant}/agents/{agent}/revisions/1"))
+            .await
+    }
+
+    async fn create_agent(&self, tenant: &str, agent: &str, cluster: &str) -> Result<()> {
+        let _: Agent = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/namespaces/{tenant}/agents"),
+                Some(json!({
+                    "name": agent,
+                    "spec": {
+                        "harnessKind": "embedded-openclaw",
+                        "image": IMAGE,
+                        "placement": { "cluster": cluster },
+                    }
+                })),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn deploy(&self, tenant: &str, agent: &str) -> Result<AgentRevision> {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/namespaces/{tenant}/agents/{agent}/deploy"),
+            None,
+        )
+        .await
+    }
+}
+
+// ------------------------------------------------------------------- phases
+
+/// One revision's figures (ms).
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    /// deploy request → `active` (observed by GET in the latency phase;
+    /// the hub's recorded `active` time in the throughput phase).
+    total: f64,
+    /// Deployment seen → Pod Ready seen.
+    kube: f64,
+    /// Pod seen → Pod Ready seen.
+    pod: f64,
+    /// deploy request → Deployment seen.
+    before: f64,
+    /// Pod Ready seen → `active`.
+    after: f64,
+    /// deploy request → the first pipeline pass (phase `preparing` entered
+    /// by the worker).
+    first_pass: f64,
+}
+
+impl Sample {
+    fn overhead(&self) -> f64 {
+        self.total - self.kube
+    }
+}
+
+struct Bench {
+    args: Args,
+    rest: Rest,
+    tenant: String,
+    /// Hub cluster names, by index of `args.clusters`.
+    hub_clusters: Vec<String>,
+    times: Times,
+}
+
+impl Bench {
+    async fn kube_times(&self, cluster: usize, agent: &str) -> Result<KubeTimes> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let t = self
+                .times
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&(cluster, agent.to_owned()))
+                .copied()
+                .unwrap_or_default();
+            if t.deployment.is_some() && t.pod.is_some() && t.pod_ready.is_some() {
+                return Ok(t);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "agent {agent}: the bench's watch on {} did not see its Deployment and Ready Pod ({t:?})",
+                    self.args.clusters[cluster]
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn sample(&self, t0: f64, active: f64, k: KubeTimes, rev: &AgentRevision) -> Sample {
+        let (d, p, r) = (
+            k.deployment.unwrap_or(f64::NAN),
+            k.pod.unwrap_or(f64::NAN),
+            k.pod_ready.unwrap_or(f64::NAN),
+        );
+        Sample {
+            total: active - t0,
+            kube: r - d,
+            pod: r - p,
+            before: d - t0,
+            after: active - r,
+            first_pass: rev
+                .progress
+                .phases
+                .get(RevisionPhase::Preparing.as_str())
+                .map_or(f64::NAN, |t| chrono_ms(*t) - t0),
+        }
+    }
+
+    /// Deploys `agent` and polls its revision until `active`.
+    async fn deploy_one(&self, agent: &str, cluster: usize) -> Result<Sample> {
+        self.rest
+            .create_agent(&self.tenant, agent, &self.hub_clusters[cluster])
+            .await?;
+        let t0 = now_ms();
+        let started = Instant::now();
+        self.rest.deploy(&self.tenant, agent).await?;
+        let limit = Duration::from_secs(self.args.revision_timeout_seconds);
+        let (active, rev) = loop {
+            let r = self.rest.revision(&self.tenant, agent).await?;
+            match r.phase {
+                RevisionPhase::Active => break (now_ms(), r),
+                RevisionPhase::Failed | RevisionPhase::Stopped | RevisionPhase::Retired => {
+                    bail!("agent {agent}: revision 1 {:?}: {:?}", r.phase, r.reason)
+                }
+                _ => {}
+            }
+            if started.elapsed() > limit {
+                bail!(
+                    "agent {agent}: revision 1 not Active after {limit:?} (phase {:?})",
+                    r.phase
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(self.args.poll_ms)).await;
+        };
+        let k = self.kube_times(cluster, agent).await?;
+        Ok(self.sample(t0, active, k, &rev))
+    }
+
+    async fn latency(&self) -> Result<(Vec<Sample>, Vec<Sample>)> {
+        let n = self.args.clusters.len();
+        let mut warm = Vec::new();
+        for c in 0..n {
+            warm.push(self.deploy_one(&format!("warm{c}"), c).await?);
+        }
+        let mut out = Vec::with_capacity(self.args.latency_agents);
+        for i in 0..self.args.latency_agents {
+            out.push(self.deploy_one(&format!("lat{i}"), i % n).await?);
+        }
+        Ok((warm, out))
+    }
+
+    async fn throughput(&self) -> Result<Throughput> {
+        let n = self.args.clusters.len();
+        let count = self.args.throughput_agents;
+        let names: Vec<(String, usize)> = (0..count).map(|i| (format!("tp{i}"), i % n)).collect();
+        // Drafts first (not measured).
+        let created: Vec<Result<()>> = futures::stream::iter(names.iter())
+            .map(|(a, c)| {
+                self.rest
+                    .create_agent(&self.tenant, a, &self.hub_clusters[*c])
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        for r in created {
+            r?;
+        }
+        let t_start = now_ms();
+        let started = Instant::now();
+        let deploys = futures::future::join_all(names.iter().map(|(a, _)| async move {
+            let t0 = now_ms();
+            let r = self.rest.deploy(&self.tenant, a).await;
+            (t0, now_ms() - t0, r)
+        }))
+        .await;
+        let mut t0s = HashMap::new();
+        let mut post_ms = Vec::new();
+        for ((a, _), (t0, took, r)) in names.iter().zip(deploys) {
+            r.with_context(|| format!("deploy {a}"))?;
+            t0s.insert(a.clone(), t0);
+            post_ms.push(took);
+        }
+        let deployed_in = now_ms() - t_start;
+        let limit = Duration::from_secs(self.args.throughput_timeout_seconds);
+        let mut active: HashMap<String, (f64, AgentRevision)> = HashMap::new();
+        let mut round = 0u64;
+        while active.len() < count {
+            if started.elapsed() > limit {
+                bail!(
+                    "throughput: {} of {count} Active after {limit:?}",
+                    active.len()
+                );
+            }
+            round += 1;
+            let agents: List<Agent> = self
+                .rest
+                .get(&format!("/namespaces/{}/agents", self.tenant))
+                .await?;
+            for a in agents.items {
+                if a.active_revision == Some(1)
+                    && t0s.contains_key(&a.name)
+                    && !active.contains_key(&a.name)
+                {
+                    // activeRevision is set a step before the phase.
+                    let r = self.rest.revision(&self.tenant, &a.name).await?;
+                    if r.phase == RevisionPhase::Active
+                        && let Some(at) = r.progress.phases.get(RevisionPhase::Active.as_str())
+                    {
+                        active.insert(a.name.clone(), (chrono_ms(*at), r.clone()));
+                    }
+                }
+            }
+            if round.is_multiple_of(20) {
+                for (a, _) in &names {
+                    if active.contains_key(a) {
+                        continue;
+                    }
+                    let r = self.rest.revision(&self.tenant, a).await?;
+                    if matches!(r.phase, RevisionPhase::Failed | RevisionPhase::Stopped) {
+                        bail!("throughput: {a} revision 1 {:?}: {:?}", r.phase, r.reason);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut samples = Vec::with_capacity(count);
+        for (a, c) in &names {
+            let k = self.kube_times(*c, a).await?;
+            let (at, rev) = &active[a];
+            samples.push(self.sample(t0s[a], *at, k, rev));
+        }
+        let done = sorted(active.values().map(|(t, _)| *t).collect());
+        // How fast each spoke turned Harness work into Deployments.
+        let apply_rates = {
+            let m = self.times.lock().unwrap_or_else(|p| p.into_inner());
+            (0..n)
+                .map(|c| {
+                    let seen: Vec<f64> = names
+                        .iter()
+                        .filter(|(_, cc)| *cc == c)
+                        .filter_map(|(a, _)| m.get(&(c, a.clone()))?.deployment)
+                        .collect();
+                    let span = seen.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+                        - seen.iter().copied().fold(f64::INFINITY, f64::min);
+                    (
+                        self.args.clusters[c].clone(),
+                        seen.len() as f64 / (span / 1000.0),
+                    )
+                })
+                .collect()
+        };
+        let first = t0s.values().copied().fold(f64::INFINITY, f64::min);
+        let last = done.last().copied().unwrap_or(f64::NAN);
+        let (p10, p90) = (pct(&done, 10.0), pct(&done, 90.0));
+        Ok(Throughput {
+            samples,
+            post_ms: sorted(post_ms),
+            deployed_in,
+            window_ms: last - first,
+            rate: count as f64 / ((last - first) / 1000.0),
+            sustained: (0.8 * count as f64) / ((p90 - p10) / 1000.0),
+            apply_rates,
+        })
+    }
+}
+
+struct Throughput {
+    samples: Vec<Sample>,
+    post_ms: Vec<f64>,
+    deployed_in: f64,
+    window_ms: f64,
+    rate: f64,
+    sustained: f64,
+    /// Harness Deployments created per second, per cluster.
+    apply_rates: Vec<(String, f64)>,
+}
+
+fn row(name: &str, v: Vec<f64>, goal: &str) {
+    let v = sorted(v);
+    println!(
+        "| {name:<58} | {:>8.1} | {:>8.1} | {:>8.1} | {goal:<16} |",
+        pct(&v, 50.0),
+        pct(&v, 99.0),
+        v.last().copied().unwrap_or(f64::NAN)
+    );
+}
+
+fn header(title: &str) {
+    println!();
+    println!("{title}");
+    println!(
+        "| {:<58} | {:>8} | {:>8} | {:>8} | {:<16} |",
+        "figure (ms)", "p50", "p99", "max", "goal"
+    );
+    println!(
+        "|{}|{}|{}|{}|{}|",
+        "-".repeat(60),
+        "-".repeat(10),
+        "-".repeat(10),
+        "-".repeat(10),
+        "-".repeat(18)
+    );
+}
+
+fn sample_rows(s: &[Sample], goal_overhead: &str) {
+    let col = |f: fn(&Sample) -> f64| s.iter().map(f).collect::<Vec<_>>();
+    row(
+        "deploy request -> revision Active (total)",
+        col(|x| x.total),
+        "-",
+    );
+    row(
+        "Kubernetes: Harness Deployment -> Pod Ready",
+        col(|x| x.kube),
+        "-",
+    );
+    row("  of which Pod created -> Pod Ready", col(|x| x.pod), "-");
+    row(
+        "clawfed overhead (total - Kubernetes)",
+        col(Sample::overhead),
+        goal_overhead,
+    );
+    row(
+        "  deploy -> Deployment created (hub, link, spoke apply)",
+        col(|x| x.before),
+        "-",
+    );
+    row(
+        "    of which deploy -> first pipeline pass (worker pickup)",
+        col(|x| x.first_pass),
+        "-",
+    );
+    row(
+        "  Pod Ready -> Active (spoke report, link, hub pass)",
+        col(|x| x.after),
+        "-",
+    );
+    let p50 = |v: Vec<f64>| pct(&sorted(v), 50.0);
+    println!(
+        "overhead / total at p50: {:.2} ({:.1} of {:.1} ms)",
+        p50(col(Sample::overhead)) / p50(col(|x| x.total)),
+        p50(col(Sample::overhead)),
+        p50(col(|x| x.total))
+    );
+}
+
+fn report(args: &Args, backend: &str, poll: u64, warm: &[Sample], lat: &[Sample], tp: &Throughput) {
+    println!();
+    println!(
+        "pipeline-bench: one in-process hub ({backend}, worker poll {poll} ms, Gateways disabled), {} spokes over mTLS ({}), embedded-openclaw, placement alternating",
+        args.clusters.len(),
+        args.clusters.join(", ")
+    );
+    header(&format!(
+        "Latency: {} Agents deployed one at a time (revision GET polled every {} ms)",
+        lat.len(),
+        args.poll_ms
+    ));
+    sample_rows(lat, "overhead p50<=200");
+    println!(
+        "first deploy per cluster (namespace provisioning, not in the figures above): {}",
+        warm.iter()
+            .map(|s| format!("{:.0} ms", s.total))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    header(&format!(
+        "Throughput: {} Agents deployed at once (Active time as recorded by the hub)",
+        tp.samples.len()
+    ));
+    sample_rows(&tp.samples, "-");
+    row("POST deploy response under load", tp.post_ms.clone(), "-");
+    println!(
+        "all {} deploy requests answered in {:.0} ms; first deploy -> last Active {:.0} ms",
+        tp.samples.len(),
+        tp.deployed_in,
+        tp.window_ms
+    );
+    println!(
+        "revisions/s: {:.1} over the whole window, {:.1} sustained (10% -> 90% of completions)",
+        tp.rate, tp.sustained
+    );
+    println!(
+        "Harness Deployments created per second by each spoke: {}",
+        tp.apply_rates
+            .iter()
+            .map(|(c, r)| format!("{c} {r:.1}/s"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
+// ------------------------------------------------------------------- setup
+
+struct Db {
+    url: String,
+    /// (admin URL, schema) to drop at the end.
+    pg: Option<(String, String)>,
+    _dir: tempfile::TempDir,
+}
+
+async fn database(postgres: bool) -> Result<Db> {
+    let dir = tempfile::tempdir()?;
+    if !postgres {
+        return Ok(Db {
+            url: format!("sqlite://{}", dir.path().join("hub.db").display()),
+            pg: None,
+            _dir: dir,
+        });
+    }
+    let base = std::env::var("CLAWFED_TEST_DATABASE_URL").context(
+        "--postgres needs CLAWFED_TEST_DATABASE_URL (eval \"$(scripts/postgres.sh env)\")",
+    )?;
+    let schema = format!("pbench_{}", uuid::Uuid::new_v4().simple());
+    let mut c = sqlx::PgConnection::connect(&base).await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+        .execute(&mut c)
+        .await?;
+    let sep = if base.contains('?') { '&' } else { '?' };
+    Ok(Db {
+        url: format!("{base}{sep}options[search_path]={schema}"),
+        pg: Some((base, schema)),
+        _dir: dir,
+    })
+}
+
+struct Spoke {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), clawfed_spoke::link::LinkError>>,
+    exec: Arc<Executor>,
+    _dir: tempfile::TempDir,
+}
+
+async fn run(args: Args) -> Result<()> {
+    ensure!(!args.clusters.is_empty(), "--clusters is empty");
+    let mut clusters = Vec::new();
+    for name in &args.clusters {
+        clusters.push(exec_cluster(name).await?);
+    }
+    let db = database(args.postgres).await?;
+    let backend = if args.postgres {
+        "PostgreSQL"
+    } else {
+        "SQLite"
+    };
+    let store: Arc<dyn Store> = Arc::new(store::connect(&db.url).await?);
+    let ca_dir = tempfile::tempdir()?;
+    let mut config = HubConfig::default();
+    config.database.url = db.url.clone();
+    config.api.rest_addr = "127.0.0.1:0".parse()?;
+    config.api.grpc_addr = "127.0.0.1:0".parse()?;
+    config.api.metrics_addr = "127.0.0.1:0".parse()?;
+    config.link.addr = "127.0.0.1:0".parse()?;
+    config.link.ca_dir = ca_dir.path().to_owned();
+    config.pipeline.enabled = true;
+    if let Some(ms) = args.worker_poll_ms {
+        config.worker.poll_interval_ms = ms;
+    }
+    let poll = config.worker.poll_interval_ms;
+    let hub = clawfed_hub::server::start_with_parts(
+        &config,
+        store.clone(),
+        Handlers::builtin(),
+        Some(Arc::new(GatewaysDisabled)),
+    )
+    .await?;
+    let minted = auth::mint_token();
+    store
+        .create_token(&NewToken {
+            name: "bench-root".into(),
+            namespace: None,
+            role: Role::InstallationAdmin,
+            hash: minted.hash,
+            expires_at: None,
+        })
+        .await?;
+    let rest = Rest {
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(512)
+            .build()?,
+        base: format!("http://{}", hub.rest_addr),
+        token: minted.secret,
+    };
+    let link = hub.link.clone().context("hub link")?;
+    let hub_url = format!("https://127.0.0.1:{}", link.addr.port());
+
+    let stop_watch = CancellationToken::new();
+    let times: Times = Arc::default();
+    let mut spokes = Vec::new();
+    let mut watches = Vec::new();
+    let mut data_plane = None;
+    let suffix = &uuid::Uuid::new_v4().simple().to_string()[..6];
+    let tenant = format!("pb{suffix}");
+    let hub_clusters: Vec<String> = args
+        .clusters
+        .iter()
+        .map(|c| format!("{c}-{suffix}"))
+        .collect();
+
+    let result = async {
+        // Spokes: enroll each with a bootstrap token, wait Online.
+        for (c, hub_name) in clusters.iter().zip(&hub_clusters) {
+            let client = spoke_client(c).await?;
+            let token: BootstrapTokenCreated = rest
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/clusters/{hub_name}/bootstrap-tokens"),
+                    Some(json!({ "reenroll": false })),
+                )
+                .await?;
+            let (tx, rx) = tokio::sync::mpsc::channel(4096);
+            let exec = Arc::new(Executor::new(client, SpokeConfig::default(), tx));
+            let dir = tempfile::tempdir()?;
+            let l = Link::new(
+                LinkConfig {
+                    hub: HubAddress::parse(&hub_url).map_err(anyhow::Error::msg)?,
+                    ca_pem: link.ca_pem().to_owned(),
+                    cluster_name: hub_name.clone(),
+                    bootstrap_token: Some(token.token),
+                    version: "pipeline-bench".into(),
+                    capabilities: vec!["applier:kube".into()],
+                    backoff_min: Duration::from_millis(50),
+                    backoff_max: Duration::from_millis(500),
+                },
+                Arc::new(FileIdentityStore::new(dir.path())),
+                exec.clone(),
+                SpokeMetrics::default(),
+            );
+            let shutdown = CancellationToken::new();
+            let task = tokio::spawn(l.run(rx, shutdown.clone()));
+            spokes.push(Spoke {
+                shutdown,
+                task,
+                exec,
+                _dir: dir,
+            });
+        }
+        let enrolled = Instant::now();
+        for name in &hub_clusters {
+            loop {
+                let c: Result<Cluster> = rest.get(&format!("/clusters/{name}")).await;
+                if c.is_ok_and(|c| c.connection_state == ConnectionState::Online) {
+                    break;
+                }
+                ensure!(
+                    enrolled.elapsed() < Duration::from_secs(60),
+                    "spoke {name} not Online after 60 s"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        println!(
+            "spokes enrolled and Online in {:.0} ms",
+            enrolled.elapsed().as_secs_f64() * 1000.0
+        );
+
+        let ns: Namespace = rest
+            .call(
+                reqwest::Method::POST,
+                "/namespaces",
+                Some(json!({ "name": tenant })),
+            )
+            .await?;
+        data_plane = Some(ns.data_plane_namespace.clone());
+        let mut synced = Vec::new();
+        for (i, c) in clusters.iter().enumerate() {
+            for pods in [false, true] {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                watches.push(spawn_watch(
+                    c.admin.clone(),
+                    ns.data_plane_namespace.clone(),
+                    i,
+                    pods,
+                    times.clone(),
+                    tx,
+                    stop_watch.clone(),
+                ));
+                synced.push(rx);
+            }
+        }
+        for rx in synced {
+            tokio::time::timeout(Duration::from_secs(30), rx)
+                .await
+                .context("watch initial list")??;
+        }
+
+        let bench = Bench {
+            args,
+            rest,
+            tenant: tenant.clone(),
+            hub_clusters: hub_clusters.clone(),
+            times: times.clone(),
+        };
+        let (warm, lat) = bench.latency().await?;
+        println!("latency phase done ({} revisions)", lat.len());
+        let tp = bench.throughput().await?;
+        report(&bench.args, backend, poll, &warm, &lat, &tp);
+        let p50 = pct(&sorted(lat.iter().map(Sample::overhead).collect()), 50.0);
+        println!(
+            "goal overhead p50 <= 200 ms: {}",
+            if p50 <= 200.0 { "met" } else { "NOT met" }
+        );
+        Ok(())
+    }
+    .await;
+
+    // Tear down everything this run started or made, whatever happened.
+    stop_watch.cancel();
+    for w in watches {
+        let _ = tokio::time::timeout(Duration::from_secs(5), w).await;
+    }
+    for s in spokes {
+        s.shutdown.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(10), s.task).await;
+        s.exec.shutdown();
+    }
+    tokio::time::timeout(Duration::from_secs(30), hub.stop())
+        .await
+        .ok();
+    if let Some(ns) = &data_plane {
+        for c in &clusters {
+            let api: Api<KubeNamespace> = Api::all(c.admin.clone());
+            match api.delete(ns, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => eprintln!("deleting namespace {ns} on {}: {e}", c.name),
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        for c in &clusters {
+            let api: Api<KubeNamespace> = Api::all(c.admin.clone());
+            while Instant::now() < deadline {
+                match api.get_opt(ns).await {
+                    Ok(None) => break,
+                    _ => tokio::time::sleep(Duration::from_millis(250)).await,
+                }
+            }
+            if !matches!(api.get_opt(ns).await, Ok(None)) {
+                eprintln!("namespace {ns} on {} still terminating after 120 s", c.name);
+            }
+        }
+    }
+    if let Some((base, schema)) = &db.pg
+        && let Ok(mut c) = sqlx::PgConnection::connect(base).await
+    {
+        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+            .execute(&mut c)
+            .await;
+    }
+    result
+}
+
+#[tokio::main]
+async fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let args = Args::parse();
+    if let Err(e) = run(args).await {
+        eprintln!("pipeline-bench failed: {e:#}");
+        std::process::exit(1);
+    }
+}
