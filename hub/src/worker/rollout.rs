@@ -497,6 +497,25 @@ impl Rollout {
                 .map_err(store_err)?;
             let facts = self.facts(store, &ns, &agent, &rev).await?;
             let step = decide(&facts);
+            // The Gateway's readiness is control-cluster state no spoke
+            // reports: while only it is missing, look again shortly.
+            if step == Step::Wait
+                && facts.phase == RevisionPhase::WaitingReady
+                && facts.readiness.is_some_and(|r| r.ready)
+                && !facts.gateway_ready
+            {
+                let again = Utc::now() + chrono::Duration::seconds(1);
+                store
+                    .enqueue_work(&[Self::work(
+                        &rev.id,
+                        &ns.id,
+                        None,
+                        again,
+                        self.config.max_attempts,
+                    )])
+                    .await
+                    .map_err(store_err)?;
+            }
             tracing::debug!(revision = %rev.id, phase = rev.phase.as_str(), ?step, "pipeline.step");
             if !self.perform(store, &ns, &agent, rev, step).await? {
                 tracing::debug!(revision = %revision_id, elapsedMs = started.elapsed().as_millis() as u64, "pipeline.settled");
