@@ -177,6 +177,70 @@ fn digest(applied: &HashMap<String, i64>) -> String {
     hex::encode(&h.finalize()[..16])
 }
 
+/// Most targets applied at once on one session.
+const MAX_CONCURRENT_APPLIES: usize = 16;
+/// How long a closing session waits for applies in flight to finish (and
+/// be acked) before it goes.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+type AppliedItem = (pb::Work, Result<pb::WorkResult, ApplyError>, Duration);
+
+/// Applies in flight on a session: one per target at a time, so a target's
+/// generations apply in order, and up to [`MAX_CONCURRENT_APPLIES`] targets
+/// at once, so one slow Harness does not hold up the others (or the
+/// readiness reports behind them).
+#[derive(Default)]
+struct Applies {
+    running: tokio::task::JoinSet<AppliedItem>,
+    busy: std::collections::HashSet<String>,
+    /// The newest item waiting per target.
+    queued: BTreeMap<String, pb::Work>,
+}
+
+impl Applies {
+    fn submit(&mut self, applier: &Arc<dyn WorkApplier>, work: pb::Work) {
+        if self.busy.contains(&work.target) || self.busy.len() >= MAX_CONCURRENT_APPLIES {
+            let newer_waiting = self
+                .queued
+                .get(&work.target)
+                .is_some_and(|q| q.generation > work.generation);
+            if !newer_waiting {
+                self.queued.insert(work.target.clone(), work);
+            }
+            return;
+        }
+        self.start(applier, work);
+    }
+
+    fn start(&mut self, applier: &Arc<dyn WorkApplier>, work: pb::Work) {
+        self.busy.insert(work.target.clone());
+        let applier = applier.clone();
+        self.running.spawn(async move {
+            let started = Instant::now();
+            let result = applier.apply(&work).await;
+            (work, result, started.elapsed())
+        });
+    }
+
+    /// `target` finished: start what waits, targets not already running.
+    fn finished(&mut self, applier: &Arc<dyn WorkApplier>, target: &str) {
+        self.busy.remove(target);
+        let room = MAX_CONCURRENT_APPLIES.saturating_sub(self.busy.len());
+        let next: Vec<String> = self
+            .queued
+            .keys()
+            .filter(|t| !self.busy.contains(*t))
+            .take(room)
+            .cloned()
+            .collect();
+        for t in next {
+            if let Some(work) = self.queued.remove(&t) {
+                self.start(applier, work);
+            }
+        }
+    }
+}
+
 impl Link {
     /// A link that applies work with `applier` and keeps its identity in
     /// `identities`.
@@ -479,12 +543,31 @@ impl Link {
         // Items whose apply failed, retried until applied or superseded.
         let mut failed: BTreeMap<String, pb::Work> = BTreeMap::new();
         let mut retry = tokio::time::interval(Duration::from_secs(2));
+        let mut applies = Applies::default();
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => return SessionEnd::Shutdown,
+                _ = shutdown.cancelled() => {
+                    self.drain(&mut applies, &out, &mut applied).await;
+                    return SessionEnd::Shutdown;
+                }
                 changed = identity.changed() => {
                     if changed.is_ok() {
+                        // The old stream is drained: what is being applied
+                        // is finished and acked before moving over.
+                        self.drain(&mut applies, &out, &mut applied).await;
                         return SessionEnd::Rotated;
+                    }
+                }
+                Some(joined) = applies.running.join_next(), if !applies.running.is_empty() => {
+                    match joined {
+                        Ok((work, result, elapsed)) => {
+                            let target = work.target.clone();
+                            if let Some(w) = self.finish_apply(work, result, elapsed, &out, &mut applied).await {
+                                failed.insert(w.target.clone(), w);
+                            }
+                            applies.finished(&self.applier, &target);
+                        }
+                        Err(e) => tracing::error!(error = %e, "link.apply_task_failed"),
                     }
                 }
                 message = inbound.message() => {
@@ -492,9 +575,7 @@ impl Link {
                     match message {
                         Ok(Some(pb::HubMessage { body: Some(hub_message::Body::Work(work)) })) => {
                             failed.remove(&work.target);
-                            if let Some(w) = self.apply_and_ack(work, &out, &mut applied).await {
-                                failed.insert(w.target.clone(), w);
-                            }
+                            applies.submit(&self.applier, work);
                         }
                         Ok(Some(pb::HubMessage { body: Some(hub_message::Body::GoAway(g)) })) => {
                             return SessionEnd::GoAway(Duration::from_secs(u64::from(g.retry_after_seconds)));
@@ -526,33 +607,48 @@ impl Link {
                     }
                 }
                 _ = retry.tick(), if !failed.is_empty() => {
-                    let pending = std::mem::take(&mut failed);
-                    for (_, work) in pending {
-                        if let Some(w) = self.apply_and_ack(work, &out, &mut applied).await {
-                            failed.insert(w.target.clone(), w);
-                        }
+                    for (_, work) in std::mem::take(&mut failed) {
+                        applies.submit(&self.applier, work);
                     }
                 }
             }
         }
     }
 
-    /// Applies one item; acks and reports it when applied. Returns the item
-    /// back when the apply failed (it is retried, never acked).
-    async fn apply_and_ack(
+    /// Waits (bounded) for applies in flight and acks those that finish.
+    async fn drain(
+        &self,
+        applies: &mut Applies,
+        out: &mpsc::Sender<pb::SpokeMessage>,
+        applied: &mut HashMap<String, i64>,
+    ) {
+        let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+        while let Ok(Some(joined)) =
+            tokio::time::timeout_at(deadline, applies.running.join_next()).await
+        {
+            if let Ok((work, result, elapsed)) = joined {
+                self.finish_apply(work, result, elapsed, out, applied).await;
+            }
+        }
+    }
+
+    /// Acks and reports an applied item. Returns the item back when the
+    /// apply failed (it is retried, never acked).
+    async fn finish_apply(
         &self,
         work: pb::Work,
+        result: Result<pb::WorkResult, ApplyError>,
+        elapsed: Duration,
         out: &mpsc::Sender<pb::SpokeMessage>,
         applied: &mut HashMap<String, i64>,
     ) -> Option<pb::Work> {
         let send = |body| pb::SpokeMessage { body: Some(body) };
-        let started = Instant::now();
-        match self.applier.apply(&work).await {
+        match result {
             Ok(result) => {
                 self.metrics.work_applied.inc();
                 let entry = applied.entry(work.target.clone()).or_insert(0);
                 *entry = (*entry).max(work.generation);
-                tracing::info!(target = %work.target, generation = work.generation, sequence = work.sequence, durationMs = started.elapsed().as_millis() as u64, "link.applied");
+                tracing::info!(target = %work.target, generation = work.generation, sequence = work.sequence, durationMs = elapsed.as_millis() as u64, "link.applied");
                 let ack = pb::Ack {
                     sequence: work.sequence,
                     target: work.target.clone(),

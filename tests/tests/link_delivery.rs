@@ -323,3 +323,106 @@ async fn enrollment_can_wait_for_manual_approval() {
     assert!(actions.contains(&"cluster.enroll"), "{actions:?}");
     spoke.stop().await.unwrap();
 }
+
+/// An applier that is slow for one target, over the durable ledger.
+struct SlowFor {
+    target: String,
+    ledger: clawfed_spoke::link::ledger::FileLedger,
+}
+
+#[async_trait::async_trait]
+impl clawfed_spoke::link::WorkApplier for SlowFor {
+    async fn apply(
+        &self,
+        work: &clawfed_proto::link::v1::Work,
+    ) -> Result<clawfed_proto::link::v1::WorkResult, clawfed_spoke::link::ApplyError> {
+        if work.target == self.target {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        self.ledger.apply(work).await
+    }
+
+    async fn applied(
+        &self,
+    ) -> Result<std::collections::HashMap<String, i64>, clawfed_spoke::link::ApplyError> {
+        self.ledger.applied().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_target_does_not_hold_up_the_others_and_each_target_stays_in_order() {
+    use clawfed_spoke::link::identity::FileIdentityStore;
+    use clawfed_spoke::link::tls::HubAddress;
+    use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let link = hub.hub.as_ref().unwrap().link.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = bootstrap_token(&hub, "exec-a", false).await;
+    let applier = std::sync::Arc::new(SlowFor {
+        target: "ns/slow".into(),
+        ledger: clawfed_spoke::link::ledger::FileLedger::open(dir.path()).unwrap(),
+    });
+    let spoke = Link::new(
+        LinkConfig {
+            hub: HubAddress::parse(&clawfed_tests::link::hub_url(&hub)).unwrap(),
+            ca_pem: clawfed_tests::link::hub_ca(&hub),
+            cluster_name: "exec-a".into(),
+            bootstrap_token: Some(token),
+            version: "test".into(),
+            capabilities: vec![],
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(500),
+        },
+        std::sync::Arc::new(FileIdentityStore::new(dir.path())),
+        applier.clone(),
+        SpokeMetrics::default(),
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (_tx, rx) = tokio::sync::mpsc::channel(4);
+    let task = tokio::spawn(spoke.run(rx, shutdown.clone()));
+    let id = cluster_id(&hub, "exec-a").await;
+    wait_state(&hub, "exec-a", ConnectionState::Online).await;
+    let store = hub.store();
+    // The slow target first, two generations of it, then fast ones.
+    for g in 1..=2 {
+        link.send(&id, "ns/slow", "namespace.ensure", g, &json!({"g": g}))
+            .await
+            .unwrap();
+    }
+    let started = std::time::Instant::now();
+    for i in 0..5 {
+        link.send(
+            &id,
+            &format!("ns/fast-{i}"),
+            "namespace.ensure",
+            1,
+            &json!({}),
+        )
+        .await
+        .unwrap();
+    }
+    eventually(WAIT, "fast targets acked", || async {
+        let pending = store.outbox_pending(&id, 0, 100).await.unwrap();
+        pending.iter().all(|p| p.target == "ns/slow").then_some(())
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "fast work waited for the slow target: {:?}",
+        started.elapsed()
+    );
+    eventually(WAIT, "slow target acked", || async {
+        (depth(store.as_ref(), &id).await == 0).then_some(())
+    })
+    .await;
+    let applied = clawfed_spoke::link::WorkApplier::applied(applier.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(
+        applied.get("ns/slow"),
+        Some(&2),
+        "the newest generation wins"
+    );
+    shutdown.cancel();
+    let _ = task.await;
+}
