@@ -90,6 +90,35 @@ impl SqlStore {
         }
     }
 
+    /// Why a versioned UPDATE of `table` matched no row: the object exists
+    /// (so the caller's version is stale) or it does not.
+    async fn stale_or_missing(
+        &self,
+        tx: &mut Tx,
+        table: &'static str,
+        kind: &'static str,
+        ns_id: String,
+        name: &str,
+        expected: i64,
+    ) -> StoreError {
+        let exists = sqlx::query(AssertSqlSafe(format!(
+            "SELECT 1 FROM {table} WHERE namespace_id = $1 AND name = $2"
+        )))
+        .bind(ns_id)
+        .bind(name.to_owned())
+        .fetch_optional(&mut **tx)
+        .await;
+        match exists {
+            Ok(Some(_)) => StoreError::Conflict {
+                kind,
+                name: name.to_owned(),
+                expected,
+            },
+            Ok(None) => not_found(kind, name),
+            Err(e) => self.classify(e),
+        }
+    }
+
     async fn namespace_id(&self, tx: &mut Tx, name: &str) -> Result<String> {
         sqlx::query("SELECT id FROM namespaces WHERE name = $1")
             .bind(name.to_owned())
@@ -623,21 +652,16 @@ impl Store for SqlStore {
         .map_err(|e| self.classify(e))?
         .rows_affected();
         if updated == 0 {
-            let exists =
-                sqlx::query("SELECT 1 FROM configurations WHERE namespace_id = $1 AND name = $2")
-                    .bind(ns_id)
-                    .bind(name.to_owned())
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(|e| self.classify(e))?;
-            return Err(match exists {
-                Some(_) => StoreError::Conflict {
-                    kind: "configuration",
-                    name: name.to_owned(),
-                    expected: expected_version,
-                },
-                None => not_found("configuration", name),
-            });
+            return Err(self
+                .stale_or_missing(
+                    &mut tx,
+                    "configurations",
+                    "configuration",
+                    ns_id,
+                    name,
+                    expected_version,
+                )
+                .await);
         }
         self.write_effects(&mut tx, fx, now).await?;
         self.commit(tx).await?;
@@ -728,20 +752,9 @@ impl Store for SqlStore {
         .map_err(|e| self.classify(e))?
         .rows_affected();
         if updated == 0 {
-            let exists = sqlx::query("SELECT 1 FROM agents WHERE namespace_id = $1 AND name = $2")
-                .bind(ns_id)
-                .bind(name.to_owned())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(|e| self.classify(e))?;
-            return Err(match exists {
-                Some(_) => StoreError::Conflict {
-                    kind: "agent",
-                    name: name.to_owned(),
-                    expected: expected_version,
-                },
-                None => not_found("agent", name),
-            });
+            return Err(self
+                .stale_or_missing(&mut tx, "agents", "agent", ns_id, name, expected_version)
+                .await);
         }
         self.write_effects(&mut tx, fx, now).await?;
         self.commit(tx).await?;
