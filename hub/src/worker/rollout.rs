@@ -770,17 +770,20 @@ impl Rollout {
                 self.save(store, &rev).await?;
             }
             Step::RetirePredecessors => {
-                let cid = cid()?;
+                let mut waiting = false;
                 for mut p in self.predecessors(store, &rev).await? {
+                    // A predecessor runs where it was placed, which need not
+                    // be where this revision runs.
+                    let Some(cluster) = p.resolved_cluster.clone() else {
+                        self.enter(store, &mut p, RevisionPhase::Retired, None)
+                            .await?;
+                        continue;
+                    };
+                    let cid = self.cluster_id(store, &cluster).await?;
+                    let target = harness_target(ns, &p);
                     let work = spec::WorkSpec::HarnessRetire(self.revision_work(ns, &p));
-                    self.send(
-                        &cid,
-                        &harness_target(ns, &p),
-                        spec::WorkKind::HarnessRetire,
-                        3,
-                        &work,
-                    )
-                    .await?;
+                    self.send(&cid, &target, spec::WorkKind::HarnessRetire, 3, &work)
+                        .await?;
                     if let Err(reason) = self.gateways.retire(&ns.name, &rev.agent, p.number).await
                     {
                         return Err(WorkError::Retryable(format!(
@@ -788,8 +791,24 @@ impl Rollout {
                             p.number
                         )));
                     }
-                    self.enter(store, &mut p, RevisionPhase::Retired, None)
-                        .await?;
+                    // Retired once the spoke says the destructive cleanup
+                    // is done; its report brings the next pass.
+                    match self.outcome(store, &cid, &target, 3).await? {
+                        WorkOutcome::Applied => {
+                            self.enter(store, &mut p, RevisionPhase::Retired, None)
+                                .await?;
+                        }
+                        WorkOutcome::Waiting => waiting = true,
+                        WorkOutcome::Failed(reason) => {
+                            return Err(WorkError::Retryable(format!(
+                                "the spoke could not retire revision {}: {reason}",
+                                p.number
+                            )));
+                        }
+                    }
+                }
+                if waiting {
+                    return Ok(false);
                 }
                 rev.progress.predecessors_retired_at = Some(now);
                 self.save(store, &rev).await?;
