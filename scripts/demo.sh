@@ -51,6 +51,13 @@ if [ ${#started[@]} -gt 0 ]; then
 fi
 kc() { e2e/cluster.sh kubectl "$@"; }
 
+# A previous run's tenant namespace would make the spoke fail closed (two
+# namespaces claiming tenant "demo"): remove leftovers of this demo only.
+kc exec-a delete namespace -l clawfed.io/tenant=demo --ignore-not-found --wait=true --timeout=60s >&2 || true
+kc control delete deployment,service,httproute,networkpolicy,secret,serviceaccount,pvc \
+  -n clawfed-gateways -l clawfed.io/agent=hello --ignore-not-found --wait=true --timeout=60s >&2 2>/dev/null || true
+kc control delete pv clawfed-demo-hello-gateway --ignore-not-found --wait=true --timeout=30s >&2 || true
+
 log "least-privilege identities: hub in control, spoke in exec-a"
 kc control apply --server-side --force-conflicts -f deploy/hub/namespace.yaml -f deploy/hub/rbac.yaml >&2
 kc exec-a apply --server-side --force-conflicts -f deploy/spoke/namespace.yaml -f deploy/spoke/rbac.yaml -f deploy/spoke/admission.yaml >&2
@@ -186,5 +193,6 @@ echo "logs: $STATE/hub.log $STATE/spoke.log   token: $STATE/admin.token"
 if [ "$ONCE" = 1 ]; then
   exit 0
 fi
+
 echo "hub at $CLAWFED_SERVER (CLAWFED_SERVER/CLAWFED_TOKEN as above); Ctrl-C stops everything"
 wait "${pids[0]}"
