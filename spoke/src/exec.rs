@@ -238,6 +238,7 @@ impl Executor {
                 reason: format!("superseded: generation {have} already applied"),
                 kind: work.kind.clone(),
                 namespace: String::new(),
+                retrying: false,
             };
             return Ok(result);
         }
@@ -263,6 +264,7 @@ impl Executor {
                     reason: done.reason,
                     kind: work.kind.clone(),
                     namespace: done.namespace,
+                    retrying: false,
                 },
                 None,
             ),
@@ -280,6 +282,7 @@ impl Executor {
                         reason: f.reason,
                         kind: work.kind.clone(),
                         namespace: String::new(),
+                        retrying: f.transient,
                     },
                     err,
                 )

@@ -52,6 +52,13 @@ pub trait WorkApplier: Send + Sync + 'static {
     async fn apply(&self, work: &pb::Work) -> Result<pb::WorkResult, ApplyError>;
     /// What is applied (target → generation), rebuilt from durable state.
     async fn applied(&self) -> Result<HashMap<String, i64>, ApplyError>;
+
+    /// True when the applier sends its own work results on the report
+    /// channel (the Kubernetes executor does); the link then does not
+    /// report them a second time.
+    fn reports_results(&self) -> bool {
+        false
+    }
 }
 
 /// Errors that end the link for good.
@@ -655,12 +662,14 @@ impl Link {
                     generation: work.generation,
                 };
                 let _ = out.send(send(spoke_message::Body::Ack(ack))).await;
-                let report = pb::Report {
-                    target: work.target,
-                    generation: work.generation,
-                    body: Some(pb::report::Body::WorkResult(result)),
-                };
-                let _ = out.send(send(spoke_message::Body::Report(report))).await;
+                if !self.applier.reports_results() {
+                    let report = pb::Report {
+                        target: work.target,
+                        generation: work.generation,
+                        body: Some(pb::report::Body::WorkResult(result)),
+                    };
+                    let _ = out.send(send(spoke_message::Body::Report(report))).await;
+                }
                 None
             }
             Err(e) => {
@@ -700,6 +709,10 @@ impl WorkApplier for crate::exec::Executor {
         crate::exec::Executor::applied(self)
             .await
             .map_err(|e| ApplyError(e.to_string()))
+    }
+
+    fn reports_results(&self) -> bool {
+        true
     }
 }
 

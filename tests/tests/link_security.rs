@@ -525,6 +525,7 @@ async fn a_cluster_cannot_ack_or_report_on_another_clusters_work(backend: Backen
             reason: String::new(),
             kind: "namespace.ensure".into(),
             namespace: String::new(),
+            retrying: false,
         })),
     }))
     .await;
@@ -902,6 +903,7 @@ async fn oversized_messages_close_the_stream_and_store_nothing() {
             reason: "x".repeat(2 * LIMIT),
             kind: "namespace.ensure".into(),
             namespace: String::new(),
+            retrying: false,
         })),
     }))
     .await;

@@ -455,7 +455,7 @@ impl Session {
         let (kind, body) = match report.body {
             Some(report::Body::WorkResult(r)) => (
                 "work-result",
-                serde_json::json!({ "applied": r.applied, "reason": r.reason }),
+                serde_json::json!({ "applied": r.applied, "reason": r.reason, "retrying": r.retrying }),
             ),
             Some(report::Body::Readiness(r)) => (
                 "readiness",

@@ -324,6 +324,8 @@ impl Rollout {
         Ok(match result {
             None => WorkOutcome::Waiting,
             Some(r) if r.body["applied"] == serde_json::Value::Bool(true) => WorkOutcome::Applied,
+            // The spoke is still retrying a transient failure: not final.
+            Some(r) if r.body["retrying"] == serde_json::Value::Bool(true) => WorkOutcome::Waiting,
             Some(r) => WorkOutcome::Failed(
                 r.body["reason"]
                     .as_str()
@@ -331,6 +333,21 @@ impl Rollout {
                     .to_owned(),
             ),
         })
+    }
+
+    /// The reason of a transient failure the spoke is still retrying.
+    async fn retrying_reason(
+        &self,
+        store: &dyn Store,
+        cluster_id: &str,
+        target: &str,
+    ) -> Result<Option<String>, WorkError> {
+        let reports = store.list_reports(cluster_id).await.map_err(store_err)?;
+        Ok(reports
+            .iter()
+            .find(|r| r.target == target && r.kind == "work-result")
+            .filter(|r| r.body["retrying"] == serde_json::Value::Bool(true))
+            .and_then(|r| r.body["reason"].as_str().map(str::to_owned)))
     }
 
     async fn readiness(
@@ -1023,6 +1040,7 @@ impl Rollout {
         });
         let mut waiting = 0;
         let mut failures = Vec::new();
+        let mut retrying = Vec::new();
         for cluster in store.list_clusters().await.map_err(store_err)? {
             let Some(sent) = store
                 .outbox_latest_generation(&cluster.id, &target)
@@ -1048,7 +1066,12 @@ impl Rollout {
                 .await?
             {
                 WorkOutcome::Applied => {}
-                WorkOutcome::Waiting => waiting += 1,
+                WorkOutcome::Waiting => {
+                    waiting += 1;
+                    if let Some(reason) = self.retrying_reason(store, &cluster.id, &target).await? {
+                        retrying.push(format!("{}: {reason}", cluster.name));
+                    }
+                }
                 WorkOutcome::Failed(reason) => failures.push(format!("{}: {reason}", cluster.name)),
             }
         }
@@ -1082,7 +1105,13 @@ impl Rollout {
             return Ok(());
         }
         if waiting > 0 {
-            return Ok(()); // the spokes' reports bring the next pass
+            // A spoke retrying its cleanup keeps the infrastructure. (The
+            // namespace row is not touched: its updated_at is the teardown's
+            // generation.) Their reports bring the next pass.
+            if !retrying.is_empty() {
+                tracing::warn!(namespace = %ns.name, reason = %retrying.join("; "), "pipeline.teardown_retrying");
+            }
+            return Ok(());
         }
         match store
             .delete_namespace(

@@ -85,6 +85,7 @@ impl WorkApplier for FileLedger {
                 reason: format!("generation {} already applied", current),
                 kind: work.kind.clone(),
                 namespace: String::new(),
+                retrying: false,
             });
         }
         let writes = entries.get(&work.target).map_or(0, |e| e.writes) + 1;
@@ -105,6 +106,7 @@ impl WorkApplier for FileLedger {
             reason: String::new(),
             kind: work.kind.clone(),
             namespace: String::new(),
+            retrying: false,
         })
     }
 
