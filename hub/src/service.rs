@@ -154,12 +154,7 @@ impl Service {
         if token.expires_at.is_some_and(|at| at <= now) {
             return Err(ServiceError::Unauthenticated("token expired".into()));
         }
-        Ok(Principal {
-            token_id: token.id,
-            token_name: token.name,
-            role: token.role,
-            namespace: token.namespace,
-        })
+        Ok(token.into())
     }
 
     /// Checks a read; reads are not audited.

@@ -186,6 +186,18 @@ pub struct ApiToken {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
+impl From<ApiToken> for crate::auth::Principal {
+    /// The caller a (valid) token stands for.
+    fn from(token: ApiToken) -> Self {
+        Self {
+            token_id: token.id,
+            token_name: token.name,
+            role: token.role,
+            namespace: token.namespace,
+        }
+    }
+}
+
 /// A token to create.
 #[derive(Debug, Clone)]
 pub struct NewToken {

@@ -382,12 +382,7 @@ impl Worker {
                 token.name
             )));
         }
-        let principal = Principal {
-            token_id: token.id,
-            token_name: token.name,
-            role: token.role,
-            namespace: token.namespace,
-        };
+        let principal = Principal::from(token);
         match principal.permits(action, namespace.as_deref()) {
             Decision::Allow => Ok(()),
             Decision::Deny(reason) => Err(WorkError::Permanent(format!(
