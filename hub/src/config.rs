@@ -171,6 +171,9 @@ pub struct PipelineSettings {
     /// How long a revision may wait for its Harness and Gateway to be
     /// Ready before it fails with the reason.
     pub ready_deadline_seconds: u64,
+    /// How long a revision may wait for placement, its namespace or its
+    /// Harness result before it fails naming what is missing.
+    pub phase_deadline_seconds: u64,
 }
 
 impl Default for PipelineSettings {
@@ -178,6 +181,7 @@ impl Default for PipelineSettings {
         Self {
             enabled: true,
             ready_deadline_seconds: 300,
+            phase_deadline_seconds: 300,
         }
     }
 }

@@ -12,6 +12,7 @@
 //! # Layout
 //! - [`objects`]: pure builders of the typed objects (no I/O).
 //! - [`ready`]: the Gateway readiness verdict, a pure function.
+//! - [`runtime`]: the pipeline's [`GatewayRuntime`] over [`Gateways`].
 //! - [`client`]: [`Gateways`], the thin I/O adapter (server-side apply as
 //!   [`FIELD_MANAGER`], discovery and access checks before routing changes,
 //!   ordered stop).
@@ -19,6 +20,7 @@
 pub mod client;
 pub mod objects;
 pub mod ready;
+pub mod runtime;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -28,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use client::{Activation, Error, Gateways, Result, Step, StepAction};
 pub use ready::{NotReady, Readiness};
+pub use runtime::{GatewayFailure, GatewayRuntime, GatewayTarget, GatewaysDisabled};
 
 /// The one field manager of every write the hub makes in the control cluster.
 pub const FIELD_MANAGER: &str = "clawfed-hub";

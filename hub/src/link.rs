@@ -19,6 +19,7 @@ pub mod ca;
 pub mod enroll;
 pub mod metrics;
 pub mod registry;
+pub mod report;
 pub mod server;
 pub mod session;
 pub mod tls;

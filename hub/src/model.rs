@@ -303,19 +303,22 @@ pub enum RevisionPhase {
     WaitingReady,
     Active,
     Retired,
+    /// Its Harness stop was sent; `stopped` once the spoke reports it done.
+    Stopping,
     Stopped,
     Failed,
 }
 
 impl RevisionPhase {
     /// Every phase, in pipeline order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Pending,
         Self::Provisioning,
         Self::Preparing,
         Self::WaitingReady,
         Self::Active,
         Self::Retired,
+        Self::Stopping,
         Self::Stopped,
         Self::Failed,
     ];
@@ -329,6 +332,7 @@ impl RevisionPhase {
             Self::WaitingReady => "waiting-ready",
             Self::Active => "active",
             Self::Retired => "retired",
+            Self::Stopping => "stopping",
             Self::Stopped => "stopped",
             Self::Failed => "failed",
         }
@@ -363,6 +367,12 @@ pub struct AgentRevision {
     /// Pipeline progress: effects done and phase timings.
     #[serde(default)]
     pub progress: RevisionProgress,
+    /// Bumped on every pipeline save (compare-and-swap).
+    #[serde(default)]
+    pub version: i64,
+    /// The API token (id) that deployed it; pipeline passes re-check it.
+    #[serde(skip)]
+    pub requested_by: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

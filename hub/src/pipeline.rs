@@ -1,31 +1,117 @@
 //! The revision pipeline as a pure state machine: given what is durably
-//! known about a revision (its facts), decide the one next step.
+//! known about a revision (its facts), decide the one next step. No I/O:
+//! the driver (`worker/rollout.rs`) gathers the facts and performs steps.
 //!
 //! provision namespace → prepare (Gateway in the control cluster; stop
-//! dedicated predecessors; Harness via the spoke) → readiness → activate
-//! (route to the new revision; an activation error happens before routing
-//! changes) → retire the predecessors.
+//! dedicated predecessors, each on its own cluster; Harness via the spoke)
+//! → readiness → activate (route to the new revision; an activation error
+//! happens before routing changes) → retire the predecessors.
 //!
 //! Every effect the driver performs is idempotent and its completion is
 //! recorded before the next decision, so a hub killed at any point resumes
 //! from the facts and never repeats an effect in a way that matters.
+//!
+//! Every phase that waits for someone else has a deadline that ends in a
+//! failure naming what was missing, except `stopping`: a stop waits for the
+//! spoke to confirm it, because calling it done earlier would hide a Harness
+//! that may still run.
+
+use std::time::Duration;
 
 use crate::model::RevisionPhase;
+
+/// How soon to look at the Gateway again while it alone is not Ready (it
+/// is control-cluster state that no spoke report announces).
+pub const GATEWAY_RECHECK: Duration = Duration::from_secs(1);
 
 /// A spoke's answer to one piece of work.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkOutcome {
     /// Not answered yet.
     Waiting,
+    /// Not applied yet; the spoke keeps retrying a transient failure.
+    Retrying(String),
     Applied,
+    /// Refused for good, with the spoke's reason.
     Failed(String),
 }
 
-/// What the latest readiness report says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+impl WorkOutcome {
+    fn is_applied(&self) -> bool {
+        matches!(self, WorkOutcome::Applied)
+    }
+
+    /// What the hub is waiting for, for a deadline failure.
+    fn waiting_for(&self, what: &str) -> String {
+        match self {
+            WorkOutcome::Retrying(reason) => {
+                format!("{what}: the spoke is still retrying: {reason}")
+            }
+            _ => format!("{what}: no result from the spoke"),
+        }
+    }
+}
+
+/// What the latest readiness report of the revision says (the spoke's
+/// verdict under the readiness contract, kept whole).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Readiness {
     pub ready: bool,
     pub live_candidates: u32,
+    pub ready_candidates: u32,
+    /// The spoke's reason for its verdict.
+    pub reason: String,
+    /// Set when the observation was malformed or incomplete: an error, not
+    /// a verdict.
+    pub error: Option<String>,
+}
+
+impl Readiness {
+    /// Why the revision is not ready, for a deadline failure.
+    fn not_ready_because(&self) -> String {
+        if let Some(error) = &self.error {
+            return format!("the Harness Pods could not be observed: {error}");
+        }
+        let base = match self.live_candidates {
+            0 => "no live Harness Pod".to_owned(),
+            1 => "the Harness Pod is not Ready".to_owned(),
+            n => format!("{n} live Harness Pods carry the revision's labels (must be exactly one)"),
+        };
+        if self.reason.is_empty() {
+            base
+        } else {
+            format!("{base} ({})", self.reason)
+        }
+    }
+}
+
+/// An earlier revision of the same Agent that is not retired yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Predecessor {
+    pub number: i64,
+    pub phase: RevisionPhase,
+    /// The cluster it was placed on: its own, which need not be the
+    /// successor's.
+    pub cluster: Option<String>,
+    /// Harness work for it is (or was) in its cluster's outbox.
+    pub harness_sent: bool,
+    /// A stop (or a retirement, which includes one) was sent to its cluster.
+    pub stop_sent: bool,
+    /// The result of that stop (or retirement).
+    pub stop: WorkOutcome,
+    pub retire_sent: bool,
+    pub retire: WorkOutcome,
+}
+
+impl Predecessor {
+    /// Nothing of it runs any more as far as its cluster confirmed.
+    fn stopped(&self) -> bool {
+        !self.harness_sent || self.stop.is_applied() || self.retire.is_applied()
+    }
+
+    fn retired(&self) -> bool {
+        self.phase == RevisionPhase::Retired
+    }
 }
 
 /// What is durably known about a revision.
@@ -35,6 +121,9 @@ pub struct Facts {
     /// The Agent's desired state is still `running` for this revision (it
     /// is the latest and was not stopped).
     pub wanted: bool,
+    /// The deployer may no longer deploy here (token revoked, expired or
+    /// its role changed): the reason. Checked before every effect.
+    pub denied: Option<String>,
     /// The cluster the revision is placed on is known.
     pub placed: bool,
     /// The namespace work is in the cluster's outbox.
@@ -43,66 +132,95 @@ pub struct Facts {
     pub gateway_applied: bool,
     /// Dedicated Harnesses need their predecessors stopped first.
     pub dedicated: bool,
-    pub predecessors_stopped: bool,
+    pub predecessors: Vec<Predecessor>,
     /// The Harness work is in the cluster's outbox.
     pub harness_sent: bool,
     pub harness: WorkOutcome,
+    /// This revision's own Harness stop (superseded or stopped Agent).
+    pub stop_sent: bool,
+    pub stop: WorkOutcome,
     pub readiness: Option<Readiness>,
     pub gateway_ready: bool,
     pub activated: bool,
     pub predecessors_retired: bool,
-    /// The readiness deadline passed.
+    /// The current phase's deadline passed.
     pub deadline_passed: bool,
 }
 
 /// The next step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Nothing to do until a report or the deadline arrives.
-    Wait,
-    /// No cluster can take the revision yet; try again later.
+    /// Nothing to do until a report arrives, the deadline passes, or
+    /// `recheck_in` (when set) elapses.
+    Wait {
+        recheck_in: Option<Duration>,
+    },
+    /// Choose a cluster for the revision.
     Place,
     SendNamespace,
     ApplyGateway,
-    StopPredecessors,
+    /// Send Harness stops for these predecessors, each to its own cluster.
+    StopPredecessors(Vec<i64>),
     SendHarness,
     Activate,
-    RetirePredecessors,
-    /// Record the phase (and reason); nothing else changes.
+    /// Send the destructive cleanup for these predecessors (each to its
+    /// own cluster) and remove their Gateway revision.
+    RetirePredecessors(Vec<i64>),
+    /// Their clusters confirmed the cleanup (or never ran them): retired.
+    MarkRetired(Vec<i64>),
+    /// Every predecessor is retired: activation is complete.
+    PredecessorsRetired,
+    /// Send this revision's own Harness stop to its cluster.
+    StopHarness,
+    /// Record the phase; nothing else changes.
     Enter(RevisionPhase),
     Fail(String),
     /// Terminal: nothing more to do.
     Finished,
 }
 
+const WAIT: Step = Step::Wait { recheck_in: None };
+
 /// Decides the next step from the facts.
 pub fn decide(f: &Facts) -> Step {
     use RevisionPhase as P;
     match f.phase {
-        P::Active | P::Retired | P::Stopped | P::Failed => {
-            // Retiring predecessors is the tail of activation.
-            if f.phase == P::Active && !f.predecessors_retired {
-                return Step::RetirePredecessors;
-            }
-            return Step::Finished;
-        }
+        P::Retired | P::Stopped | P::Failed => return Step::Finished,
+        // Retiring predecessors is the tail of activation. Stopping an
+        // active revision is the stop handler's (or a successor's) job.
+        P::Active => return retire(f),
+        P::Stopping => return decide_stop(f),
         P::Pending | P::Provisioning | P::Preparing | P::WaitingReady => {}
     }
     if !f.wanted {
         // A newer revision or a stop took over before this one activated.
-        return Step::Enter(P::Stopped);
+        return decide_stop(f);
+    }
+    if let Some(reason) = &f.denied {
+        return Step::Fail(format!("authorization re-check failed: {reason}"));
     }
     if !f.placed {
+        if f.deadline_passed {
+            return Step::Fail(
+                "placement deadline passed: no online cluster matches the placement".into(),
+            );
+        }
         return Step::Place;
     }
     match &f.namespace {
         WorkOutcome::Failed(reason) => {
             return Step::Fail(format!("namespace provisioning failed: {reason}"));
         }
-        WorkOutcome::Waiting if !f.namespace_sent => return Step::SendNamespace,
-        WorkOutcome::Waiting if f.phase == P::Pending => return Step::Enter(P::Provisioning),
-        WorkOutcome::Waiting => return Step::Wait,
         WorkOutcome::Applied => {}
+        _ if !f.namespace_sent => return Step::SendNamespace,
+        _ if f.phase == P::Pending => return Step::Enter(P::Provisioning),
+        waiting if f.deadline_passed => {
+            return Step::Fail(format!(
+                "provisioning deadline passed: {}",
+                waiting.waiting_for("namespace")
+            ));
+        }
+        _ => return WAIT,
     }
     if f.phase == P::Pending || f.phase == P::Provisioning {
         return Step::Enter(P::Preparing);
@@ -110,45 +228,133 @@ pub fn decide(f: &Facts) -> Step {
     if !f.gateway_applied {
         return Step::ApplyGateway;
     }
-    if f.dedicated && !f.predecessors_stopped {
-        return Step::StopPredecessors;
+    if f.dedicated && !f.harness_sent {
+        // RWO workspace: every predecessor is stopped, on its own cluster,
+        // before the new Harness starts.
+        let to_stop: Vec<i64> = f
+            .predecessors
+            .iter()
+            .filter(|p| !p.retired() && p.harness_sent && !p.stop_sent)
+            .map(|p| p.number)
+            .collect();
+        if !to_stop.is_empty() {
+            return Step::StopPredecessors(to_stop);
+        }
+        if let Some(p) = f.predecessors.iter().find(|p| !p.retired() && !p.stopped()) {
+            if let WorkOutcome::Failed(reason) = &p.stop {
+                return Step::Fail(format!(
+                    "stopping revision {} before the dedicated Harness starts failed: {reason}",
+                    p.number
+                ));
+            }
+            if f.deadline_passed {
+                return Step::Fail(format!(
+                    "preparation deadline passed: {}",
+                    p.stop
+                        .waiting_for(&format!("stop of revision {}", p.number))
+                ));
+            }
+            return WAIT;
+        }
     }
     match &f.harness {
         WorkOutcome::Failed(reason) => {
             return Step::Fail(format!("harness preparation failed: {reason}"));
         }
-        WorkOutcome::Waiting if !f.harness_sent => return Step::SendHarness,
-        WorkOutcome::Waiting => return Step::Wait,
-        WorkOutcome::Applied if f.phase == P::Preparing => {
-            return Step::Enter(P::WaitingReady);
+        WorkOutcome::Applied => {
+            if f.phase == P::Preparing {
+                return Step::Enter(P::WaitingReady);
+            }
         }
-        WorkOutcome::Applied => {}
+        _ if !f.harness_sent => return Step::SendHarness,
+        waiting if f.deadline_passed => {
+            return Step::Fail(format!(
+                "preparation deadline passed: {}",
+                waiting.waiting_for("harness")
+            ));
+        }
+        _ => return WAIT,
     }
     // Waiting for readiness: both the Harness (spoke report) and the
     // Gateway must be ready.
-    let harness_ready = f.readiness.is_some_and(|r| r.ready);
-    if harness_ready && f.gateway_ready && !f.activated {
-        return Step::Activate;
-    }
+    let harness_ready = f.readiness.as_ref().is_some_and(|r| r.ready);
     if f.activated {
         return Step::Enter(P::Active);
     }
+    if harness_ready && f.gateway_ready {
+        return Step::Activate;
+    }
     if f.deadline_passed {
-        let why = match f.readiness {
+        let why = match &f.readiness {
             None => "no readiness report from the spoke".to_owned(),
-            Some(r) if r.live_candidates == 0 => "no live Harness Pod".to_owned(),
-            Some(r) if r.live_candidates > 1 => {
-                format!(
-                    "{} live Harness Pods carry the revision's labels (must be exactly one)",
-                    r.live_candidates
-                )
-            }
-            Some(r) if !r.ready => "the Harness Pod is not Ready".to_owned(),
+            Some(r) if !r.ready => r.not_ready_because(),
             Some(_) => "the Gateway is not Ready".to_owned(),
         };
         return Step::Fail(format!("readiness deadline passed: {why}"));
     }
-    Step::Wait
+    if harness_ready {
+        return Step::Wait {
+            recheck_in: Some(GATEWAY_RECHECK),
+        };
+    }
+    WAIT
+}
+
+/// A revision that must not run (superseded before it activated, or its
+/// Agent stopped, active or not): stopped only once its cluster confirms
+/// the stop.
+pub fn decide_stop(f: &Facts) -> Step {
+    if matches!(
+        f.phase,
+        RevisionPhase::Retired | RevisionPhase::Stopped | RevisionPhase::Failed
+    ) {
+        return Step::Finished;
+    }
+    if !f.harness_sent {
+        // No Harness work ever went out: nothing can run.
+        return Step::Enter(RevisionPhase::Stopped);
+    }
+    if !f.stop_sent {
+        return Step::StopHarness;
+    }
+    match &f.stop {
+        WorkOutcome::Applied => Step::Enter(RevisionPhase::Stopped),
+        WorkOutcome::Failed(reason) => Step::Fail(format!("the spoke refused the stop: {reason}")),
+        WorkOutcome::Waiting | WorkOutcome::Retrying(_) if f.phase != RevisionPhase::Stopping => {
+            Step::Enter(RevisionPhase::Stopping)
+        }
+        _ => WAIT,
+    }
+}
+
+/// The tail of activation: retire every predecessor on its own cluster.
+fn retire(f: &Facts) -> Step {
+    if f.predecessors_retired {
+        return Step::Finished;
+    }
+    let live: Vec<&Predecessor> = f.predecessors.iter().filter(|p| !p.retired()).collect();
+    let to_send: Vec<i64> = live
+        .iter()
+        .filter(|p| p.harness_sent && !p.retire_sent)
+        .map(|p| p.number)
+        .collect();
+    if !to_send.is_empty() {
+        return Step::RetirePredecessors(to_send);
+    }
+    let done: Vec<i64> = live
+        .iter()
+        .filter(|p| !p.harness_sent || p.retire.is_applied())
+        .map(|p| p.number)
+        .collect();
+    if !done.is_empty() {
+        return Step::MarkRetired(done);
+    }
+    if live.is_empty() {
+        return Step::PredecessorsRetired;
+    }
+    // Waiting for the spokes (a refused retirement stays visible on the
+    // predecessor's cluster report and is not retried blindly).
+    WAIT
 }
 
 #[cfg(test)]
@@ -160,19 +366,44 @@ mod tests {
         Facts {
             phase: P::Pending,
             wanted: true,
+            denied: None,
             placed: true,
             namespace_sent: false,
             namespace: WorkOutcome::Waiting,
             gateway_applied: false,
             dedicated: false,
-            predecessors_stopped: false,
+            predecessors: Vec::new(),
             harness_sent: false,
             harness: WorkOutcome::Waiting,
+            stop_sent: false,
+            stop: WorkOutcome::Waiting,
             readiness: None,
             gateway_ready: false,
             activated: false,
             predecessors_retired: false,
             deadline_passed: false,
+        }
+    }
+
+    fn ready() -> Option<Readiness> {
+        Some(Readiness {
+            ready: true,
+            live_candidates: 1,
+            ready_candidates: 1,
+            ..Default::default()
+        })
+    }
+
+    fn pred(number: i64, cluster: &str) -> Predecessor {
+        Predecessor {
+            number,
+            phase: P::Active,
+            cluster: Some(cluster.into()),
+            harness_sent: true,
+            stop_sent: false,
+            stop: WorkOutcome::Waiting,
+            retire_sent: false,
+            retire: WorkOutcome::Waiting,
         }
     }
 
@@ -184,20 +415,30 @@ mod tests {
             let step = decide(&f);
             steps.push(step.clone());
             match &step {
-                Step::Wait | Step::Finished | Step::Place => return (steps, f),
-                Step::SendNamespace => {
-                    f.namespace_sent = true;
-                    f.phase = P::Provisioning;
-                }
+                Step::Wait { .. } | Step::Finished | Step::Place => return (steps, f),
+                Step::SendNamespace => f.namespace_sent = true,
                 Step::Enter(p) => f.phase = *p,
                 Step::ApplyGateway => f.gateway_applied = true,
-                Step::StopPredecessors => f.predecessors_stopped = true,
-                Step::SendHarness => f.harness_sent = true,
-                Step::Activate => f.activated = true,
-                Step::RetirePredecessors => f.predecessors_retired = true,
-                Step::Fail(_) => {
-                    f.phase = P::Failed;
+                Step::StopPredecessors(ns) => {
+                    for p in f.predecessors.iter_mut().filter(|p| ns.contains(&p.number)) {
+                        p.stop_sent = true;
+                    }
                 }
+                Step::SendHarness => f.harness_sent = true,
+                Step::StopHarness => f.stop_sent = true,
+                Step::Activate => f.activated = true,
+                Step::RetirePredecessors(ns) => {
+                    for p in f.predecessors.iter_mut().filter(|p| ns.contains(&p.number)) {
+                        p.retire_sent = true;
+                    }
+                }
+                Step::MarkRetired(ns) => {
+                    for p in f.predecessors.iter_mut().filter(|p| ns.contains(&p.number)) {
+                        p.phase = P::Retired;
+                    }
+                }
+                Step::PredecessorsRetired => f.predecessors_retired = true,
+                Step::Fail(_) => f.phase = P::Failed,
             }
             world(&mut f);
         }
@@ -207,8 +448,8 @@ mod tests {
     #[test]
     fn happy_path_in_order() {
         let (steps, f) = drive(fresh(), |f| {
-            // The spoke answers everything at once; the Gateway is Ready.
-            if f.phase == P::Provisioning {
+            // The spoke answers the namespace at once; the Gateway is Ready.
+            if f.namespace_sent {
                 f.namespace = WorkOutcome::Applied;
             }
             if f.gateway_applied {
@@ -222,25 +463,20 @@ mod tests {
                 Step::Enter(P::Preparing),
                 Step::ApplyGateway,
                 Step::SendHarness,
-                Step::Wait,
+                WAIT,
             ]
         );
         // The Harness applies and becomes Ready: activation, then retire.
         let mut f = f;
         f.harness = WorkOutcome::Applied;
-        let (steps, f) = drive(f, |f| {
-            f.readiness = Some(Readiness {
-                ready: true,
-                live_candidates: 1,
-            })
-        });
+        let (steps, f) = drive(f, |f| f.readiness = ready());
         assert_eq!(
             steps,
             vec![
                 Step::Enter(P::WaitingReady),
                 Step::Activate,
                 Step::Enter(P::Active),
-                Step::RetirePredecessors,
+                Step::PredecessorsRetired,
                 Step::Finished,
             ]
         );
@@ -248,17 +484,108 @@ mod tests {
     }
 
     #[test]
-    fn dedicated_replacement_stops_predecessors_before_the_harness() {
+    fn namespace_waits_in_provisioning_until_its_deadline() {
+        let mut f = fresh();
+        f.namespace_sent = true;
+        assert_eq!(decide(&f), Step::Enter(P::Provisioning));
+        f.phase = P::Provisioning;
+        assert_eq!(decide(&f), WAIT);
+        f.namespace = WorkOutcome::Retrying("apiserver unavailable".into());
+        f.deadline_passed = true;
+        match decide(&f) {
+            Step::Fail(r) => {
+                assert!(r.contains("provisioning deadline"), "{r}");
+                assert!(r.contains("apiserver unavailable"), "{r}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lost_harness_result_ends_at_the_preparation_deadline() {
+        // The spoke applied the Harness but its result never arrived: the
+        // revision must not hang in preparing.
+        let mut f = fresh();
+        f.phase = P::Preparing;
+        f.namespace = WorkOutcome::Applied;
+        f.gateway_applied = true;
+        f.harness_sent = true;
+        assert_eq!(decide(&f), WAIT);
+        f.deadline_passed = true;
+        match decide(&f) {
+            Step::Fail(r) => assert!(r.contains("harness: no result from the spoke"), "{r}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn placement_has_a_deadline() {
+        let mut f = fresh();
+        f.placed = false;
+        assert_eq!(decide(&f), Step::Place);
+        f.deadline_passed = true;
+        assert!(matches!(decide(&f), Step::Fail(r) if r.contains("placement")));
+    }
+
+    #[test]
+    fn dedicated_replacement_stops_each_predecessor_before_the_harness() {
         let mut f = fresh();
         f.phase = P::Preparing;
         f.namespace = WorkOutcome::Applied;
         f.gateway_applied = true;
         f.dedicated = true;
-        assert_eq!(decide(&f), Step::StopPredecessors);
-        f.predecessors_stopped = true;
+        f.predecessors = vec![pred(1, "exec-a"), pred(2, "exec-b")];
+        f.predecessors[0].phase = P::Stopped;
+        f.predecessors[0].stop_sent = true;
+        f.predecessors[0].stop = WorkOutcome::Applied;
+        assert_eq!(decide(&f), Step::StopPredecessors(vec![2]));
+        f.predecessors[1].stop_sent = true;
+        assert_eq!(decide(&f), WAIT, "wait for revision 2's cluster");
+        f.predecessors[1].stop = WorkOutcome::Applied;
         assert_eq!(decide(&f), Step::SendHarness);
         f.harness_sent = true;
-        assert_eq!(decide(&f), Step::Wait, "sent once, then wait for the spoke");
+        assert_eq!(decide(&f), WAIT, "sent once, then wait for the spoke");
+    }
+
+    #[test]
+    fn a_refused_predecessor_stop_fails_the_dedicated_revision() {
+        let mut f = fresh();
+        f.phase = P::Preparing;
+        f.namespace = WorkOutcome::Applied;
+        f.gateway_applied = true;
+        f.dedicated = true;
+        f.predecessors = vec![pred(1, "exec-a")];
+        f.predecessors[0].stop_sent = true;
+        f.predecessors[0].stop = WorkOutcome::Failed("forbidden".into());
+        assert!(
+            matches!(decide(&f), Step::Fail(r) if r.contains("revision 1") && r.contains("forbidden"))
+        );
+    }
+
+    #[test]
+    fn retirement_sends_then_marks_each_predecessor() {
+        let mut f = fresh();
+        f.phase = P::Active;
+        f.activated = true;
+        let mut never_ran = pred(1, "exec-a");
+        never_ran.harness_sent = false;
+        never_ran.phase = P::Failed;
+        f.predecessors = vec![never_ran, pred(2, "exec-a"), pred(3, "exec-b")];
+        assert_eq!(decide(&f), Step::RetirePredecessors(vec![2, 3]));
+        f.predecessors[1].retire_sent = true;
+        f.predecessors[2].retire_sent = true;
+        assert_eq!(decide(&f), Step::MarkRetired(vec![1]));
+        f.predecessors[0].phase = P::Retired;
+        assert_eq!(decide(&f), WAIT, "both clusters still owe their report");
+        f.predecessors[2].retire = WorkOutcome::Applied;
+        assert_eq!(decide(&f), Step::MarkRetired(vec![3]));
+        f.predecessors[2].phase = P::Retired;
+        f.predecessors[1].retire = WorkOutcome::Applied;
+        assert_eq!(decide(&f), Step::MarkRetired(vec![2]));
+        f.predecessors[1].phase = P::Retired;
+        assert_eq!(decide(&f), Step::PredecessorsRetired);
+        f.predecessors_retired = true;
+        assert_eq!(decide(&f), Step::Finished);
     }
 
     #[test]
@@ -267,25 +594,41 @@ mod tests {
         f.phase = P::WaitingReady;
         f.namespace = WorkOutcome::Applied;
         f.gateway_applied = true;
+        f.harness_sent = true;
         f.harness = WorkOutcome::Applied;
         f.gateway_ready = true;
         f.readiness = Some(Readiness {
             ready: false,
             live_candidates: 2,
+            ready_candidates: 1,
+            ..Default::default()
         });
-        assert_eq!(decide(&f), Step::Wait);
+        assert_eq!(decide(&f), WAIT);
         f.deadline_passed = true;
         match decide(&f) {
             Step::Fail(reason) => assert!(reason.contains("2 live Harness Pods"), "{reason}"),
             other => panic!("{other:?}"),
         }
-        f.deadline_passed = false;
         f.readiness = Some(Readiness {
-            ready: true,
-            live_candidates: 1,
+            error: Some("duplicate condition type Ready".into()),
+            ..Default::default()
         });
+        match decide(&f) {
+            Step::Fail(reason) => {
+                assert!(reason.contains("duplicate condition type"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        f.deadline_passed = false;
+        f.readiness = ready();
         f.gateway_ready = false;
-        assert_eq!(decide(&f), Step::Wait, "gateway not ready yet");
+        assert_eq!(
+            decide(&f),
+            Step::Wait {
+                recheck_in: Some(GATEWAY_RECHECK)
+            },
+            "only the Gateway is missing: look again soon"
+        );
         f.gateway_ready = true;
         assert_eq!(decide(&f), Step::Activate);
     }
@@ -299,14 +642,12 @@ mod tests {
         assert!(matches!(decide(&f), Step::Fail(r) if r.contains("quota")));
         let mut f = fresh();
         f.wanted = false;
-        assert_eq!(decide(&f), Step::Enter(P::Stopped));
-        let mut f = fresh();
-        f.placed = false;
-        assert_eq!(decide(&f), Step::Place);
+        assert_eq!(decide(&f), Step::Enter(P::Stopped), "nothing was sent");
         let mut f = fresh();
         f.phase = P::WaitingReady;
         f.namespace = WorkOutcome::Applied;
         f.gateway_applied = true;
+        f.harness_sent = true;
         f.harness = WorkOutcome::Failed("image pull".into());
         assert!(matches!(decide(&f), Step::Fail(r) if r.contains("image pull")));
         for terminal in [P::Failed, P::Stopped, P::Retired] {
@@ -314,6 +655,42 @@ mod tests {
             f.phase = terminal;
             assert_eq!(decide(&f), Step::Finished);
         }
+    }
+
+    #[test]
+    fn a_superseded_revision_is_stopped_only_once_its_cluster_confirms() {
+        let mut f = fresh();
+        f.phase = P::WaitingReady;
+        f.namespace = WorkOutcome::Applied;
+        f.gateway_applied = true;
+        f.harness_sent = true;
+        f.wanted = false;
+        assert_eq!(decide(&f), Step::StopHarness);
+        f.stop_sent = true;
+        assert_eq!(decide(&f), Step::Enter(P::Stopping));
+        f.phase = P::Stopping;
+        assert_eq!(decide(&f), WAIT);
+        f.deadline_passed = true;
+        assert_eq!(
+            decide(&f),
+            WAIT,
+            "a stop has no deadline: it waits for the spoke"
+        );
+        f.stop = WorkOutcome::Applied;
+        assert_eq!(decide(&f), Step::Enter(P::Stopped));
+    }
+
+    #[test]
+    fn a_revoked_deployer_stops_the_pipeline_before_any_effect() {
+        let mut f = fresh();
+        f.phase = P::Preparing;
+        f.namespace = WorkOutcome::Applied;
+        f.denied = Some("token \"ci\" is revoked".into());
+        assert!(matches!(decide(&f), Step::Fail(r) if r.contains("authorization re-check failed")));
+        // Stopping needs no authority: a stop must always converge.
+        f.wanted = false;
+        f.harness_sent = true;
+        assert_eq!(decide(&f), Step::StopHarness);
     }
 
     #[test]
@@ -326,6 +703,7 @@ mod tests {
         f.gateway_applied = true;
         assert_eq!(decide(&f), Step::SendHarness);
         // Killed after activation was recorded but before the phase.
+        f.harness_sent = true;
         f.harness = WorkOutcome::Applied;
         f.phase = P::WaitingReady;
         f.activated = true;

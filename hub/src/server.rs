@@ -218,7 +218,11 @@ pub async fn start_with_parts(
                 ready_deadline: std::time::Duration::from_secs(
                     config.pipeline.ready_deadline_seconds,
                 ),
+                phase_deadline: std::time::Duration::from_secs(
+                    config.pipeline.phase_deadline_seconds,
+                ),
                 max_attempts: config.worker.max_attempts,
+                ..RolloutConfig::default()
             },
         )
         .with_metrics(pipeline_metrics);

@@ -301,7 +301,7 @@ impl Service {
                     "ok",
                     Some("teardown queued".into()),
                 ),
-                work: vec![crate::worker::rollout::Rollout::teardown_work(
+                work: vec![crate::worker::kinds::teardown_work(
                     &ns.id,
                     Some(p.token_id.clone()),
                     self.policy.work_max_attempts,
@@ -594,12 +594,13 @@ impl Service {
             resolved_cluster,
             rolled_back_from: req.from_revision,
             idempotency,
+            requested_by: Some(p.token_id.clone()),
         };
         let target = format!("agents/{agent_name}");
         let mut fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
         if self.policy.pipeline {
             let namespace = self.store.get_namespace(ns).await?;
-            fx.work.push(crate::worker::rollout::Rollout::work(
+            fx.work.push(crate::worker::kinds::rollout_work(
                 &new.id,
                 &namespace.id,
                 Some(p.token_id.clone()),
@@ -646,15 +647,12 @@ impl Service {
         let mut fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
         if self.policy.pipeline {
             let namespace = self.store.get_namespace(ns).await?;
-            fx.work.push(NewWork {
-                kind: crate::worker::rollout::AGENT_STOP.into(),
-                namespace_id: Some(namespace.id),
-                target: agent.to_owned(),
-                payload: serde_json::json!({}),
-                requested_by: Some(p.token_id.clone()),
-                max_attempts: self.policy.work_max_attempts,
-                run_at: Utc::now(),
-            });
+            fx.work.push(crate::worker::kinds::stop_work(
+                agent,
+                &namespace.id,
+                Some(p.token_id.clone()),
+                self.policy.work_max_attempts,
+            ));
         }
         let result = self
             .store

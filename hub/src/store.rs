@@ -156,6 +156,8 @@ pub struct NewRevision {
     pub resolved_cluster: Option<String>,
     pub rolled_back_from: Option<i64>,
     pub idempotency: Option<IdempotencyKey>,
+    /// The API token (id) that asked for it.
+    pub requested_by: Option<String>,
 }
 
 /// A client-supplied idempotency key and the fingerprint of its request.
@@ -322,23 +324,37 @@ pub trait Store: LinkStore + Send + Sync + 'static {
     async fn deploy(&self, rev: &NewRevision, fx: &Effects) -> Result<Deployed>;
     async fn list_revisions(&self, namespace: &str, agent: &str) -> Result<Vec<AgentRevision>>;
     async fn get_revision_by_id(&self, id: &str) -> Result<AgentRevision>;
-    /// Records a revision's phase, reason and progress.
+    /// Records a revision's phase, reason and progress if it is still at
+    /// `expected_version` (compare-and-swap); `Conflict` when another pass
+    /// saved first, so a stale pass never overwrites newer progress.
     async fn update_revision(
         &self,
         id: &str,
+        expected_version: i64,
         phase: crate::model::RevisionPhase,
         reason: Option<&str>,
         progress: &crate::model::RevisionProgress,
     ) -> Result<AgentRevision>;
     /// Records the cluster a revision was placed on (once).
     async fn place_revision(&self, id: &str, cluster: &str) -> Result<()>;
-    /// Points the Agent at its active revision (`None`: nothing active).
-    async fn set_active_revision(
+    /// Points the Agent at revision `number` as active, only while the
+    /// Agent is running and `number` is its latest revision. Returns
+    /// whether it did.
+    async fn activate_revision(&self, namespace: &str, agent: &str, number: i64) -> Result<bool>;
+    /// The Agent has no active revision (it was stopped).
+    async fn clear_active_revision(&self, namespace: &str, agent: &str) -> Result<()>;
+    /// Takes the Agent's pipeline lease for `holder` until `until` (or
+    /// extends it when `holder` has it). False while another holder's lease
+    /// is live: one pass per Agent at a time, across hub processes.
+    async fn begin_agent_pass(
         &self,
-        namespace: &str,
-        agent: &str,
-        number: Option<i64>,
-    ) -> Result<()>;
+        agent_id: &str,
+        holder: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool>;
+    /// Gives the lease back (no-op unless `holder` has it).
+    async fn end_agent_pass(&self, agent_id: &str, holder: &str) -> Result<()>;
     async fn get_revision(
         &self,
         namespace: &str,

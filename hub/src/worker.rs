@@ -367,29 +367,42 @@ impl Worker {
         let Some(token_id) = &item.requested_by else {
             return Ok(()); // made by the hub itself
         };
-        let token = match self.store.get_token(token_id).await {
-            Ok(t) => t,
-            Err(StoreError::NotFound { .. }) => {
-                return Err(WorkError::Permanent(
-                    "authorization re-check failed: the requesting token no longer exists".into(),
-                ));
-            }
-            Err(e) => return Err(WorkError::from_store(e)),
-        };
-        if token.revoked_at.is_some() || token.expires_at.is_some_and(|at| at <= Utc::now()) {
-            return Err(WorkError::Permanent(format!(
-                "authorization re-check failed: token {:?} is revoked or expired",
-                token.name
-            )));
-        }
-        let principal = Principal::from(token);
-        match principal.permits(action, namespace.as_deref()) {
-            Decision::Allow => Ok(()),
-            Decision::Deny(reason) => Err(WorkError::Permanent(format!(
+        match recheck_token(self.store.as_ref(), token_id, action, namespace.as_deref()).await {
+            Ok(None) => Ok(()),
+            Ok(Some(reason)) => Err(WorkError::Permanent(format!(
                 "authorization re-check failed: {reason}"
             ))),
+            Err(e) => Err(WorkError::from_store(e)),
         }
     }
+}
+
+/// Whether the token `token_id` may still do `action` in `namespace`:
+/// `None` when it may, otherwise why not (missing, revoked, expired, or its
+/// role no longer allows it).
+pub async fn recheck_token(
+    store: &dyn Store,
+    token_id: &str,
+    action: Action,
+    namespace: Option<&str>,
+) -> Result<Option<String>, StoreError> {
+    let token = match store.get_token(token_id).await {
+        Ok(t) => t,
+        Err(StoreError::NotFound { .. }) => {
+            return Ok(Some("the requesting token no longer exists".into()));
+        }
+        Err(e) => return Err(e),
+    };
+    if token.revoked_at.is_some() || token.expires_at.is_some_and(|at| at <= Utc::now()) {
+        return Ok(Some(format!(
+            "token {:?} is revoked or expired",
+            token.name
+        )));
+    }
+    Ok(match Principal::from(token).permits(action, namespace) {
+        Decision::Allow => None,
+        Decision::Deny(reason) => Some(reason),
+    })
 }
 
 async fn sleep_or_shutdown(d: Duration, shutdown: &CancellationToken) {

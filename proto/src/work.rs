@@ -138,16 +138,137 @@ impl WorkSpec {
     }
 }
 
-/// Conventional work targets (the hub chooses them; the spoke only records them).
+/// Work targets (the hub chooses them; the spoke only records them).
 pub mod target {
+    use std::fmt;
+
     /// Target of namespace work: `namespace/<namespace id>`.
     pub fn namespace(namespace_id: &str) -> String {
-        format!("namespace/{namespace_id}")
+        Target::Namespace {
+            namespace_id: namespace_id.to_owned(),
+        }
+        .to_string()
     }
 
     /// Target of Harness work: `harness/<namespace id>/<agent>/<revision>`.
     pub fn harness(namespace_id: &str, agent: &str, revision: i64) -> String {
-        format!("harness/{namespace_id}/{agent}/{revision}")
+        Target::Harness {
+            namespace_id: namespace_id.to_owned(),
+            agent: agent.to_owned(),
+            revision,
+        }
+        .to_string()
+    }
+
+    /// A parsed work target.
+    #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+    pub enum Target {
+        /// The tenant's data-plane namespace in one cluster.
+        Namespace { namespace_id: String },
+        /// One Harness revision of an Agent.
+        Harness {
+            namespace_id: String,
+            agent: String,
+            revision: i64,
+        },
+    }
+
+    /// A string that is not a work target.
+    #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+    #[error("invalid work target {0:?}: want namespace/<id> or harness/<id>/<agent>/<revision>")]
+    pub struct InvalidTarget(pub String);
+
+    impl Target {
+        /// The tenant (namespace id) the target belongs to.
+        pub fn namespace_id(&self) -> &str {
+            match self {
+                Target::Namespace { namespace_id } | Target::Harness { namespace_id, .. } => {
+                    namespace_id
+                }
+            }
+        }
+    }
+
+    impl std::str::FromStr for Target {
+        type Err = InvalidTarget;
+
+        fn from_str(s: &str) -> Result<Self, Self::Err> {
+            let bad = || InvalidTarget(s.to_owned());
+            let parts: Vec<&str> = s.split('/').collect();
+            match parts.as_slice() {
+                ["namespace", id] if !id.is_empty() => Ok(Target::Namespace {
+                    namespace_id: (*id).to_owned(),
+                }),
+                ["harness", id, agent, revision] if !id.is_empty() && !agent.is_empty() => {
+                    Ok(Target::Harness {
+                        namespace_id: (*id).to_owned(),
+                        agent: (*agent).to_owned(),
+                        revision: revision.parse().map_err(|_| bad())?,
+                    })
+                }
+                _ => Err(bad()),
+            }
+        }
+    }
+
+    impl fmt::Display for Target {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            match self {
+                Target::Namespace { namespace_id } => write!(f, "namespace/{namespace_id}"),
+                Target::Harness {
+                    namespace_id,
+                    agent,
+                    revision,
+                } => write!(f, "harness/{namespace_id}/{agent}/{revision}"),
+            }
+        }
+    }
+}
+
+/// Generations of a Harness revision's target. A revision's Harness only
+/// moves forward (applied, then stopped, then retired), so its lifecycle
+/// step is its generation: a later step supersedes an earlier one still
+/// queued, and a result for a later step answers an earlier one too.
+pub mod generation {
+    /// `harness.apply`.
+    pub const HARNESS_APPLY: i64 = 1;
+    /// `harness.stop`.
+    pub const HARNESS_STOP: i64 = 2;
+    /// `harness.retire`.
+    pub const HARNESS_RETIRE: i64 = 3;
+    /// `namespace.ensure` (the namespace's desired state does not change
+    /// after provisioning; a teardown is sent with a newer generation).
+    pub const NAMESPACE_ENSURE: i64 = 1;
+}
+
+/// Names of a Harness revision's objects in the execution cluster, and how
+/// the Gateway reaches it: the hub and the spoke both use these.
+pub mod harness {
+    /// The port the Harness serves on unless the work says otherwise.
+    pub const DEFAULT_PORT: i32 = 8080;
+
+    /// Deployment, Service and ServiceAccount: `<agent>-r<N>-harness`.
+    pub fn object_name(agent: &str, revision: i64) -> String {
+        format!("{agent}-r{revision}-harness")
+    }
+
+    /// The credential Secret: `<agent>-r<N>-credentials`.
+    pub fn credentials_name(agent: &str, revision: i64) -> String {
+        format!("{agent}-r{revision}-credentials")
+    }
+
+    /// The workspace PVC: `<agent>-r<N>-workspace`.
+    pub fn workspace_name(agent: &str, revision: i64) -> String {
+        format!("{agent}-r{revision}-workspace")
+    }
+
+    /// The in-cluster URL of the Harness Service (valid inside the
+    /// execution cluster only).
+    pub fn service_url(agent: &str, revision: i64, namespace: &str, port: i32) -> String {
+        format!(
+            "http://{}.{namespace}.svc:{port}",
+            object_name(agent, revision)
+        )
     }
 }
 
@@ -213,7 +334,7 @@ pub struct EgressRule {
 }
 
 fn default_harness_port() -> i32 {
-    8080
+    harness::DEFAULT_PORT
 }
 
 /// `namespace.delete`: tear the tenant's data-plane namespace down.
@@ -394,6 +515,36 @@ pub fn check_image_digest(image: &str) -> Result<(), DigestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn targets_round_trip_and_reject_garbage() {
+        use target::Target;
+        for t in [target::namespace("ns-1"), target::harness("ns-1", "a1", 3)] {
+            assert_eq!(t.parse::<Target>().unwrap().to_string(), t);
+        }
+        assert_eq!(
+            "harness/ns-1/a1/3".parse::<Target>().unwrap(),
+            Target::Harness {
+                namespace_id: "ns-1".into(),
+                agent: "a1".into(),
+                revision: 3
+            }
+        );
+        for bad in [
+            "",
+            "namespace/",
+            "harness/ns/a1",
+            "harness/ns/a1/x",
+            "pod/x",
+            "harness/ns/a1/1/2",
+        ] {
+            assert!(bad.parse::<Target>().is_err(), "{bad}");
+        }
+        assert_eq!(
+            harness::service_url("a1", 3, "oce-x", 8080),
+            "http://a1-r3-harness.oce-x.svc:8080"
+        );
+    }
 
     #[test]
     fn kinds_round_trip() {

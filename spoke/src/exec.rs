@@ -135,6 +135,60 @@ struct Done {
 /// Recorded generations: target -> (physical namespace, generation).
 type Recorded = HashMap<String, (String, i64)>;
 
+/// Per-target locks that do not outlive their use: an entry is removed when
+/// its last holder lets go, so the map holds only targets being worked on.
+#[derive(Default)]
+struct TargetLocks {
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Holds one target's lock; removes the map entry when no one else waits.
+struct TargetGuard<'a> {
+    owner: &'a TargetLocks,
+    target: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl TargetLocks {
+    async fn lock(&self, target: &str) -> TargetGuard<'_> {
+        let m = {
+            let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+            locks.entry(target.to_string()).or_default().clone()
+        };
+        TargetGuard {
+            owner: self,
+            target: target.to_string(),
+            guard: Some(m.lock_owned().await),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.locks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+impl Drop for TargetGuard<'_> {
+    fn drop(&mut self) {
+        // Release first, then drop the entry if only the map still holds it
+        // (a waiter holds its own clone of the Arc, so it keeps the entry).
+        self.guard.take();
+        let mut locks = self
+            .owner
+            .locks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if locks
+            .get(&self.target)
+            .is_some_and(|m| Arc::strong_count(m) == 1)
+        {
+            locks.remove(&self.target);
+        }
+    }
+}
+
 /// The executor. Cheap to share behind an `Arc`; `apply` may run concurrently
 /// for different targets (work on one target is serialized).
 pub struct Executor {
@@ -145,7 +199,9 @@ pub struct Executor {
     observer: Observer,
     cancel: CancellationToken,
     recorded: Mutex<Recorded>,
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The latest result per target, re-sent after a reconnect.
+    results: Mutex<HashMap<String, (i64, WorkResult)>>,
+    locks: TargetLocks,
     rebuilt: OnceCell<()>,
 }
 
@@ -195,7 +251,8 @@ impl Executor {
             driver,
             cancel,
             recorded: Mutex::new(HashMap::new()),
-            locks: Mutex::new(HashMap::new()),
+            results: Mutex::new(HashMap::new()),
+            locks: TargetLocks::default(),
             rebuilt: OnceCell::new(),
         }
     }
@@ -214,18 +271,55 @@ impl Executor {
         self.recorded.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn target_lock(&self, target: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let m = {
-            let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
-            locks.entry(target.to_string()).or_default().clone()
-        };
-        m.lock_owned().await
+    /// Targets with a lock entry right now (work in progress or waiting).
+    pub fn locked_targets(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// The latest result of every target this spoke holds and the current
+    /// readiness verdicts: sent again after each (re)connect. A target
+    /// recorded on the cluster but not answered by this process (it
+    /// restarted) is reported applied at its recorded generation.
+    pub fn current_reports(&self) -> Vec<Report> {
+        let mut latest: HashMap<String, (i64, WorkResult)> = self
+            .results
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for (target, (namespace, generation)) in self.recorded_lock().iter() {
+            let newer_known = latest.get(target).is_some_and(|(g, _)| g >= generation);
+            if !newer_known {
+                latest.insert(
+                    target.clone(),
+                    (
+                        *generation,
+                        WorkResult {
+                            applied: true,
+                            reason: format!("generation {generation} applied"),
+                            kind: String::new(),
+                            namespace: namespace.clone(),
+                            retrying: false,
+                        },
+                    ),
+                );
+            }
+        }
+        let mut reports: Vec<Report> = latest
+            .into_iter()
+            .map(|(target, (generation, result))| Report {
+                target,
+                generation,
+                body: Some(report::Body::WorkResult(result)),
+            })
+            .collect();
+        reports.extend(self.observer.current_reports());
+        reports
     }
 
     /// Applies one piece of work (see the module docs for the contract).
     pub async fn apply(&self, work: &Work) -> Result<WorkResult, ExecError> {
         self.ensure_rebuilt().await?;
-        let _guard = self.target_lock(&work.target).await;
+        let _guard = self.locks.lock(&work.target).await;
         let spec = match WorkSpec::decode(&work.kind, &work.spec) {
             Ok(s) => s,
             Err(e) => return self.finish(work, Err(refuse(e.to_string()))).await,
@@ -288,6 +382,15 @@ impl Executor {
                 )
             }
         };
+        {
+            let mut results = self.results.lock().unwrap_or_else(PoisonError::into_inner);
+            let newer = results
+                .get(&work.target)
+                .is_some_and(|(g, _)| *g > work.generation);
+            if !newer {
+                results.insert(work.target.clone(), (work.generation, result.clone()));
+            }
+        }
         let report = Report {
             target: work.target.clone(),
             generation: work.generation,

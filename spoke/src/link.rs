@@ -53,6 +53,15 @@ pub trait WorkApplier: Send + Sync + 'static {
     /// What is applied (target → generation), rebuilt from durable state.
     async fn applied(&self) -> Result<HashMap<String, i64>, ApplyError>;
 
+    /// The current result of every target it holds and every current
+    /// readiness verdict. The link sends them after each (re)connect,
+    /// because reports in flight when a stream broke are lost, and the work
+    /// they answer is acked and will not come again (reports are level
+    /// based: the latest state, not a log).
+    async fn current_reports(&self) -> Vec<pb::Report> {
+        Vec::new()
+    }
+
     /// True when the applier sends its own work results on the report
     /// channel (the Kubernetes executor does); the link then does not
     /// report them a second time.
@@ -513,7 +522,6 @@ impl Link {
             spoke_version: self.config.version.clone(),
             capabilities: self.config.capabilities.clone(),
             applied: applied.clone(),
-            last_acked_sequence: 0,
             claimed_cluster_id: cluster_id,
         };
         let send = |body| pb::SpokeMessage { body: Some(body) };
@@ -545,6 +553,17 @@ impl Link {
             Err(status) => return classify(status),
         };
         self.metrics.connected.set(1);
+        let current = self.applier.current_reports().await;
+        tracing::info!(reports = current.len(), "link.reports_resent");
+        for report in current {
+            if out
+                .send(send(spoke_message::Body::Report(report)))
+                .await
+                .is_err()
+            {
+                return SessionEnd::Failed("outbound stream closed".into());
+            }
+        }
         let mut beat = tokio::time::interval(heartbeat);
         let mut last_heard = Instant::now();
         // Items whose apply failed, retried until applied or superseded.
@@ -713,6 +732,10 @@ impl WorkApplier for crate::exec::Executor {
 
     fn reports_results(&self) -> bool {
         true
+    }
+
+    async fn current_reports(&self) -> Vec<pb::Report> {
+        crate::exec::Executor::current_reports(self)
     }
 }
 

@@ -106,7 +106,6 @@ fn hello(claimed_cluster_id: &str, applied: HashMap<String, i64>) -> spoke_messa
         spoke_version: "test".into(),
         capabilities: vec![],
         applied,
-        last_acked_sequence: 0,
         claimed_cluster_id: claimed_cluster_id.to_owned(),
     })
 }

@@ -100,6 +100,7 @@ fn revision(ns: &str, agent: &str, version: i64, image: &str) -> NewRevision {
         resolved_cluster: None,
         rolled_back_from: None,
         idempotency: None,
+        requested_by: Some("token-1".into()),
     }
 }
 
@@ -774,6 +775,225 @@ mod cases {
         assert_eq!((b.agents, b.agents_running), (1, 0));
         assert!(b.revisions_by_phase.is_empty());
     }
+
+    pub async fn revision_updates_are_compare_and_swap(s: Arc<dyn Store>) {
+        use clawfed_hub::model::{RevisionPhase, RevisionProgress};
+        namespace(s.as_ref(), "team-a").await;
+        agent(s.as_ref(), "team-a", "one").await;
+        let rev = s
+            .deploy(&revision("team-a", "one", 1, "img:1"), &fx("agent.deploy"))
+            .await
+            .unwrap()
+            .revision;
+        assert_eq!(rev.requested_by.as_deref(), Some("token-1"));
+        let v0 = rev.version;
+        let progress = RevisionProgress {
+            gateway_applied_at: Some(chrono::Utc::now()),
+            ..Default::default()
+        };
+        let saved = s
+            .update_revision(&rev.id, v0, RevisionPhase::Preparing, None, &progress)
+            .await
+            .unwrap();
+        assert_eq!(saved.version, v0 + 1);
+        assert_eq!(saved.phase, RevisionPhase::Preparing);
+        // A pass that read the revision before that save loses, and its
+        // stale phase does not land.
+        let stale = s
+            .update_revision(
+                &rev.id,
+                v0,
+                RevisionPhase::Stopped,
+                Some("stale"),
+                &progress,
+            )
+            .await;
+        assert!(
+            matches!(stale, Err(StoreError::Conflict { .. })),
+            "{stale:?}"
+        );
+        let now = s.get_revision_by_id(&rev.id).await.unwrap();
+        assert_eq!((now.phase, now.version), (RevisionPhase::Preparing, v0 + 1));
+        let missing = s
+            .update_revision(
+                "no-such-revision",
+                1,
+                RevisionPhase::Failed,
+                None,
+                &progress,
+            )
+            .await;
+        assert!(
+            matches!(missing, Err(StoreError::NotFound { .. })),
+            "{missing:?}"
+        );
+        // Placement is recorded once.
+        s.place_revision(&rev.id, "exec-a").await.unwrap();
+        s.place_revision(&rev.id, "exec-b").await.unwrap();
+        assert_eq!(
+            s.get_revision_by_id(&rev.id)
+                .await
+                .unwrap()
+                .resolved_cluster
+                .as_deref(),
+            Some("exec-a")
+        );
+    }
+
+    pub async fn agent_pass_lease_is_exclusive_until_it_expires(s: Arc<dyn Store>) {
+        namespace(s.as_ref(), "team-a").await;
+        agent(s.as_ref(), "team-a", "one").await;
+        let id = s.get_agent("team-a", "one").await.unwrap().id;
+        let t0 = chrono::Utc::now();
+        let lease = chrono::Duration::seconds(10);
+        assert!(
+            s.begin_agent_pass(&id, "hub-a", t0, t0 + lease)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !s.begin_agent_pass(&id, "hub-b", t0, t0 + lease)
+                .await
+                .unwrap(),
+            "a second holder waits while the lease is live"
+        );
+        assert!(
+            s.begin_agent_pass(&id, "hub-a", t0, t0 + lease)
+                .await
+                .unwrap(),
+            "re-entrant"
+        );
+        s.end_agent_pass(&id, "hub-b").await.unwrap();
+        assert!(
+            !s.begin_agent_pass(&id, "hub-b", t0, t0 + lease)
+                .await
+                .unwrap(),
+            "only the holder gives it back"
+        );
+        s.end_agent_pass(&id, "hub-a").await.unwrap();
+        assert!(
+            s.begin_agent_pass(&id, "hub-b", t0, t0 + lease)
+                .await
+                .unwrap()
+        );
+        // A holder that died: its lease runs out and another takes over.
+        let later = t0 + lease + chrono::Duration::seconds(1);
+        assert!(
+            s.begin_agent_pass(&id, "hub-c", later, later + lease)
+                .await
+                .unwrap()
+        );
+        // The lease does not touch the draft's version (user-visible OCC).
+        assert_eq!(s.get_agent("team-a", "one").await.unwrap().version, 1);
+    }
+
+    pub async fn activation_lands_only_while_the_agent_wants_the_revision(s: Arc<dyn Store>) {
+        namespace(s.as_ref(), "team-a").await;
+        agent(s.as_ref(), "team-a", "one").await;
+        let r1 = s
+            .deploy(&revision("team-a", "one", 1, "img:1"), &fx("agent.deploy"))
+            .await
+            .unwrap()
+            .revision;
+        assert!(
+            s.activate_revision("team-a", "one", r1.number)
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            s.get_agent("team-a", "one").await.unwrap().active_revision,
+            Some(r1.number)
+        );
+        s.set_desired_state("team-a", "one", DesiredState::Stopped, &fx("agent.stop"))
+            .await
+            .unwrap();
+        s.clear_active_revision("team-a", "one").await.unwrap();
+        // A pass that read "running" before the stop cannot re-activate.
+        assert!(
+            !s.activate_revision("team-a", "one", r1.number)
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            s.get_agent("team-a", "one").await.unwrap().active_revision,
+            None
+        );
+        let r2 = s
+            .deploy(&revision("team-a", "one", 1, "img:2"), &fx("agent.deploy"))
+            .await
+            .unwrap()
+            .revision;
+        assert!(
+            !s.activate_revision("team-a", "one", r1.number)
+                .await
+                .unwrap(),
+            "superseded"
+        );
+        assert!(
+            s.activate_revision("team-a", "one", r2.number)
+                .await
+                .unwrap()
+        );
+    }
+
+    pub async fn outbox_supersedes_and_reports_keep_the_newest(s: Arc<dyn Store>) {
+        use clawfed_hub::store::ClusterRecord;
+        let c = s
+            .upsert_cluster(&ClusterRecord {
+                name: "exec-a".into(),
+                labels: Default::default(),
+                capabilities: vec![],
+                certificate_serials: vec![],
+                connection_state: clawfed_hub::model::ConnectionState::Online,
+                last_seen: None,
+                version: "test".into(),
+            })
+            .await
+            .unwrap();
+        let t = "harness/ns-1/one/1";
+        let first = s
+            .outbox_put(&c.id, t, "harness.apply", 1, "{}")
+            .await
+            .unwrap();
+        assert!(first.is_some());
+        assert_eq!(
+            s.outbox_put(&c.id, t, "harness.apply", 1, "{}")
+                .await
+                .unwrap(),
+            None,
+            "the same generation is queued once"
+        );
+        let stop = s
+            .outbox_put(&c.id, t, "harness.stop", 2, "{}")
+            .await
+            .unwrap();
+        assert!(stop.is_some());
+        let pending = s.outbox_pending(&c.id, 0, 10).await.unwrap();
+        assert_eq!(pending.len(), 1, "the stop superseded the unacked apply");
+        assert_eq!(
+            (pending[0].generation, pending[0].kind.as_str()),
+            (2, "harness.stop")
+        );
+        assert_eq!(s.outbox_latest_generation(&c.id, t).await.unwrap(), Some(2));
+        let now = chrono::Utc::now();
+        s.put_report(&c.id, t, "work-result", 2, &json!({"applied": true}), now)
+            .await
+            .unwrap();
+        s.put_report(&c.id, t, "work-result", 1, &json!({"applied": false}), now)
+            .await
+            .unwrap();
+        let r = s
+            .get_report(&c.id, t, "work-result")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (r.generation, r.body["applied"].clone()),
+            (2, json!(true)),
+            "older reports never overwrite"
+        );
+        assert!(s.get_report(&c.id, t, "readiness").await.unwrap().is_none());
+    }
 }
 
 /// Instantiates every case for one backend.
@@ -814,4 +1034,8 @@ suite!(
     audit_lists_newest_first_per_namespace,
     tokens_are_stored_hashed_and_revocable,
     fleet_summary_is_scoped,
+    revision_updates_are_compare_and_swap,
+    agent_pass_lease_is_exclusive_until_it_expires,
+    activation_lands_only_while_the_agent_wants_the_revision,
+    outbox_supersedes_and_reports_keep_the_newest,
 );

@@ -530,7 +530,6 @@ async fn session(
         spoke_version: "link-bench".into(),
         capabilities: vec!["applier:none".into()],
         applied: HashMap::new(),
-        last_acked_sequence: 0,
         claimed_cluster_id: s.cluster_id.clone(),
     };
     let _ = out.try_send(msg(spoke_message::Body::Hello(hello)));

@@ -452,19 +452,21 @@ impl Session {
             return Ok(());
         }
         tracing::debug!(cluster = %self.cluster.name, target = %report.target, generation = report.generation, "link.report");
+        let to_json = |v: serde_json::Result<serde_json::Value>| {
+            v.map_err(|e| Status::internal(format!("encoding report: {e}")))
+        };
         let (kind, body) = match report.body {
             Some(report::Body::WorkResult(r)) => (
-                "work-result",
-                serde_json::json!({ "applied": r.applied, "reason": r.reason, "retrying": r.retrying }),
+                super::report::WORK_RESULT,
+                to_json(serde_json::to_value(super::report::WorkResultReport::from(
+                    r,
+                )))?,
             ),
             Some(report::Body::Readiness(r)) => (
-                "readiness",
-                serde_json::json!({
-                    "revisionId": r.revision_id,
-                    "ready": r.ready,
-                    "liveCandidates": r.live_candidates,
-                    "reason": r.reason,
-                }),
+                super::report::READINESS,
+                to_json(serde_json::to_value(super::report::ReadinessReport::from(
+                    r,
+                )))?,
             ),
             None => return Err(Status::invalid_argument("report.body: required")),
         };

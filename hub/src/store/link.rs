@@ -241,4 +241,12 @@ pub trait LinkStore: Send + Sync {
 
     /// Reports of one cluster.
     async fn list_reports(&self, cluster_id: &str) -> Result<Vec<SpokeReport>>;
+
+    /// The latest report of one kind on one target of a cluster.
+    async fn get_report(
+        &self,
+        cluster_id: &str,
+        target: &str,
+        kind: &str,
+    ) -> Result<Option<SpokeReport>>;
 }

@@ -40,7 +40,7 @@ const CONFIG_COLS: &str =
     "c.id, n.name AS namespace, c.name, c.data, c.version, c.created_at, c.updated_at";
 const REVISION_COLS: &str = "r.id, n.name AS namespace, a.name AS agent, r.number, r.spec, \
      r.configuration, r.images, r.resolved_cluster, r.phase, r.reason, r.rolled_back_from, \
-     r.progress, r.created_at, r.updated_at";
+     r.progress, r.version, r.requested_by, r.created_at, r.updated_at";
 const REVISION_FROM: &str = "agent_revisions r JOIN agents a ON a.id = r.agent_id \
      JOIN namespaces n ON n.id = a.namespace_id";
 pub(super) const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
@@ -292,8 +292,8 @@ impl SqlStore {
         let rev_id = rev.id.clone();
         let inserted_revision = sqlx::query(
             "INSERT INTO agent_revisions (id, agent_id, number, spec, configuration, images, \
-             resolved_cluster, phase, reason, rolled_back_from, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, $10, $10)",
+             resolved_cluster, phase, reason, rolled_back_from, created_at, updated_at, \
+             requested_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, $10, $10, $11)",
         )
         .bind(rev_id.clone())
         .bind(agent_id)
@@ -305,6 +305,7 @@ impl SqlStore {
         .bind(RevisionPhase::Pending.as_str())
         .bind(rev.rolled_back_from)
         .bind(ms(now))
+        .bind(rev.requested_by.clone())
         .execute(&mut *tx)
         .await;
         match inserted_revision {
@@ -884,27 +885,70 @@ impl Store for SqlStore {
     async fn update_revision(
         &self,
         id: &str,
+        expected_version: i64,
         phase: RevisionPhase,
         reason: Option<&str>,
         progress: &crate::model::RevisionProgress,
     ) -> Result<AgentRevision> {
         let updated = sqlx::query(
-            "UPDATE agent_revisions SET phase = $1, reason = $2, progress = $3, updated_at = $4 \
-             WHERE id = $5",
+            "UPDATE agent_revisions SET phase = $1, reason = $2, progress = $3, updated_at = $4, \
+             version = version + 1 WHERE id = $5 AND version = $6",
         )
         .bind(phase.as_str())
         .bind(reason.map(str::to_owned))
         .bind(to_json(progress)?)
         .bind(ms(Utc::now()))
         .bind(id.to_owned())
+        .bind(expected_version)
         .execute(&self.pool)
         .await
         .map_err(|e| self.classify(e))?
         .rows_affected();
         if updated == 0 {
-            return Err(not_found("revision", id));
+            // Missing, or someone else saved first: the caller's facts are stale.
+            self.get_revision_by_id(id).await?;
+            return Err(StoreError::Conflict {
+                kind: "revision",
+                name: id.to_owned(),
+                expected: expected_version,
+            });
         }
         self.get_revision_by_id(id).await
+    }
+
+    async fn begin_agent_pass(
+        &self,
+        agent_id: &str,
+        holder: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool> {
+        let taken = sqlx::query(
+            "UPDATE agents SET pass_holder = $1, pass_expires_at = $2 WHERE id = $3 AND \
+             (pass_holder IS NULL OR pass_holder = $1 OR pass_expires_at <= $4)",
+        )
+        .bind(holder.to_owned())
+        .bind(ms(until))
+        .bind(agent_id.to_owned())
+        .bind(ms(now))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        Ok(taken == 1)
+    }
+
+    async fn end_agent_pass(&self, agent_id: &str, holder: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE agents SET pass_holder = NULL, pass_expires_at = NULL \
+             WHERE id = $1 AND pass_holder = $2",
+        )
+        .bind(agent_id.to_owned())
+        .bind(holder.to_owned())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(())
     }
 
     async fn place_revision(&self, id: &str, cluster: &str) -> Result<()> {
@@ -920,17 +964,30 @@ impl Store for SqlStore {
         Ok(())
     }
 
-    async fn set_active_revision(
-        &self,
-        namespace: &str,
-        agent: &str,
-        number: Option<i64>,
-    ) -> Result<()> {
-        sqlx::query(
+    async fn activate_revision(&self, namespace: &str, agent: &str, number: i64) -> Result<bool> {
+        // Only while the Agent still wants this revision: a stop or a newer
+        // deploy that landed first wins over a pass that read older facts.
+        let updated = sqlx::query(
             "UPDATE agents SET active_revision = $1, updated_at = $2 WHERE name = $3 AND \
-             namespace_id = (SELECT id FROM namespaces WHERE name = $4)",
+             namespace_id = (SELECT id FROM namespaces WHERE name = $4) AND \
+             desired_state = 'running' AND latest_revision = $1",
         )
         .bind(number)
+        .bind(ms(Utc::now()))
+        .bind(agent.to_owned())
+        .bind(namespace.to_owned())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        Ok(updated == 1)
+    }
+
+    async fn clear_active_revision(&self, namespace: &str, agent: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE agents SET active_revision = NULL, updated_at = $1 WHERE name = $2 AND \
+             namespace_id = (SELECT id FROM namespaces WHERE name = $3)",
+        )
         .bind(ms(Utc::now()))
         .bind(agent.to_owned())
         .bind(namespace.to_owned())
@@ -1489,6 +1546,8 @@ fn revision_from_row(r: &AnyRow) -> Result<AgentRevision> {
         reason: get(r, W, "reason")?,
         rolled_back_from: get(r, W, "rolled_back_from")?,
         progress: from_json(W, &get::<String>(r, W, "progress")?)?,
+        version: get(r, W, "version")?,
+        requested_by: get(r, W, "requested_by")?,
         created_at: from_ms(get(r, W, "created_at")?),
         updated_at: from_ms(get(r, W, "updated_at")?),
     })

@@ -612,22 +612,39 @@ impl LinkStore for SqlStore {
         .fetch_all(self.pool())
         .await
         .map_err(|e| self.classify(e))?;
-        rows.iter()
-            .map(|r| {
-                Ok(SpokeReport {
-                    cluster_id: r.get(0),
-                    target: r.get(1),
-                    kind: r.get(2),
-                    generation: r.get(3),
-                    body: serde_json::from_str(&r.get::<String, _>(4)).map_err(|e| {
-                        StoreError::Corrupt {
-                            what: "spoke report",
-                            detail: e.to_string(),
-                        }
-                    })?,
-                    received_at: from_ms(r.get(5)),
-                })
-            })
-            .collect()
+        rows.iter().map(report_from_row).collect()
     }
+
+    async fn get_report(
+        &self,
+        cluster_id: &str,
+        target: &str,
+        kind: &str,
+    ) -> Result<Option<SpokeReport>> {
+        let row = sqlx::query(
+            "SELECT cluster_id, target, kind, generation, body, received_at FROM spoke_reports \
+             WHERE cluster_id = $1 AND target = $2 AND kind = $3",
+        )
+        .bind(cluster_id.to_owned())
+        .bind(target.to_owned())
+        .bind(kind.to_owned())
+        .fetch_optional(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        row.as_ref().map(report_from_row).transpose()
+    }
+}
+
+fn report_from_row(r: &sqlx::any::AnyRow) -> Result<SpokeReport> {
+    Ok(SpokeReport {
+        cluster_id: r.get(0),
+        target: r.get(1),
+        kind: r.get(2),
+        generation: r.get(3),
+        body: serde_json::from_str(&r.get::<String, _>(4)).map_err(|e| StoreError::Corrupt {
+            what: "spoke report",
+            detail: e.to_string(),
+        })?,
+        received_at: from_ms(r.get(5)),
+    })
 }

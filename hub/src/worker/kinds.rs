@@ -1,4 +1,5 @@
-//! Work kinds and their handlers.
+//! Work kinds, their constructors (the service queues work with these) and
+//! the simple handlers; the pipeline handlers live in `rollout`.
 
 use async_trait::async_trait;
 use chrono::Utc;
@@ -7,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::{WorkError, WorkHandler};
 use crate::auth::Action;
 use crate::model::WorkItem;
-use crate::store::Store;
+use crate::store::{NewWork, Store};
 
 /// Records a tenant's data-plane namespace as provisioned. (The spoke does
 /// the Kubernetes part once the link exists; the hub-side record is what
@@ -35,5 +36,69 @@ impl WorkHandler for ProvisionNamespace {
             .await
             .map_err(WorkError::from_store)?;
         Ok(())
+    }
+}
+
+/// Drives one revision through the pipeline (target: the revision id).
+pub const REVISION_ROLLOUT: &str = "revision.rollout";
+/// Stops an Agent: route and Gateway first, then the Harness via the spoke
+/// (target: the Agent name).
+pub const AGENT_STOP: &str = "agent.stop";
+/// Tears a tenant down in every cluster it was provisioned in (the spoke
+/// runs the provider's namespace cleanup first), then deletes it (target:
+/// the namespace id).
+pub const NAMESPACE_TEARDOWN: &str = "namespace.teardown";
+
+/// A pipeline pass over `revision_id`, due at `run_at`.
+pub fn rollout_work(
+    revision_id: &str,
+    namespace_id: &str,
+    requested_by: Option<String>,
+    run_at: chrono::DateTime<Utc>,
+    max_attempts: i32,
+) -> NewWork {
+    NewWork {
+        kind: REVISION_ROLLOUT.into(),
+        namespace_id: Some(namespace_id.to_owned()),
+        target: revision_id.to_owned(),
+        payload: serde_json::json!({}),
+        requested_by,
+        max_attempts,
+        run_at,
+    }
+}
+
+/// Stopping Agent `agent` of `namespace_id`.
+pub fn stop_work(
+    agent: &str,
+    namespace_id: &str,
+    requested_by: Option<String>,
+    max_attempts: i32,
+) -> NewWork {
+    NewWork {
+        kind: AGENT_STOP.into(),
+        namespace_id: Some(namespace_id.to_owned()),
+        target: agent.to_owned(),
+        payload: serde_json::json!({}),
+        requested_by,
+        max_attempts,
+        run_at: Utc::now(),
+    }
+}
+
+/// Tearing `namespace_id` down.
+pub fn teardown_work(
+    namespace_id: &str,
+    requested_by: Option<String>,
+    max_attempts: i32,
+) -> NewWork {
+    NewWork {
+        kind: NAMESPACE_TEARDOWN.into(),
+        namespace_id: Some(namespace_id.to_owned()),
+        target: namespace_id.to_owned(),
+        payload: serde_json::json!({}),
+        requested_by,
+        max_attempts,
+        run_at: Utc::now(),
     }
 }

@@ -1,210 +1,89 @@
-//! The revision pipeline's driver: a work handler that reads a revision's
-//! facts from the store (outbox, spoke reports, recorded progress), asks
-//! [`crate::pipeline::decide`] for the next step, performs it, records it,
-//! and repeats until the pipeline waits for a spoke report or finishes.
+//! The revision pipeline's driver: a work handler that gathers a revision's
+//! facts from the store (outbox, typed spoke reports, recorded progress,
+//! the deployer's authority), asks [`crate::pipeline::decide`] for the next
+//! step, performs it, records it, and repeats until the pipeline waits or
+//! finishes. Every decision is the state machine's; this file only gathers
+//! and performs.
 //!
-//! It runs again when a report about the revision arrives (the link calls
-//! [`RolloutTrigger`]) and at the readiness deadline, so readiness is event
-//! driven, not polled.
+//! One pass per Agent runs at a time, across hub processes: a pass holds the
+//! Agent's lease in the store, and every save is a compare-and-swap on the
+//! revision's version, so a pass that outlived its lease cannot overwrite
+//! newer progress.
+//!
+//! It runs again when a report about the revision arrives ([`RolloutTrigger`])
+//! and at each phase's deadline, so waiting is event driven, not polled.
+//!
+//! # Layout
+//! - [`facts`]: reads the facts (no effects).
+//! - [`spec`]: builds the work specs and Gateway targets (no I/O).
+//! - [`teardown`]: tenant teardown across clusters.
+//! - [`trigger`]: spoke reports → passes.
+//! - [`metrics`]: operation durations.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+mod facts;
+pub mod metrics;
+pub mod spec;
+mod teardown;
+mod trigger;
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::Utc;
-use clawfed_proto::work::{self as spec, target};
+use clawfed_proto::work::{self as wire, generation};
 use tokio_util::sync::CancellationToken;
 
+use super::kinds::rollout_work;
 use super::{WorkError, WorkHandler};
 use crate::auth::Action;
 use crate::link::server::LinkHandle;
 use crate::model::{
-    Agent, AgentRevision, ConnectionState, DesiredState, ExecutionMode, Namespace, RevisionPhase,
-    WorkItem,
+    Agent, AgentRevision, ConnectionState, DesiredState, Namespace, RevisionPhase, WorkItem,
 };
-use crate::pipeline::{Facts, Readiness, Step, WorkOutcome, decide};
-use crate::store::{NewWork, Store, StoreError};
+use crate::pipeline::{Step, decide, decide_stop};
+use crate::store::{Store, StoreError};
+use facts::Gathered;
+use spec::{
+    gateway_target, harness_target, harness_work, namespace_target, namespace_work, revision_work,
+};
 
-/// Drives one revision through the pipeline.
-pub const REVISION_ROLLOUT: &str = "revision.rollout";
-/// Stops an Agent: route and Gateway first, then the Harness via the spoke.
-pub const AGENT_STOP: &str = "agent.stop";
-/// Tears a tenant down in every cluster it was provisioned in (the spoke
-/// runs the provider's namespace cleanup first), then deletes it.
-pub const NAMESPACE_TEARDOWN: &str = "namespace.teardown";
+pub use super::kinds::{AGENT_STOP, NAMESPACE_TEARDOWN, REVISION_ROLLOUT};
+pub use crate::gateway::runtime::{
+    GatewayFailure, GatewayRuntime, GatewayTarget, GatewaysDisabled,
+};
+pub use metrics::{OperationLabels, PipelineMetrics};
+pub use teardown::TeardownHandler;
+pub use trigger::RolloutTrigger;
 
-/// The Agent a Gateway belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GatewayTarget {
-    pub tenant: String,
-    pub namespace_id: String,
-    pub agent: String,
-    pub agent_id: String,
-    pub revision: i64,
-    pub revision_id: String,
-    pub image: String,
-    /// Where the revision's Harness is reached (cluster / namespace / port).
-    pub harness_cluster: String,
-    pub harness_namespace: String,
-    pub harness_port: i32,
-}
-
-/// Why a Gateway operation failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reason}")]
-pub struct GatewayFailure {
-    pub reason: String,
-    /// Retrying may help (apiserver unavailable, conflict…); otherwise the
-    /// revision fails with the reason.
-    pub transient: bool,
-}
-
-/// The control-cluster Gateway of each Agent, as the pipeline needs it.
-#[async_trait]
-pub trait GatewayRuntime: Send + Sync + 'static {
-    /// Applies the Agent's Gateway for `target.revision` (idempotent).
-    async fn ensure(&self, target: &GatewayTarget) -> Result<(), GatewayFailure>;
-    /// Whether the Gateway serves `revision`.
-    async fn ready(&self, target: &GatewayTarget) -> Result<bool, GatewayFailure>;
-    /// Routes to `revision`; fails before changing anything when routing
-    /// cannot be done.
-    async fn activate(&self, target: &GatewayTarget) -> Result<(), GatewayFailure>;
-    /// Deletes the route, then the Gateway runtime (keeps its storage).
-    async fn stop(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure>;
-    /// Removes what only `revision` used.
-    async fn retire(&self, tenant: &str, agent: &str, revision: i64) -> Result<(), GatewayFailure>;
-}
-
-/// The hub's Gateway room ([`crate::gateway::Gateways`]) as the runtime.
-#[async_trait]
-impl GatewayRuntime for crate::gateway::Gateways {
-    async fn ensure(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
-        let token: [u8; 32] = rand::random();
-        let spec = crate::gateway::GatewaySpec {
-            tenant: t.tenant.clone(),
-            agent: t.agent.clone(),
-            revision: t.revision,
-            revision_id: t.revision_id.clone(),
-            image: (!t.image.is_empty()).then(|| t.image.clone()),
-            // The spoke's Harness Service is `<agent>-r<N>-harness`.
-            harness_endpoint: format!(
-                "http://{}-r{}-harness.{}.svc:{}",
-                t.agent, t.revision, t.harness_namespace, t.harness_port
-            ),
-            transport: crate::gateway::Transport {
-                gateway_token: hex::encode(token),
-                tls: None,
-            },
-        };
-        crate::gateway::Gateways::ensure(self, &spec)
-            .await
-            .map(|_| ())
-            .map_err(gateway_failure)
-    }
-
-    async fn ready(&self, t: &GatewayTarget) -> Result<bool, GatewayFailure> {
-        crate::gateway::Gateways::is_ready(self, &t.agent, t.revision)
-            .await
-            .map(|r| matches!(r, crate::gateway::Readiness::Ready))
-            .map_err(gateway_failure)
-    }
-
-    async fn activate(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
-        match crate::gateway::Gateways::activate(self, &t.tenant, &t.agent, t.revision).await {
-            Ok(crate::gateway::Activation::RoutingDisabled) => {
-                tracing::warn!(agent = %t.agent, revision = t.revision, "pipeline.routing_not_configured: gateway.options.privateRouting is unset; the Gateway serves without an HTTPRoute");
-                Ok(())
-            }
-            Ok(_) => Ok(()),
-            Err(e) => Err(gateway_failure(e)),
-        }
-    }
-
-    async fn stop(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure> {
-        crate::gateway::Gateways::stop(self, tenant, agent)
-            .await
-            .map(|_| ())
-            .map_err(gateway_failure)
-    }
-
-    async fn retire(&self, tenant: &str, agent: &str, revision: i64) -> Result<(), GatewayFailure> {
-        crate::gateway::Gateways::retire_revision(self, tenant, agent, revision)
-            .await
-            .map(|_| ())
-            .map_err(gateway_failure)
-    }
-}
-
-fn gateway_failure(e: crate::gateway::Error) -> GatewayFailure {
-    GatewayFailure {
-        reason: format!("{}: {e}", e.reason()),
-        transient: e.is_transient(),
-    }
-}
-
-/// Labels of `occ_agent_operation_duration_seconds`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-pub struct OperationLabels {
-    /// `deploy` (deploy request to Active) or `stop`.
-    pub operation: String,
-    /// `ok` or `failed`.
-    pub result: String,
-}
-
-type OperationHistogram = prometheus_client::metrics::family::Family<
-    OperationLabels,
-    prometheus_client::metrics::histogram::Histogram,
-    fn() -> prometheus_client::metrics::histogram::Histogram,
->;
-
-/// Pipeline metrics.
-#[derive(Debug, Clone)]
-pub struct PipelineMetrics {
-    pub operation_duration: OperationHistogram,
-}
-
-impl PipelineMetrics {
-    /// Registers `occ_agent_operation_duration_seconds`.
-    pub fn register(registry: &mut prometheus_client::registry::Registry) -> Self {
-        let operation_duration: OperationHistogram =
-            prometheus_client::metrics::family::Family::new_with_constructor(|| {
-                prometheus_client::metrics::histogram::Histogram::new(
-                    prometheus_client::metrics::histogram::exponential_buckets(0.01, 2.0, 16),
-                )
-            });
-        registry.register(
-            "occ_agent_operation_duration_seconds",
-            "Agent operations: deploy (request to Active or Failed) and stop",
-            operation_duration.clone(),
-        );
-        Self { operation_duration }
-    }
-
-    fn observe(&self, operation: &str, result: &str, seconds: f64) {
-        self.operation_duration
-            .get_or_create(&OperationLabels {
-                operation: operation.to_owned(),
-                result: result.to_owned(),
-            })
-            .observe(seconds);
-    }
-}
+/// How soon a pass that found the Agent busy (another pass holds its lease)
+/// comes back.
+const BUSY_RETRY: Duration = Duration::from_millis(200);
+/// How soon placement is tried again while no online cluster matches.
+const PLACE_RETRY: Duration = Duration::from_secs(2);
 
 /// Pipeline settings.
 #[derive(Debug, Clone)]
 pub struct RolloutConfig {
     /// How long a revision may wait for readiness.
     pub ready_deadline: Duration,
+    /// How long a revision may wait for placement, its namespace, or its
+    /// Harness result before it fails with what is missing.
+    pub phase_deadline: Duration,
     /// Attempts given to follow-up work items.
     pub max_attempts: i32,
+    /// How long one pass may hold an Agent's lease (the revision version
+    /// fences a pass that outlives it).
+    pub pass_lease: Duration,
 }
 
 impl Default for RolloutConfig {
     fn default() -> Self {
         Self {
             ready_deadline: Duration::from_secs(300),
+            phase_deadline: Duration::from_secs(300),
             max_attempts: 8,
+            pass_lease: Duration::from_secs(15),
         }
     }
 }
@@ -216,37 +95,52 @@ pub struct Rollout {
     gateways: Arc<dyn GatewayRuntime>,
     config: RolloutConfig,
     metrics: Option<PipelineMetrics>,
-    /// One pass per revision at a time (reports can queue several).
-    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// This process's name as holder of Agent leases.
+    holder: String,
 }
 
 impl std::fmt::Debug for Rollout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Rollout")
             .field("config", &self.config)
+            .field("holder", &self.holder)
             .finish_non_exhaustive()
     }
 }
 
-fn store_err(e: StoreError) -> WorkError {
+pub(crate) fn store_err(e: StoreError) -> WorkError {
     WorkError::from_store(e)
 }
 
-fn phase_key(p: RevisionPhase) -> String {
-    p.as_str().to_owned()
+/// How a step went.
+enum Flow {
+    /// Decide again.
+    Continue,
+    /// Nothing more this pass.
+    Settled,
 }
 
-/// The Harness work target of a revision.
-pub fn harness_target(ns: &Namespace, rev: &AgentRevision) -> String {
-    target::harness(&ns.id, &rev.agent, rev.number)
+/// Why a pass stopped early.
+enum PassError {
+    /// Another pass saved the revision first: read the facts again.
+    Stale,
+    Work(WorkError),
 }
 
-fn execution(rev: &AgentRevision) -> spec::ExecutionMode {
-    match rev.spec.execution_mode {
-        ExecutionMode::Ordinary => spec::ExecutionMode::Ordinary,
-        ExecutionMode::Provider => spec::ExecutionMode::Provider,
+impl From<WorkError> for PassError {
+    fn from(e: WorkError) -> Self {
+        PassError::Work(e)
     }
 }
+
+fn save_err(e: StoreError) -> PassError {
+    match e {
+        StoreError::Conflict { .. } => PassError::Stale,
+        e => PassError::Work(store_err(e)),
+    }
+}
+
+type PassResult = Result<Flow, PassError>;
 
 impl Rollout {
     /// A pipeline driver sending Harness work over `link` and managing
@@ -257,7 +151,7 @@ impl Rollout {
             gateways,
             config,
             metrics: None,
-            locks: Arc::default(),
+            holder: format!("hub-{}", uuid::Uuid::new_v4().simple()),
         }
     }
 
@@ -274,34 +168,6 @@ impl Rollout {
         }
     }
 
-    fn lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.locks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(id.to_owned())
-            .or_default()
-            .clone()
-    }
-
-    /// The work item that drives `revision`.
-    pub fn work(
-        revision_id: &str,
-        namespace_id: &str,
-        requested_by: Option<String>,
-        run_at: chrono::DateTime<Utc>,
-        max_attempts: i32,
-    ) -> NewWork {
-        NewWork {
-            kind: REVISION_ROLLOUT.into(),
-            namespace_id: Some(namespace_id.to_owned()),
-            target: revision_id.to_owned(),
-            payload: serde_json::json!({}),
-            requested_by,
-            max_attempts,
-            run_at,
-        }
-    }
-
     async fn cluster_id(&self, store: &dyn Store, name: &str) -> Result<String, WorkError> {
         store
             .get_cluster(name)
@@ -310,181 +176,14 @@ impl Rollout {
             .map_err(store_err)
     }
 
-    async fn outcome(
-        &self,
-        store: &dyn Store,
-        cluster_id: &str,
-        target: &str,
-        generation: i64,
-    ) -> Result<WorkOutcome, WorkError> {
-        let reports = store.list_reports(cluster_id).await.map_err(store_err)?;
-        let result = reports
-            .iter()
-            .find(|r| r.target == target && r.kind == "work-result" && r.generation >= generation);
-        Ok(match result {
-            None => WorkOutcome::Waiting,
-            Some(r) if r.body["applied"] == serde_json::Value::Bool(true) => WorkOutcome::Applied,
-            // The spoke is still retrying a transient failure: not final.
-            Some(r) if r.body["retrying"] == serde_json::Value::Bool(true) => WorkOutcome::Waiting,
-            Some(r) => WorkOutcome::Failed(
-                r.body["reason"]
-                    .as_str()
-                    .unwrap_or("refused by the spoke")
-                    .to_owned(),
-            ),
-        })
-    }
-
-    /// The reason of a transient failure the spoke is still retrying.
-    async fn retrying_reason(
-        &self,
-        store: &dyn Store,
-        cluster_id: &str,
-        target: &str,
-    ) -> Result<Option<String>, WorkError> {
-        let reports = store.list_reports(cluster_id).await.map_err(store_err)?;
-        Ok(reports
-            .iter()
-            .find(|r| r.target == target && r.kind == "work-result")
-            .filter(|r| r.body["retrying"] == serde_json::Value::Bool(true))
-            .and_then(|r| r.body["reason"].as_str().map(str::to_owned)))
-    }
-
-    async fn readiness(
-        &self,
-        store: &dyn Store,
-        cluster_id: &str,
-        target: &str,
-        revision_id: &str,
-    ) -> Result<Option<Readiness>, WorkError> {
-        let reports = store.list_reports(cluster_id).await.map_err(store_err)?;
-        Ok(reports
-            .iter()
-            .find(|r| r.target == target && r.kind == "readiness")
-            .filter(|r| {
-                r.body["revisionId"]
-                    .as_str()
-                    .is_none_or(|id| id == revision_id)
-            })
-            .map(|r| Readiness {
-                ready: r.body["ready"].as_bool().unwrap_or(false),
-                live_candidates: r.body["liveCandidates"].as_u64().unwrap_or(0) as u32,
-            }))
-    }
-
-    /// Earlier revisions of the Agent that still hold a Harness.
-    async fn predecessors(
-        &self,
-        store: &dyn Store,
-        rev: &AgentRevision,
-    ) -> Result<Vec<AgentRevision>, WorkError> {
-        Ok(store
-            .list_revisions(&rev.namespace, &rev.agent)
-            .await
-            .map_err(store_err)?
-            .into_iter()
-            .filter(|r| r.number < rev.number && r.phase != RevisionPhase::Retired)
-            .collect())
-    }
-
-    fn gateway_target(&self, ns: &Namespace, agent: &Agent, rev: &AgentRevision) -> GatewayTarget {
-        GatewayTarget {
-            tenant: ns.name.clone(),
-            namespace_id: ns.id.clone(),
-            agent: agent.name.clone(),
-            agent_id: agent.id.clone(),
-            revision: rev.number,
-            revision_id: rev.id.clone(),
-            image: rev
-                .images
-                .iter()
-                .find(|i| i.role == "gateway")
-                .map_or_else(String::new, |i| i.reference.clone()),
-            harness_cluster: rev.resolved_cluster.clone().unwrap_or_default(),
-            harness_namespace: ns.data_plane_namespace.clone(),
-            harness_port: 8080,
-        }
-    }
-
-    fn harness_work(
-        &self,
-        ns: &Namespace,
-        rev: &AgentRevision,
-        preds: &[AgentRevision],
-    ) -> spec::HarnessWork {
-        let r = &rev.spec.resources;
-        let mut requests = std::collections::BTreeMap::new();
-        let mut limits = std::collections::BTreeMap::new();
-        if let Some(v) = &r.cpu_request {
-            requests.insert("cpu".to_owned(), v.clone());
-        }
-        if let Some(v) = &r.memory_request {
-            requests.insert("memory".to_owned(), v.clone());
-        }
-        if let Some(v) = &r.cpu_limit {
-            limits.insert("cpu".to_owned(), v.clone());
-        }
-        if let Some(v) = &r.memory_limit {
-            limits.insert("memory".to_owned(), v.clone());
-        }
-        spec::HarnessWork {
-            tenant: ns.name.clone(),
-            namespace_id: ns.id.clone(),
-            data_plane_namespace: ns.data_plane_namespace.clone(),
-            agent: rev.agent.clone(),
-            revision: rev.number,
-            revision_id: rev.id.clone(),
-            harness_kind: rev.spec.harness_kind.as_str().to_owned(),
-            image: rev.spec.image.clone(),
-            require_digest: rev.images.iter().all(|i| i.digest.is_some()),
-            requirement_labels: rev.spec.requirement_labels.clone(),
-            resources: spec::Resources { requests, limits },
-            port: 8080,
-            env: std::collections::BTreeMap::new(),
-            workspace: rev
-                .spec
-                .harness_kind
-                .is_dedicated()
-                .then(|| spec::Workspace {
-                    size: "1Gi".into(),
-                    storage_class: None,
-                }),
-            credential: spec::SecretData::default(),
-            dedicated: rev.spec.harness_kind.is_dedicated(),
-            predecessors: preds
-                .iter()
-                .map(|p| spec::Predecessor {
-                    revision: p.number,
-                    revision_id: p.id.clone(),
-                    execution: execution(p),
-                })
-                .collect(),
-            execution: execution(rev),
-            node_selector: std::collections::BTreeMap::new(),
-            headless_service: false,
-        }
-    }
-
-    fn revision_work(&self, ns: &Namespace, rev: &AgentRevision) -> spec::RevisionWork {
-        spec::RevisionWork {
-            tenant: ns.name.clone(),
-            namespace_id: ns.id.clone(),
-            data_plane_namespace: ns.data_plane_namespace.clone(),
-            agent: rev.agent.clone(),
-            revision: rev.number,
-            revision_id: rev.id.clone(),
-            execution: execution(rev),
-        }
-    }
-
     async fn send(
         &self,
         cluster_id: &str,
         target: &str,
-        kind: spec::WorkKind,
         generation: i64,
-        work: &spec::WorkSpec,
+        work: &wire::WorkSpec,
     ) -> Result<(), WorkError> {
+        let kind = work.kind();
         let body: serde_json::Value = serde_json::from_slice(&work.encode())
             .map_err(|e| WorkError::Permanent(format!("encoding {kind}: {e}")))?;
         self.link
@@ -494,10 +193,76 @@ impl Rollout {
         Ok(())
     }
 
+    async fn requeue(
+        &self,
+        store: &dyn Store,
+        rev: &AgentRevision,
+        ns: &Namespace,
+        at: chrono::DateTime<Utc>,
+    ) -> Result<(), WorkError> {
+        store
+            .enqueue_work(&[rollout_work(
+                &rev.id,
+                &ns.id,
+                None,
+                at,
+                self.config.max_attempts,
+            )])
+            .await
+            .map_err(store_err)?;
+        Ok(())
+    }
+
+    /// Runs `f` holding the Agent's lease; `None` when another pass holds it.
+    async fn with_agent_lease<T>(
+        &self,
+        store: &dyn Store,
+        agent_id: &str,
+        f: impl std::future::Future<Output = Result<T, WorkError>>,
+    ) -> Result<Option<T>, WorkError> {
+        let now = Utc::now();
+        let until = now + chrono::Duration::from_std(self.config.pass_lease).unwrap_or_default();
+        if !store
+            .begin_agent_pass(agent_id, &self.holder, now, until)
+            .await
+            .map_err(store_err)?
+        {
+            return Ok(None);
+        }
+        let result = f.await;
+        if let Err(e) = store.end_agent_pass(agent_id, &self.holder).await {
+            // The lease runs out by itself.
+            tracing::warn!(agent = %agent_id, error = %e, "pipeline.lease_release_failed");
+        }
+        result.map(Some)
+    }
+
     /// One pass over a revision.
     async fn advance(&self, store: &dyn Store, revision_id: &str) -> Result<(), WorkError> {
-        let lock = self.lock(revision_id);
-        let _held = lock.lock().await;
+        let rev = match store.get_revision_by_id(revision_id).await {
+            Ok(rev) => rev,
+            Err(StoreError::NotFound { .. }) => return Ok(()), // Agent deleted
+            Err(e) => return Err(store_err(e)),
+        };
+        let agent = store
+            .get_agent(&rev.namespace, &rev.agent)
+            .await
+            .map_err(store_err)?;
+        let ran = self
+            .with_agent_lease(store, &agent.id, self.advance_held(store, revision_id))
+            .await?;
+        if ran.is_none() {
+            let ns = store
+                .get_namespace(&rev.namespace)
+                .await
+                .map_err(store_err)?;
+            let at = Utc::now() + chrono::Duration::from_std(BUSY_RETRY).unwrap_or_default();
+            self.requeue(store, &rev, &ns, at).await?;
+        }
+        Ok(())
+    }
+
+    async fn advance_held(&self, store: &dyn Store, revision_id: &str) -> Result<(), WorkError> {
         let started = Instant::now();
         for _ in 0..32 {
             let rev = store
@@ -512,31 +277,16 @@ impl Rollout {
                 .get_namespace(&rev.namespace)
                 .await
                 .map_err(store_err)?;
-            let facts = self.facts(store, &ns, &agent, &rev).await?;
-            let step = decide(&facts);
-            // The Gateway's readiness is control-cluster state no spoke
-            // reports: while only it is missing, look again shortly.
-            if step == Step::Wait
-                && facts.phase == RevisionPhase::WaitingReady
-                && facts.readiness.is_some_and(|r| r.ready)
-                && !facts.gateway_ready
-            {
-                let again = Utc::now() + chrono::Duration::seconds(1);
-                store
-                    .enqueue_work(&[Self::work(
-                        &rev.id,
-                        &ns.id,
-                        None,
-                        again,
-                        self.config.max_attempts,
-                    )])
-                    .await
-                    .map_err(store_err)?;
-            }
+            let gathered = self.gather(store, &ns, &agent, &rev).await?;
+            let step = decide(&gathered.facts);
             tracing::debug!(revision = %rev.id, phase = rev.phase.as_str(), ?step, "pipeline.step");
-            if !self.perform(store, &ns, &agent, rev, step).await? {
-                tracing::debug!(revision = %revision_id, elapsedMs = started.elapsed().as_millis() as u64, "pipeline.settled");
-                return Ok(());
+            match self.perform(store, &ns, &agent, rev, &gathered, step).await {
+                Ok(Flow::Continue) | Err(PassError::Stale) => {}
+                Ok(Flow::Settled) => {
+                    tracing::debug!(revision = %revision_id, elapsedMs = started.elapsed().as_millis() as u64, "pipeline.settled");
+                    return Ok(());
+                }
+                Err(PassError::Work(e)) => return Err(e),
             }
         }
         Err(WorkError::Retryable(
@@ -544,123 +294,35 @@ impl Rollout {
         ))
     }
 
-    async fn facts(
-        &self,
-        store: &dyn Store,
-        ns: &Namespace,
-        agent: &Agent,
-        rev: &AgentRevision,
-    ) -> Result<Facts, WorkError> {
-        let wanted = agent.desired_state == DesiredState::Running
-            && agent.latest_revision == Some(rev.number);
-        let cluster = match &rev.resolved_cluster {
-            Some(name) => Some(self.cluster_id(store, name).await?),
-            None => None,
-        };
-        let preds = self.predecessors(store, rev).await?;
-        let harness = harness_target(ns, rev);
-        let namespace = target::namespace(&ns.id);
-        let (
-            namespace_sent,
-            namespace_outcome,
-            harness_sent,
-            harness_outcome,
-            readiness,
-            preds_stopped,
-        ) = match &cluster {
-            None => (
-                false,
-                WorkOutcome::Waiting,
-                false,
-                WorkOutcome::Waiting,
-                None,
-                false,
-            ),
-            Some(cid) => {
-                let ns_sent = store
-                    .outbox_latest_generation(cid, &namespace)
-                    .await
-                    .map_err(store_err)?
-                    .is_some();
-                let h_sent = store
-                    .outbox_latest_generation(cid, &harness)
-                    .await
-                    .map_err(store_err)?
-                    .is_some();
-                let mut stopped = rev.progress.predecessors_stopped_at.is_some();
-                if !stopped && !preds.is_empty() {
-                    let mut all = true;
-                    for p in &preds {
-                        let t = harness_target(ns, p);
-                        if self.outcome(store, cid, &t, 2).await? != WorkOutcome::Applied {
-                            all = false;
-                        }
-                    }
-                    stopped = all;
-                }
-                (
-                    ns_sent,
-                    self.outcome(store, cid, &namespace, 1).await?,
-                    h_sent,
-                    self.outcome(store, cid, &harness, 1).await?,
-                    self.readiness(store, cid, &harness, &rev.id).await?,
-                    stopped || preds.is_empty(),
-                )
-            }
-        };
-        let gateway_ready = if rev.progress.gateway_applied_at.is_some()
-            && matches!(rev.phase, RevisionPhase::WaitingReady)
-        {
-            self.gateways
-                .ready(&self.gateway_target(ns, agent, rev))
-                .await
-                .unwrap_or(false)
-        } else {
-            false
-        };
-        Ok(Facts {
-            phase: rev.phase,
-            wanted,
-            placed: cluster.is_some(),
-            namespace_sent,
-            namespace: namespace_outcome,
-            gateway_applied: rev.progress.gateway_applied_at.is_some(),
-            dedicated: rev.spec.harness_kind.is_dedicated(),
-            predecessors_stopped: preds_stopped,
-            harness_sent,
-            harness: harness_outcome,
-            readiness,
-            gateway_ready,
-            activated: rev.progress.activated_at.is_some(),
-            predecessors_retired: rev.progress.predecessors_retired_at.is_some(),
-            deadline_passed: rev.progress.ready_deadline.is_some_and(|d| d <= Utc::now()),
-        })
-    }
-
-    /// Performs one step; returns whether to decide again.
+    /// Performs one step.
     async fn perform(
         &self,
         store: &dyn Store,
         ns: &Namespace,
         agent: &Agent,
         mut rev: AgentRevision,
+        g: &Gathered,
         step: Step,
-    ) -> Result<bool, WorkError> {
+    ) -> PassResult {
         let now = Utc::now();
-        let cluster_id = match &rev.resolved_cluster {
-            Some(name) => Some(self.cluster_id(store, name).await?),
-            None => None,
-        };
         let cid = || {
-            cluster_id
+            g.cluster_id
                 .clone()
                 .ok_or_else(|| WorkError::Retryable("revision not placed yet".into()))
         };
+        let dp = g.data_plane_namespace.as_str();
         match step {
-            Step::Wait | Step::Finished => return Ok(false),
+            Step::Finished => return Ok(Flow::Settled),
+            Step::Wait { recheck_in } => {
+                if let Some(d) = recheck_in {
+                    let at = now + chrono::Duration::from_std(d).unwrap_or_default();
+                    self.requeue(store, &rev, ns, at).await?;
+                }
+                return Ok(Flow::Settled);
+            }
             Step::Place => {
-                let online = store.list_clusters().await.map_err(store_err)?;
-                let chosen = online.into_iter().find(|c| {
+                let clusters = store.list_clusters().await.map_err(store_err)?;
+                let chosen = clusters.into_iter().find(|c| {
                     c.connection_state == ConnectionState::Online
                         && rev
                             .spec
@@ -669,55 +331,43 @@ impl Rollout {
                             .iter()
                             .all(|(k, v)| c.labels.get(k) == Some(v))
                 });
-                match chosen {
-                    Some(c) => {
-                        store
-                            .place_revision(&rev.id, &c.name)
-                            .await
-                            .map_err(store_err)?;
-                        tracing::info!(revision = %rev.id, cluster = %c.name, "pipeline.placed");
-                        return Ok(true);
-                    }
-                    None => {
-                        return Err(WorkError::Retryable(
-                            "no online cluster matches the placement yet".into(),
-                        ));
-                    }
-                }
+                let Some(c) = chosen else {
+                    // The placement deadline ends this if none comes.
+                    let at = now + chrono::Duration::from_std(PLACE_RETRY).unwrap_or_default();
+                    self.requeue(store, &rev, ns, at).await?;
+                    return Ok(Flow::Settled);
+                };
+                store
+                    .place_revision(&rev.id, &c.name)
+                    .await
+                    .map_err(store_err)?;
+                tracing::info!(revision = %rev.id, cluster = %c.name, "pipeline.placed");
             }
             Step::SendNamespace => {
-                let work = spec::WorkSpec::NamespaceEnsure(spec::NamespaceWork {
-                    tenant: ns.name.clone(),
-                    namespace_id: ns.id.clone(),
-                    adopt: ns.adopted.then(|| ns.data_plane_namespace.clone()),
-                    ..Default::default()
-                });
                 self.send(
                     &cid()?,
-                    &target::namespace(&ns.id),
-                    spec::WorkKind::NamespaceEnsure,
-                    1,
-                    &work,
+                    &namespace_target(ns),
+                    generation::NAMESPACE_ENSURE,
+                    &namespace_work(ns),
                 )
                 .await?;
-                self.enter(store, &mut rev, RevisionPhase::Provisioning, None)
-                    .await?;
             }
             Step::Enter(phase) => {
-                self.enter(store, &mut rev, phase, None).await?;
-                if phase == RevisionPhase::WaitingReady {
-                    // Wake up at the deadline even if no report comes.
-                    let deadline = rev.progress.ready_deadline.unwrap_or(now);
-                    store
-                        .enqueue_work(&[Self::work(
-                            &rev.id,
-                            &ns.id,
-                            None,
-                            deadline,
-                            self.config.max_attempts,
-                        )])
-                        .await
-                        .map_err(store_err)?;
+                let reason = match phase {
+                    RevisionPhase::Stopping => Some(format!(
+                        "waiting for cluster {} to confirm the Harness stop",
+                        rev.resolved_cluster.as_deref().unwrap_or("?")
+                    )),
+                    RevisionPhase::Stopped if agent.desired_state == DesiredState::Stopped => {
+                        Some("agent stopped".into())
+                    }
+                    RevisionPhase::Stopped => Some("superseded by a newer revision".into()),
+                    _ => None,
+                };
+                self.enter(store, &mut rev, phase, reason).await?;
+                // Wake up at the phase's deadline even if no report comes.
+                if let Some(deadline) = self.deadline(&rev) {
+                    self.requeue(store, &rev, ns, deadline).await?;
                 }
                 if phase == RevisionPhase::Active {
                     self.log_completed(&rev);
@@ -725,121 +375,162 @@ impl Rollout {
                 }
             }
             Step::ApplyGateway => {
-                let target = self.gateway_target(ns, agent, &rev);
-                if let Err(reason) = self.gateways.ensure(&target).await {
+                let target = gateway_target(ns, dp, agent, &rev);
+                if let Err(failure) = self.gateways.ensure(&target).await {
+                    if failure.transient {
+                        return Err(WorkError::Retryable(format!("gateway: {failure}")).into());
+                    }
                     return self
-                        .fail(store, ns, rev, format!("gateway: {reason}"))
+                        .fail(store, ns, g, rev, format!("gateway: {failure}"))
                         .await;
                 }
                 rev.progress.gateway_applied_at = Some(now);
-                self.save(store, &rev).await?;
+                self.save(store, &mut rev).await?;
             }
-            Step::StopPredecessors => {
-                let cid = cid()?;
-                for p in self.predecessors(store, &rev).await? {
-                    let work = spec::WorkSpec::HarnessStop(self.revision_work(ns, &p));
-                    self.send(
-                        &cid,
-                        &harness_target(ns, &p),
-                        spec::WorkKind::HarnessStop,
-                        2,
-                        &work,
+            Step::StopPredecessors(numbers) => {
+                for p in g
+                    .predecessors
+                    .iter()
+                    .filter(|p| numbers.contains(&p.revision.number))
+                {
+                    self.send_to_predecessor(
+                        ns,
+                        p,
+                        generation::HARNESS_STOP,
+                        wire::WorkSpec::HarnessStop,
                     )
                     .await?;
                 }
-                // Decide again only when the spoke reports the stops.
-                let facts_stopped = self
-                    .facts(store, ns, agent, &rev)
-                    .await?
-                    .predecessors_stopped;
-                if !facts_stopped {
-                    return Ok(false);
-                }
-                rev.progress.predecessors_stopped_at = Some(now);
-                self.save(store, &rev).await?;
             }
             Step::SendHarness => {
-                let preds = self.predecessors(store, &rev).await?;
-                let work =
-                    spec::WorkSpec::HarnessApply(Box::new(self.harness_work(ns, &rev, &preds)));
+                let cid = cid()?;
+                let same_cluster: Vec<AgentRevision> = g
+                    .predecessors
+                    .iter()
+                    .filter(|p| p.cluster_id.as_deref() == Some(cid.as_str()))
+                    .map(|p| p.revision.clone())
+                    .collect();
+                let work = harness_work(ns, dp, &rev, &same_cluster);
+                self.send(
+                    &cid,
+                    &harness_target(ns, &rev),
+                    generation::HARNESS_APPLY,
+                    &work,
+                )
+                .await?;
+            }
+            Step::StopHarness => {
+                let work = wire::WorkSpec::HarnessStop(revision_work(ns, dp, &rev));
                 self.send(
                     &cid()?,
                     &harness_target(ns, &rev),
-                    spec::WorkKind::HarnessApply,
-                    1,
+                    generation::HARNESS_STOP,
                     &work,
                 )
                 .await?;
             }
             Step::Activate => {
-                let target = self.gateway_target(ns, agent, &rev);
-                if let Err(reason) = self.gateways.activate(&target).await {
+                let target = gateway_target(ns, dp, agent, &rev);
+                if let Err(failure) = self.gateways.activate(&target).await {
+                    if failure.transient {
+                        return Err(WorkError::Retryable(format!("activation: {failure}")).into());
+                    }
                     // The Gateway refuses before routing changes.
                     return self
-                        .fail(store, ns, rev, format!("activation: {reason}"))
+                        .fail(store, ns, g, rev, format!("activation: {failure}"))
                         .await;
                 }
-                store
-                    .set_active_revision(&rev.namespace, &rev.agent, Some(rev.number))
+                if !store
+                    .activate_revision(&rev.namespace, &rev.agent, rev.number)
                     .await
-                    .map_err(store_err)?;
+                    .map_err(store_err)?
+                {
+                    // A stop or a newer deploy landed since the facts were
+                    // read: decide again (this revision is no longer wanted).
+                    return Ok(Flow::Continue);
+                }
                 rev.progress.activated_at = Some(now);
-                self.save(store, &rev).await?;
+                self.save(store, &mut rev).await?;
             }
-            Step::RetirePredecessors => {
-                let mut waiting = false;
-                for mut p in self.predecessors(store, &rev).await? {
-                    // A predecessor runs where it was placed, which need not
-                    // be where this revision runs.
-                    let Some(cluster) = p.resolved_cluster.clone() else {
-                        self.enter(store, &mut p, RevisionPhase::Retired, None)
-                            .await?;
-                        continue;
-                    };
-                    let cid = self.cluster_id(store, &cluster).await?;
-                    let target = harness_target(ns, &p);
-                    let work = spec::WorkSpec::HarnessRetire(self.revision_work(ns, &p));
-                    self.send(&cid, &target, spec::WorkKind::HarnessRetire, 3, &work)
+            Step::RetirePredecessors(numbers) => {
+                for p in g
+                    .predecessors
+                    .iter()
+                    .filter(|p| numbers.contains(&p.revision.number))
+                {
+                    self.send_to_predecessor(
+                        ns,
+                        p,
+                        generation::HARNESS_RETIRE,
+                        wire::WorkSpec::HarnessRetire,
+                    )
+                    .await?;
+                    self.gateways
+                        .retire(&ns.name, &rev.agent, p.revision.number)
+                        .await
+                        .map_err(|e| {
+                            WorkError::Retryable(format!(
+                                "retiring revision {}: {e}",
+                                p.revision.number
+                            ))
+                        })?;
+                }
+            }
+            Step::MarkRetired(numbers) => {
+                for p in g
+                    .predecessors
+                    .iter()
+                    .filter(|p| numbers.contains(&p.revision.number))
+                {
+                    let mut p = p.revision.clone();
+                    self.enter(store, &mut p, RevisionPhase::Retired, None)
                         .await?;
-                    if let Err(reason) = self.gateways.retire(&ns.name, &rev.agent, p.number).await
-                    {
-                        return Err(WorkError::Retryable(format!(
-                            "retiring revision {}: {reason}",
-                            p.number
-                        )));
-                    }
-                    // Retired once the spoke says the destructive cleanup
-                    // is done; its report brings the next pass.
-                    match self.outcome(store, &cid, &target, 3).await? {
-                        WorkOutcome::Applied => {
-                            self.enter(store, &mut p, RevisionPhase::Retired, None)
-                                .await?;
-                        }
-                        WorkOutcome::Waiting => waiting = true,
-                        WorkOutcome::Failed(reason) => {
-                            return Err(WorkError::Retryable(format!(
-                                "the spoke could not retire revision {}: {reason}",
-                                p.number
-                            )));
-                        }
-                    }
                 }
-                if waiting {
-                    return Ok(false);
-                }
-                rev.progress.predecessors_retired_at = Some(now);
-                self.save(store, &rev).await?;
             }
-            Step::Fail(reason) => return self.fail(store, ns, rev, reason).await,
+            Step::PredecessorsRetired => {
+                rev.progress.predecessors_retired_at = Some(now);
+                self.save(store, &mut rev).await?;
+            }
+            Step::Fail(reason) => return self.fail(store, ns, g, rev, reason).await,
         }
-        Ok(true)
+        Ok(Flow::Continue)
     }
 
-    async fn save(&self, store: &dyn Store, rev: &AgentRevision) -> Result<(), WorkError> {
-        store
-            .update_revision(&rev.id, rev.phase, rev.reason.as_deref(), &rev.progress)
+    /// Sends a stop or retirement of predecessor `p` to the cluster it runs
+    /// on (not the successor's).
+    async fn send_to_predecessor(
+        &self,
+        ns: &Namespace,
+        p: &facts::Located,
+        generation: i64,
+        work: fn(wire::RevisionWork) -> wire::WorkSpec,
+    ) -> Result<(), WorkError> {
+        let Some(cluster_id) = &p.cluster_id else {
+            return Ok(()); // never placed: nothing runs
+        };
+        let body = work(revision_work(ns, &p.data_plane_namespace, &p.revision));
+        self.send(
+            cluster_id,
+            &harness_target(ns, &p.revision),
+            generation,
+            &body,
+        )
+        .await
+    }
+
+    /// Saves progress, phase and reason (compare-and-swap).
+    async fn save(&self, store: &dyn Store, rev: &mut AgentRevision) -> Result<(), PassError> {
+        let saved = store
+            .update_revision(
+                &rev.id,
+                rev.version,
+                rev.phase,
+                rev.reason.as_deref(),
+                &rev.progress,
+            )
             .await
-            .map_err(store_err)?;
+            .map_err(save_err)?;
+        rev.version = saved.version;
         Ok(())
     }
 
@@ -849,75 +540,52 @@ impl Rollout {
         rev: &mut AgentRevision,
         phase: RevisionPhase,
         reason: Option<String>,
-    ) -> Result<(), WorkError> {
+    ) -> Result<(), PassError> {
         let now = Utc::now();
-        rev.progress.phases.insert(phase_key(phase), now);
+        rev.progress.phases.insert(phase.as_str().to_owned(), now);
         if phase == RevisionPhase::WaitingReady {
             rev.progress.ready_deadline = Some(
                 now + chrono::Duration::from_std(self.config.ready_deadline).unwrap_or_default(),
             );
         }
-        let at = |p: RevisionPhase| rev.progress.phases.get(&phase_key(p)).copied();
-        let span = |a: Option<chrono::DateTime<Utc>>, b: Option<chrono::DateTime<Utc>>| {
-            a.zip(b).map(|(a, b)| (b - a).num_milliseconds())
-        };
         if phase == RevisionPhase::Active {
-            let created = Some(rev.created_at);
-            let d = &mut rev.progress.durations_ms;
-            for (key, v) in [
-                (
-                    "prepareMs",
-                    span(
-                        at(RevisionPhase::Preparing),
-                        at(RevisionPhase::WaitingReady),
-                    ),
-                ),
-                (
-                    "readinessWaitMs",
-                    span(at(RevisionPhase::WaitingReady), rev.progress.activated_at),
-                ),
-                ("activationMs", span(rev.progress.activated_at, Some(now))),
-                ("elapsedMs", span(created, Some(now))),
-            ] {
-                if let Some(v) = v {
-                    d.insert(key.to_owned(), v);
-                }
-            }
+            record_durations(rev, now);
         }
         rev.phase = phase;
         rev.reason = reason;
         self.save(store, rev).await
     }
 
+    /// Fails the revision; preparation errors run the workload cleanup
+    /// hooks (the Harness is stopped, its storage kept) when its Harness
+    /// work was ever sent.
     async fn fail(
         &self,
         store: &dyn Store,
         ns: &Namespace,
+        g: &Gathered,
         mut rev: AgentRevision,
         reason: String,
-    ) -> Result<bool, WorkError> {
+    ) -> PassResult {
         tracing::error!(revision = %rev.id, agent = %rev.agent, number = rev.number, reason = %reason, "pipeline.failed");
-        // Preparation errors run the workload cleanup hooks: the Harness is
-        // stopped (its storage kept) if it was ever sent.
-        if let Some(name) = &rev.resolved_cluster {
-            let cid = self.cluster_id(store, name).await?;
-            let harness = harness_target(ns, &rev);
-            if store
-                .outbox_latest_generation(&cid, &harness)
-                .await
-                .map_err(store_err)?
-                .is_some()
-            {
-                let work = spec::WorkSpec::HarnessStop(self.revision_work(ns, &rev));
-                self.send(&cid, &harness, spec::WorkKind::HarnessStop, 2, &work)
-                    .await?;
-            }
+        if let Some(cid) = &g.cluster_id
+            && g.facts.harness_sent
+        {
+            let work =
+                wire::WorkSpec::HarnessStop(revision_work(ns, &g.data_plane_namespace, &rev));
+            self.send(
+                cid,
+                &harness_target(ns, &rev),
+                generation::HARNESS_STOP,
+                &work,
+            )
+            .await?;
         }
         let created = rev.created_at;
         self.enter(store, &mut rev, RevisionPhase::Failed, Some(reason))
             .await?;
         self.observe("deploy", "failed", created);
-        Ok(false)
+        Ok(Flow::Settled)
     }
 
     fn log_completed(&self, rev: &AgentRevision) {
@@ -936,20 +604,45 @@ impl Rollout {
     }
 
     /// Stops an Agent: route and Gateway runtime first (hub), then the
-    /// Harness of every revision that still has one (spoke). Converges when
+    /// Harness of every revision that may still run one (spoke). A revision
+    /// is `stopping` until its cluster confirms the stop. Converges when
     /// things are already gone.
     async fn stop_agent(&self, store: &dyn Store, item: &WorkItem) -> Result<(), WorkError> {
         let ns_name = item
             .namespace
             .clone()
             .ok_or_else(|| WorkError::Permanent("stop work without a namespace".into()))?;
-        let agent_name = item.target.clone();
-        let ns = store.get_namespace(&ns_name).await.map_err(store_err)?;
-        let agent = match store.get_agent(&ns_name, &agent_name).await {
+        let agent = match store.get_agent(&ns_name, &item.target).await {
             Ok(a) => a,
             Err(StoreError::NotFound { .. }) => return Ok(()),
             Err(e) => return Err(store_err(e)),
         };
+        let ran = self
+            .with_agent_lease(
+                store,
+                &agent.id,
+                self.stop_agent_held(store, item, &ns_name),
+            )
+            .await?;
+        if ran.is_none() {
+            return Err(WorkError::Retryable(
+                "another pipeline pass of this Agent is running".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn stop_agent_held(
+        &self,
+        store: &dyn Store,
+        item: &WorkItem,
+        ns_name: &str,
+    ) -> Result<(), WorkError> {
+        let ns = store.get_namespace(ns_name).await.map_err(store_err)?;
+        let agent = store
+            .get_agent(ns_name, &item.target)
+            .await
+            .map_err(store_err)?;
         if agent.desired_state != DesiredState::Stopped {
             return Ok(()); // redeployed since: nothing to stop
         }
@@ -958,194 +651,82 @@ impl Rollout {
             .await
             .map_err(|e| WorkError::Retryable(format!("gateway stop: {e}")))?;
         store
-            .set_active_revision(&ns.name, &agent.name, None)
+            .clear_active_revision(&ns.name, &agent.name)
             .await
             .map_err(store_err)?;
-        for mut rev in store
+        for rev in store
             .list_revisions(&ns.name, &agent.name)
             .await
             .map_err(store_err)?
         {
-            if matches!(rev.phase, RevisionPhase::Retired | RevisionPhase::Stopped) {
+            if matches!(
+                rev.phase,
+                RevisionPhase::Retired | RevisionPhase::Stopped | RevisionPhase::Failed
+            ) {
                 continue;
             }
-            if let Some(name) = &rev.resolved_cluster {
-                let cid = self.cluster_id(store, name).await?;
-                let work = spec::WorkSpec::HarnessStop(self.revision_work(&ns, &rev));
-                self.send(
-                    &cid,
-                    &harness_target(&ns, &rev),
-                    spec::WorkKind::HarnessStop,
-                    2,
-                    &work,
-                )
-                .await?;
-            }
-            if rev.phase != RevisionPhase::Failed {
-                self.enter(
-                    store,
-                    &mut rev,
-                    RevisionPhase::Stopped,
-                    Some("agent stopped".into()),
-                )
-                .await?;
+            for _ in 0..3 {
+                let fresh = store.get_revision_by_id(&rev.id).await.map_err(store_err)?;
+                match self.stop_revision(store, &ns, &agent, fresh).await {
+                    Err(PassError::Stale) => continue,
+                    Err(PassError::Work(e)) => return Err(e),
+                    Ok(_) => break,
+                }
             }
         }
         tracing::info!(agent = %agent.name, namespace = %ns.name, elapsedMs = (Utc::now() - item.created_at).num_milliseconds(), "pipeline.stopped");
         self.observe("stop", "ok", item.created_at);
         Ok(())
     }
-}
 
-impl Rollout {
-    /// The work item that tears `namespace_id` down.
-    pub fn teardown_work(
-        namespace_id: &str,
-        requested_by: Option<String>,
-        max_attempts: i32,
-    ) -> NewWork {
-        NewWork {
-            kind: NAMESPACE_TEARDOWN.into(),
-            namespace_id: Some(namespace_id.to_owned()),
-            target: namespace_id.to_owned(),
-            payload: serde_json::json!({}),
-            requested_by,
-            max_attempts,
-            run_at: Utc::now(),
-        }
-    }
-
-    /// One pass of a namespace teardown: ask every cluster that has the
-    /// namespace to delete it, then delete the tenant once all say it is
-    /// gone; a failure keeps the tenant (and the spoke keeps the
-    /// infrastructure) with the reason.
-    async fn teardown(&self, store: &dyn Store, item: &WorkItem) -> Result<(), WorkError> {
-        use crate::model::NamespaceState;
-        let ns = match store.get_namespace_by_id(&item.target).await {
-            Ok(ns) => ns,
-            Err(StoreError::NotFound { .. }) => return Ok(()),
-            Err(e) => return Err(store_err(e)),
-        };
-        if ns.state != NamespaceState::Deleting {
-            return Ok(());
-        }
-        // Each deletion request gets its own generation, so a retried
-        // delete after a failure is new work for the spoke.
-        let generation = ns.updated_at.timestamp_millis();
-        let target = target::namespace(&ns.id);
-        let work = spec::WorkSpec::NamespaceDelete(spec::NamespaceDeleteWork {
-            tenant: ns.name.clone(),
-            namespace_id: ns.id.clone(),
-            data_plane_namespace: ns.data_plane_namespace.clone(),
-        });
-        let mut waiting = 0;
-        let mut failures = Vec::new();
-        let mut retrying = Vec::new();
-        for cluster in store.list_clusters().await.map_err(store_err)? {
-            let Some(sent) = store
-                .outbox_latest_generation(&cluster.id, &target)
-                .await
-                .map_err(store_err)?
-            else {
-                continue; // never provisioned there
-            };
-            if sent < generation {
-                self.send(
-                    &cluster.id,
-                    &target,
-                    spec::WorkKind::NamespaceDelete,
-                    generation,
-                    &work,
-                )
-                .await?;
-                waiting += 1;
-                continue;
-            }
-            match self
-                .outcome(store, &cluster.id, &target, generation)
-                .await?
-            {
-                WorkOutcome::Applied => {}
-                WorkOutcome::Waiting => {
-                    waiting += 1;
-                    if let Some(reason) = self.retrying_reason(store, &cluster.id, &target).await? {
-                        retrying.push(format!("{}: {reason}", cluster.name));
-                    }
-                }
-                WorkOutcome::Failed(reason) => failures.push(format!("{}: {reason}", cluster.name)),
-            }
-        }
-        let system = |action: &str, result: &str, detail: Option<String>| crate::store::NewAudit {
-            actor: "system:pipeline".into(),
-            action: action.into(),
-            namespace: Some(ns.name.clone()),
-            target: format!("namespaces/{}", ns.name),
-            result: result.into(),
-            detail,
-        };
-        if !failures.is_empty() {
-            let reason = format!(
-                "teardown failed, infrastructure kept: {}",
-                failures.join("; ")
-            );
-            tracing::error!(namespace = %ns.name, reason = %reason, "pipeline.teardown_failed");
-            store
-                .set_namespace_state(
-                    &ns.id,
-                    NamespaceState::TeardownFailed,
-                    Some(&reason),
-                    &crate::store::Effects::audit(system(
-                        "namespace.teardown",
-                        "error",
-                        Some(reason.clone()),
-                    )),
-                )
-                .await
-                .map_err(store_err)?;
-            return Ok(());
-        }
-        if waiting > 0 {
-            // A spoke retrying its cleanup keeps the infrastructure. (The
-            // namespace row is not touched: its updated_at is the teardown's
-            // generation.) Their reports bring the next pass.
-            if !retrying.is_empty() {
-                tracing::warn!(namespace = %ns.name, reason = %retrying.join("; "), "pipeline.teardown_retrying");
-            }
-            return Ok(());
-        }
-        match store
-            .delete_namespace(
-                &ns.name,
-                &crate::store::Effects::audit(system("namespace.deleted", "ok", None)),
-            )
-            .await
-        {
-            Ok(()) | Err(StoreError::NotFound { .. }) => {
-                tracing::info!(namespace = %ns.name, "pipeline.namespace_deleted");
-                Ok(())
-            }
-            Err(e) => Err(store_err(e)),
-        }
-    }
-}
-
-/// `namespace.teardown` handler.
-#[derive(Debug, Clone)]
-pub struct TeardownHandler(pub Rollout);
-
-#[async_trait]
-impl WorkHandler for TeardownHandler {
-    fn required_action(&self) -> Action {
-        Action::DeleteNamespace
-    }
-
-    async fn handle(
+    /// Drives one revision of a stopped Agent as far as it goes now (the
+    /// stop is sent; its report brings the rest through a pass).
+    async fn stop_revision(
         &self,
         store: &dyn Store,
-        item: &WorkItem,
-        _cancel: &CancellationToken,
-    ) -> Result<(), WorkError> {
-        self.0.teardown(store, item).await
+        ns: &Namespace,
+        agent: &Agent,
+        mut rev: AgentRevision,
+    ) -> PassResult {
+        for _ in 0..4 {
+            let g = self.gather(store, ns, agent, &rev).await?;
+            let step = decide_stop(&g.facts);
+            if matches!(step, Step::Wait { .. } | Step::Finished) {
+                break;
+            }
+            self.perform(store, ns, agent, rev.clone(), &g, step)
+                .await?;
+            rev = store.get_revision_by_id(&rev.id).await.map_err(store_err)?;
+        }
+        Ok(Flow::Settled)
+    }
+}
+
+/// Phase durations of a revision becoming Active.
+fn record_durations(rev: &mut AgentRevision, now: chrono::DateTime<Utc>) {
+    let at = |p: RevisionPhase| rev.progress.phases.get(p.as_str()).copied();
+    let span = |a: Option<chrono::DateTime<Utc>>, b: Option<chrono::DateTime<Utc>>| {
+        a.zip(b).map(|(a, b)| (b - a).num_milliseconds())
+    };
+    let spans = [
+        (
+            "prepareMs",
+            span(
+                at(RevisionPhase::Preparing),
+                at(RevisionPhase::WaitingReady),
+            ),
+        ),
+        (
+            "readinessWaitMs",
+            span(at(RevisionPhase::WaitingReady), rev.progress.activated_at),
+        ),
+        ("activationMs", span(rev.progress.activated_at, Some(now))),
+        ("elapsedMs", span(Some(rev.created_at), Some(now))),
+    ];
+    for (key, v) in spans {
+        if let Some(v) = v {
+            rev.progress.durations_ms.insert(key.to_owned(), v);
+        }
     }
 }
 
@@ -1186,127 +767,5 @@ impl WorkHandler for StopHandler {
         _cancel: &CancellationToken,
     ) -> Result<(), WorkError> {
         self.0.stop_agent(store, item).await
-    }
-}
-
-/// Turns spoke reports into pipeline runs: a report on a revision's Harness
-/// (or its namespace) queues a pass over that revision.
-#[derive(Clone)]
-pub struct RolloutTrigger {
-    pub store: Arc<dyn Store>,
-    pub max_attempts: i32,
-}
-
-impl std::fmt::Debug for RolloutTrigger {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RolloutTrigger").finish_non_exhaustive()
-    }
-}
-
-#[async_trait]
-impl crate::link::ReportListener for RolloutTrigger {
-    async fn on_report(&self, _cluster_id: &str, target: &str, _kind: &str) {
-        if let Err(e) = self.queue_for(target).await {
-            tracing::warn!(target = %target, error = %e, "pipeline.trigger_failed");
-        }
-    }
-}
-
-/// The Gateway runtime when the hub is configured without control-cluster
-/// Gateways (`gateway.enabled: false`): the pipeline still provisions,
-/// prepares and waits for the Harness, and logs at every activation that
-/// no route was programmed.
-#[derive(Debug, Clone, Default)]
-pub struct GatewaysDisabled;
-
-#[async_trait]
-impl GatewayRuntime for GatewaysDisabled {
-    async fn ensure(&self, _target: &GatewayTarget) -> Result<(), GatewayFailure> {
-        Ok(())
-    }
-    async fn ready(&self, _target: &GatewayTarget) -> Result<bool, GatewayFailure> {
-        Ok(true)
-    }
-    async fn activate(&self, target: &GatewayTarget) -> Result<(), GatewayFailure> {
-        tracing::warn!(agent = %target.agent, revision = target.revision, "pipeline.activated_without_gateway: gateway.enabled is false in the hub config, no route programmed");
-        Ok(())
-    }
-    async fn stop(&self, _tenant: &str, _agent: &str) -> Result<(), GatewayFailure> {
-        Ok(())
-    }
-    async fn retire(
-        &self,
-        _tenant: &str,
-        _agent: &str,
-        _revision: i64,
-    ) -> Result<(), GatewayFailure> {
-        Ok(())
-    }
-}
-
-impl RolloutTrigger {
-    /// Queues passes for the revisions a report on `target` concerns.
-    pub async fn queue_for(&self, target: &str) -> Result<(), StoreError> {
-        let store = self.store.as_ref();
-        let mut parts = target.split('/');
-        let (Some(kind), Some(ns_id)) = (parts.next(), parts.next()) else {
-            return Ok(());
-        };
-        let ns = match store.get_namespace_by_id(ns_id).await {
-            Ok(ns) => ns,
-            Err(StoreError::NotFound { .. }) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let mut revisions = Vec::new();
-        match (
-            kind,
-            parts.next(),
-            parts.next().and_then(|n| n.parse::<i64>().ok()),
-        ) {
-            ("harness", Some(agent), Some(number)) => {
-                if let Ok(rev) = store.get_revision(&ns.name, agent, number).await {
-                    revisions.push(rev);
-                }
-                // A predecessor's stop result may unblock the successor.
-                if let Ok(agent) = store.get_agent(&ns.name, agent).await
-                    && let Some(latest) = agent.latest_revision
-                    && latest != number
-                    && let Ok(rev) = store.get_revision(&ns.name, &agent.name, latest).await
-                {
-                    revisions.push(rev);
-                }
-            }
-            ("namespace", _, _) => {
-                if ns.state == crate::model::NamespaceState::Deleting {
-                    store
-                        .enqueue_work(&[Rollout::teardown_work(&ns.id, None, self.max_attempts)])
-                        .await?;
-                    return Ok(());
-                }
-                for agent in store.list_agents(&ns.name).await? {
-                    if let Some(latest) = agent.latest_revision
-                        && let Ok(rev) = store.get_revision(&ns.name, &agent.name, latest).await
-                    {
-                        revisions.push(rev);
-                    }
-                }
-            }
-            _ => {}
-        }
-        let work: Vec<NewWork> = revisions
-            .iter()
-            .filter(|r| {
-                !matches!(
-                    r.phase,
-                    RevisionPhase::Retired | RevisionPhase::Stopped | RevisionPhase::Failed
-                )
-            })
-            .map(|r| Rollout::work(&r.id, &ns.id, None, Utc::now(), self.max_attempts))
-            .collect();
-        tracing::debug!(target = %target, queued = work.len(), "pipeline.triggered");
-        if !work.is_empty() {
-            store.enqueue_work(&work).await?;
-        }
-        Ok(())
     }
 }

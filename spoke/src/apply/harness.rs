@@ -43,11 +43,11 @@ pub struct Names {
 
 /// Names for Agent `agent`, revision `revision`.
 pub fn names(agent: &str, revision: i64) -> Names {
-    let base = format!("{agent}-r{revision}");
+    use clawfed_proto::work::harness as contract;
     Names {
-        harness: format!("{base}-harness"),
-        credentials: format!("{base}-credentials"),
-        workspace: format!("{base}-workspace"),
+        harness: contract::object_name(agent, revision),
+        credentials: contract::credentials_name(agent, revision),
+        workspace: contract::workspace_name(agent, revision),
     }
 }
 

@@ -119,4 +119,24 @@ impl WorkApplier for FileLedger {
             .map(|(t, e)| (t.clone(), e.generation))
             .collect())
     }
+
+    async fn current_reports(&self) -> Vec<pb::Report> {
+        // Everything in the ledger was applied at its recorded generation.
+        self.entries
+            .lock()
+            .await
+            .iter()
+            .map(|(t, e)| pb::Report {
+                target: t.clone(),
+                generation: e.generation,
+                body: Some(pb::report::Body::WorkResult(pb::WorkResult {
+                    applied: true,
+                    reason: String::new(),
+                    kind: e.kind.clone(),
+                    namespace: String::new(),
+                    retrying: false,
+                })),
+            })
+            .collect()
+    }
 }

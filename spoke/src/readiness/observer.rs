@@ -318,6 +318,25 @@ impl Observer {
             .clone()
     }
 
+    /// The current verdict of every tracked revision that has one, to
+    /// re-send after a reconnect (the observer otherwise reports only
+    /// changes).
+    pub fn current_reports(&self) -> Vec<Report> {
+        let state = self.lock();
+        state
+            .namespaces
+            .values()
+            .flat_map(|ns| ns.tracked.values())
+            .filter_map(|t| {
+                t.last.clone().map(|last| Report {
+                    target: t.target.clone(),
+                    generation: t.generation,
+                    body: Some(report::Body::Readiness(last)),
+                })
+            })
+            .collect()
+    }
+
     /// Number of Pods currently indexed (all namespaces).
     pub fn watched_pods(&self) -> usize {
         self.lock().namespaces.values().map(|n| n.pods.len()).sum()

@@ -1,0 +1,148 @@
+//! The pipeline's view of the control-cluster Gateways: the
+//! [`GatewayRuntime`] trait the driver calls, its adapter over
+//! [`Gateways`](super::Gateways), and [`GatewaysDisabled`] for hubs run
+//! without control-cluster Gateways.
+
+use async_trait::async_trait;
+
+/// The Agent a Gateway belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayTarget {
+    pub tenant: String,
+    pub namespace_id: String,
+    pub agent: String,
+    pub agent_id: String,
+    pub revision: i64,
+    pub revision_id: String,
+    pub image: String,
+    /// Where the revision's Harness is reached (cluster / namespace / port).
+    pub harness_cluster: String,
+    pub harness_namespace: String,
+    pub harness_port: i32,
+}
+
+/// Why a Gateway operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct GatewayFailure {
+    pub reason: String,
+    /// Retrying may help (apiserver unavailable, conflict…); otherwise the
+    /// revision fails with the reason.
+    pub transient: bool,
+}
+
+/// The control-cluster Gateway of each Agent, as the pipeline needs it.
+#[async_trait]
+pub trait GatewayRuntime: Send + Sync + 'static {
+    /// Applies the Agent's Gateway for `target.revision` (idempotent).
+    async fn ensure(&self, target: &GatewayTarget) -> Result<(), GatewayFailure>;
+    /// Whether the Gateway serves `revision`.
+    async fn ready(&self, target: &GatewayTarget) -> Result<bool, GatewayFailure>;
+    /// Routes to `revision`; fails before changing anything when routing
+    /// cannot be done.
+    async fn activate(&self, target: &GatewayTarget) -> Result<(), GatewayFailure>;
+    /// Deletes the route, then the Gateway runtime (keeps its storage).
+    async fn stop(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure>;
+    /// Removes what only `revision` used.
+    async fn retire(&self, tenant: &str, agent: &str, revision: i64) -> Result<(), GatewayFailure>;
+}
+
+/// The hub's Gateway room ([`crate::gateway::Gateways`]) as the runtime.
+#[async_trait]
+impl GatewayRuntime for crate::gateway::Gateways {
+    async fn ensure(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
+        let token: [u8; 32] = rand::random();
+        let spec = crate::gateway::GatewaySpec {
+            tenant: t.tenant.clone(),
+            agent: t.agent.clone(),
+            revision: t.revision,
+            revision_id: t.revision_id.clone(),
+            image: (!t.image.is_empty()).then(|| t.image.clone()),
+            harness_endpoint: clawfed_proto::work::harness::service_url(
+                &t.agent,
+                t.revision,
+                &t.harness_namespace,
+                t.harness_port,
+            ),
+            transport: crate::gateway::Transport {
+                gateway_token: hex::encode(token),
+                tls: None,
+            },
+        };
+        crate::gateway::Gateways::ensure(self, &spec)
+            .await
+            .map(|_| ())
+            .map_err(gateway_failure)
+    }
+
+    async fn ready(&self, t: &GatewayTarget) -> Result<bool, GatewayFailure> {
+        crate::gateway::Gateways::is_ready(self, &t.agent, t.revision)
+            .await
+            .map(|r| matches!(r, crate::gateway::Readiness::Ready))
+            .map_err(gateway_failure)
+    }
+
+    async fn activate(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
+        match crate::gateway::Gateways::activate(self, &t.tenant, &t.agent, t.revision).await {
+            Ok(crate::gateway::Activation::RoutingDisabled) => {
+                tracing::warn!(agent = %t.agent, revision = t.revision, "pipeline.routing_not_configured: gateway.options.privateRouting is unset; the Gateway serves without an HTTPRoute");
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(gateway_failure(e)),
+        }
+    }
+
+    async fn stop(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure> {
+        crate::gateway::Gateways::stop(self, tenant, agent)
+            .await
+            .map(|_| ())
+            .map_err(gateway_failure)
+    }
+
+    async fn retire(&self, tenant: &str, agent: &str, revision: i64) -> Result<(), GatewayFailure> {
+        crate::gateway::Gateways::retire_revision(self, tenant, agent, revision)
+            .await
+            .map(|_| ())
+            .map_err(gateway_failure)
+    }
+}
+
+fn gateway_failure(e: crate::gateway::Error) -> GatewayFailure {
+    GatewayFailure {
+        reason: format!("{}: {e}", e.reason()),
+        transient: e.is_transient(),
+    }
+}
+
+/// The Gateway runtime when the hub is configured without control-cluster
+/// Gateways (`gateway.enabled: false`): the pipeline still provisions,
+/// prepares and waits for the Harness, and logs at every activation that
+/// no route was programmed.
+#[derive(Debug, Clone, Default)]
+pub struct GatewaysDisabled;
+
+#[async_trait]
+impl GatewayRuntime for GatewaysDisabled {
+    async fn ensure(&self, _target: &GatewayTarget) -> Result<(), GatewayFailure> {
+        Ok(())
+    }
+    async fn ready(&self, _target: &GatewayTarget) -> Result<bool, GatewayFailure> {
+        Ok(true)
+    }
+    async fn activate(&self, target: &GatewayTarget) -> Result<(), GatewayFailure> {
+        tracing::warn!(agent = %target.agent, revision = target.revision, "pipeline.activated_without_gateway: gateway.enabled is false in the hub config, no route programmed");
+        Ok(())
+    }
+    async fn stop(&self, _tenant: &str, _agent: &str) -> Result<(), GatewayFailure> {
+        Ok(())
+    }
+    async fn retire(
+        &self,
+        _tenant: &str,
+        _agent: &str,
+        _revision: i64,
+    ) -> Result<(), GatewayFailure> {
+        Ok(())
+    }
+}

@@ -1,0 +1,119 @@
+//! Spoke reports as the hub stores them: typed bodies (JSON in the store),
+//! kept whole so the pipeline and the API see the spoke's real verdict and
+//! reasons, not a lossy summary.
+
+use clawfed_proto::link::v1 as pb;
+use serde::{Deserialize, Serialize};
+
+/// `spoke_reports.kind` of a work result.
+pub const WORK_RESULT: &str = "work-result";
+/// `spoke_reports.kind` of a readiness observation.
+pub const READINESS: &str = "readiness";
+
+/// A spoke's answer to one piece of work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkResultReport {
+    pub applied: bool,
+    #[serde(default)]
+    pub reason: String,
+    /// Not applied yet, the spoke keeps retrying a transient failure.
+    #[serde(default)]
+    pub retrying: bool,
+    /// The work kind answered.
+    #[serde(default)]
+    pub kind: String,
+    /// The physical namespace the work resolved to (a legacy or adopted
+    /// name the spoke found, for namespace work).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+}
+
+impl From<pb::WorkResult> for WorkResultReport {
+    fn from(r: pb::WorkResult) -> Self {
+        Self {
+            applied: r.applied,
+            reason: r.reason,
+            retrying: r.retrying,
+            kind: r.kind,
+            namespace: r.namespace,
+        }
+    }
+}
+
+/// A spoke's readiness verdict for one revision under the readiness contract.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessReport {
+    pub revision_id: String,
+    pub ready: bool,
+    pub live_candidates: u32,
+    #[serde(default)]
+    pub ready_candidates: u32,
+    #[serde(default)]
+    pub reason: String,
+    /// Set when the observation was malformed or incomplete: an error, not
+    /// a verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The ready Pod, when ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// The physical namespace observed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+}
+
+impl From<pb::ReadinessObservation> for ReadinessReport {
+    fn from(r: pb::ReadinessObservation) -> Self {
+        let non_empty = |s: String| (!s.is_empty()).then_some(s);
+        Self {
+            revision_id: r.revision_id,
+            ready: r.ready && r.error.is_empty(),
+            live_candidates: r.live_candidates,
+            ready_candidates: r.ready_candidates,
+            reason: r.reason,
+            error: non_empty(r.error),
+            pod: non_empty(r.pod),
+            namespace: r.namespace,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_the_spoke_said_is_dropped() {
+        let r = ReadinessReport::from(pb::ReadinessObservation {
+            revision_id: "r1".into(),
+            ready: false,
+            live_candidates: 2,
+            reason: "2 live candidates".into(),
+            ready_candidates: 1,
+            error: String::new(),
+            pod: String::new(),
+            namespace: "oce-legacy".into(),
+        });
+        let back: ReadinessReport =
+            serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.ready_candidates, 1);
+        assert_eq!(back.namespace, "oce-legacy");
+        // An error is never a ready verdict, whatever the flag says.
+        let e = ReadinessReport::from(pb::ReadinessObservation {
+            ready: true,
+            error: "duplicate condition type Ready".into(),
+            ..Default::default()
+        });
+        assert!(!e.ready);
+        assert_eq!(e.error.as_deref(), Some("duplicate condition type Ready"));
+        let w = WorkResultReport::from(pb::WorkResult {
+            applied: true,
+            namespace: "oce-team-a-0123456789ab".into(),
+            ..Default::default()
+        });
+        assert_eq!(w.namespace, "oce-team-a-0123456789ab");
+    }
+}

@@ -1,0 +1,134 @@
+//! The work specs and Gateway targets the pipeline sends, built from a
+//! revision without I/O.
+
+use std::collections::BTreeMap;
+
+use clawfed_proto::work::{self as spec, target};
+
+use crate::gateway::GatewayTarget;
+use crate::model::{Agent, AgentRevision, ExecutionMode, Namespace};
+
+/// The Harness work target of a revision.
+pub fn harness_target(ns: &Namespace, rev: &AgentRevision) -> String {
+    target::harness(&ns.id, &rev.agent, rev.number)
+}
+
+/// The namespace work target of a tenant.
+pub fn namespace_target(ns: &Namespace) -> String {
+    target::namespace(&ns.id)
+}
+
+fn execution(rev: &AgentRevision) -> spec::ExecutionMode {
+    match rev.spec.execution_mode {
+        ExecutionMode::Ordinary => spec::ExecutionMode::Ordinary,
+        ExecutionMode::Provider => spec::ExecutionMode::Provider,
+    }
+}
+
+/// `namespace.ensure` for the tenant.
+pub fn namespace_work(ns: &Namespace) -> spec::WorkSpec {
+    spec::WorkSpec::NamespaceEnsure(spec::NamespaceWork {
+        tenant: ns.name.clone(),
+        namespace_id: ns.id.clone(),
+        adopt: ns.adopted.then(|| ns.data_plane_namespace.clone()),
+        ..Default::default()
+    })
+}
+
+/// `harness.apply` for `rev` in `data_plane_namespace` (the physical name
+/// the cluster resolved), with the predecessors that run on the same
+/// cluster (a dedicated Harness stops them first).
+pub fn harness_work(
+    ns: &Namespace,
+    data_plane_namespace: &str,
+    rev: &AgentRevision,
+    same_cluster_predecessors: &[AgentRevision],
+) -> spec::WorkSpec {
+    let r = &rev.spec.resources;
+    let quantities = |cpu: &Option<String>, memory: &Option<String>| {
+        [("cpu", cpu), ("memory", memory)]
+            .into_iter()
+            .filter_map(|(k, v)| v.clone().map(|v| (k.to_owned(), v)))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let requests = quantities(&r.cpu_request, &r.memory_request);
+    let limits = quantities(&r.cpu_limit, &r.memory_limit);
+    spec::WorkSpec::HarnessApply(Box::new(spec::HarnessWork {
+        tenant: ns.name.clone(),
+        namespace_id: ns.id.clone(),
+        data_plane_namespace: data_plane_namespace.to_owned(),
+        agent: rev.agent.clone(),
+        revision: rev.number,
+        revision_id: rev.id.clone(),
+        harness_kind: rev.spec.harness_kind.as_str().to_owned(),
+        image: rev.spec.image.clone(),
+        require_digest: rev.images.iter().all(|i| i.digest.is_some()),
+        requirement_labels: rev.spec.requirement_labels.clone(),
+        resources: spec::Resources { requests, limits },
+        port: spec::harness::DEFAULT_PORT,
+        env: BTreeMap::new(),
+        workspace: rev
+            .spec
+            .harness_kind
+            .is_dedicated()
+            .then(|| spec::Workspace {
+                size: "1Gi".into(),
+                storage_class: None,
+            }),
+        credential: spec::SecretData::default(),
+        dedicated: rev.spec.harness_kind.is_dedicated(),
+        predecessors: same_cluster_predecessors
+            .iter()
+            .map(|p| spec::Predecessor {
+                revision: p.number,
+                revision_id: p.id.clone(),
+                execution: execution(p),
+            })
+            .collect(),
+        execution: execution(rev),
+        node_selector: BTreeMap::new(),
+        headless_service: false,
+    }))
+}
+
+/// The body of `harness.stop` and `harness.retire` for `rev`.
+pub fn revision_work(
+    ns: &Namespace,
+    data_plane_namespace: &str,
+    rev: &AgentRevision,
+) -> spec::RevisionWork {
+    spec::RevisionWork {
+        tenant: ns.name.clone(),
+        namespace_id: ns.id.clone(),
+        data_plane_namespace: data_plane_namespace.to_owned(),
+        agent: rev.agent.clone(),
+        revision: rev.number,
+        revision_id: rev.id.clone(),
+        execution: execution(rev),
+    }
+}
+
+/// The Gateway of `rev`, pointed at its Harness.
+pub fn gateway_target(
+    ns: &Namespace,
+    data_plane_namespace: &str,
+    agent: &Agent,
+    rev: &AgentRevision,
+) -> GatewayTarget {
+    GatewayTarget {
+        tenant: ns.name.clone(),
+        namespace_id: ns.id.clone(),
+        agent: agent.name.clone(),
+        agent_id: agent.id.clone(),
+        revision: rev.number,
+        revision_id: rev.id.clone(),
+        image: rev
+            .images
+            .iter()
+            .find(|i| i.role == "gateway")
+            .map_or_else(String::new, |i| i.reference.clone()),
+        harness_cluster: rev.resolved_cluster.clone().unwrap_or_default(),
+        harness_namespace: data_plane_namespace.to_owned(),
+        harness_port: spec::harness::DEFAULT_PORT,
+    }
+}
