@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# Pipeline benchmark (issue 6): starts exec-a and exec-b unless running,
-# runs pipeline-bench (release) with the given arguments (defaults: 50
-# Agents one at a time, 200 at once), prints the figures, and stops only
-# the clusters it started. Exit status is the bench's.
+# Pipeline benchmark (issue 6): starts exec-a and exec-b (and control, for
+# the Gateways, unless --gateways off) unless running, runs pipeline-bench
+# (release) with the given arguments (defaults: 50 Agents one at a time, 200
+# at once, Gateways on), prints the figures, and stops only the clusters it
+# started. Exit status is the bench's.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CLUSTERS=(exec-a exec-b)
+NEEDED=(control "${CLUSTERS[@]}")
+prev=""
+for a in "$@"; do
+  if [[ "$a" == "--gateways=off" || ( "$prev" == "--gateways" && "$a" == "off" ) ]]; then
+    NEEDED=("${CLUSTERS[@]}")
+  fi
+  prev="$a"
+done
 started=()
 cleanup() {
   if ((${#started[@]})); then
@@ -13,7 +22,7 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
-for c in "${CLUSTERS[@]}"; do
+for c in "${NEEDED[@]}"; do
   if ! "$ROOT/e2e/cluster.sh" status "$c" >/dev/null 2>&1; then
     "$ROOT/e2e/cluster.sh" up "$c"
     started+=("$c")

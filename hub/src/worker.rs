@@ -127,6 +127,9 @@ impl Handlers {
 /// Counters a worker reports in `worker.health` and on stop.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkerTotals {
+    /// Claims that returned work (one claim transaction each, each batch
+    /// then settled by one complete transaction); empty polls not counted.
+    pub batches: u64,
     pub claimed: u64,
     pub completed: u64,
     pub retried: u64,
@@ -209,6 +212,7 @@ impl Worker {
                 sleep_or_shutdown(self.config.poll_interval, &shutdown).await;
                 continue;
             }
+            totals.batches += 1;
             totals.claimed += batch.len() as u64;
             self.run_batch(batch, &shutdown, &mut totals).await;
         }

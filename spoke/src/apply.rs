@@ -74,30 +74,45 @@ impl Error {
     /// itself is refused.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Kube { source, .. } => is_transient_kube(source),
+            Error::Kube { source, .. } => clawfed_kube::is_transient(source),
             Error::DeleteTimeout { .. } | Error::Cancelled => true,
             Error::Invalid(_) | Error::Namespace(_) => false,
         }
     }
 }
 
-/// Classifies a kube error as transient (worth a retry of the same work).
-pub fn is_transient_kube(err: &kube::Error) -> bool {
-    match err {
-        kube::Error::Api(s) => s.code >= 500 || s.code == 429 || s.code == 409,
-        kube::Error::Auth(_) | kube::Error::SerdeError(_) | kube::Error::BuildRequest(_) => false,
-        _ => true,
+pub use clawfed_kube::classify::{is_forbidden, is_not_found};
+
+impl From<clawfed_kube::object::Error> for Error {
+    fn from(e: clawfed_kube::object::Error) -> Self {
+        use clawfed_kube::object::Error as E;
+        match e {
+            E::Kube {
+                action,
+                kind,
+                namespace,
+                name,
+                source,
+            } => Error::Kube {
+                action,
+                kind,
+                namespace,
+                name,
+                source,
+            },
+            E::DeleteTimeout {
+                kind,
+                namespace,
+                name,
+                waited,
+            } => Error::DeleteTimeout {
+                kind,
+                namespace,
+                name,
+                waited,
+            },
+        }
     }
-}
-
-/// True for a 404.
-pub fn is_not_found(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.code == 404)
-}
-
-/// True for a 403.
-pub fn is_forbidden(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.code == 403)
 }
 
 /// Server-side apply parameters: field manager [`FIELD_MANAGER`], forced (the
@@ -169,21 +184,11 @@ where
         + Debug,
     <K as Resource>::DynamicType: Default,
 {
-    match api.delete(name, dp).await {
-        Ok(_) => Ok(true),
-        Err(e) if is_not_found(&e) => Ok(false),
-        Err(source) => Err(Error::Kube {
-            action: "delete",
-            kind: kind_of::<K>(),
-            namespace: api.namespace().unwrap_or_default().to_string(),
-            name: name.to_string(),
-            source: Box::new(source),
-        }),
-    }
+    Ok(clawfed_kube::object::delete_if_present(api, kind_of::<K>(), name, dp).await?)
 }
 
-/// Waits until a namespaced object is gone, polling GET (never LIST) with a
-/// growing interval.
+/// Waits until a namespaced object is gone (see
+/// [`clawfed_kube::object::wait_gone`]), or `cancel` fires.
 pub async fn wait_gone<K>(
     api: &Api<K>,
     name: &str,
@@ -198,35 +203,9 @@ where
         + Debug,
     <K as Resource>::DynamicType: Default,
 {
-    let start = tokio::time::Instant::now();
-    let mut interval = Duration::from_millis(25);
-    loop {
-        match api.get_opt(name).await {
-            Ok(None) => return Ok(()),
-            Ok(Some(_)) => {}
-            Err(source) => {
-                return Err(Error::Kube {
-                    action: "get",
-                    kind: kind_of::<K>(),
-                    namespace: api.namespace().unwrap_or_default().to_string(),
-                    name: name.to_string(),
-                    source: Box::new(source),
-                });
-            }
-        }
-        if start.elapsed() >= timeout {
-            return Err(Error::DeleteTimeout {
-                kind: kind_of::<K>(),
-                namespace: api.namespace().unwrap_or_default().to_string(),
-                name: name.to_string(),
-                waited: timeout,
-            });
-        }
-        tokio::select! {
-            () = cancel.cancelled() => return Err(Error::Cancelled),
-            () = tokio::time::sleep(interval) => {}
-        }
-        interval = (interval * 2).min(Duration::from_millis(500));
+    tokio::select! {
+        () = cancel.cancelled() => Err(Error::Cancelled),
+        r = clawfed_kube::object::wait_gone(api, kind_of::<K>(), name, timeout) => Ok(r?),
     }
 }
 

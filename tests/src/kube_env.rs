@@ -318,10 +318,8 @@ where
     }
 }
 
-/// True if `err` is an apiserver `Forbidden` (403).
-pub fn is_forbidden(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.code == 403)
-}
+/// True if `err` is an apiserver `Forbidden` (403): the rule hub and spoke use.
+pub use clawfed_kube::is_forbidden;
 
 #[cfg(test)]
 mod tests {

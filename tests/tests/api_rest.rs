@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{Duration, Utc};
 use clawfed_hub::auth::{self, Role};
-use clawfed_hub::model::ConnectionState;
-use clawfed_hub::store::{ClusterRecord, NewToken};
+use clawfed_hub::model::{ConnectionState, WorkState};
+use clawfed_hub::store::{ClusterRecord, NewToken, WorkFilter};
 use clawfed_hub::worker::Handlers;
 use clawfed_tests::hub::{Backend, TestHub};
 use reqwest::Method;
@@ -2088,8 +2088,57 @@ async fn health_and_metrics(backend: Backend) {
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
     };
     assert_eq!(gauge(&text, "occ_agents"), 3.0);
-    assert!(gauge(&text, "occ_work_pending") >= 0.0);
-    assert!(gauge(&text, "occ_work_oldest_pending_age_seconds") >= 0.0);
+
+    // The work gauges, against work this test controls: once the worker
+    // has finished the namespace's provisioning item nothing is
+    // outstanding, so both read exactly 0 ...
+    let store = hub.store();
+    let outstanding = || async {
+        let mut n = 0;
+        for state in [WorkState::Pending, WorkState::Claimed] {
+            let filter = WorkFilter {
+                namespace: None,
+                state: Some(state),
+                limit: 100,
+            };
+            n += store.list_work(&filter).await.unwrap().len();
+        }
+        n
+    };
+    clawfed_tests::link::eventually(
+        std::time::Duration::from_secs(10),
+        "the provisioning work to finish",
+        || async { (outstanding().await == 0).then_some(()) },
+    )
+    .await;
+    let text = scrape().await;
+    assert_eq!(gauge(&text, "occ_work_pending"), 0.0, "{text}");
+    assert_eq!(gauge(&text, "occ_work_oldest_pending_age_seconds"), 0.0);
+    // ... and two items parked an hour ahead (no worker claims them) count
+    // as two, aged no more than the time since they were enqueued.
+    let parked = |target: &str| clawfed_hub::store::NewWork {
+        kind: "test.parked".into(),
+        namespace_id: None,
+        target: target.into(),
+        payload: json!({}),
+        requested_by: None,
+        max_attempts: 1,
+        run_at: Utc::now() + Duration::hours(1),
+    };
+    let before_enqueue = std::time::Instant::now();
+    store
+        .enqueue_work(&[parked("a"), parked("b")])
+        .await
+        .unwrap();
+    let text = scrape().await;
+    let bound = before_enqueue.elapsed().as_secs_f64();
+    assert_eq!(gauge(&text, "occ_work_pending"), 2.0, "{text}");
+    let age = gauge(&text, "occ_work_oldest_pending_age_seconds");
+    // Millisecond timestamps: allow one millisecond of rounding.
+    assert!(
+        age <= bound + 0.001,
+        "oldest age {age}s > {bound}s since enqueue"
+    );
 
     c.delete("/namespaces/team/agents/bot-0").await.expect(204);
     c.create_namespace("other").await;

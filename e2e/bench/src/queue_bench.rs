@@ -3,8 +3,12 @@
 //! For each backend: enqueue N items, then drain them (a) with the hub's
 //! real `Worker` (W concurrent workers, no-op handler) and (b) with W raw
 //! claim/complete loops that time every claim. On PostgreSQL the same run
-//! also measures `pgbench -N` against the same server, and prints the ratio
-//! items/s ÷ pgbench TPS.
+//! also measures `pgbench -N` against the same server and compares like with
+//! like: the queue's transactions/s (one claim statement per batch of up to
+//! `--batch` items, then one complete statement) against pgbench's
+//! transactions/s (one UPDATE, one SELECT, one INSERT each). Items/s ÷
+//! pgbench transactions/s is printed separately and labelled as such: it
+//! is larger than the transaction ratio by the batch size.
 //!
 //! `cargo run --release -p clawfed-bench --bin queue-bench -- --items 100000`
 //! (needs CLAWFED_TEST_DATABASE_URL; `eval "$(scripts/postgres.sh env)"`).
@@ -76,13 +80,26 @@ async fn main() -> anyhow::Result<()> {
     let pg = run_backend("postgres", &fresh_schema(&pg_url).await?, &args).await?;
     let tps = pgbench(&pg_url, args.workers, args.pgbench_seconds)?;
     println!(
-        "postgres  pgbench -N -c {} -j 2 -T {}: {tps:.0} TPS",
+        "postgres  pgbench -N -c {} -j 2 -T {}: {tps:.0} transactions/s (each 1 UPDATE + 1 SELECT + 1 INSERT)",
         args.workers, args.pgbench_seconds
     );
     println!(
-        "postgres  ratio items/s ÷ pgbench TPS: worker {:.2}, raw loop {:.2}",
-        pg.worker_rate / tps,
-        pg.raw_rate / tps
+        "postgres  like with like, queue transactions/s ÷ pgbench transactions/s: Worker {:.2} ({:.0} ÷ {tps:.0}), raw loop {:.2} ({:.0} ÷ {tps:.0})",
+        pg.worker.transactions_per_s() / tps,
+        pg.worker.transactions_per_s(),
+        pg.raw.transactions_per_s() / tps,
+        pg.raw.transactions_per_s(),
+    );
+    println!(
+        "postgres  claims/s (batches/s) ÷ pgbench transactions/s: Worker {:.2}, raw loop {:.2}",
+        pg.worker.batches_per_s() / tps,
+        pg.raw.batches_per_s() / tps,
+    );
+    println!(
+        "postgres  items/s ÷ pgbench transactions/s (not like with like: up to {} items per claim): Worker {:.2}, raw loop {:.2}",
+        args.batch,
+        pg.worker.items_per_s() / tps,
+        pg.raw.items_per_s() / tps,
     );
 
     if !args.no_sqlite {
@@ -94,8 +111,45 @@ async fn main() -> anyhow::Result<()> {
 }
 
 struct Figures {
-    worker_rate: f64,
-    raw_rate: f64,
+    worker: Drain,
+    raw: Drain,
+}
+
+/// What one drain did, counted where it happened.
+struct Drain {
+    elapsed: Duration,
+    items: u64,
+    /// Claims that returned work: one claim transaction per batch.
+    batches: u64,
+    /// Every queue transaction: claims (also empty ones, where counted)
+    /// and the complete of each batch.
+    transactions: u64,
+}
+
+impl Drain {
+    fn per_s(&self, n: u64) -> f64 {
+        n as f64 / self.elapsed.as_secs_f64()
+    }
+    fn items_per_s(&self) -> f64 {
+        self.per_s(self.items)
+    }
+    fn batches_per_s(&self) -> f64 {
+        self.per_s(self.batches)
+    }
+    fn transactions_per_s(&self) -> f64 {
+        self.per_s(self.transactions)
+    }
+    /// `N items/s, B batches/s, T transactions/s (X s)`.
+    fn rates(&self) -> String {
+        format!(
+            "{:.0} items/s, {:.0} claims/s ({:.1} items per claim on average), {:.0} queue transactions/s ({:.2} s)",
+            self.items_per_s(),
+            self.batches_per_s(),
+            self.items as f64 / self.batches.max(1) as f64,
+            self.transactions_per_s(),
+            self.elapsed.as_secs_f64()
+        )
+    }
 }
 
 async fn run_backend(name: &str, url: &str, args: &Args) -> anyhow::Result<Figures> {
@@ -107,28 +161,23 @@ async fn run_backend(name: &str, url: &str, args: &Args) -> anyhow::Result<Figur
         args.items as f64 / enqueue_time.as_secs_f64(),
         enqueue_time.as_secs_f64()
     );
-    let worker_elapsed = drain_with_workers(store.clone(), args).await?;
-    let worker_rate = args.items as f64 / worker_elapsed.as_secs_f64();
+    let worker = drain_with_workers(store.clone(), args).await?;
     println!(
-        "{name:<9} Worker drain: {worker_rate:.0} items/s ({:.2} s)",
-        worker_elapsed.as_secs_f64()
+        "{name:<9} Worker drain: {} (transactions: claim + complete per batch; empty polls not counted)",
+        worker.rates()
     );
 
     enqueue(store.as_ref(), args.items).await?;
-    let (raw_elapsed, mut claims) = drain_raw(store.clone(), args).await?;
-    let raw_rate = args.items as f64 / raw_elapsed.as_secs_f64();
+    let (raw, mut claims) = drain_raw(store.clone(), args).await?;
     claims.sort_unstable();
     println!(
-        "{name:<9} raw claim loop: {raw_rate:.0} items/s ({:.2} s); claim latency p50 {:.2} ms, p99 {:.2} ms over {} claims",
-        raw_elapsed.as_secs_f64(),
+        "{name:<9} raw claim loop: {} (transactions: every claim, the last empty one per loop included, + complete per batch); claim latency p50 {:.2} ms, p99 {:.2} ms over {} claims",
+        raw.rates(),
         percentile(&claims, 0.50).as_secs_f64() * 1e3,
         percentile(&claims, 0.99).as_secs_f64() * 1e3,
         claims.len()
     );
-    Ok(Figures {
-        worker_rate,
-        raw_rate,
-    })
+    Ok(Figures { worker, raw })
 }
 
 async fn enqueue(store: &dyn Store, n: usize) -> anyhow::Result<Duration> {
@@ -164,7 +213,7 @@ async fn wait_drained(store: &dyn Store) -> anyhow::Result<()> {
     }
 }
 
-async fn drain_with_workers(store: Arc<dyn Store>, args: &Args) -> anyhow::Result<Duration> {
+async fn drain_with_workers(store: Arc<dyn Store>, args: &Args) -> anyhow::Result<Drain> {
     let mut handlers = Handlers::default();
     handlers.register(KIND, Noop);
     let shutdown = CancellationToken::new();
@@ -188,9 +237,11 @@ async fn drain_with_workers(store: Arc<dyn Store>, args: &Args) -> anyhow::Resul
     wait_drained(store.as_ref()).await?;
     let elapsed = started.elapsed();
     shutdown.cancel();
-    let mut completed = 0;
+    let (mut completed, mut batches) = (0, 0);
     for t in tasks {
-        completed += t.await?.completed;
+        let totals = t.await?;
+        completed += totals.completed;
+        batches += totals.batches;
     }
     if completed != args.items as u64 {
         bail!(
@@ -198,13 +249,15 @@ async fn drain_with_workers(store: Arc<dyn Store>, args: &Args) -> anyhow::Resul
             args.items
         );
     }
-    Ok(elapsed)
+    Ok(Drain {
+        elapsed,
+        items: completed,
+        batches,
+        transactions: 2 * batches,
+    })
 }
 
-async fn drain_raw(
-    store: Arc<dyn Store>,
-    args: &Args,
-) -> anyhow::Result<(Duration, Vec<Duration>)> {
+async fn drain_raw(store: Arc<dyn Store>, args: &Args) -> anyhow::Result<(Drain, Vec<Duration>)> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..args.workers {
@@ -213,7 +266,7 @@ async fn drain_raw(
         tasks.push(tokio::spawn(async move {
             let id = format!("raw-{i}");
             let mut claims = Vec::new();
-            let mut done = 0u64;
+            let (mut done, mut completes) = (0u64, 0u64);
             loop {
                 let t = Instant::now();
                 let items = store
@@ -221,25 +274,34 @@ async fn drain_raw(
                     .await?;
                 claims.push(t.elapsed());
                 if items.is_empty() {
-                    return anyhow::Ok((claims, done));
+                    return anyhow::Ok((claims, done, completes));
                 }
                 let ids: Vec<String> = items.into_iter().map(|i| i.id).collect();
                 done += store.complete_work(&id, &ids, Utc::now()).await?;
+                completes += 1;
             }
         }));
     }
     let mut all = Vec::new();
-    let mut done = 0;
+    let (mut done, mut completes) = (0, 0);
     for t in tasks {
-        let (claims, n) = t.await??;
+        let (claims, n, c) = t.await??;
         all.extend(claims);
         done += n;
+        completes += c;
     }
     let elapsed = started.elapsed();
     if done != args.items as u64 {
         bail!("raw loops completed {done} items, expected {}", args.items);
     }
-    Ok((elapsed, all))
+    let drain = Drain {
+        elapsed,
+        items: done,
+        // Every non-empty claim is followed by exactly one complete.
+        batches: completes,
+        transactions: all.len() as u64 + completes,
+    };
+    Ok((drain, all))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

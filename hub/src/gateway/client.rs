@@ -13,6 +13,7 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
+use clawfed_kube::{is_forbidden, is_not_found, is_status};
 use clawfed_proto::labels;
 use futures::future::try_join_all;
 use k8s_openapi::NamespaceResourceScope;
@@ -195,13 +196,7 @@ impl Error {
     /// the config or the cluster's RBAC/CRDs.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Kube { source, .. } => match source.as_ref() {
-                kube::Error::Api(s) => s.code >= 500 || s.code == 429 || s.code == 409,
-                kube::Error::Auth(_)
-                | kube::Error::SerdeError(_)
-                | kube::Error::BuildRequest(_) => false,
-                _ => true,
-            },
+            Error::Kube { source, .. } => clawfed_kube::is_transient(source),
             Error::NotReady { .. } | Error::DeleteTimeout { .. } => true,
             _ => false,
         }
@@ -269,10 +264,6 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
-fn is_status(e: &kube::Error, code: u16) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == code)
-}
-
 fn kube_error(
     action: &'static str,
     kind: &'static str,
@@ -281,7 +272,7 @@ fn kube_error(
     source: kube::Error,
 ) -> Error {
     let (namespace, name, source) = (namespace.to_string(), name.to_string(), Box::new(source));
-    if is_status(&source, 403) {
+    if is_forbidden(&source) {
         Error::Forbidden {
             action,
             kind,
@@ -296,6 +287,32 @@ fn kube_error(
             namespace,
             name,
             source,
+        }
+    }
+}
+
+impl From<clawfed_kube::object::Error> for Error {
+    fn from(e: clawfed_kube::object::Error) -> Self {
+        use clawfed_kube::object::Error as E;
+        match e {
+            E::Kube {
+                action,
+                kind,
+                namespace,
+                name,
+                source,
+            } => kube_error(action, kind, &namespace, &name, *source),
+            E::DeleteTimeout {
+                kind,
+                namespace,
+                name,
+                waited,
+            } => Error::DeleteTimeout {
+                kind,
+                namespace,
+                name,
+                waited,
+            },
         }
     }
 }
@@ -435,7 +452,7 @@ impl Gateways {
                     )));
                 }
             }
-            Err(e) if is_status(&e, 404) => {
+            Err(e) if is_not_found(&e) => {
                 return Err(missing("discovery has no such API group/version".into()));
             }
             Err(e) => {
@@ -509,7 +526,7 @@ impl Gateways {
         let route = match routes.get_opt(&name).await {
             Ok(r) => r,
             // The route API is not served: no route can exist.
-            Err(e) if is_status(&e, 404) => None,
+            Err(e) if is_not_found(&e) => None,
             Err(e) => return Err(kube_error("get", ROUTE_KIND, self.ns(), &name, e)),
         };
         match route {
@@ -606,12 +623,14 @@ impl Gateways {
         let n = objects::names(agent);
         let mut steps = Vec::new();
         if let Some((routes, _)) = self.routes()? {
-            let existed = match routes.delete(&n.route, &DeleteParams::default()).await {
-                Ok(_) => true,
-                // Absent, or the route API is not served: no route exists.
-                Err(e) if is_status(&e, 404) => false,
-                Err(e) => return Err(kube_error("delete", ROUTE_KIND, self.ns(), &n.route, e)),
-            };
+            // Absent, or the route API is not served (404 too): no route exists.
+            let existed = clawfed_kube::object::delete_if_present(
+                &routes,
+                ROUTE_KIND,
+                &n.route,
+                &DeleteParams::default(),
+            )
+            .await?;
             if existed {
                 self.wait_gone(&routes, ROUTE_KIND, &n.route).await?;
             }
@@ -691,7 +710,7 @@ impl Gateways {
         match api.get_opt(self.ns()).await {
             Ok(Some(_)) => return Ok(()),
             Ok(None) => {}
-            Err(e) if is_status(&e, 403) => {
+            Err(e) if is_forbidden(&e) => {
                 return Err(unavailable(
                     "clawfed-hub may not read it (missing, or not the namespace deploy/hub/rbac.yaml grants)".into(),
                 ));
@@ -711,7 +730,7 @@ impl Gateways {
         match api.create(&PostParams::default(), &ns).await {
             Ok(_) => Ok(()),
             Err(e) if is_status(&e, 409) => Ok(()),
-            Err(e) if is_status(&e, 403) => Err(unavailable(
+            Err(e) if is_forbidden(&e) => Err(unavailable(
                 "it does not exist and clawfed-hub may not create namespaces; apply deploy/hub/namespace.yaml".into(),
             )),
             Err(e) => Err(kube_error("create", "Namespace", "", self.ns(), e)),
@@ -810,17 +829,8 @@ impl Gateways {
             + Clone
             + Debug,
     {
-        match api.delete(name, dp).await {
-            Ok(_) => Ok(true),
-            Err(e) if is_status(&e, 404) => Ok(false),
-            Err(e) => Err(kube_error(
-                "delete",
-                <K as k8s_openapi::Resource>::KIND,
-                self.ns(),
-                name,
-                e,
-            )),
-        }
+        let kind = <K as k8s_openapi::Resource>::KIND;
+        Ok(clawfed_kube::object::delete_if_present(api, kind, name, dp).await?)
     }
 
     /// Deletes the Agent's revision Services (one revision, or all).
@@ -850,32 +860,13 @@ impl Gateways {
         Ok(steps)
     }
 
-    /// Polls GET until `name` is gone, with a growing interval.
+    /// Polls GET until `name` is gone (see [`clawfed_kube::object::wait_gone`]).
     async fn wait_gone<K>(&self, api: &Api<K>, kind: &'static str, name: &str) -> Result<()>
     where
         K: Resource + Clone + DeserializeOwned + Debug,
     {
-        let timeout = self.delete_timeout();
-        let start = tokio::time::Instant::now();
-        let mut interval = Duration::from_millis(25);
-        loop {
-            match api.get_opt(name).await {
-                Ok(None) => return Ok(()),
-                Ok(Some(_)) => {}
-                Err(e) if is_status(&e, 404) => return Ok(()),
-                Err(e) => return Err(kube_error("get", kind, self.ns(), name, e)),
-            }
-            if start.elapsed() >= timeout {
-                return Err(Error::DeleteTimeout {
-                    kind,
-                    namespace: self.ns().to_string(),
-                    name: name.to_string(),
-                    waited: timeout,
-                });
-            }
-            tokio::time::sleep(interval).await;
-            interval = (interval * 2).min(Duration::from_millis(500));
-        }
+        clawfed_kube::object::wait_gone(api, kind, name, self.delete_timeout()).await?;
+        Ok(())
     }
 
     /// Waits until no Gateway Pod of the Agent is left (the RWO PVC is free
@@ -885,7 +876,7 @@ impl Gateways {
         let lp = ListParams::default().labels(&objects::agent_selector_string(agent));
         let timeout = self.delete_timeout();
         let start = tokio::time::Instant::now();
-        let mut interval = Duration::from_millis(25);
+        let mut interval = clawfed_kube::object::FIRST_POLL;
         loop {
             let list = pods
                 .list_metadata(&lp)
@@ -903,7 +894,7 @@ impl Gateways {
                 });
             }
             tokio::time::sleep(interval).await;
-            interval = (interval * 2).min(Duration::from_millis(500));
+            interval = (interval * 2).min(clawfed_kube::object::MAX_POLL);
         }
     }
 }

@@ -3,16 +3,17 @@
 
 use std::collections::BTreeMap;
 
+use clawfed_kube::quantity::quantities;
+use clawfed_kube::security;
 use clawfed_proto::labels;
 use clawfed_proto::naming::{validate_agent_name, validate_dns1123_label};
 use clawfed_proto::work::check_image_digest;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource,
-    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume,
-    VolumeMount, VolumeResourceRequirements,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, Secret, SecretVolumeSource, Service, ServiceAccount, ServicePort,
+    ServiceSpec, TCPSocketAction, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
@@ -451,14 +452,6 @@ pub fn network_policy(spec: &GatewaySpec, c: &GatewayConfig) -> NetworkPolicy {
     }
 }
 
-fn quantities(m: &BTreeMap<String, String>) -> Option<BTreeMap<String, Quantity>> {
-    (!m.is_empty()).then(|| {
-        m.iter()
-            .map(|(k, v)| (k.clone(), Quantity(v.clone())))
-            .collect()
-    })
-}
-
 fn env(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar {
         name: name.into(),
@@ -473,23 +466,12 @@ fn env(name: &str, value: impl Into<String>) -> EnvVar {
 /// transport Secret read-only at [`TRANSPORT_DIR`].
 pub fn pod_spec(spec: &GatewaySpec, c: &GatewayConfig, image: &str) -> PodSpec {
     let n = names(&spec.agent);
-    let seccomp = Some(SeccompProfile {
-        type_: "RuntimeDefault".into(),
-        localhost_profile: None,
-    });
     PodSpec {
         service_account_name: Some(n.gateway.clone()),
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
         node_selector: (!c.node_selector.is_empty()).then(|| c.node_selector.clone()),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(GATEWAY_UID),
-            run_as_group: Some(GATEWAY_UID),
-            fs_group: Some(GATEWAY_UID),
-            seccomp_profile: seccomp.clone(),
-            ..Default::default()
-        }),
+        security_context: Some(security::hardened_pod(GATEWAY_UID)),
         containers: vec![Container {
             name: "gateway".into(),
             image: Some(image.to_string()),
@@ -520,18 +502,7 @@ pub fn pod_spec(spec: &GatewaySpec, c: &GatewayConfig, image: &str) -> PodSpec {
                 limits: quantities(&c.resources.limits),
                 ..Default::default()
             }),
-            security_context: Some(SecurityContext {
-                run_as_non_root: Some(true),
-                allow_privilege_escalation: Some(false),
-                privileged: Some(false),
-                read_only_root_filesystem: Some(true),
-                capabilities: Some(Capabilities {
-                    drop: Some(vec!["ALL".into()]),
-                    add: None,
-                }),
-                seccomp_profile: seccomp,
-                ..Default::default()
-            }),
+            security_context: Some(security::hardened_container()),
             volume_mounts: Some(vec![
                 VolumeMount {
                     name: "tmp".into(),

@@ -152,24 +152,10 @@ fn resources(r: &Resources) -> Result<(), ServiceError> {
     Ok(())
 }
 
-/// A Kubernetes resource quantity such as `500m`, `2`, `1.5Gi`.
+/// A Kubernetes resource quantity such as `500m`, `2`, `1.5Gi` (the rule is
+/// [`clawfed_kube::quantity::check`], shared with the spoke).
 fn quantity(field: &str, value: &str) -> Result<(), ServiceError> {
-    const SUFFIXES: [&str; 13] = [
-        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "m", "k", "M", "G", "T", "P", "E",
-    ];
-    let number = SUFFIXES
-        .iter()
-        .find_map(|s| value.strip_suffix(s))
-        .unwrap_or(value);
-    let (int, frac) = number.split_once('.').unwrap_or((number, "0"));
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(int) || !digits(frac) {
-        return Err(invalid(
-            field,
-            format!("{value:?} is not a Kubernetes quantity (e.g. 500m, 1, 512Mi)"),
-        ));
-    }
-    Ok(())
+    clawfed_kube::quantity::check(value).map_err(|e| invalid(field, e.to_string()))
 }
 
 /// A Kubernetes label key: `[prefix/]name`.

@@ -4,17 +4,18 @@
 
 use std::collections::BTreeMap;
 
+use clawfed_kube::quantity::quantities;
+use clawfed_kube::security;
 use clawfed_proto::labels;
 use clawfed_proto::naming::validate_agent_name;
 use clawfed_proto::readiness::{HARNESS_ROLE, ReadinessQuery, required_labels};
 use clawfed_proto::work::{HarnessWork, check_image_digest};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
-    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, Secret,
-    SecretEnvSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume,
-    VolumeMount, VolumeResourceRequirements,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec,
+    ResourceRequirements, Secret, SecretEnvSource, Service, ServiceAccount, ServicePort,
+    ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -136,14 +137,6 @@ fn meta(name: &str, h: &HarnessWork, target: &str, generation: i64) -> ObjectMet
     }
 }
 
-fn quantities(m: &BTreeMap<String, String>) -> Option<BTreeMap<String, Quantity>> {
-    (!m.is_empty()).then(|| {
-        m.iter()
-            .map(|(k, v)| (k.clone(), Quantity(v.clone())))
-            .collect()
-    })
-}
-
 /// The Harness ServiceAccount: no token is mounted into the Pod.
 pub fn service_account(h: &HarnessWork, target: &str, generation: i64) -> ServiceAccount {
     ServiceAccount {
@@ -203,10 +196,6 @@ pub fn workspace_claim(
 /// filesystem, no ServiceAccount token, the node selector of the work.
 pub fn pod_spec(h: &HarnessWork) -> PodSpec {
     let n = names(&h.agent, h.revision);
-    let seccomp = Some(SeccompProfile {
-        type_: "RuntimeDefault".into(),
-        localhost_profile: None,
-    });
     let mut volumes = vec![Volume {
         name: "tmp".into(),
         empty_dir: Some(EmptyDirVolumeSource::default()),
@@ -246,14 +235,7 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
         node_selector: (!h.node_selector.is_empty()).then(|| h.node_selector.clone()),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(HARNESS_UID),
-            run_as_group: Some(HARNESS_UID),
-            fs_group: Some(HARNESS_UID),
-            seccomp_profile: seccomp.clone(),
-            ..Default::default()
-        }),
+        security_context: Some(security::hardened_pod(HARNESS_UID)),
         containers: vec![Container {
             name: "harness".into(),
             image: Some(h.image.clone()),
@@ -276,18 +258,7 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
                 limits: quantities(&h.resources.limits),
                 ..Default::default()
             }),
-            security_context: Some(SecurityContext {
-                run_as_non_root: Some(true),
-                allow_privilege_escalation: Some(false),
-                privileged: Some(false),
-                read_only_root_filesystem: Some(true),
-                capabilities: Some(Capabilities {
-                    drop: Some(vec!["ALL".into()]),
-                    add: None,
-                }),
-                seccomp_profile: seccomp,
-                ..Default::default()
-            }),
+            security_context: Some(security::hardened_container()),
             volume_mounts: Some(mounts),
             ..Default::default()
         }],

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use clawfed_kube::quantity::quantities;
 use clawfed_proto::labels;
 use clawfed_proto::naming::{
     data_plane_namespace, is_legacy_data_plane_shape, validate_dns1123_label,
@@ -21,7 +22,6 @@ use k8s_openapi::api::networking::v1::{
     NetworkPolicyPort, NetworkPolicySpec,
 };
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -290,14 +290,6 @@ fn meta(name: &str, namespace: &str, tenant: &str) -> ObjectMeta {
         labels: Some(owner_labels(tenant)),
         ..Default::default()
     }
-}
-
-fn quantities(m: &BTreeMap<String, String>) -> Option<BTreeMap<String, Quantity>> {
-    (!m.is_empty()).then(|| {
-        m.iter()
-            .map(|(k, v)| (k.clone(), Quantity(v.clone())))
-            .collect()
-    })
 }
 
 /// The RoleBinding of the spoke's tenant ClusterRole to its own

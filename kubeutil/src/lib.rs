@@ -1,0 +1,22 @@
+//! Kubernetes helpers the hub (Gateways in the control cluster) and the
+//! spoke (Harness work in an execution cluster) share, so each rule is
+//! written once.
+//!
+//! # Layout
+//! - [`classify`]: which kube errors are worth a retry, and status checks
+//!   (404, 403). Pure.
+//! - [`quantity`]: the resource quantity rule and the map into
+//!   k8s-openapi [`Quantity`](k8s_openapi::apimachinery::pkg::api::resource::Quantity)s. Pure.
+//! - [`security`]: the hardened Pod and container security context every
+//!   clawfed workload runs with. Pure.
+//! - [`object`]: delete-if-present and wait-until-gone against the
+//!   apiserver, with their typed [`object::Error`].
+//!
+//! `clawfed-proto` stays free of k8s-openapi and kube; these live here.
+
+pub mod classify;
+pub mod object;
+pub mod quantity;
+pub mod security;
+
+pub use classify::{is_forbidden, is_not_found, is_status, is_transient};
