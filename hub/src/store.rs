@@ -411,8 +411,12 @@ pub trait Store: LinkStore + Send + Sync + 'static {
     async fn revoke_token(&self, name: &str, at: DateTime<Utc>) -> Result<()>;
 
     // Fleet.
-    /// Counts, for one namespace or (None) the whole installation.
+    /// Counts, for one namespace or (None) the whole installation. Scoped to
+    /// a namespace, clusters count only where its revisions are placed.
     async fn fleet_summary(&self, namespace: Option<&str>) -> Result<FleetSummary>;
+    /// Names of the clusters `namespace`'s revisions are placed on (their
+    /// resolved cluster), sorted.
+    async fn placed_clusters(&self, namespace: &str) -> Result<Vec<String>>;
 }
 
 /// Opens the store a database URL names (`postgres://…`, `sqlite://…`) and

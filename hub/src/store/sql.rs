@@ -43,6 +43,10 @@ const REVISION_COLS: &str = "r.id, n.name AS namespace, a.name AS agent, r.numbe
      r.progress, r.created_at, r.updated_at";
 const REVISION_FROM: &str = "agent_revisions r JOIN agents a ON a.id = r.agent_id \
      JOIN namespaces n ON n.id = a.namespace_id";
+/// Names of the clusters the revisions of namespace `$1` are placed on.
+const PLACED: &str = "SELECT DISTINCT r.resolved_cluster FROM agent_revisions r \
+     JOIN agents a ON a.id = r.agent_id JOIN namespaces n ON n.id = a.namespace_id \
+     WHERE n.name = $1 AND r.resolved_cluster IS NOT NULL";
 pub(super) const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
      connection_state, last_seen, version, created_at";
 pub(super) const WORK_COLS: &str = "id, kind, namespace, namespace_id, target, payload, \
@@ -1310,26 +1314,33 @@ impl Store for SqlStore {
     }
 
     async fn fleet_summary(&self, namespace: Option<&str>) -> Result<FleetSummary> {
-        // `$1 IS NULL OR …` keeps one statement for both scopes.
+        // `$1 IS NULL OR …` keeps one statement for both scopes. A tenant's
+        // clusters are those its revisions are placed on; its work items are
+        // matched by namespace id, so a re-created namespace of the same name
+        // does not count the old one's.
         let ns = namespace.map(str::to_owned);
-        let counts = sqlx::query(
+        let sql = format!(
             "SELECT \
                (SELECT COUNT(*) FROM namespaces WHERE $1 IS NULL OR name = $1), \
                (SELECT COUNT(*) FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
                   WHERE $1 IS NULL OR n.name = $1), \
                (SELECT COUNT(*) FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
                   WHERE ($1 IS NULL OR n.name = $1) AND a.desired_state = 'running'), \
-               (SELECT COUNT(*) FROM clusters), \
-               (SELECT COUNT(*) FROM clusters WHERE connection_state = 'online'), \
-               (SELECT COUNT(*) FROM work_items WHERE ($1 IS NULL OR namespace = $1) \
+               (SELECT COUNT(*) FROM clusters WHERE $1 IS NULL OR name IN ({PLACED})), \
+               (SELECT COUNT(*) FROM clusters WHERE ($1 IS NULL OR name IN ({PLACED})) \
+                  AND connection_state = 'online'), \
+               (SELECT COUNT(*) FROM work_items WHERE ($1 IS NULL OR namespace_id IN \
+                  (SELECT id FROM namespaces WHERE name = $1)) \
                   AND state IN ('pending', 'claimed')), \
-               (SELECT COUNT(*) FROM work_items WHERE ($1 IS NULL OR namespace = $1) \
-                  AND state = 'failed')",
-        )
-        .bind(ns.clone())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| self.classify(e))?;
+               (SELECT COUNT(*) FROM work_items WHERE ($1 IS NULL OR namespace_id IN \
+                  (SELECT id FROM namespaces WHERE name = $1)) \
+                  AND state = 'failed')"
+        );
+        let counts = sqlx::query(AssertSqlSafe(sql))
+            .bind(ns.clone())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
         let phases = sqlx::query(AssertSqlSafe(format!(
             "SELECT r.phase, COUNT(*) FROM {REVISION_FROM} WHERE $1 IS NULL OR n.name = $1 \
              GROUP BY r.phase"
@@ -1354,6 +1365,16 @@ impl Store for SqlStore {
             work_pending: counts.get(5),
             work_failed: counts.get(6),
         })
+    }
+
+    async fn placed_clusters(&self, namespace: &str) -> Result<Vec<String>> {
+        let sql = format!("{PLACED} ORDER BY 1");
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(namespace.to_owned())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
     }
 }
 
@@ -1507,7 +1528,7 @@ pub(super) fn cluster_from_row(r: &AnyRow) -> Result<Cluster> {
         last_seen: get::<Option<i64>>(r, W, "last_seen")?.map(from_ms),
         version: get(r, W, "version")?,
         created_at: from_ms(get(r, W, "created_at")?),
-        outbox_depth: 0,
+        outbox_depth: None,
     })
 }
 
