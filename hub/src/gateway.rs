@@ -79,11 +79,14 @@ pub struct GatewayConfig {
     /// is managed (activation says so explicitly).
     #[serde(default)]
     pub private_routing: Option<PrivateRouting>,
-    /// Refuse Gateway images not pinned by SHA-256 digest. On by default
-    /// (fail closed).
-    #[serde(default = "yes")]
+    /// Refuse Gateway images not pinned by SHA-256 digest. Not a setting of
+    /// its own: the hub sets it from `policy.requireImmutableDigest`
+    /// ([`crate::config::Config::gateway_options`]), so the Gateway and the
+    /// deploy check can never disagree.
+    #[serde(skip)]
     pub require_immutable_digest: bool,
-    /// Image used when the spec names none.
+    /// Image used when the spec names none; the hub fills in
+    /// `policy.defaultGatewayImage` when unset.
     #[serde(default)]
     pub default_image: Option<String>,
     /// Port the Gateway container serves on.
@@ -110,7 +113,8 @@ impl Default for GatewayConfig {
             harness_egress: Vec::new(),
             dns: DnsPeer::default(),
             private_routing: None,
-            require_immutable_digest: true,
+            // The policy's default (off); see the field.
+            require_immutable_digest: false,
             default_image: None,
             port: DEFAULT_GATEWAY_PORT,
             resources: Resources::default(),
@@ -247,8 +251,4 @@ fn default_port() -> i32 {
 
 fn default_delete_timeout() -> u64 {
     60
-}
-
-fn yes() -> bool {
-    true
 }

@@ -562,8 +562,12 @@ impl Service {
             validate::image_ref("harness", &spec.image),
             validate::image_ref("gateway", &gateway_image),
         ];
+        // The spoke's and the Gateways' rule (`@sha256:` and 64 hex digits),
+        // so a deploy admitted here is never refused there.
         if self.policy.require_immutable_digest
-            && let Some(unpinned) = images.iter().find(|i| i.digest.is_none())
+            && let Some(unpinned) = images
+                .iter()
+                .find(|i| clawfed_proto::work::check_image_digest(&i.reference).is_err())
         {
             let field = if unpinned.role == "harness" {
                 "spec.image"
@@ -573,7 +577,8 @@ impl Service {
             return Err(ServiceError::InvalidArgument {
                 field: field.into(),
                 reason: format!(
-                    "requireImmutableDigest is set: {:?} must be pinned as name@sha256:<digest>",
+                    "policy.requireImmutableDigest is set: {:?} must be pinned as \
+                     name@sha256:<64 hex digits>",
                     unpinned.reference
                 ),
             });

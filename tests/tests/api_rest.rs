@@ -47,6 +47,7 @@ both_backends!(
     clusters_and_fleet_summary,
     tenants_see_only_their_clusters_and_counts,
     idempotency_key_replays_and_rejects_reuse,
+    digest_policy_is_enforced_at_deploy,
     concurrent_deploys_get_distinct_consecutive_numbers,
     optimistic_concurrency,
     authentication_failures_are_401,
@@ -918,6 +919,86 @@ async fn tenants_see_only_their_clusters_and_counts(backend: Backend) {
         .await
         .expect_error(404, "not_found");
     hub.stop().await;
+}
+
+/// Issue 9, defect 7: with `policy.requireImmutableDigest` the hub refuses
+/// a deploy whose image is not pinned by SHA-256 digest (by the spoke's own
+/// rule), naming the field; a pinned deploy with the default Gateway image
+/// is admitted; a tagged default Gateway image stops the hub from starting.
+async fn digest_policy_is_enforced_at_deploy(backend: Backend) {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let gateway = format!("reg.example/gateway@{digest}");
+    let default_gateway = gateway.clone();
+    let mut hub = TestHub::start_with(
+        backend,
+        |config| {
+            config.policy.require_immutable_digest = true;
+            config.policy.default_gateway_image = default_gateway;
+        },
+        Handlers::builtin(),
+    )
+    .await;
+    let c = root(&hub);
+    c.create_namespace("team").await;
+    let pinned = format!("reg.example/harness@{digest}");
+    // Drafts accept upper-case hex; a pin is lower-case (OCI), and the
+    // spoke would refuse it.
+    let upper = format!("reg.example/harness@sha256:{}", "AB".repeat(32));
+    for (name, image, gateway_image, field) in [
+        ("tagged", "reg.example/harness:1.0", None, "spec.image"),
+        ("upper", upper.as_str(), None, "spec.image"),
+        (
+            "gateway",
+            pinned.as_str(),
+            Some("reg.example/gateway:latest"),
+            "spec.gatewayImage",
+        ),
+    ] {
+        let mut s = spec(image);
+        if let Some(g) = gateway_image {
+            s["gatewayImage"] = json!(g);
+        }
+        c.create_agent("team", name, s).await;
+        c.deploy("team", name, None, None)
+            .await
+            .expect_invalid(field);
+        assert!(
+            c.get(&format!("/namespaces/team/agents/{name}/revisions"))
+                .await
+                .items()
+                .is_empty(),
+            "{name}: nothing admitted"
+        );
+    }
+
+    // Pinned, with the (pinned) default Gateway image: admitted.
+    c.create_agent("team", "ok", spec(&pinned)).await;
+    let rev = c.deploy("team", "ok", None, None).await.expect(201).clone();
+    assert_eq!(
+        rev["images"],
+        json!([
+            { "role": "harness", "reference": pinned, "digest": digest },
+            { "role": "gateway", "reference": gateway, "digest": digest },
+        ])
+    );
+    hub.stop().await;
+
+    // The policy with a tagged default Gateway image: the hub does not start.
+    let db = match backend {
+        Backend::Sqlite => clawfed_tests::db::sqlite().await,
+        Backend::Postgres => clawfed_tests::db::postgres().await,
+    };
+    let mut config = clawfed_tests::hub::test_config(&db.url);
+    config.policy.require_immutable_digest = true;
+    config.policy.default_gateway_image = "reg.example/gateway:latest".into();
+    let err =
+        clawfed_hub::server::start_with_parts(&config, db.dyn_store(), Handlers::builtin(), None)
+            .await
+            .expect_err("a tagged default Gateway image under the digest policy");
+    assert!(
+        err.to_string().contains("policy.defaultGatewayImage"),
+        "{err}"
+    );
 }
 
 // ---- 2. Idempotency-Key ------------------------------------------------------------

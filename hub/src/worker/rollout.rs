@@ -198,6 +198,9 @@ pub struct RolloutConfig {
     pub ready_deadline: Duration,
     /// Attempts given to follow-up work items.
     pub max_attempts: i32,
+    /// `policy.requireImmutableDigest`: the spoke refuses images not pinned
+    /// by SHA-256 digest, independently of the hub's check at deploy.
+    pub require_immutable_digest: bool,
 }
 
 impl Default for RolloutConfig {
@@ -205,6 +208,7 @@ impl Default for RolloutConfig {
         Self {
             ready_deadline: Duration::from_secs(300),
             max_attempts: 8,
+            require_immutable_digest: false,
         }
     }
 }
@@ -407,7 +411,7 @@ impl Rollout {
     }
 
     fn harness_work(
-        &self,
+        config: &RolloutConfig,
         ns: &Namespace,
         rev: &AgentRevision,
         preds: &[AgentRevision],
@@ -436,7 +440,7 @@ impl Rollout {
             revision_id: rev.id.clone(),
             harness_kind: rev.spec.harness_kind.as_str().to_owned(),
             image: rev.spec.image.clone(),
-            require_digest: rev.images.iter().all(|i| i.digest.is_some()),
+            require_digest: config.require_immutable_digest,
             requirement_labels: rev.spec.requirement_labels.clone(),
             resources: spec::Resources { requests, limits },
             port: 8080,
@@ -760,8 +764,12 @@ impl Rollout {
             }
             Step::SendHarness => {
                 let preds = self.predecessors(store, &rev).await?;
-                let work =
-                    spec::WorkSpec::HarnessApply(Box::new(self.harness_work(ns, &rev, &preds)));
+                let work = spec::WorkSpec::HarnessApply(Box::new(Self::harness_work(
+                    &self.config,
+                    ns,
+                    &rev,
+                    &preds,
+                )));
                 self.send(
                     &cid()?,
                     &harness_target(ns, &rev),
@@ -1308,5 +1316,64 @@ impl RolloutTrigger {
             store.enqueue_work(&work).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn namespace() -> Namespace {
+        serde_json::from_value(serde_json::json!({
+            "id": "0190a0b0-0000-7000-8000-000000000001",
+            "name": "team",
+            "displayName": "team",
+            "dataPlaneNamespace": "oce-0123456789abcde",
+            "adopted": false,
+            "state": "active",
+            "provisionedAt": null,
+            "version": 1,
+            "createdAt": "2025-01-01T00:00:00Z",
+            "updatedAt": "2025-01-01T00:00:00Z",
+        }))
+        .expect("namespace")
+    }
+
+    fn revision(image: &str) -> AgentRevision {
+        serde_json::from_value(serde_json::json!({
+            "id": "0190a0b0-0000-7000-8000-000000000002",
+            "namespace": "team",
+            "agent": "bot",
+            "number": 1,
+            "spec": { "harnessKind": "embedded-openclaw", "image": image },
+            "configuration": null,
+            "images": [{ "role": "harness", "reference": image,
+                         "digest": image.split_once('@').map(|(_, d)| d) }],
+            "resolvedCluster": "exec-a",
+            "phase": "pending",
+            "reason": null,
+            "rolledBackFrom": null,
+            "createdAt": "2025-01-01T00:00:00Z",
+            "updatedAt": "2025-01-01T00:00:00Z",
+        }))
+        .expect("revision")
+    }
+
+    /// Issue 9, defect 7: the spoke's digest gate is the installation
+    /// policy, not a consequence of whether the images happen to be pinned.
+    #[test]
+    fn harness_work_carries_the_digest_policy() {
+        let pinned = format!("reg.example/harness@sha256:{}", "a".repeat(64));
+        for image in ["reg.example/harness:1.0", pinned.as_str()] {
+            for policy in [true, false] {
+                let config = RolloutConfig {
+                    require_immutable_digest: policy,
+                    ..RolloutConfig::default()
+                };
+                let work = Rollout::harness_work(&config, &namespace(), &revision(image), &[]);
+                assert_eq!(work.require_digest, policy, "{image}");
+                assert_eq!(work.image, image);
+            }
+        }
     }
 }
