@@ -15,10 +15,13 @@
 //! - [`client`]: [`Gateways`], the thin I/O adapter (server-side apply as
 //!   [`FIELD_MANAGER`], discovery and access checks before routing changes,
 //!   ordered stop).
+//! - [`transport`]: each revision's transport token, derived from a hub key
+//!   kept in the store (stable per revision); the store keeps its hash.
 
 pub mod client;
 pub mod objects;
 pub mod ready;
+pub mod transport;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -28,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 pub use client::{Activation, Error, Gateways, Result, Step, StepAction};
 pub use ready::{NotReady, Readiness};
+pub use transport::{TransportCredentials, TransportKey};
 
 /// The one field manager of every write the hub makes in the control cluster.
 pub const FIELD_MANAGER: &str = "clawfed-hub";

@@ -19,6 +19,7 @@ use crate::api::error::{ApiError, ErrorCode};
 use crate::api::grpc::AdminApi;
 use crate::api::{AppState, metrics, rest};
 use crate::config::Config;
+use crate::gateway::TransportCredentials;
 use crate::service::Service;
 use crate::store::{self, Store};
 use crate::worker::rollout::{
@@ -214,7 +215,11 @@ pub async fn start_with_parts(
         .await?;
         let gateways: Arc<dyn GatewayRuntime> = match gateways {
             Some(g) => g,
-            None if config.gateway.enabled => Arc::new(control_cluster_gateways(config).await?),
+            None if config.gateway.enabled => Arc::new(
+                control_cluster_gateways(config)
+                    .await?
+                    .with_transport(TransportCredentials::load(store.clone()).await?),
+            ),
             None => Arc::new(GatewaysDisabled),
         };
         let rollout = Rollout::new(
