@@ -227,7 +227,13 @@ impl Default for LinkSettings {
 // Every field is optional: a partial section keeps the other defaults.
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct PolicyConfig {
+    /// Images must be pinned as `name@sha256:<digest>`: the hub refuses
+    /// other deploys, the spoke refuses other Harness images and the
+    /// Gateways other Gateway images. Off by default, so the default
+    /// (tagged) Gateway image deploys.
     pub require_immutable_digest: bool,
+    /// Gateway image of Agents that name none; must be digest-pinned when
+    /// `requireImmutableDigest` is set.
     pub default_gateway_image: String,
 }
 
@@ -286,7 +292,8 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Loads `path` (when given) and applies overrides from `env`:
+    /// Loads `path` (when given), applies overrides from `env` and checks
+    /// the result ([`Self::validate`]). Overrides:
     /// `CLAWFED_DATABASE_URL`, `CLAWFED_REST_ADDR`, `CLAWFED_GRPC_ADDR`,
     /// `CLAWFED_METRICS_ADDR`, `CLAWFED_WORKER_ENABLED`,
     /// `CLAWFED_REQUIRE_IMMUTABLE_DIGEST`, `CLAWFED_LOG_FORMAT`,
@@ -361,7 +368,8 @@ impl Config {
         Ok(())
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks ranges and that the settings agree with each other.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field: &str, reason: &str| ConfigError::Invalid {
             field: field.into(),
             reason: reason.into(),
@@ -393,7 +401,47 @@ impl Config {
         if self.api.max_body_bytes < 1024 {
             return Err(invalid("api.maxBodyBytes", "must be at least 1024"));
         }
+        if self.policy.require_immutable_digest {
+            // The defaults are admitted into every revision that names no
+            // image of its own: a tagged one would make every such deploy
+            // fail, so refuse to start instead.
+            let defaults = [
+                (
+                    "policy.defaultGatewayImage",
+                    Some(&self.policy.default_gateway_image),
+                ),
+                (
+                    "gateway.options.defaultImage",
+                    self.gateway.options.default_image.as_ref(),
+                ),
+            ];
+            for (field, image) in defaults {
+                if let Some(image) = image
+                    && clawfed_proto::work::check_image_digest(image).is_err()
+                {
+                    return Err(invalid(
+                        field,
+                        &format!(
+                            "policy.requireImmutableDigest is set, so {image:?} must be pinned as \
+                             name@sha256:<64 hex digits>"
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The Gateway settings with the installation policy applied: the
+    /// digest rule and the default image come from `policy`, so a deploy
+    /// the hub admits is one its Gateways accept.
+    pub fn gateway_options(&self) -> crate::gateway::GatewayConfig {
+        let mut options = self.gateway.options.clone();
+        options.require_immutable_digest = self.policy.require_immutable_digest;
+        if options.default_image.is_none() {
+            options.default_image = Some(self.policy.default_gateway_image.clone());
+        }
+        options
     }
 
     /// The service policy this configuration sets.
@@ -494,5 +542,88 @@ mod tests {
         std::fs::write(&path, "version: 2\n").unwrap();
         let err = Config::load(Some(&path), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("version"), "{err}");
+    }
+
+    fn pinned(name: &str) -> String {
+        format!("{name}@sha256:{}", "0".repeat(64))
+    }
+
+    /// Issue 9, defect 7: one digest policy, consistent defaults.
+    #[test]
+    fn one_digest_policy_with_consistent_defaults() {
+        // Defaults: the policy is off and the Gateways follow it, so the
+        // tagged default Gateway image deploys.
+        let c = Config::load(None, &env(&[])).unwrap();
+        assert!(!c.policy.require_immutable_digest);
+        let g = c.gateway_options();
+        assert!(!g.require_immutable_digest);
+        assert_eq!(
+            g.default_image.as_deref(),
+            Some(c.policy.default_gateway_image.as_str())
+        );
+        assert!(crate::gateway::objects::validate_config(&g).is_ok());
+        let spec = crate::gateway::GatewaySpec {
+            tenant: "team".into(),
+            agent: "bot".into(),
+            revision: 1,
+            revision_id: "r1".into(),
+            image: None,
+            harness_endpoint: "http://bot-r1-harness.oce-0.svc:8080".into(),
+            transport: crate::gateway::Transport {
+                gateway_token: "t".into(),
+                tls: None,
+            },
+        };
+        assert_eq!(
+            crate::gateway::objects::validate(&spec, &g).as_deref(),
+            Ok(c.policy.default_gateway_image.as_str()),
+            "the default Gateway image is accepted by the default Gateways"
+        );
+
+        // The policy on with the tagged default Gateway image: no start.
+        let err =
+            Config::load(None, &env(&[("CLAWFED_REQUIRE_IMMUTABLE_DIGEST", "true")])).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("policy.defaultGatewayImage"), "{text}");
+        assert!(text.contains("sha256"), "{text}");
+
+        // The policy on with a pinned default: the Gateways require digests.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        let image = pinned("reg.example/gateway");
+        std::fs::write(
+            &path,
+            format!("policy:\n  requireImmutableDigest: true\n  defaultGatewayImage: {image}\n"),
+        )
+        .unwrap();
+        let c = Config::load(Some(&path), &env(&[])).unwrap();
+        let g = c.gateway_options();
+        assert!(g.require_immutable_digest);
+        assert_eq!(g.default_image.as_deref(), Some(image.as_str()));
+        assert!(crate::gateway::objects::validate_config(&g).is_ok());
+
+        // A tagged Gateway default of its own is refused too.
+        std::fs::write(
+            &path,
+            format!(
+                "policy:\n  requireImmutableDigest: true\n  defaultGatewayImage: {image}\n\
+                 gateway:\n  options:\n    defaultImage: reg.example/gateway:2\n"
+            ),
+        )
+        .unwrap();
+        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(
+            err.to_string().contains("gateway.options.defaultImage"),
+            "{err}"
+        );
+
+        // The Gateway has no separate digest switch to contradict the policy.
+        std::fs::write(
+            &path,
+            "gateway:\n  options:\n    requireImmutableDigest: true\n",
+        )
+        .unwrap();
+        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("requireImmutableDigest"), "{err}");
     }
 }

@@ -16,11 +16,14 @@
 //! - [`client`]: [`Gateways`], the thin I/O adapter (server-side apply as
 //!   [`FIELD_MANAGER`], discovery and access checks before routing changes,
 //!   ordered stop).
+//! - [`transport`]: each revision's transport token, derived from a hub key
+//!   kept in the store (stable per revision); the store keeps its hash.
 
 pub mod client;
 pub mod objects;
 pub mod ready;
 pub mod runtime;
+pub mod transport;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -31,6 +34,7 @@ use serde::{Deserialize, Serialize};
 pub use client::{Activation, Error, Gateways, Result, Step, StepAction};
 pub use ready::{NotReady, Readiness};
 pub use runtime::{GatewayFailure, GatewayRuntime, GatewayTarget, GatewaysDisabled};
+pub use transport::{TransportCredentials, TransportKey};
 
 /// The one field manager of every write the hub makes in the control cluster.
 pub const FIELD_MANAGER: &str = "clawfed-hub";
@@ -82,11 +86,14 @@ pub struct GatewayConfig {
     /// is managed (activation says so explicitly).
     #[serde(default)]
     pub private_routing: Option<PrivateRouting>,
-    /// Refuse Gateway images not pinned by SHA-256 digest. On by default
-    /// (fail closed).
-    #[serde(default = "yes")]
+    /// Refuse Gateway images not pinned by SHA-256 digest. Not a setting of
+    /// its own: the hub sets it from `policy.requireImmutableDigest`
+    /// ([`crate::config::Config::gateway_options`]), so the Gateway and the
+    /// deploy check can never disagree.
+    #[serde(skip)]
     pub require_immutable_digest: bool,
-    /// Image used when the spec names none.
+    /// Image used when the spec names none; the hub fills in
+    /// `policy.defaultGatewayImage` when unset.
     #[serde(default)]
     pub default_image: Option<String>,
     /// Port the Gateway container serves on.
@@ -113,7 +120,8 @@ impl Default for GatewayConfig {
             harness_egress: Vec::new(),
             dns: DnsPeer::default(),
             private_routing: None,
-            require_immutable_digest: true,
+            // The policy's default (off); see the field.
+            require_immutable_digest: false,
             default_image: None,
             port: DEFAULT_GATEWAY_PORT,
             resources: Resources::default(),
@@ -250,8 +258,4 @@ fn default_port() -> i32 {
 
 fn default_delete_timeout() -> u64 {
     60
-}
-
-fn yes() -> bool {
-    true
 }

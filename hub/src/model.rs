@@ -438,14 +438,18 @@ pub struct Cluster {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub capabilities: Vec<String>,
+    /// Serials of the cluster's client certificates. Installation admins
+    /// only: empty (absent) for tenant tokens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub certificate_serials: Vec<String>,
     pub connection_state: ConnectionState,
     pub last_seen: Option<DateTime<Utc>>,
     pub version: String,
     pub created_at: DateTime<Utc>,
-    /// Work queued for the cluster and not yet acked.
-    #[serde(default)]
-    pub outbox_depth: i64,
+    /// Work queued for the cluster and not yet acked. Installation admins
+    /// only: absent for tenant tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outbox_depth: Option<i64>,
 }
 
 /// Body of `POST /api/v1/clusters/{name}/bootstrap-tokens`.

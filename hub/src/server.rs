@@ -19,6 +19,7 @@ use crate::api::error::{ApiError, ErrorCode};
 use crate::api::grpc::AdminApi;
 use crate::api::{AppState, metrics, rest};
 use crate::config::Config;
+use crate::gateway::TransportCredentials;
 use crate::service::Service;
 use crate::store::{self, Store};
 use crate::worker::rollout::{
@@ -47,6 +48,10 @@ pub enum ServerError {
     /// The control-cluster Gateways could not be set up.
     #[error("gateways: {0}")]
     Gateway(String),
+    /// The configuration contradicts itself (e.g. a tagged default image
+    /// under the digest policy).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// A running hub.
@@ -113,6 +118,8 @@ pub async fn start_with_parts(
     handlers: Handlers,
     gateways: Option<Arc<dyn GatewayRuntime>>,
 ) -> Result<Hub, ServerError> {
+    // `Config::load` checks too; a config built in code must not skip it.
+    config.validate()?;
     let rest_listener = bind("rest", config.api.rest_addr).await?;
     let grpc_listener = bind("grpc", config.api.grpc_addr).await?;
     let metrics_listener = bind("metrics", config.api.metrics_addr).await?;
@@ -208,7 +215,11 @@ pub async fn start_with_parts(
         .await?;
         let gateways: Arc<dyn GatewayRuntime> = match gateways {
             Some(g) => g,
-            None if config.gateway.enabled => Arc::new(control_cluster_gateways(config).await?),
+            None if config.gateway.enabled => Arc::new(
+                control_cluster_gateways(config)
+                    .await?
+                    .with_transport(TransportCredentials::load(store.clone()).await?),
+            ),
             None => Arc::new(GatewaysDisabled),
         };
         let rollout = Rollout::new(
@@ -222,6 +233,7 @@ pub async fn start_with_parts(
                     config.pipeline.phase_deadline_seconds,
                 ),
                 max_attempts: config.worker.max_attempts,
+                require_immutable_digest: config.policy.require_immutable_digest,
                 ..RolloutConfig::default()
             },
         )
@@ -277,7 +289,7 @@ async fn control_cluster_gateways(
     };
     let client = kube::Client::try_from(kube_config)
         .map_err(|e| gateway(format!("control-cluster client: {e}")))?;
-    crate::gateway::Gateways::new(client, config.gateway.options.clone())
+    crate::gateway::Gateways::new(client, config.gateway_options())
         .map_err(|e| gateway(format!("gateway.options: {e}")))
 }
 

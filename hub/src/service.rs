@@ -562,8 +562,12 @@ impl Service {
             validate::image_ref("harness", &spec.image),
             validate::image_ref("gateway", &gateway_image),
         ];
+        // The spoke's and the Gateways' rule (`@sha256:` and 64 hex digits),
+        // so a deploy admitted here is never refused there.
         if self.policy.require_immutable_digest
-            && let Some(unpinned) = images.iter().find(|i| i.digest.is_none())
+            && let Some(unpinned) = images
+                .iter()
+                .find(|i| clawfed_proto::work::check_image_digest(&i.reference).is_err())
         {
             let field = if unpinned.role == "harness" {
                 "spec.image"
@@ -573,7 +577,8 @@ impl Service {
             return Err(ServiceError::InvalidArgument {
                 field: field.into(),
                 reason: format!(
-                    "requireImmutableDigest is set: {:?} must be pinned as name@sha256:<digest>",
+                    "policy.requireImmutableDigest is set: {:?} must be pinned as \
+                     name@sha256:<64 hex digits>",
                     unpinned.reference
                 ),
             });
@@ -687,20 +692,54 @@ impl Service {
 
     // ---- clusters, fleet, audit, work ---------------------------------------
 
-    /// Enrolled clusters (shared infrastructure: any caller may read them).
+    /// Enrolled clusters: every one for installation admins; for a tenant
+    /// token only those its namespace's revisions are placed on, without
+    /// the installation-admin data (certificate serials, outbox depth).
     pub async fn list_clusters(&self, p: &Principal) -> Result<Vec<Cluster>> {
         self.check_read(p, Action::Read, None)?;
         let mut clusters = self.store.list_clusters().await?;
-        self.with_outbox_depth(&mut clusters).await?;
+        match self.visible_clusters(p).await? {
+            None => self.with_outbox_depth(&mut clusters).await?,
+            Some(visible) => {
+                clusters.retain(|c| visible.contains(&c.name));
+                clusters.iter_mut().for_each(tenant_view);
+            }
+        }
         Ok(clusters)
     }
 
-    /// One cluster.
+    /// One cluster; a cluster a tenant may not see is "not found".
     pub async fn get_cluster(&self, p: &Principal, name: &str) -> Result<Cluster> {
         self.check_read(p, Action::Read, None)?;
-        let mut cluster = vec![self.store.get_cluster(name).await?];
-        self.with_outbox_depth(&mut cluster).await?;
-        Ok(cluster.remove(0))
+        let mut cluster = self.store.get_cluster(name).await?;
+        match self.visible_clusters(p).await? {
+            None => {
+                self.with_outbox_depth(std::slice::from_mut(&mut cluster))
+                    .await?
+            }
+            Some(visible) if visible.contains(&cluster.name) => tenant_view(&mut cluster),
+            Some(_) => {
+                return Err(StoreError::NotFound {
+                    kind: "cluster",
+                    name: name.to_owned(),
+                }
+                .into());
+            }
+        }
+        Ok(cluster)
+    }
+
+    /// `None` when the caller sees every cluster (installation admins);
+    /// otherwise the names of the clusters its namespace's revisions are
+    /// placed on.
+    async fn visible_clusters(&self, p: &Principal) -> Result<Option<Vec<String>>> {
+        if p.is_installation_admin() {
+            return Ok(None);
+        }
+        Ok(Some(match p.namespace.as_deref() {
+            Some(ns) => self.store.placed_clusters(ns).await?,
+            None => Vec::new(),
+        }))
     }
 
     async fn with_outbox_depth(&self, clusters: &mut [Cluster]) -> Result<()> {
@@ -712,7 +751,7 @@ impl Service {
             .map(|s| (s.cluster_id, s.depth))
             .collect();
         for c in clusters {
-            c.outbox_depth = depths.get(&c.id).copied().unwrap_or(0);
+            c.outbox_depth = Some(depths.get(&c.id).copied().unwrap_or(0));
         }
         Ok(())
     }
@@ -801,7 +840,8 @@ impl Service {
         self.record(p, what, None, &target, result).await
     }
 
-    /// Fleet counts over what the caller may read.
+    /// Fleet counts over what the caller may read: a tenant's cover its own
+    /// namespace and the clusters its revisions are placed on.
     pub async fn fleet_summary(&self, p: &Principal) -> Result<FleetSummary> {
         let scope = if p.is_installation_admin() {
             None
@@ -913,6 +953,14 @@ impl Service {
             _ => Ok(own),
         }
     }
+}
+
+/// A cluster as a tenant sees it: certificate serials and outbox depth are
+/// installation-admin data (they describe other tenants' traffic and the
+/// cluster's identity).
+fn tenant_view(c: &mut Cluster) {
+    c.certificate_serials.clear();
+    c.outbox_depth = None;
 }
 
 fn list_limit(limit: Option<i64>) -> Result<i64> {

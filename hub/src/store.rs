@@ -427,8 +427,26 @@ pub trait Store: LinkStore + Send + Sync + 'static {
     async fn revoke_token(&self, name: &str, at: DateTime<Utc>) -> Result<()>;
 
     // Fleet.
-    /// Counts, for one namespace or (None) the whole installation.
+    /// Counts, for one namespace or (None) the whole installation. Scoped to
+    /// a namespace, clusters count only where its revisions are placed.
     async fn fleet_summary(&self, namespace: Option<&str>) -> Result<FleetSummary>;
+    /// Names of the clusters `namespace`'s revisions are placed on (their
+    /// resolved cluster), sorted.
+    async fn placed_clusters(&self, namespace: &str) -> Result<Vec<String>>;
+
+    // Hub secrets and Gateway transport credentials.
+    /// The hub secret `name`: the stored value, or `candidate` stored now
+    /// when there is none. The first writer wins, so every hub replica on
+    /// this database gets the same value.
+    async fn hub_secret(&self, name: &str, candidate: &str) -> Result<String>;
+    /// Records the SHA-256 (hex) of a revision's Gateway transport token,
+    /// replacing an earlier one. `NotFound` when the revision does not exist.
+    async fn set_transport_token_hash(&self, revision_id: &str, token_hash: &str) -> Result<()>;
+    /// The recorded transport token hash of a revision.
+    async fn transport_token_hash(&self, revision_id: &str) -> Result<Option<String>>;
+    /// The revision whose Gateway transport token has this hash (how a
+    /// tunnel ingress authenticates a Gateway).
+    async fn revision_by_transport_hash(&self, token_hash: &str) -> Result<Option<String>>;
 }
 
 /// Opens the store a database URL names (`postgres://…`, `sqlite://…`) and

@@ -6,8 +6,10 @@
 //! variables cannot leak into the test.
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::TcpListener;
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -75,16 +77,24 @@ struct HubProcess {
     /// The root (installation-admin) token.
     token: String,
     stderr: Option<JoinHandle<String>>,
-    db: Database,
+    /// Shared so a restarted hub can serve the same database.
+    db: Arc<Database>,
 }
 
 impl HubProcess {
     /// Mints a root token, then starts the hub and waits until it listens.
     fn start() -> Self {
-        let db = Database::new();
+        let db = Arc::new(Database::new());
         let token = db.create_token("root", "installation-admin", None);
+        Self::serve(db, token, "127.0.0.1:0")
+    }
+
+    /// Starts `clawfed-hub serve` over `db` with REST on `rest_addr` and
+    /// waits until it listens; `token` is its root token.
+    fn serve(db: Arc<Database>, token: String, rest_addr: &str) -> Self {
         let mut child = db
             .hub_command(&["serve"])
+            .env("CLAWFED_REST_ADDR", rest_addr)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -580,4 +590,216 @@ fn serve_drains_and_exits_zero_on_sigterm() {
         .output()
         .expect("run clawfed");
     failure(&out, 3);
+}
+
+// ---- deploy retries (issue 9, defect 13) -------------------------------------
+
+/// A loopback TCP proxy in front of the hub that loses the hub's answer on
+/// its first `lose` connections: it relays the request, waits until the hub
+/// starts answering (so the hub has done the work), then closes both sides
+/// without passing a byte back. Later connections are relayed both ways.
+struct LossyProxy {
+    url: String,
+    connections: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl LossyProxy {
+    fn start(upstream: &str, lose: usize) -> Self {
+        let upstream = upstream
+            .strip_prefix("http://")
+            .expect("http upstream")
+            .to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        listener.set_nonblocking(true).expect("nonblocking");
+        let connections = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (count, stopped) = (connections.clone(), stop.clone());
+        std::thread::spawn(move || {
+            // Bounded: ends when the test drops the proxy, or after a while.
+            let deadline = Instant::now() + 4 * WAIT;
+            while !stopped.load(Ordering::Relaxed) && Instant::now() < deadline {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let n = count.fetch_add(1, Ordering::SeqCst);
+                        let upstream = upstream.clone();
+                        std::thread::spawn(move || relay(client, &upstream, n < lose));
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(e) => panic!("proxy accept: {e}"),
+                }
+            }
+        });
+        Self {
+            url,
+            connections,
+            stop,
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for LossyProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Relays one connection; with `lose`, drops the answer (see [`LossyProxy`]).
+fn relay(client: TcpStream, upstream: &str, lose: bool) {
+    client.set_nonblocking(false).expect("blocking");
+    let Ok(server) = TcpStream::connect(upstream) else {
+        return;
+    };
+    let (mut from_client, mut to_server) = (
+        client.try_clone().expect("clone"),
+        server.try_clone().expect("clone"),
+    );
+    let requests = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from_client, &mut to_server);
+        let _ = to_server.shutdown(Shutdown::Write);
+    });
+    if lose {
+        let mut first = [0u8; 1];
+        server.set_read_timeout(Some(WAIT)).expect("timeout");
+        let _ = (&server).read(&mut first);
+        let _ = client.shutdown(Shutdown::Both);
+        let _ = server.shutdown(Shutdown::Both);
+    } else {
+        let (mut from_server, mut to_client) = (server, client);
+        let _ = std::io::copy(&mut from_server, &mut to_client);
+        let _ = to_client.shutdown(Shutdown::Both);
+    }
+    let _ = requests.join();
+}
+
+/// A hub with namespace `team-a` and Agent `helper`, ready to deploy.
+fn hub_with_agent() -> HubProcess {
+    let hub = HubProcess::start();
+    stdout_of(&hub.clawfed(&["namespaces", "create", "team-a"]));
+    stdout_of(&hub.clawfed(&[
+        "agents",
+        "create",
+        "helper",
+        "-n",
+        "team-a",
+        "--image",
+        "ghcr.io/example/helper:1.0",
+    ]));
+    hub
+}
+
+/// The ids of `helper`'s revisions.
+fn revision_ids(hub: &HubProcess) -> Vec<String> {
+    hub.json(&["revisions", "list", "-a", "helper", "-n", "team-a"])["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|r| r["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+#[test]
+fn deploy_retries_until_a_restarted_hub_answers() {
+    let hub = hub_with_agent();
+    let (db, token, rest) = (hub.db.clone(), hub.token.clone(), hub.rest.clone());
+    let (status, stderr) = hub.terminate();
+    assert!(status.success(), "{stderr}");
+
+    // Deploy while nothing listens at the hub's address.
+    let mut cli = Command::new(CLAWFED)
+        .env_clear()
+        .env("CLAWFED_SERVER", &rest)
+        .env("CLAWFED_TOKEN", &token)
+        .args(["deploy", "helper", "-n", "team-a", "-o", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn clawfed deploy");
+    let stderr = cli.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let notice = rx
+        .recv_timeout(WAIT)
+        .expect("clawfed deploy said nothing (it gave up instead of retrying)");
+    assert!(notice.contains("retrying"), "{notice}");
+    assert!(notice.contains("cannot reach the hub"), "{notice}");
+
+    // The hub comes back on the same address within the retry window.
+    let addr = rest.strip_prefix("http://").expect("http");
+    let hub = HubProcess::serve(db, token, addr);
+    assert_eq!(hub.rest, rest);
+    let mut stdout = cli.stdout.take().expect("stdout");
+    let deadline = Instant::now() + 3 * WAIT;
+    let status = loop {
+        if let Some(status) = cli.try_wait().expect("wait for clawfed") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "clawfed deploy did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    stdout.read_to_string(&mut out).expect("stdout");
+    let notices: Vec<String> = rx.try_iter().collect();
+    assert!(status.success(), "exit {status}: {notices:?}");
+    let rev: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(revision_ids(&hub), [rev["id"].as_str().expect("id")]);
+}
+
+#[test]
+fn deploy_retry_after_a_lost_answer_makes_one_revision() {
+    let hub = hub_with_agent();
+    // The hub saves the first attempt but its answer never arrives.
+    let proxy = LossyProxy::start(&hub.rest, 1);
+    let out = Command::new(CLAWFED)
+        .env_clear()
+        .env("CLAWFED_SERVER", &proxy.url)
+        .env("CLAWFED_TOKEN", &hub.token)
+        .args(["deploy", "helper", "-n", "team-a", "-o", "json"])
+        .output()
+        .expect("run clawfed");
+    let rev: Value = serde_json::from_str(&stdout_of(&out)).expect("JSON");
+    assert_eq!(proxy.connections(), 2, "one lost answer, one retry");
+    assert!(text(&out.stderr).contains("retrying"), "{out:?}");
+    assert_eq!(rev["number"], 1);
+    assert_eq!(revision_ids(&hub), [rev["id"].as_str().expect("id")]);
+}
+
+#[test]
+fn deploy_that_gives_up_prints_its_key_and_a_rerun_makes_no_second_revision() {
+    let hub = hub_with_agent();
+    let proxy = LossyProxy::start(&hub.rest, usize::MAX);
+    let out = Command::new(CLAWFED)
+        .env_clear()
+        .env("CLAWFED_SERVER", &proxy.url)
+        .env("CLAWFED_TOKEN", &hub.token)
+        .args(["deploy", "helper", "-n", "team-a", "--retries", "2"])
+        .output()
+        .expect("run clawfed");
+    let err = failure(&out, 3);
+    assert_eq!(proxy.connections(), 3, "three attempts: {err}");
+    let key = err
+        .split("--idempotency-key ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no key printed: {err}"));
+    assert!(!key.is_empty(), "{err}");
+
+    // Every attempt reached the hub with that key: one revision.
+    let saved = revision_ids(&hub);
+    assert_eq!(saved.len(), 1, "{saved:?}");
+    let again = hub.json(&["deploy", "helper", "-n", "team-a", "--idempotency-key", key]);
+    assert_eq!(again["id"], saved[0].as_str(), "the saved revision");
+    assert_eq!(revision_ids(&hub), saved, "no second revision");
 }

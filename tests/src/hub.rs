@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use clawfed_hub::auth::{self, Role};
 use clawfed_hub::config::Config;
+use clawfed_hub::gateway::{Gateways, TransportCredentials};
 use clawfed_hub::server::{self, Hub};
 use clawfed_hub::store::{NewToken, Store};
 use clawfed_hub::worker::Handlers;
+use clawfed_hub::worker::rollout::GatewayRuntime;
 use clawfed_proto::admin::v1::admin_service_client::AdminServiceClient;
 
 use crate::db::TestDb;
@@ -68,12 +70,13 @@ impl TestHub {
         Self::start_with_gateways(backend, adjust, handlers, None).await
     }
 
-    /// As [`Self::start_with`], with a Gateway runtime for the pipeline.
+    /// As [`Self::start_with`], with Gateways for the pipeline; like the
+    /// hub's own, they derive transport tokens with the key in this store.
     pub async fn start_with_gateways(
         backend: Backend,
         adjust: impl FnOnce(&mut Config),
         handlers: Handlers,
-        gateways: Option<std::sync::Arc<dyn clawfed_hub::worker::rollout::GatewayRuntime>>,
+        gateways: Option<Gateways>,
     ) -> Self {
         let db = match backend {
             Backend::Sqlite => crate::db::sqlite().await,
@@ -81,6 +84,15 @@ impl TestHub {
         };
         let mut config = test_config(&db.url);
         adjust(&mut config);
+        let gateways: Option<Arc<dyn GatewayRuntime>> = match gateways {
+            Some(g) => {
+                let credentials = TransportCredentials::load(db.dyn_store())
+                    .await
+                    .expect("transport key");
+                Some(Arc::new(g.with_transport(credentials)))
+            }
+            None => None,
+        };
         let hub = server::start_with_parts(&config, db.dyn_store(), handlers, gateways)
             .await
             .expect("start hub");

@@ -49,6 +49,7 @@ both_backends!(
     grpc_stale_version_is_aborted,
     grpc_not_found,
     grpc_tenant_isolation,
+    grpc_tenants_see_only_their_clusters,
     grpc_oversized_message_is_rejected,
 );
 
@@ -1328,6 +1329,100 @@ async fn grpc_tenant_isolation(backend: Backend) {
     assert_eq!(fleet.namespaces, 2);
     assert_eq!(fleet.agents, 3);
     assert_eq!(fleet.agents_running, 1);
+    hub.stop().await;
+}
+
+/// Issue 9, defect 9, over gRPC: a tenant's clusters are those its
+/// revisions are placed on, without serials or outbox depth, and its fleet
+/// counts cover only those.
+async fn grpc_tenants_see_only_their_clusters(backend: Backend) {
+    let mut hub = TestHub::start(backend).await;
+    let mut g = hub.grpc().await;
+    let root = hub.root_token.clone();
+    for name in ["exec-a", "exec-b"] {
+        hub.store()
+            .upsert_cluster(&ClusterRecord {
+                name: name.into(),
+                labels: BTreeMap::new(),
+                capabilities: Vec::new(),
+                certificate_serials: vec![format!("serial-{name}")],
+                connection_state: ConnectionState::Online,
+                last_seen: Some(Utc::now()),
+                version: "0.1.0".into(),
+            })
+            .await
+            .unwrap();
+    }
+    for (ns, cluster) in [("ns-a", "exec-a"), ("ns-b", "exec-b")] {
+        create_namespace(&mut g, &root, ns).await;
+        ok(g.create_agent(authed(
+            &root,
+            pb::CreateAgentRequest {
+                namespace: ns.into(),
+                name: "bot".into(),
+                spec: Some(pb::AgentSpec {
+                    placement: Some(pb::Placement {
+                        cluster: cluster.into(),
+                        ..Default::default()
+                    }),
+                    ..spec("img:1")
+                }),
+            },
+        ))
+        .await);
+        let rev = ok(deploy(&mut g, &root, ns, "bot", "", None).await);
+        assert_eq!(rev.resolved_cluster, cluster);
+    }
+
+    let all = ok(g
+        .list_clusters(authed(&root, pb::ListClustersRequest {}))
+        .await);
+    assert_eq!(all.items.len(), 2);
+    assert!(
+        all.items
+            .iter()
+            .all(|c| !c.certificate_serials.is_empty() && c.outbox_depth.is_some()),
+        "{all:?}"
+    );
+
+    let a = hub.token("a-viewer", Some("ns-a"), Role::Viewer).await;
+    let seen = ok(g
+        .list_clusters(authed(&a, pb::ListClustersRequest {}))
+        .await);
+    let names: Vec<&str> = seen.items.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["exec-a"]);
+    let one = ok(g
+        .get_cluster(authed(
+            &a,
+            pb::GetClusterRequest {
+                name: "exec-a".into(),
+            },
+        ))
+        .await);
+    for c in [&seen.items[0], &one] {
+        assert!(c.certificate_serials.is_empty(), "{c:?}");
+        assert_eq!(c.outbox_depth, None, "{c:?}");
+    }
+    fails(
+        g.get_cluster(authed(
+            &a,
+            pb::GetClusterRequest {
+                name: "exec-b".into(),
+            },
+        ))
+        .await,
+        Code::NotFound,
+    );
+    let fleet = ok(g
+        .get_fleet_summary(authed(&a, pb::GetFleetSummaryRequest {}))
+        .await);
+    assert_eq!(fleet.clusters, 1);
+    assert_eq!(fleet.clusters_online, 1);
+    assert_eq!(fleet.namespaces, 1);
+    let fleet = ok(g
+        .get_fleet_summary(authed(&root, pb::GetFleetSummaryRequest {}))
+        .await);
+    assert_eq!(fleet.clusters, 2);
     hub.stop().await;
 }
 

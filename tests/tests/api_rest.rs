@@ -45,7 +45,9 @@ both_backends!(
     agents_crud,
     deploy_freezes_snapshots_rollback_and_stop,
     clusters_and_fleet_summary,
+    tenants_see_only_their_clusters_and_counts,
     idempotency_key_replays_and_rejects_reuse,
+    digest_policy_is_enforced_at_deploy,
     concurrent_deploys_get_distinct_consecutive_numbers,
     optimistic_concurrency,
     authentication_failures_are_401,
@@ -790,7 +792,8 @@ async fn clusters_and_fleet_summary(backend: Backend) {
     assert!(fleet["workPending"].is_i64());
     assert!(fleet["workFailed"].is_i64());
 
-    // A tenant sees its own counts, and the shared clusters.
+    // A tenant sees its own counts, and only the cluster its revisions
+    // are placed on.
     let viewer = hub.token("team-viewer", Some("team"), Role::Viewer).await;
     let v = Client::new(&hub, &viewer);
     let fleet = v.get("/fleet").await.expect(200).clone();
@@ -798,9 +801,204 @@ async fn clusters_and_fleet_summary(backend: Backend) {
     assert_eq!(fleet["agents"], 2);
     assert_eq!(fleet["agentsRunning"], 2);
     assert_eq!(fleet["revisionsByPhase"]["pending"], 3);
-    assert_eq!(v.get("/clusters").await.items().len(), 2);
-    v.get("/clusters/exec-b").await.expect(200);
+    assert_eq!(fleet["clusters"], 1);
+    assert_eq!(v.get("/clusters").await.items().len(), 1);
+    v.get("/clusters/exec-a").await.expect(200);
+    v.get("/clusters/exec-b")
+        .await
+        .expect_error(404, "not_found");
     hub.stop().await;
+}
+
+/// Issue 9, defect 9: a namespace-scoped token sees only the clusters its
+/// revisions are placed on, without certificate serials or outbox depth,
+/// and fleet counts over its own namespace only.
+async fn tenants_see_only_their_clusters_and_counts(backend: Backend) {
+    let mut hub = TestHub::start(backend).await;
+    let store = hub.store();
+    for (name, state) in [
+        ("exec-a", ConnectionState::Online),
+        ("exec-b", ConnectionState::Online),
+        ("exec-c", ConnectionState::Offline),
+    ] {
+        store
+            .upsert_cluster(&ClusterRecord {
+                name: name.into(),
+                labels: BTreeMap::new(),
+                capabilities: Vec::new(),
+                certificate_serials: vec![format!("serial-{name}")],
+                connection_state: state,
+                last_seen: Some(Utc::now()),
+                version: "0.1.0".into(),
+            })
+            .await
+            .unwrap();
+    }
+    let c = root(&hub);
+    c.create_namespace("team").await;
+    let other = c.create_namespace("other").await;
+    c.create_namespace("empty").await;
+    for (ns, agent, cluster) in [("team", "a1", "exec-a"), ("other", "b1", "exec-b")] {
+        let mut placed = spec("img:1");
+        placed["placement"] = json!({ "cluster": cluster });
+        c.create_agent(ns, agent, placed).await;
+        let rev = c.deploy(ns, agent, None, None).await.expect(201).clone();
+        assert_eq!(rev["resolvedCluster"], cluster);
+    }
+    // Work of another tenant, due later, so it stays pending.
+    store
+        .enqueue_work(&[clawfed_hub::store::NewWork {
+            kind: "test.later".into(),
+            namespace_id: Some(other["id"].as_str().unwrap().to_owned()),
+            target: "x".into(),
+            payload: json!({}),
+            requested_by: None,
+            max_attempts: 1,
+            run_at: Utc::now() + Duration::hours(1),
+        }])
+        .await
+        .unwrap();
+
+    // The installation admin sees everything, with the admin data.
+    let fleet = c.get("/fleet").await.expect(200).clone();
+    assert_eq!(fleet["clusters"], 3);
+    assert_eq!(fleet["clustersOnline"], 2);
+    assert!(fleet["workPending"].as_i64().unwrap() >= 1, "{fleet}");
+    let all = c.get("/clusters").await;
+    assert_eq!(all.expect(200)["items"].as_array().unwrap().len(), 3);
+    let a = c.get("/clusters/exec-a").await.expect(200).clone();
+    assert_eq!(a["certificateSerials"], json!(["serial-exec-a"]));
+    assert!(a["outboxDepth"].is_i64(), "{a}");
+
+    // A tenant: only exec-a, without serials or outbox depth.
+    let viewer = hub.token("team-viewer", Some("team"), Role::Viewer).await;
+    let v = Client::new(&hub, &viewer);
+    let list = v.get("/clusters").await;
+    let names: Vec<&str> = list
+        .items()
+        .iter()
+        .map(|x| x["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["exec-a"]);
+    for seen in [
+        list.items()[0].clone(),
+        v.get("/clusters/exec-a").await.expect(200).clone(),
+    ] {
+        assert_eq!(seen["connectionState"], "online");
+        assert!(seen.get("certificateSerials").is_none(), "{seen}");
+        assert!(seen.get("outboxDepth").is_none(), "{seen}");
+    }
+    for hidden in ["exec-b", "exec-c", "ghost"] {
+        v.get(&format!("/clusters/{hidden}"))
+            .await
+            .expect_error(404, "not_found");
+    }
+    // Its own namespace's provisioning is done once it is active; then
+    // nothing of its own is pending (the other tenant's item is not its).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while v.get("/namespaces/team").await.expect(200)["state"] != "active" {
+        assert!(std::time::Instant::now() < deadline, "team not provisioned");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let fleet = v.get("/fleet").await.expect(200).clone();
+    assert_eq!(fleet["namespaces"], 1, "{fleet}");
+    assert_eq!(fleet["agents"], 1, "{fleet}");
+    assert_eq!(fleet["clusters"], 1, "{fleet}");
+    assert_eq!(fleet["clustersOnline"], 1, "{fleet}");
+    assert_eq!(fleet["workPending"], 0, "{fleet}");
+    assert_eq!(fleet["workFailed"], 0, "{fleet}");
+
+    // A tenant with no revisions sees no cluster at all.
+    let empty = hub.token("empty-viewer", Some("empty"), Role::Viewer).await;
+    let e = Client::new(&hub, &empty);
+    assert!(e.get("/clusters").await.items().is_empty());
+    let fleet = e.get("/fleet").await.expect(200).clone();
+    assert_eq!(fleet["clusters"], 0, "{fleet}");
+    assert_eq!(fleet["clustersOnline"], 0, "{fleet}");
+    e.get("/clusters/exec-a")
+        .await
+        .expect_error(404, "not_found");
+    hub.stop().await;
+}
+
+/// Issue 9, defect 7: with `policy.requireImmutableDigest` the hub refuses
+/// a deploy whose image is not pinned by SHA-256 digest (by the spoke's own
+/// rule), naming the field; a pinned deploy with the default Gateway image
+/// is admitted; a tagged default Gateway image stops the hub from starting.
+async fn digest_policy_is_enforced_at_deploy(backend: Backend) {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let gateway = format!("reg.example/gateway@{digest}");
+    let default_gateway = gateway.clone();
+    let mut hub = TestHub::start_with(
+        backend,
+        |config| {
+            config.policy.require_immutable_digest = true;
+            config.policy.default_gateway_image = default_gateway;
+        },
+        Handlers::builtin(),
+    )
+    .await;
+    let c = root(&hub);
+    c.create_namespace("team").await;
+    let pinned = format!("reg.example/harness@{digest}");
+    // Drafts accept upper-case hex; a pin is lower-case (OCI), and the
+    // spoke would refuse it.
+    let upper = format!("reg.example/harness@sha256:{}", "AB".repeat(32));
+    for (name, image, gateway_image, field) in [
+        ("tagged", "reg.example/harness:1.0", None, "spec.image"),
+        ("upper", upper.as_str(), None, "spec.image"),
+        (
+            "gateway",
+            pinned.as_str(),
+            Some("reg.example/gateway:latest"),
+            "spec.gatewayImage",
+        ),
+    ] {
+        let mut s = spec(image);
+        if let Some(g) = gateway_image {
+            s["gatewayImage"] = json!(g);
+        }
+        c.create_agent("team", name, s).await;
+        c.deploy("team", name, None, None)
+            .await
+            .expect_invalid(field);
+        assert!(
+            c.get(&format!("/namespaces/team/agents/{name}/revisions"))
+                .await
+                .items()
+                .is_empty(),
+            "{name}: nothing admitted"
+        );
+    }
+
+    // Pinned, with the (pinned) default Gateway image: admitted.
+    c.create_agent("team", "ok", spec(&pinned)).await;
+    let rev = c.deploy("team", "ok", None, None).await.expect(201).clone();
+    assert_eq!(
+        rev["images"],
+        json!([
+            { "role": "harness", "reference": pinned, "digest": digest },
+            { "role": "gateway", "reference": gateway, "digest": digest },
+        ])
+    );
+    hub.stop().await;
+
+    // The policy with a tagged default Gateway image: the hub does not start.
+    let db = match backend {
+        Backend::Sqlite => clawfed_tests::db::sqlite().await,
+        Backend::Postgres => clawfed_tests::db::postgres().await,
+    };
+    let mut config = clawfed_tests::hub::test_config(&db.url);
+    config.policy.require_immutable_digest = true;
+    config.policy.default_gateway_image = "reg.example/gateway:latest".into();
+    let err =
+        clawfed_hub::server::start_with_parts(&config, db.dyn_store(), Handlers::builtin(), None)
+            .await
+            .expect_err("a tagged default Gateway image under the digest policy");
+    assert!(
+        err.to_string().contains("policy.defaultGatewayImage"),
+        "{err}"
+    );
 }
 
 // ---- 2. Idempotency-Key ------------------------------------------------------------

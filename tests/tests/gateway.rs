@@ -633,3 +633,139 @@ async fn readiness_reports_why_not() -> Result<()> {
     g.delete("team-gw", &agent).await?;
     Ok(())
 }
+
+/// Issue 9, defect 8: a revision's transport token is derived, not minted
+/// per pipeline pass. Ensuring the same revision again (from this hub or
+/// another replica on the same store) leaves the transport Secret as it was;
+/// another revision gets another token; the store keeps only the token's
+/// SHA-256, which matches the Secret.
+#[tokio::test]
+async fn transport_credential_is_stable_per_revision() -> Result<()> {
+    use clawfed_hub::gateway::{TransportCredentials, transport};
+    use clawfed_hub::worker::rollout::{GatewayRuntime, GatewayTarget};
+    use clawfed_tests::hub::{Backend, TestHub};
+
+    let e = env().await?;
+    let admin = e.cluster.admin();
+
+    // A store holding two real revisions of one Agent.
+    let mut hub = TestHub::start(Backend::Sqlite).await;
+    let agent = agent_name("tr");
+    let (r1, r2) = two_revisions(&hub, &agent).await?;
+    let image = format!(
+        "registry.invalid/openclaw-gateway@sha256:{}",
+        "cd".repeat(32)
+    );
+    let target = |rev: &serde_json::Value| GatewayTarget {
+        tenant: "team-gw".into(),
+        namespace_id: String::new(),
+        agent: agent.clone(),
+        agent_id: String::new(),
+        revision: rev["number"].as_i64().unwrap_or_default(),
+        revision_id: rev["id"].as_str().unwrap_or_default().to_owned(),
+        image: image.clone(),
+        harness_cluster: "exec-a".into(),
+        harness_namespace: "oce-0123456789abcde".into(),
+        harness_port: 8080,
+    };
+    let (t1, t2) = (target(&r1), target(&r2));
+
+    let store = hub.store();
+    let g = Gateways::new(e.hub.clone(), config())?
+        .with_transport(TransportCredentials::load(store.clone()).await?);
+    let secrets = Api::<Secret>::namespaced(admin.clone(), GW_NS);
+    let secret_name = format!("{agent}-gateway-transport");
+    let token_of = |s: &Secret| -> Result<String> {
+        let data = s.data.as_ref().context("secret data")?;
+        let token = data.get("gateway-token").context("gateway-token")?;
+        Ok(String::from_utf8(token.0.clone())?)
+    };
+
+    // Checks return errors rather than panic, so the cleanup below runs.
+    let result = async {
+        GatewayRuntime::ensure(&g, &t1).await?;
+        let first = secrets.get(&secret_name).await?;
+        GatewayRuntime::ensure(&g, &t1).await?;
+        let second = secrets.get(&secret_name).await?;
+        anyhow::ensure!(
+            first.resource_version() == second.resource_version(),
+            "a second pass rewrote the transport Secret: {:?} -> {:?}",
+            first.resource_version(),
+            second.resource_version()
+        );
+        anyhow::ensure!(first.data == second.data, "the token changed");
+
+        // Another hub replica on the same store derives the same token.
+        let replica = Gateways::new(e.hub.clone(), config())?
+            .with_transport(TransportCredentials::load(store.clone()).await?);
+        GatewayRuntime::ensure(&replica, &t1).await?;
+        let third = secrets.get(&secret_name).await?;
+        anyhow::ensure!(
+            first.resource_version() == third.resource_version(),
+            "another replica rewrote the transport Secret"
+        );
+
+        // The store keeps the token's hash, never the token.
+        let token1 = token_of(&first)?;
+        anyhow::ensure!(token1.len() == 64, "token {} characters", token1.len());
+        let hash1 = transport::token_hash(&token1);
+        let stored1 = store.transport_token_hash(&t1.revision_id).await?;
+        anyhow::ensure!(
+            stored1.as_deref() == Some(hash1.as_str()),
+            "stored {stored1:?}, Secret's token hashes to {hash1}"
+        );
+        let found = store.revision_by_transport_hash(&hash1).await?;
+        anyhow::ensure!(
+            found.as_deref() == Some(t1.revision_id.as_str()),
+            "{found:?}"
+        );
+
+        // The next revision gets its own token (and hash).
+        GatewayRuntime::ensure(&g, &t2).await?;
+        let token2 = token_of(&secrets.get(&secret_name).await?)?;
+        anyhow::ensure!(token2 != token1, "revision 2 got revision 1's token");
+        let stored2 = store.transport_token_hash(&t2.revision_id).await?;
+        anyhow::ensure!(
+            stored2 == Some(transport::token_hash(&token2)),
+            "revision 2's stored hash {stored2:?}"
+        );
+        let still = store.transport_token_hash(&t1.revision_id).await?;
+        anyhow::ensure!(still == stored1, "revision 1's hash changed: {still:?}");
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    g.delete("team-gw", &agent).await?;
+    hub.stop().await;
+    result
+}
+
+/// Namespace `team-gw`, Agent `agent` and two revisions of it, over REST.
+async fn two_revisions(
+    hub: &clawfed_tests::hub::TestHub,
+    agent: &str,
+) -> Result<(serde_json::Value, serde_json::Value)> {
+    let post = |path: String, body: serde_json::Value| async move {
+        let r = hub
+            .http
+            .post(hub.url(&path))
+            .bearer_auth(&hub.root_token)
+            .json(&body)
+            .send()
+            .await?;
+        let status = r.status();
+        let body: serde_json::Value = r.json().await?;
+        anyhow::ensure!(status.is_success(), "{path}: {status}: {body}");
+        Ok::<_, anyhow::Error>(body)
+    };
+    post("/namespaces".into(), json!({ "name": "team-gw" })).await?;
+    let spec = json!({ "harnessKind": "embedded-openclaw", "image": "img:1" });
+    post(
+        "/namespaces/team-gw/agents".into(),
+        json!({ "name": agent, "spec": spec }),
+    )
+    .await?;
+    let deploy = format!("/namespaces/team-gw/agents/{agent}/deploy");
+    let r1 = post(deploy.clone(), json!({})).await?;
+    let r2 = post(deploy, json!({})).await?;
+    Ok((r1, r2))
+}

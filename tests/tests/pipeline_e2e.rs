@@ -646,7 +646,7 @@ impl World {
                 c.worker.max_attempts = 8;
             },
             clawfed_hub::worker::Handlers::builtin(),
-            Some(Arc::new(gateways)),
+            Some(gateways),
         )
         .await;
         let rest = Rest::of(&hub);

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use clawfed_hub::auth::{self, Role};
+use clawfed_hub::gateway::TransportCredentials;
+use clawfed_hub::gateway::transport;
 use clawfed_hub::model::{
     AgentSpec, ConnectionState, DesiredState, ExecutionMode, HarnessKind, NamespaceState,
     Placement, Resources, RevisionPhase, WorkState,
@@ -994,6 +996,64 @@ mod cases {
         );
         assert!(s.get_report(&c.id, t, "readiness").await.unwrap().is_none());
     }
+
+    /// Issue 9, defect 8: one transport key per installation (first writer
+    /// wins, so replicas agree), and per revision only the token's hash.
+    pub async fn transport_key_is_shared_and_only_hashes_are_kept(s: Arc<dyn Store>) {
+        // Concurrent first uses (several hub replicas) agree on one value.
+        let tasks: Vec<_> = (0..6)
+            .map(|i| {
+                let s = s.clone();
+                tokio::spawn(async move { s.hub_secret("k", &format!("candidate-{i}")).await })
+            })
+            .collect();
+        let mut values = HashSet::new();
+        for t in tasks {
+            values.insert(t.await.unwrap().unwrap());
+        }
+        assert_eq!(values.len(), 1, "{values:?}");
+        let first = values.into_iter().next().unwrap();
+        assert_eq!(s.hub_secret("k", "later").await.unwrap(), first);
+
+        namespace(s.as_ref(), "team-a").await;
+        agent(s.as_ref(), "team-a", "bot").await;
+        let r1 = s
+            .deploy(&revision("team-a", "bot", 1, "img:1"), &fx("agent.deploy"))
+            .await
+            .unwrap()
+            .revision;
+        let one = TransportCredentials::load(s.clone()).await.unwrap();
+        let other = TransportCredentials::load(s.clone()).await.unwrap();
+        let token = one.for_revision(&r1.id).await.unwrap().gateway_token;
+        assert_eq!(
+            other.for_revision(&r1.id).await.unwrap().gateway_token,
+            token,
+            "another replica derives the same token"
+        );
+        let hash = transport::token_hash(&token);
+        assert_ne!(hash, token);
+        assert_eq!(
+            s.transport_token_hash(&r1.id).await.unwrap(),
+            Some(hash.clone())
+        );
+        assert_eq!(
+            s.revision_by_transport_hash(&hash).await.unwrap(),
+            Some(r1.id.clone())
+        );
+        assert_eq!(s.revision_by_transport_hash(&token).await.unwrap(), None);
+        assert!(matches!(
+            s.set_transport_token_hash("no-such-revision", "h").await,
+            Err(StoreError::NotFound { .. })
+        ));
+        // The hash goes with its revision.
+        s.set_desired_state("team-a", "bot", DesiredState::Stopped, &fx("agent.stop"))
+            .await
+            .unwrap();
+        s.delete_agent("team-a", "bot", &fx("agent.delete"))
+            .await
+            .unwrap();
+        assert_eq!(s.revision_by_transport_hash(&hash).await.unwrap(), None);
+    }
 }
 
 /// Instantiates every case for one backend.
@@ -1038,4 +1098,5 @@ suite!(
     agent_pass_lease_is_exclusive_until_it_expires,
     activation_lands_only_while_the_agent_wants_the_revision,
     outbox_supersedes_and_reports_keep_the_newest,
+    transport_key_is_shared_and_only_hashes_are_kept,
 );

@@ -81,8 +81,14 @@ enum Command {
         #[arg(long)]
         from_revision: Option<i64>,
         /// Makes a retried deploy safe; a random key is used when omitted.
+        /// Retries within this run reuse it, and it is printed when the
+        /// deploy gives up so the exact request can be repeated.
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// Times to retry when the hub gives no answer (unreachable, timed
+        /// out, or 502/503/504), with exponential backoff and jitter.
+        #[arg(long, default_value_t = DEPLOY_RETRIES)]
+        retries: usize,
     },
     /// Stop an Agent.
     Stop {
@@ -299,6 +305,18 @@ pub enum CliError {
     /// Anything else (output encoding, unexpected response).
     #[error("{0}")]
     Other(String),
+    /// A deploy got no answer in any attempt; the hub may still have saved
+    /// it, so the key to repeat it with is part of the message.
+    #[error(
+        "{last}; gave up after {attempts} attempts. The hub may have saved the deploy: \
+         repeat it with --idempotency-key {key} to get that revision instead of a new one"
+    )]
+    GaveUp {
+        key: String,
+        attempts: usize,
+        /// The last attempt's error (shown in the message, decides the exit code).
+        last: Box<CliError>,
+    },
 }
 
 impl CliError {
@@ -307,8 +325,36 @@ impl CliError {
             Self::Api { .. } | Self::Other(_) => 1,
             Self::Usage(_) => 2,
             Self::Unreachable { .. } => 3,
+            Self::GaveUp { last, .. } => last.exit_code(),
         }
     }
+
+    /// Whether the hub may not have answered, so repeating the same request
+    /// can help: no connection, a timeout or a cut-off answer, or a proxy's
+    /// or the hub's "unavailable". A 4xx never is: the hub did answer.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Unreachable { source, .. } => !source.is_builder(),
+            Self::Api { status, .. } => matches!(status, 502..=504),
+            Self::Usage(_) | Self::Other(_) | Self::GaveUp { .. } => false,
+        }
+    }
+}
+
+/// Default `clawfed deploy --retries`: with [`deploy_backoff`] the attempts
+/// span at least 23 s, enough for a hub restart.
+const DEPLOY_RETRIES: usize = 6;
+
+/// Delays between deploy attempts: 0.5 s doubling up to 8 s, each
+/// lengthened by a random jitter of up to itself, so many clients retrying
+/// after one hub restart do not arrive together.
+fn deploy_backoff(retries: usize) -> backon::ExponentialBuilder {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(Duration::from_secs(8))
+        .with_factor(2.0)
+        .with_jitter()
+        .with_max_times(retries)
 }
 
 type CliResult<T> = Result<T, CliError>;
@@ -411,7 +457,7 @@ impl Client {
             .map(|_| ())
     }
 
-    /// Deploys with an idempotency key.
+    /// Deploys with an idempotency key, once.
     pub async fn deploy(
         &self,
         ns: &str,
@@ -427,6 +473,43 @@ impl Client {
                 .json(req),
         )
         .await
+    }
+
+    /// Deploys with `key`, retrying up to `retries` times while the hub
+    /// gives no answer. Every attempt carries the same key, so the hub makes
+    /// at most one revision however many of them reached it.
+    pub async fn deploy_with_retries(
+        &self,
+        ns: &str,
+        agent: &str,
+        req: &DeployRequest,
+        key: &str,
+        retries: usize,
+    ) -> CliResult<AgentRevision> {
+        use backon::Retryable;
+        let mut attempts = 0;
+        let result = (|| {
+            attempts += 1;
+            self.deploy(ns, agent, req, key)
+        })
+        .retry(deploy_backoff(retries))
+        .sleep(tokio::time::sleep)
+        .when(CliError::is_retryable)
+        .notify(|err, delay| {
+            eprintln!(
+                "deploy: {err}; retrying in {:.1}s with the same Idempotency-Key",
+                delay.as_secs_f64()
+            );
+        })
+        .await;
+        match result {
+            Err(last) if last.is_retryable() => Err(CliError::GaveUp {
+                key: key.to_owned(),
+                attempts,
+                last: Box::new(last),
+            }),
+            other => other,
+        }
     }
 }
 
@@ -646,10 +729,12 @@ async fn run(cli: Cli) -> CliResult<String> {
             namespace,
             from_revision,
             idempotency_key,
+            retries,
         } => {
             let key = idempotency_key.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            let req = DeployRequest { from_revision };
             let rev = c
-                .deploy(&namespace, &agent, &DeployRequest { from_revision }, &key)
+                .deploy_with_retries(&namespace, &agent, &req, &key, retries)
                 .await?;
             one(f, rev)
         }
@@ -844,5 +929,58 @@ impl SpecArgs {
             }
         }
         Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(status: u16) -> CliError {
+        CliError::Api {
+            status,
+            code: "x".into(),
+            message: "x".into(),
+        }
+    }
+
+    #[test]
+    fn only_a_missing_answer_is_retried() {
+        for status in [502, 503, 504] {
+            assert!(api(status).is_retryable(), "{status}");
+        }
+        // The hub answered: repeating cannot change the outcome (a 409 for a
+        // reused key, a 400 for a bad field, a 500 bug).
+        for status in [400, 401, 403, 404, 409, 413, 500, 501] {
+            assert!(!api(status).is_retryable(), "{status}");
+        }
+        assert!(!CliError::Usage("x".into()).is_retryable());
+        assert!(!CliError::Other("x".into()).is_retryable());
+    }
+
+    #[test]
+    fn giving_up_names_the_key_and_keeps_the_exit_code() {
+        let err = CliError::GaveUp {
+            key: "k-123".into(),
+            attempts: 3,
+            last: Box::new(api(503)),
+        };
+        assert!(err.to_string().contains("--idempotency-key k-123"), "{err}");
+        assert_eq!(err.exit_code(), 1);
+        assert!(!err.is_retryable());
+    }
+
+    #[test]
+    fn the_backoff_is_bounded() {
+        use backon::BackoffBuilder;
+        let delays: Vec<Duration> = deploy_backoff(DEPLOY_RETRIES).build().collect();
+        assert_eq!(delays.len(), DEPLOY_RETRIES);
+        let total: Duration = delays.iter().sum();
+        // Jitter only lengthens a delay, by at most the delay itself.
+        assert!(total >= Duration::from_millis(23_500), "{total:?}");
+        assert!(
+            delays.iter().all(|d| *d <= Duration::from_secs(16)),
+            "{delays:?}"
+        );
     }
 }

@@ -112,7 +112,8 @@ impl Tabular for Cluster {
             self.name.clone(),
             self.connection_state.as_str().into(),
             self.version.clone(),
-            self.outbox_depth.to_string(),
+            self.outbox_depth
+                .map_or_else(|| "-".into(), |d| d.to_string()),
             self.last_seen
                 .map_or_else(|| "-".into(), |t| format!("{} ago", ago(t))),
         ]

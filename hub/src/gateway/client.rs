@@ -35,6 +35,7 @@ use serde::de::DeserializeOwned;
 
 use super::objects::{self, ROUTE_KIND, ROUTE_PLURAL};
 use super::ready::{self, Readiness};
+use super::transport::TransportCredentials;
 use super::{FIELD_MANAGER, GatewayConfig, GatewaySpec, PrivateRouting};
 
 /// Errors of the Gateway client.
@@ -156,6 +157,18 @@ pub enum Error {
         /// Revision.
         revision: i64,
     },
+    /// These Gateways have no transport key ([`Gateways::with_transport`]).
+    #[error("no transport key: the hub derives each revision's transport token from it")]
+    NoTransportKey,
+    /// The revision's transport token hash could not be recorded.
+    #[error("recording the transport credential of revision {revision_id}: {source}")]
+    Transport {
+        /// The revision.
+        revision_id: String,
+        /// The cause.
+        #[source]
+        source: Box<crate::store::StoreError>,
+    },
     /// A deleted object did not go away in time.
     #[error("{kind} {namespace}/{name} still present after {waited:?}")]
     DeleteTimeout {
@@ -189,6 +202,8 @@ impl Error {
             Error::NotReady { .. } => "GatewayNotReady",
             Error::RevisionActive { .. } => "RevisionActive",
             Error::DeleteTimeout { .. } => "DeleteTimeout",
+            Error::NoTransportKey => "NoTransportKey",
+            Error::Transport { .. } => "TransportCredential",
         }
     }
 
@@ -198,6 +213,9 @@ impl Error {
         match self {
             Error::Kube { source, .. } => clawfed_kube::is_transient(source),
             Error::NotReady { .. } | Error::DeleteTimeout { .. } => true,
+            Error::Transport { source, .. } => {
+                matches!(source.as_ref(), crate::store::StoreError::Unavailable(_))
+            }
             _ => false,
         }
     }
@@ -250,6 +268,8 @@ const WRITE_VERBS: [&str; 4] = ["get", "create", "patch", "delete"];
 pub struct Gateways {
     client: Client,
     config: GatewayConfig,
+    /// Derives each revision's transport token (see [`super::transport`]).
+    transport: Option<TransportCredentials>,
 }
 
 impl std::fmt::Debug for Gateways {
@@ -340,7 +360,31 @@ impl Gateways {
     /// Gateways managed through `client` with `config` (checked here).
     pub fn new(client: Client, config: GatewayConfig) -> Result<Self> {
         objects::validate_config(&config)?;
-        Ok(Self { client, config })
+        Ok(Self {
+            client,
+            config,
+            transport: None,
+        })
+    }
+
+    /// Derives transport tokens with `credentials` (the hub always sets it;
+    /// without it [`Self::transport_for`] fails closed).
+    pub fn with_transport(mut self, credentials: TransportCredentials) -> Self {
+        self.transport = Some(credentials);
+        self
+    }
+
+    /// The transport material of `revision_id`: the same on every call, its
+    /// hash recorded in the store before it is returned.
+    pub async fn transport_for(&self, revision_id: &str) -> Result<super::Transport> {
+        let credentials = self.transport.as_ref().ok_or(Error::NoTransportKey)?;
+        credentials
+            .for_revision(revision_id)
+            .await
+            .map_err(|source| Error::Transport {
+                revision_id: revision_id.to_owned(),
+                source: Box::new(source),
+            })
     }
 
     /// The settings in use.

@@ -51,7 +51,10 @@ pub trait GatewayRuntime: Send + Sync + 'static {
 #[async_trait]
 impl GatewayRuntime for crate::gateway::Gateways {
     async fn ensure(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
-        let token: [u8; 32] = rand::random();
+        let transport = self
+            .transport_for(&t.revision_id)
+            .await
+            .map_err(gateway_failure)?;
         let spec = crate::gateway::GatewaySpec {
             tenant: t.tenant.clone(),
             agent: t.agent.clone(),
@@ -64,10 +67,7 @@ impl GatewayRuntime for crate::gateway::Gateways {
                 &t.harness_namespace,
                 t.harness_port,
             ),
-            transport: crate::gateway::Transport {
-                gateway_token: hex::encode(token),
-                tls: None,
-            },
+            transport,
         };
         crate::gateway::Gateways::ensure(self, &spec)
             .await

@@ -43,6 +43,10 @@ const REVISION_COLS: &str = "r.id, n.name AS namespace, a.name AS agent, r.numbe
      r.progress, r.version, r.requested_by, r.created_at, r.updated_at";
 const REVISION_FROM: &str = "agent_revisions r JOIN agents a ON a.id = r.agent_id \
      JOIN namespaces n ON n.id = a.namespace_id";
+/// Names of the clusters the revisions of namespace `$1` are placed on.
+const PLACED: &str = "SELECT DISTINCT r.resolved_cluster FROM agent_revisions r \
+     JOIN agents a ON a.id = r.agent_id JOIN namespaces n ON n.id = a.namespace_id \
+     WHERE n.name = $1 AND r.resolved_cluster IS NOT NULL";
 pub(super) const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
      connection_state, last_seen, version, created_at";
 pub(super) const WORK_COLS: &str = "id, kind, namespace, namespace_id, target, payload, \
@@ -1367,26 +1371,33 @@ impl Store for SqlStore {
     }
 
     async fn fleet_summary(&self, namespace: Option<&str>) -> Result<FleetSummary> {
-        // `$1 IS NULL OR …` keeps one statement for both scopes.
+        // `$1 IS NULL OR …` keeps one statement for both scopes. A tenant's
+        // clusters are those its revisions are placed on; its work items are
+        // matched by namespace id, so a re-created namespace of the same name
+        // does not count the old one's.
         let ns = namespace.map(str::to_owned);
-        let counts = sqlx::query(
+        let sql = format!(
             "SELECT \
                (SELECT COUNT(*) FROM namespaces WHERE $1 IS NULL OR name = $1), \
                (SELECT COUNT(*) FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
                   WHERE $1 IS NULL OR n.name = $1), \
                (SELECT COUNT(*) FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
                   WHERE ($1 IS NULL OR n.name = $1) AND a.desired_state = 'running'), \
-               (SELECT COUNT(*) FROM clusters), \
-               (SELECT COUNT(*) FROM clusters WHERE connection_state = 'online'), \
-               (SELECT COUNT(*) FROM work_items WHERE ($1 IS NULL OR namespace = $1) \
+               (SELECT COUNT(*) FROM clusters WHERE $1 IS NULL OR name IN ({PLACED})), \
+               (SELECT COUNT(*) FROM clusters WHERE ($1 IS NULL OR name IN ({PLACED})) \
+                  AND connection_state = 'online'), \
+               (SELECT COUNT(*) FROM work_items WHERE ($1 IS NULL OR namespace_id IN \
+                  (SELECT id FROM namespaces WHERE name = $1)) \
                   AND state IN ('pending', 'claimed')), \
-               (SELECT COUNT(*) FROM work_items WHERE ($1 IS NULL OR namespace = $1) \
-                  AND state = 'failed')",
-        )
-        .bind(ns.clone())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| self.classify(e))?;
+               (SELECT COUNT(*) FROM work_items WHERE ($1 IS NULL OR namespace_id IN \
+                  (SELECT id FROM namespaces WHERE name = $1)) \
+                  AND state = 'failed')"
+        );
+        let counts = sqlx::query(AssertSqlSafe(sql))
+            .bind(ns.clone())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
         let phases = sqlx::query(AssertSqlSafe(format!(
             "SELECT r.phase, COUNT(*) FROM {REVISION_FROM} WHERE $1 IS NULL OR n.name = $1 \
              GROUP BY r.phase"
@@ -1411,6 +1422,76 @@ impl Store for SqlStore {
             work_pending: counts.get(5),
             work_failed: counts.get(6),
         })
+    }
+
+    async fn placed_clusters(&self, namespace: &str) -> Result<Vec<String>> {
+        let sql = format!("{PLACED} ORDER BY 1");
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(namespace.to_owned())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+    }
+
+    async fn hub_secret(&self, name: &str, candidate: &str) -> Result<String> {
+        sqlx::query(
+            "INSERT INTO hub_secrets (name, value, created_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name.to_owned())
+        .bind(candidate.to_owned())
+        .bind(ms(Utc::now()))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?;
+        let row = sqlx::query("SELECT value FROM hub_secrets WHERE name = $1")
+            .bind(name.to_owned())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+        get(&row, "hub secret", "value")
+    }
+
+    async fn set_transport_token_hash(&self, revision_id: &str, token_hash: &str) -> Result<()> {
+        // Through the revision row, so a missing revision is "not found"
+        // rather than a foreign-key error.
+        let done = sqlx::query(
+            "INSERT INTO gateway_transport (revision_id, token_hash, created_at) \
+             SELECT id, $2, $3 FROM agent_revisions WHERE id = $1 \
+             ON CONFLICT (revision_id) DO UPDATE SET token_hash = excluded.token_hash",
+        )
+        .bind(revision_id.to_owned())
+        .bind(token_hash.to_owned())
+        .bind(ms(Utc::now()))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        if done == 0 {
+            return Err(not_found("revision", revision_id));
+        }
+        Ok(())
+    }
+
+    async fn transport_token_hash(&self, revision_id: &str) -> Result<Option<String>> {
+        let row = sqlx::query("SELECT token_hash FROM gateway_transport WHERE revision_id = $1")
+            .bind(revision_id.to_owned())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+        row.map(|r| get(&r, "gateway transport", "token_hash"))
+            .transpose()
+    }
+
+    async fn revision_by_transport_hash(&self, token_hash: &str) -> Result<Option<String>> {
+        let row = sqlx::query("SELECT revision_id FROM gateway_transport WHERE token_hash = $1")
+            .bind(token_hash.to_owned())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+        row.map(|r| get(&r, "gateway transport", "revision_id"))
+            .transpose()
     }
 }
 
@@ -1566,7 +1647,7 @@ pub(super) fn cluster_from_row(r: &AnyRow) -> Result<Cluster> {
         last_seen: get::<Option<i64>>(r, W, "last_seen")?.map(from_ms),
         version: get(r, W, "version")?,
         created_at: from_ms(get(r, W, "created_at")?),
-        outbox_depth: 0,
+        outbox_depth: None,
     })
 }
 

@@ -72,6 +72,9 @@ pub struct RolloutConfig {
     pub phase_deadline: Duration,
     /// Attempts given to follow-up work items.
     pub max_attempts: i32,
+    /// `policy.requireImmutableDigest`: the spoke refuses images not pinned
+    /// by SHA-256 digest, independently of the hub's check at deploy.
+    pub require_immutable_digest: bool,
     /// How long one pass may hold an Agent's lease (the revision version
     /// fences a pass that outlives it).
     pub pass_lease: Duration,
@@ -83,6 +86,7 @@ impl Default for RolloutConfig {
             ready_deadline: Duration::from_secs(300),
             phase_deadline: Duration::from_secs(300),
             max_attempts: 8,
+            require_immutable_digest: false,
             pass_lease: Duration::from_secs(15),
         }
     }
@@ -410,7 +414,13 @@ impl Rollout {
                     .filter(|p| p.cluster_id.as_deref() == Some(cid.as_str()))
                     .map(|p| p.revision.clone())
                     .collect();
-                let work = harness_work(ns, dp, &rev, &same_cluster);
+                let work = harness_work(
+                    ns,
+                    dp,
+                    &rev,
+                    &same_cluster,
+                    self.config.require_immutable_digest,
+                );
                 self.send(
                     &cid,
                     &harness_target(ns, &rev),

@@ -37,12 +37,14 @@ pub fn namespace_work(ns: &Namespace) -> spec::WorkSpec {
 
 /// `harness.apply` for `rev` in `data_plane_namespace` (the physical name
 /// the cluster resolved), with the predecessors that run on the same
-/// cluster (a dedicated Harness stops them first).
+/// cluster (a dedicated Harness stops them first). `require_digest` is the
+/// installation's digest policy, which the spoke enforces on its own too.
 pub fn harness_work(
     ns: &Namespace,
     data_plane_namespace: &str,
     rev: &AgentRevision,
     same_cluster_predecessors: &[AgentRevision],
+    require_digest: bool,
 ) -> spec::WorkSpec {
     let r = &rev.spec.resources;
     let quantities = |cpu: &Option<String>, memory: &Option<String>| {
@@ -62,7 +64,7 @@ pub fn harness_work(
         revision_id: rev.id.clone(),
         harness_kind: rev.spec.harness_kind.as_str().to_owned(),
         image: rev.spec.image.clone(),
-        require_digest: rev.images.iter().all(|i| i.digest.is_some()),
+        require_digest,
         requirement_labels: rev.spec.requirement_labels.clone(),
         resources: spec::Resources { requests, limits },
         port: spec::harness::DEFAULT_PORT,
@@ -130,5 +132,68 @@ pub fn gateway_target(
         harness_cluster: rev.resolved_cluster.clone().unwrap_or_default(),
         harness_namespace: data_plane_namespace.to_owned(),
         harness_port: spec::harness::DEFAULT_PORT,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn namespace() -> Namespace {
+        serde_json::from_value(serde_json::json!({
+            "id": "0190a0b0-0000-7000-8000-000000000001",
+            "name": "team",
+            "displayName": "team",
+            "dataPlaneNamespace": "oce-0123456789abcde",
+            "adopted": false,
+            "state": "active",
+            "provisionedAt": null,
+            "version": 1,
+            "createdAt": "2025-01-01T00:00:00Z",
+            "updatedAt": "2025-01-01T00:00:00Z",
+        }))
+        .expect("namespace")
+    }
+
+    fn revision(image: &str) -> AgentRevision {
+        serde_json::from_value(serde_json::json!({
+            "id": "0190a0b0-0000-7000-8000-000000000002",
+            "namespace": "team",
+            "agent": "bot",
+            "number": 1,
+            "spec": { "harnessKind": "embedded-openclaw", "image": image },
+            "configuration": null,
+            "images": [{ "role": "harness", "reference": image,
+                         "digest": image.split_once('@').map(|(_, d)| d) }],
+            "resolvedCluster": "exec-a",
+            "phase": "pending",
+            "reason": null,
+            "rolledBackFrom": null,
+            "createdAt": "2025-01-01T00:00:00Z",
+            "updatedAt": "2025-01-01T00:00:00Z",
+        }))
+        .expect("revision")
+    }
+
+    /// Issue 9, defect 7: the spoke's digest gate is the installation
+    /// policy, not a consequence of whether the images happen to be pinned.
+    #[test]
+    fn harness_work_carries_the_digest_policy() {
+        let pinned = format!("reg.example/harness@sha256:{}", "a".repeat(64));
+        for image in ["reg.example/harness:1.0", pinned.as_str()] {
+            for policy in [true, false] {
+                let spec::WorkSpec::HarnessApply(work) =
+                    harness_work(&namespace(), "oce-x", &revision(image), &[], policy)
+                else {
+                    panic!("not harness.apply");
+                };
+                assert_eq!(work.require_digest, policy, "{image}");
+                assert_eq!(work.image, image);
+                assert_eq!(
+                    work.data_plane_namespace, "oce-x",
+                    "the name the cluster resolved"
+                );
+            }
+        }
     }
 }
