@@ -19,7 +19,10 @@ pub struct Namespace {
     pub display_name: String,
     /// The physical Kubernetes namespace in execution clusters.
     pub data_plane_namespace: String,
-    /// True when `dataPlaneNamespace` was chosen by an operator.
+    /// True when `dataPlaneNamespace` was chosen by an operator. Each
+    /// execution cluster adopts it only while it carries the operator's label
+    /// `clawfed.io/adoptable=true`; otherwise the spoke refuses the work
+    /// ("not marked for adoption") and its admission policy refuses the writes.
     pub adopted: bool,
     pub state: NamespaceState,
     /// Set by the worker once the namespace has been provisioned.
@@ -67,6 +70,8 @@ pub struct CreateNamespace {
     #[serde(default)]
     pub display_name: Option<String>,
     /// Adopt this operator-chosen Kubernetes namespace instead of `oce-<hash>`.
+    /// It must already exist in the execution clusters and carry the label
+    /// `clawfed.io/adoptable=true`, which only an operator sets.
     #[serde(default)]
     pub adopt_namespace: Option<String>,
 }

@@ -24,3 +24,8 @@ pub const WORK_TARGET_ANNOTATION: &str = "clawfed.io/work-target";
 pub const REVISION_ID_ANNOTATION: &str = "clawfed.io/revision-id";
 /// Label on a data-plane namespace clawfed adopted (operator-named); value `true`.
 pub const ADOPTED: &str = "clawfed.io/adopted";
+/// Label an operator puts on an existing namespace to let clawfed adopt it;
+/// value `true`. Only an operator sets or removes it: the spoke's admission
+/// policy (deploy/spoke/admission.yaml) refuses the spoke any change to it,
+/// and refuses it any write to an unmanaged namespace that lacks it.
+pub const ADOPTABLE: &str = "clawfed.io/adoptable";

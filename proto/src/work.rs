@@ -281,7 +281,8 @@ pub struct NamespaceWork {
     /// The clawfed namespace id: input of the naming rule and value of the
     /// namespace-id annotation.
     pub namespace_id: String,
-    /// Adopt this operator-named namespace instead of `oce-<hash15>`.
+    /// Adopt this operator-named namespace instead of `oce-<hash15>`; the spoke
+    /// refuses unless an operator labelled it [`crate::labels::ADOPTABLE`]`=true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopt: Option<String>,
     /// ResourceQuota `spec.hard` (e.g. `pods: "20"`, `requests.cpu: "8"`).

@@ -8,7 +8,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -19,6 +19,9 @@ use crate::kube_env::TestCluster;
 pub const SPOKE_NAMESPACE: &str = "clawfed-system";
 /// The spoke's ServiceAccount.
 pub const SPOKE_SERVICE_ACCOUNT: &str = "clawfed-spoke";
+/// The Secret holding the spoke's link identity (`--identity-secret`), the
+/// only one its Role in [`SPOKE_NAMESPACE`] reaches.
+pub const SPOKE_IDENTITY_SECRET: &str = "clawfed-spoke-identity";
 
 fn deploy_file(name: &str) -> Result<String> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/spoke/");
@@ -28,6 +31,27 @@ fn deploy_file(name: &str) -> Result<String> {
 
 fn typed<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T> {
     Ok(serde_json::from_value(v.clone())?)
+}
+
+async fn apply_namespaced<K>(client: &Client, obj: K) -> Result<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + serde::Serialize
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    let ns = obj
+        .namespace()
+        .with_context(|| format!("namespace of {}", obj.name_any()))?;
+    Api::<K>::namespaced(client.clone(), &ns)
+        .patch(
+            &obj.name_any(),
+            &PatchParams::apply("clawfed-tests").force(),
+            &Patch::Apply(&obj),
+        )
+        .await?;
+    Ok(())
 }
 
 async fn apply_cluster_scoped<K>(client: &Client, obj: K) -> Result<()>
@@ -61,27 +85,18 @@ pub async fn install_spoke_rbac(cluster: &TestCluster) -> Result<()> {
             }
             match v["kind"].as_str().unwrap_or_default() {
                 "Namespace" => apply_cluster_scoped(&admin, typed::<Namespace>(&v)?).await?,
-                "ServiceAccount" => {
-                    let sa: ServiceAccount = typed(&v)?;
-                    let ns = sa.namespace().context("serviceaccount namespace")?;
-                    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
-                        .patch(
-                            &sa.name_any(),
-                            &PatchParams::apply("clawfed-tests").force(),
-                            &Patch::Apply(&sa),
-                        )
-                        .await?;
-                }
+                "ServiceAccount" => apply_namespaced(&admin, typed::<ServiceAccount>(&v)?).await?,
                 "ClusterRole" => {
                     let role: ClusterRole = typed(&v)?;
-                    for rule in role.rules.iter().flatten() {
-                        let wild = rule.verbs.iter().any(|s| s == "*")
-                            || rule.resources.iter().flatten().any(|s| s == "*")
-                            || rule.api_groups.iter().flatten().any(|s| s == "*");
-                        ensure!(!wild, "wildcard in {}", role.name_any());
-                    }
+                    refuse_wildcards(&role.name_any(), role.rules.iter().flatten())?;
                     apply_cluster_scoped(&admin, role).await?
                 }
+                "Role" => {
+                    let role: Role = typed(&v)?;
+                    refuse_wildcards(&role.name_any(), role.rules.iter().flatten())?;
+                    apply_namespaced(&admin, role).await?
+                }
+                "RoleBinding" => apply_namespaced(&admin, typed::<RoleBinding>(&v)?).await?,
                 "ClusterRoleBinding" => {
                     apply_cluster_scoped(&admin, typed::<ClusterRoleBinding>(&v)?).await?
                 }
@@ -95,6 +110,19 @@ pub async fn install_spoke_rbac(cluster: &TestCluster) -> Result<()> {
                 other => bail!("unexpected kind {other} in deploy/spoke/{file}"),
             }
         }
+    }
+    Ok(())
+}
+
+fn refuse_wildcards<'a>(
+    name: &str,
+    rules: impl Iterator<Item = &'a k8s_openapi::api::rbac::v1::PolicyRule>,
+) -> Result<()> {
+    for rule in rules {
+        let wild = rule.verbs.iter().any(|s| s == "*")
+            || rule.resources.iter().flatten().any(|s| s == "*")
+            || rule.api_groups.iter().flatten().any(|s| s == "*");
+        ensure!(!wild, "wildcard in {name}");
     }
     Ok(())
 }

@@ -852,7 +852,8 @@ async fn namespace_resolution_fails_closed_and_accepts_marked_legacy() -> Result
         count::<Deployment>(&admin, &legacy, "clawfed.io/agent=tagged").await?,
         0
     );
-    // Adopting an operator-named namespace keeps its name.
+    // Adopting an operator-named namespace keeps its name, but only once an
+    // operator has marked it adoptable.
     let t2 = Tenant::new("adopt");
     let chosen = format!("ops-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     namespaces
@@ -864,7 +865,33 @@ async fn namespace_resolution_fails_closed_and_accepts_marked_legacy() -> Result
     let mut nw = t2.namespace_work();
     nw.adopt = Some(chosen.clone());
     let r = exec
-        .apply(&t2.work(target::namespace(&t2.id), 1, WorkSpec::NamespaceEnsure(nw)))
+        .apply(&t2.work(
+            target::namespace(&t2.id),
+            1,
+            WorkSpec::NamespaceEnsure(nw.clone()),
+        ))
+        .await?;
+    assert!(
+        !r.applied && r.reason.contains("not marked for adoption"),
+        "{}",
+        r.reason
+    );
+    assert!(
+        !namespaces
+            .get(&chosen)
+            .await?
+            .labels()
+            .contains_key(labels::MANAGED_BY)
+    );
+    namespaces
+        .patch(
+            &chosen,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {labels::ADOPTABLE: "true"}}})),
+        )
+        .await?;
+    let r = exec
+        .apply(&t2.work(target::namespace(&t2.id), 2, WorkSpec::NamespaceEnsure(nw)))
         .await?;
     assert_applied(&r, "adopt");
     assert_eq!(r.namespace, chosen);

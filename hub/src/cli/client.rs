@@ -122,7 +122,8 @@ enum NamespaceCommand {
         name: String,
         #[arg(long)]
         display_name: Option<String>,
-        /// Adopt this existing Kubernetes namespace instead of oce-<hash>.
+        /// Adopt this existing Kubernetes namespace instead of oce-<hash>
+        /// (label it clawfed.io/adoptable=true in each execution cluster first).
         #[arg(long)]
         adopt: Option<String>,
     },

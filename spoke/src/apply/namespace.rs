@@ -5,6 +5,9 @@
 //! Resolution fails closed: a namespace that claims the tenant with a wrong
 //! name or incomplete markers, two namespaces claiming one tenant, or an
 //! expected name already taken by someone else are errors, never guesses.
+//! A namespace clawfed did not create is adopted only while an operator's
+//! [`labels::ADOPTABLE`] mark is on it (the admission policy in
+//! deploy/spoke enforces the same on the apiserver).
 
 use std::collections::BTreeMap;
 
@@ -79,6 +82,13 @@ pub enum NamespaceError {
     /// The namespace to adopt does not exist.
     #[error("namespace {0} to adopt does not exist")]
     AdoptMissing(String),
+    /// The namespace to adopt (or adopted before) lacks the operator's
+    /// adoption mark, so clawfed may not take it over.
+    #[error(
+        "namespace {0} is not marked for adoption: an operator must label it {key}=true first",
+        key = labels::ADOPTABLE
+    )]
+    NotAdoptable(String),
     /// The namespace name is taken by an object clawfed does not own.
     #[error("namespace {0} exists and does not belong to this tenant")]
     Taken(String),
@@ -134,6 +144,13 @@ impl NamespaceObservation {
                 .labels
                 .get(labels::MANAGED_BY)
                 .is_some_and(|m| m == labels::MANAGER)
+    }
+
+    /// True when an operator marked it for adoption.
+    pub fn adoptable(&self) -> bool {
+        self.labels
+            .get(labels::ADOPTABLE)
+            .is_some_and(|v| v == "true")
     }
 
     fn has_any_clawfed_marker(&self) -> bool {
@@ -206,16 +223,19 @@ pub fn resolve(
             });
         }
         let adopted = ns.labels.get(labels::ADOPTED).is_some_and(|v| v == "true");
-        let name_ok = ns.name == expected
-            || is_legacy_data_plane_shape(&ns.name)
-            || adopted
-            || adopt == Some(ns.name.as_str());
-        if !name_ok {
-            return Err(NamespaceError::WrongName {
-                name: ns.name.clone(),
-                tenant: tenant.into(),
-                expected,
-            });
+        let clawfed_name = ns.name == expected || is_legacy_data_plane_shape(&ns.name);
+        if !clawfed_name {
+            if !(adopted || adopt == Some(ns.name.as_str())) {
+                return Err(NamespaceError::WrongName {
+                    name: ns.name.clone(),
+                    tenant: tenant.into(),
+                    expected,
+                });
+            }
+            // Adopted before, but the operator has withdrawn the mark.
+            if !ns.adoptable() {
+                return Err(NamespaceError::NotAdoptable(ns.name.clone()));
+            }
         }
         if !valid.contains(&ns.name) {
             valid.push(ns.name.clone());
@@ -241,6 +261,9 @@ pub fn resolve(
         };
         if target.has_any_clawfed_marker() && !target.has_all_markers(tenant, id) {
             return Err(NamespaceError::Taken(a.into()));
+        }
+        if !target.adoptable() {
+            return Err(NamespaceError::NotAdoptable(a.into()));
         }
         return Ok(Resolution::Adopt(a.into()));
     }
@@ -482,11 +505,16 @@ mod tests {
     fn resolution_table() {
         let expected = data_plane_namespace("id-1");
         let legacy = "oce-team-a-0123456789ab";
-        let adopted_marked = {
+        let mark = |mut o: NamespaceObservation| {
+            o.labels.insert(labels::ADOPTABLE.into(), "true".into());
+            o
+        };
+        let adopted_unmarked = {
             let mut o = obs("ops-chosen", Some("team-a"), Some("id-1"), true);
             o.labels.insert(labels::ADOPTED.into(), "true".into());
             o
         };
+        let adopted_marked = mark(adopted_unmarked.clone());
         let adopt = |a: &str| NamespaceWork {
             adopt: Some(a.into()),
             ..work()
@@ -562,10 +590,22 @@ mod tests {
                 Ok(Resolution::Create(expected.clone())),
             ),
             (
-                "adopt a plain operator namespace",
+                "adopt a plain operator namespace the operator marked",
                 adopt("ops-chosen"),
-                vec![obs("ops-chosen", None, None, false)],
+                vec![mark(obs("ops-chosen", None, None, false))],
                 Ok(Resolution::Adopt("ops-chosen".into())),
+            ),
+            (
+                "adopt a namespace without the operator's mark",
+                adopt("kube-system"),
+                vec![obs("kube-system", None, None, false)],
+                Err("not marked for adoption"),
+            ),
+            (
+                "adopt a marked namespace that is not a valid adoption target",
+                adopt("ops-chosen"),
+                vec![mark(obs("ops-chosen", Some("team-b"), Some("id-9"), true))],
+                Err("does not belong"),
             ),
             (
                 "adopt a missing namespace",
@@ -583,7 +623,7 @@ mod tests {
                 "adopt while the tenant already has a namespace",
                 adopt("ops-chosen"),
                 vec![
-                    obs("ops-chosen", None, None, false),
+                    mark(obs("ops-chosen", None, None, false)),
                     obs(&expected, Some("team-a"), Some("id-1"), true),
                 ],
                 Err("all claim"),
@@ -599,6 +639,18 @@ mod tests {
                 adopt("ops-chosen"),
                 vec![adopted_marked],
                 Ok(Resolution::Adopt("ops-chosen".into())),
+            ),
+            (
+                "adopted namespace whose mark the operator withdrew",
+                work(),
+                vec![adopted_unmarked.clone()],
+                Err("not marked for adoption"),
+            ),
+            (
+                "re-adopt after the operator withdrew the mark",
+                adopt("ops-chosen"),
+                vec![adopted_unmarked],
+                Err("not marked for adoption"),
             ),
             (
                 "adopt an invalid name",
