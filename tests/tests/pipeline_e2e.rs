@@ -401,7 +401,26 @@ impl InSpoke {
         token: String,
         client: Client,
     ) -> Result<Self> {
-        let dir = tempfile::tempdir()?;
+        Self::run_in(
+            tempfile::tempdir()?,
+            hub_url,
+            ca_pem,
+            cluster_name,
+            Some(token),
+            client,
+        )
+    }
+
+    /// A spoke with the identity kept in `dir` (enrolled there before, or
+    /// enrolling with `token`): a fresh executor, as after a spoke restart.
+    fn run_in(
+        dir: tempfile::TempDir,
+        hub_url: &str,
+        ca_pem: String,
+        cluster_name: &str,
+        token: Option<String>,
+        client: Client,
+    ) -> Result<Self> {
         let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(1024);
         let cleanups = Arc::new(Mutex::new(Vec::new()));
         let executor = Arc::new(Executor::with_driver(
@@ -419,7 +438,7 @@ impl InSpoke {
                 hub: HubAddress::parse(hub_url).map_err(anyhow::Error::msg)?,
                 ca_pem,
                 cluster_name: cluster_name.to_owned(),
-                bootstrap_token: Some(token),
+                bootstrap_token: token,
                 version: "test".into(),
                 capabilities: vec!["applier:kube".into()],
                 backoff_min: Duration::from_millis(50),
@@ -436,6 +455,21 @@ impl InSpoke {
             cleanups,
             _dir: dir,
         })
+    }
+
+    /// Stops this spoke and starts it again with its identity (a restart).
+    async fn restart(&mut self, w_hub: &TestHub, cluster_name: &str, client: Client) -> Result<()> {
+        self.stop().await;
+        let dir = std::mem::replace(&mut self._dir, tempfile::tempdir()?);
+        *self = Self::run_in(
+            dir,
+            &clawfed_tests::link::hub_url(w_hub),
+            clawfed_tests::link::hub_ca(w_hub),
+            cluster_name,
+            None,
+            client,
+        )?;
+        Ok(())
     }
 
     async fn stop(&mut self) {
@@ -1745,4 +1779,272 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     hub.terminate().await;
     cleanup.run().await?;
     Ok(())
+}
+
+// ================================================ issue 9: nothing lost, nothing raced
+
+async fn revision_phase_is(
+    rest: &Rest,
+    ns: &str,
+    agent: &str,
+    n: i64,
+    want: &[RevisionPhase],
+) -> Result<AgentRevision> {
+    until(WAIT, &format!("revision {n} in {want:?}"), || async {
+        let r = rest.revision(ns, agent, n).await?;
+        Ok(want.contains(&r.phase).then_some(r))
+    })
+    .await
+}
+
+/// Defect 12: an Agent stopped while its second revision's Harness work
+/// waits for a paused spoke. Both revisions stay `stopping` (not `stopped`)
+/// until the spoke confirms; the queued Harness apply is superseded by its
+/// stop, so it never appears; afterwards no Harness of the Agent exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_before_the_second_revision_is_active_leaves_no_harness() -> Result<()> {
+    let mut w = World::start().await?;
+    let (ns, agent) = w.agent("embedded-openclaw").await?;
+    let exec = w.exec_a.admin();
+    let (dpns, name) = (ns.data_plane_namespace.clone(), agent.name.clone());
+    w.rest.deploy(&ns.name, &name).await?;
+    w.rest
+        .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
+        .await?;
+
+    // The spoke pauses; revision 2's Harness work waits in the outbox.
+    w.spoke.stop().await;
+    w.rest.deploy(&ns.name, &name).await?;
+    let store = w.hub.store();
+    let cluster = store.get_cluster(&w.cluster_name).await?;
+    let r2_target = clawfed_proto::work::target::harness(&ns.id, &name, 2);
+    until(WAIT, "revision 2's Harness work queued", || async {
+        Ok(store
+            .outbox_latest_generation(&cluster.id, &r2_target)
+            .await?
+            .map(|_| ()))
+    })
+    .await?;
+    w.rest
+        .call::<Agent>(
+            Method::POST,
+            &format!("/namespaces/{}/agents/{name}/stop", ns.name),
+            None,
+        )
+        .await?;
+    for n in [1, 2] {
+        let r = revision_phase_is(
+            &w.rest,
+            &ns.name,
+            &name,
+            n,
+            &[RevisionPhase::Stopping, RevisionPhase::Stopped],
+        )
+        .await?;
+        ensure!(
+            r.phase == RevisionPhase::Stopping,
+            "revision {n} is {:?} ({:?}) while its cluster has not confirmed the stop",
+            r.phase,
+            r.reason
+        );
+    }
+    ensure!(
+        live_names::<Deployment>(&exec, &dpns, &name)
+            .await?
+            .contains(&format!("{name}-r1-harness")),
+        "the paused spoke changed nothing yet"
+    );
+
+    // The spoke comes back: the stops are delivered and confirmed.
+    let client = spoke_env::spoke_client(&w.exec_a).await?;
+    let cluster_name = w.cluster_name.clone();
+    w.spoke.restart(&w.hub, &cluster_name, client).await?;
+    for n in [1, 2] {
+        let r = revision_phase_is(&w.rest, &ns.name, &name, n, &[RevisionPhase::Stopped]).await?;
+        ensure!(r.reason.is_some(), "stopped with a reason");
+    }
+    until(WAIT, "no Harness of the stopped Agent", || async {
+        Ok(live_names::<Deployment>(&exec, &dpns, &name)
+            .await?
+            .iter()
+            .all(|d| !d.ends_with("-harness"))
+            .then_some(()))
+    })
+    .await?;
+    ensure!(
+        !all_names::<Deployment>(&exec, &dpns, &name)
+            .await?
+            .contains(&format!("{name}-r2-harness")),
+        "revision 2's superseded apply must never reach the cluster"
+    );
+    w.finish().await
+}
+
+/// Defect 4: the deployer's token is revoked while its revision waits for
+/// the spoke. The pass the spoke's report triggers carries no requester,
+/// yet it re-checks the deployer and fails the revision before any
+/// Harness work is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_deployer_stops_the_pipeline_before_the_next_effect() -> Result<()> {
+    let mut w = World::start().await?;
+    let (ns, agent) = w.agent("embedded-openclaw").await?;
+    let exec = w.exec_a.admin();
+    let (dpns, name) = (ns.data_plane_namespace.clone(), agent.name.clone());
+    let token_name = format!("ci-{}", short_id());
+    let token = w
+        .hub
+        .token(&token_name, Some(&ns.name), Role::Deployer)
+        .await;
+
+    w.spoke.stop().await;
+    w.rest.with_token(&token).deploy(&ns.name, &name).await?;
+    revision_phase_is(&w.rest, &ns.name, &name, 1, &[RevisionPhase::Provisioning]).await?;
+    let store = w.hub.store();
+    store.revoke_token(&token_name, chrono::Utc::now()).await?;
+
+    let client = spoke_env::spoke_client(&w.exec_a).await?;
+    let cluster_name = w.cluster_name.clone();
+    w.spoke.restart(&w.hub, &cluster_name, client).await?;
+    let r = revision_phase_is(
+        &w.rest,
+        &ns.name,
+        &name,
+        1,
+        &[RevisionPhase::Failed, RevisionPhase::Active],
+    )
+    .await?;
+    ensure!(
+        r.phase == RevisionPhase::Failed
+            && r.reason
+                .as_deref()
+                .unwrap_or("")
+                .contains("authorization re-check failed"),
+        "revision 1 is {:?} ({:?})",
+        r.phase,
+        r.reason
+    );
+    let cluster = store.get_cluster(&w.cluster_name).await?;
+    let r1_target = clawfed_proto::work::target::harness(&ns.id, &name, 1);
+    ensure!(
+        store
+            .outbox_latest_generation(&cluster.id, &r1_target)
+            .await?
+            .is_none(),
+        "no Harness work may go out after the deployer lost its right"
+    );
+    ensure!(
+        all_names::<Deployment>(&exec, &dpns, &name)
+            .await?
+            .is_empty(),
+        "no Harness in the cluster"
+    );
+    w.finish().await
+}
+
+/// Defect 3: revision 1 (dedicated, RWO workspace) runs on exec-a,
+/// revision 2 is placed on exec-b. Revision 1 is stopped and retired on
+/// exec-a, where it runs; exec-b is never sent work for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dedicated_predecessor_is_stopped_and_retired_on_its_own_cluster() -> Result<()> {
+    let mut w = World::start().await?;
+    let (ns, agent) = w.agent("dedicated-openclaw").await?;
+    let exec_a = w.exec_a.admin();
+    let (dpns, name) = (ns.data_plane_namespace.clone(), agent.name.clone());
+    let pv_a = control_env::pre_bound_volume(
+        &exec_a,
+        &format!("ws-{name}"),
+        None,
+        &dpns,
+        &format!("{name}-r1-workspace"),
+    )
+    .await?;
+    w.cleanup.exec_pvs.push(pv_a);
+    w.rest.deploy(&ns.name, &name).await?;
+    w.rest
+        .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
+        .await?;
+
+    let exec_b = kube_env::cluster("exec-b").await?;
+    let exec_b_admin = exec_b.admin();
+    let b_name = format!("exec-b-{}", &short_id()[..6]);
+    let b_token = w.rest.bootstrap_token(&b_name).await?;
+    let mut spoke_b = InSpoke::start(
+        &clawfed_tests::link::hub_url(&w.hub),
+        clawfed_tests::link::hub_ca(&w.hub),
+        &b_name,
+        b_token,
+        spoke_env::spoke_client(&exec_b).await?,
+    )
+    .await?;
+    w.rest.wait_online(&b_name, WAIT).await?;
+    let pv_b = control_env::pre_bound_volume(
+        &exec_b_admin,
+        &format!("ws-{name}"),
+        None,
+        &dpns,
+        &format!("{name}-r2-workspace"),
+    )
+    .await?;
+
+    let result = async {
+        let current = w.rest.agent(&ns.name, &name).await?;
+        let mut spec = serde_json::to_value(&current.spec)?;
+        spec["placement"] = json!({ "cluster": b_name });
+        w.rest
+            .call::<Agent>(
+                Method::PUT,
+                &format!("/namespaces/{}/agents/{name}", ns.name),
+                Some(json!({ "spec": spec, "version": current.version })),
+            )
+            .await?;
+        w.rest.deploy(&ns.name, &name).await?;
+        let r2 = w
+            .rest
+            .wait_phase(&ns.name, &name, 2, RevisionPhase::Active)
+            .await?;
+        ensure!(r2.resolved_cluster.as_deref() == Some(b_name.as_str()));
+        w.rest
+            .wait_phase(&ns.name, &name, 1, RevisionPhase::Retired)
+            .await?;
+        let store = w.hub.store();
+        let r1_target = clawfed_proto::work::target::harness(&ns.id, &name, 1);
+        let b = store.get_cluster(&b_name).await?;
+        ensure!(
+            store
+                .outbox_latest_generation(&b.id, &r1_target)
+                .await?
+                .is_none(),
+            "exec-b was sent work for revision 1, which runs on exec-a"
+        );
+        let a = store.get_cluster(&w.cluster_name).await?;
+        ensure!(
+            store.outbox_latest_generation(&a.id, &r1_target).await?
+                == Some(clawfed_proto::work::generation::HARNESS_RETIRE),
+            "revision 1 retired where it runs"
+        );
+        until(WAIT, "revision 1's Harness gone from exec-a", || async {
+            Ok((!live_names::<Deployment>(&exec_a, &dpns, &name)
+                .await?
+                .contains(&format!("{name}-r1-harness")))
+            .then_some(()))
+        })
+        .await?;
+        ensure!(
+            live_names::<Deployment>(&exec_b_admin, &dpns, &name)
+                .await?
+                .contains(&format!("{name}-r2-harness")),
+            "revision 2 runs on exec-b"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    spoke_b.stop().await;
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(exec_b_admin.clone())
+        .delete(&dpns, &DeleteParams::background())
+        .await;
+    let _ = Api::<PersistentVolume>::all(exec_b_admin)
+        .delete(&pv_b, &DeleteParams::background())
+        .await;
+    result?;
+    w.finish().await
 }
