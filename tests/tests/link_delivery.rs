@@ -41,6 +41,60 @@ async fn depth(store: &dyn Store, cluster_id: &str) -> i64 {
         .map_or(0, |s| s.depth)
 }
 
+/// Issue 9, defect 1: a report lost on the way (here: gone from the hub's
+/// store, as when it sat in a stream's send buffer that broke) comes back
+/// after the spoke reconnects, although the work it answers is acked and
+/// never delivered again: the spoke re-sends the current result of every
+/// target it holds.
+async fn a_lost_report_is_sent_again_after_reconnect(backend: Backend) {
+    let hub = TestHub::start(backend).await;
+    let link = hub.hub.as_ref().unwrap().link.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = bootstrap_token(&hub, "exec-a", false).await;
+    let spoke = start_spoke(&hub, "exec-a", Some(token), dir.path());
+    let id = cluster_id(&hub, "exec-a").await;
+    wait_state(&hub, "exec-a", ConnectionState::Online).await;
+    link.send(&id, "ns/team-a", "namespace.ensure", 1, &json!({"n": 1}))
+        .await
+        .unwrap()
+        .expect("queued");
+    let store = hub.store();
+    eventually(WAIT, "work result report", || async {
+        store
+            .get_report(&id, "ns/team-a", "work-result")
+            .await
+            .unwrap()
+    })
+    .await;
+    spoke.stop().await.unwrap();
+    wait_state(&hub, "exec-a", ConnectionState::Offline).await;
+    assert_eq!(depth(store.as_ref(), &id).await, 0, "the work is acked");
+    sqlx::query("DELETE FROM spoke_reports WHERE cluster_id = $1")
+        .bind(id.clone())
+        .execute(hub.db.store.pool())
+        .await
+        .unwrap();
+
+    let spoke = start_spoke(&hub, "exec-a", None, dir.path());
+    let report = eventually(WAIT, "the result re-sent after reconnect", || async {
+        store
+            .get_report(&id, "ns/team-a", "work-result")
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!(
+        (report.generation, report.body["applied"].clone()),
+        (1, json!(true))
+    );
+    assert_eq!(
+        spoke.ledger.writes("ns/team-a").await,
+        1,
+        "nothing was applied again"
+    );
+    spoke.stop().await.unwrap();
+}
+
 async fn delivery_resumes_and_supersedes(backend: Backend) {
     let hub = TestHub::start(backend).await;
     let link = hub.hub.as_ref().unwrap().link.clone().unwrap();
@@ -136,6 +190,16 @@ async fn sqlite_delivery_resumes_and_supersedes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_delivery_resumes_and_supersedes() {
     delivery_resumes_and_supersedes(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_lost_report_is_sent_again_after_reconnect() {
+    a_lost_report_is_sent_again_after_reconnect(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_lost_report_is_sent_again_after_reconnect() {
+    a_lost_report_is_sent_again_after_reconnect(Backend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
