@@ -378,6 +378,10 @@ pub struct AgentRevision {
     /// The API token (id) that deployed it; pipeline passes re-check it.
     #[serde(skip)]
     pub requested_by: Option<String>,
+    /// The spoke's latest readiness verdict for this revision, with its
+    /// reason (or the error that kept it from a verdict), when one came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<crate::link::report::ReadinessReport>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

@@ -675,7 +675,33 @@ impl Service {
         agent: &str,
     ) -> Result<Vec<AgentRevision>> {
         self.check_read(p, Action::Read, Some(ns))?;
-        Ok(self.store.list_revisions(ns, agent).await?)
+        let mut revisions = self.store.list_revisions(ns, agent).await?;
+        for rev in &mut revisions {
+            self.attach_readiness(rev).await?;
+        }
+        Ok(revisions)
+    }
+
+    /// The spoke's latest readiness verdict for `rev`, from its cluster.
+    async fn attach_readiness(&self, rev: &mut AgentRevision) -> Result<()> {
+        use crate::link::report::{READINESS, ReadinessReport};
+        let Some(cluster) = &rev.resolved_cluster else {
+            return Ok(());
+        };
+        let cluster = match self.store.get_cluster(cluster).await {
+            Ok(c) => c,
+            Err(StoreError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let ns = self.store.get_namespace(&rev.namespace).await?;
+        let target = clawfed_proto::work::target::harness(&ns.id, &rev.agent, rev.number);
+        rev.readiness = self
+            .store
+            .get_report(&cluster.id, &target, READINESS)
+            .await?
+            .and_then(|r| serde_json::from_value::<ReadinessReport>(r.body).ok())
+            .filter(|r| r.revision_id.is_empty() || r.revision_id == rev.id);
+        Ok(())
     }
 
     /// One revision.
@@ -687,7 +713,9 @@ impl Service {
         number: i64,
     ) -> Result<AgentRevision> {
         self.check_read(p, Action::Read, Some(ns))?;
-        Ok(self.store.get_revision(ns, agent, number).await?)
+        let mut rev = self.store.get_revision(ns, agent, number).await?;
+        self.attach_readiness(&mut rev).await?;
+        Ok(rev)
     }
 
     // ---- clusters, fleet, audit, work ---------------------------------------

@@ -219,6 +219,15 @@ fn revision_to_pb(r: model::AgentRevision) -> pb::AgentRevision {
         rolled_back_from: r.rolled_back_from,
         created_at: time(r.created_at),
         updated_at: time(r.updated_at),
+        readiness: r.readiness.map(|v| pb::Readiness {
+            ready: v.ready,
+            live_candidates: v.live_candidates,
+            ready_candidates: v.ready_candidates,
+            reason: v.reason,
+            error: v.error.unwrap_or_default(),
+            pod: v.pod.unwrap_or_default(),
+            namespace: v.namespace,
+        }),
     }
 }
 

@@ -652,15 +652,11 @@ async fn run(cli: Cli) -> CliResult<String> {
                             ))
                             .await?;
                         format!(
-                            "\nrevision {n}: {} on {}{}{}\n",
+                            "\nrevision {n}: {} on {}{}\nreadiness: {}\n",
                             rev.phase.as_str(),
                             rev.resolved_cluster.as_deref().unwrap_or("(not placed)"),
-                            if rev.phase == RevisionPhase::Active {
-                                ", ready"
-                            } else {
-                                ", not ready"
-                            },
-                            rev.reason.map(|r| format!(" — {r}")).unwrap_or_default()
+                            rev.reason.map(|r| format!(" — {r}")).unwrap_or_default(),
+                            readiness_line(rev.readiness.as_ref()),
                         )
                     }
                     _ => String::new(),
@@ -798,6 +794,32 @@ async fn run(cli: Cli) -> CliResult<String> {
 
 /// Prints the latest revision's phases until it settles; an error when it
 /// failed or the wait timed out.
+/// The spoke's readiness verdict as one line: the verdict from the spoke,
+/// not inferred from the phase.
+fn readiness_line(r: Option<&crate::link::report::ReadinessReport>) -> String {
+    let Some(r) = r else {
+        return "no report from the spoke yet".into();
+    };
+    if let Some(error) = &r.error {
+        return format!("unknown: observation error: {error}");
+    }
+    let verdict = if r.ready { "ready" } else { "not ready" };
+    let pod = r
+        .pod
+        .as_deref()
+        .map(|p| format!(", pod {p}"))
+        .unwrap_or_default();
+    let reason = if r.reason.is_empty() {
+        String::new()
+    } else {
+        format!(" — {}", r.reason)
+    };
+    format!(
+        "{verdict} ({} live, {} ready candidates{pod}){reason}",
+        r.live_candidates, r.ready_candidates
+    )
+}
+
 async fn wait_for_revision(
     c: &Client,
     namespace: &str,

@@ -1629,6 +1629,7 @@ fn revision_from_row(r: &AnyRow) -> Result<AgentRevision> {
         progress: from_json(W, &get::<String>(r, W, "progress")?)?,
         version: get(r, W, "version")?,
         requested_by: get(r, W, "requested_by")?,
+        readiness: None,
         created_at: from_ms(get(r, W, "created_at")?),
         updated_at: from_ms(get(r, W, "updated_at")?),
     })
