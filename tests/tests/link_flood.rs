@@ -1,14 +1,14 @@
 //! A flood of TCP connections that never finish their TLS handshake must
 //! not lock spokes out of the link port (issue 9, defect 11).
 //!
-//! 400 connections from 127.0.0.1 (the spoke's own address) hold the port:
-//! three quarters send nothing, a quarter send the first bytes of a
+//! 400 connections, from 127.0.0.1 (the spoke's own address) or from 100
+//! other loopback addresses, hold the port: three quarters send nothing, a quarter send the first bytes of a
 //! ClientHello and stop. Each one the hub closes is opened again, so the
 //! flood lasts for the whole test. Meanwhile a real spoke
 //! (`clawfed_spoke::link::Link`) enrolls and connects; the hub's default
 //! handshake limits apply.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -42,13 +42,24 @@ struct Counts {
     closed_by_hub: AtomicUsize,
 }
 
-/// Keeps one stalled connection open, reopening it whenever the hub closes
-/// it, until `stop`.
-async fn stalled(addr: SocketAddr, partial: bool, counts: Arc<Counts>, stop: CancellationToken) {
+/// Keeps one stalled connection from `source` open, reopening it whenever
+/// the hub closes it, until `stop`.
+async fn stalled(
+    addr: SocketAddr,
+    source: IpAddr,
+    partial: bool,
+    counts: Arc<Counts>,
+    stop: CancellationToken,
+) {
+    let connect = || async {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(SocketAddr::new(source, 0))?;
+        socket.connect(addr).await
+    };
     while !stop.is_cancelled() {
         let connected = tokio::select! {
             _ = stop.cancelled() => return,
-            c = tokio::net::TcpStream::connect(addr) => c,
+            c = connect() => c,
         };
         let Ok(mut tcp) = connected else {
             // The backlog was full: try again shortly.
@@ -81,8 +92,23 @@ async fn stalled(addr: SocketAddr, partial: bool, counts: Arc<Counts>, stop: Can
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_of_stalled_handshakes_does_not_lock_a_new_spoke_out() {
+/// Where the flood comes from: the spoke's own address, or 100 other
+/// loopback addresses (4 connections each, under the per-source limit, so
+/// only the total limit and the stall timeout protect the port).
+#[derive(Clone, Copy)]
+enum Sources {
+    SpokesOwn,
+    Many,
+}
+
+fn source(sources: Sources, i: usize) -> IpAddr {
+    match sources {
+        Sources::SpokesOwn => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        Sources::Many => IpAddr::V4(Ipv4Addr::new(127, 0, 1, 1 + (i % 100) as u8)),
+    }
+}
+
+async fn a_flood_of_stalled_handshakes_does_not_lock_a_new_spoke_out(sources: Sources) {
     let hub = TestHub::start(Backend::Sqlite).await;
     let link = hub.hub.as_ref().unwrap().link.clone().unwrap();
     let token = bootstrap_token(&hub, "exec-a", false).await;
@@ -91,7 +117,13 @@ async fn a_flood_of_stalled_handshakes_does_not_lock_a_new_spoke_out() {
     let stop = CancellationToken::new();
     let mut flood = JoinSet::new();
     for i in 0..FLOOD {
-        flood.spawn(stalled(link.addr, i % 4 == 0, counts.clone(), stop.clone()));
+        flood.spawn(stalled(
+            link.addr,
+            source(sources, i),
+            i % 4 == 0,
+            counts.clone(),
+            stop.clone(),
+        ));
     }
     // Every flood connection has been established at least once.
     eventually(Duration::from_secs(30), "the flood connected", || async {
@@ -130,4 +162,14 @@ async fn a_flood_of_stalled_handshakes_does_not_lock_a_new_spoke_out() {
         "open {open}, closed by the hub {shed}"
     );
     spoke.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_from_the_spokes_own_address_does_not_lock_it_out() {
+    a_flood_of_stalled_handshakes_does_not_lock_a_new_spoke_out(Sources::SpokesOwn).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_from_many_addresses_does_not_lock_a_new_spoke_out() {
+    a_flood_of_stalled_handshakes_does_not_lock_a_new_spoke_out(Sources::Many).await;
 }
