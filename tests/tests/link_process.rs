@@ -1,7 +1,9 @@
 //! The real `clawfed-hub` and `clawfed-spoke` binaries as child processes
 //! on loopback: enrollment with a CLI-made bootstrap token, delivery,
 //! `kill -9` of the spoke mid-stream and of the hub, restarts on the same
-//! state, and SIGTERM drains of both.
+//! state, and SIGTERM drains of both; offline by silence for a SIGSTOPped
+//! spoke and for one behind a partition (a network namespace this test
+//! creates: needs root and iproute2); reconnects after quick hub restarts.
 //!
 //! The binaries are taken from the target directory this test runs from
 //! (`<target>/debug/clawfed-hub`, `.../clawfed-spoke`):
