@@ -202,6 +202,8 @@ pub struct LinkSettings {
     pub heartbeat_seconds: u64,
     pub max_sessions: usize,
     pub max_concurrent_handshakes: usize,
+    /// TLS handshakes in progress from one source address at most.
+    pub max_handshakes_per_source: usize,
     pub max_message_bytes: usize,
 }
 
@@ -217,6 +219,7 @@ impl Default for LinkSettings {
             heartbeat_seconds: d.heartbeat.as_secs(),
             max_sessions: d.max_sessions,
             max_concurrent_handshakes: d.max_concurrent_handshakes,
+            max_handshakes_per_source: d.max_handshakes_per_source,
             max_message_bytes: d.max_message_bytes,
         }
     }
@@ -398,6 +401,9 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        if self.link.max_handshakes_per_source == 0 {
+            return Err(invalid("link.maxHandshakesPerSource", "must be at least 1"));
+        }
         if self.api.max_body_bytes < 1024 {
             return Err(invalid("api.maxBodyBytes", "must be at least 1024"));
         }
@@ -469,6 +475,7 @@ impl Config {
             heartbeat: Duration::from_secs(self.link.heartbeat_seconds),
             max_sessions: self.link.max_sessions,
             max_concurrent_handshakes: self.link.max_concurrent_handshakes,
+            max_handshakes_per_source: self.link.max_handshakes_per_source,
             max_message_bytes: self.link.max_message_bytes,
             ..crate::link::LinkConfig::default()
         }
@@ -625,5 +632,25 @@ mod tests {
         .unwrap();
         let err = Config::load(Some(&path), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("requireImmutableDigest"), "{err}");
+    }
+
+    #[test]
+    fn the_per_source_handshake_limit_is_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        std::fs::write(&path, "link:\n  maxHandshakesPerSource: 500\n").unwrap();
+        let c = Config::load(Some(&path), &env(&[])).unwrap();
+        assert_eq!(c.link_config().max_handshakes_per_source, 500);
+        let d = Config::load(None, &env(&[])).unwrap();
+        assert_eq!(
+            d.link_config().max_handshakes_per_source,
+            crate::link::LinkConfig::default().max_handshakes_per_source
+        );
+        std::fs::write(&path, "link:\n  maxHandshakesPerSource: 0\n").unwrap();
+        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(
+            err.to_string().contains("link.maxHandshakesPerSource"),
+            "{err}"
+        );
     }
 }

@@ -13,8 +13,11 @@
 //!   shedding).
 //! - `server.rs`: the listener (bounded concurrent handshakes), the
 //!   revocation watcher and the outbox poller.
+//! - `admission.rs`: which handshakes the listener sheds when its slots
+//!   run out (pure).
 //! - `metrics.rs`: link metrics.
 
+pub mod admission;
 pub mod ca;
 pub mod enroll;
 pub mod metrics;
@@ -43,8 +46,17 @@ pub struct LinkConfig {
     pub heartbeat: Duration,
     /// Sessions held at most; more are told to come back later.
     pub max_sessions: usize,
-    /// TLS handshakes in progress at most; more wait in the accept queue.
+    /// TLS handshakes in progress at most; when all are live and young,
+    /// more wait in the accept queue (stalled ones are shed first).
     pub max_concurrent_handshakes: usize,
+    /// TLS handshakes in progress at most from one source address; a
+    /// newcomer sheds that source's oldest stalled handshake.
+    pub max_handshakes_per_source: usize,
+    /// A connection must send its first TLS bytes within this; a handshake
+    /// older than this may be shed when the slots run out.
+    pub handshake_stall_timeout: Duration,
+    /// A TLS handshake must complete within this.
+    pub handshake_timeout: Duration,
     /// Largest message accepted from a spoke.
     pub max_message_bytes: usize,
     /// Unacked items sent ahead of acks on one stream.
@@ -64,6 +76,11 @@ impl Default for LinkConfig {
             heartbeat: Duration::from_secs(10),
             max_sessions: 20_000,
             max_concurrent_handshakes: 128,
+            // Several spokes may share one egress address (NAT); a flood
+            // from one address still leaves the other slots to the rest.
+            max_handshakes_per_source: 32,
+            handshake_stall_timeout: Duration::from_secs(2),
+            handshake_timeout: Duration::from_secs(5),
             max_message_bytes: 4 * 1024 * 1024,
             send_window: 256,
             poll_interval: Duration::from_millis(300),

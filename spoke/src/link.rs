@@ -316,13 +316,23 @@ impl Link {
                 self.metrics.reconnects.inc();
             }
             sessions += 1;
-            let started = Instant::now();
+            let mut welcomed = false;
             let end = self
-                .session(mtls.clone(), identity_rx.clone(), &mut reports, &shutdown)
+                .session(
+                    mtls.clone(),
+                    identity_rx.clone(),
+                    &mut reports,
+                    &shutdown,
+                    &mut welcomed,
+                )
                 .await;
             self.metrics.connected.set(0);
-            // A session that lived a while resets the backoff.
-            if started.elapsed() > Duration::from_secs(30) {
+            // A hub that answered with Welcome is back: the next attempt
+            // starts again from the shortest delay, so a spoke returns
+            // within about `backoff_min` of a hub restart, however many
+            // came before. Storms are the hub's to shed (bounded
+            // handshakes, GoAway with a retry-after, honoured below).
+            if welcomed {
                 delays = self.backoff();
             }
             let wait = match end {
@@ -500,6 +510,7 @@ impl Link {
         mut identity: watch::Receiver<Identity>,
         reports: &mut mpsc::Receiver<pb::Report>,
         shutdown: &CancellationToken,
+        welcomed: &mut bool,
     ) -> SessionEnd {
         identity.mark_unchanged();
         let cluster_id = identity.borrow().cluster_id.clone();
@@ -552,6 +563,7 @@ impl Link {
             Ok(_) => return SessionEnd::Failed("hub did not answer Hello with Welcome".into()),
             Err(status) => return classify(status),
         };
+        *welcomed = true;
         self.metrics.connected.set(1);
         let current = self.applier.current_reports().await;
         tracing::info!(reports = current.len(), "link.reports_resent");

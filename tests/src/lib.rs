@@ -5,6 +5,7 @@
 //! - [`db`]: throwaway SQLite files and PostgreSQL schemas for store tests.
 //! - [`hub`]: an in-process hub on `127.0.0.1:0` with its REST and gRPC clients.
 //! - [`link`]: in-process spokes that enroll with and connect to a test hub.
+//! - [`netns`]: a network namespace with a veth pair, for partitions.
 //! - [`spoke_env`]: the spoke's own RBAC and ServiceAccount client in a test cluster.
 //! - [`kube_env`]: attach to the real Kubernetes test clusters (`e2e/cluster.sh`).
 
@@ -13,4 +14,5 @@ pub mod db;
 pub mod hub;
 pub mod kube_env;
 pub mod link;
+pub mod netns;
 pub mod spoke_env;

@@ -1,7 +1,9 @@
 //! The real `clawfed-hub` and `clawfed-spoke` binaries as child processes
 //! on loopback: enrollment with a CLI-made bootstrap token, delivery,
 //! `kill -9` of the spoke mid-stream and of the hub, restarts on the same
-//! state, and SIGTERM drains of both.
+//! state, and SIGTERM drains of both; offline by silence for a SIGSTOPped
+//! spoke and for one behind a partition (a network namespace this test
+//! creates: needs root and iproute2); reconnects after quick hub restarts.
 //!
 //! The binaries are taken from the target directory this test runs from
 //! (`<target>/debug/clawfed-hub`, `.../clawfed-spoke`):
@@ -21,6 +23,7 @@ use clawfed_hub::model::ConnectionState;
 use clawfed_hub::store::{self, LinkStore, SqlStore, Store};
 use clawfed_spoke::link::WorkApplier;
 use clawfed_spoke::link::ledger::FileLedger;
+use clawfed_tests::netns::Netns;
 
 const CLUSTER: &str = "exec-a";
 
@@ -137,6 +140,9 @@ struct Env {
     logs: PathBuf,
     db_url: String,
     ca_dir: PathBuf,
+    /// Where the hub's link listens and spokes dial: loopback, or the
+    /// host side of a test network namespace's veth pair.
+    link_host: String,
     link_port: u16,
 }
 
@@ -149,20 +155,49 @@ impl Env {
             logs,
             db_url: format!("sqlite://{}", root.join("hub.db").display()),
             ca_dir: root.join("ca"),
+            link_host: "127.0.0.1".into(),
             // Fixed across hub restarts: the spoke's --hub-url does not change.
             link_port: free_port(),
         }
     }
 
+    fn link_url(&self) -> String {
+        format!("https://{}:{}", self.link_host, self.link_port)
+    }
+
+    /// As [`Self::new`], with the link on `host` (its serving certificate
+    /// names it).
+    fn with_link_host(root: &Path, host: &str) -> Self {
+        let env = Self {
+            link_host: host.to_owned(),
+            ..Self::new(root)
+        };
+        std::fs::write(
+            env.config_file(),
+            format!("version: 1\nlink:\n  serverNames: [\"{host}\"]\n"),
+        )
+        .unwrap();
+        env
+    }
+
+    fn config_file(&self) -> PathBuf {
+        self.root.join("hub.yaml")
+    }
+
     fn hub(&self, args: &[&str]) -> Command {
         let mut c = Command::new(bin("clawfed-hub"));
-        c.args(args)
-            .env_remove("CLAWFED_CONFIG")
-            .env("CLAWFED_DATABASE_URL", &self.db_url)
+        c.args(args).env_remove("CLAWFED_CONFIG");
+        if self.config_file().exists() {
+            c.env("CLAWFED_CONFIG", self.config_file());
+        }
+        c.env("CLAWFED_DATABASE_URL", &self.db_url)
             .env("CLAWFED_REST_ADDR", "127.0.0.1:0")
             .env("CLAWFED_GRPC_ADDR", "127.0.0.1:0")
             .env("CLAWFED_METRICS_ADDR", "127.0.0.1:0")
-            .env("CLAWFED_LINK_ADDR", format!("127.0.0.1:{}", self.link_port))
+            .env(
+                "CLAWFED_LINK_ADDR",
+                format!("{}:{}", self.link_host, self.link_port),
+            )
             .env("CLAWFED_LINK_CA_DIR", &self.ca_dir)
             .env("CLAWFED_LINK_HEARTBEAT_SECONDS", "1")
             .env("CLAWFED_LOG", "info");
@@ -200,7 +235,7 @@ impl Env {
                 .find(|l| l.starts_with("clawfed-hub listening:"))
             {
                 assert!(
-                    line.contains(&format!("link=https://127.0.0.1:{}", self.link_port)),
+                    line.contains(&format!("link={}", self.link_url())),
                     "{line}"
                 );
                 return p;
@@ -221,20 +256,29 @@ impl Env {
 
     /// Starts `clawfed-spoke` with the ledger applier in `state`.
     fn spoke(&self, n: u32, state: &Path, token_file: Option<&Path>) -> Proc {
-        let mut c = Command::new(bin("clawfed-spoke"));
-        c.args([
-            "--hub-url",
-            &format!("https://127.0.0.1:{}", self.link_port),
-        ])
-        .arg("--ca-file")
-        .arg(self.root.join("ca.pem"))
-        .args(["--cluster-name", CLUSTER])
-        .arg("--state-dir")
-        .arg(state)
-        .args(["--applier", "ledger"])
-        .args(["--metrics-addr", "127.0.0.1:0"])
-        .args(["--backoff-max-seconds", "1"])
-        .env("CLAWFED_LOG", "info");
+        self.spoke_with(n, state, token_file, Command::new(bin("clawfed-spoke")), 1)
+    }
+
+    /// As [`Self::spoke`], started by `c` (e.g. `ip netns exec … clawfed-spoke`)
+    /// with a reconnect backoff capped at `backoff_max_seconds`.
+    fn spoke_with(
+        &self,
+        n: u32,
+        state: &Path,
+        token_file: Option<&Path>,
+        mut c: Command,
+        backoff_max_seconds: u32,
+    ) -> Proc {
+        c.args(["--hub-url", &self.link_url()])
+            .arg("--ca-file")
+            .arg(self.root.join("ca.pem"))
+            .args(["--cluster-name", CLUSTER])
+            .arg("--state-dir")
+            .arg(state)
+            .args(["--applier", "ledger"])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .args(["--backoff-max-seconds", &backoff_max_seconds.to_string()])
+            .env("CLAWFED_LOG", "info");
         if let Some(f) = token_file {
             c.arg("--bootstrap-token-file").arg(f);
         }
@@ -463,4 +507,216 @@ async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
             );
         }
     }
+}
+
+/// Whether the cluster exists and is online.
+async fn online(store: &SqlStore) -> bool {
+    store
+        .get_cluster(CLUSTER)
+        .await
+        .is_ok_and(|c| c.connection_state == ConnectionState::Online)
+}
+
+/// Whether the hub has the cluster online and the spoke has had its
+/// `sessions`-th Welcome (the hub stores "online" just before it sends
+/// Welcome, so the store alone can run ahead of the spoke).
+async fn welcomed_again(store: &SqlStore, spoke: &Proc, sessions: usize) -> bool {
+    online(store).await && spoke.stderr_text().matches("link.connected").count() >= sessions
+}
+
+/// The operator's enrollment material for [`CLUSTER`]: the CA the spoke
+/// pins (written to `root/ca.pem`) and a bootstrap token file.
+async fn enrollment(env: &Env) -> PathBuf {
+    let token = env
+        .cli(&["cluster", "token", "create", CLUSTER, "--ttl", "10m"])
+        .await;
+    let ca = env.cli(&["cluster", "ca"]).await;
+    std::fs::write(env.root.join("ca.pem"), &ca).unwrap();
+    let token_file = env.root.join("bootstrap-token");
+    std::fs::write(&token_file, token.trim()).unwrap();
+    token_file
+}
+
+/// `kill -<signal> <pid>`.
+fn signal(p: &mut Proc, signal: &str) {
+    let pid = p.child().id().to_string();
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status()
+        .expect("kill");
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
+/// The hub's heartbeat in these tests (`CLAWFED_LINK_HEARTBEAT_SECONDS`).
+const HEARTBEAT: Duration = Duration::from_secs(1);
+/// Polling, the store write and a loaded 2-core machine. Before the
+/// silence deadline, the hub noticed only on a heartbeat tick: about three
+/// intervals after the last message.
+const OFFLINE_MARGIN: Duration = Duration::from_millis(600);
+
+/// Waits for the hub to mark the cluster offline and checks it did so
+/// within two heartbeats of the last message it heard (the stored
+/// last_seen) and of `since` (when the spoke went silent).
+async fn offline_within_two_heartbeats(store: &SqlStore, since: chrono::DateTime<chrono::Utc>) {
+    let bound = 2 * HEARTBEAT + OFFLINE_MARGIN;
+    let (observed, last_seen) = wait_for(Duration::from_secs(15), "exec-a offline", || async {
+        let c = store.get_cluster(CLUSTER).await.ok()?;
+        (c.connection_state == ConnectionState::Offline).then(|| (chrono::Utc::now(), c.last_seen))
+    })
+    .await;
+    let last_seen = last_seen.expect("an offline cluster has a last_seen");
+    let after_silence = (observed - since).to_std().unwrap_or_default();
+    let after_last_message = (observed - last_seen).to_std().unwrap_or_default();
+    eprintln!(
+        "offline {after_silence:?} after silence, {after_last_message:?} after the last message"
+    );
+    assert!(
+        after_silence <= bound && after_last_message <= bound,
+        "offline observed {after_silence:?} after the spoke went silent and \
+         {after_last_message:?} after its last message (bound {bound:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_spoke_is_offline_within_two_heartbeats_and_back_after_sigcont() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::new(tmp.path());
+    let _hub = env.serve(1).await;
+    let token_file = enrollment(&env).await;
+    let store = store::connect(&env.db_url).await.unwrap();
+    let mut spoke = env.spoke(1, &tmp.path().join("spoke"), Some(&token_file));
+    wait_for(Duration::from_secs(30), "exec-a online", || async {
+        welcomed_again(&store, &spoke, 1).await.then_some(())
+    })
+    .await;
+
+    // A hung spoke: its socket stays open, nothing is sent or read.
+    let stopped = chrono::Utc::now();
+    signal(&mut spoke, "STOP");
+    offline_within_two_heartbeats(&store, stopped).await;
+
+    signal(&mut spoke, "CONT");
+    wait_for(
+        Duration::from_secs(15),
+        "exec-a online after SIGCONT",
+        || async { welcomed_again(&store, &spoke, 2).await.then_some(()) },
+    )
+    .await;
+    assert!(spoke.alive());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_spoke_is_offline_within_two_heartbeats_and_reconnects_when_healed() {
+    // Declared first, dropped last: the spoke inside is killed first.
+    let netns = Netns::create("p", [198, 18, 250, 1], [198, 18, 250, 2]).unwrap_or_else(|e| {
+        panic!("this test needs root and iproute2 to create a network namespace: {e}")
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::with_link_host(tmp.path(), &netns.host_addr);
+    let _hub = env.serve(1).await;
+    let token_file = enrollment(&env).await;
+    let store = store::connect(&env.db_url).await.unwrap();
+    let mut spoke = env.spoke_with(
+        1,
+        &tmp.path().join("spoke"),
+        Some(&token_file),
+        netns.command(&bin("clawfed-spoke")),
+        1,
+    );
+    wait_for(Duration::from_secs(30), "exec-a online", || async {
+        welcomed_again(&store, &spoke, 1).await.then_some(())
+    })
+    .await;
+
+    // Packets stop crossing; neither side's socket is closed or reset.
+    let cut = chrono::Utc::now();
+    netns.cut().unwrap();
+    offline_within_two_heartbeats(&store, cut).await;
+    assert!(spoke.alive(), "the spoke keeps running while partitioned");
+
+    netns.restore().unwrap();
+    wait_for(
+        Duration::from_secs(20),
+        "exec-a online after the partition healed",
+        || async { welcomed_again(&store, &spoke, 2).await.then_some(()) },
+    )
+    .await;
+}
+
+/// Each restart's spoke is back (online) within this of the hub listening
+/// again. With the backoff kept across short sessions it grew towards its
+/// cap (30 s by default) over a few restarts.
+const BACK_WITHIN: Duration = Duration::from_secs(3);
+const RESTARTS: u32 = 4;
+/// Each outage lasts until the spoke has failed this many dials: the
+/// restarts are short, but not so short that the spoke's backoff never
+/// advances (as with a hub that takes a moment to be rescheduled).
+const FAILED_DIALS_PER_OUTAGE: usize = 2;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spoke_is_back_within_seconds_of_each_of_several_quick_hub_restarts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::new(tmp.path());
+    let mut hub = env.serve(1).await;
+    let token_file = enrollment(&env).await;
+    let store = store::connect(&env.db_url).await.unwrap();
+    // The spoke's default backoff cap.
+    let mut spoke = env.spoke_with(
+        1,
+        &tmp.path().join("spoke"),
+        Some(&token_file),
+        Command::new(bin("clawfed-spoke")),
+        30,
+    );
+    wait_for(Duration::from_secs(30), "exec-a online", || async {
+        welcomed_again(&store, &spoke, 1).await.then_some(())
+    })
+    .await;
+    // Every lost session and every failed dial logs one of these.
+    let disconnects = |p: &Proc| p.stderr_text().matches("link.disconnected").count();
+    let mut took = Vec::new();
+    for round in 1..=RESTARTS {
+        // A crash; the restarted hub marks every cluster offline as it
+        // starts, then the spoke has to come back by itself.
+        let before = disconnects(&spoke);
+        hub.kill9();
+        wait_for(
+            Duration::from_secs(120),
+            &format!("{FAILED_DIALS_PER_OUTAGE} failed dials in outage {round}"),
+            || async { (disconnects(&spoke) > before + FAILED_DIALS_PER_OUTAGE).then_some(()) },
+        )
+        .await;
+        hub = env.serve(round + 1).await;
+        let listening = Instant::now();
+        // Back: the hub has it online and the spoke has its Welcome (the
+        // hub marks it online just before sending Welcome).
+        loop {
+            let welcomed = spoke.stderr_text().matches("link.connected").count();
+            if online(&store).await && welcomed > round as usize {
+                break;
+            }
+            assert!(
+                listening.elapsed() < Duration::from_secs(40),
+                "exec-a not back 40 s after restart {round}; spoke log:\n{}\nhub log:\n{}",
+                spoke.stderr_text(),
+                hub.stderr_text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let back = listening.elapsed();
+        took.push(back);
+        assert!(
+            back <= BACK_WITHIN,
+            "back {back:?} after restart {round} (bound {BACK_WITHIN:?}); all so far: {took:?}; spoke log:\n{}",
+            spoke.stderr_text()
+        );
+    }
+    eprintln!("back after each restart in {took:?}");
+    assert!(spoke.alive());
+    let log = spoke.stderr_text();
+    assert_eq!(
+        log.matches("link.connected").count(),
+        1 + RESTARTS as usize,
+        "{log}"
+    );
 }

@@ -730,6 +730,8 @@ link:
   heartbeatSeconds: {hb}
   maxSessions: {max}
   maxConcurrentHandshakes: {hs}
+  # Every simulated spoke dials from 127.0.0.1: one source address.
+  maxHandshakesPerSource: {hs}
   maxMessageBytes: 4194304
 log:
   format: text

@@ -1,25 +1,32 @@
 //! The link listener and its background tasks.
 //!
 //! TLS handshakes run on their own tasks, at most `max_concurrent_handshakes`
-//! at once: beyond that the accept loop stops accepting and new connections
+//! at once and `max_handshakes_per_source` from one address, each bounded in
+//! time (first bytes within the stall timeout, the whole handshake within
+//! the handshake timeout). When the slots run out, stalled handshakes (no
+//! bytes, a partial ClientHello, or simply too old) are shed for newcomers
+//! (see `admission.rs`), so a flood of connections that never finish their
+//! handshake cannot lock spokes out. Only when every slot holds a live,
+//! young handshake does the accept loop stop accepting: new connections
 //! wait in the kernel's backlog, so a mass reconnect after a hub restart is
 //! absorbed at a steady rate instead of starving established sessions.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use clawfed_proto::link::v1::enrollment_server::EnrollmentServer;
 use clawfed_proto::link::v1::spoke_link_server::SpokeLinkServer;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::LazyConfigAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
+use super::admission::{Admission, Limits, Phase, Slots, phase_of};
 use super::ca::CertificateAuthority;
 use super::enroll::EnrollmentApi;
 use super::metrics::{ClusterLabel, LinkMetrics, ResultLabel};
@@ -163,12 +170,7 @@ pub async fn start_with_ca(
     });
 
     let (conn_tx, conn_rx) = mpsc::channel(1024);
-    tasks.spawn(accept_loop(
-        listener,
-        TlsAcceptor::from(tls),
-        state.clone(),
-        conn_tx,
-    ));
+    tasks.spawn(accept_loop(listener, tls, state.clone(), conn_tx));
 
     let link = SpokeLinkServer::new(SpokeLinkApi::new(state.clone()))
         .max_decoding_message_size(config.max_message_bytes)
@@ -204,20 +206,43 @@ pub async fn start_with_ca(
 
 type TlsConn = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
 
+/// Handshakes in progress, each with the token that sheds it.
+type HandshakeSlots = Arc<Mutex<Slots<CancellationToken>>>;
+
+fn lock(slots: &HandshakeSlots) -> std::sync::MutexGuard<'_, Slots<CancellationToken>> {
+    slots.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 async fn accept_loop(
     listener: TcpListener,
-    acceptor: TlsAcceptor,
+    tls: Arc<rustls::ServerConfig>,
     state: Arc<LinkState>,
     conns: mpsc::Sender<Result<TlsConn, std::io::Error>>,
 ) {
-    let permits = Arc::new(Semaphore::new(state.config.max_concurrent_handshakes));
+    let config = &state.config;
+    let slots: HandshakeSlots = Arc::new(Mutex::new(Slots::new(Limits {
+        total: config.max_concurrent_handshakes,
+        per_source: config.max_handshakes_per_source,
+        stall_after: config.handshake_stall_timeout,
+    })));
+    // Wakes the loop when a handshake ends and frees a slot.
+    let freed = Arc::new(Notify::new());
+    // Room for the largest TLS record: a whole ClientHello can be seen.
+    let mut peeked = vec![0u8; 5 + 16 * 1024];
     loop {
-        // Take a handshake slot before accepting: at the limit, new
-        // connections queue in the backlog.
-        let permit = tokio::select! {
-            _ = state.shutdown.cancelled() => return,
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-        };
+        // At the limit with every handshake live and young, stop accepting:
+        // new connections wait in the backlog (a mass reconnect is absorbed
+        // at a steady rate) until a slot frees or the oldest stalls.
+        loop {
+            let Some(until) = lock(&slots).full_until(Instant::now()) else {
+                break;
+            };
+            tokio::select! {
+                _ = state.shutdown.cancelled() => return,
+                _ = freed.notified() => {}
+                _ = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
         let (tcp, peer) = tokio::select! {
             _ = state.shutdown.cancelled() => return,
             accepted = listener.accept() => match accepted {
@@ -231,30 +256,130 @@ async fn accept_loop(
             },
         };
         let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let conns = conns.clone();
-        let metrics = state.metrics.clone();
+        let (tcp, phase) = match waiting_phase(tcp, &mut peeked) {
+            Ok(Some(p)) => p,
+            // Closed before a byte: nothing to do.
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "link.accept_failed");
+                continue;
+            }
+        };
+        let cancel = CancellationToken::new();
+        let admitted = lock(&slots).admit(peer.ip(), Instant::now(), phase, cancel.clone());
+        let id = match admitted {
+            Admission::Admitted { id, shed } => {
+                for stalled in shed {
+                    stalled.cancel();
+                }
+                id
+            }
+            Admission::Refused(_) => {
+                // Its source is at its limit with only live handshakes:
+                // closed at once, the spoke retries with backoff.
+                tracing::debug!(%peer, "link.handshake_refused");
+                count_handshake(&state, "refused");
+                continue;
+            }
+        };
+        let task = Handshake {
+            id,
+            slots: slots.clone(),
+            stall_timeout: config.handshake_stall_timeout,
+            timeout: config.handshake_timeout,
+        };
+        let (tls, conns, state, freed) = (tls.clone(), conns.clone(), state.clone(), freed.clone());
         tokio::spawn(async move {
-            let result = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await;
-            drop(permit);
+            let result = tokio::select! {
+                _ = cancel.cancelled() => Err("shed"),
+                r = task.run(tcp, peer, tls) => r,
+            };
+            if lock(&task.slots).release(id).is_some() {
+                freed.notify_one();
+            }
             let outcome = match result {
-                Ok(Ok(tls)) => {
+                Ok(tls) => {
                     let _ = conns.send(Ok(tls)).await;
                     "ok"
                 }
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "link.handshake_failed");
-                    "failed"
-                }
-                Err(_) => "timeout",
+                Err(outcome) => outcome,
             };
-            metrics
-                .handshakes
-                .get_or_create(&ResultLabel {
-                    result: outcome.into(),
-                })
-                .inc();
+            count_handshake(&state, outcome);
         });
+    }
+}
+
+/// What is already waiting on a just-accepted connection, without
+/// consuming it or waiting: `None` when the peer already closed.
+fn waiting_phase(
+    tcp: tokio::net::TcpStream,
+    buf: &mut [u8],
+) -> std::io::Result<Option<(tokio::net::TcpStream, Phase)>> {
+    // tokio only peeks when its reactor saw the socket readable; the
+    // std socket (still non-blocking) asks the kernel right now.
+    let std = tcp.into_std()?;
+    let phase = match std.peek(buf) {
+        Ok(0) => return Ok(None),
+        Ok(n) => phase_of(&buf[..n]),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Phase::Silent,
+        Err(e) => return Err(e),
+    };
+    Ok(Some((tokio::net::TcpStream::from_std(std)?, phase)))
+}
+
+fn count_handshake(state: &LinkState, outcome: &str) {
+    state
+        .metrics
+        .handshakes
+        .get_or_create(&ResultLabel {
+            result: outcome.into(),
+        })
+        .inc();
+}
+
+/// One TLS handshake, bounded in time: the first bytes within the stall
+/// timeout (a real client sends its ClientHello at once), the whole
+/// handshake within the handshake timeout.
+struct Handshake {
+    id: u64,
+    slots: HandshakeSlots,
+    stall_timeout: Duration,
+    timeout: Duration,
+}
+
+impl Handshake {
+    /// The TLS stream, or the outcome label of a failure.
+    async fn run(
+        &self,
+        tcp: tokio::net::TcpStream,
+        peer: SocketAddr,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> Result<TlsConn, &'static str> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut first = [0u8; 1];
+        match tokio::time::timeout(self.stall_timeout, tcp.peek(&mut first)).await {
+            Err(_) => return Err("timeout"),
+            Ok(Ok(0)) | Ok(Err(_)) => return Err("failed"),
+            Ok(Ok(_)) => lock(&self.slots).advance(self.id, Phase::Partial),
+        }
+        let hello = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp);
+        let start = match tokio::time::timeout_at(deadline, hello).await {
+            Err(_) => return Err("timeout"),
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "link.handshake_failed");
+                return Err("failed");
+            }
+            Ok(Ok(start)) => start,
+        };
+        lock(&self.slots).advance(self.id, Phase::Hello);
+        match tokio::time::timeout_at(deadline, start.into_stream(tls)).await {
+            Err(_) => Err("timeout"),
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "link.handshake_failed");
+                Err("failed")
+            }
+            Ok(Ok(tls)) => Ok(tls),
+        }
     }
 }
 

@@ -264,6 +264,12 @@ impl Session {
             .unwrap_or(Duration::ZERO);
         let expiry = tokio::time::sleep(expires_in);
         tokio::pin!(expiry);
+        // Offline two heartbeat intervals after the last message, whenever
+        // that falls: a deadline re-armed on every message, not a check on
+        // the next beat (which let a hung or partitioned spoke linger for
+        // up to three intervals).
+        let silence = tokio::time::sleep(2 * heartbeat);
+        tokio::pin!(silence);
         if let Err(status) = self.dispatch().await {
             return End::Status(status);
         }
@@ -280,6 +286,7 @@ impl Session {
                 message = inbound.message() => match message {
                     Ok(Some(m)) => {
                         self.handle.last_heard_ms.store(now_ms(), Ordering::Relaxed);
+                        silence.as_mut().reset(tokio::time::Instant::now() + 2 * heartbeat);
                         if let Err(status) = self.on_message(m).await {
                             return End::Status(status);
                         }
@@ -298,11 +305,8 @@ impl Session {
                         return End::Status(status);
                     }
                 }
+                _ = &mut silence => return End::Silent,
                 _ = beat.tick() => {
-                    let silent_ms = now_ms() - self.handle.last_heard_ms.load(Ordering::Relaxed);
-                    if silent_ms > 2 * heartbeat.as_millis() as i64 {
-                        return End::Silent;
-                    }
                     let beat_msg = pb::Heartbeat { unix_millis: now_ms() as u64, applied_digest: String::new() };
                     if !self.send(hub_message::Body::Heartbeat(beat_msg)).await {
                         return End::Gone;

@@ -1,0 +1,308 @@
+//! Which TLS handshakes the link port keeps when its slots run out.
+//!
+//! A real spoke sends its ClientHello as soon as TCP is up and answers the
+//! server's flight at once, so a handshake that has sent nothing, or only
+//! part of a ClientHello, is the cheapest thing to give up: when the port
+//! is at its limit (in total, or for one source address) the oldest such
+//! handshake is shed for the newcomer instead of making the newcomer wait
+//! behind it. A handshake past its ClientHello is shed only once it is
+//! older than the stall age. Pure bookkeeping, no I/O: the listener in
+//! `server.rs` does the sockets.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+/// Limits of handshakes in progress.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// In progress at most, over all sources.
+    pub total: usize,
+    /// In progress at most from one source address.
+    pub per_source: usize,
+    /// A handshake past its ClientHello and older than this is stalled.
+    pub stall_after: Duration,
+}
+
+/// How far a handshake got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    /// Accepted, no byte received yet.
+    Silent,
+    /// Some bytes, the ClientHello not yet complete.
+    Partial,
+    /// The ClientHello is in; the rest of the handshake is running.
+    Hello,
+}
+
+#[derive(Debug)]
+struct Entry<T> {
+    source: IpAddr,
+    started: Instant,
+    phase: Phase,
+    value: T,
+}
+
+/// The outcome of [`Slots::admit`].
+#[derive(Debug)]
+pub enum Admission<T> {
+    /// The newcomer holds slot `id`; `shed` are the values of the
+    /// handshakes given up for it (the caller closes them).
+    Admitted { id: u64, shed: Vec<T> },
+    /// No slot and nothing stalled to give up; the value comes back.
+    Refused(T),
+}
+
+/// Handshakes in progress, oldest first, each carrying a `T` (the handle
+/// that closes it).
+#[derive(Debug)]
+pub struct Slots<T> {
+    limits: Limits,
+    /// Keyed by admission order, so iteration is oldest first.
+    entries: BTreeMap<u64, Entry<T>>,
+    per_source: HashMap<IpAddr, usize>,
+    next_id: u64,
+}
+
+impl<T> Slots<T> {
+    /// No handshake in progress.
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            entries: BTreeMap::new(),
+            per_source: HashMap::new(),
+            next_id: 0,
+        }
+    }
+
+    /// Handshakes in progress.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether none is in progress.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// `None` when a newcomer can be admitted now (a free slot, or one to
+    /// shed); otherwise the instant the oldest handshake becomes stalled
+    /// (a release may free a slot sooner).
+    pub fn full_until(&self, now: Instant) -> Option<Instant> {
+        if self.entries.len() < self.limits.total || self.victim(now, None).is_some() {
+            return None;
+        }
+        self.entries
+            .values()
+            .map(|e| e.started + self.limits.stall_after)
+            .min()
+    }
+
+    /// Admits a handshake from `source` that got to `phase` (see
+    /// [`phase_of`]), shedding the oldest stalled one of that source, then
+    /// of all sources, when a limit is reached.
+    pub fn admit(&mut self, source: IpAddr, now: Instant, phase: Phase, value: T) -> Admission<T> {
+        let mut shed = Vec::new();
+        if self.per_source.get(&source).copied().unwrap_or(0) >= self.limits.per_source {
+            match self.victim(now, Some(source)) {
+                Some(id) => shed.extend(self.remove(id)),
+                None => return Admission::Refused(value),
+            }
+        }
+        if self.entries.len() >= self.limits.total {
+            match self.victim(now, None) {
+                Some(id) => shed.extend(self.remove(id)),
+                None => return Admission::Refused(value),
+            }
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        *self.per_source.entry(source).or_default() += 1;
+        self.entries.insert(
+            id,
+            Entry {
+                source,
+                started: now,
+                phase,
+                value,
+            },
+        );
+        Admission::Admitted { id, shed }
+    }
+
+    /// Handshake `id` got to `phase` (no-op when it is gone).
+    pub fn advance(&mut self, id: u64, phase: Phase) {
+        if let Some(e) = self.entries.get_mut(&id) {
+            e.phase = e.phase.max(phase);
+        }
+    }
+
+    /// Handshake `id` ended (no-op when it was shed).
+    pub fn release(&mut self, id: u64) -> Option<T> {
+        self.remove(id)
+    }
+
+    fn remove(&mut self, id: u64) -> Option<T> {
+        let entry = self.entries.remove(&id)?;
+        if let Some(n) = self.per_source.get_mut(&entry.source) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_source.remove(&entry.source);
+            }
+        }
+        Some(entry.value)
+    }
+
+    /// The handshake to give up, of `source` or of any source: the oldest
+    /// silent one, else the oldest partial one, else the oldest stalled one.
+    fn victim(&self, now: Instant, source: Option<IpAddr>) -> Option<u64> {
+        let candidates = || {
+            self.entries
+                .iter()
+                .filter(move |(_, e)| source.is_none_or(|s| e.source == s))
+        };
+        let oldest_in = |phase: Phase| {
+            candidates()
+                .find(|(_, e)| e.phase == phase)
+                .map(|(id, _)| *id)
+        };
+        oldest_in(Phase::Silent)
+            .or_else(|| oldest_in(Phase::Partial))
+            .or_else(|| {
+                candidates()
+                    .find(|(_, e)| {
+                        now.saturating_duration_since(e.started) >= self.limits.stall_after
+                    })
+                    .map(|(id, _)| *id)
+            })
+    }
+}
+
+/// How far a connection got, from the bytes waiting on it at accept: a
+/// ClientHello arrives in one TLS handshake record (content type 22) right
+/// after the TCP handshake, so a complete first record means a real client
+/// is on the other end.
+pub fn phase_of(waiting: &[u8]) -> Phase {
+    match waiting {
+        [] => Phase::Silent,
+        [22, _, _, hi, lo, rest @ ..]
+            if rest.len() >= usize::from(u16::from_be_bytes([*hi, *lo])) =>
+        {
+            Phase::Hello
+        }
+        _ => Phase::Partial,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 1));
+    const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
+    const STALL: Duration = Duration::from_secs(2);
+
+    fn slots(total: usize, per_source: usize) -> Slots<&'static str> {
+        Slots::new(Limits {
+            total,
+            per_source,
+            stall_after: STALL,
+        })
+    }
+
+    fn admitted(a: Admission<&'static str>) -> (u64, Vec<&'static str>) {
+        match a {
+            Admission::Admitted { id, shed } => (id, shed),
+            Admission::Refused(v) => panic!("{v} refused"),
+        }
+    }
+
+    #[test]
+    fn the_phase_at_accept_comes_from_the_waiting_bytes() {
+        assert_eq!(phase_of(&[]), Phase::Silent);
+        assert_eq!(phase_of(&[22, 3, 1]), Phase::Partial);
+        // A record announcing 4 bytes with 3 there, then 4.
+        assert_eq!(phase_of(&[22, 3, 1, 0, 4, 1, 2, 3]), Phase::Partial);
+        assert_eq!(phase_of(&[22, 3, 1, 0, 4, 1, 2, 3, 4]), Phase::Hello);
+        // Not a handshake record: it fails in the handshake, fast.
+        assert_eq!(phase_of(b"PRI * HTTP/2.0"), Phase::Partial);
+    }
+
+    #[test]
+    fn a_newcomer_arriving_with_its_client_hello_is_not_shed_for_silent_ones() {
+        let t = Instant::now();
+        let mut s = slots(10, 2);
+        let (_, _) = admitted(s.admit(A, t, Phase::Hello, "spoke"));
+        admitted(s.admit(A, t, Phase::Silent, "flood 1"));
+        for i in 0..100 {
+            let (_, shed) = admitted(s.admit(A, t, Phase::Silent, "flood n"));
+            assert_eq!(shed.len(), 1, "round {i}");
+        }
+        // The spoke's handshake is still there: only silent ones were shed.
+        assert_eq!(s.len(), 2);
+        let (_, shed) = admitted(s.admit(A, t, Phase::Hello, "spoke 2"));
+        assert_eq!(shed, vec!["flood n"]);
+    }
+
+    #[test]
+    fn a_newcomer_sheds_the_oldest_silent_handshake_of_its_source() {
+        let t = Instant::now();
+        let mut s = slots(10, 3);
+        let (hello, _) = admitted(s.admit(A, t, Phase::Silent, "hello"));
+        s.advance(hello, Phase::Hello);
+        let (partial, _) = admitted(s.admit(A, t, Phase::Silent, "partial"));
+        s.advance(partial, Phase::Partial);
+        admitted(s.admit(A, t, Phase::Silent, "silent"));
+        admitted(s.admit(B, t, Phase::Silent, "other source"));
+        let (_, shed) = admitted(s.admit(A, t, Phase::Silent, "new 1"));
+        assert_eq!(shed, vec!["silent"]);
+        // "new 1" is silent now and the youngest: the next sheds it before
+        // the partial one, which is older.
+        let (_, shed) = admitted(s.admit(A, t, Phase::Silent, "new 2"));
+        assert_eq!(shed, vec!["new 1"]);
+        assert_eq!(s.len(), 4);
+    }
+
+    #[test]
+    fn partial_handshakes_go_before_young_ones_past_their_client_hello() {
+        let t = Instant::now();
+        let mut s = slots(10, 2);
+        let (hello, _) = admitted(s.admit(A, t, Phase::Silent, "hello"));
+        s.advance(hello, Phase::Hello);
+        let (partial, _) = admitted(s.admit(A, t, Phase::Silent, "partial"));
+        s.advance(partial, Phase::Partial);
+        let (new, shed) = admitted(s.admit(A, t, Phase::Silent, "new"));
+        assert_eq!(shed, vec!["partial"]);
+        s.advance(new, Phase::Hello);
+        // Both are young and past their ClientHello: refused for now...
+        assert!(matches!(
+            s.admit(A, t + Duration::from_millis(100), Phase::Silent, "x"),
+            Admission::Refused("x")
+        ));
+        // ...until the oldest has stalled.
+        let (_, shed) = admitted(s.admit(A, t + STALL, Phase::Silent, "later"));
+        assert_eq!(shed, vec!["hello"]);
+    }
+
+    #[test]
+    fn the_total_limit_sheds_across_sources_and_waits_only_for_live_handshakes() {
+        let t = Instant::now();
+        let mut s = slots(2, 2);
+        let (b, _) = admitted(s.admit(B, t, Phase::Silent, "b silent"));
+        let (a, _) = admitted(s.admit(A, t, Phase::Silent, "a"));
+        s.advance(a, Phase::Hello);
+        assert_eq!(s.full_until(t), None, "a silent handshake can be shed");
+        let (c, shed) = admitted(s.admit(A, t, Phase::Silent, "a2"));
+        assert_eq!(shed, vec!["b silent"]);
+        s.advance(c, Phase::Hello);
+        assert_eq!(s.full_until(t), Some(t + STALL));
+        assert!(matches!(
+            s.admit(B, t, Phase::Silent, "b2"),
+            Admission::Refused(_)
+        ));
+        assert_eq!(s.release(a), Some("a"));
+        assert_eq!(s.release(b), None, "already shed");
+        assert_eq!(s.full_until(t), None);
+        admitted(s.admit(B, t, Phase::Silent, "b3"));
+    }
+}
