@@ -14,6 +14,8 @@
 # Ctrl-C stops the hub and the spoke (and the clusters this script started);
 # `--once` does so right after printing.
 set -euo pipefail
+# Build output outside the repository, shared by every run on this machine.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${CLAWFED_CACHE:-$HOME/.cache/clawfed}/target}"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 ONCE=0

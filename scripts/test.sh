@@ -11,6 +11,8 @@
 # Exits non-zero on the first failure. Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# Build output outside the repository, shared by every run on this machine.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${CLAWFED_CACHE:-$HOME/.cache/clawfed}/target}"
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
@@ -22,6 +24,7 @@ need() { # command package
 }
 need openssl openssl
 need curl curl
+need ip iproute2   # the partition test makes a network namespace
 
 log "PostgreSQL"
 eval "$(scripts/postgres.sh env)"
@@ -32,7 +35,7 @@ start=$(date +%s)
 e2e/build.sh >/dev/null
 log "control planes built or reused in $(( $(date +%s) - start )) s"
 
-CLUSTERS=(control exec-a)
+CLUSTERS=(control exec-a exec-b)
 started=()
 cleanup() {
   if [ ${#started[@]} -gt 0 ]; then

@@ -29,6 +29,6 @@ for c in "${NEEDED[@]}"; do
   fi
 done
 cd "$ROOT"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/root/.cache/clawfed/target}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${CLAWFED_CACHE:-$HOME/.cache/clawfed}/target}"
 cargo build --release -q -p clawfed-bench --bin pipeline-bench
 "$CARGO_TARGET_DIR/release/pipeline-bench" --clusters "$(IFS=,; echo "${CLUSTERS[*]}")" "$@"

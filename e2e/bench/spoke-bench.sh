@@ -3,6 +3,8 @@
 # Harness revisions by default; BENCH_REVISIONS changes it), prints the
 # figures, and stops exec-b if it started it.
 set -euo pipefail
+# Build output outside the repository, shared by every run on this machine.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${CLAWFED_CACHE:-$HOME/.cache/clawfed}/target}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CLUSTER="${BENCH_CLUSTER:-exec-b}"
 started=0

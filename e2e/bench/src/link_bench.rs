@@ -28,7 +28,7 @@
 //!    the physical reference.
 //!
 //! `cargo build --release -p clawfed-hub -p clawfed-bench &&
-//!  /root/.cache/clawfed/target/release/link-bench --spokes 10000`
+//!  "$CARGO_TARGET_DIR"/release/link-bench --spokes 10000`
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
