@@ -54,5 +54,9 @@ if [ ${#started[@]} -gt 0 ]; then
   e2e/cluster.sh up "${started[@]}"
 fi
 
+log "cargo build (the binaries the process tests run: cargo test builds a
+package's binaries only for that package's own integration tests)"
+cargo build --workspace --bins --locked
+
 log "cargo test"
 cargo test --workspace --all-targets --locked "$@"

@@ -38,7 +38,7 @@ fn bin(name: &str) -> PathBuf {
     assert!(
         path.exists(),
         "{} is missing: build it first with `cargo build -p clawfed-hub -p clawfed-spoke --bins` \
-         (`cargo test --workspace --all-targets` builds it too)",
+         (scripts/test.sh does)",
         path.display()
     );
     path
