@@ -707,12 +707,22 @@ async fn an_expired_bootstrap_token_is_refused(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(response.status(), 201);
-    let token = response
+    let created = response
         .json::<clawfed_hub::model::BootstrapTokenCreated>()
         .await
-        .unwrap()
-        .token;
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+        .unwrap();
+    assert!(
+        created.expires_at <= Utc::now() + chrono::Duration::seconds(1),
+        "ttlSeconds 1: expires at {}",
+        created.expires_at
+    );
+    // The hub judges expiry by the wall clock: wait until the instant it
+    // reported has passed, not for a guessed while.
+    eventually(WAIT, "the token's expiry", || async {
+        (Utc::now() > created.expires_at).then_some(())
+    })
+    .await;
+    let token = created.token;
     let before = snapshot(store.as_ref()).await;
     let status = try_enroll(&hub, "exec-b", &token).await.err().unwrap();
     assert_status(&status, Code::Unauthenticated, "bootstrap token expired");
