@@ -2,7 +2,9 @@
 //!
 //! # Layout
 //! - [`admin`]: generated `clawfed.admin.v1` gRPC types and service.
-//! - [`link`]: generated `clawfed.link.v1` types for the hub/spoke stream.
+//! - [`link`]: generated `clawfed.link.v1` types for the hub/spoke stream,
+//!   and [`link::close`]: the typed reason the hub ends a stream or refuses
+//!   a call with, carried in gRPC status metadata.
 //! - [`labels`]: the Kubernetes label and annotation keys clawfed owns.
 //! - [`naming`]: name validation and the data-plane namespace rule.
 //! - [`readiness`]: the Harness readiness contract, a pure function.
@@ -29,6 +31,8 @@ pub mod link {
         #![allow(clippy::all, missing_docs)]
         tonic::include_proto!("clawfed.link.v1");
     }
+
+    pub mod close;
 }
 
 /// How link certificates name a cluster: a URI SAN

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use backon::BackoffBuilder;
+use clawfed_proto::link::close::CloseReason;
 use clawfed_proto::link::v1 as pb;
 use clawfed_proto::link::v1::enrollment_client::EnrollmentClient;
 use clawfed_proto::link::v1::spoke_link_client::SpokeLinkClient;
@@ -175,10 +176,6 @@ impl std::fmt::Debug for Link {
             .field("cluster", &self.config.cluster_name)
             .finish_non_exhaustive()
     }
-}
-
-fn is_revocation(message: &str) -> bool {
-    message.to_ascii_lowercase().contains("revoked")
 }
 
 fn digest(applied: &HashMap<String, i64>) -> String {
@@ -514,15 +511,12 @@ impl Link {
     ) -> SessionEnd {
         identity.mark_unchanged();
         let cluster_id = identity.borrow().cluster_id.clone();
-        let channel = match tls::channel(&self.config.hub, mtls).await {
+        let alert = tls::ReceivedAlert::default();
+        let channel = match tls::channel_noting_alerts(&self.config.hub, mtls, alert.clone()).await
+        {
             Ok(c) => c,
-            Err(e) => {
-                let text = format!("{e:?}");
-                if is_revocation(&text) {
-                    return SessionEnd::Revoked("certificate refused as revoked".into());
-                }
-                return SessionEnd::Failed(format!("cannot reach the hub: {e}"));
-            }
+            Err(_) if alert.revoked() => return SessionEnd::Revoked(REFUSED_IN_HANDSHAKE.into()),
+            Err(e) => return SessionEnd::Failed(format!("cannot reach the hub: {e}")),
         };
         let mut applied = match self.applier.applied().await {
             Ok(a) => a,
@@ -546,7 +540,7 @@ impl Link {
         let mut client = SpokeLinkClient::new(channel).max_decoding_message_size(16 * 1024 * 1024);
         let mut inbound = match client.connect(ReceiverStream::new(out_rx)).await {
             Ok(r) => r.into_inner(),
-            Err(status) => return classify(status),
+            Err(status) => return classify(status, &alert),
         };
         let heartbeat = match inbound.message().await {
             Ok(Some(pb::HubMessage {
@@ -561,7 +555,7 @@ impl Link {
                 return SessionEnd::GoAway(Duration::from_secs(u64::from(g.retry_after_seconds)));
             }
             Ok(_) => return SessionEnd::Failed("hub did not answer Hello with Welcome".into()),
-            Err(status) => return classify(status),
+            Err(status) => return classify(status, &alert),
         };
         *welcomed = true;
         self.metrics.connected.set(1);
@@ -620,7 +614,7 @@ impl Link {
                         }
                         Ok(Some(_)) => {}
                         Ok(None) => return SessionEnd::Failed("hub closed the stream".into()),
-                        Err(status) => return classify(status),
+                        Err(status) => return classify(status, &alert),
                     }
                 }
                 report = reports.recv() => {
@@ -715,17 +709,22 @@ impl Link {
     }
 }
 
-fn classify(status: tonic::Status) -> SessionEnd {
+/// Why a session ended, from the status it ended with: the hub's typed
+/// close reason (status metadata), or the TLS `certificate_revoked` alert
+/// the hub sent on the connection when the call failed in the transport.
+/// Never from the message text.
+fn classify(status: tonic::Status, alert: &tls::ReceivedAlert) -> SessionEnd {
     let message = status.message().to_owned();
-    if status.code() == tonic::Code::PermissionDenied && is_revocation(&message) {
-        return SessionEnd::Revoked(message);
+    match CloseReason::of(&status) {
+        Some(CloseReason::Revoked) => SessionEnd::Revoked(message),
+        Some(reason) => SessionEnd::Failed(format!("{reason}: {message}")),
+        None if alert.revoked() => SessionEnd::Revoked(REFUSED_IN_HANDSHAKE.into()),
+        None => SessionEnd::Failed(format!("{}: {message}", status.code())),
     }
-    let detail = format!("{status:?}");
-    if is_revocation(&detail) && status.code() == tonic::Code::Unknown {
-        return SessionEnd::Revoked(message);
-    }
-    SessionEnd::Failed(format!("{}: {message}", status.code()))
 }
+
+/// What a revoked spoke reports when the hub refused it in the handshake.
+const REFUSED_IN_HANDSHAKE: &str = "certificate refused as revoked in the TLS handshake";
 
 /// The Kubernetes executor as the link's applier.
 #[async_trait]
@@ -764,14 +763,73 @@ mod tests {
         assert_ne!(digest(&a), digest(&c));
     }
 
+    fn classify_alone(status: tonic::Status) -> SessionEnd {
+        classify(status, &tls::ReceivedAlert::default())
+    }
+
     #[test]
-    fn revocations_are_recognised() {
+    fn a_revoked_close_reason_is_a_revocation() {
         assert!(matches!(
-            classify(tonic::Status::permission_denied("cluster revoked")),
+            classify_alone(CloseReason::Revoked.status("cluster revoked")),
+            SessionEnd::Revoked(m) if m == "cluster revoked"
+        ));
+    }
+
+    #[test]
+    fn the_word_revoked_without_a_reason_is_not_a_revocation() {
+        for status in [
+            tonic::Status::permission_denied("cluster revoked"),
+            tonic::Status::unknown("transport error: received fatal alert: CertificateRevoked"),
+        ] {
+            assert!(matches!(classify_alone(status), SessionEnd::Failed(_)));
+        }
+    }
+
+    #[test]
+    fn other_close_reasons_are_retried() {
+        for reason in [
+            CloseReason::Replaced,
+            CloseReason::ShuttingDown,
+            CloseReason::CertificateExpired,
+        ] {
+            assert!(matches!(
+                classify_alone(reason.status("x")),
+                SessionEnd::Failed(m) if m.starts_with(reason.as_str())
+            ));
+        }
+        assert!(matches!(
+            classify_alone(tonic::Status::unavailable("down")),
+            SessionEnd::Failed(_)
+        ));
+    }
+
+    #[test]
+    fn a_revoked_alert_on_the_connection_is_a_revocation() {
+        // A call over a connection the hub refused fails in the transport
+        // with a status that says so only in words; the alert itself was
+        // noted by type on the connection.
+        let alert = |description| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                rustls::Error::AlertReceived(description),
+            )
+        };
+        let transport = || tonic::Status::unknown("transport error");
+        let revoked = tls::ReceivedAlert::default();
+        revoked.note(&alert(rustls::AlertDescription::CertificateRevoked));
+        assert!(matches!(
+            classify(transport(), &revoked),
             SessionEnd::Revoked(_)
         ));
+        let unknown_ca = tls::ReceivedAlert::default();
+        unknown_ca.note(&alert(rustls::AlertDescription::UnknownCA));
         assert!(matches!(
-            classify(tonic::Status::unavailable("down")),
+            classify(transport(), &unknown_ca),
+            SessionEnd::Failed(_)
+        ));
+        // A typed reason wins over what the connection saw.
+        assert!(matches!(
+            classify(CloseReason::Replaced.status("x"), &revoked),
             SessionEnd::Failed(_)
         ));
     }

@@ -598,9 +598,25 @@ async fn readiness_reports_why_not() -> Result<()> {
         g.is_ready(&agent, 1).await?,
         Readiness::NotReady(clawfed_hub::gateway::NotReady::NoDeployment)
     );
-    // Without a bound PVC the Pod stays Pending: never ready.
+    // Without a bound PVC the Pod stays Pending: never ready. Asked once
+    // the scheduler has turned the Pod down, so the cluster had its say.
     g.ensure(&spec(&agent, 1)).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pods = Api::<Pod>::namespaced(e.cluster.admin(), GW_NS);
+    let of_agent = ListParams::default().labels(&format!("{}={agent}", labels::AGENT));
+    eventually(WAIT, "the Gateway Pod found unschedulable", || async {
+        let unschedulable = pods.list(&of_agent).await?.items.iter().any(|p| {
+            let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+            conditions.is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("Unschedulable")
+                })
+            })
+        });
+        Ok(unschedulable.then_some(()))
+    })
+    .await?;
     assert!(!g.is_ready(&agent, 1).await?.is_ready());
     assert!(matches!(
         g.activate("team-gw", &agent, 1).await,

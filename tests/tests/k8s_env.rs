@@ -256,14 +256,27 @@ async fn pod_with_finalizer_keeps_deletion_timestamp_until_finalizer_removed() -
     })
     .await?;
 
-    pods.delete("held", &DeleteParams::default()).await?;
-    // kwok's pod-delete stage finishes the deletion on the "node"; the
-    // finalizer must still hold the object.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let held = pods
-        .get("held")
-        .await
-        .context("pod must survive while its finalizer is set")?;
+    let deleting = pods
+        .delete("held", &DeleteParams::default())
+        .await?
+        .left()
+        .context("a graceful delete returns the Pod")?;
+    ensure!(
+        deleting.metadata.deletion_grace_period_seconds > Some(0),
+        "graceful: {:?}",
+        deleting.metadata.deletion_grace_period_seconds
+    );
+    // kwok's pod-delete stage finishes the deletion on the "node" (as a
+    // kubelet does: a second delete with grace period 0); the finalizer
+    // must still hold the object after that.
+    let held = eventually(WAIT, "kwok's final delete of Pod held", || async {
+        let held = pods
+            .get_opt("held")
+            .await?
+            .context("pod must survive while its finalizer is set")?;
+        Ok((held.metadata.deletion_grace_period_seconds == Some(0)).then_some(held))
+    })
+    .await?;
     assert!(
         held.metadata.deletion_timestamp.is_some(),
         "deletionTimestamp set"

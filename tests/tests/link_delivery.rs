@@ -360,8 +360,24 @@ async fn enrollment_can_wait_for_manual_approval() {
     assert_eq!(approve(&hub).await.unwrap().status(), 404);
     let dir = tempfile::tempdir().unwrap();
     let spoke = start_spoke(&hub, "exec-a", Some(token), dir.path());
-    // The spoke waits (retrying) and gets no certificate; no cluster yet.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // The spoke asks, is told to wait, and asks again (retrying); it gets
+    // no certificate and there is no cluster yet.
+    let link = hub.hub.as_ref().and_then(|h| h.link.clone()).expect("link");
+    let told_to_wait = || {
+        link.state
+            .metrics
+            .enrollments
+            .get_or_create(&clawfed_hub::link::metrics::ResultLabel {
+                result: "refused".into(),
+            })
+            .get()
+    };
+    eventually(
+        WAIT,
+        "the spoke asked twice and was told to wait",
+        || async { (told_to_wait() >= 2).then_some(()) },
+    )
+    .await;
     assert!(cluster(&hub, "exec-a").await.is_none());
     assert!(!dir.path().join("identity.json").exists());
     assert_eq!(approve(&hub).await.unwrap().status(), 204);

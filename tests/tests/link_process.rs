@@ -450,13 +450,21 @@ async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
     assert_eq!(state(&store).await, ConnectionState::Online);
 
     // --- kill -9 of the hub --------------------------------------------------
+    // The lost session and every failed dial log one of these.
+    let disconnects = |p: &Proc| p.stderr_text().matches("link.disconnected").count();
+    let before = disconnects(&spoke);
     hub.kill9();
     assert!(spoke.alive(), "the spoke survives losing the hub");
     // Work queued while the hub is down (by another hub process, say).
     for i in 0..20 {
         puts.put(&store, &id, &format!("ns/after-{i:02}"), 1).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_for(
+        Duration::from_secs(30),
+        "the spoke to lose the hub and dial it again",
+        || async { (disconnects(&spoke) >= before + 2).then_some(()) },
+    )
+    .await;
     assert!(spoke.alive(), "the spoke keeps running without the hub");
     let hub = env.serve(2).await;
     // The spoke reconnects by itself (backoff) and delivery resumes.

@@ -271,7 +271,7 @@ async fn depth(store: &dyn Store, cluster_id: &str) -> i64 {
 /// Dials with `config`, sends the HTTP/2 preface and reads until the hub
 /// refuses; returns the TLS error. A connection the hub keeps open fails
 /// the test.
-async fn refused_handshake(hub: &TestHub, config: Arc<rustls::ClientConfig>) -> String {
+async fn refused_handshake(hub: &TestHub, config: Arc<rustls::ClientConfig>) -> std::io::Error {
     let attempt = async {
         let mut tls = spoke_tls::dial(&address(hub), config).await?;
         tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await?;
@@ -286,7 +286,7 @@ async fn refused_handshake(hub: &TestHub, config: Arc<rustls::ClientConfig>) -> 
     match tokio::time::timeout(Duration::from_secs(5), attempt).await {
         Err(_) => panic!("the hub kept the connection open: the handshake was accepted"),
         Ok(Ok(how)) => panic!("the hub {how}; expected a TLS alert"),
-        Ok(Err(e)) => e.to_string(),
+        Ok(Err(e)) => e,
     }
 }
 
@@ -367,7 +367,11 @@ async fn client_certificate_from_another_ca_is_refused_in_the_handshake() {
     let forged = client_identity(&rogue_issuer, &a.cluster_id, None);
 
     let error = refused_handshake(&hub, mtls(&hub, &forged)).await;
-    assert!(error.contains("UnknownCA"), "{error}");
+    assert!(error.to_string().contains("UnknownCA"), "{error}");
+    let alert = spoke_tls::ReceivedAlert::default();
+    alert.note(&error);
+    assert_eq!(alert.get(), Some(rustls::AlertDescription::UnknownCA));
+    assert!(!alert.revoked());
     // Through gRPC the call fails too, never reaching a handler.
     let status = Stream::open(&hub, &forged, hello(&a.cluster_id, HashMap::new()))
         .await
@@ -392,7 +396,7 @@ async fn expired_certificate_from_the_hub_ca_is_refused_in_the_handshake() {
 
     let expired = client_identity(&issuer, &a.cluster_id, Some((2020, 2021)));
     let error = refused_handshake(&hub, mtls(&hub, &expired)).await;
-    assert!(error.contains("CertificateExpired"), "{error}");
+    assert!(error.to_string().contains("CertificateExpired"), "{error}");
     unchanged(store.as_ref(), &before).await;
 
     // Control: the same CA material with valid dates passes TLS but the
@@ -444,7 +448,11 @@ async fn revoked_certificate_is_refused_in_the_handshake(backend: Backend) {
     let before = snapshot(store.as_ref()).await;
 
     let error = refused_handshake(&hub, mtls(&hub, &a)).await;
-    assert!(error.contains("CertificateRevoked"), "{error}");
+    assert!(error.to_string().contains("CertificateRevoked"), "{error}");
+    // The spoke knows it by type (and so stops instead of retrying).
+    let alert = spoke_tls::ReceivedAlert::default();
+    alert.note(&error);
+    assert!(alert.revoked(), "{error:?}");
     let status = Stream::open(&hub, &a, hello(&a.cluster_id, HashMap::new()))
         .await
         .err()
@@ -699,12 +707,22 @@ async fn an_expired_bootstrap_token_is_refused(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(response.status(), 201);
-    let token = response
+    let created = response
         .json::<clawfed_hub::model::BootstrapTokenCreated>()
         .await
-        .unwrap()
-        .token;
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+        .unwrap();
+    assert!(
+        created.expires_at <= Utc::now() + chrono::Duration::seconds(1),
+        "ttlSeconds 1: expires at {}",
+        created.expires_at
+    );
+    // The hub judges expiry by the wall clock: wait until the instant it
+    // reported has passed, not for a guessed while.
+    eventually(WAIT, "the token's expiry", || async {
+        (Utc::now() > created.expires_at).then_some(())
+    })
+    .await;
+    let token = created.token;
     let before = snapshot(store.as_ref()).await;
     let status = try_enroll(&hub, "exec-b", &token).await.err().unwrap();
     assert_status(&status, Code::Unauthenticated, "bootstrap token expired");

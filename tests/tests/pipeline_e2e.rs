@@ -1664,6 +1664,28 @@ async fn hub_killed_during_prepare_completes_after_restart_without_duplicates() 
     Ok(())
 }
 
+/// Waits until a readiness verdict the spoke sent after `since` reached the
+/// hub: the spoke re-sends its verdicts last when it (re)connects, so it
+/// has resumed in full.
+async fn resumed(
+    store: &dyn Store,
+    cluster_id: &str,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Result<()> {
+    until(
+        WAIT,
+        "the spoke's verdicts re-sent after it reconnected",
+        || async {
+            let reports = store.list_reports(cluster_id).await?;
+            Ok(reports
+                .iter()
+                .any(|r| r.kind == clawfed_hub::link::report::READINESS && r.received_at > since)
+                .then_some(()))
+        },
+    )
+    .await
+}
+
 /// 5. the spoke killed (SIGKILL), and separately the hub unreachable for a
 /// while (killed, restarted only after several heartbeats): the running
 /// workloads are untouched (same uid, resourceVersion, generation), the
@@ -1714,20 +1736,24 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     )
     .await?;
     let offline_after = killed.elapsed();
+    // The fault itself, not a synchronization: the spoke stays down for
+    // three heartbeats, and nothing may change meanwhile.
     tokio::time::sleep(3 * HEARTBEAT).await;
     assert_eq!(
         workloads(&control_admin, &exec_admin, &dpns, &name).await?,
         before,
         "workloads changed while the spoke was down"
     );
+    let cluster_id = rest.cluster(&cluster_name).await?.id;
     let restarted = Instant::now();
+    let restarted_at = chrono::Utc::now();
     let mut spoke = spoke_proc.spawn(&env, 2, false)?;
     rest.wait_online(&cluster_name, Duration::from_secs(15))
         .await?;
     let online_after = restarted.elapsed();
     let r = rest.revision(&ns.name, &name, 1).await?;
     assert_eq!(r.phase, RevisionPhase::Active);
-    tokio::time::sleep(2 * HEARTBEAT).await;
+    resumed(env.store.as_ref(), &cluster_id, restarted_at).await?;
     assert_eq!(
         workloads(&control_admin, &exec_admin, &dpns, &name).await?,
         before,
@@ -1735,15 +1761,26 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     );
 
     // --- the hub unreachable ----------------------------------------------
+    // The lost session and every failed dial log one of these.
+    let disconnects = |p: &Proc| Proc::text(&p.stderr).matches("link.disconnected").count();
+    let before_outage = disconnects(&spoke);
     hub.kill9()?;
     let hub_down = Instant::now();
-    tokio::time::sleep(5 * HEARTBEAT).await;
+    // Down until the spoke has lost the hub and failed to dial it again
+    // three times: its whole reaction to a lost hub has run.
+    until(
+        WAIT,
+        "the spoke to lose the hub and fail 3 dials",
+        || async { Ok((disconnects(&spoke) > before_outage + 3).then_some(())) },
+    )
+    .await?;
     assert!(spoke.alive(), "the spoke keeps running without the hub");
     assert_eq!(
         workloads(&control_admin, &exec_admin, &dpns, &name).await?,
         before,
         "the spoke changed workloads when it lost the hub"
     );
+    let hub_back_at = chrono::Utc::now();
     let mut hub = env.serve(2).await?;
     let hub_back = Instant::now();
     let c = rest
@@ -1759,7 +1796,7 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     let r = rest.revision(&ns.name, &name, 1).await?;
     assert_eq!(r.phase, RevisionPhase::Active);
     assert_eq!(rest.agent(&ns.name, &name).await?.active_revision, Some(1));
-    tokio::time::sleep(2 * HEARTBEAT).await;
+    resumed(env.store.as_ref(), &cluster_id, hub_back_at).await?;
     assert_eq!(
         workloads(&control_admin, &exec_admin, &dpns, &name).await?,
         before,

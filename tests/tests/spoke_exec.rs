@@ -774,12 +774,32 @@ async fn restart_rebuilds_from_the_cluster_and_converges_without_duplicates() ->
         .readiness(&w.target, "ready after restart", |o| o.ready)
         .await?;
     // Redelivery of the same and of an older generation: no duplicates.
+    let sel = "clawfed.io/agent=phoenix";
+    let deployments = Api::<Deployment>::namespaced(admin.clone(), &t.ns);
+    let of_agent = ListParams::default().labels(sel);
+    let before = deployments.list(&of_agent).await?.items;
+    assert_eq!(before.len(), 1);
     assert_applied(&second.apply(&w).await?, "replay after restart");
     let stale = second.apply(&t.apply(&h, 4)).await?;
     assert!(stale.reason.contains("superseded"), "{}", stale.reason);
-    let sel = "clawfed.io/agent=phoenix";
     assert_eq!(count::<Deployment>(&admin, &t.ns, sel).await?, 1);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The replays left the Deployment's spec as it was (a changed template
+    // would roll out a second Pod), and once its controller has acted on
+    // that generation, exactly one Pod runs.
+    let after = eventually(WAIT, "Deployment settled after the replays", || async {
+        let d = (deployments.list(&of_agent).await?.items.into_iter().next())
+            .context("the Deployment is gone")?;
+        let status = d.status.clone().unwrap_or_default();
+        let settled = status.observed_generation == d.metadata.generation
+            && status.replicas == Some(1)
+            && status.updated_replicas == Some(1);
+        Ok(settled.then_some(d))
+    })
+    .await?;
+    assert_eq!(
+        after.metadata.generation, before[0].metadata.generation,
+        "a replay changed the Deployment"
+    );
     assert_eq!(count::<Pod>(&admin, &t.ns, sel).await?, 1);
     let namespaces = Api::<Namespace>::all(admin.clone())
         .list(&ListParams::default().labels(&format!("{}={}", labels::TENANT, t.tenant)))

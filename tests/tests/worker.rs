@@ -754,8 +754,14 @@ async fn concurrent_workers_complete_each_item_once(backend: Backend) {
     let store = db.dyn_store();
 
     let calls = Calls::default();
-    let workers: Vec<RunningWorker> = (0..4)
-        .map(|n| {
+    // Each worker logs worker.health once its loop has been through the
+    // store (recovery, then the stats the line reports).
+    let _combine_interest = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+    let logs: Vec<Captured> = (0..4).map(|_| Captured::default()).collect();
+    let workers: Vec<RunningWorker> = logs
+        .iter()
+        .enumerate()
+        .map(|(n, log)| {
             let handlers = handlers_with(
                 "test.count",
                 Counting {
@@ -763,20 +769,36 @@ async fn concurrent_workers_complete_each_item_once(backend: Backend) {
                     pause: Duration::from_millis(2),
                 },
             );
-            RunningWorker::spawn(
-                store.clone(),
-                handlers,
-                WorkerConfig {
-                    batch_size: 8,
-                    ..worker_config(&format!("worker-{n}"), Duration::from_secs(300))
-                },
-            )
+            let writer = log.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .json()
+                .flatten_event(true)
+                .with_max_level(tracing::Level::INFO)
+                .with_writer(move || writer.clone())
+                .finish();
+            let config = WorkerConfig {
+                batch_size: 8,
+                health_interval: Duration::from_millis(50),
+                ..worker_config(&format!("worker-{n}"), Duration::from_secs(300))
+            };
+            let cancel = CancellationToken::new();
+            let task = tokio::spawn(
+                Worker::new(store.clone(), handlers, config)
+                    .run(cancel.clone())
+                    .with_subscriber(subscriber),
+            );
+            RunningWorker { cancel, task }
         })
         .collect();
-    // Let every worker connect and poll once before the work arrives, so
-    // one that got the pool's warm connection cannot drain the queue alone
-    // while the others still open theirs.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The work arrives once every worker is polling, so one that got the
+    // pool's warm connection cannot drain the queue alone while the others
+    // still open theirs.
+    eventually("every worker polling the store", || async {
+        logs.iter()
+            .all(|log| log.lines().iter().any(|l| l["message"] == "worker.health"))
+            .then_some(())
+    })
+    .await;
     let ids = store
         .enqueue_work(&vec![work("test.count", 3); ITEMS])
         .await

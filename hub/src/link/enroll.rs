@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use chrono::Utc;
+use clawfed_proto::link::close::CloseReason;
 use clawfed_proto::link::v1 as pb;
 use clawfed_proto::link::v1::enrollment_server::Enrollment;
 use tonic::{Request, Response, Status};
@@ -140,7 +141,7 @@ pub async fn authenticate<T>(
     let identity = peer_identity(certs.as_ref().map(|c| c.as_slice()))
         .map_err(|e| Status::unauthenticated(e.to_string()))?;
     if identity.not_after <= Utc::now() {
-        return Err(Status::unauthenticated("client certificate expired"));
+        return Err(CloseReason::CertificateExpired.status("client certificate expired"));
     }
     let status = state
         .store
@@ -155,7 +156,7 @@ pub async fn authenticate<T>(
             "client certificate does not belong to the cluster it names",
         )),
         Some(s) if s.revoked || state.deny.contains(&identity.serial) => {
-            Err(Status::permission_denied("cluster certificate revoked"))
+            Err(CloseReason::Revoked.status("cluster certificate revoked"))
         }
         Some(_) => Ok(identity),
     }

@@ -9,16 +9,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// Why a session is being closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseReason {
-    /// The cluster was revoked.
-    Revoked,
-    /// A newer session of the same cluster took over.
-    Replaced,
-    /// The hub is shutting down.
-    Shutdown,
-}
+/// Why a session is being closed: the same reason the spoke is told
+/// (`Revoked`, `Replaced`, `ShuttingDown`).
+pub use clawfed_proto::link::close::CloseReason;
 
 /// A session's handles, shared with its stream task.
 #[derive(Debug, Clone)]
@@ -110,7 +103,7 @@ impl Registry {
     /// Closes every session (shutdown).
     pub fn close_all(&self) {
         for s in self.map().values() {
-            s.close_with(CloseReason::Shutdown);
+            s.close_with(CloseReason::ShuttingDown);
         }
     }
 

@@ -77,7 +77,7 @@ impl SpokeLink for SpokeLinkApi {
             .await
             .map_err(|_| Status::unauthenticated("unknown cluster"))?;
         if cluster.connection_state == ConnectionState::Revoked {
-            return Err(Status::permission_denied("cluster revoked"));
+            return Err(CloseReason::Revoked.status("cluster revoked"));
         }
         let (tx, rx) = mpsc::channel(64);
         let at_capacity = self.state.registry.len() >= self.state.config.max_sessions
@@ -277,8 +277,8 @@ impl Session {
             tokio::select! {
                 _ = self.handle.close.cancelled() => {
                     return match self.handle.close_reason() {
-                        Some(CloseReason::Revoked) => End::Status(Status::permission_denied("cluster revoked")),
-                        Some(CloseReason::Replaced) => End::Status(Status::aborted("replaced by a newer session of this cluster")),
+                        Some(CloseReason::Revoked) => End::Status(CloseReason::Revoked.status("cluster revoked")),
+                        Some(CloseReason::Replaced) => End::Status(CloseReason::Replaced.status("replaced by a newer session of this cluster")),
                         _ => self.go_away("hub shutting down").await,
                     };
                 }
@@ -318,7 +318,7 @@ impl Session {
                     }
                 }
                 _ = &mut expiry => {
-                    return End::Status(Status::unauthenticated("client certificate expired; reconnect with the renewed certificate"));
+                    return End::Status(CloseReason::CertificateExpired.status("client certificate expired; reconnect with the renewed certificate"));
                 }
             }
         }

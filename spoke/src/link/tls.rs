@@ -2,13 +2,16 @@
 //! and a client certificate that can be swapped while running (renewal):
 //! new connections present the new certificate, established ones finish.
 
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
 
 use rustls::client::ResolvesClientCert;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, RootCertStore, SignatureScheme};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
@@ -145,6 +148,16 @@ pub async fn channel(
     hub: &HubAddress,
     config: Arc<ClientConfig>,
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    channel_noting_alerts(hub, config, ReceivedAlert::default()).await
+}
+
+/// As [`channel`], noting in `alert` the TLS alert the hub sends on any of
+/// its connections, during the handshake or after.
+pub async fn channel_noting_alerts(
+    hub: &HubAddress,
+    config: Arc<ClientConfig>,
+    alert: ReceivedAlert,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     let hub = hub.clone();
     // The scheme is http because TLS is done by the connector, not tonic.
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", hub.authority))?
@@ -153,14 +166,163 @@ pub async fn channel(
         .connect_with_connector(tower::service_fn(move |_uri| {
             let hub = hub.clone();
             let config = config.clone();
-            async move { dial(&hub, config).await.map(hyper_util::rt::TokioIo::new) }
+            let alert = alert.clone();
+            async move {
+                let stream = dial(&hub, config).await.inspect_err(|e| alert.note(e))?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(NotingAlerts {
+                    inner: stream,
+                    alert,
+                }))
+            }
         }))
         .await
+}
+
+/// The fatal TLS alert the hub sent, kept by type.
+///
+/// The hub verifies the client certificate after the client has finished
+/// its side of the TLS 1.3 handshake, so a refusal (a revoked certificate:
+/// the `certificate_revoked` alert) usually arrives on the first read of
+/// the HTTP/2 connection. h2 passes I/O errors on as text only, so the
+/// status a call then fails with no longer holds the `rustls::Error`; the
+/// stream under h2 notes it here instead.
+#[derive(Debug, Clone, Default)]
+pub struct ReceivedAlert(Arc<RwLock<Option<rustls::AlertDescription>>>);
+
+impl ReceivedAlert {
+    /// The alert received, if any.
+    pub fn get(&self) -> Option<rustls::AlertDescription> {
+        *self.0.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the hub refused this spoke's certificate as revoked.
+    pub fn revoked(&self) -> bool {
+        self.get() == Some(rustls::AlertDescription::CertificateRevoked)
+    }
+
+    /// Notes the alert `error` reports, if it reports one received from
+    /// the hub (tokio-rustls returns a `rustls::Error` in an `io::Error`).
+    pub fn note(&self, error: &std::io::Error) {
+        let received = error
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+        if let Some(rustls::Error::AlertReceived(alert)) = received {
+            *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(*alert);
+        }
+    }
+
+    fn note_poll<T>(&self, poll: &Poll<std::io::Result<T>>) {
+        if let Poll::Ready(Err(e)) = poll {
+            self.note(e);
+        }
+    }
+}
+
+/// A TLS stream that notes the alert of any error it returns.
+struct NotingAlerts {
+    inner: TlsStream<TcpStream>,
+    alert: ReceivedAlert,
+}
+
+impl AsyncRead for NotingAlerts {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
+        this.alert.note_poll(&poll);
+        poll
+    }
+}
+
+impl AsyncWrite for NotingAlerts {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.alert.note_poll(&poll);
+        poll
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.alert.note_poll(&poll);
+        poll
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.inner).poll_flush(cx);
+        this.alert.note_poll(&poll);
+        poll
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.alert.note_poll(&poll);
+        poll
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn alert(description: rustls::AlertDescription) -> std::io::Error {
+        // As tokio-rustls reports a fatal alert from the peer.
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::AlertReceived(description),
+        )
+    }
+
+    #[test]
+    fn the_revoked_alert_is_noted_by_type() {
+        let received = ReceivedAlert::default();
+        assert!(!received.revoked());
+        received.note(&alert(rustls::AlertDescription::CertificateRevoked));
+        assert!(received.revoked());
+        assert_eq!(
+            received.get(),
+            Some(rustls::AlertDescription::CertificateRevoked)
+        );
+    }
+
+    #[test]
+    fn other_errors_are_not_a_revocation() {
+        let received = ReceivedAlert::default();
+        received.note(&alert(rustls::AlertDescription::UnknownCA));
+        received.note(&std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(received.get(), Some(rustls::AlertDescription::UnknownCA));
+        assert!(!received.revoked());
+        let other = ReceivedAlert::default();
+        // The words of an alert are not the alert (h2 passes errors on so).
+        other.note(&std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "received fatal alert: CertificateRevoked",
+        ));
+        // The spoke refusing the hub's certificate is not the hub's alert.
+        other.note(&std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::Revoked),
+        ));
+        assert_eq!(other.get(), None);
+    }
 
     #[test]
     fn hub_urls() {
