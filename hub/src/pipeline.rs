@@ -181,6 +181,19 @@ pub enum Step {
 
 const WAIT: Step = Step::Wait { recheck_in: None };
 
+/// Placement: the first online cluster whose labels carry every
+/// `selector` pair, in the order given (the deploy and the pipeline both
+/// place with this).
+pub fn choose_cluster<'a>(
+    clusters: &'a [crate::model::Cluster],
+    selector: &std::collections::BTreeMap<String, String>,
+) -> Option<&'a crate::model::Cluster> {
+    clusters.iter().find(|c| {
+        c.connection_state == crate::model::ConnectionState::Online
+            && selector.iter().all(|(k, v)| c.labels.get(k) == Some(v))
+    })
+}
+
 /// Decides the next step from the facts.
 pub fn decide(f: &Facts) -> Step {
     use RevisionPhase as P;
@@ -516,6 +529,39 @@ mod tests {
             Step::Fail(r) => assert!(r.contains("harness: no result from the spoke"), "{r}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn placement_takes_the_first_online_cluster_matching_every_label() {
+        use crate::model::{Cluster, ConnectionState};
+        let cluster = |name: &str, state, pool: &str| Cluster {
+            id: name.into(),
+            name: name.into(),
+            labels: [("pool".to_owned(), pool.to_owned())].into(),
+            capabilities: vec![],
+            certificate_serials: vec![],
+            connection_state: state,
+            last_seen: None,
+            version: String::new(),
+            created_at: chrono::Utc::now(),
+            outbox_depth: None,
+        };
+        let clusters = vec![
+            cluster("a", ConnectionState::Offline, "gpu"),
+            cluster("b", ConnectionState::Online, "cpu"),
+            cluster("c", ConnectionState::Online, "gpu"),
+        ];
+        let gpu = [("pool".to_owned(), "gpu".to_owned())].into();
+        assert_eq!(
+            choose_cluster(&clusters, &gpu).map(|c| c.name.as_str()),
+            Some("c")
+        );
+        assert_eq!(
+            choose_cluster(&clusters, &Default::default()).map(|c| c.name.as_str()),
+            Some("b")
+        );
+        let none = [("pool".to_owned(), "tpu".to_owned())].into();
+        assert!(choose_cluster(&clusters, &none).is_none());
     }
 
     #[test]

@@ -631,16 +631,10 @@ impl Service {
             };
         }
         let clusters = self.store.list_clusters().await?;
-        Ok(clusters
-            .into_iter()
-            .filter(|c| c.connection_state == crate::model::ConnectionState::Online)
-            .find(|c| {
-                spec.placement
-                    .cluster_selector
-                    .iter()
-                    .all(|(k, v)| c.labels.get(k) == Some(v))
-            })
-            .map(|c| c.name))
+        Ok(
+            crate::pipeline::choose_cluster(&clusters, &spec.placement.cluster_selector)
+                .map(|c| c.name.clone()),
+        )
     }
 
     /// Stops an Agent: its desired state becomes `stopped`.

@@ -38,10 +38,8 @@ use super::kinds::rollout_work;
 use super::{WorkError, WorkHandler};
 use crate::auth::Action;
 use crate::link::server::LinkHandle;
-use crate::model::{
-    Agent, AgentRevision, ConnectionState, DesiredState, Namespace, RevisionPhase, WorkItem,
-};
-use crate::pipeline::{Step, decide, decide_stop};
+use crate::model::{Agent, AgentRevision, DesiredState, Namespace, RevisionPhase, WorkItem};
+use crate::pipeline::{Step, choose_cluster, decide, decide_stop};
 use crate::store::{Store, StoreError};
 use facts::Gathered;
 use spec::{
@@ -326,15 +324,7 @@ impl Rollout {
             }
             Step::Place => {
                 let clusters = store.list_clusters().await.map_err(store_err)?;
-                let chosen = clusters.into_iter().find(|c| {
-                    c.connection_state == ConnectionState::Online
-                        && rev
-                            .spec
-                            .placement
-                            .cluster_selector
-                            .iter()
-                            .all(|(k, v)| c.labels.get(k) == Some(v))
-                });
+                let chosen = choose_cluster(&clusters, &rev.spec.placement.cluster_selector);
                 let Some(c) = chosen else {
                     // The placement deadline ends this if none comes.
                     let at = now + chrono::Duration::from_std(PLACE_RETRY).unwrap_or_default();
