@@ -236,7 +236,8 @@ pub struct WorkFilter {
 pub struct WorkStats {
     /// Items pending or claimed.
     pub pending: i64,
-    /// Age of the oldest pending or claimed item.
+    /// How long the longest-waiting due item (pending or claimed) has been
+    /// due; items scheduled for later do not count.
     pub oldest_pending_age: Option<Duration>,
 }
 

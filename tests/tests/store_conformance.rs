@@ -541,7 +541,17 @@ mod cases {
         assert_eq!(s.get_work(&a_ids[0]).await.unwrap().state, WorkState::Done);
         let stats = s.work_stats(now).await.unwrap();
         assert_eq!(stats.pending, 50 - a_ids.len() as i64);
-        assert!(stats.oldest_pending_age.is_some());
+        assert!(stats.oldest_pending_age.is_some(), "due items wait");
+        // A wake-up scheduled for later is pending but not late.
+        s.enqueue_work(&[NewWork {
+            run_at: now + chrono::Duration::hours(1),
+            ..work("k", None, "later")
+        }])
+        .await
+        .unwrap();
+        let later = s.work_stats(now).await.unwrap();
+        assert_eq!(later.pending, stats.pending + 1);
+        assert_eq!(later.oldest_pending_age, stats.oldest_pending_age);
     }
 
     pub async fn expired_claims_are_recovered(s: Arc<dyn Store>) {

@@ -88,7 +88,7 @@ impl Metrics {
         );
         registry.register(
             "occ_work_oldest_pending_age_seconds",
-            "Age of the oldest pending or claimed work item",
+            "How long the longest-waiting due work item (pending or claimed) has been due; items scheduled for later are not counted",
             work_oldest_age.clone(),
         );
         Self {

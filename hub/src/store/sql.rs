@@ -1237,18 +1237,21 @@ impl Store for SqlStore {
     }
 
     async fn work_stats(&self, now: DateTime<Utc>) -> Result<WorkStats> {
+        // Age counts from when an item became due: a wake-up scheduled for a
+        // deadline is not late while it waits for its time.
         let row = sqlx::query(
-            "SELECT COUNT(*), MIN(created_at) FROM work_items WHERE state IN ('pending', 'claimed')",
+            "SELECT COUNT(*), MIN(CASE WHEN run_at <= $1 THEN run_at END) FROM work_items \
+             WHERE state IN ('pending', 'claimed')",
         )
+        .bind(ms(now))
         .fetch_one(&self.pool)
         .await
         .map_err(|e| self.classify(e))?;
         let oldest: Option<i64> = row.get(1);
         Ok(WorkStats {
             pending: row.get(0),
-            oldest_pending_age: oldest.map(|created| {
-                Duration::from_millis(u64::try_from(ms(now) - created).unwrap_or(0))
-            }),
+            oldest_pending_age: oldest
+                .map(|due| Duration::from_millis(u64::try_from(ms(now) - due).unwrap_or(0))),
         })
     }
 
