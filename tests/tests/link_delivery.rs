@@ -223,6 +223,49 @@ async fn silence_marks_offline_within_two_heartbeats() {
     );
 }
 
+/// The link's status (by which link-bench times each spoke's reconnect):
+/// the Welcome shows as connected, the hub's GoAway when it shuts down and
+/// the failed attempts while it is gone are counted, the Welcome is not
+/// counted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_link_status_follows_welcome_go_away_and_failures() {
+    let mut hub = TestHub::start(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = bootstrap_token(&hub, "exec-a", false).await;
+    let spoke = start_spoke(&hub, "exec-a", Some(token), dir.path());
+    let mut status = spoke.status.clone();
+    let welcomed = tokio::time::timeout(WAIT, status.wait_for(|s| s.connected))
+        .await
+        .expect("no Welcome in time")
+        .expect("link status")
+        .clone();
+    assert_eq!(
+        (welcomed.welcomes, welcomed.go_aways, welcomed.failures),
+        (1, 0, 0)
+    );
+    assert!(welcomed.last_welcome.is_some());
+
+    hub.stop().await;
+    let gone = tokio::time::timeout(
+        WAIT,
+        status.wait_for(|s| s.go_aways >= 1 && s.failures >= 1),
+    )
+    .await
+    .expect("GoAway and a failed attempt not seen in time")
+    .expect("link status")
+    .clone();
+    assert!(!gone.connected, "{gone:?}");
+    assert_eq!(gone.welcomes, 1);
+    assert_eq!(gone.last_welcome, welcomed.last_welcome);
+    assert!(
+        gone.last_failure
+            .as_deref()
+            .is_some_and(|r| r.contains("cannot reach the hub")),
+        "{gone:?}"
+    );
+    spoke.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revocation_closes_the_stream_within_a_second_and_refuses_reconnects() {
     let hub = TestHub::start(Backend::Sqlite).await;
