@@ -628,6 +628,10 @@ impl Link {
         let mut failed: BTreeMap<String, pb::Work> = BTreeMap::new();
         let mut retry = tokio::time::interval(Duration::from_secs(2));
         let mut applies = Applies::default();
+        // The report channel closes for good when the applier has no
+        // reports to send (the file ledger): a closed channel answers at
+        // once, so polling it again would spin this loop.
+        let mut reports_open = true;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => {
@@ -669,10 +673,12 @@ impl Link {
                         Err(status) => return classify(status),
                     }
                 }
-                report = reports.recv() => {
-                    if let Some(report) = report
-                        && out.send(send(spoke_message::Body::Report(report))).await.is_err()
-                    {
+                report = reports.recv(), if reports_open => {
+                    let Some(report) = report else {
+                        reports_open = false;
+                        continue;
+                    };
+                    if out.send(send(spoke_message::Body::Report(report))).await.is_err() {
                         return SessionEnd::Failed("outbound stream closed".into());
                     }
                 }
