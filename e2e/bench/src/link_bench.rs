@@ -19,10 +19,12 @@
 //! 1. bootstrap tokens written to the store directly (the hub's own
 //!    minting), the CA created, the release `clawfed-hub serve` started as
 //!    a child;
-//! 2. the Links start, staggered; each enrolls (key + CSR, `Enroll`, on its
-//!    own connection) and connects; with `--state-dir` identities are kept
-//!    between runs and enrollment is skipped; hold them idle: max held, hub
-//!    RSS per idle spoke;
+//! 2. the Links without an identity start, staggered, and enroll (key +
+//!    CSR, `Enroll`, each on its own connection); once all have, they stop
+//!    and the hub restarts (its allocator keeps what enrollment used); with
+//!    `--state-dir` identities are kept between runs and this is skipped.
+//!    Then every Link starts from its identity, staggered, and all are held
+//!    idle: max held, hub RSS per idle spoke;
 //! 3. `kill -9` the hub, restart it on the same database and CA: time until
 //!    every Link has a new Welcome (each spoke's time is its own Welcome);
 //! 4. dispatch-to-ack latency at a fixed offered rate over M spokes. The
