@@ -6,7 +6,7 @@
 //!
 //! # Layout
 //! - this file: [`Link`], the connect / reconnect loop and one session.
-//! - `identity.rs`: key, CSR, certificate; file or Secret storage.
+//! - `identity.rs`: key, CSR, certificate; file, Secret or memory storage.
 //! - `tls.rs`: TLS 1.3 client configs, the swappable client certificate.
 //! - `ledger.rs`: a file-backed [`WorkApplier`] for runs without Kubernetes.
 //!
@@ -150,6 +150,28 @@ impl SpokeMetrics {
     }
 }
 
+/// What the link's sessions have done so far, for whoever watches it
+/// ([`Link::status`]): a health check, a test, a load generator timing
+/// each spoke's reconnect after a hub restart. Counts start at zero when
+/// the [`Link`] is built and only grow.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkStatus {
+    /// A session is open: the hub answered Hello with Welcome and the
+    /// session has not ended since.
+    pub connected: bool,
+    /// Sessions the hub welcomed.
+    pub welcomes: u64,
+    /// When the latest Welcome arrived.
+    pub last_welcome: Option<tokio::time::Instant>,
+    /// GoAways received, before or after a Welcome.
+    pub go_aways: u64,
+    /// Attempts and sessions that ended in failure (the hub unreachable,
+    /// the stream broken, the hub silent, a revocation).
+    pub failures: u64,
+    /// Why the latest of them failed.
+    pub last_failure: Option<String>,
+}
+
 /// How a session ended.
 #[derive(Debug)]
 enum SessionEnd {
@@ -168,6 +190,7 @@ pub struct Link {
     identities: Arc<dyn IdentityStore>,
     applier: Arc<dyn WorkApplier>,
     metrics: SpokeMetrics,
+    status: watch::Sender<LinkStatus>,
 }
 
 impl std::fmt::Debug for Link {
@@ -268,7 +291,14 @@ impl Link {
             identities,
             applier,
             metrics,
+            status: watch::Sender::new(LinkStatus::default()),
         }
+    }
+
+    /// Follows what the sessions do (Welcome, GoAway, failures). Updated
+    /// in place, so a watcher that looks rarely costs the link nothing.
+    pub fn status(&self) -> watch::Receiver<LinkStatus> {
+        self.status.subscribe()
     }
 
     /// The reconnect delays: exponential from `backoff_min` to
@@ -324,6 +354,17 @@ impl Link {
                 )
                 .await;
             self.metrics.connected.set(0);
+            self.status.send_modify(|s| {
+                s.connected = false;
+                match &end {
+                    SessionEnd::GoAway(_) => s.go_aways += 1,
+                    SessionEnd::Failed(reason) | SessionEnd::Revoked(reason) => {
+                        s.failures += 1;
+                        s.last_failure = Some(reason.clone());
+                    }
+                    SessionEnd::Shutdown | SessionEnd::Rotated => {}
+                }
+            });
             // A hub that answered with Welcome is back: the next attempt
             // starts again from the shortest delay, so a spoke returns
             // within about `backoff_min` of a hub restart, however many
@@ -559,6 +600,11 @@ impl Link {
         };
         *welcomed = true;
         self.metrics.connected.set(1);
+        self.status.send_modify(|s| {
+            s.connected = true;
+            s.welcomes += 1;
+            s.last_welcome = Some(tokio::time::Instant::now());
+        });
         let current = self.applier.current_reports().await;
         tracing::info!(reports = current.len(), "link.reports_resent");
         for report in current {
@@ -576,6 +622,10 @@ impl Link {
         let mut failed: BTreeMap<String, pb::Work> = BTreeMap::new();
         let mut retry = tokio::time::interval(Duration::from_secs(2));
         let mut applies = Applies::default();
+        // The report channel closes for good when the applier has no
+        // reports to send (the file ledger): a closed channel answers at
+        // once, so polling it again would spin this loop.
+        let mut reports_open = true;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => {
@@ -617,10 +667,12 @@ impl Link {
                         Err(status) => return classify(status, &alert),
                     }
                 }
-                report = reports.recv() => {
-                    if let Some(report) = report
-                        && out.send(send(spoke_message::Body::Report(report))).await.is_err()
-                    {
+                report = reports.recv(), if reports_open => {
+                    let Some(report) = report else {
+                        reports_open = false;
+                        continue;
+                    };
+                    if out.send(send(spoke_message::Body::Report(report))).await.is_err() {
                         return SessionEnd::Failed("outbound stream closed".into());
                     }
                 }

@@ -10,7 +10,7 @@ use clawfed_hub::model::{BootstrapTokenCreated, Cluster};
 use clawfed_spoke::link::identity::FileIdentityStore;
 use clawfed_spoke::link::ledger::FileLedger;
 use clawfed_spoke::link::tls::HubAddress;
-use clawfed_spoke::link::{Link, LinkConfig, LinkError, SpokeMetrics};
+use clawfed_spoke::link::{Link, LinkConfig, LinkError, LinkStatus, SpokeMetrics};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -20,6 +20,8 @@ use crate::hub::TestHub;
 pub struct TestSpoke {
     pub ledger: Arc<FileLedger>,
     pub metrics: SpokeMetrics,
+    /// What the link's sessions did ([`Link::status`]).
+    pub status: tokio::sync::watch::Receiver<LinkStatus>,
     shutdown: CancellationToken,
     task: Option<JoinHandle<Result<(), LinkError>>>,
 }
@@ -132,10 +134,12 @@ pub fn start_spoke(hub: &TestHub, cluster: &str, token: Option<String>, dir: &Pa
     );
     let shutdown = CancellationToken::new();
     let (_reports_tx, reports_rx) = tokio::sync::mpsc::channel(16);
+    let status = link.status();
     let task = tokio::spawn(link.run(reports_rx, shutdown.clone()));
     TestSpoke {
         ledger,
         metrics,
+        status,
         shutdown,
         task: Some(task),
     }

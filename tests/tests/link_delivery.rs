@@ -223,6 +223,49 @@ async fn silence_marks_offline_within_two_heartbeats() {
     );
 }
 
+/// The link's status (by which link-bench times each spoke's reconnect):
+/// the Welcome shows as connected, the hub's GoAway when it shuts down and
+/// the failed attempts while it is gone are counted, the Welcome is not
+/// counted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_link_status_follows_welcome_go_away_and_failures() {
+    let mut hub = TestHub::start(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = bootstrap_token(&hub, "exec-a", false).await;
+    let spoke = start_spoke(&hub, "exec-a", Some(token), dir.path());
+    let mut status = spoke.status.clone();
+    let welcomed = tokio::time::timeout(WAIT, status.wait_for(|s| s.connected))
+        .await
+        .expect("no Welcome in time")
+        .expect("link status")
+        .clone();
+    assert_eq!(
+        (welcomed.welcomes, welcomed.go_aways, welcomed.failures),
+        (1, 0, 0)
+    );
+    assert!(welcomed.last_welcome.is_some());
+
+    hub.stop().await;
+    let gone = tokio::time::timeout(
+        WAIT,
+        status.wait_for(|s| s.go_aways >= 1 && s.failures >= 1),
+    )
+    .await
+    .expect("GoAway and a failed attempt not seen in time")
+    .expect("link status")
+    .clone();
+    assert!(!gone.connected, "{gone:?}");
+    assert_eq!(gone.welcomes, 1);
+    assert_eq!(gone.last_welcome, welcomed.last_welcome);
+    assert!(
+        gone.last_failure
+            .as_deref()
+            .is_some_and(|r| r.contains("cannot reach the hub")),
+        "{gone:?}"
+    );
+    spoke.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revocation_closes_the_stream_within_a_second_and_refuses_reconnects() {
     let hub = TestHub::start(Backend::Sqlite).await;
@@ -505,4 +548,86 @@ async fn a_slow_target_does_not_hold_up_the_others_and_each_target_stays_in_orde
     );
     shutdown.cancel();
     let _ = task.await;
+}
+
+/// CPU seconds (user + system) the thread named `name` of this process has
+/// used, from /proc (Linux; clock ticks of 100 Hz).
+fn thread_cpu_secs(name: &str) -> Option<f64> {
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let dir = task.ok()?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        let rest = stat.rsplit_once(')')?.1;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+        return Some((tick(11)? + tick(12)?) / 100.0);
+    }
+    None
+}
+
+/// A spoke whose applier sends no reports (the file ledger: the spoke
+/// binary drops the report sender) keeps an idle session idle: a closed
+/// report channel is not polled again and again. The Link runs alone on a
+/// thread of its own, so that thread's CPU time is the session's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_without_a_report_sender_does_not_spin() {
+    use clawfed_spoke::link::identity::FileIdentityStore;
+    use clawfed_spoke::link::ledger::FileLedger;
+    use clawfed_spoke::link::tls::HubAddress;
+    use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
+
+    const THREAD: &str = "idle-spoke";
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = bootstrap_token(&hub, "exec-a", false).await;
+    let link = Link::new(
+        LinkConfig {
+            hub: HubAddress::parse(&clawfed_tests::link::hub_url(&hub)).unwrap(),
+            ca_pem: clawfed_tests::link::hub_ca(&hub),
+            cluster_name: "exec-a".into(),
+            bootstrap_token: Some(token),
+            version: "test".into(),
+            capabilities: vec!["applier:ledger".into()],
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(500),
+        },
+        std::sync::Arc::new(FileIdentityStore::new(dir.path())),
+        std::sync::Arc::new(FileLedger::open(dir.path()).unwrap()),
+        SpokeMetrics::default(),
+    );
+    let mut status = link.status();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let stop = shutdown.clone();
+    let spoke = std::thread::Builder::new()
+        .name(THREAD.into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(1);
+            drop(reports_tx);
+            rt.block_on(link.run(reports_rx, stop))
+        })
+        .unwrap();
+    tokio::time::timeout(WAIT, status.wait_for(|s| s.connected))
+        .await
+        .expect("no Welcome in time")
+        .unwrap();
+    let before = thread_cpu_secs(THREAD).expect("the spoke's thread");
+    let window = Duration::from_secs(3);
+    tokio::time::sleep(window).await;
+    let used = thread_cpu_secs(THREAD).expect("the spoke's thread") - before;
+    assert!(status.borrow().connected, "the session stayed open");
+    shutdown.cancel();
+    spoke.join().unwrap().unwrap();
+    // Idle, the session sends a heartbeat a second (1 s in tests); a
+    // session polling a closed channel uses the whole thread.
+    assert!(
+        used < 0.25,
+        "the idle session used {used:.2} s of CPU in {window:?}"
+    );
 }

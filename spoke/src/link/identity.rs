@@ -189,6 +189,51 @@ fn write_private_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<(), Iden
     std::fs::rename(&tmp, path).map_err(io)
 }
 
+/// Kept in memory only, so it is lost with the process. For tests and for
+/// load generators that run thousands of spokes in one process
+/// (`link-bench`), where a file per spoke is not what is measured.
+#[derive(Debug, Default)]
+pub struct MemoryIdentityStore {
+    identity: std::sync::Mutex<Option<Identity>>,
+}
+
+impl MemoryIdentityStore {
+    /// An empty store: the link enrolls on its first start.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A store that already holds `identity` (enrolled before).
+    pub fn with_identity(identity: Identity) -> Self {
+        Self {
+            identity: std::sync::Mutex::new(Some(identity)),
+        }
+    }
+
+    /// What is stored now, without going through the async trait.
+    pub fn current(&self) -> Option<Identity> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Identity>> {
+        // Held only to copy a value in or out: a panic elsewhere cannot
+        // leave it half-written.
+        self.identity.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl IdentityStore for MemoryIdentityStore {
+    async fn load(&self) -> Result<Option<Identity>, IdentityError> {
+        Ok(self.current())
+    }
+
+    async fn save(&self, identity: &Identity) -> Result<(), IdentityError> {
+        *self.lock() = Some(identity.clone());
+        Ok(())
+    }
+}
+
 /// A Secret in the spoke's own namespace (server-side applied).
 #[derive(Clone)]
 pub struct SecretIdentityStore {
@@ -262,6 +307,41 @@ impl IdentityStore for SecretIdentityStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn self_signed(cluster_id: &str) -> Identity {
+        let (key_pem, _) = new_key_and_csr().unwrap();
+        let key = rcgen::KeyPair::from_pem(&key_pem).unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["x".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        Identity::new(cluster_id.into(), key_pem, cert.pem()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn memory_store_starts_empty_and_keeps_the_latest_identity() {
+        let store = MemoryIdentityStore::new();
+        assert!(store.load().await.unwrap().is_none());
+        let first = self_signed("c1");
+        store.save(&first).await.unwrap();
+        let loaded = store.load().await.unwrap().unwrap();
+        assert_eq!(
+            (loaded.cluster_id.as_str(), loaded.cert_pem.as_str()),
+            ("c1", first.cert_pem.as_str())
+        );
+        // A renewal replaces the previous identity.
+        let renewed = self_signed("c1");
+        store.save(&renewed).await.unwrap();
+        assert_eq!(store.current().unwrap().key_pem, renewed.key_pem);
+        assert_ne!(renewed.key_pem, first.key_pem);
+
+        let preloaded = MemoryIdentityStore::with_identity(first.clone());
+        assert_eq!(
+            preloaded.load().await.unwrap().unwrap().key_pem,
+            first.key_pem
+        );
+        assert!(!format!("{preloaded:?}").contains("PRIVATE KEY"));
+    }
 
     #[tokio::test]
     async fn file_store_round_trip_is_owner_only() {
