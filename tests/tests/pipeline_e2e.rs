@@ -2085,3 +2085,59 @@ async fn a_dedicated_predecessor_is_stopped_and_retired_on_its_own_cluster() -> 
     result?;
     w.finish().await
 }
+
+/// Defect 12 without a pause: deploy, deploy again and stop at once, while
+/// revision 2 is somewhere in its pipeline. Every revision ends stopped
+/// (or retired, if revision 2 activated first) and no Harness is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_deploy_stop_without_a_pause_leaves_no_harness() -> Result<()> {
+    let mut w = World::start().await?;
+    let (ns, agent) = w.agent("embedded-openclaw").await?;
+    let exec = w.exec_a.admin();
+    let (dpns, name) = (ns.data_plane_namespace.clone(), agent.name.clone());
+    w.rest.deploy(&ns.name, &name).await?;
+    w.rest
+        .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
+        .await?;
+    w.rest.deploy(&ns.name, &name).await?;
+    w.rest
+        .call::<Agent>(
+            Method::POST,
+            &format!("/namespaces/{}/agents/{name}/stop", ns.name),
+            None,
+        )
+        .await?;
+    for n in [1, 2] {
+        let r = revision_phase_is(
+            &w.rest,
+            &ns.name,
+            &name,
+            n,
+            &[
+                RevisionPhase::Stopped,
+                RevisionPhase::Retired,
+                RevisionPhase::Failed,
+            ],
+        )
+        .await?;
+        ensure!(
+            r.phase != RevisionPhase::Failed,
+            "revision {n} failed: {:?}",
+            r.reason
+        );
+    }
+    until(WAIT, "no Harness of the stopped Agent", || async {
+        Ok(live_names::<Deployment>(&exec, &dpns, &name)
+            .await?
+            .iter()
+            .all(|d| !d.ends_with("-harness"))
+            .then_some(()))
+    })
+    .await?;
+    let agent = w.rest.agent(&ns.name, &name).await?;
+    ensure!(
+        agent.active_revision.is_none(),
+        "nothing active after the stop"
+    );
+    w.finish().await
+}
