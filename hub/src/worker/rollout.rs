@@ -465,15 +465,8 @@ impl Rollout {
                         wire::WorkSpec::HarnessRetire,
                     )
                     .await?;
-                    self.gateways
-                        .retire(&ns.name, &rev.agent, p.revision.number)
-                        .await
-                        .map_err(|e| {
-                            WorkError::Retryable(format!(
-                                "retiring revision {}: {e}",
-                                p.revision.number
-                            ))
-                        })?;
+                    self.retire_gateway(ns, &rev.agent, p.revision.number)
+                        .await?;
                 }
             }
             Step::MarkRetired(numbers) => {
@@ -482,6 +475,11 @@ impl Rollout {
                     .iter()
                     .filter(|p| numbers.contains(&p.revision.number))
                 {
+                    // A predecessor that never got Harness work may still
+                    // have its Gateway revision (the Gateway is applied
+                    // first): remove it too (idempotent).
+                    self.retire_gateway(ns, &rev.agent, p.revision.number)
+                        .await?;
                     let mut p = p.revision.clone();
                     self.enter(store, &mut p, RevisionPhase::Retired, None)
                         .await?;
@@ -516,6 +514,19 @@ impl Rollout {
             &body,
         )
         .await
+    }
+
+    /// Removes what only revision `number` used of the Agent's Gateway.
+    async fn retire_gateway(
+        &self,
+        ns: &Namespace,
+        agent: &str,
+        number: i64,
+    ) -> Result<(), WorkError> {
+        self.gateways
+            .retire(&ns.name, agent, number)
+            .await
+            .map_err(|e| WorkError::Retryable(format!("retiring revision {number}: {e}")))
     }
 
     /// Saves progress, phase and reason (compare-and-swap).
