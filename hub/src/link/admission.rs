@@ -1,12 +1,15 @@
 //! Which TLS handshakes the link port keeps when its slots run out.
 //!
 //! A real spoke sends its ClientHello as soon as TCP is up and answers the
-//! server's flight at once, so a handshake that has sent nothing, or only
-//! part of a ClientHello, is the cheapest thing to give up: when the port
-//! is at its limit (in total, or for one source address) the oldest such
-//! handshake is shed for the newcomer instead of making the newcomer wait
-//! behind it. A handshake past its ClientHello is shed only once it is
-//! older than the stall age. Pure bookkeeping, no I/O: the listener in
+//! server's flight at once, so a handshake that has sent only part of a
+//! ClientHello, or nothing for a while, is the cheapest thing to give up:
+//! when the port is at its limit (in total, or for one source address) the
+//! oldest such handshake is shed for the newcomer instead of making the
+//! newcomer wait behind it. A silent one is given its grace first (half the
+//! stall age): in a reconnect storm of real spokes the ClientHello of a
+//! just-accepted connection may simply not be there yet, and shedding it
+//! would only turn the storm into churn. A handshake past its ClientHello
+//! is shed only once it is older than the stall age. Pure bookkeeping, no I/O: the listener in
 //! `server.rs` does the sockets.
 
 use std::collections::{BTreeMap, HashMap};
@@ -20,8 +23,17 @@ pub struct Limits {
     pub total: usize,
     /// In progress at most from one source address.
     pub per_source: usize,
-    /// A handshake past its ClientHello and older than this is stalled.
+    /// A handshake past its ClientHello and older than this is stalled
+    /// (a silent one after half of it).
     pub stall_after: Duration,
+}
+
+impl Limits {
+    /// How long a handshake that has sent nothing is kept before it may be
+    /// shed.
+    fn silent_grace(&self) -> Duration {
+        self.stall_after / 2
+    }
 }
 
 /// How far a handshake got.
@@ -89,12 +101,15 @@ impl<T> Slots<T> {
     /// shed); otherwise the instant the oldest handshake becomes stalled
     /// (a release may free a slot sooner).
     pub fn full_until(&self, now: Instant) -> Option<Instant> {
-        if self.entries.len() < self.limits.total || self.victim(now, None).is_some() {
+        if self.entries.len() < self.limits.total || self.victim(now, None, false).is_some() {
             return None;
         }
         self.entries
             .values()
-            .map(|e| e.started + self.limits.stall_after)
+            .map(|e| match e.phase {
+                Phase::Silent => e.started + self.limits.silent_grace(),
+                _ => e.started + self.limits.stall_after,
+            })
             .min()
     }
 
@@ -103,14 +118,17 @@ impl<T> Slots<T> {
     /// of all sources, when a limit is reached.
     pub fn admit(&mut self, source: IpAddr, now: Instant, phase: Phase, value: T) -> Admission<T> {
         let mut shed = Vec::new();
+        // A newcomer whose ClientHello is in has shown it is a real client:
+        // it may shed a silent handshake without waiting out its grace.
+        let proven = phase == Phase::Hello;
         if self.per_source.get(&source).copied().unwrap_or(0) >= self.limits.per_source {
-            match self.victim(now, Some(source)) {
+            match self.victim(now, Some(source), proven) {
                 Some(id) => shed.extend(self.remove(id)),
                 None => return Admission::Refused(value),
             }
         }
         if self.entries.len() >= self.limits.total {
-            match self.victim(now, None) {
+            match self.victim(now, None, proven) {
                 Some(id) => shed.extend(self.remove(id)),
                 None => return Admission::Refused(value),
             }
@@ -154,20 +172,28 @@ impl<T> Slots<T> {
     }
 
     /// The handshake to give up, of `source` or of any source: the oldest
-    /// silent one, else the oldest partial one, else the oldest stalled one.
-    fn victim(&self, now: Instant, source: Option<IpAddr>) -> Option<u64> {
+    /// silent one past its grace (any silent one for a `proven` newcomer),
+    /// else the oldest partial one, else the oldest stalled one.
+    fn victim(&self, now: Instant, source: Option<IpAddr>, proven: bool) -> Option<u64> {
         let candidates = || {
             self.entries
                 .iter()
                 .filter(move |(_, e)| source.is_none_or(|s| e.source == s))
         };
-        let oldest_in = |phase: Phase| {
-            candidates()
-                .find(|(_, e)| e.phase == phase)
-                .map(|(id, _)| *id)
+        let age = |e: &Entry<T>| now.saturating_duration_since(e.started);
+        let grace = if proven {
+            Duration::ZERO
+        } else {
+            self.limits.silent_grace()
         };
-        oldest_in(Phase::Silent)
-            .or_else(|| oldest_in(Phase::Partial))
+        candidates()
+            .find(|(_, e)| e.phase == Phase::Silent && age(e) >= grace)
+            .map(|(id, _)| *id)
+            .or_else(|| {
+                candidates()
+                    .find(|(_, e)| e.phase == Phase::Partial)
+                    .map(|(id, _)| *id)
+            })
             .or_else(|| {
                 candidates()
                     .find(|(_, e)| {
@@ -201,6 +227,7 @@ mod tests {
     const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 1));
     const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
     const STALL: Duration = Duration::from_secs(2);
+    const GRACE: Duration = Duration::from_secs(1);
 
     fn slots(total: usize, per_source: usize) -> Slots<&'static str> {
         Slots::new(Limits {
@@ -234,14 +261,38 @@ mod tests {
         let mut s = slots(10, 2);
         let (_, _) = admitted(s.admit(A, t, Phase::Hello, "spoke"));
         admitted(s.admit(A, t, Phase::Silent, "flood 1"));
-        for i in 0..100 {
-            let (_, shed) = admitted(s.admit(A, t, Phase::Silent, "flood n"));
+        // A silent one within its grace is kept: the newcomer waits.
+        assert!(matches!(
+            s.admit(A, t + GRACE / 2, Phase::Silent, "early"),
+            Admission::Refused("early")
+        ));
+        for i in 0..100u32 {
+            let at = t + GRACE * (i + 1);
+            let (_, shed) = admitted(s.admit(A, at, Phase::Silent, "flood n"));
             assert_eq!(shed.len(), 1, "round {i}");
         }
         // The spoke's handshake is still there: only silent ones were shed.
         assert_eq!(s.len(), 2);
-        let (_, shed) = admitted(s.admit(A, t, Phase::Hello, "spoke 2"));
+        let (_, shed) = admitted(s.admit(A, t + GRACE * 102, Phase::Hello, "spoke 2"));
         assert_eq!(shed, vec!["flood n"]);
+    }
+
+    #[test]
+    fn silent_newcomers_wait_out_the_grace_but_a_proven_one_does_not() {
+        // A reconnect storm: just-accepted connections whose ClientHello is
+        // not in yet are not shed for one another (that would be churn)...
+        let t = Instant::now();
+        let mut s = slots(2, 2);
+        admitted(s.admit(A, t, Phase::Silent, "storm 1"));
+        admitted(s.admit(A, t, Phase::Silent, "storm 2"));
+        assert!(matches!(
+            s.admit(A, t + GRACE / 2, Phase::Silent, "storm 3"),
+            Admission::Refused(_)
+        ));
+        assert_eq!(s.full_until(t), Some(t + GRACE));
+        // ...but a newcomer with its ClientHello in is a real client.
+        let (_, shed) = admitted(s.admit(A, t + GRACE / 2, Phase::Hello, "spoke"));
+        assert_eq!(shed, vec!["storm 1"]);
     }
 
     #[test]
@@ -254,11 +305,11 @@ mod tests {
         s.advance(partial, Phase::Partial);
         admitted(s.admit(A, t, Phase::Silent, "silent"));
         admitted(s.admit(B, t, Phase::Silent, "other source"));
-        let (_, shed) = admitted(s.admit(A, t, Phase::Silent, "new 1"));
+        let (_, shed) = admitted(s.admit(A, t + GRACE, Phase::Silent, "new 1"));
         assert_eq!(shed, vec!["silent"]);
-        // "new 1" is silent now and the youngest: the next sheds it before
-        // the partial one, which is older.
-        let (_, shed) = admitted(s.admit(A, t, Phase::Silent, "new 2"));
+        // "new 1" is silent and the youngest: once past its grace the next
+        // sheds it before the partial one, which is older.
+        let (_, shed) = admitted(s.admit(A, t + GRACE * 2, Phase::Silent, "new 2"));
         assert_eq!(shed, vec!["new 1"]);
         assert_eq!(s.len(), 4);
     }
@@ -291,18 +342,24 @@ mod tests {
         let (b, _) = admitted(s.admit(B, t, Phase::Silent, "b silent"));
         let (a, _) = admitted(s.admit(A, t, Phase::Silent, "a"));
         s.advance(a, Phase::Hello);
-        assert_eq!(s.full_until(t), None, "a silent handshake can be shed");
-        let (c, shed) = admitted(s.admit(A, t, Phase::Silent, "a2"));
+        assert_eq!(
+            s.full_until(t),
+            Some(t + GRACE),
+            "a silent handshake within its grace is waited for"
+        );
+        let later = t + GRACE;
+        assert_eq!(s.full_until(later), None, "then it can be shed");
+        let (c, shed) = admitted(s.admit(A, later, Phase::Silent, "a2"));
         assert_eq!(shed, vec!["b silent"]);
         s.advance(c, Phase::Hello);
-        assert_eq!(s.full_until(t), Some(t + STALL));
+        assert_eq!(s.full_until(later), Some(t + STALL));
         assert!(matches!(
-            s.admit(B, t, Phase::Silent, "b2"),
+            s.admit(B, later, Phase::Silent, "b2"),
             Admission::Refused(_)
         ));
         assert_eq!(s.release(a), Some("a"));
         assert_eq!(s.release(b), None, "already shed");
-        assert_eq!(s.full_until(t), None);
-        admitted(s.admit(B, t, Phase::Silent, "b3"));
+        assert_eq!(s.full_until(later), None);
+        admitted(s.admit(B, later, Phase::Silent, "b3"));
     }
 }
