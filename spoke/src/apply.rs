@@ -48,18 +48,10 @@ pub enum Error {
     /// The data-plane namespace cannot be used (fails closed).
     #[error(transparent)]
     Namespace(#[from] namespace::NamespaceError),
-    /// A deletion did not finish in time.
-    #[error("{kind} {namespace}/{name} still present after {waited:?}")]
-    DeleteTimeout {
-        /// Object kind.
-        kind: &'static str,
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-        /// How long it waited.
-        waited: Duration,
-    },
+    /// A delete or a wait for an object to go failed (or timed out), as
+    /// the shared Kubernetes helpers report it.
+    #[error(transparent)]
+    Object(#[from] clawfed_kube::object::Error),
     /// The operation was cancelled.
     #[error("cancelled")]
     Cancelled,
@@ -75,45 +67,14 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Kube { source, .. } => clawfed_kube::is_transient(source),
-            Error::DeleteTimeout { .. } | Error::Cancelled => true,
+            Error::Object(e) => e.is_transient(),
+            Error::Cancelled => true,
             Error::Invalid(_) | Error::Namespace(_) => false,
         }
     }
 }
 
 pub use clawfed_kube::classify::{is_forbidden, is_not_found};
-
-impl From<clawfed_kube::object::Error> for Error {
-    fn from(e: clawfed_kube::object::Error) -> Self {
-        use clawfed_kube::object::Error as E;
-        match e {
-            E::Kube {
-                action,
-                kind,
-                namespace,
-                name,
-                source,
-            } => Error::Kube {
-                action,
-                kind,
-                namespace,
-                name,
-                source,
-            },
-            E::DeleteTimeout {
-                kind,
-                namespace,
-                name,
-                waited,
-            } => Error::DeleteTimeout {
-                kind,
-                namespace,
-                name,
-                waited,
-            },
-        }
-    }
-}
 
 /// Server-side apply parameters: field manager [`FIELD_MANAGER`], forced (the
 /// spoke is the only writer of the fields it owns).
