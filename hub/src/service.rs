@@ -670,31 +670,41 @@ impl Service {
     ) -> Result<Vec<AgentRevision>> {
         self.check_read(p, Action::Read, Some(ns))?;
         let mut revisions = self.store.list_revisions(ns, agent).await?;
-        for rev in &mut revisions {
-            self.attach_readiness(rev).await?;
-        }
+        self.attach_readiness(ns, &mut revisions).await?;
         Ok(revisions)
     }
 
-    /// The spoke's latest readiness verdict for `rev`, from its cluster.
-    async fn attach_readiness(&self, rev: &mut AgentRevision) -> Result<()> {
+    /// The spoke's latest readiness verdict for each of `revisions` (all of
+    /// namespace `ns`), from the cluster each is placed on.
+    async fn attach_readiness(&self, ns: &str, revisions: &mut [AgentRevision]) -> Result<()> {
         use crate::link::report::{READINESS, ReadinessReport};
-        let Some(cluster) = &rev.resolved_cluster else {
+        if revisions.iter().all(|r| r.resolved_cluster.is_none()) {
             return Ok(());
-        };
-        let cluster = match self.store.get_cluster(cluster).await {
-            Ok(c) => c,
-            Err(StoreError::NotFound { .. }) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        };
-        let ns = self.store.get_namespace(&rev.namespace).await?;
-        let target = clawfed_proto::work::target::harness(&ns.id, &rev.agent, rev.number);
-        rev.readiness = self
+        }
+        let ns_id = self.store.get_namespace(ns).await?.id;
+        let cluster_ids: std::collections::HashMap<String, String> = self
             .store
-            .get_report(&cluster.id, &target, READINESS)
+            .list_clusters()
             .await?
-            .and_then(|r| serde_json::from_value::<ReadinessReport>(r.body).ok())
-            .filter(|r| r.revision_id.is_empty() || r.revision_id == rev.id);
+            .into_iter()
+            .map(|c| (c.name, c.id))
+            .collect();
+        for rev in revisions {
+            let Some(cluster_id) = rev
+                .resolved_cluster
+                .as_ref()
+                .and_then(|c| cluster_ids.get(c))
+            else {
+                continue;
+            };
+            let target = clawfed_proto::work::target::harness(&ns_id, &rev.agent, rev.number);
+            rev.readiness = self
+                .store
+                .get_report(cluster_id, &target, READINESS)
+                .await?
+                .and_then(|r| serde_json::from_value::<ReadinessReport>(r.body).ok())
+                .filter(|r| r.revision_id.is_empty() || r.revision_id == rev.id);
+        }
         Ok(())
     }
 
@@ -708,7 +718,8 @@ impl Service {
     ) -> Result<AgentRevision> {
         self.check_read(p, Action::Read, Some(ns))?;
         let mut rev = self.store.get_revision(ns, agent, number).await?;
-        self.attach_readiness(&mut rev).await?;
+        self.attach_readiness(ns, std::slice::from_mut(&mut rev))
+            .await?;
         Ok(rev)
     }
 

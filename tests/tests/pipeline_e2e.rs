@@ -1834,6 +1834,18 @@ async fn revision_phase_is(
     .await
 }
 
+/// Waits (bounded) until no live Harness Deployment of `agent` is left.
+async fn wait_no_harness(exec: &Client, dpns: &str, agent: &str) -> Result<()> {
+    until(WAIT, "no Harness of the stopped Agent", || async {
+        Ok(live_names::<Deployment>(exec, dpns, agent)
+            .await?
+            .iter()
+            .all(|d| !d.ends_with("-harness"))
+            .then_some(()))
+    })
+    .await
+}
+
 /// Defect 12: an Agent stopped while its second revision's Harness work
 /// waits for a paused spoke. Both revisions stay `stopping` (not `stopped`)
 /// until the spoke confirms; the queued Harness apply is superseded by its
@@ -1900,14 +1912,7 @@ async fn stop_before_the_second_revision_is_active_leaves_no_harness() -> Result
         let r = revision_phase_is(&w.rest, &ns.name, &name, n, &[RevisionPhase::Stopped]).await?;
         ensure!(r.reason.is_some(), "stopped with a reason");
     }
-    until(WAIT, "no Harness of the stopped Agent", || async {
-        Ok(live_names::<Deployment>(&exec, &dpns, &name)
-            .await?
-            .iter()
-            .all(|d| !d.ends_with("-harness"))
-            .then_some(()))
-    })
-    .await?;
+    wait_no_harness(&exec, &dpns, &name).await?;
     ensure!(
         !all_names::<Deployment>(&exec, &dpns, &name)
             .await?
@@ -2126,14 +2131,7 @@ async fn deploy_deploy_stop_without_a_pause_leaves_no_harness() -> Result<()> {
             r.reason
         );
     }
-    until(WAIT, "no Harness of the stopped Agent", || async {
-        Ok(live_names::<Deployment>(&exec, &dpns, &name)
-            .await?
-            .iter()
-            .all(|d| !d.ends_with("-harness"))
-            .then_some(()))
-    })
-    .await?;
+    wait_no_harness(&exec, &dpns, &name).await?;
     let agent = w.rest.agent(&ns.name, &name).await?;
     ensure!(
         agent.active_revision.is_none(),

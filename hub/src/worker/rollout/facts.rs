@@ -240,9 +240,14 @@ impl Rollout {
         {
             // Each predecessor is looked at on the cluster it runs on.
             let p_cluster = self.cluster_of(store, &p).await?;
-            let (p_namespace, _) = self
-                .physical_namespace(store, ns, p_cluster.as_deref())
-                .await?;
+            // Usually the revision's own cluster: its name is known already.
+            let p_namespace = if p_cluster == cluster_id {
+                data_plane_namespace.clone()
+            } else {
+                self.physical_namespace(store, ns, p_cluster.as_deref())
+                    .await?
+                    .0
+            };
             let state = match &p_cluster {
                 Some(cid) => Some(target_state(store, cid, &harness_target(ns, &p)).await?),
                 None => None,
