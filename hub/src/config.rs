@@ -64,6 +64,8 @@ pub struct Config {
     #[serde(default)]
     pub gateway: GatewaySettings,
     #[serde(default)]
+    pub tunnel: TunnelSettings,
+    #[serde(default)]
     pub log: LogConfig,
 }
 
@@ -174,6 +176,11 @@ pub struct PipelineSettings {
     /// How long a revision may wait for placement, its namespace or its
     /// Harness result before it fails naming what is missing.
     pub phase_deadline_seconds: u64,
+    /// Before activation, send a request through the revision's Gateway,
+    /// the tunnel and the spoke to its Harness (`GET /healthz`), and
+    /// activate only when it is answered. Off only for Gateway images that
+    /// forward nothing (never in production).
+    pub path_probe: bool,
 }
 
 impl Default for PipelineSettings {
@@ -182,6 +189,7 @@ impl Default for PipelineSettings {
             enabled: true,
             ready_deadline_seconds: 300,
             phase_deadline_seconds: 300,
+            path_probe: true,
         }
     }
 }
@@ -221,6 +229,43 @@ impl Default for LinkSettings {
             max_concurrent_handshakes: d.max_concurrent_handshakes,
             max_handshakes_per_source: d.max_handshakes_per_source,
             max_message_bytes: d.max_message_bytes,
+        }
+    }
+}
+
+/// The data path: the tunnel ingress Gateways dial to reach their Harness
+/// through the spoke's outbound link (needs the link).
+#[derive(Debug, Clone, Deserialize)]
+// Every field is optional: a partial section keeps the other defaults.
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct TunnelSettings {
+    /// Serve the ingress and point Gateways at it. Off means direct mode:
+    /// Gateways dial the Harness Service URL themselves, which needs a flat
+    /// network between the clusters (and `gateway.options.harnessEgress`).
+    pub enabled: bool,
+    /// Where Gateways connect (inside the control cluster).
+    pub addr: SocketAddr,
+    /// The URL Gateways are given (e.g. the hub's tunnel Service,
+    /// `http://clawfed-hub-tunnel.clawfed-system.svc:8444`); default
+    /// `http://<addr>`.
+    pub advertise_url: Option<String>,
+    pub max_per_revision: usize,
+    pub max_per_cluster: usize,
+    pub open_timeout_ms: u64,
+    pub idle_timeout_seconds: u64,
+}
+
+impl Default for TunnelSettings {
+    fn default() -> Self {
+        let d = crate::tunnel::TunnelConfig::default();
+        Self {
+            enabled: true,
+            addr: d.addr,
+            advertise_url: d.advertise_url,
+            max_per_revision: d.max_per_revision,
+            max_per_cluster: d.max_per_cluster,
+            open_timeout_ms: d.open_timeout.as_millis() as u64,
+            idle_timeout_seconds: d.idle_timeout.as_secs(),
         }
     }
 }
@@ -289,6 +334,7 @@ impl Default for Config {
             link: LinkSettings::default(),
             pipeline: PipelineSettings::default(),
             gateway: GatewaySettings::default(),
+            tunnel: TunnelSettings::default(),
             log: LogConfig::default(),
         }
     }
@@ -343,6 +389,9 @@ impl Config {
                 "CLAWFED_GATEWAY_ENABLED" => self.gateway.enabled = parse(name, value)?,
                 "CLAWFED_GATEWAY_KUBECONFIG" => self.gateway.kubeconfig = Some(value.into()),
                 "CLAWFED_LINK_ADDR" => self.link.addr = parse(name, value)?,
+                "CLAWFED_TUNNEL_ENABLED" => self.tunnel.enabled = parse(name, value)?,
+                "CLAWFED_TUNNEL_ADDR" => self.tunnel.addr = parse(name, value)?,
+                "CLAWFED_TUNNEL_ADVERTISE_URL" => self.tunnel.advertise_url = Some(value.clone()),
                 "CLAWFED_LINK_CA_DIR" => self.link.ca_dir = value.into(),
                 "CLAWFED_LINK_CERT_TTL_SECONDS" => self.link.cert_ttl_seconds = parse(name, value)?,
                 "CLAWFED_LINK_HEARTBEAT_SECONDS" => {
@@ -391,6 +440,26 @@ impl Config {
         }
         if self.link.cert_ttl_seconds < 10 {
             return Err(invalid("link.certTtlSeconds", "must be at least 10"));
+        }
+        if self.tunnel.max_per_revision == 0 || self.tunnel.max_per_cluster == 0 {
+            return Err(invalid(
+                "tunnel.maxPerRevision",
+                "tunnel.maxPerRevision and tunnel.maxPerCluster must be at least 1",
+            ));
+        }
+        if self.tunnel.open_timeout_ms < 100 {
+            return Err(invalid("tunnel.openTimeoutMs", "must be at least 100"));
+        }
+        if self.tunnel.idle_timeout_seconds == 0 {
+            return Err(invalid("tunnel.idleTimeoutSeconds", "must be at least 1"));
+        }
+        if let Some(url) = &self.tunnel.advertise_url
+            && !url.starts_with("http://")
+        {
+            return Err(invalid(
+                "tunnel.advertiseUrl",
+                "must be an http:// URL (host:port of the ingress)",
+            ));
         }
         if self.link.heartbeat_seconds == 0 {
             return Err(invalid("link.heartbeatSeconds", "must be at least 1"));
@@ -477,7 +546,21 @@ impl Config {
             max_concurrent_handshakes: self.link.max_concurrent_handshakes,
             max_handshakes_per_source: self.link.max_handshakes_per_source,
             max_message_bytes: self.link.max_message_bytes,
+            tunnel: self.tunnel_config(),
             ..crate::link::LinkConfig::default()
+        }
+    }
+
+    /// The tunnel settings this configuration sets.
+    pub fn tunnel_config(&self) -> crate::tunnel::TunnelConfig {
+        crate::tunnel::TunnelConfig {
+            addr: self.tunnel.addr,
+            advertise_url: self.tunnel.advertise_url.clone(),
+            max_per_revision: self.tunnel.max_per_revision,
+            max_per_cluster: self.tunnel.max_per_cluster,
+            open_timeout: Duration::from_millis(self.tunnel.open_timeout_ms),
+            idle_timeout: Duration::from_secs(self.tunnel.idle_timeout_seconds),
+            ..crate::tunnel::TunnelConfig::default()
         }
     }
 
@@ -576,6 +659,7 @@ mod tests {
             revision_id: "r1".into(),
             image: None,
             harness_endpoint: "http://bot-r1-harness.oce-0.svc:8080".into(),
+            tunnel_proxy: None,
             transport: crate::gateway::Transport {
                 gateway_token: "t".into(),
                 tls: None,

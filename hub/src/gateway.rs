@@ -82,6 +82,9 @@ pub struct GatewayConfig {
     /// Where Gateway Pods may resolve names.
     #[serde(default)]
     pub dns: DnsPeer,
+    /// The hub's tunnel ingress (the Gateway's egress in tunnel mode).
+    #[serde(default)]
+    pub hub: HubPeer,
     /// Private routing through a Gateway API Gateway; `None` means no route
     /// is managed (activation says so explicitly).
     #[serde(default)]
@@ -119,6 +122,7 @@ impl Default for GatewayConfig {
             approved_client_pod_labels: BTreeMap::new(),
             harness_egress: Vec::new(),
             dns: DnsPeer::default(),
+            hub: HubPeer::default(),
             private_routing: None,
             // The policy's default (off); see the field.
             require_immutable_digest: false,
@@ -145,6 +149,29 @@ impl Default for DnsPeer {
         Self {
             namespace: "kube-system".into(),
             pod_labels: BTreeMap::from([("k8s-app".into(), "kube-dns".into())]),
+        }
+    }
+}
+
+/// The hub's tunnel ingress as a NetworkPolicy peer: in tunnel mode the
+/// only egress a Gateway Pod has besides DNS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HubPeer {
+    /// Namespace of the hub Pods.
+    pub namespace: String,
+    /// Labels of the hub Pods.
+    pub pod_labels: BTreeMap<String, String>,
+    /// The tunnel ingress port.
+    pub port: i32,
+}
+
+impl Default for HubPeer {
+    fn default() -> Self {
+        Self {
+            namespace: "clawfed-system".into(),
+            pod_labels: BTreeMap::from([("app.kubernetes.io/name".into(), "clawfed-hub".into())]),
+            port: 8444,
         }
     }
 }
@@ -181,6 +208,10 @@ pub struct GatewaySpec {
     pub image: Option<String>,
     /// URL of the revision's Harness (`http(s)://host:port`, no userinfo).
     pub harness_endpoint: String,
+    /// The hub's tunnel ingress (`http://host:port`) the Gateway reaches the
+    /// Harness through (`CONNECT`); `None` is direct mode (flat network).
+    #[serde(default)]
+    pub tunnel_proxy: Option<String>,
     /// Transport material projected into the Gateway Pod.
     pub transport: Transport,
 }
@@ -194,6 +225,7 @@ impl fmt::Debug for GatewaySpec {
             .field("revision_id", &self.revision_id)
             .field("image", &self.image)
             .field("harness_endpoint", &self.harness_endpoint)
+            .field("tunnel_proxy", &self.tunnel_proxy)
             .field("transport", &self.transport)
             .finish()
     }

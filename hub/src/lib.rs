@@ -27,4 +27,5 @@ pub mod pipeline;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod tunnel;
 pub mod worker;

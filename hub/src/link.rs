@@ -64,6 +64,8 @@ pub struct LinkConfig {
     /// How often revocations and outbox changes from other processes are
     /// picked up from the store.
     pub poll_interval: Duration,
+    /// Limits and timeouts of tunneled connections (the data path).
+    pub tunnel: crate::tunnel::TunnelConfig,
 }
 
 impl Default for LinkConfig {
@@ -84,6 +86,7 @@ impl Default for LinkConfig {
             max_message_bytes: 4 * 1024 * 1024,
             send_window: 256,
             poll_interval: Duration::from_millis(300),
+            tunnel: crate::tunnel::TunnelConfig::default(),
         }
     }
 }
@@ -109,6 +112,8 @@ pub struct LinkState {
     pub registry: Arc<registry::Registry>,
     pub deny: Arc<tls::DenyList>,
     pub metrics: metrics::LinkMetrics,
+    /// Tunnel opens waiting for their spoke stream.
+    pub tunnels: Arc<crate::tunnel::broker::Broker>,
     pub config: LinkConfig,
     pub shutdown: CancellationToken,
 }

@@ -46,6 +46,8 @@ pub enum ServerError {
     #[error(transparent)]
     Link(#[from] crate::link::server::LinkError),
     /// The control-cluster Gateways could not be set up.
+    #[error(transparent)]
+    Tunnel(#[from] crate::tunnel::ingress::BindError),
     #[error("gateways: {0}")]
     Gateway(String),
     /// The configuration contradicts itself (e.g. a tagged default image
@@ -62,6 +64,8 @@ pub struct Hub {
     pub metrics_addr: SocketAddr,
     /// The spoke link, when enabled.
     pub link: Option<crate::link::server::LinkHandle>,
+    /// The tunnel ingress Gateways dial, when enabled (needs the link).
+    pub tunnel: Option<crate::tunnel::ingress::IngressHandle>,
     shutdown: CancellationToken,
     tasks: JoinSet<()>,
 }
@@ -195,6 +199,7 @@ pub async fn start_with_parts(
 
     // The pipeline needs the link: revisions are prepared through spokes.
     let mut handlers = handlers;
+    let mut tunnel = None;
     let link = if config.link.enabled {
         let trigger: Option<Arc<dyn crate::link::ReportListener>> = if config.pipeline_enabled() {
             Some(Arc::new(RolloutTrigger {
@@ -213,6 +218,20 @@ pub async fn start_with_parts(
             &mut tasks,
         )
         .await?;
+        if config.tunnel.enabled {
+            tunnel = Some(
+                crate::tunnel::ingress::start(
+                    crate::tunnel::route::Routes::new(
+                        store.clone(),
+                        config.tunnel_config().route_ttl,
+                    ),
+                    link.state.tunnels.clone(),
+                    shutdown.clone(),
+                    &mut tasks,
+                )
+                .await?,
+            );
+        }
         let gateways: Arc<dyn GatewayRuntime> = match gateways {
             Some(g) => g,
             None if config.gateway.enabled => Arc::new(
@@ -234,6 +253,8 @@ pub async fn start_with_parts(
                 ),
                 max_attempts: config.worker.max_attempts,
                 require_immutable_digest: config.policy.require_immutable_digest,
+                tunnel_proxy: tunnel.as_ref().map(|t| t.url.clone()),
+                path_probe: config.pipeline.path_probe,
                 ..RolloutConfig::default()
             },
         )
@@ -261,6 +282,7 @@ pub async fn start_with_parts(
         grpc_addr,
         metrics_addr,
         link,
+        tunnel,
         shutdown,
         tasks,
     })

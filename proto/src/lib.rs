@@ -8,6 +8,8 @@
 //! - [`labels`]: the Kubernetes label and annotation keys clawfed owns.
 //! - [`naming`]: name validation and the data-plane namespace rule.
 //! - [`readiness`]: the Harness readiness contract, a pure function.
+//! - [`tunnel`]: the data path (Gateway -> hub ingress -> spoke -> Harness):
+//!   the CONNECT authority and refusal reasons.
 //! - [`work`]: typed work specs carried in `link.v1.Work.spec`.
 //!
 //! Nothing here performs I/O.
@@ -15,6 +17,7 @@
 pub mod labels;
 pub mod naming;
 pub mod readiness;
+pub mod tunnel;
 pub mod work;
 
 /// `clawfed.admin.v1`: the admin API, same semantics as REST `/api/v1`.

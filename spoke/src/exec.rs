@@ -271,6 +271,12 @@ impl Executor {
         self.recorded.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The physical namespace and generation this spoke recorded applying
+    /// for `target`, if it did (the tunnel checks it manages a Harness).
+    pub fn recorded(&self, target: &str) -> Option<(String, i64)> {
+        self.recorded_lock().get(target).cloned()
+    }
+
     /// Targets with a lock entry right now (work in progress or waiting).
     pub fn locked_targets(&self) -> usize {
         self.locks.len()

@@ -26,3 +26,4 @@ pub mod exec;
 pub mod link;
 pub mod provider;
 pub mod readiness;
+pub mod tunnel;

@@ -40,6 +40,8 @@ use tokio_util::sync::CancellationToken;
 use identity::{Identity, IdentityError, IdentityStore, new_key_and_csr};
 use tls::{HubAddress, SwappableCert};
 
+use crate::tunnel::{HarnessDialer, Refusal, TunnelSettings, Tunnels};
+
 /// An applier failed; the item is not acked and is retried.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -191,6 +193,22 @@ pub struct Link {
     applier: Arc<dyn WorkApplier>,
     metrics: SpokeMetrics,
     status: watch::Sender<LinkStatus>,
+    /// Tunneled connections the hub asks for (the data path).
+    tunnels: Arc<Tunnels>,
+}
+
+/// The dialer of a spoke that serves no Harness (the file ledger in link
+/// tests): every tunnel is refused, with the reason, at once.
+struct NoHarness;
+
+#[async_trait]
+impl HarnessDialer for NoHarness {
+    async fn dial(&self, open: &pb::TunnelOpen) -> Result<tokio::net::TcpStream, Refusal> {
+        Err(Refusal::new(
+            clawfed_proto::tunnel::reason::NOT_MANAGED,
+            format!("this spoke runs no Harness ({})", open.target),
+        ))
+    }
 }
 
 impl std::fmt::Debug for Link {
@@ -292,7 +310,14 @@ impl Link {
             applier,
             metrics,
             status: watch::Sender::new(LinkStatus::default()),
+            tunnels: Arc::new(Tunnels::new(Arc::new(NoHarness), TunnelSettings::default())),
         }
+    }
+
+    /// Serves the hub's tunnel opens with `tunnels`.
+    pub fn with_tunnels(mut self, tunnels: Arc<Tunnels>) -> Self {
+        self.tunnels = tunnels;
+        self
     }
 
     /// Follows what the sessions do (Welcome, GoAway, failures). Updated
@@ -403,6 +428,8 @@ impl Link {
             }
         };
         renewer.abort();
+        // Revoked or shutting down: no tunnel outlives the link.
+        self.tunnels.shutdown().await;
         result
     }
 
@@ -578,7 +605,8 @@ impl Link {
         {
             return SessionEnd::Failed("outbound stream closed".into());
         }
-        let mut client = SpokeLinkClient::new(channel).max_decoding_message_size(16 * 1024 * 1024);
+        let mut client =
+            SpokeLinkClient::new(channel.clone()).max_decoding_message_size(16 * 1024 * 1024);
         let mut inbound = match client.connect(ReceiverStream::new(out_rx)).await {
             Ok(r) => r.into_inner(),
             Err(status) => return classify(status, &alert),
@@ -661,6 +689,9 @@ impl Link {
                         }
                         Ok(Some(pb::HubMessage { body: Some(hub_message::Body::GoAway(g)) })) => {
                             return SessionEnd::GoAway(Duration::from_secs(u64::from(g.retry_after_seconds)));
+                        }
+                        Ok(Some(pb::HubMessage { body: Some(hub_message::Body::TunnelOpen(open)) })) => {
+                            self.tunnels.start(channel.clone(), open);
                         }
                         Ok(Some(_)) => {}
                         Ok(None) => return SessionEnd::Failed("hub closed the stream".into()),

@@ -11,6 +11,8 @@ use clawfed_spoke::link::identity::{FileIdentityStore, IdentityStore, SecretIden
 use clawfed_spoke::link::ledger::FileLedger;
 use clawfed_spoke::link::tls::HubAddress;
 use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics, WorkApplier};
+use clawfed_spoke::tunnel::resolve::KubeHarnessDialer;
+use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
 use tokio_util::sync::CancellationToken;
 
 /// What applies the hub's work.
@@ -115,12 +117,22 @@ async fn main() -> anyhow::Result<()> {
     };
 
     let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(1024);
+    // With a Kubernetes applier the spoke also serves the data path: the
+    // hub's tunnel opens resolve to the Harness endpoints it applied.
+    let mut tunnels = None;
     let applier: Arc<dyn WorkApplier> = match (args.applier, &kube) {
-        (Applier::Kube, Some(client)) => Arc::new(clawfed_spoke::exec::Executor::new(
-            client.clone(),
-            clawfed_spoke::config::SpokeConfig::default(),
-            reports_tx,
-        )),
+        (Applier::Kube, Some(client)) => {
+            let executor = Arc::new(clawfed_spoke::exec::Executor::new(
+                client.clone(),
+                clawfed_spoke::config::SpokeConfig::default(),
+                reports_tx,
+            ));
+            tunnels = Some(Arc::new(Tunnels::new(
+                Arc::new(KubeHarnessDialer::new(client.clone(), executor.clone())),
+                TunnelSettings::default(),
+            )));
+            executor
+        }
         (Applier::Ledger, _) => {
             let dir = args
                 .state_dir
@@ -156,6 +168,10 @@ async fn main() -> anyhow::Result<()> {
         applier,
         metrics,
     );
+    let link = match tunnels {
+        Some(t) => link.with_tunnels(t),
+        None => link,
+    };
     let stop = shutdown.clone();
     tokio::spawn(async move {
         wait_for_signal().await;

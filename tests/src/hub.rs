@@ -49,6 +49,11 @@ pub fn test_config(db_url: &str) -> Config {
     config.link.addr = "127.0.0.1:0".parse().unwrap();
     config.link.ca_dir = std::env::temp_dir().join(format!("clawfed-ca-{}", uuid::Uuid::new_v4()));
     config.link.heartbeat_seconds = 1;
+    config.tunnel.addr = "127.0.0.1:0".parse().unwrap();
+    // Pipeline tests whose Gateway and Harness images are not stand-ins
+    // (kwok marks them Ready, nothing runs) cannot pass a data path probe;
+    // the data path tests turn it on.
+    config.pipeline.path_probe = false;
     // API and link tests drive the store and outbox themselves; pipeline
     // tests turn it on.
     config.pipeline.enabled = false;

@@ -7,6 +7,7 @@
 //! - [`link`]: in-process spokes that enroll with and connect to a test hub.
 //! - [`netns`]: a network namespace with a veth pair, for partitions.
 //! - [`spoke_env`]: the spoke's own RBAC and ServiceAccount client in a test cluster.
+//! - [`tunnel`]: a Gateway's CONNECT to the hub's tunnel ingress.
 //! - [`kube_env`]: attach to the real Kubernetes test clusters (`e2e/cluster.sh`).
 
 pub mod control_env;
@@ -16,3 +17,4 @@ pub mod kube_env;
 pub mod link;
 pub mod netns;
 pub mod spoke_env;
+pub mod tunnel;

@@ -113,6 +113,17 @@ pub fn init_test_logging() {
 
 /// Starts a spoke keeping its identity and ledger in `dir`.
 pub fn start_spoke(hub: &TestHub, cluster: &str, token: Option<String>, dir: &Path) -> TestSpoke {
+    start_spoke_with_tunnels(hub, cluster, token, dir, None)
+}
+
+/// As [`start_spoke`], serving the hub's tunnel opens with `tunnels`.
+pub fn start_spoke_with_tunnels(
+    hub: &TestHub,
+    cluster: &str,
+    token: Option<String>,
+    dir: &Path,
+    tunnels: Option<Arc<clawfed_spoke::tunnel::Tunnels>>,
+) -> TestSpoke {
     init_test_logging();
     let ledger = Arc::new(FileLedger::open(dir).expect("ledger"));
     let mut registry = prometheus_client_registry();
@@ -132,6 +143,10 @@ pub fn start_spoke(hub: &TestHub, cluster: &str, token: Option<String>, dir: &Pa
         ledger.clone(),
         metrics.clone(),
     );
+    let link = match tunnels {
+        Some(t) => link.with_tunnels(t),
+        None => link,
+    };
     let shutdown = CancellationToken::new();
     let (_reports_tx, reports_rx) = tokio::sync::mpsc::channel(16);
     let status = link.status();

@@ -107,6 +107,24 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
+    /// A request through the revision's Gateway to its Harness (the data
+    /// path probe) was not answered with success.
+    #[error(
+        "request {path} through gateway pod {pod} of agent {agent} revision {revision}: {detail}"
+    )]
+    PathProbe {
+        /// Agent.
+        agent: String,
+        /// Revision.
+        revision: i64,
+        /// The Gateway Pod probed ("" when there was none).
+        pod: String,
+        /// The path requested.
+        path: &'static str,
+        /// What came back (status and the first bytes of the body) or why
+        /// nothing did.
+        detail: String,
+    },
     /// A Gateway object of that name belongs to another tenant.
     #[error("{kind} {name} belongs to tenant {owner:?}, not {tenant:?}")]
     OwnedByOtherTenant {
@@ -200,6 +218,7 @@ impl Error {
             Error::Superseded { .. } => "Superseded",
             Error::NotPrepared { .. } => "GatewayNotPrepared",
             Error::NotReady { .. } => "GatewayNotReady",
+            Error::PathProbe { .. } => "DataPathProbeFailed",
             Error::RevisionActive { .. } => "RevisionActive",
             Error::DeleteTimeout { .. } => "DeleteTimeout",
             Error::NoTransportKey => "NoTransportKey",
@@ -212,7 +231,9 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Kube { source, .. } => clawfed_kube::is_transient(source),
-            Error::NotReady { .. } | Error::DeleteTimeout { .. } => true,
+            // The path may come up (a spoke reconnecting, endpoints being
+            // published); the pipeline's deadline bounds the retries.
+            Error::NotReady { .. } | Error::DeleteTimeout { .. } | Error::PathProbe { .. } => true,
             Error::Transport { source, .. } => {
                 matches!(source.as_ref(), crate::store::StoreError::Unavailable(_))
             }
@@ -279,6 +300,9 @@ impl std::fmt::Debug for Gateways {
             .finish()
     }
 }
+
+/// How long the data path probe waits for an answer.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
@@ -463,6 +487,60 @@ impl Gateways {
             .await
             .map_err(|e| kube_error("list", "Pod", self.ns(), "", e))?;
         Ok(ready::evaluate(revision, d.as_ref(), &pods.items))
+    }
+
+    /// Sends `GET <path>` through the Gateway Pod of `revision` (via the
+    /// control cluster's Pod proxy): the Gateway forwards it through the
+    /// hub's tunnel and the spoke to the Harness. Ok only for a 2xx answer.
+    pub async fn probe_path(&self, agent: &str, revision: i64, path: &'static str) -> Result<()> {
+        objects::validate_names(agent, revision)?;
+        let failed = |pod: &str, detail: String| Error::PathProbe {
+            agent: agent.to_owned(),
+            revision,
+            pod: pod.to_owned(),
+            path,
+            detail,
+        };
+        let lp = ListParams::default().labels(&objects::revision_selector_string(agent, revision));
+        let pods = self
+            .api::<Pod>()
+            .list(&lp)
+            .await
+            .map_err(|e| kube_error("list", "Pod", self.ns(), "", e))?;
+        let Some(pod) = pods
+            .items
+            .iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none())
+        else {
+            return Err(failed("", "no live Gateway Pod".into()));
+        };
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let url = format!(
+            "/api/v1/namespaces/{}/pods/{}:{}/proxy{path}",
+            self.ns(),
+            name,
+            self.config.port
+        );
+        let request = http::Request::get(&url)
+            .body(Vec::new())
+            .map_err(|e| failed(&name, e.to_string()))?;
+        let response =
+            tokio::time::timeout(PROBE_TIMEOUT, self.client.send(request.map(Into::into)))
+                .await
+                .map_err(|_| failed(&name, format!("no answer within {PROBE_TIMEOUT:?}")))?
+                .map_err(|e| failed(&name, e.to_string()))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&body[..body.len().min(300)])
+            .trim()
+            .to_owned();
+        Err(failed(&name, format!("HTTP {status}: {text}")))
     }
 
     /// Checks that private routing can work: the route API is served

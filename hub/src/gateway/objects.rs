@@ -67,6 +67,10 @@ pub const TRANSPORT_DIR: &str = "/var/run/clawfed/transport";
 pub const DATA_DIR: &str = "/data";
 /// Environment variable with the Harness endpoint of the revision.
 pub const HARNESS_ENDPOINT_ENV: &str = "CLAWFED_HARNESS_ENDPOINT";
+/// Environment variable with the hub's tunnel ingress (tunnel mode only):
+/// the Gateway sends `CONNECT <endpoint host:port>` there with
+/// `Proxy-Authorization: Bearer <gateway-token>`.
+pub const TUNNEL_PROXY_ENV: &str = "CLAWFED_TUNNEL_PROXY";
 /// The non-root uid/gid the Gateway runs as.
 pub const GATEWAY_UID: i64 = 65532;
 /// Kind of the route object.
@@ -131,6 +135,11 @@ pub fn revision_selector(agent: &str, revision: i64) -> BTreeMap<String, String>
 /// `agent_selector` as a label-selector string for LIST calls.
 pub fn agent_selector_string(agent: &str) -> String {
     selector_string(&agent_selector(agent))
+}
+
+/// [`revision_selector`] as a label selector string.
+pub fn revision_selector_string(agent: &str, revision: i64) -> String {
+    selector_string(&revision_selector(agent, revision))
 }
 
 fn selector_string(m: &BTreeMap<String, String>) -> String {
@@ -237,7 +246,10 @@ pub fn validate(spec: &GatewaySpec, c: &GatewayConfig) -> Result<String> {
     if c.require_immutable_digest {
         check_image_digest(&image).map_err(Error::Digest)?;
     }
-    validate_endpoint(&spec.harness_endpoint)?;
+    validate_endpoint("harnessEndpoint", &spec.harness_endpoint)?;
+    if let Some(proxy) = &spec.tunnel_proxy {
+        validate_endpoint("tunnelProxy", proxy)?;
+    }
     if spec.transport.gateway_token.is_empty() {
         return Err(Error::Invalid {
             field: "transport.gatewayToken",
@@ -249,9 +261,9 @@ pub fn validate(spec: &GatewaySpec, c: &GatewayConfig) -> Result<String> {
 
 /// The Harness endpoint goes into the Pod environment, so it must never
 /// carry credentials (`user:pass@`).
-fn validate_endpoint(url: &str) -> Result<()> {
+fn validate_endpoint(field: &'static str, url: &str) -> Result<()> {
     let invalid = |reason: &str| Error::Invalid {
-        field: "harnessEndpoint",
+        field,
         reason: reason.to_string(),
     };
     let rest = url
@@ -376,7 +388,8 @@ fn match_labels(m: &BTreeMap<String, String>) -> LabelSelector {
 
 /// The Gateway NetworkPolicy: default deny in both directions for the
 /// Agent's Gateway Pods. In: only the approved clients and the trusted proxy
-/// CIDRs, on the Gateway port. Out: DNS and the Harness endpoints.
+/// CIDRs, on the Gateway port. Out: DNS, and the hub's tunnel ingress in
+/// tunnel mode, the Harness endpoints (`harnessEgress`) in direct mode.
 pub fn network_policy(spec: &GatewaySpec, c: &GatewayConfig) -> NetworkPolicy {
     let mut from = Vec::new();
     let ns_labels = &c.approved_client_namespace_labels;
@@ -429,7 +442,26 @@ pub fn network_policy(spec: &GatewaySpec, c: &GatewayConfig) -> NetworkPolicy {
                 .collect(),
         ),
     }];
-    for rule in &c.harness_egress {
+    if spec.tunnel_proxy.is_some() {
+        let hub_ns = BTreeMap::from([(
+            "kubernetes.io/metadata.name".to_string(),
+            c.hub.namespace.clone(),
+        )]);
+        egress.push(NetworkPolicyEgressRule {
+            to: Some(vec![NetworkPolicyPeer {
+                namespace_selector: Some(match_labels(&hub_ns)),
+                pod_selector: Some(match_labels(&c.hub.pod_labels)),
+                ..Default::default()
+            }]),
+            ports: Some(vec![tcp_port(c.hub.port)]),
+        });
+    }
+    let direct = if spec.tunnel_proxy.is_some() {
+        &[][..]
+    } else {
+        &c.harness_egress[..]
+    };
+    for rule in direct {
         egress.push(NetworkPolicyEgressRule {
             to: Some(vec![NetworkPolicyPeer {
                 ip_block: Some(IPBlock {
@@ -481,14 +513,23 @@ pub fn pod_spec(spec: &GatewaySpec, c: &GatewayConfig, image: &str) -> PodSpec {
                 protocol: Some("TCP".into()),
                 ..Default::default()
             }]),
-            env: Some(vec![
-                env("CLAWFED_AGENT", spec.agent.clone()),
-                env("CLAWFED_REVISION", spec.revision.to_string()),
-                env(HARNESS_ENDPOINT_ENV, spec.harness_endpoint.clone()),
-                env("CLAWFED_TRANSPORT_DIR", TRANSPORT_DIR),
-                env("OPENCLAW_STATE_DIR", DATA_DIR),
-                env("HOME", "/tmp"),
-            ]),
+            env: Some(
+                vec![
+                    env("CLAWFED_AGENT", spec.agent.clone()),
+                    env("CLAWFED_REVISION", spec.revision.to_string()),
+                    env(HARNESS_ENDPOINT_ENV, spec.harness_endpoint.clone()),
+                    env("CLAWFED_TRANSPORT_DIR", TRANSPORT_DIR),
+                    env("OPENCLAW_STATE_DIR", DATA_DIR),
+                    env("HOME", "/tmp"),
+                ]
+                .into_iter()
+                .chain(
+                    spec.tunnel_proxy
+                        .as_ref()
+                        .map(|url| env(TUNNEL_PROXY_ENV, url.clone())),
+                )
+                .collect(),
+            ),
             readiness_probe: Some(Probe {
                 tcp_socket: Some(TCPSocketAction {
                     port: IntOrString::String("gateway".into()),
@@ -744,6 +785,7 @@ mod tests {
             revision_id: "rev-3".into(),
             image: Some(DIGEST_IMAGE.into()),
             harness_endpoint: "http://a1-r3-harness.oce-abc.svc:8080".into(),
+            tunnel_proxy: None,
             transport: Transport {
                 gateway_token: "s3cr3t-value".into(),
                 tls: Some(TlsBundle {

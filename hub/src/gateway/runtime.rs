@@ -19,6 +19,9 @@ pub struct GatewayTarget {
     pub harness_cluster: String,
     pub harness_namespace: String,
     pub harness_port: i32,
+    /// The hub's tunnel ingress URL the Gateway dials (tunnel mode), or
+    /// `None` for direct mode.
+    pub tunnel_proxy: Option<String>,
 }
 
 /// Why a Gateway operation failed.
@@ -38,6 +41,9 @@ pub trait GatewayRuntime: Send + Sync + 'static {
     async fn ensure(&self, target: &GatewayTarget) -> Result<(), GatewayFailure>;
     /// Whether the Gateway serves `revision`.
     async fn ready(&self, target: &GatewayTarget) -> Result<bool, GatewayFailure>;
+    /// Sends a request through the revision's Gateway to its Harness (the
+    /// whole data path); Ok once it is answered with success.
+    async fn probe(&self, target: &GatewayTarget) -> Result<(), GatewayFailure>;
     /// Routes to `revision`; fails before changing anything when routing
     /// cannot be done.
     async fn activate(&self, target: &GatewayTarget) -> Result<(), GatewayFailure>;
@@ -67,6 +73,7 @@ impl GatewayRuntime for crate::gateway::Gateways {
                 &t.harness_namespace,
                 t.harness_port,
             ),
+            tunnel_proxy: t.tunnel_proxy.clone(),
             transport,
         };
         crate::gateway::Gateways::ensure(self, &spec)
@@ -79,6 +86,12 @@ impl GatewayRuntime for crate::gateway::Gateways {
         crate::gateway::Gateways::is_ready(self, &t.agent, t.revision)
             .await
             .map(|r| matches!(r, crate::gateway::Readiness::Ready))
+            .map_err(gateway_failure)
+    }
+
+    async fn probe(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
+        self.probe_path(&t.agent, t.revision, clawfed_proto::tunnel::PROBE_PATH)
+            .await
             .map_err(gateway_failure)
     }
 
@@ -129,6 +142,9 @@ impl GatewayRuntime for GatewaysDisabled {
     }
     async fn ready(&self, _target: &GatewayTarget) -> Result<bool, GatewayFailure> {
         Ok(true)
+    }
+    async fn probe(&self, _target: &GatewayTarget) -> Result<(), GatewayFailure> {
+        Ok(())
     }
     async fn activate(&self, target: &GatewayTarget) -> Result<(), GatewayFailure> {
         tracing::warn!(agent = %target.agent, revision = target.revision, "pipeline.activated_without_gateway: gateway.enabled is false in the hub config, no route programmed");

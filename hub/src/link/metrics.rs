@@ -31,6 +31,8 @@ pub struct LinkMetrics {
     pub last_seen_age: Family<ClusterLabel, Gauge<f64, AtomicU64>>,
     pub certificate_expiry: Family<ClusterLabel, Gauge<f64, AtomicU64>>,
     pub enrollments: Family<ResultLabel, Counter>,
+    /// The data path's metrics.
+    pub tunnel: crate::tunnel::metrics::TunnelMetrics,
 }
 
 impl LinkMetrics {
@@ -45,6 +47,7 @@ impl LinkMetrics {
             last_seen_age: Family::default(),
             certificate_expiry: Family::default(),
             enrollments: Family::default(),
+            tunnel: crate::tunnel::metrics::TunnelMetrics::register(registry),
         };
         registry.register(
             "occ_link_connected_spokes",

@@ -6,8 +6,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Notify;
+use clawfed_proto::link::v1 as pb;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
+
+/// The session's stream to the spoke.
+pub type Outbound = mpsc::Sender<Result<pb::HubMessage, tonic::Status>>;
 
 /// Why a session is being closed: the same reason the spoke is told
 /// (`Revoked`, `Replaced`, `ShuttingDown`).
@@ -26,6 +30,9 @@ pub struct SessionHandle {
     pub wake: Arc<Notify>,
     /// Unix millis of the last message from the spoke.
     pub last_heard_ms: Arc<AtomicI64>,
+    /// The session's stream to the spoke, for messages that are not outbox
+    /// work (tunnel opens); `None` in unit tests.
+    pub outbound: Option<Outbound>,
 }
 
 impl SessionHandle {
@@ -34,9 +41,33 @@ impl SessionHandle {
         *self.reason.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// What tells a holder that this session closed and why, without
+    /// holding its stream open (a held `outbound` would keep the spoke's
+    /// stream alive after the session ended).
+    pub fn close_signal(&self) -> CloseSignal {
+        CloseSignal {
+            close: self.close.clone(),
+            reason: self.reason.clone(),
+        }
+    }
+
     fn close_with(&self, reason: CloseReason) {
         *self.reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
         self.close.cancel();
+    }
+}
+
+/// A session's close token and reason.
+#[derive(Debug, Clone)]
+pub struct CloseSignal {
+    pub close: CancellationToken,
+    reason: Arc<Mutex<Option<CloseReason>>>,
+}
+
+impl CloseSignal {
+    /// Why the session was closed, if it was.
+    pub fn reason(&self) -> Option<CloseReason> {
+        *self.reason.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -53,7 +84,13 @@ impl Registry {
     }
 
     /// Registers a session for `cluster_id`, closing any older one.
-    pub fn register(&self, cluster_id: &str, cluster_name: &str, now_ms: i64) -> SessionHandle {
+    pub fn register(
+        &self,
+        cluster_id: &str,
+        cluster_name: &str,
+        now_ms: i64,
+        outbound: Option<Outbound>,
+    ) -> SessionHandle {
         let handle = SessionHandle {
             id: self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
             cluster_id: cluster_id.to_owned(),
@@ -62,6 +99,7 @@ impl Registry {
             reason: Arc::new(Mutex::new(None)),
             wake: Arc::new(Notify::new()),
             last_heard_ms: Arc::new(AtomicI64::new(now_ms)),
+            outbound,
         };
         if let Some(old) = self.map().insert(cluster_id.to_owned(), handle.clone()) {
             old.close_with(CloseReason::Replaced);
@@ -117,6 +155,11 @@ impl Registry {
         self.len() == 0
     }
 
+    /// The cluster's live session.
+    pub fn get(&self, cluster_id: &str) -> Option<SessionHandle> {
+        self.map().get(cluster_id).cloned()
+    }
+
     /// Whether `cluster_id` has a live session.
     pub fn is_connected(&self, cluster_id: &str) -> bool {
         self.map().contains_key(cluster_id)
@@ -143,8 +186,8 @@ mod tests {
     #[test]
     fn a_new_session_replaces_the_old_one() {
         let r = Registry::default();
-        let a = r.register("c1", "one", 0);
-        let b = r.register("c1", "one", 0);
+        let a = r.register("c1", "one", 0, None);
+        let b = r.register("c1", "one", 0, None);
         assert!(a.close.is_cancelled());
         assert_eq!(a.close_reason(), Some(CloseReason::Replaced));
         assert!(!b.close.is_cancelled());

@@ -158,12 +158,20 @@ pub async fn start_with_ca(
         addr: config.addr,
         source,
     })?;
+    let registry = Arc::new(Registry::default());
+    let tunnels = Arc::new(crate::tunnel::broker::Broker::new(
+        registry.clone(),
+        config.tunnel.clone(),
+        metrics.tunnel.clone(),
+        shutdown.clone(),
+    ));
     let state = Arc::new(LinkState {
         listener: report_listener,
         store,
         ca,
-        registry: Arc::new(Registry::default()),
+        registry,
         deny,
+        tunnels,
         metrics,
         config: config.clone(),
         shutdown: shutdown.clone(),
@@ -182,10 +190,12 @@ pub async fn start_with_ca(
     tasks.spawn(async move {
         tracing::info!(%addr, "link.listening");
         let served = tonic::transport::Server::builder()
-            // Small per-connection windows keep idle spokes cheap; work
-            // items are small and acked one by one.
-            .initial_connection_window_size(256 * 1024)
-            .initial_stream_window_size(128 * 1024)
+            // Windows are credit, not memory: an idle spoke costs nothing
+            // for them. Each tunneled connection is its own stream with its
+            // own window; the connection window is large enough that a few
+            // stalled tunnels (a slow Harness) never starve the others.
+            .initial_connection_window_size(TUNNEL_CONNECTION_WINDOW)
+            .initial_stream_window_size(TUNNEL_STREAM_WINDOW)
             .add_service(link)
             .add_service(enroll)
             .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), async move {
@@ -203,6 +213,11 @@ pub async fn start_with_ca(
     tasks.spawn(outbox_poller(state.clone()));
     Ok(LinkHandle { addr, state })
 }
+
+/// Receive window of one HTTP/2 stream (the Connect stream or one tunnel).
+pub const TUNNEL_STREAM_WINDOW: u32 = 256 * 1024;
+/// Receive window of a spoke's whole connection: 64 stalled tunnels' worth.
+pub const TUNNEL_CONNECTION_WINDOW: u32 = 64 * TUNNEL_STREAM_WINDOW;
 
 type TlsConn = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
 

@@ -24,7 +24,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::LinkState;
 use super::enroll::{authenticate, renew};
 use super::metrics::ClusterLabel;
-use super::registry::{CloseReason, SessionHandle};
+use super::registry::{CloseReason, Outbound, SessionHandle};
 use super::tls::PeerIdentity;
 use crate::model::{Cluster, ConnectionState};
 
@@ -45,8 +45,6 @@ impl SpokeLinkApi {
         Self { state }
     }
 }
-
-type Outbound = mpsc::Sender<Result<pb::HubMessage, Status>>;
 
 fn hub(body: hub_message::Body) -> pb::HubMessage {
     pb::HubMessage { body: Some(body) }
@@ -106,6 +104,32 @@ impl SpokeLink for SpokeLinkApi {
         request: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewResponse>, Status> {
         renew(&self.state, request).await
+    }
+
+    type TunnelStream = ReceiverStream<Result<pb::TunnelFrame, Status>>;
+
+    /// One tunneled connection. The id pairing binds it to a cluster with a
+    /// live (authenticated) session, so only the certificate itself is
+    /// checked here, in memory: no store round trip on the setup path.
+    async fn tunnel(
+        &self,
+        request: Request<Streaming<pb::TunnelFrame>>,
+    ) -> Result<Response<Self::TunnelStream>, Status> {
+        let certs = request.peer_certs();
+        let identity = super::tls::peer_identity(certs.as_ref().map(|c| c.as_slice()))
+            .map_err(|e| Status::unauthenticated(e.to_string()))?;
+        if identity.not_after <= Utc::now() {
+            return Err(CloseReason::CertificateExpired.status("client certificate expired"));
+        }
+        if self.state.deny.contains(&identity.serial) {
+            return Err(CloseReason::Revoked.status("cluster certificate revoked"));
+        }
+        let stream = self
+            .state
+            .tunnels
+            .accept(&identity.cluster_id, request.into_inner())
+            .await?;
+        Ok(Response::new(stream))
     }
 }
 
@@ -170,7 +194,7 @@ async fn run(
     }
     let handle = state
         .registry
-        .register(&cluster.id, &cluster.name, now_ms());
+        .register(&cluster.id, &cluster.name, now_ms(), Some(tx.clone()));
     state.metrics.connected_spokes.inc();
     state
         .metrics

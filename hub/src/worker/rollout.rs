@@ -59,6 +59,9 @@ pub use trigger::RolloutTrigger;
 const BUSY_RETRY: Duration = Duration::from_millis(200);
 /// How soon placement is tried again while no online cluster matches.
 const PLACE_RETRY: Duration = Duration::from_secs(2);
+/// How soon a failed data path probe is tried again (until the readiness
+/// deadline).
+const PROBE_RETRY: Duration = Duration::from_millis(500);
 
 /// Pipeline settings.
 #[derive(Debug, Clone)]
@@ -76,6 +79,11 @@ pub struct RolloutConfig {
     /// How long one pass may hold an Agent's lease (the revision version
     /// fences a pass that outlives it).
     pub pass_lease: Duration,
+    /// The hub's tunnel ingress URL Gateways are given; `None` is direct
+    /// mode.
+    pub tunnel_proxy: Option<String>,
+    /// Probe the data path through the Gateway before activating.
+    pub path_probe: bool,
 }
 
 impl Default for RolloutConfig {
@@ -86,6 +94,8 @@ impl Default for RolloutConfig {
             max_attempts: 8,
             require_immutable_digest: false,
             pass_lease: Duration::from_secs(15),
+            tunnel_proxy: None,
+            path_probe: false,
         }
     }
 }
@@ -369,7 +379,8 @@ impl Rollout {
                 }
             }
             Step::ApplyGateway => {
-                let target = gateway_target(ns, dp, agent, &rev);
+                let target =
+                    gateway_target(ns, dp, agent, &rev, self.config.tunnel_proxy.as_deref());
                 if let Err(failure) = self.gateways.ensure(&target).await {
                     if failure.transient {
                         return Err(WorkError::Retryable(format!("gateway: {failure}")).into());
@@ -430,7 +441,13 @@ impl Rollout {
                 .await?;
             }
             Step::Activate => {
-                let target = gateway_target(ns, dp, agent, &rev);
+                let target =
+                    gateway_target(ns, dp, agent, &rev, self.config.tunnel_proxy.as_deref());
+                if self.config.path_probe
+                    && let Err(failure) = self.gateways.probe(&target).await
+                {
+                    return self.path_probe_failed(store, ns, g, rev, failure).await;
+                }
                 if let Err(failure) = self.gateways.activate(&target).await {
                     if failure.transient {
                         return Err(WorkError::Retryable(format!("activation: {failure}")).into());
@@ -596,6 +613,36 @@ impl Rollout {
         self.enter(store, &mut rev, RevisionPhase::Failed, Some(reason))
             .await?;
         self.observe("deploy", "failed", created);
+        Ok(Flow::Settled)
+    }
+
+    /// The data path probe failed: retried until the readiness deadline,
+    /// with the reason on the revision meanwhile; then the revision fails
+    /// with it.
+    async fn path_probe_failed(
+        &self,
+        store: &dyn Store,
+        ns: &Namespace,
+        g: &Gathered,
+        mut rev: AgentRevision,
+        failure: GatewayFailure,
+    ) -> PassResult {
+        let reason = format!(
+            "data path probe (Gateway -> hub tunnel -> spoke -> Harness) failed: {}",
+            failure.reason
+        );
+        let now = Utc::now();
+        let expired = rev.progress.ready_deadline.is_some_and(|d| now >= d);
+        if expired || !failure.transient {
+            return self.fail(store, ns, g, rev, reason).await;
+        }
+        tracing::info!(revision = %rev.id, agent = %rev.agent, number = rev.number, reason = %reason, "pipeline.path_probe_failed");
+        if rev.reason.as_deref() != Some(reason.as_str()) {
+            rev.reason = Some(reason);
+            self.save(store, &mut rev).await?;
+        }
+        let at = now + chrono::Duration::from_std(PROBE_RETRY).unwrap_or_default();
+        self.requeue(store, &rev, ns, at).await?;
         Ok(Flow::Settled)
     }
 

@@ -160,8 +160,12 @@ pub async fn channel_noting_alerts(
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     let hub = hub.clone();
     // The scheme is http because TLS is done by the connector, not tonic.
+    // Receive windows as on the hub: each tunneled connection is its own
+    // stream, and a few stalled ones must not starve the rest.
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", hub.authority))?
-        .connect_timeout(std::time::Duration::from_secs(10));
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .initial_stream_window_size(256 * 1024)
+        .initial_connection_window_size(64 * 256 * 1024);
     endpoint
         .connect_with_connector(tower::service_fn(move |_uri| {
             let hub = hub.clone();

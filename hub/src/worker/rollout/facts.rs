@@ -277,7 +277,13 @@ impl Rollout {
         let gateway_applied = rev.progress.gateway_applied_at.is_some();
         let gateway_ready = if gateway_applied && rev.phase == RevisionPhase::WaitingReady {
             self.gateways
-                .ready(&gateway_target(ns, &data_plane_namespace, agent, rev))
+                .ready(&gateway_target(
+                    ns,
+                    &data_plane_namespace,
+                    agent,
+                    rev,
+                    self.config.tunnel_proxy.as_deref(),
+                ))
                 .await
                 .unwrap_or(false)
         } else {

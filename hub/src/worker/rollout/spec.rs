@@ -110,12 +110,14 @@ pub fn revision_work(
     }
 }
 
-/// The Gateway of `rev`, pointed at its Harness.
+/// The Gateway of `rev`, pointed at its Harness (through the hub's tunnel
+/// ingress at `tunnel_proxy`, or directly when `None`).
 pub fn gateway_target(
     ns: &Namespace,
     data_plane_namespace: &str,
     agent: &Agent,
     rev: &AgentRevision,
+    tunnel_proxy: Option<&str>,
 ) -> GatewayTarget {
     GatewayTarget {
         tenant: ns.name.clone(),
@@ -132,6 +134,7 @@ pub fn gateway_target(
         harness_cluster: rev.resolved_cluster.clone().unwrap_or_default(),
         harness_namespace: data_plane_namespace.to_owned(),
         harness_port: spec::harness::DEFAULT_PORT,
+        tunnel_proxy: tunnel_proxy.map(str::to_owned),
     }
 }
 

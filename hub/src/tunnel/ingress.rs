@@ -1,0 +1,294 @@
+//! The listener Gateways dial: HTTP/1.1 `CONNECT <harness authority>` with
+//! `Proxy-Authorization: Bearer <transport credential>`. A Gateway gets a
+//! `200` only once the spoke has connected its Harness; every refusal is a
+//! 4xx/5xx with the reason in the `clawfed-tunnel-reason` header and
+//! `<reason>: <message>` as the body, and is logged with the agent,
+//! revision and cluster (never the credential or a payload).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clawfed_proto::link::close::CloseReason;
+use clawfed_proto::tunnel::{REASON_HEADER, reason, refusal_status};
+use clawfed_tunnel::{Counters, pump};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::Refusal;
+use super::broker::{Broker, Opened};
+use super::metrics::DirectionLabel;
+use super::route::{Route, Routes};
+use crate::link::registry::CloseSignal;
+
+/// How long a Gateway may take to send its CONNECT request head.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the ingress could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("tunnel ingress cannot listen on {addr}: {source}")]
+pub struct BindError {
+    pub addr: SocketAddr,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// The running ingress.
+#[derive(Debug, Clone)]
+pub struct IngressHandle {
+    pub addr: SocketAddr,
+    /// What Gateways are told to use as their tunnel proxy.
+    pub url: String,
+}
+
+struct Ingress {
+    routes: Routes,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+}
+
+/// Binds the ingress and serves it until `shutdown`.
+pub async fn start(
+    routes: Routes,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+    tasks: &mut JoinSet<()>,
+) -> Result<IngressHandle, BindError> {
+    let config = broker.config().clone();
+    let listener = TcpListener::bind(config.addr)
+        .await
+        .map_err(|source| BindError {
+            addr: config.addr,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| BindError {
+        addr: config.addr,
+        source,
+    })?;
+    let url = config
+        .advertise_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{addr}"));
+    let ingress = Arc::new(Ingress {
+        routes,
+        broker,
+        shutdown: shutdown.clone(),
+    });
+    tracing::info!(%addr, %url, "tunnel.listening");
+    tasks.spawn(accept_loop(listener, ingress));
+    Ok(IngressHandle { addr, url })
+}
+
+async fn accept_loop(listener: TcpListener, ingress: Arc<Ingress>) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = ingress.shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors and the like: back off briefly.
+                    tracing::warn!(error = %e, "tunnel.accept_failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let ingress = ingress.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let ingress = ingress.clone();
+                async move { Ok::<_, Infallible>(ingress.handle(req, peer).await) }
+            });
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades()
+                .await;
+            if let Err(e) = served {
+                tracing::debug!(%peer, error = %e, "tunnel.connection_error");
+            }
+        });
+    }
+    tracing::info!("tunnel.stopped");
+}
+
+fn refuse(r: &Refusal) -> Response<Full<Bytes>> {
+    let status = StatusCode::from_u16(refusal_status(r.reason)).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut resp = Response::new(Full::new(Bytes::from(format!("{r}\n"))));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(REASON_HEADER, http::HeaderValue::from_static(r.reason));
+    resp
+}
+
+/// The bearer token of `Proxy-Authorization`.
+fn bearer(req: &Request<Incoming>) -> Option<&str> {
+    let value = req
+        .headers()
+        .get(http::header::PROXY_AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+impl Ingress {
+    async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> Response<Full<Bytes>> {
+        match self.clone().open(req).await {
+            Ok(()) => Response::new(Full::new(Bytes::new())),
+            Err((r, route)) => {
+                self.broker.metrics().failed(r.reason);
+                match route {
+                    Some(route) => tracing::warn!(
+                        %peer,
+                        tenant = %route.tenant,
+                        agent = %route.agent,
+                        revision = route.revision,
+                        cluster = %route.cluster_name,
+                        reason = r.reason,
+                        message = %r.message,
+                        "tunnel.refused"
+                    ),
+                    None => {
+                        tracing::warn!(%peer, reason = r.reason, message = %r.message, "tunnel.refused")
+                    }
+                }
+                refuse(&r)
+            }
+        }
+    }
+
+    /// Authorizes and opens the tunnel; on success the connection's bytes
+    /// are pumped by a task once hyper hands the connection over.
+    async fn open(self: Arc<Self>, req: Request<Incoming>) -> Result<(), (Refusal, Option<Route>)> {
+        if req.method() != Method::CONNECT {
+            return Err((
+                Refusal::new(
+                    reason::BAD_REQUEST,
+                    "only CONNECT <harness authority> is served here (the Gateway's tunnel proxy)",
+                ),
+                None,
+            ));
+        }
+        let Some(authority) = req.uri().authority().map(|a| a.as_str().to_owned()) else {
+            return Err((
+                Refusal::new(reason::BAD_REQUEST, "CONNECT needs a host:port authority"),
+                None,
+            ));
+        };
+        let Some(token) = bearer(&req) else {
+            return Err((
+                Refusal::new(
+                    reason::UNAUTHENTICATED,
+                    "Proxy-Authorization: Bearer <transport credential> is required",
+                ),
+                None,
+            ));
+        };
+        let route = self
+            .routes
+            .resolve(token, &authority)
+            .await
+            .map_err(|r| (r, None))?;
+        let opened = self
+            .broker
+            .open(&route)
+            .await
+            .map_err(|r| (r, Some(route.clone())))?;
+        tokio::spawn(self.serve(req, route, opened));
+        Ok(())
+    }
+
+    async fn serve(self: Arc<Self>, req: Request<Incoming>, route: Route, opened: Opened) {
+        let started = Instant::now();
+        let upgraded = match hyper::upgrade::on(req).await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(agent = %route.agent, error = %e, "tunnel.upgrade_failed");
+                return;
+            }
+        };
+        let Opened {
+            inbound,
+            outbound,
+            session,
+            slot,
+        } = opened;
+        let metrics = self.broker.metrics().clone();
+        metrics.open.inc();
+        let cancel = self.shutdown.child_token();
+        let watcher = tokio::spawn(close_on_revocation(session, cancel.clone()));
+        let counters = Arc::new(Counters::default());
+        let result = pump(
+            TokioIo::new(upgraded),
+            inbound,
+            outbound.clone(),
+            self.broker.config().idle_timeout,
+            cancel,
+            counters.clone(),
+        )
+        .await;
+        watcher.abort();
+        if let Err(e) = &result {
+            // Tell the spoke why, so it closes the Harness side at once.
+            let _ = outbound
+                .send(Err(tonic::Status::aborted(format!("tunnel ended: {e}"))))
+                .await;
+            metrics.failed(e.label());
+        }
+        drop(slot);
+        metrics.open.dec();
+        let moved = counters.moved();
+        metrics
+            .bytes
+            .get_or_create(&DirectionLabel {
+                direction: "to-harness",
+            })
+            .inc_by(moved.to_stream);
+        metrics
+            .bytes
+            .get_or_create(&DirectionLabel {
+                direction: "to-gateway",
+            })
+            .inc_by(moved.to_socket);
+        tracing::info!(
+            tenant = %route.tenant,
+            agent = %route.agent,
+            revision = route.revision,
+            cluster = %route.cluster_name,
+            to_harness = moved.to_stream,
+            to_gateway = moved.to_socket,
+            duration_ms = started.elapsed().as_millis() as u64,
+            result = result.as_ref().map_or_else(|e| e.label(), |_| "ok"),
+            "tunnel.closed"
+        );
+    }
+}
+
+/// Cancels `cancel` when the cluster is revoked (a replaced session leaves
+/// the tunnel alone: it lives on its own stream until that ends).
+async fn close_on_revocation(session: CloseSignal, cancel: CancellationToken) {
+    session.close.cancelled().await;
+    if matches!(
+        session.reason(),
+        Some(CloseReason::Revoked | CloseReason::ShuttingDown)
+    ) {
+        cancel.cancel();
+    }
+}

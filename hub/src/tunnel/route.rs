@@ -1,0 +1,180 @@
+//! Which Harness a Gateway's transport credential may reach: exactly its own
+//! revision's, on the cluster that revision runs on, while the revision is
+//! meant to serve. Resolved from the store (the credential's SHA-256 maps
+//! to a revision), cached briefly so a busy Gateway does not cost a few
+//! queries per connection.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use clawfed_proto::tunnel::{harness_authority, reason};
+use clawfed_proto::work::{harness, target};
+
+use super::Refusal;
+use crate::gateway::transport::token_hash;
+use crate::link::report::{self, WorkResultReport};
+use crate::model::{AgentRevision, RevisionPhase};
+use crate::store::{Store, StoreError};
+
+/// Where a credential's tunnels go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub revision_id: String,
+    pub tenant: String,
+    pub agent: String,
+    pub revision: i64,
+    pub cluster_id: String,
+    pub cluster_name: String,
+    /// The Harness work target on that cluster.
+    pub target: String,
+    /// The only authority the credential may CONNECT to.
+    pub authority: String,
+    pub port: i32,
+}
+
+/// Entries kept at most; the cache is cleared when it would grow past this
+/// (only valid credentials are cached, so this bounds a busy fleet, not an
+/// attacker).
+const MAX_CACHED: usize = 16_384;
+
+/// Resolves credentials to routes.
+pub struct Routes {
+    store: Arc<dyn Store>,
+    ttl: std::time::Duration,
+    cache: Mutex<HashMap<String, (Instant, Route)>>,
+}
+
+impl std::fmt::Debug for Routes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Routes")
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Phases in which a revision's Harness is meant to run and may be reached
+/// (the pipeline probes the path before activation).
+fn serving(phase: RevisionPhase) -> bool {
+    matches!(
+        phase,
+        RevisionPhase::Preparing | RevisionPhase::WaitingReady | RevisionPhase::Active
+    )
+}
+
+fn store_refusal(e: StoreError) -> Refusal {
+    Refusal::new(reason::REVISION_NOT_SERVING, format!("store: {e}"))
+}
+
+impl Routes {
+    pub fn new(store: Arc<dyn Store>, ttl: std::time::Duration) -> Self {
+        Self {
+            store,
+            ttl,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn cached(&self, hash: &str) -> Option<Route> {
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache
+            .get(hash)
+            .filter(|(at, _)| at.elapsed() < self.ttl)
+            .map(|(_, r)| r.clone())
+    }
+
+    /// The route of `token` if it may CONNECT to `authority`.
+    pub async fn resolve(&self, token: &str, authority: &str) -> Result<Route, Refusal> {
+        let hash = token_hash(token);
+        let route = match self.cached(&hash) {
+            Some(r) => r,
+            None => {
+                let r = self.lookup(&hash).await?;
+                let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+                if cache.len() >= MAX_CACHED {
+                    cache.clear();
+                }
+                cache.insert(hash, (Instant::now(), r.clone()));
+                r
+            }
+        };
+        if route.authority != authority {
+            return Err(Refusal::new(
+                reason::FORBIDDEN_TARGET,
+                format!(
+                    "the credential of {}/{} revision {} may reach only {}, not {authority}",
+                    route.tenant, route.agent, route.revision, route.authority
+                ),
+            ));
+        }
+        Ok(route)
+    }
+
+    async fn lookup(&self, hash: &str) -> Result<Route, Refusal> {
+        let unknown = || Refusal::new(reason::UNAUTHENTICATED, "unknown transport credential");
+        let revision_id = self
+            .store
+            .revision_by_transport_hash(hash)
+            .await
+            .map_err(store_refusal)?
+            .ok_or_else(unknown)?;
+        let rev = match self.store.get_revision_by_id(&revision_id).await {
+            Ok(r) => r,
+            Err(StoreError::NotFound { .. }) => return Err(unknown()),
+            Err(e) => return Err(store_refusal(e)),
+        };
+        self.route_of(&rev).await
+    }
+
+    async fn route_of(&self, rev: &AgentRevision) -> Result<Route, Refusal> {
+        let not_serving = |why: String| Refusal::new(reason::REVISION_NOT_SERVING, why);
+        if !serving(rev.phase) {
+            return Err(not_serving(format!(
+                "{}/{} revision {} is {}",
+                rev.namespace,
+                rev.agent,
+                rev.number,
+                rev.phase.as_str()
+            )));
+        }
+        let Some(cluster_name) = rev.resolved_cluster.clone() else {
+            return Err(not_serving(format!(
+                "{}/{} revision {} is not placed on a cluster yet",
+                rev.namespace, rev.agent, rev.number
+            )));
+        };
+        let ns = self
+            .store
+            .get_namespace(&rev.namespace)
+            .await
+            .map_err(store_refusal)?;
+        let cluster = self
+            .store
+            .get_cluster(&cluster_name)
+            .await
+            .map_err(store_refusal)?;
+        // The physical namespace: what the spoke reported ensuring (a legacy
+        // or adopted name), else the `oce-` name, as the Gateway was told.
+        let ensured = self
+            .store
+            .get_report(&cluster.id, &target::namespace(&ns.id), report::WORK_RESULT)
+            .await
+            .map_err(store_refusal)?
+            .and_then(|r| serde_json::from_value::<WorkResultReport>(r.body).ok())
+            .filter(|r| r.applied && !r.namespace.is_empty())
+            .map(|r| r.namespace);
+        let physical = ensured.unwrap_or_else(|| ns.data_plane_namespace.clone());
+        let port = harness::DEFAULT_PORT;
+        Ok(Route {
+            revision_id: rev.id.clone(),
+            tenant: ns.name.clone(),
+            agent: rev.agent.clone(),
+            revision: rev.number,
+            cluster_id: cluster.id,
+            cluster_name,
+            target: target::harness(&ns.id, &rev.agent, rev.number),
+            authority: harness_authority(&rev.agent, rev.number, &physical, port),
+            port,
+        })
+    }
+}

@@ -1,0 +1,118 @@
+//! The data path contract: how a Gateway asks the hub's tunnel ingress for a
+//! connection to its revision's Harness, and the reasons a tunnel is
+//! refused. Both sides (and the Gateway stand-in) use these.
+//!
+//! A Gateway connects to the ingress and sends
+//! `CONNECT <authority> HTTP/1.1` with `Proxy-Authorization: Bearer <token>`
+//! (its revision's transport credential). `<authority>` must be
+//! [`harness_authority`] of that same revision; then the hub asks the
+//! cluster's spoke (TunnelOpen on the link) to connect the Harness, and
+//! answers `200` once the spoke has, or a 4xx/5xx whose body is
+//! `<reason>: <message>`.
+
+/// The Harness path the hub requests through the Gateway before it
+/// activates a revision (the data path probe); any 2xx answer passes.
+pub const PROBE_PATH: &str = "/healthz";
+
+/// Largest `data` frame either side sends (bytes).
+pub const MAX_FRAME: usize = 16 * 1024;
+
+/// The header the refusal reason is repeated in, so a client can act on it
+/// without parsing the body.
+pub const REASON_HEADER: &str = "clawfed-tunnel-reason";
+
+/// The authority (`host:port`) a Gateway names in CONNECT for the Harness
+/// of `agent` revision `revision` in physical namespace `namespace`: the
+/// host of [`crate::work::harness::service_url`].
+pub fn harness_authority(agent: &str, revision: i64, namespace: &str, port: i32) -> String {
+    format!(
+        "{}.{namespace}.svc:{port}",
+        crate::work::harness::object_name(agent, revision)
+    )
+}
+
+/// Why a tunnel was refused or ended. The same words travel in
+/// `TunnelAccept.reason`, the ingress' `clawfed-tunnel-reason` header and
+/// the `clawfed_tunnel_failures_total{reason}` metric.
+pub mod reason {
+    /// No or malformed `Proxy-Authorization`, or an unknown credential.
+    pub const UNAUTHENTICATED: &str = "unauthenticated";
+    /// The credential is valid, but not for the authority asked for.
+    pub const FORBIDDEN_TARGET: &str = "forbidden-target";
+    /// The revision's Harness is not (or no longer) meant to run.
+    pub const REVISION_NOT_SERVING: &str = "revision-not-serving";
+    /// Not a CONNECT request, or a malformed one.
+    pub const BAD_REQUEST: &str = "bad-request";
+    /// The revision's execution cluster has no live link session.
+    pub const CLUSTER_OFFLINE: &str = "cluster-offline";
+    /// The revision's or the cluster's connection limit is reached.
+    pub const LIMIT: &str = "limit";
+    /// The spoke did not open the tunnel in time.
+    pub const SPOKE_TIMEOUT: &str = "spoke-timeout";
+    /// The spoke does not manage a Harness for this target and revision.
+    pub const NOT_MANAGED: &str = "not-managed";
+    /// The Harness Service has no Ready endpoint.
+    pub const NO_READY_ENDPOINT: &str = "no-ready-endpoint";
+    /// Connecting to the Harness endpoint failed or timed out.
+    pub const DIAL_FAILED: &str = "dial-failed";
+    /// The spoke's own tunnel limit is reached.
+    pub const SPOKE_LIMIT: &str = "spoke-limit";
+    /// The spoke could not read the cluster (apiserver unavailable).
+    pub const SPOKE_ERROR: &str = "spoke-error";
+    /// The hub is shutting down.
+    pub const SHUTTING_DOWN: &str = "shutting-down";
+
+    /// Every reason, for metrics and tests.
+    pub const ALL: [&str; 13] = [
+        UNAUTHENTICATED,
+        FORBIDDEN_TARGET,
+        REVISION_NOT_SERVING,
+        BAD_REQUEST,
+        CLUSTER_OFFLINE,
+        LIMIT,
+        SPOKE_TIMEOUT,
+        NOT_MANAGED,
+        NO_READY_ENDPOINT,
+        DIAL_FAILED,
+        SPOKE_LIMIT,
+        SPOKE_ERROR,
+        SHUTTING_DOWN,
+    ];
+}
+
+/// The HTTP status the ingress answers a refusal `reason` with.
+pub fn refusal_status(reason: &str) -> u16 {
+    match reason {
+        reason::UNAUTHENTICATED => 407,
+        reason::FORBIDDEN_TARGET | reason::REVISION_NOT_SERVING => 403,
+        reason::BAD_REQUEST => 400,
+        reason::LIMIT | reason::SPOKE_LIMIT => 429,
+        reason::SPOKE_TIMEOUT => 504,
+        reason::CLUSTER_OFFLINE | reason::SHUTTING_DOWN | reason::NO_READY_ENDPOINT => 503,
+        _ => 502,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authority_is_the_service_url_host() {
+        let url = crate::work::harness::service_url("bot", 3, "oce-x", 8080);
+        assert_eq!(
+            url,
+            format!("http://{}", harness_authority("bot", 3, "oce-x", 8080))
+        );
+    }
+
+    #[test]
+    fn every_reason_has_a_client_or_gateway_error_status() {
+        for r in reason::ALL {
+            let s = refusal_status(r);
+            assert!((400..600).contains(&s), "{r}: {s}");
+        }
+        assert_eq!(refusal_status(reason::UNAUTHENTICATED), 407);
+        assert_eq!(refusal_status(reason::FORBIDDEN_TARGET), 403);
+    }
+}

@@ -1,0 +1,447 @@
+//! The tunnel's mechanics end to end over real TLS on loopback: a real hub
+//! (ingress, broker, link), a real spoke `Link` with its `Tunnels`, and
+//! local TCP servers standing in for Harness endpoints behind a dialer
+//! that maps targets to them. (The spoke's own resolution through
+//! EndpointSlices and real Pods is proven in `data_path.rs`.)
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use clawfed_hub::gateway::TransportCredentials;
+use clawfed_hub::model::{AgentRevision, RevisionPhase};
+use clawfed_hub::worker::Handlers;
+use clawfed_proto::link::v1 as pb;
+use clawfed_proto::tunnel::{harness_authority, reason};
+use clawfed_spoke::tunnel::{HarnessDialer, Refusal, TunnelSettings, Tunnels};
+use clawfed_tests::hub::{Backend, TestHub};
+use clawfed_tests::link::{
+    TestSpoke, bootstrap_token, cluster, eventually, start_spoke_with_tunnels,
+};
+use clawfed_tests::tunnel::connect;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const WAIT: Duration = Duration::from_secs(15);
+
+/// Maps Harness targets to local servers.
+struct MapDialer(HashMap<String, SocketAddr>);
+
+#[async_trait]
+impl HarnessDialer for MapDialer {
+    async fn dial(&self, open: &pb::TunnelOpen) -> Result<TcpStream, Refusal> {
+        let addr = self.0.get(&open.target).ok_or_else(|| {
+            Refusal::new(reason::NOT_MANAGED, format!("no Harness {}", open.target))
+        })?;
+        TcpStream::connect(addr)
+            .await
+            .map_err(|e| Refusal::new(reason::DIAL_FAILED, e.to_string()))
+    }
+}
+
+/// Echoes every connection: bytes back until EOF, then EOF.
+async fn echo_server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// Accepts connections and never reads from them (a stuck Harness).
+async fn stuck_server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = l.accept().await {
+            held.push(s);
+        }
+    });
+    addr
+}
+
+struct Env {
+    hub: TestHub,
+    spoke: Option<TestSpoke>,
+    ingress: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+struct Rev {
+    rev: AgentRevision,
+    token: String,
+    authority: String,
+    target: String,
+}
+
+async fn post(hub: &TestHub, path: &str, body: Value) -> Value {
+    let r = hub
+        .http
+        .post(hub.url(path))
+        .bearer_auth(&hub.root_token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{path}: {:?}", r.text().await);
+    r.json().await.unwrap()
+}
+
+/// A deployed revision of `agent` in tenant `team`, placed on exec-a and
+/// moved to `waiting-ready` (the pipeline is off: the test plays it).
+async fn revision(hub: &TestHub, agent: &str) -> Rev {
+    let store = hub.store();
+    if store.get_namespace("team").await.is_err() {
+        post(hub, "/namespaces", json!({ "name": "team" })).await;
+    }
+    post(
+        hub,
+        "/namespaces/team/agents",
+        json!({ "name": agent, "spec": { "harnessKind": "embedded-openclaw", "image": "x:1" } }),
+    )
+    .await;
+    let deployed = post(
+        hub,
+        &format!("/namespaces/team/agents/{agent}/deploy"),
+        json!({}),
+    )
+    .await;
+    let id = deployed["id"].as_str().expect("revision id").to_owned();
+    store.place_revision(&id, "exec-a").await.unwrap();
+    let rev = store.get_revision_by_id(&id).await.unwrap();
+    let rev = store
+        .update_revision(
+            &id,
+            rev.version,
+            RevisionPhase::WaitingReady,
+            None,
+            &rev.progress,
+        )
+        .await
+        .unwrap();
+    let token = TransportCredentials::load(store.clone())
+        .await
+        .unwrap()
+        .for_revision(&id)
+        .await
+        .unwrap()
+        .gateway_token;
+    let ns = store.get_namespace("team").await.unwrap();
+    Rev {
+        authority: harness_authority(agent, rev.number, &ns.data_plane_namespace, 8080),
+        target: clawfed_proto::work::target::harness(&ns.id, agent, rev.number),
+        rev,
+        token,
+    }
+}
+
+async fn set_phase(hub: &TestHub, r: &Rev, phase: RevisionPhase) {
+    let store = hub.store();
+    let rev = store.get_revision_by_id(&r.rev.id).await.unwrap();
+    store
+        .update_revision(&rev.id, rev.version, phase, None, &rev.progress)
+        .await
+        .unwrap();
+}
+
+async fn start(backend: Backend, adjust: impl FnOnce(&mut clawfed_hub::config::Config)) -> Env {
+    let hub = TestHub::start_with(backend, adjust, Handlers::builtin()).await;
+    let ingress = hub.hub.as_ref().unwrap().tunnel.as_ref().unwrap().addr;
+    Env {
+        hub,
+        spoke: None,
+        ingress,
+        _dir: tempfile::tempdir().unwrap(),
+    }
+}
+
+impl Env {
+    /// Enrolls and connects the exec-a spoke, serving `harnesses`.
+    async fn spoke(&mut self, harnesses: HashMap<String, SocketAddr>) {
+        let token = match cluster(&self.hub, "exec-a").await {
+            Some(_) => None,
+            None => Some(bootstrap_token(&self.hub, "exec-a", false).await),
+        };
+        let tunnels = Arc::new(Tunnels::new(
+            Arc::new(MapDialer(harnesses)),
+            TunnelSettings::default(),
+        ));
+        self.spoke = Some(start_spoke_with_tunnels(
+            &self.hub,
+            "exec-a",
+            token,
+            self._dir.path(),
+            Some(tunnels),
+        ));
+        eventually(WAIT, "exec-a online", || async {
+            cluster(&self.hub, "exec-a")
+                .await
+                .filter(|c| c.connection_state == clawfed_hub::model::ConnectionState::Online)
+                .map(|_| ())
+        })
+        .await;
+    }
+}
+
+/// Writes `data`, half-closes, reads everything back.
+async fn round_trip(mut s: TcpStream, data: &[u8]) -> Vec<u8> {
+    let (mut r, mut w) = s.split();
+    let write = async {
+        w.write_all(data).await.unwrap();
+        w.shutdown().await.unwrap();
+    };
+    let read = async {
+        let mut back = Vec::with_capacity(data.len());
+        r.read_to_end(&mut back).await.unwrap();
+        back
+    };
+    let ((), back) = tokio::join!(write, read);
+    back
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+async fn bytes_round_trip_with_half_close(backend: Backend) {
+    let mut e = start(backend, |_| {}).await;
+    let r = revision(&e.hub, "bot").await;
+    e.spoke(HashMap::from([(r.target.clone(), echo_server().await)]))
+        .await;
+    let data = pattern(8 * 1024 * 1024 + 17);
+    let s = connect(e.ingress, &r.authority, Some(&r.token))
+        .await
+        .unwrap();
+    let back = round_trip(s, &data).await;
+    assert!(
+        back == data,
+        "8 MiB came back altered ({} bytes)",
+        back.len()
+    );
+    // Many small connections one after another, each a fresh tunnel.
+    for i in 0..20 {
+        let s = connect(e.ingress, &r.authority, Some(&r.token))
+            .await
+            .unwrap();
+        let msg = format!("hello {i}");
+        assert_eq!(round_trip(s, msg.as_bytes()).await, msg.as_bytes());
+    }
+    let metrics = e
+        .hub
+        .http
+        .get(format!("{}/metrics", e.hub.metrics))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("occ_tunnel_bytes_total{direction=\"to-harness\"}")),
+        "bytes metric missing:\n{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn sqlite_bytes_round_trip_with_half_close() {
+    bytes_round_trip_with_half_close(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn postgres_bytes_round_trip_with_half_close() {
+    bytes_round_trip_with_half_close(Backend::Postgres).await;
+}
+
+/// Each refusal has its reason, status and a message naming what was
+/// wrong; none reaches a Harness.
+#[tokio::test]
+async fn refusals_say_why() {
+    let mut e = start(Backend::Sqlite, |_| {}).await;
+    let a = revision(&e.hub, "bot").await;
+    let b = revision(&e.hub, "other").await;
+    let unmanaged = revision(&e.hub, "ghost").await;
+    e.spoke(HashMap::from([
+        (a.target.clone(), echo_server().await),
+        (b.target.clone(), echo_server().await),
+    ]))
+    .await;
+
+    let refused = |r: Result<TcpStream, clawfed_tests::tunnel::Refused>| r.expect_err("refused");
+    let r = refused(connect(e.ingress, &a.authority, None).await);
+    assert_eq!(
+        (r.status, r.reason.as_str()),
+        (407, reason::UNAUTHENTICATED),
+        "{r:?}"
+    );
+    let r = refused(connect(e.ingress, &a.authority, Some(&"0".repeat(64))).await);
+    assert_eq!(
+        (r.status, r.reason.as_str()),
+        (407, reason::UNAUTHENTICATED),
+        "{r:?}"
+    );
+    // A's credential for B's Harness, the apiserver, any other address.
+    for other in [
+        b.authority.as_str(),
+        "kubernetes.default.svc:443",
+        "127.0.0.1:22",
+        "198.18.0.1:8080",
+    ] {
+        let r = refused(connect(e.ingress, other, Some(&a.token)).await);
+        assert_eq!(
+            (r.status, r.reason.as_str()),
+            (403, reason::FORBIDDEN_TARGET),
+            "{other}: {r:?}"
+        );
+        assert!(
+            r.body.contains(&a.authority),
+            "names what it may reach: {}",
+            r.body
+        );
+    }
+    // The spoke does not manage it: its refusal travels back.
+    let r = refused(connect(e.ingress, &unmanaged.authority, Some(&unmanaged.token)).await);
+    assert_eq!(
+        (r.status, r.reason.as_str()),
+        (502, reason::NOT_MANAGED),
+        "{r:?}"
+    );
+    assert!(r.body.contains("no Harness"), "{r:?}");
+    // A retired revision (noticed within the route cache's second).
+    set_phase(&e.hub, &b, RevisionPhase::Retired).await;
+    let r = eventually(WAIT, "retired revision refused", || async {
+        connect(e.ingress, &b.authority, Some(&b.token)).await.err()
+    })
+    .await;
+    assert_eq!(
+        (r.status, r.reason.as_str()),
+        (403, reason::REVISION_NOT_SERVING),
+        "{r:?}"
+    );
+    // Not a CONNECT.
+    let mut s = TcpStream::connect(e.ingress).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = vec![0u8; 12];
+    s.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 400");
+    // The cluster goes away.
+    e.spoke.take().unwrap().stop().await.unwrap();
+    let r = eventually(WAIT, "offline cluster refused", || async {
+        connect(e.ingress, &a.authority, Some(&a.token))
+            .await
+            .err()
+            .filter(|r| r.reason == reason::CLUSTER_OFFLINE)
+    })
+    .await;
+    assert_eq!(r.status, 503, "{r:?}");
+}
+
+/// Per-revision limits refuse with 429 and free up when a connection ends.
+#[tokio::test]
+async fn the_revision_limit_refuses_clearly() {
+    let mut e = start(Backend::Sqlite, |c| c.tunnel.max_per_revision = 2).await;
+    let a = revision(&e.hub, "bot").await;
+    e.spoke(HashMap::from([(a.target.clone(), echo_server().await)]))
+        .await;
+    let s1 = connect(e.ingress, &a.authority, Some(&a.token))
+        .await
+        .unwrap();
+    let _s2 = connect(e.ingress, &a.authority, Some(&a.token))
+        .await
+        .unwrap();
+    let r = connect(e.ingress, &a.authority, Some(&a.token))
+        .await
+        .expect_err("third refused");
+    assert_eq!((r.status, r.reason.as_str()), (429, reason::LIMIT), "{r:?}");
+    assert_eq!(round_trip(s1, b"bye").await, b"bye");
+    let s3 = eventually(WAIT, "a slot freed", || async {
+        connect(e.ingress, &a.authority, Some(&a.token)).await.ok()
+    })
+    .await;
+    assert_eq!(round_trip(s3, b"again").await, b"again");
+}
+
+/// One connection whose Harness never reads does not slow another: each
+/// tunnel is its own HTTP/2 stream with its own window.
+#[tokio::test]
+async fn a_stuck_harness_blocks_no_other_connection() {
+    let mut e = start(Backend::Sqlite, |_| {}).await;
+    let stuck = revision(&e.hub, "stuck").await;
+    let fine = revision(&e.hub, "fine").await;
+    e.spoke(HashMap::from([
+        (stuck.target.clone(), stuck_server().await),
+        (fine.target.clone(), echo_server().await),
+    ]))
+    .await;
+    // Fill the stuck tunnel: its writes block once every window is full.
+    let mut s = connect(e.ingress, &stuck.authority, Some(&stuck.token))
+        .await
+        .unwrap();
+    let filler = tokio::spawn(async move {
+        let chunk = vec![7u8; 64 * 1024];
+        loop {
+            if s.write_all(&chunk).await.is_err() {
+                break;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !filler.is_finished(),
+        "the stuck tunnel is blocked, not failed"
+    );
+    let data = pattern(16 * 1024 * 1024);
+    let s = connect(e.ingress, &fine.authority, Some(&fine.token))
+        .await
+        .unwrap();
+    let back = tokio::time::timeout(Duration::from_secs(20), round_trip(s, &data))
+        .await
+        .expect("the other tunnel is not blocked");
+    assert!(back == data);
+    filler.abort();
+}
+
+/// A revoked cluster's open tunnels end, and no new one opens.
+#[tokio::test]
+async fn revocation_ends_open_tunnels() {
+    let mut e = start(Backend::Sqlite, |_| {}).await;
+    let a = revision(&e.hub, "bot").await;
+    e.spoke(HashMap::from([(a.target.clone(), echo_server().await)]))
+        .await;
+    let mut s = connect(e.ingress, &a.authority, Some(&a.token))
+        .await
+        .unwrap();
+    s.write_all(b"ping").await.unwrap();
+    let mut buf = [0u8; 4];
+    s.read_exact(&mut buf).await.unwrap();
+    let revoked = e
+        .hub
+        .http
+        .post(e.hub.url("/clusters/exec-a/revoke"))
+        .bearer_auth(&e.hub.root_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 200);
+    let mut rest = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+    assert!(ended.is_ok(), "the open tunnel ended after revocation");
+    let r = connect(e.ingress, &a.authority, Some(&a.token))
+        .await
+        .expect_err("refused");
+    assert_eq!(r.reason, reason::CLUSTER_OFFLINE, "{r:?}");
+}
