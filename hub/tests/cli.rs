@@ -45,6 +45,7 @@ impl Database {
             .env("CLAWFED_METRICS_ADDR", "127.0.0.1:0")
             // The spoke link's listener and CA (unknown variables are ignored).
             .env("CLAWFED_LINK_ADDR", "127.0.0.1:0")
+            .env("CLAWFED_TUNNEL_ADDR", "127.0.0.1:0")
             // No spoke in these tests: keep deploys in the store only.
             .env("CLAWFED_PIPELINE_ENABLED", "false")
             .env("CLAWFED_LINK_CA_DIR", self.dir.path().join("ca"))

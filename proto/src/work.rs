@@ -309,11 +309,15 @@ pub struct ContainerDefaults {
 }
 
 /// Network flows allowed to and from Harness Pods (everything else is denied).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HarnessNetwork {
-    /// Sources (CIDRs) allowed to reach the Harness port, e.g. the Gateway's
-    /// egress addresses in the control cluster.
+    /// The spoke's own Pods may reach the Harness port: the tunnel's last
+    /// hop (the Gateway reaches its Harness through the hub and the spoke).
+    #[serde(default = "yes")]
+    pub ingress_from_spoke: bool,
+    /// Further sources (CIDRs) allowed to reach the Harness port: direct
+    /// mode only, where the Gateway's addresses reach it over a flat network.
     #[serde(default)]
     pub ingress_from_cidrs: Vec<String>,
     /// The Harness port opened to `ingressFromCidrs`.
@@ -332,6 +336,21 @@ pub struct EgressRule {
     pub cidr: String,
     /// Destination TCP ports.
     pub ports: Vec<i32>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for HarnessNetwork {
+    fn default() -> Self {
+        Self {
+            ingress_from_spoke: true,
+            ingress_from_cidrs: Vec::new(),
+            harness_port: default_harness_port(),
+            egress: Vec::new(),
+        }
+    }
 }
 
 fn default_harness_port() -> i32 {

@@ -27,6 +27,9 @@ impl Default for DnsTarget {
 pub struct SpokeConfig {
     /// Namespace of the spoke's own ServiceAccount.
     pub service_account_namespace: String,
+    /// Labels of the spoke's own Pods: Harness NetworkPolicies admit them
+    /// (and only them) on the Harness port, the tunnel's last hop.
+    pub pod_labels: BTreeMap<String, String>,
     /// Name of the spoke's own ServiceAccount; each data-plane namespace gets a
     /// RoleBinding of [`SpokeConfig::tenant_cluster_role`] to it.
     pub service_account_name: String,
@@ -50,6 +53,7 @@ impl Default for SpokeConfig {
         SpokeConfig {
             service_account_namespace: "clawfed-system".into(),
             service_account_name: "clawfed-spoke".into(),
+            pod_labels: BTreeMap::from([("app.kubernetes.io/name".into(), "clawfed-spoke".into())]),
             tenant_cluster_role: "clawfed-spoke-tenant".into(),
             dns: DnsTarget::default(),
             delete_timeout: Duration::from_secs(60),

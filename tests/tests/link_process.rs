@@ -199,6 +199,7 @@ impl Env {
                 format!("{}:{}", self.link_host, self.link_port),
             )
             .env("CLAWFED_LINK_CA_DIR", &self.ca_dir)
+            .env("CLAWFED_TUNNEL_ADDR", "127.0.0.1:0")
             .env("CLAWFED_LINK_HEARTBEAT_SECONDS", "1")
             .env("CLAWFED_LOG", "info");
         c

@@ -35,6 +35,8 @@ use clawfed_spoke::link::identity::FileIdentityStore;
 use clawfed_spoke::link::tls::HubAddress;
 use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
 use clawfed_spoke::provider::{NamespaceContext, ProviderError, RevisionContext, SandboxDriver};
+use clawfed_spoke::tunnel::resolve::KubeHarnessDialer;
+use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
 use clawfed_tests::control_env::{self, GW_NS};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env::{self, TestCluster};
@@ -228,6 +230,18 @@ impl Rest {
         cluster: &str,
         harness_kind: &str,
     ) -> Result<(Namespace, Agent)> {
+        self.tenant_with_images(cluster, harness_kind, HARNESS_IMAGE, &gateway_image())
+            .await
+    }
+
+    /// A tenant with one Agent of these images placed on `cluster`.
+    async fn tenant_with_images(
+        &self,
+        cluster: &str,
+        harness_kind: &str,
+        harness_image: &str,
+        gateway_image: &str,
+    ) -> Result<(Namespace, Agent)> {
         let tenant = format!("t{}", short_id());
         let ns: Namespace = self
             .call(Method::POST, "/namespaces", Some(json!({ "name": tenant })))
@@ -240,8 +254,8 @@ impl Rest {
                     "name": format!("a{}", short_id()),
                     "spec": {
                         "harnessKind": harness_kind,
-                        "image": HARNESS_IMAGE,
-                        "gatewayImage": gateway_image(),
+                        "image": harness_image,
+                        "gatewayImage": gateway_image,
                         "placement": { "cluster": cluster },
                         "requirementLabels": { "example.com/pool": "general" }
                     }
@@ -428,9 +442,13 @@ impl InSpoke {
             SpokeConfig::default(),
             reports_tx,
             Arc::new(RecordingDriver {
-                client,
+                client: client.clone(),
                 calls: cleanups.clone(),
             }),
+        ));
+        let tunnels = Arc::new(Tunnels::new(
+            Arc::new(KubeHarnessDialer::new(client, executor.clone())),
+            TunnelSettings::default(),
         ));
         let shutdown = CancellationToken::new();
         let link = Link::new(
@@ -447,7 +465,8 @@ impl InSpoke {
             Arc::new(FileIdentityStore::new(dir.path())),
             executor,
             SpokeMetrics::default(),
-        );
+        )
+        .with_tunnels(tunnels);
         let task = tokio::spawn(link.run(reports_rx, shutdown.clone()));
         Ok(Self {
             shutdown,
@@ -664,6 +683,11 @@ struct World {
 
 impl World {
     async fn start() -> Result<Self> {
+        Self::start_with(|_| {}).await
+    }
+
+    /// As [`Self::start`], after `adjust` edits the hub's config.
+    async fn start_with(adjust: impl FnOnce(&mut clawfed_hub::config::Config)) -> Result<Self> {
         clawfed_tests::link::init_test_logging();
         let control = control_env::control().await?;
         let exec_a = kube_env::cluster("exec-a").await?;
@@ -678,6 +702,7 @@ impl World {
                 c.pipeline.enabled = true;
                 c.pipeline.ready_deadline_seconds = 60;
                 c.worker.max_attempts = 8;
+                adjust(c);
             },
             clawfed_hub::worker::Handlers::builtin(),
             Some(gateways),
@@ -709,9 +734,25 @@ impl World {
     /// A tenant and Agent, with the Gateway's PV in control and everything
     /// registered for cleanup.
     async fn agent(&mut self, harness_kind: &str) -> Result<(Namespace, Agent)> {
+        self.agent_with_images(harness_kind, HARNESS_IMAGE, &gateway_image())
+            .await
+    }
+
+    /// As [`Self::agent`], with these images.
+    async fn agent_with_images(
+        &mut self,
+        harness_kind: &str,
+        harness_image: &str,
+        gateway_image: &str,
+    ) -> Result<(Namespace, Agent)> {
         let (ns, agent) = self
             .rest
-            .tenant_with_agent(&self.cluster_name, harness_kind)
+            .tenant_with_images(
+                &self.cluster_name,
+                harness_kind,
+                harness_image,
+                gateway_image,
+            )
             .await?;
         self.cleanup
             .exec_namespaces
@@ -1378,7 +1419,8 @@ impl HubEnv {
                 "maxConcurrentHandshakes": 16,
                 "maxMessageBytes": 4194304
             },
-            "pipeline": { "enabled": true, "readyDeadlineSeconds": 60 },
+            "pipeline": { "enabled": true, "readyDeadlineSeconds": 60, "pathProbe": false },
+            "tunnel": { "addr": "127.0.0.1:0" },
             "gateway": {
                 "enabled": true,
                 "kubeconfig": kubeconfig,
@@ -2137,5 +2179,216 @@ async fn deploy_deploy_stop_without_a_pause_leaves_no_harness() -> Result<()> {
         agent.active_revision.is_none(),
         "nothing active after the stop"
     );
+    w.finish().await
+}
+
+// ============================================================ data path
+
+/// The Harness stand-in image (e2e/pods): the pod runner runs a real
+/// process behind Pods of it.
+const STANDIN_HARNESS: &str = "clawfed.test/harness-standin:e2e";
+
+fn standin_gateway() -> String {
+    format!("clawfed.test/gateway-standin@sha256:{}", "ab".repeat(32))
+}
+
+/// The root end of the test Pod network (e2e/podnet.sh): where Pods reach
+/// processes of the root namespace, so the hub's tunnel ingress listens
+/// there.
+const POD_NET_ROOT: &str = "198.18.0.1";
+
+/// Fails with the fix when the Pod network or its runner is missing.
+fn require_pod_network() -> Result<()> {
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../e2e/podnet.sh"))
+        .arg("check")
+        .output()
+        .context("e2e/podnet.sh check")?;
+    ensure!(
+        out.status.success(),
+        "the test Pod network is not up ({}); run e2e/cluster.sh up control exec-a",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+/// The live Gateway Pod of `agent` in control: (name, IP).
+async fn gateway_pod(control: &Client, agent: &str) -> Result<(String, String)> {
+    until(WAIT, "the Gateway Pod's IP", || async {
+        let pods = Api::<Pod>::namespaced(control.clone(), GW_NS)
+            .list(&agent_selector(agent))
+            .await?;
+        Ok(pods.items.into_iter().find_map(|p| {
+            let ip = p.status.as_ref()?.pod_ip.clone()?;
+            p.metadata
+                .deletion_timestamp
+                .is_none()
+                .then(|| (p.name_any(), ip))
+        }))
+    })
+    .await
+}
+
+/// Issue 11: "active" means a request got through. With stand-ins behind
+/// the Pods (real processes), the hub's tunnel ingress on the Pod network
+/// and the data path probe on, the revision activates only after a request
+/// went Gateway (control) -> hub tunnel -> spoke link -> Harness (exec-a).
+/// Then: requests through the Gateway reach the Harness (identity, a 64 MiB
+/// body round trip, a streamed answer arriving in pieces); the Gateway's
+/// credential reaches nothing but its own Harness; a spoke restart ends open
+/// connections cleanly and new ones work once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_reaches_its_harness_through_the_tunnel() -> Result<()> {
+    require_pod_network()?;
+    let mut w = World::start_with(|c| {
+        c.tunnel.addr = format!("{POD_NET_ROOT}:0").parse().expect("addr");
+        c.pipeline.path_probe = true;
+    })
+    .await?;
+    let (ns, agent) = w
+        .agent_with_images("embedded-openclaw", STANDIN_HARNESS, &standin_gateway())
+        .await?;
+    let control = w.control.admin();
+    w.rest.deploy(&ns.name, &agent.name).await?;
+    let r1 = w
+        .rest
+        .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
+        .await?;
+    eprintln!("active after {:?}", r1.progress.durations_ms);
+
+    let (pod, ip) = gateway_pod(&control, &agent.name).await?;
+    let port = control_env::gateway_config().port;
+    let base = format!("http://{ip}:{port}");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()?;
+
+    // Who answers: the Harness of this Agent's revision 1, in exec-a.
+    let identity: serde_json::Value = http
+        .get(format!("{base}/identity"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    assert_eq!(identity["agent"], agent.name.as_str(), "{identity}");
+    assert_eq!(
+        identity["revision"].to_string().trim_matches('"'),
+        "1",
+        "{identity}"
+    );
+    assert_eq!(
+        identity["namespace"],
+        ns.data_plane_namespace.as_str(),
+        "{identity}"
+    );
+
+    // The control cluster's Pod proxy reaches the Gateway stand-in too (the
+    // path the probe took), and through it the Harness.
+    let url = format!("/api/v1/namespaces/{GW_NS}/pods/{pod}:{port}/proxy/identity");
+    let via_proxy = control
+        .request_text(http::Request::get(&url).body(Vec::new())?)
+        .await?;
+    assert!(via_proxy.contains(&agent.name), "{via_proxy}");
+
+    // 64 MiB round trip, intact.
+    let body: Vec<u8> = (0..64 * 1024 * 1024usize)
+        .map(|i| (i * 7 % 253) as u8)
+        .collect();
+    let back = http
+        .post(format!("{base}/echo"))
+        .body(body.clone())
+        .send()
+        .await?
+        .error_for_status()?
+        .bytes()
+        .await?;
+    ensure!(
+        back.len() == body.len(),
+        "echo returned {} bytes",
+        back.len()
+    );
+    ensure!(
+        back.as_ref() == body.as_slice(),
+        "the 64 MiB body came back altered"
+    );
+    drop((body, back));
+
+    // A streamed answer arrives piece by piece, not at the end.
+    let started = Instant::now();
+    let mut resp = http
+        .get(format!("{base}/stream?chunks=5&interval_ms=300"))
+        .send()
+        .await?
+        .error_for_status()?;
+    let mut arrivals = Vec::new();
+    while let Some(chunk) = resp.chunk().await? {
+        if !chunk.is_empty() {
+            arrivals.push(started.elapsed());
+        }
+    }
+    ensure!(arrivals.len() >= 3, "chunks: {arrivals:?}");
+    ensure!(
+        *arrivals.last().unwrap() - arrivals[0] >= Duration::from_millis(600),
+        "the chunks came together: {arrivals:?}"
+    );
+
+    // The Gateway's credential reaches its own Harness only.
+    let secret = Api::<Secret>::namespaced(control.clone(), GW_NS)
+        .get(&format!("{}-gateway-transport", agent.name))
+        .await?;
+    let token = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("gateway-token"))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .context("gateway-token")?;
+    let ingress = w.hub.hub.as_ref().unwrap().tunnel.as_ref().unwrap().addr;
+    for other in [
+        "kubernetes.default.svc:443",
+        "127.0.0.1:16444",
+        "198.18.0.2:22",
+    ] {
+        let refused = clawfed_tests::tunnel::connect(ingress, other, Some(&token))
+            .await
+            .expect_err("refused");
+        assert_eq!(refused.status, 403, "{other}: {refused:?}");
+        assert_eq!(
+            refused.reason,
+            clawfed_proto::tunnel::reason::FORBIDDEN_TARGET
+        );
+    }
+
+    // A spoke restart: an open streamed answer ends (it does not hang),
+    // and once the spoke is back new requests go through.
+    let mut open = http
+        .get(format!("{base}/stream?chunks=200&interval_ms=100"))
+        .send()
+        .await?
+        .error_for_status()?;
+    open.chunk().await?;
+    let exec_client = spoke_env::spoke_client(&w.exec_a).await?;
+    let hub_ref = &w.hub;
+    w.spoke
+        .restart(hub_ref, &w.cluster_name, exec_client)
+        .await?;
+    let ended = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match open.chunk().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => return "ended",
+                Err(_) => return "failed",
+            }
+        }
+    })
+    .await;
+    ensure!(
+        ended.is_ok(),
+        "the open connection hung after the spoke restart"
+    );
+    until(WAIT, "a request through the restarted spoke", || async {
+        let r = http.get(format!("{base}/identity")).send().await?;
+        Ok(r.status().is_success().then_some(()))
+    })
+    .await?;
     w.finish().await
 }

@@ -110,6 +110,7 @@ impl Tenant {
                 default_limit: BTreeMap::from([("memory".into(), "256Mi".into())]),
             },
             network: clawfed_proto::work::HarnessNetwork {
+                ingress_from_spoke: true,
                 ingress_from_cidrs: vec!["10.96.0.0/12".into()],
                 harness_port: 8080,
                 egress: vec![clawfed_proto::work::EgressRule {

@@ -760,6 +760,8 @@ link:
   # Every simulated spoke dials from 127.0.0.1: one source address.
   maxHandshakesPerSource: {hs}
   maxMessageBytes: 4194304
+tunnel:
+  enabled: false
 log:
   format: text
   filter: warn

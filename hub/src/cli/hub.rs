@@ -154,12 +154,17 @@ async fn serve(config: &Config) -> anyhow::Result<()> {
         .link
         .as_ref()
         .map_or_else(|| "off".to_owned(), |l| format!("https://{}", l.addr));
+    let tunnel = hub
+        .tunnel
+        .as_ref()
+        .map_or_else(|| "off".to_owned(), |t| t.url.clone());
     println!(
-        "clawfed-hub listening: rest=http://{} grpc=http://{} metrics=http://{}/metrics link={} database={}",
+        "clawfed-hub listening: rest=http://{} grpc=http://{} metrics=http://{}/metrics link={} tunnel={} database={}",
         hub.rest_addr,
         hub.grpc_addr,
         hub.metrics_addr,
         link,
+        tunnel,
         redact_url(&config.database.url)
     );
     let token = hub.shutdown_token();

@@ -412,19 +412,40 @@ pub fn network_policies(
         }),
     };
     let n = &work.network;
-    let ingress = n
-        .ingress_from_cidrs
-        .iter()
-        .map(|cidr| NetworkPolicyIngressRule {
-            from: Some(vec![NetworkPolicyPeer {
-                ip_block: Some(IPBlock {
-                    cidr: cidr.clone(),
-                    except: None,
-                }),
+    let spoke_ns = BTreeMap::from([(
+        "kubernetes.io/metadata.name".to_string(),
+        config.service_account_namespace.clone(),
+    )]);
+    let from_spoke = n.ingress_from_spoke.then(|| NetworkPolicyIngressRule {
+        from: Some(vec![NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some(spoke_ns),
                 ..Default::default()
-            }]),
-            ports: Some(vec![port("TCP", n.harness_port)]),
-        })
+            }),
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(config.pod_labels.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        ports: Some(vec![port("TCP", n.harness_port)]),
+    });
+    let ingress = from_spoke
+        .into_iter()
+        .chain(
+            n.ingress_from_cidrs
+                .iter()
+                .map(|cidr| NetworkPolicyIngressRule {
+                    from: Some(vec![NetworkPolicyPeer {
+                        ip_block: Some(IPBlock {
+                            cidr: cidr.clone(),
+                            except: None,
+                        }),
+                        ..Default::default()
+                    }]),
+                    ports: Some(vec![port("TCP", n.harness_port)]),
+                }),
+        )
         .collect();
     let egress = n
         .egress
@@ -698,7 +719,39 @@ mod tests {
         let rule = &dns.egress.as_ref().expect("egress")[0];
         assert_eq!(rule.ports.as_ref().map(Vec::len), Some(2));
         let flows = pols[2].spec.as_ref().expect("spec");
-        assert_eq!(flows.ingress.as_ref().map(Vec::len), Some(1));
+        let ingress = flows.ingress.as_ref().expect("ingress");
+        assert_eq!(ingress.len(), 2, "the spoke, then the CIDR");
+        // The tunnel's last hop: the spoke's own Pods, on the Harness port.
+        let spoke = &ingress[0].from.as_ref().expect("from")[0];
+        assert_eq!(
+            spoke
+                .namespace_selector
+                .as_ref()
+                .and_then(|s| s.match_labels.as_ref())
+                .and_then(|l| l.get("kubernetes.io/metadata.name"))
+                .map(String::as_str),
+            Some("clawfed-system")
+        );
+        assert_eq!(
+            spoke
+                .pod_selector
+                .as_ref()
+                .and_then(|s| s.match_labels.clone()),
+            Some(SpokeConfig::default().pod_labels)
+        );
+        assert_eq!(
+            ingress[0].ports.as_ref().map(|p| p[0].port.clone()),
+            Some(Some(IntOrString::Int(8080)))
+        );
         assert_eq!(flows.egress.as_ref().map(Vec::len), Some(1));
+        w.network.ingress_from_spoke = false;
+        w.network.ingress_from_cidrs.clear();
+        let pols = network_policies(&w, "oce-x", &SpokeConfig::default());
+        let flows = pols[2].spec.as_ref().expect("spec");
+        assert_eq!(
+            flows.ingress.as_ref().map(Vec::len),
+            Some(0),
+            "nothing admitted"
+        );
     }
 }
