@@ -59,20 +59,4 @@ impl Default for TunnelConfig {
     }
 }
 
-/// A refused tunnel: a reason from `clawfed_proto::tunnel::reason` and what
-/// to tell the Gateway.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reason}: {message}")]
-pub struct Refusal {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Refusal {
-    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            reason,
-            message: message.into(),
-        }
-    }
-}
+pub use clawfed_tunnel::Refusal;

@@ -22,23 +22,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// Why the spoke refused to open a tunnel.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reason}: {message}")]
-pub struct Refusal {
-    /// One of `clawfed_proto::tunnel::reason`.
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Refusal {
-    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            reason,
-            message: message.into(),
-        }
-    }
-}
+pub use clawfed_tunnel::Refusal;
 
 /// Connects to the Harness a `TunnelOpen` names, after checking the spoke
 /// manages it.

@@ -956,6 +956,46 @@ mod tests {
     }
 
     #[test]
+    fn tunnel_mode_gives_the_proxy_and_egress_only_to_the_hub() {
+        let mut s = spec();
+        s.tunnel_proxy = Some("http://198.18.0.1:8444".into());
+        let np = network_policy(&s, &config()).spec.expect("spec");
+        let egress = np.egress.expect("egress");
+        assert_eq!(
+            egress.len(),
+            2,
+            "dns + the hub's tunnel ingress, no Harness CIDR"
+        );
+        let hub = &egress[1];
+        assert_eq!(
+            hub.ports.as_ref().map(|p| p[0].port.clone()),
+            Some(Some(IntOrString::Int(8444)))
+        );
+        let peer = &hub.to.as_ref().expect("to")[0];
+        assert!(peer.ip_block.is_none());
+        assert_eq!(
+            peer.pod_selector
+                .as_ref()
+                .and_then(|p| p.match_labels.clone()),
+            Some(GatewayConfig::default().hub.pod_labels)
+        );
+        let pod = pod_spec(&s, &config(), "img@sha256:x");
+        let env = pod.containers[0].env.clone().expect("env");
+        assert!(
+            env.iter().any(|e| e.name == TUNNEL_PROXY_ENV
+                && e.value.as_deref() == Some("http://198.18.0.1:8444"))
+        );
+        // Direct mode: no proxy in the Pod.
+        let env = pod_spec(&spec(), &config(), "img@sha256:x").containers[0]
+            .env
+            .clone()
+            .expect("env");
+        assert!(env.iter().all(|e| e.name != TUNNEL_PROXY_ENV));
+        s.tunnel_proxy = Some("ftp://x".into());
+        assert!(validate(&s, &config()).is_err());
+    }
+
+    #[test]
     fn network_policy_denies_by_default_and_lets_in_only_approved_peers() {
         let np = network_policy(&spec(), &config()).spec.expect("spec");
         assert_eq!(
