@@ -1446,6 +1446,22 @@ impl HubEnv {
         self.dir.path().join("logs")
     }
 
+    /// Serves the tunnel ingress on the root end of the test Pod network
+    /// (a fixed port, so a restarted hub is where the Gateways were told)
+    /// and turns the data path probe on.
+    fn data_path(&mut self) -> Result<()> {
+        let port = std::net::TcpListener::bind((POD_NET_ROOT, 0))
+            .and_then(|l| l.local_addr())
+            .context("a free port on the Pod network's root end")?
+            .port();
+        let mut config: serde_json::Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(&self.config)?)?;
+        config["tunnel"] = json!({ "addr": format!("{POD_NET_ROOT}:{port}") });
+        config["pipeline"]["pathProbe"] = json!(true);
+        std::fs::write(&self.config, serde_yaml_ng::to_string(&config)?)?;
+        Ok(())
+    }
+
     fn link_url(&self) -> String {
         format!("https://127.0.0.1:{}", self.link_port)
     }
@@ -2391,4 +2407,93 @@ async fn the_gateway_reaches_its_harness_through_the_tunnel() -> Result<()> {
     })
     .await?;
     w.finish().await
+}
+
+/// Issue 11: the hub killed with SIGKILL while a tunneled connection is
+/// open: the connection ends (it does not hang), requests fail while the
+/// hub is down, and once it is back on the same ports new requests go
+/// through the same Gateway to the same Harness.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_killed_ends_tunneled_connections_and_new_ones_work_after_restart() -> Result<()> {
+    require_pod_network()?;
+    clawfed_tests::link::init_test_logging();
+    let control = control_env::control().await?;
+    let exec_a = kube_env::cluster("exec-a").await?;
+    let spoke_client = spoke_env::spoke_client(&exec_a).await?;
+    let mut env = HubEnv::new(&control).await?;
+    env.data_path()?;
+    let mut cleanup = Cleanup::default();
+    let mut hub = env.serve(1).await?;
+    let rest = env.rest().clone();
+    let cluster_name = format!("exec-a-{}", &short_id()[..6]);
+    let mut spoke = InSpoke::start(
+        &env.link_url(),
+        env.ca_pem()?,
+        &cluster_name,
+        rest.bootstrap_token(&cluster_name).await?,
+        spoke_client,
+    )
+    .await?;
+    rest.wait_online(&cluster_name, WAIT).await?;
+    let (ns, agent) = rest
+        .tenant_with_images(
+            &cluster_name,
+            "embedded-openclaw",
+            STANDIN_HARNESS,
+            &standin_gateway(),
+        )
+        .await?;
+    let name = agent.name.clone();
+    cleanup
+        .exec_namespaces
+        .push(ns.data_plane_namespace.clone());
+    cleanup.gateways.push((ns.name.clone(), name.clone()));
+    cleanup
+        .control_pvs
+        .push(control_env::volume_for(&control.admin(), &name).await?);
+    rest.deploy(&ns.name, &name).await?;
+    rest.wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
+        .await?;
+
+    let (_, ip) = gateway_pod(&control.admin(), &name).await?;
+    let base = format!("http://{ip}:{}", control_env::gateway_config().port);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let mut open = http
+        .get(format!("{base}/stream?chunks=300&interval_ms=100"))
+        .send()
+        .await?
+        .error_for_status()?;
+    open.chunk().await?;
+    hub.kill9()?;
+    let ended = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match open.chunk().await {
+                Ok(Some(_)) => continue,
+                _ => return,
+            }
+        }
+    })
+    .await;
+    ensure!(
+        ended.is_ok(),
+        "the open connection hung after the hub was killed"
+    );
+    let down = http.get(format!("{base}/identity")).send().await?;
+    ensure!(
+        !down.status().is_success(),
+        "a request got through with the hub down: {}",
+        down.status()
+    );
+
+    let mut hub = env.serve(2).await?;
+    until(WAIT, "a request through the restarted hub", || async {
+        let r = http.get(format!("{base}/identity")).send().await?;
+        Ok(r.status().is_success().then_some(()))
+    })
+    .await?;
+    spoke.stop().await;
+    hub.terminate().await;
+    cleanup.run().await
 }
