@@ -27,6 +27,9 @@ pub struct Shared {
     pub state_dir: PathBuf,
 }
 
+/// The field manager of the runner's status writes (kwok's is `kwok`).
+pub const FIELD_MANAGER: &str = "clawfed-podrunner";
+
 /// Restart backoff: doubling from 500 ms, at most 10 s; reset once a run
 /// passed its probe.
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
@@ -293,49 +296,46 @@ impl Supervisor {
             };
             let ip = self.obs.pod_ip;
             tokio::select! {
-                status = child.wait() => {
-                    let (exit_code, reason) = match status {
-                        Ok(s) => (s.code().unwrap_or(128), if s.success() { "Completed" } else { "Error" }),
-                        Err(_) => (128, "Error"),
-                    };
-                    tracing::warn!(exit_code, "stand-in exited");
-                    return Some(LastExit {
-                        exit_code,
-                        reason: reason.into(),
-                        started_at,
-                        finished_at: Timestamp::now(),
-                    });
-                }
-                _ = stops.any() => {
-                    let status = process::terminate(&mut child, plan.grace).await;
-                    tracing::info!(?status, gone = stops.gone.is_cancelled(), "stopped");
-                    return None;
-                }
-                result = async {
-                    tokio::time::sleep(delay).await;
-                    probe::probe(ip, &plan.probe).await
-                } => {
-                    match result {
-                        Ok(()) => {
-                            failures = 0;
-                            passed_once = true;
-                            *backoff = BACKOFF_MIN;
-                            if !self.obs.ready {
-                                tracing::info!("readiness probe passed");
+                            status = child.wait() => {
+            let (exit_code, reason) = exit_of(status.ok());
+                                tracing::warn!(exit_code, "stand-in exited");
+                                return Some(LastExit {
+                                    exit_code,
+                                    reason: reason.into(),
+                                    started_at,
+                                    finished_at: Timestamp::now(),
+                                });
                             }
-                            self.set_ready(true, None);
-                        }
-                        Err(e) => {
-                            failures += 1;
-                            let still_ready =
-                                self.obs.ready && failures < plan.probe.failure_threshold;
-                            if !still_ready {
-                                self.set_ready(false, Some(e.describe()));
+                            _ = stops.any() => {
+                                let status = process::terminate(&mut child, plan.grace).await;
+                                tracing::info!(?status, gone = stops.gone.is_cancelled(), "stopped");
+                                return None;
+                            }
+                            result = async {
+                                tokio::time::sleep(delay).await;
+                                probe::probe(ip, &plan.probe).await
+                            } => {
+                                match result {
+                                    Ok(()) => {
+                                        failures = 0;
+                                        passed_once = true;
+                                        *backoff = BACKOFF_MIN;
+                                        if !self.obs.ready {
+                                            tracing::info!("readiness probe passed");
+                                        }
+                                        self.set_ready(true, None);
+                                    }
+                                    Err(e) => {
+                                        failures += 1;
+                                        let still_ready =
+                                            self.obs.ready && failures < plan.probe.failure_threshold;
+                                        if !still_ready {
+                                            self.set_ready(false, Some(e.describe()));
+                                        }
+                                    }
+                                }
                             }
                         }
-                    }
-                }
-            }
             if self.dirty {
                 self.publish().await;
             }
@@ -353,7 +353,7 @@ impl Supervisor {
         match pods
             .patch_status(
                 &self.ident.name,
-                &PatchParams::default(),
+                &PatchParams::apply(FIELD_MANAGER),
                 &Patch::Merge(&patch),
             )
             .await
@@ -365,6 +365,19 @@ impl Supervisor {
                 tracing::warn!(error = %e, "patching pod status failed; retrying");
             }
         }
+    }
+}
+
+/// Exit code and reason as a kubelet reports them: a signal `n` is `128 + n`.
+fn exit_of(status: Option<std::process::ExitStatus>) -> (i32, &'static str) {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) if s.success() => (0, "Completed"),
+        Some(s) => (
+            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+            "Error",
+        ),
+        None => (128, "Error"),
     }
 }
 

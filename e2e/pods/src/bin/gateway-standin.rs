@@ -7,7 +7,10 @@ use clawfed_pods::standin::{self, gateway::Gateway};
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt().with_env_filter("info").init();
+    tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_env_filter("info")
+        .init();
     let g = Arc::new(Gateway::from_env()?);
     let listener = standin::bind_from_env().await?;
     tracing::info!(addr = %listener.local_addr()?, harness = %g.harness, proxy = ?g.proxy, "gateway-standin serving");

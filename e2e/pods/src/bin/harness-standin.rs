@@ -7,7 +7,10 @@ use clawfed_pods::standin::{self, harness::Harness};
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt().with_env_filter("info").init();
+    tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_env_filter("info")
+        .init();
     let h = Arc::new(Harness::from_env(std::env::vars().collect()));
     let listener = standin::bind_from_env().await?;
     tracing::info!(addr = %listener.local_addr()?, startup = %h.identity.startup_id, "harness-standin serving");
