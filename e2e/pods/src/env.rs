@@ -49,7 +49,7 @@ pub enum Error {
         namespace: String,
         name: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 }
 
@@ -141,7 +141,7 @@ pub async fn fetch(client: &Client, pod: &Pod) -> Result<Sources> {
                 kind: "Secret",
                 namespace: namespace.clone(),
                 name: name.clone(),
-                source,
+                source: Box::new(source),
             })?;
         let data = found.map(|s| {
             s.data
@@ -161,7 +161,7 @@ pub async fn fetch(client: &Client, pod: &Pod) -> Result<Sources> {
                 kind: "ConfigMap",
                 namespace: namespace.clone(),
                 name: name.clone(),
-                source,
+                source: Box::new(source),
             })?;
         let data = found.map(|m| {
             let mut all: BTreeMap<String, Vec<u8>> = m
