@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Real Kubernetes control planes on loopback for clawfed's cluster tests:
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (one
-# fake Node), built from upstream Go modules by e2e/build.sh.
+# fake Node), built from upstream Go modules by e2e/build.sh, and
+# clawfed-podrunner, which runs real stand-in processes behind the Pods of
+# the `clawfed.test/` images in the Pod network of e2e/podnet.sh.
 #
 #   e2e/cluster.sh up     NAME [NAME...]   start (builds first if needed)
 #   e2e/cluster.sh down   NAME [NAME...]   stop what `up` started, remove data
@@ -17,14 +19,18 @@ set -euo pipefail
 E2E="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${CLAWFED_CACHE:-$HOME/.cache/clawfed}"
 CLUSTERS="${CLAWFED_CLUSTERS_DIR:-$CACHE/clusters}"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok clawfed-podrunner)
 SA_ISSUER="https://kubernetes.default.svc.cluster.local"
 NODE_NAME="kwok-node-0"
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 log() { echo "cluster.sh: [$NAME] $*" >&2; }
 
-# ports NAME: sets APISERVER_PORT ETCD_PORT ETCD_PEER_PORT KCM_PORT SCHED_PORT KWOK_PORT.
+# ports NAME: sets APISERVER_PORT ETCD_PORT ETCD_PEER_PORT KCM_PORT SCHED_PORT KWOK_PORT
+# and the address ranges, all inside 198.18.0.0/15 (RFC 2544, see podnet.sh):
+# KWOK_CIDR (kwok's fake Pod IPs), RUNNER_CIDR (Pod IPs of stand-in Pods,
+# served for real in the Pod namespace), SERVICE_CIDR and SERVICE_IP (the
+# `kubernetes` Service).
 ports() {
   local i
   case "$1" in
@@ -39,7 +45,10 @@ ports() {
   KCM_PORT=$((17257 + 10 * i))
   SCHED_PORT=$((17259 + 10 * i))
   KWOK_PORT=$((17261 + 10 * i))
-  CIDX=$i
+  KWOK_CIDR="198.18.$((128 + 32 * i)).0/20"
+  RUNNER_CIDR="198.18.$((144 + 32 * i)).0/20"
+  SERVICE_CIDR="198.19.$i.0/24"
+  SERVICE_IP="198.19.$i.1"
 }
 
 setup_vars() {
@@ -82,7 +91,7 @@ gen_pki() {
   ca ca "clawfed-$NAME-ca"                 # serving CA (trusted by clients)
   ca client-ca "clawfed-$NAME-client-ca"   # client CA (apiserver --client-ca-file)
   leaf apiserver ca "/CN=kube-apiserver" serverAuth \
-    "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:10.0.0.1"
+    "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:$SERVICE_IP"
   leaf admin client-ca "/O=system:masters/CN=clawfed-admin" clientAuth
   leaf kcm client-ca "/CN=system:kube-controller-manager" clientAuth
   leaf scheduler client-ca "/CN=system:kube-scheduler" clientAuth
@@ -126,8 +135,51 @@ EOF
 # start COMPONENT ARGS...: runs the binary detached, pidfile + log in DIR.
 start() {
   local c="$1"; shift
-  setsid "$BIN/$c" "$@" > "$DIR/logs/$c.log" 2>&1 < /dev/null &
+  start_exe "$c" "$BIN/$c" "$@"
+}
+
+# start_exe COMPONENT PATH ARGS...: like start, for a binary outside BIN.
+start_exe() {
+  local c="$1" exe="$2"; shift 2
+  setsid "$exe" "$@" > "$DIR/logs/$c.log" 2>&1 < /dev/null &
   echo $! > "$DIR/pids/$c.pid"
+}
+
+# ------------------------------------------------ pod runner and stages ----
+
+POD_BINS=(clawfed-podrunner harness-standin gateway-standin)
+
+# build_pods: builds the runner and the stand-ins (once per `up`, before the
+# clusters start side by side) and sets PODS_BIN to their directory.
+build_pods() {
+  local target="${CARGO_TARGET_DIR:-$CACHE/target}"
+  echo "cluster.sh: building clawfed-pods (runner and stand-ins) into $target" >&2
+  ( cd "$E2E/.." && CARGO_TARGET_DIR="$target" cargo build -q --locked -p clawfed-pods --bins ) ||
+    die "cargo build -p clawfed-pods failed"
+  PODS_BIN="$target/debug"
+}
+
+# kwok's default stages, except that pod-ready skips Pods whose first
+# container runs a stand-in image: the pod runner makes those Ready, after
+# their probe passed. Selector keys are jq expressions (gojq in kwok's
+# pkg/utils/expression): `NotIn ['true']` holds for `false`, and for Pods
+# without containers, where the expression errors and yields nothing.
+write_stages() {
+  awk '
+    /^  name: pod-ready$/ { in_ready = 1 }
+    in_ready && /^    matchExpressions:$/ {
+      print
+      print "    - key: '"'"'.spec.containers[0].image | startswith(\"clawfed.test/\")'"'"'"
+      print "      operator: '"'"'NotIn'"'"'"
+      print "      values:"
+      print "      - '"'"'true'"'"'"
+      in_ready = 0
+      next
+    }
+    { print }
+  ' "$BIN/kwok-stages.yaml" > "$DIR/kwok-stages.yaml"
+  [[ "$(grep -c 'startswith' "$DIR/kwok-stages.yaml")" == 1 ]] ||
+    die "[$NAME] could not add the stand-in exclusion to kwok's pod-ready stage ($BIN/kwok-stages.yaml changed?)"
 }
 
 # alive COMPONENT: the pidfile's process runs and is ours (its command line
@@ -137,7 +189,11 @@ alive() {
   [[ -f "$f" ]] || return 1
   pid="$(cat "$f")"
   [[ -r "/proc/$pid/cmdline" ]] || return 1
-  tr '\0' ' ' < "/proc/$pid/cmdline" | grep -qF -- "$DIR/" || return 1
+  # No pipe into `grep -q`: with pipefail, grep exiting at its first match
+  # can fail the pipeline by SIGPIPE-ing the writer.
+  local cmdline
+  cmdline="$(tr '\0' ' ' < "/proc/$pid/cmdline")" || return 1
+  [[ "$cmdline" == *"$DIR/"* ]]
 }
 
 stop() {
@@ -196,6 +252,11 @@ cluster_up() {
   kubeconfig "$DIR/kcm.kubeconfig" kcm
   kubeconfig "$DIR/scheduler.kubeconfig" scheduler
   kubeconfig "$DIR/kwok.kubeconfig" kwok
+  write_stages
+  # The runner and stand-ins run from a copy, so a rebuild in the target dir
+  # never changes a running cluster's binaries under it.
+  mkdir -p "$DIR/bin" "$DIR/pods"
+  for b in "${POD_BINS[@]}"; do cp "$PODS_BIN/$b" "$DIR/bin/$b"; done
   cat > "$DIR/ports.env" <<EOF
 APISERVER=$SERVER
 ETCD=http://127.0.0.1:$ETCD_PORT
@@ -203,6 +264,9 @@ ETCD_PEER=http://127.0.0.1:$ETCD_PEER_PORT
 KUBE_CONTROLLER_MANAGER=https://127.0.0.1:$KCM_PORT
 KUBE_SCHEDULER=https://127.0.0.1:$SCHED_PORT
 KWOK=https://127.0.0.1:$KWOK_PORT
+KWOK_POD_CIDR=$KWOK_CIDR
+RUNNER_POD_CIDR=$RUNNER_CIDR
+SERVICE_CIDR=$SERVICE_CIDR
 EOF
 
   start etcd --name "$NAME" --data-dir "$DIR/etcd" \
@@ -222,7 +286,7 @@ EOF
     --service-account-key-file "$PKI/sa.pub" \
     --service-account-signing-key-file "$PKI/sa.key" \
     --api-audiences "$SA_ISSUER" \
-    --service-cluster-ip-range 10.0.0.0/24 \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
     --allow-privileged=true \
     --cert-dir "$DIR/apiserver-certs" \
     --endpoint-reconciler-type none \
@@ -263,13 +327,18 @@ EOF
     --authorization-always-allow-paths /healthz,/readyz,/livez,/metrics \
     --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --cert-dir "$DIR/scheduler-certs"
 
-  start kwok --kubeconfig "$DIR/kwok.kubeconfig" --config "$BIN/kwok-stages.yaml" \
+  start kwok --kubeconfig "$DIR/kwok.kubeconfig" --config "$DIR/kwok-stages.yaml" \
     --manage-all-nodes=false \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --node-lease-duration-seconds 40 \
-    --cidr "10.$((64 + CIDX)).0.0/16" --node-ip 127.0.0.1 \
+    --cidr "$KWOK_CIDR" --node-ip 127.0.0.1 \
     --node-port "$KWOK_PORT" --server-address "127.0.0.1:$KWOK_PORT" \
     --tls-cert-file "$PKI/kwok-serving.crt" --tls-private-key-file "$PKI/kwok-serving.key"
+
+  # The kubelet of the stand-in Pods (it refuses to start unless podnet's
+  # routes are in place).
+  start_exe clawfed-podrunner "$DIR/bin/clawfed-podrunner" --kubeconfig "$DIR/kwok.kubeconfig" \
+    --node "$NODE_NAME" --pod-cidr "$RUNNER_CIDR" --netns clawfed-pods --state-dir "$DIR/pods"
 
   # The fake Node kwok manages (no taint: every Pod may land on it).
   kc apply -f - > /dev/null <<EOF
@@ -305,6 +374,8 @@ EOF
     kc -n default get serviceaccount default
   wait_for "Node $NODE_NAME Ready (kwok)" 30 kwok \
     kc wait --for condition=Ready --timeout 1s "node/$NODE_NAME"
+  wait_for "clawfed-podrunner watching Pods" 30 clawfed-podrunner \
+    grep -q runner.watching "$DIR/logs/clawfed-podrunner.log"
   local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   printf '%d.%03d\n' $((ms / 1000)) $((ms % 1000)) > "$DIR/start-seconds"
   log "up in $(cat "$DIR/start-seconds")s: $SERVER  KUBECONFIG=$KUBECONFIG_ADMIN"
@@ -315,6 +386,17 @@ cluster_down() {
   [[ -d "$DIR" ]] || { log "not running"; return 0; }
   local i
   for (( i = ${#COMPONENTS[@]} - 1; i >= 0; i-- )); do stop "${COMPONENTS[$i]}"; done
+  # The runner stops its stand-ins on SIGTERM; after a kill -9 of the runner
+  # they are left over: kill those its pidfiles name (if they still run one
+  # of this cluster's binaries, so a reused pid is never signalled).
+  local f pid
+  for f in "$DIR"/pods/*/pid; do
+    [[ -f "$f" ]] || continue
+    pid="$(cat "$f")"
+    if [[ -r "/proc/$pid/cmdline" ]] && [[ "$(tr '\0' ' ' < "/proc/$pid/cmdline")" == *"$DIR/bin/"* ]]; then
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
   rm -rf "$DIR"
   log "stopped and removed $DIR"
 }
@@ -344,6 +426,8 @@ case "$cmd" in
     (( $# > 0 )) || die "usage: cluster.sh up NAME [NAME...]"
     for n in "$@"; do ports "$n"; done
     bin_dir
+    "$E2E/podnet.sh" up
+    build_pods
     if (( $# == 1 )); then cluster_up "$1"; exit; fi
     # Several clusters: start them side by side, fail if any fails.
     pids=(); for n in "$@"; do ( cluster_up "$n" ) & pids+=($!); done

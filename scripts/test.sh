@@ -3,8 +3,9 @@
 #   1. PostgreSQL from Debian packages (installed when missing), started,
 #      with a test role and database (scripts/postgres.sh);
 #   2. the real Kubernetes control planes built from upstream Go modules
-#      (e2e/build.sh, cached outside the repo) and started as the `control`
-#      and `exec-a` clusters (e2e/cluster.sh);
+#      (e2e/build.sh, cached outside the repo) and started as the `control`,
+#      `exec-a` and `exec-b` clusters (e2e/cluster.sh), each with its pod
+#      runner in the Pod network of e2e/podnet.sh (root, iproute2);
 #   3. every Rust test in the workspace (unit, store conformance on SQLite
 #      and PostgreSQL, API, worker, CLI, cluster tests);
 #   4. the clusters this script started are stopped again, pass or fail.
@@ -24,7 +25,7 @@ need() { # command package
 }
 need openssl openssl
 need curl curl
-need ip iproute2   # the partition test makes a network namespace
+need ip iproute2   # the Pod network (e2e/podnet.sh) and the partition test's namespaces
 
 log "PostgreSQL"
 eval "$(scripts/postgres.sh env)"
@@ -59,4 +60,6 @@ package's binaries only for that package's own integration tests)"
 cargo build --workspace --bins --locked
 
 log "cargo test"
+# The clusters are up: cluster tests must not skip (kube_env::cluster_or_skip).
+export CLAWFED_REQUIRE_CLUSTERS=1
 cargo test --workspace --all-targets --locked "$@"

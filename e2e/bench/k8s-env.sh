@@ -69,7 +69,7 @@ down_s="$(secs "$t0" "$t1")"
 
 echo "k8s-env bench (cluster $NAME, $(nproc) cores, $(sed -n 's/^kubernetes=//p' "$("$E2E/build.sh" --print)/VERSIONS"))"
 echo "cluster start (e2e/cluster.sh up):           ${start_s} s"
-echo "RSS of the cluster's 5 processes, idle:       ${rss_idle} MiB"
+echo "RSS of the cluster's 6 processes, idle:       ${rss_idle} MiB"
 echo "$PODS Pods Ready (Deployment, via kcm+scheduler+kwok): ${ready_s} s"
 echo "RSS after $PODS Pods:                         ${rss_loaded} MiB"
 echo "scale $PODS -> 0, all Pods gone:              ${down_s} s"

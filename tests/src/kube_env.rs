@@ -124,7 +124,64 @@ pub async fn cluster(name: &str) -> Result<TestCluster> {
     })
 }
 
+/// Set (to anything) where the clusters must be up, as `scripts/test.sh`
+/// does: [`cluster_or_skip`] then fails instead of skipping.
+pub const REQUIRE_CLUSTERS_ENV: &str = "CLAWFED_REQUIRE_CLUSTERS";
+
+/// Like [`cluster`], but a cluster that was never started (no kubeconfig)
+/// skips the test with a note, unless [`REQUIRE_CLUSTERS_ENV`] is set. A
+/// cluster that exists but does not answer is still an error.
+pub async fn cluster_or_skip(name: &str) -> Result<Option<TestCluster>> {
+    let path = admin_kubeconfig_path(name);
+    if !path.exists() && std::env::var_os(REQUIRE_CLUSTERS_ENV).is_none() {
+        eprintln!(
+            "skipped: Kubernetes test cluster '{name}' is not running ({} missing; {}; set {REQUIRE_CLUSTERS_ENV}=1 to fail instead)",
+            path.display(),
+            start_hint(name)
+        );
+        return Ok(None);
+    }
+    cluster(name).await.map(Some)
+}
+
+/// The address ranges `e2e/cluster.sh` gave a cluster (from its
+/// `ports.env`), all inside 198.18.0.0/15.
+#[derive(Debug, Clone)]
+pub struct PodNetwork {
+    /// kwok's fake Pod IPs (ordinary images; nothing listens there).
+    pub kwok_pod_cidr: String,
+    /// Pod IPs the pod runner hands to stand-in Pods (real processes).
+    pub runner_pod_cidr: String,
+    pub service_cidr: String,
+}
+
 impl TestCluster {
+    /// The cluster's Pod and Service ranges; fails for a cluster started
+    /// before the pod runner existed (restart it with `e2e/cluster.sh`).
+    pub fn pod_network(&self) -> Result<PodNetwork> {
+        let path = clusters_dir().join(&self.name).join("ports.env");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let get = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    anyhow!(
+                        "{} has no {key}: cluster '{}' was started without the pod runner; restart it: e2e/cluster.sh down {n} && e2e/cluster.sh up {n}",
+                        path.display(),
+                        self.name,
+                        n = self.name
+                    )
+                })
+        };
+        Ok(PodNetwork {
+            kwok_pod_cidr: get("KWOK_POD_CIDR")?,
+            runner_pod_cidr: get("RUNNER_POD_CIDR")?,
+            service_cidr: get("SERVICE_CIDR")?,
+        })
+    }
+
     /// The cluster's name (`control`, `exec-a`, ...).
     pub fn name(&self) -> &str {
         &self.name

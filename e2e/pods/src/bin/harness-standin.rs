@@ -1,0 +1,20 @@
+//! `harness-standin`: the Harness stand-in (see `clawfed_pods::standin::harness`).
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use clawfed_pods::standin::{self, harness::Harness};
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_env_filter("info")
+        .init();
+    let h = Arc::new(Harness::from_env(std::env::vars().collect()));
+    let listener = standin::bind_from_env().await?;
+    tracing::info!(addr = %listener.local_addr()?, startup = %h.identity.startup_id, "harness-standin serving");
+    let shutdown = standin::shutdown_on_signal();
+    standin::serve(listener, standin::harness::router(h), shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,325 @@
+//! What the runner reads from a Pod: whether it is a stand-in Pod, which
+//! binary runs it, its listen port, readiness probe and grace period. Pure.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+/// Images under this prefix are the project's stand-ins; kwok's stages skip
+/// them and the runner runs them.
+pub const STANDIN_PREFIX: &str = "clawfed.test/";
+
+/// Probe timing: every 200 ms until the first success, then every
+/// `periodSeconds`, at most this often apart.
+pub const FAST_PROBE: Duration = Duration::from_millis(200);
+pub const MAX_PROBE_PERIOD: Duration = Duration::from_secs(2);
+/// A probe attempt's own timeout is capped too (default 1 s, as Kubernetes).
+pub const MAX_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Grace between SIGTERM and SIGKILL, capped so tests never wait long.
+pub const MAX_GRACE: Duration = Duration::from_secs(5);
+
+/// Errors of this module: a stand-in Pod the runner cannot run as written.
+/// Each names the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// `spec.containers` is empty.
+    #[error("spec.containers is empty")]
+    NoContainer,
+    /// The image names no known stand-in binary.
+    #[error(
+        "spec.containers[0].image {0:?}: not a stand-in image (want clawfed.test/<name>-standin[:tag|@digest])"
+    )]
+    NotAStandin(String),
+    /// The first container has no port to listen on.
+    #[error("spec.containers[0].ports: a stand-in needs a containerPort to listen on")]
+    NoPort,
+    /// A port number outside 1..=65535.
+    #[error("{field}: port {value} is outside 1..=65535")]
+    BadPort { field: String, value: i32 },
+    /// A named probe port that the container does not declare.
+    #[error("{field}: no containerPort named {name:?}")]
+    UnknownPortName { field: String, name: String },
+    /// A probe kind the runner does not implement.
+    #[error("spec.containers[0].readinessProbe: only httpGet (HTTP) and tcpSocket are supported")]
+    UnsupportedProbe,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// True for Pods whose first container runs a stand-in image.
+pub fn is_standin(pod: &Pod) -> bool {
+    first_container(pod).is_some_and(|c| {
+        c.image
+            .as_deref()
+            .is_some_and(|i| i.starts_with(STANDIN_PREFIX))
+    })
+}
+
+pub fn first_container(pod: &Pod) -> Option<&Container> {
+    pod.spec.as_ref().and_then(|s| s.containers.first())
+}
+
+/// `clawfed.test/harness-standin@sha256:...` or `...:tag` ->
+/// `harness-standin`. Only `<lowercase>-standin` names map to a binary, so
+/// an image can never name the runner itself or a path.
+pub fn binary_name(image: &str) -> Result<String> {
+    let not = || Error::NotAStandin(image.to_string());
+    let rest = image.strip_prefix(STANDIN_PREFIX).ok_or_else(not)?;
+    let name = rest.split(['@', ':']).next().unwrap_or_default();
+    let valid = name.ends_with("-standin")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !valid {
+        return Err(not());
+    }
+    Ok(name.to_string())
+}
+
+/// What to check for readiness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeTarget {
+    Http { port: u16, path: String },
+    Tcp { port: u16 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbePlan {
+    pub target: ProbeTarget,
+    /// Between probes once the first one passed.
+    pub period: Duration,
+    pub timeout: Duration,
+    /// Consecutive failures that turn a Ready container unready.
+    pub failure_threshold: u32,
+}
+
+/// Everything the runner needs from a stand-in Pod's spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPlan {
+    pub container: String,
+    pub image: String,
+    pub binary: String,
+    pub port: u16,
+    pub probe: ProbePlan,
+    pub grace: Duration,
+}
+
+pub fn run_plan(pod: &Pod) -> Result<RunPlan> {
+    let c = first_container(pod).ok_or(Error::NoContainer)?;
+    let image = c.image.clone().unwrap_or_default();
+    let binary = binary_name(&image)?;
+    let first = c.ports.iter().flatten().next().ok_or(Error::NoPort)?;
+    let port = port_number(
+        "spec.containers[0].ports[0].containerPort",
+        first.container_port,
+    )?;
+    let probe = probe_plan(c, port)?;
+    let grace = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .map(|s| Duration::from_secs(s.max(0).unsigned_abs()))
+        .unwrap_or(MAX_GRACE)
+        .min(MAX_GRACE);
+    Ok(RunPlan {
+        container: c.name.clone(),
+        image,
+        binary,
+        port,
+        probe,
+        grace,
+    })
+}
+
+fn port_number(field: &str, value: i32) -> Result<u16> {
+    u16::try_from(value)
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| Error::BadPort {
+            field: field.to_string(),
+            value,
+        })
+}
+
+fn resolve_port(c: &Container, field: &str, port: &IntOrString) -> Result<u16> {
+    match port {
+        IntOrString::Int(n) => port_number(field, *n),
+        IntOrString::String(name) => {
+            if let Ok(n) = name.parse::<i32>() {
+                return port_number(field, n);
+            }
+            let p = c
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref() == Some(name.as_str()))
+                .ok_or_else(|| Error::UnknownPortName {
+                    field: field.to_string(),
+                    name: name.clone(),
+                })?;
+            port_number(field, p.container_port)
+        }
+    }
+}
+
+fn secs(v: Option<i32>, default: u64, cap: Duration) -> Duration {
+    let s = v.map(|s| s.max(1).unsigned_abs().into()).unwrap_or(default);
+    Duration::from_secs(s).min(cap)
+}
+
+/// The container's readinessProbe; with none, a TCP connect to the listen
+/// port (a stand-in is ready once it accepts connections).
+fn probe_plan(c: &Container, listen_port: u16) -> Result<ProbePlan> {
+    let Some(p) = &c.readiness_probe else {
+        return Ok(ProbePlan {
+            target: ProbeTarget::Tcp { port: listen_port },
+            period: MAX_PROBE_PERIOD,
+            timeout: Duration::from_secs(1),
+            failure_threshold: 3,
+        });
+    };
+    Ok(ProbePlan {
+        target: probe_target(c, p)?,
+        period: secs(p.period_seconds, 10, MAX_PROBE_PERIOD),
+        timeout: secs(p.timeout_seconds, 1, MAX_PROBE_TIMEOUT),
+        failure_threshold: p.failure_threshold.map_or(3, |n| n.max(1).unsigned_abs()),
+    })
+}
+
+fn probe_target(c: &Container, p: &Probe) -> Result<ProbeTarget> {
+    if let Some(h) = &p.http_get {
+        if h.scheme.as_deref().is_some_and(|s| s != "HTTP") {
+            return Err(Error::UnsupportedProbe);
+        }
+        let port = resolve_port(c, "spec.containers[0].readinessProbe.httpGet.port", &h.port)?;
+        let path = h.path.clone().filter(|p| !p.is_empty());
+        return Ok(ProbeTarget::Http {
+            port,
+            path: path.unwrap_or_else(|| "/".to_string()),
+        });
+    }
+    if let Some(t) = &p.tcp_socket {
+        let port = resolve_port(
+            c,
+            "spec.containers[0].readinessProbe.tcpSocket.port",
+            &t.port,
+        )?;
+        return Ok(ProbeTarget::Tcp { port });
+    }
+    Err(Error::UnsupportedProbe)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(container: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "uid": "u1"},
+            "spec": {"containers": [container]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn image_maps_to_its_standin_binary_only() {
+        assert_eq!(
+            binary_name(&format!(
+                "clawfed.test/harness-standin@sha256:{}",
+                "a".repeat(64)
+            ))
+            .unwrap(),
+            "harness-standin"
+        );
+        assert_eq!(
+            binary_name("clawfed.test/gateway-standin:latest").unwrap(),
+            "gateway-standin"
+        );
+        assert_eq!(
+            binary_name("clawfed.test/harness-standin").unwrap(),
+            "harness-standin"
+        );
+        for bad in [
+            "clawfed.test/clawfed-podrunner:1",
+            "clawfed.test/../bin/sh-standin",
+            "clawfed.test/",
+            "registry.example/harness-standin:1",
+        ] {
+            assert!(
+                matches!(binary_name(bad), Err(Error::NotAStandin(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_first_container_image_decides() {
+        assert!(is_standin(&pod(
+            json!({"name": "c", "image": "clawfed.test/harness-standin:test"})
+        )));
+        assert!(!is_standin(&pod(
+            json!({"name": "c", "image": "registry.example/x:1"})
+        )));
+    }
+
+    #[test]
+    fn plan_reads_port_probe_and_grace() {
+        let mut p = pod(json!({
+            "name": "harness", "image": "clawfed.test/harness-standin:test",
+            "ports": [{"name": "http", "containerPort": 8080}],
+            "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
+                               "periodSeconds": 30, "failureThreshold": 2}
+        }));
+        p.spec.as_mut().unwrap().termination_grace_period_seconds = Some(30);
+        let plan = run_plan(&p).unwrap();
+        assert_eq!(plan.binary, "harness-standin");
+        assert_eq!(plan.port, 8080);
+        assert_eq!(
+            plan.probe.target,
+            ProbeTarget::Http {
+                port: 8080,
+                path: "/healthz".into()
+            }
+        );
+        assert_eq!(plan.probe.period, MAX_PROBE_PERIOD);
+        assert_eq!(plan.probe.failure_threshold, 2);
+        assert_eq!(plan.grace, MAX_GRACE);
+    }
+
+    #[test]
+    fn no_probe_means_tcp_on_the_listen_port() {
+        let p = pod(
+            json!({"name": "c", "image": "clawfed.test/harness-standin:test",
+                           "ports": [{"containerPort": 9000}]}),
+        );
+        assert_eq!(
+            run_plan(&p).unwrap().probe.target,
+            ProbeTarget::Tcp { port: 9000 }
+        );
+    }
+
+    #[test]
+    fn bad_specs_name_the_field() {
+        let no_port = pod(json!({"name": "c", "image": "clawfed.test/harness-standin:test"}));
+        assert_eq!(run_plan(&no_port), Err(Error::NoPort));
+        let unknown = pod(
+            json!({"name": "c", "image": "clawfed.test/harness-standin:test",
+            "ports": [{"containerPort": 8080}],
+            "readinessProbe": {"tcpSocket": {"port": "admin"}}}),
+        );
+        let e = run_plan(&unknown).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("readinessProbe.tcpSocket.port: no containerPort named \"admin\""),
+            "{e}"
+        );
+        let exec = pod(
+            json!({"name": "c", "image": "clawfed.test/harness-standin:test",
+            "ports": [{"containerPort": 8080}],
+            "readinessProbe": {"exec": {"command": ["true"]}}}),
+        );
+        assert_eq!(run_plan(&exec), Err(Error::UnsupportedProbe));
+    }
+}

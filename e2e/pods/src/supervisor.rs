@@ -1,0 +1,399 @@
+//! One stand-in Pod's life, as a kubelet would run it: prepare env and
+//! files, start the process, probe it, report status, restart it with
+//! backoff when it exits, stop it when the Pod goes.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use tokio::process::Child;
+use tokio_util::sync::CancellationToken;
+
+use crate::podspec::{self, FAST_PROBE, RunPlan};
+use crate::status::{LastExit, Observed, State};
+use crate::{env, probe, process};
+
+/// What every supervisor shares.
+pub struct Shared {
+    pub client: Client,
+    pub ip_cmd: PathBuf,
+    pub netns: String,
+    pub standin_dir: PathBuf,
+    pub state_dir: PathBuf,
+}
+
+/// The field manager of the runner's status writes (kwok's is `kwok`).
+pub const FIELD_MANAGER: &str = "clawfed-podrunner";
+
+/// Restart backoff: doubling from 500 ms, at most 10 s; reset once a run
+/// passed its probe.
+const BACKOFF_MIN: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// How a supervisor is told to end.
+#[derive(Debug, Clone)]
+pub struct Stops {
+    /// The Pod is gone or being deleted: stop and remove its state.
+    pub gone: CancellationToken,
+    /// The runner stops: stop the process, keep the state (a restarted
+    /// runner starts the Pod again with the same IP).
+    pub shutdown: CancellationToken,
+}
+
+impl Stops {
+    async fn any(&self) {
+        tokio::select! {
+            _ = self.gone.cancelled() => {}
+            _ = self.shutdown.cancelled() => {}
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.gone.is_cancelled() || self.shutdown.is_cancelled()
+    }
+}
+
+/// Pod fields read once at start (a Pod's spec does not change under it).
+struct Ident {
+    name: String,
+    namespace: String,
+    uid: String,
+}
+
+struct Supervisor {
+    shared: Arc<Shared>,
+    pod: Pod,
+    ident: Ident,
+    dir: PathBuf,
+    obs: Observed,
+    /// A status change not yet accepted by the apiserver (retried).
+    dirty: bool,
+}
+
+pub fn state_dir_of(state_dir: &Path, uid: &str) -> PathBuf {
+    state_dir.join(uid)
+}
+
+/// Runs the Pod until a stop; always removes its state when the Pod is gone.
+pub async fn supervise(shared: Arc<Shared>, pod: Pod, ip: Ipv4Addr, stops: Stops) {
+    let ident = Ident {
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+    };
+    let dir = state_dir_of(&shared.state_dir, &ident.uid);
+    let status = pod.status.clone().unwrap_or_default();
+    let now = Timestamp::now();
+    let first = podspec::first_container(&pod);
+    let restart_count = status
+        .container_statuses
+        .as_ref()
+        .and_then(|c| c.first())
+        .map_or(0, |c| c.restart_count);
+    let obs = Observed {
+        pod_ip: ip,
+        start_time: status.start_time.map_or(now, |t| t.0),
+        container: first.map(|c| c.name.clone()).unwrap_or_default(),
+        image: first.and_then(|c| c.image.clone()).unwrap_or_default(),
+        state: State::Waiting {
+            reason: "ContainerCreating".into(),
+            message: String::new(),
+        },
+        ready: false,
+        ready_changed: now,
+        not_ready_message: None,
+        restart_count,
+        last_exit: None,
+        pid: None,
+    };
+    let mut s = Supervisor {
+        shared,
+        pod,
+        ident,
+        dir,
+        obs,
+        dirty: false,
+    };
+    let span = tracing::info_span!("pod", ns = %s.ident.namespace, name = %s.ident.name, ip = %ip);
+    tracing::Instrument::instrument(s.run(&stops), span).await;
+    if stops.gone.is_cancelled() {
+        let _ = std::fs::remove_dir_all(&s.dir);
+    }
+}
+
+impl Supervisor {
+    async fn run(&mut self, stops: &Stops) {
+        if let Err(e) = std::fs::create_dir_all(&self.dir) {
+            tracing::error!(error = %e, dir = %self.dir.display(), "cannot create the pod's state dir");
+        }
+        let plan = match podspec::run_plan(&self.pod) {
+            Ok(plan) => plan,
+            Err(e) => return self.refuse("InvalidImageName", e.to_string(), stops).await,
+        };
+        let binary = self.shared.standin_dir.join(&plan.binary);
+        if !binary.is_file() {
+            let msg = format!("no stand-in binary {}", binary.display());
+            return self.refuse("ErrImageNeverPull", msg, stops).await;
+        }
+        let mut backoff = BACKOFF_MIN;
+        while !stops.stopped() {
+            let started = self.start(&plan, &binary).await;
+            let delay = match started {
+                Ok(child) => {
+                    let Some(exit) = self.watch(child, &plan, stops, &mut backoff).await else {
+                        return;
+                    };
+                    self.obs.restart_count += 1;
+                    self.obs.last_exit = Some(exit);
+                    self.set_state(
+                        "CrashLoopBackOff",
+                        format!(
+                            "back-off {} ms restarting the exited container",
+                            backoff.as_millis()
+                        ),
+                    );
+                    backoff
+                }
+                Err((reason, message)) => {
+                    tracing::warn!(reason, message, "container not started");
+                    self.set_state(reason, message);
+                    backoff
+                }
+            };
+            self.publish().await;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = stops.any() => return,
+            }
+        }
+    }
+
+    fn set_state(&mut self, reason: &str, message: String) {
+        self.obs.state = State::Waiting {
+            reason: reason.to_string(),
+            message,
+        };
+        self.obs.pid = None;
+        self.set_ready(false, None);
+    }
+
+    fn set_ready(&mut self, ready: bool, message: Option<String>) {
+        if self.obs.ready != ready {
+            self.obs.ready = ready;
+            self.obs.ready_changed = Timestamp::now();
+            self.dirty = true;
+        }
+        if self.obs.not_ready_message != message {
+            self.obs.not_ready_message = message;
+            self.dirty = true;
+        }
+    }
+
+    /// A Pod the runner cannot run at all: say why, then wait for its end.
+    async fn refuse(&mut self, reason: &str, message: String, stops: &Stops) {
+        tracing::warn!(reason, message, "cannot run this pod");
+        self.set_state(reason, message);
+        self.publish().await;
+        while self.dirty {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => self.publish().await,
+                _ = stops.any() => return,
+            }
+        }
+        stops.any().await;
+    }
+
+    /// Env, files, process. The error is a kubelet-style (reason, message).
+    async fn start(
+        &mut self,
+        plan: &RunPlan,
+        binary: &Path,
+    ) -> Result<Child, (&'static str, String)> {
+        let config_error = |e: env::Error| {
+            let msg = match std::error::Error::source(&e) {
+                Some(cause) => format!("{e}: {cause}"),
+                None => e.to_string(),
+            };
+            ("CreateContainerConfigError", msg)
+        };
+        let sources = env::fetch(&self.shared.client, &self.pod)
+            .await
+            .map_err(config_error)?;
+        let ip = self.obs.pod_ip.to_string();
+        let mut vars = env::container_env(&self.pod, &ip, &sources).map_err(config_error)?;
+        let files = env::volume_files(&self.pod, &sources).map_err(config_error)?;
+        let root = self.dir.join("root");
+        write_root(&root, &files).map_err(|e| ("RunContainerError", e))?;
+        let labels = self.pod.metadata.labels.clone().unwrap_or_default();
+        vars.extend([
+            (
+                "CLAWFED_STANDIN_LISTEN".to_string(),
+                format!("{ip}:{}", plan.port),
+            ),
+            (
+                "CLAWFED_STANDIN_ROOT".into(),
+                root.to_string_lossy().into_owned(),
+            ),
+            ("CLAWFED_POD_NAME".into(), self.ident.name.clone()),
+            ("CLAWFED_POD_NAMESPACE".into(), self.ident.namespace.clone()),
+            ("CLAWFED_POD_UID".into(), self.ident.uid.clone()),
+            (
+                "CLAWFED_POD_LABELS".into(),
+                serde_json::to_string(&labels).unwrap_or_else(|_| "{}".into()),
+            ),
+        ]);
+        let launch = process::Launch {
+            ip_cmd: &self.shared.ip_cmd,
+            netns: &self.shared.netns,
+            binary,
+            env: &vars,
+            log: &self.dir.join("log"),
+            pidfile: &self.dir.join("pid"),
+        };
+        let child = process::spawn(&launch).map_err(|e| {
+            let msg = match std::error::Error::source(&e) {
+                Some(cause) => format!("{e}: {cause}"),
+                None => e.to_string(),
+            };
+            ("RunContainerError", msg)
+        })?;
+        tracing::info!(pid = child.id(), binary = %binary.display(), "started");
+        self.obs.state = State::Running {
+            started_at: Timestamp::now(),
+        };
+        self.obs.pid = child.id();
+        self.dirty = true;
+        self.set_ready(false, Some("readiness probe has not passed yet".into()));
+        self.publish().await;
+        Ok(child)
+    }
+
+    /// Probes the running process until it exits (Some) or a stop (None).
+    async fn watch(
+        &mut self,
+        mut child: Child,
+        plan: &RunPlan,
+        stops: &Stops,
+        backoff: &mut Duration,
+    ) -> Option<LastExit> {
+        let started_at = match self.obs.state {
+            State::Running { started_at } => started_at,
+            State::Waiting { .. } => Timestamp::now(),
+        };
+        let mut passed_once = false;
+        let mut failures = 0u32;
+        loop {
+            let delay = if passed_once {
+                plan.probe.period
+            } else {
+                FAST_PROBE
+            };
+            let ip = self.obs.pod_ip;
+            tokio::select! {
+                            status = child.wait() => {
+            let (exit_code, reason) = exit_of(status.ok());
+                                tracing::warn!(exit_code, "stand-in exited");
+                                return Some(LastExit {
+                                    exit_code,
+                                    reason: reason.into(),
+                                    started_at,
+                                    finished_at: Timestamp::now(),
+                                });
+                            }
+                            _ = stops.any() => {
+                                let status = process::terminate(&mut child, plan.grace).await;
+                                tracing::info!(?status, gone = stops.gone.is_cancelled(), "stopped");
+                                return None;
+                            }
+                            result = async {
+                                tokio::time::sleep(delay).await;
+                                probe::probe(ip, &plan.probe).await
+                            } => {
+                                match result {
+                                    Ok(()) => {
+                                        failures = 0;
+                                        passed_once = true;
+                                        *backoff = BACKOFF_MIN;
+                                        if !self.obs.ready {
+                                            tracing::info!("readiness probe passed");
+                                        }
+                                        self.set_ready(true, None);
+                                    }
+                                    Err(e) => {
+                                        failures += 1;
+                                        let still_ready =
+                                            self.obs.ready && failures < plan.probe.failure_threshold;
+                                        if !still_ready {
+                                            self.set_ready(false, Some(e.describe()));
+                                        }
+                                    }
+                                }
+                            }
+                        }
+            if self.dirty {
+                self.publish().await;
+            }
+        }
+    }
+
+    /// Sends the observed status; a failure leaves it dirty for the next
+    /// tick. A Pod that is gone (404) or replaced (uid mismatch) needs none.
+    async fn publish(&mut self) {
+        let pods: Api<Pod> = Api::namespaced(self.shared.client.clone(), &self.ident.namespace);
+        let mut patch = crate::status::patch(&self.obs);
+        // The uid makes the patch a precondition: it never lands on a new
+        // Pod of the same name.
+        patch["metadata"] = serde_json::json!({ "uid": self.ident.uid });
+        match pods
+            .patch_status(
+                &self.ident.name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => self.dirty = false,
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => self.dirty = false,
+            Err(e) => {
+                self.dirty = true;
+                tracing::warn!(error = %e, "patching pod status failed; retrying");
+            }
+        }
+    }
+}
+
+/// Exit code and reason as a kubelet reports them: a signal `n` is `128 + n`.
+fn exit_of(status: Option<std::process::ExitStatus>) -> (i32, &'static str) {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) if s.success() => (0, "Completed"),
+        Some(s) => (
+            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+            "Error",
+        ),
+        None => (128, "Error"),
+    }
+}
+
+/// The container root, rebuilt for each start so a changed Secret shows.
+fn write_root(root: &Path, files: &[(PathBuf, Vec<u8>)]) -> Result<(), String> {
+    let fail = |what: &str, p: &Path, e: std::io::Error| format!("{what} {}: {e}", p.display());
+    if root.exists() {
+        std::fs::remove_dir_all(root).map_err(|e| fail("clearing", root, e))?;
+    }
+    std::fs::create_dir_all(root).map_err(|e| fail("creating", root, e))?;
+    for (rel, data) in files {
+        let path = root.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| fail("creating", parent, e))?;
+        }
+        std::fs::write(&path, data).map_err(|e| fail("writing", &path, e))?;
+    }
+    Ok(())
+}
