@@ -2497,3 +2497,44 @@ async fn hub_killed_ends_tunneled_connections_and_new_ones_work_after_restart() 
     hub.terminate().await;
     cleanup.run().await
 }
+
+/// Issue 11: a broken data path keeps a revision from activating and fails
+/// it at the readiness deadline with the probe's reason, although its
+/// Gateway and Harness are both Ready (here the Gateways are told a tunnel
+/// address where nothing listens).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_data_path_fails_the_revision_with_the_reason() -> Result<()> {
+    require_pod_network()?;
+    let mut w = World::start_with(|c| {
+        c.tunnel.addr = format!("{POD_NET_ROOT}:0").parse().expect("addr");
+        c.tunnel.advertise_url = Some(format!("http://{POD_NET_ROOT}:1"));
+        c.pipeline.path_probe = true;
+        c.pipeline.ready_deadline_seconds = 8;
+    })
+    .await?;
+    let (ns, agent) = w
+        .agent_with_images("embedded-openclaw", STANDIN_HARNESS, &standin_gateway())
+        .await?;
+    w.rest.deploy(&ns.name, &agent.name).await?;
+    let r = until(WAIT, "revision 1 failed", || async {
+        let r = w.rest.revision(&ns.name, &agent.name, 1).await?;
+        ensure!(
+            r.phase != RevisionPhase::Active,
+            "activated over a broken path"
+        );
+        Ok((r.phase == RevisionPhase::Failed).then_some(r))
+    })
+    .await?;
+    let reason = r.reason.unwrap_or_default();
+    eprintln!("reason: {reason}");
+    assert!(reason.contains("data path probe"), "{reason}");
+    assert!(
+        reason.contains("HTTP 502"),
+        "the Gateway's answer: {reason}"
+    );
+    assert_eq!(
+        w.rest.agent(&ns.name, &agent.name).await?.active_revision,
+        None
+    );
+    w.finish().await
+}
