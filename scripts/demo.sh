@@ -10,7 +10,11 @@
 #     applying work in the execution cluster as its own ServiceAccount
 #     (deploy/spoke),
 #   - a sample Agent deployed and followed until it is Active, then the
-#     fleet status.
+#     fleet status, and one request through its route's backend (the
+#     Gateway in control) answered by its Harness in exec-a, across the
+#     hub's tunnel and the spoke's outbound link. The test clusters' pod
+#     runner (e2e/pods) runs the stand-in images as real processes in the
+#     test Pod network (e2e/podnet.sh, 198.18.0.0/15).
 # Ctrl-C stops the hub and the spoke (and the clusters this script started);
 # `--once` does so right after printing.
 set -euo pipefail
@@ -26,7 +30,7 @@ mkdir -p "$STATE"
 log() { printf '\n== %s\n' "$*" >&2; }
 
 log "building clawfed"
-cargo build --locked -p clawfed-hub -p clawfed-spoke --bins >&2
+cargo build --locked -p clawfed-hub -p clawfed-spoke -p clawfed-pods --bins >&2
 BIN="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug"
 
 log "Kubernetes control planes (built once, cached by version)"
@@ -128,7 +132,10 @@ cat > "$STATE/hub.yaml" <<EOF
 version: 1
 database: { url: "sqlite://$STATE/clawfed.db" }
 link: { addr: "127.0.0.1:18443", caDir: "$STATE/ca", heartbeatSeconds: 5 }
-pipeline: { readyDeadlineSeconds: 120 }
+# Gateways reach their Harness through this ingress: the root end of the
+# test Pod network, the one address the Gateway Pods can reach.
+tunnel: { addr: "198.18.0.1:18444" }
+pipeline: { readyDeadlineSeconds: 120, pathProbe: true }
 gateway:
   enabled: true
   kubeconfig: "$STATE/hub-control.kubeconfig"
@@ -177,9 +184,12 @@ cf clusters list
 log "a sample Agent, deployed and followed until Active"
 digest() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
 cf namespaces create demo --display-name "Demo tenant"
+# Stand-in images: the test clusters' pod runner runs them as real
+# processes (a Harness that answers, a Gateway that forwards through the
+# hub's tunnel).
 cf agents create hello -n demo --harness-kind embedded-openclaw \
-  --image "ghcr.io/openclaw/openclaw@sha256:$(digest harness)" \
-  --gateway-image "ghcr.io/openclaw/openclaw-gateway@sha256:$(digest gateway)" \
+  --image "clawfed.test/harness-standin@sha256:$(digest harness)" \
+  --gateway-image "clawfed.test/gateway-standin@sha256:$(digest gateway)" \
   --cluster exec-a --cpu-request 250m --memory-limit 512Mi
 cf deploy hello -n demo
 cf agents get hello -n demo --wait --timeout 180
@@ -190,6 +200,13 @@ echo "Gateway and route in the control cluster:"
 kc control get deployments,services,httproutes -n clawfed-gateways -o name
 echo "Harness in the execution cluster:"
 kc exec-a get deployments,pods -A -l clawfed.io/agent=hello -o wide
+echo
+echo "A request through the route's backend (Service hello-r1-gateway in control):"
+echo "  Gateway (control) -> hub tunnel ingress -> spoke link -> Harness (exec-a)"
+echo "\$ kubectl --context control get --raw /api/v1/namespaces/clawfed-gateways/services/hello-r1-gateway:18789/proxy/identity"
+answer="$(kc control get --raw /api/v1/namespaces/clawfed-gateways/services/hello-r1-gateway:18789/proxy/identity)"
+echo "$answer"
+echo "$answer" | grep -q '"agent": *"hello"' || { echo "demo: the Harness did not answer as hello" >&2; exit 1; }
 echo
 echo "logs: $STATE/hub.log $STATE/spoke.log   token: $STATE/admin.token"
 if [ "$ONCE" = 1 ]; then
