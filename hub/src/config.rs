@@ -253,6 +253,12 @@ pub struct TunnelSettings {
     pub max_per_cluster: usize,
     pub open_timeout_ms: u64,
     pub idle_timeout_seconds: u64,
+    /// TLS 1.3 on the ingress with a certificate from the link CA (the
+    /// Gateways get the CA beside their credential).
+    pub tls: bool,
+    /// Extra names and IPs on the ingress certificate (the bound address
+    /// and the advertised host are always on it).
+    pub server_names: Vec<String>,
 }
 
 impl Default for TunnelSettings {
@@ -266,6 +272,8 @@ impl Default for TunnelSettings {
             max_per_cluster: d.max_per_cluster,
             open_timeout_ms: d.open_timeout.as_millis() as u64,
             idle_timeout_seconds: d.idle_timeout.as_secs(),
+            tls: d.tls,
+            server_names: d.server_names,
         }
     }
 }
@@ -390,6 +398,7 @@ impl Config {
                 "CLAWFED_GATEWAY_KUBECONFIG" => self.gateway.kubeconfig = Some(value.into()),
                 "CLAWFED_LINK_ADDR" => self.link.addr = parse(name, value)?,
                 "CLAWFED_TUNNEL_ENABLED" => self.tunnel.enabled = parse(name, value)?,
+                "CLAWFED_TUNNEL_TLS" => self.tunnel.tls = parse(name, value)?,
                 "CLAWFED_TUNNEL_ADDR" => self.tunnel.addr = parse(name, value)?,
                 "CLAWFED_TUNNEL_ADVERTISE_URL" => self.tunnel.advertise_url = Some(value.clone()),
                 "CLAWFED_LINK_CA_DIR" => self.link.ca_dir = value.into(),
@@ -453,13 +462,20 @@ impl Config {
         if self.tunnel.idle_timeout_seconds == 0 {
             return Err(invalid("tunnel.idleTimeoutSeconds", "must be at least 1"));
         }
-        if let Some(url) = &self.tunnel.advertise_url
-            && !url.starts_with("http://")
-        {
-            return Err(invalid(
-                "tunnel.advertiseUrl",
-                "must be an http:// URL (host:port of the ingress)",
-            ));
+        if let Some(url) = &self.tunnel.advertise_url {
+            let want = if self.tunnel.tls {
+                "https://"
+            } else {
+                "http://"
+            };
+            if !url.starts_with(want) {
+                return Err(invalid(
+                    "tunnel.advertiseUrl",
+                    &format!(
+                        "must be a {want} URL (host:port of the ingress; tunnel.tls decides the scheme)"
+                    ),
+                ));
+            }
         }
         if self.link.heartbeat_seconds == 0 {
             return Err(invalid("link.heartbeatSeconds", "must be at least 1"));
@@ -560,6 +576,8 @@ impl Config {
             max_per_cluster: self.tunnel.max_per_cluster,
             open_timeout: Duration::from_millis(self.tunnel.open_timeout_ms),
             idle_timeout: Duration::from_secs(self.tunnel.idle_timeout_seconds),
+            tls: self.tunnel.tls,
+            server_names: self.tunnel.server_names.clone(),
             ..crate::tunnel::TunnelConfig::default()
         }
     }
@@ -660,6 +678,7 @@ mod tests {
             image: None,
             harness_endpoint: "http://bot-r1-harness.oce-0.svc:8080".into(),
             tunnel_proxy: None,
+            tunnel_ca_pem: None,
             transport: crate::gateway::Transport {
                 gateway_token: "t".into(),
                 tls: None,

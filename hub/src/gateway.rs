@@ -33,7 +33,9 @@ use serde::{Deserialize, Serialize};
 
 pub use client::{Activation, Error, Gateways, Result, Step, StepAction};
 pub use ready::{NotReady, Readiness};
-pub use runtime::{GatewayFailure, GatewayRuntime, GatewayTarget, GatewaysDisabled};
+pub use runtime::{
+    GatewayFailure, GatewayRuntime, GatewayTarget, GatewaysDisabled, TunnelEndpoint,
+};
 pub use transport::{TransportCredentials, TransportKey};
 
 /// The one field manager of every write the hub makes in the control cluster.
@@ -212,6 +214,10 @@ pub struct GatewaySpec {
     /// Harness through (`CONNECT`); `None` is direct mode (flat network).
     #[serde(default)]
     pub tunnel_proxy: Option<String>,
+    /// The CA of the tunnel ingress' certificate (an `https://` proxy): put
+    /// in the transport Secret as `tunnel-ca.crt`.
+    #[serde(default)]
+    pub tunnel_ca_pem: Option<String>,
     /// Transport material projected into the Gateway Pod.
     pub transport: Transport,
 }

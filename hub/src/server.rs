@@ -47,7 +47,7 @@ pub enum ServerError {
     Link(#[from] crate::link::server::LinkError),
     /// The control-cluster Gateways could not be set up.
     #[error(transparent)]
-    Tunnel(#[from] crate::tunnel::ingress::BindError),
+    Tunnel(#[from] crate::tunnel::ingress::IngressError),
     #[error("gateways: {0}")]
     Gateway(String),
     /// The configuration contradicts itself (e.g. a tagged default image
@@ -226,6 +226,7 @@ pub async fn start_with_parts(
                         config.tunnel_config().route_ttl,
                     ),
                     link.state.tunnels.clone(),
+                    Some(link.state.ca.clone()),
                     shutdown.clone(),
                     &mut tasks,
                 )
@@ -253,7 +254,10 @@ pub async fn start_with_parts(
                 ),
                 max_attempts: config.worker.max_attempts,
                 require_immutable_digest: config.policy.require_immutable_digest,
-                tunnel_proxy: tunnel.as_ref().map(|t| t.url.clone()),
+                tunnel: tunnel.as_ref().map(|t| crate::gateway::TunnelEndpoint {
+                    url: t.url.clone(),
+                    ca_pem: t.ca_pem.clone(),
+                }),
                 path_probe: config.pipeline.path_probe,
                 ..RolloutConfig::default()
             },

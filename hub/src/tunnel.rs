@@ -43,6 +43,13 @@ pub struct TunnelConfig {
     /// How long a credential's route is reused before the store is asked
     /// again (a retired revision or a revoked cluster is noticed within it).
     pub route_ttl: Duration,
+    /// Serve TLS 1.3 with a certificate from the link CA (Gateways get the
+    /// CA beside their credential, so the credential never travels in the
+    /// clear); off only where something else encrypts the hop.
+    pub tls: bool,
+    /// Names and IPs on the ingress certificate (beyond the bound address
+    /// and the advertised host, which are always on it).
+    pub server_names: Vec<String>,
 }
 
 impl Default for TunnelConfig {
@@ -55,7 +62,34 @@ impl Default for TunnelConfig {
             open_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(600),
             route_ttl: Duration::from_secs(1),
+            tls: true,
+            server_names: vec!["localhost".into(), "127.0.0.1".into()],
         }
+    }
+}
+
+impl TunnelConfig {
+    /// The names on the ingress certificate: the configured ones, the bound
+    /// IP (unless unspecified) and the host of the advertised URL.
+    pub fn certificate_names(&self, bound: std::net::SocketAddr) -> Vec<String> {
+        let mut names = self.server_names.clone();
+        if !bound.ip().is_unspecified() {
+            names.push(bound.ip().to_string());
+        }
+        if let Some(url) = &self.advertise_url {
+            let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+            let authority = rest.split('/').next().unwrap_or_default();
+            let host = authority
+                .rsplit_once(':')
+                .map_or(authority, |(h, _)| h)
+                .trim_matches(['[', ']']);
+            if !host.is_empty() {
+                names.push(host.to_owned());
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
     }
 }
 

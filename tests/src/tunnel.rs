@@ -1,10 +1,107 @@
 //! A Gateway's side of the data path, for tests and benchmarks: HTTP/1.1
-//! `CONNECT` to the hub's tunnel ingress with a transport credential.
+//! `CONNECT` to the hub's tunnel ingress (over TLS when it speaks TLS) with
+//! a transport credential.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+
+/// Where the ingress listens and the CA of its certificate (`None`: plain).
+#[derive(Debug, Clone)]
+pub struct Ingress {
+    pub addr: SocketAddr,
+    pub ca_pem: Option<String>,
+}
+
+impl Ingress {
+    /// The ingress of a running test hub.
+    pub fn of(hub: &crate::hub::TestHub) -> Self {
+        let t = hub
+            .hub
+            .as_ref()
+            .and_then(|h| h.tunnel.as_ref())
+            .expect("tunnel enabled");
+        Self {
+            addr: t.addr,
+            ca_pem: t.ca_pem.clone(),
+        }
+    }
+}
+
+/// A tunneled connection (plain or TLS to the ingress).
+pub enum Conn {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Conn::Plain(_) => "Conn::Plain",
+            Conn::Tls(_) => "Conn::Tls",
+        })
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+fn tls_connector(ca_pem: &str) -> std::io::Result<tokio_rustls::TlsConnector> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.map_err(std::io::Error::other)?)
+            .map_err(std::io::Error::other)?;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
 
 /// The ingress' refusal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,17 +115,29 @@ pub struct Refused {
 /// Opens a tunnel to `authority` through the ingress at `ingress` with
 /// `token`; the stream is connected to the Harness on success.
 pub async fn connect(
-    ingress: SocketAddr,
+    ingress: &Ingress,
     authority: &str,
     token: Option<&str>,
-) -> Result<TcpStream, Refused> {
+) -> Result<Conn, Refused> {
     let io = |e: std::io::Error| Refused {
         status: 0,
         reason: "io".into(),
         body: e.to_string(),
     };
-    let mut s = TcpStream::connect(ingress).await.map_err(io)?;
-    let _ = s.set_nodelay(true);
+    let tcp = TcpStream::connect(ingress.addr).await.map_err(io)?;
+    let _ = tcp.set_nodelay(true);
+    let mut s = match &ingress.ca_pem {
+        None => Conn::Plain(tcp),
+        Some(ca) => {
+            let name = ServerName::IpAddress(ingress.addr.ip().into());
+            let tls = tls_connector(ca)
+                .map_err(io)?
+                .connect(name, tcp)
+                .await
+                .map_err(io)?;
+            Conn::Tls(Box::new(tls))
+        }
+    };
     let auth = token
         .map(|t| format!("Proxy-Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();

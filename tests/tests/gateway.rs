@@ -68,6 +68,7 @@ fn spec(agent: &str, revision: i64) -> GatewaySpec {
         )),
         harness_endpoint: format!("http://{agent}-r{revision}-harness.oce-0123.svc:8080"),
         tunnel_proxy: None,
+        tunnel_ca_pem: None,
         transport: Transport {
             gateway_token: "gw-token-not-real".into(),
             tls: None,
@@ -684,7 +685,7 @@ async fn transport_credential_is_stable_per_revision() -> Result<()> {
         harness_cluster: "exec-a".into(),
         harness_namespace: "oce-0123456789abcde".into(),
         harness_port: 8080,
-        tunnel_proxy: None,
+        tunnel: None,
     };
     let (t1, t2) = (target(&r1), target(&r2));
 

@@ -2358,13 +2358,13 @@ async fn the_gateway_reaches_its_harness_through_the_tunnel() -> Result<()> {
         .and_then(|d| d.get("gateway-token"))
         .map(|b| String::from_utf8_lossy(&b.0).into_owned())
         .context("gateway-token")?;
-    let ingress = w.hub.hub.as_ref().unwrap().tunnel.as_ref().unwrap().addr;
+    let ingress = clawfed_tests::tunnel::Ingress::of(&w.hub);
     for other in [
         "kubernetes.default.svc:443",
         "127.0.0.1:16444",
         "198.18.0.2:22",
     ] {
-        let refused = clawfed_tests::tunnel::connect(ingress, other, Some(&token))
+        let refused = clawfed_tests::tunnel::connect(&ingress, other, Some(&token))
             .await
             .expect_err("refused");
         assert_eq!(refused.status, 403, "{other}: {refused:?}");
@@ -2507,7 +2507,7 @@ async fn a_broken_data_path_fails_the_revision_with_the_reason() -> Result<()> {
     require_pod_network()?;
     let mut w = World::start_with(|c| {
         c.tunnel.addr = format!("{POD_NET_ROOT}:0").parse().expect("addr");
-        c.tunnel.advertise_url = Some(format!("http://{POD_NET_ROOT}:1"));
+        c.tunnel.advertise_url = Some(format!("https://{POD_NET_ROOT}:1"));
         c.pipeline.path_probe = true;
         c.pipeline.ready_deadline_seconds = 8;
     })

@@ -20,7 +20,7 @@ use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::link::{
     TestSpoke, bootstrap_token, cluster, eventually, start_spoke_with_tunnels,
 };
-use clawfed_tests::tunnel::connect;
+use clawfed_tests::tunnel::{Conn, Ingress, connect};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -74,7 +74,7 @@ async fn stuck_server() -> SocketAddr {
 struct Env {
     hub: TestHub,
     spoke: Option<TestSpoke>,
-    ingress: SocketAddr,
+    ingress: Ingress,
     _dir: tempfile::TempDir,
 }
 
@@ -157,7 +157,7 @@ async fn set_phase(hub: &TestHub, r: &Rev, phase: RevisionPhase) {
 
 async fn start(backend: Backend, adjust: impl FnOnce(&mut clawfed_hub::config::Config)) -> Env {
     let hub = TestHub::start_with(backend, adjust, Handlers::builtin()).await;
-    let ingress = hub.hub.as_ref().unwrap().tunnel.as_ref().unwrap().addr;
+    let ingress = Ingress::of(&hub);
     Env {
         hub,
         spoke: None,
@@ -195,8 +195,8 @@ impl Env {
 }
 
 /// Writes `data`, half-closes, reads everything back.
-async fn round_trip(mut s: TcpStream, data: &[u8]) -> Vec<u8> {
-    let (mut r, mut w) = s.split();
+async fn round_trip(s: Conn, data: &[u8]) -> Vec<u8> {
+    let (mut r, mut w) = tokio::io::split(s);
     let write = async {
         w.write_all(data).await.unwrap();
         w.shutdown().await.unwrap();
@@ -220,7 +220,7 @@ async fn bytes_round_trip_with_half_close(backend: Backend) {
     e.spoke(HashMap::from([(r.target.clone(), echo_server().await)]))
         .await;
     let data = pattern(8 * 1024 * 1024 + 17);
-    let s = connect(e.ingress, &r.authority, Some(&r.token))
+    let s = connect(&e.ingress, &r.authority, Some(&r.token))
         .await
         .unwrap();
     let back = round_trip(s, &data).await;
@@ -231,7 +231,7 @@ async fn bytes_round_trip_with_half_close(backend: Backend) {
     );
     // Many small connections one after another, each a fresh tunnel.
     for i in 0..20 {
-        let s = connect(e.ingress, &r.authority, Some(&r.token))
+        let s = connect(&e.ingress, &r.authority, Some(&r.token))
             .await
             .unwrap();
         let msg = format!("hello {i}");
@@ -279,14 +279,14 @@ async fn refusals_say_why() {
     ]))
     .await;
 
-    let refused = |r: Result<TcpStream, clawfed_tests::tunnel::Refused>| r.expect_err("refused");
-    let r = refused(connect(e.ingress, &a.authority, None).await);
+    let refused = |r: Result<Conn, clawfed_tests::tunnel::Refused>| r.expect_err("refused");
+    let r = refused(connect(&e.ingress, &a.authority, None).await);
     assert_eq!(
         (r.status, r.reason.as_str()),
         (407, reason::UNAUTHENTICATED),
         "{r:?}"
     );
-    let r = refused(connect(e.ingress, &a.authority, Some(&"0".repeat(64))).await);
+    let r = refused(connect(&e.ingress, &a.authority, Some(&"0".repeat(64))).await);
     assert_eq!(
         (r.status, r.reason.as_str()),
         (407, reason::UNAUTHENTICATED),
@@ -299,7 +299,7 @@ async fn refusals_say_why() {
         "127.0.0.1:22",
         "198.18.0.1:8080",
     ] {
-        let r = refused(connect(e.ingress, other, Some(&a.token)).await);
+        let r = refused(connect(&e.ingress, other, Some(&a.token)).await);
         assert_eq!(
             (r.status, r.reason.as_str()),
             (403, reason::FORBIDDEN_TARGET),
@@ -312,7 +312,7 @@ async fn refusals_say_why() {
         );
     }
     // The spoke does not manage it: its refusal travels back.
-    let r = refused(connect(e.ingress, &unmanaged.authority, Some(&unmanaged.token)).await);
+    let r = refused(connect(&e.ingress, &unmanaged.authority, Some(&unmanaged.token)).await);
     assert_eq!(
         (r.status, r.reason.as_str()),
         (502, reason::NOT_MANAGED),
@@ -322,7 +322,9 @@ async fn refusals_say_why() {
     // A retired revision (noticed within the route cache's second).
     set_phase(&e.hub, &b, RevisionPhase::Retired).await;
     let r = eventually(WAIT, "retired revision refused", || async {
-        connect(e.ingress, &b.authority, Some(&b.token)).await.err()
+        connect(&e.ingress, &b.authority, Some(&b.token))
+            .await
+            .err()
     })
     .await;
     assert_eq!(
@@ -330,18 +332,26 @@ async fn refusals_say_why() {
         (403, reason::REVISION_NOT_SERVING),
         "{r:?}"
     );
-    // Not a CONNECT.
-    let mut s = TcpStream::connect(e.ingress).await.unwrap();
+    // Plain HTTP to the ingress gets no HTTP answer: it speaks TLS only,
+    // so no credential is ever read in the clear.
+    let mut s = TcpStream::connect(e.ingress.addr).await.unwrap();
     s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
-    let mut head = vec![0u8; 12];
-    s.read_exact(&mut head).await.unwrap();
-    assert_eq!(&head, b"HTTP/1.1 400");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(WAIT, s.read_to_end(&mut answer)).await;
+    assert!(
+        !answer.starts_with(b"HTTP/"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    // Over TLS, a request without an authority is refused.
+    let r = refused(connect(&e.ingress, "", Some(&a.token)).await);
+    assert_eq!(r.status, 400, "{r:?}");
     // The cluster goes away.
     e.spoke.take().unwrap().stop().await.unwrap();
     let r = eventually(WAIT, "offline cluster refused", || async {
-        connect(e.ingress, &a.authority, Some(&a.token))
+        connect(&e.ingress, &a.authority, Some(&a.token))
             .await
             .err()
             .filter(|r| r.reason == reason::CLUSTER_OFFLINE)
@@ -357,19 +367,19 @@ async fn the_revision_limit_refuses_clearly() {
     let a = revision(&e.hub, "bot").await;
     e.spoke(HashMap::from([(a.target.clone(), echo_server().await)]))
         .await;
-    let s1 = connect(e.ingress, &a.authority, Some(&a.token))
+    let s1 = connect(&e.ingress, &a.authority, Some(&a.token))
         .await
         .unwrap();
-    let _s2 = connect(e.ingress, &a.authority, Some(&a.token))
+    let _s2 = connect(&e.ingress, &a.authority, Some(&a.token))
         .await
         .unwrap();
-    let r = connect(e.ingress, &a.authority, Some(&a.token))
+    let r = connect(&e.ingress, &a.authority, Some(&a.token))
         .await
         .expect_err("third refused");
     assert_eq!((r.status, r.reason.as_str()), (429, reason::LIMIT), "{r:?}");
     assert_eq!(round_trip(s1, b"bye").await, b"bye");
     let s3 = eventually(WAIT, "a slot freed", || async {
-        connect(e.ingress, &a.authority, Some(&a.token)).await.ok()
+        connect(&e.ingress, &a.authority, Some(&a.token)).await.ok()
     })
     .await;
     assert_eq!(round_trip(s3, b"again").await, b"again");
@@ -388,7 +398,7 @@ async fn a_stuck_harness_blocks_no_other_connection() {
     ]))
     .await;
     // Fill the stuck tunnel: its writes block once every window is full.
-    let mut s = connect(e.ingress, &stuck.authority, Some(&stuck.token))
+    let mut s = connect(&e.ingress, &stuck.authority, Some(&stuck.token))
         .await
         .unwrap();
     let filler = tokio::spawn(async move {
@@ -405,7 +415,7 @@ async fn a_stuck_harness_blocks_no_other_connection() {
         "the stuck tunnel is blocked, not failed"
     );
     let data = pattern(16 * 1024 * 1024);
-    let s = connect(e.ingress, &fine.authority, Some(&fine.token))
+    let s = connect(&e.ingress, &fine.authority, Some(&fine.token))
         .await
         .unwrap();
     let back = tokio::time::timeout(Duration::from_secs(20), round_trip(s, &data))
@@ -422,7 +432,7 @@ async fn revocation_ends_open_tunnels() {
     let a = revision(&e.hub, "bot").await;
     e.spoke(HashMap::from([(a.target.clone(), echo_server().await)]))
         .await;
-    let mut s = connect(e.ingress, &a.authority, Some(&a.token))
+    let mut s = connect(&e.ingress, &a.authority, Some(&a.token))
         .await
         .unwrap();
     s.write_all(b"ping").await.unwrap();
@@ -440,7 +450,7 @@ async fn revocation_ends_open_tunnels() {
     let mut rest = Vec::new();
     let ended = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
     assert!(ended.is_ok(), "the open tunnel ended after revocation");
-    let r = connect(e.ingress, &a.authority, Some(&a.token))
+    let r = connect(&e.ingress, &a.authority, Some(&a.token))
         .await
         .expect_err("refused");
     assert_eq!(r.reason, reason::CLUSTER_OFFLINE, "{r:?}");

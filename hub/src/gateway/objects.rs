@@ -60,13 +60,22 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Keys the transport Secret may hold; nothing else is ever written to it.
-pub const TRANSPORT_KEYS: [&str; 4] = ["gateway-token", "tls.crt", "tls.key", "ca.crt"];
+pub const TRANSPORT_KEYS: [&str; 5] = [
+    "gateway-token",
+    "tls.crt",
+    "tls.key",
+    "ca.crt",
+    "tunnel-ca.crt",
+];
 /// Where the transport Secret is mounted (read-only) in the Gateway Pod.
 pub const TRANSPORT_DIR: &str = "/var/run/clawfed/transport";
 /// Where the Gateway PVC is mounted (the Gateway's SQLite state).
 pub const DATA_DIR: &str = "/data";
 /// Environment variable with the Harness endpoint of the revision.
 pub const HARNESS_ENDPOINT_ENV: &str = "CLAWFED_HARNESS_ENDPOINT";
+/// Environment variable with the file (in the transport Secret) holding the
+/// CA of the tunnel ingress' certificate, when the ingress speaks TLS.
+pub const TUNNEL_CA_FILE_ENV: &str = "CLAWFED_TUNNEL_CA_FILE";
 /// Environment variable with the hub's tunnel ingress (tunnel mode only):
 /// the Gateway sends `CONNECT <endpoint host:port>` there with
 /// `Proxy-Authorization: Bearer <gateway-token>`.
@@ -336,6 +345,9 @@ pub fn service_account(spec: &GatewaySpec, c: &GatewayConfig) -> ServiceAccount 
 pub fn transport_secret(spec: &GatewaySpec, c: &GatewayConfig) -> Secret {
     let t = &spec.transport;
     let mut data = BTreeMap::from([(TRANSPORT_KEYS[0].to_string(), t.gateway_token.clone())]);
+    if let Some(ca) = &spec.tunnel_ca_pem {
+        data.insert(TRANSPORT_KEYS[4].into(), ca.clone());
+    }
     if let Some(tls) = &t.tls {
         data.insert(TRANSPORT_KEYS[1].into(), tls.cert_pem.clone());
         data.insert(TRANSPORT_KEYS[2].into(), tls.key_pem.clone());
@@ -528,6 +540,12 @@ pub fn pod_spec(spec: &GatewaySpec, c: &GatewayConfig, image: &str) -> PodSpec {
                         .as_ref()
                         .map(|url| env(TUNNEL_PROXY_ENV, url.clone())),
                 )
+                .chain(spec.tunnel_ca_pem.as_ref().map(|_| {
+                    env(
+                        TUNNEL_CA_FILE_ENV,
+                        format!("{TRANSPORT_DIR}/{}", TRANSPORT_KEYS[4]),
+                    )
+                }))
                 .collect(),
             ),
             readiness_probe: Some(Probe {
@@ -786,6 +804,7 @@ mod tests {
             image: Some(DIGEST_IMAGE.into()),
             harness_endpoint: "http://a1-r3-harness.oce-abc.svc:8080".into(),
             tunnel_proxy: None,
+            tunnel_ca_pem: None,
             transport: Transport {
                 gateway_token: "s3cr3t-value".into(),
                 tls: Some(TlsBundle {
@@ -958,7 +977,13 @@ mod tests {
     #[test]
     fn tunnel_mode_gives_the_proxy_and_egress_only_to_the_hub() {
         let mut s = spec();
-        s.tunnel_proxy = Some("http://198.18.0.1:8444".into());
+        s.tunnel_proxy = Some("https://198.18.0.1:8444".into());
+        s.tunnel_ca_pem = Some("-----BEGIN CERTIFICATE-----\nx\n".into());
+        let secret = transport_secret(&s, &config()).string_data.expect("data");
+        assert_eq!(
+            secret.get("tunnel-ca.crt").map(String::as_str),
+            s.tunnel_ca_pem.as_deref()
+        );
         let np = network_policy(&s, &config()).spec.expect("spec");
         let egress = np.egress.expect("egress");
         assert_eq!(
@@ -983,8 +1008,10 @@ mod tests {
         let env = pod.containers[0].env.clone().expect("env");
         assert!(
             env.iter().any(|e| e.name == TUNNEL_PROXY_ENV
-                && e.value.as_deref() == Some("http://198.18.0.1:8444"))
+                && e.value.as_deref() == Some("https://198.18.0.1:8444"))
         );
+        assert!(env.iter().any(|e| e.name == TUNNEL_CA_FILE_ENV
+            && e.value.as_deref() == Some("/var/run/clawfed/transport/tunnel-ca.crt")));
         // Direct mode: no proxy in the Pod.
         let env = pod_spec(&spec(), &config(), "img@sha256:x").containers[0]
             .env

@@ -19,9 +19,18 @@ pub struct GatewayTarget {
     pub harness_cluster: String,
     pub harness_namespace: String,
     pub harness_port: i32,
-    /// The hub's tunnel ingress URL the Gateway dials (tunnel mode), or
-    /// `None` for direct mode.
-    pub tunnel_proxy: Option<String>,
+    /// The hub's tunnel ingress the Gateway dials (tunnel mode), or `None`
+    /// for direct mode.
+    pub tunnel: Option<TunnelEndpoint>,
+}
+
+/// Where Gateways reach the hub's tunnel ingress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunnelEndpoint {
+    /// `http(s)://host:port`.
+    pub url: String,
+    /// The CA that signed the ingress' certificate (TLS only).
+    pub ca_pem: Option<String>,
 }
 
 /// Why a Gateway operation failed.
@@ -73,7 +82,8 @@ impl GatewayRuntime for crate::gateway::Gateways {
                 &t.harness_namespace,
                 t.harness_port,
             ),
-            tunnel_proxy: t.tunnel_proxy.clone(),
+            tunnel_proxy: t.tunnel.as_ref().map(|e| e.url.clone()),
+            tunnel_ca_pem: t.tunnel.as_ref().and_then(|e| e.ca_pem.clone()),
             transport,
         };
         crate::gateway::Gateways::ensure(self, &spec)

@@ -129,6 +129,25 @@ pub fn crypto_provider() -> Arc<rustls::crypto::CryptoProvider> {
         .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()))
 }
 
+/// The tunnel ingress' server configuration: TLS 1.3 with a serving
+/// certificate from the link CA (Gateways get the CA with their transport
+/// credential), no client certificate (the credential authenticates).
+pub fn ingress_server_config(
+    ca: &CertificateAuthority,
+    server_names: &[String],
+) -> Result<ServerConfig, TlsError> {
+    let (chain, key) = ca.issue_server(
+        server_names,
+        std::time::Duration::from_secs(365 * 24 * 3600),
+    )?;
+    let mut config = ServerConfig::builder_with_provider(crypto_provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
 /// The link port's server configuration.
 pub fn server_config(
     ca: &CertificateAuthority,

@@ -26,26 +26,35 @@ use super::Refusal;
 use super::broker::{Broker, Opened};
 use super::metrics::DirectionLabel;
 use super::route::{Route, Routes};
+use crate::link::ca::CertificateAuthority;
 use crate::link::registry::CloseSignal;
+use crate::link::tls::ingress_server_config;
 
 /// How long a Gateway may take to send its CONNECT request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the ingress could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("tunnel ingress cannot listen on {addr}: {source}")]
-pub struct BindError {
-    pub addr: SocketAddr,
-    #[source]
-    pub source: std::io::Error,
+pub enum IngressError {
+    #[error("tunnel ingress cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("tunnel ingress TLS: {0}")]
+    Tls(#[from] crate::link::tls::TlsError),
 }
 
 /// The running ingress.
 #[derive(Debug, Clone)]
 pub struct IngressHandle {
     pub addr: SocketAddr,
-    /// What Gateways are told to use as their tunnel proxy.
+    /// What Gateways are told to use as their tunnel proxy
+    /// (`https://` when the ingress speaks TLS).
     pub url: String,
+    /// The CA Gateways verify the ingress with (TLS only).
+    pub ca_pem: Option<String>,
 }
 
 struct Ingress {
@@ -58,35 +67,48 @@ struct Ingress {
 pub async fn start(
     routes: Routes,
     broker: Arc<Broker>,
+    ca: Option<Arc<CertificateAuthority>>,
     shutdown: CancellationToken,
     tasks: &mut JoinSet<()>,
-) -> Result<IngressHandle, BindError> {
+) -> Result<IngressHandle, IngressError> {
     let config = broker.config().clone();
-    let listener = TcpListener::bind(config.addr)
-        .await
-        .map_err(|source| BindError {
-            addr: config.addr,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| BindError {
+    let bind = |source| IngressError::Bind {
         addr: config.addr,
         source,
-    })?;
+    };
+    let listener = TcpListener::bind(config.addr).await.map_err(bind)?;
+    let addr = listener.local_addr().map_err(bind)?;
+    // The certificate names the bound address, so it is issued after the
+    // bind (an ephemeral port or a wildcard address is then known).
+    let tls = match ca.filter(|_| config.tls) {
+        Some(ca) => {
+            let server = ingress_server_config(&ca, &config.certificate_names(addr))?;
+            Some((Arc::new(server), ca.ca_pem().to_owned()))
+        }
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let url = config
         .advertise_url
         .clone()
-        .unwrap_or_else(|| format!("http://{addr}"));
+        .unwrap_or_else(|| format!("{scheme}://{addr}"));
     let ingress = Arc::new(Ingress {
         routes,
         broker,
         shutdown: shutdown.clone(),
     });
-    tracing::info!(%addr, %url, "tunnel.listening");
-    tasks.spawn(accept_loop(listener, ingress));
-    Ok(IngressHandle { addr, url })
+    tracing::info!(%addr, %url, tls = tls.is_some(), "tunnel.listening");
+    let ca_pem = tls.as_ref().map(|(_, ca)| ca.clone());
+    let acceptor = tls.map(|(server, _)| tokio_rustls::TlsAcceptor::from(server));
+    tasks.spawn(accept_loop(listener, acceptor, ingress));
+    Ok(IngressHandle { addr, url, ca_pem })
 }
 
-async fn accept_loop(listener: TcpListener, ingress: Arc<Ingress>) {
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    ingress: Arc<Ingress>,
+) {
     loop {
         let (stream, peer) = tokio::select! {
             _ = ingress.shutdown.cancelled() => break,
@@ -102,23 +124,44 @@ async fn accept_loop(listener: TcpListener, ingress: Arc<Ingress>) {
         };
         let _ = stream.set_nodelay(true);
         let ingress = ingress.clone();
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let ingress = ingress.clone();
-                async move { Ok::<_, Infallible>(ingress.handle(req, peer).await) }
-            });
-            let served = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades()
-                .await;
-            if let Err(e) = served {
-                tracing::debug!(%peer, error = %e, "tunnel.connection_error");
+            match acceptor {
+                None => serve_connection(stream, ingress, peer).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => serve_connection(tls, ingress, peer).await,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "tunnel.tls_handshake_failed")
+                        }
+                        Err(_) => tracing::debug!(%peer, "tunnel.tls_handshake_timeout"),
+                    }
+                }
             }
         });
     }
     tracing::info!("tunnel.stopped");
+}
+
+/// Serves one Gateway connection (plain or TLS): its CONNECT request, then
+/// the tunneled bytes.
+async fn serve_connection<IO>(io: IO, ingress: Arc<Ingress>, peer: SocketAddr)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let ingress = ingress.clone();
+        async move { Ok::<_, Infallible>(ingress.handle(req, peer).await) }
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades()
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(%peer, error = %e, "tunnel.connection_error");
+    }
 }
 
 fn refuse(r: &Refusal) -> Response<Full<Bytes>> {

@@ -48,7 +48,7 @@ use spec::{
 
 pub use super::kinds::{AGENT_STOP, NAMESPACE_TEARDOWN, REVISION_ROLLOUT};
 pub use crate::gateway::runtime::{
-    GatewayFailure, GatewayRuntime, GatewayTarget, GatewaysDisabled,
+    GatewayFailure, GatewayRuntime, GatewayTarget, GatewaysDisabled, TunnelEndpoint,
 };
 pub use metrics::{OperationLabels, PipelineMetrics};
 pub use teardown::TeardownHandler;
@@ -79,9 +79,8 @@ pub struct RolloutConfig {
     /// How long one pass may hold an Agent's lease (the revision version
     /// fences a pass that outlives it).
     pub pass_lease: Duration,
-    /// The hub's tunnel ingress URL Gateways are given; `None` is direct
-    /// mode.
-    pub tunnel_proxy: Option<String>,
+    /// The hub's tunnel ingress Gateways are given; `None` is direct mode.
+    pub tunnel: Option<TunnelEndpoint>,
     /// Probe the data path through the Gateway before activating.
     pub path_probe: bool,
 }
@@ -94,7 +93,7 @@ impl Default for RolloutConfig {
             max_attempts: 8,
             require_immutable_digest: false,
             pass_lease: Duration::from_secs(15),
-            tunnel_proxy: None,
+            tunnel: None,
             path_probe: false,
         }
     }
@@ -379,8 +378,7 @@ impl Rollout {
                 }
             }
             Step::ApplyGateway => {
-                let target =
-                    gateway_target(ns, dp, agent, &rev, self.config.tunnel_proxy.as_deref());
+                let target = gateway_target(ns, dp, agent, &rev, self.config.tunnel.as_ref());
                 if let Err(failure) = self.gateways.ensure(&target).await {
                     if failure.transient {
                         return Err(WorkError::Retryable(format!("gateway: {failure}")).into());
@@ -441,8 +439,7 @@ impl Rollout {
                 .await?;
             }
             Step::Activate => {
-                let target =
-                    gateway_target(ns, dp, agent, &rev, self.config.tunnel_proxy.as_deref());
+                let target = gateway_target(ns, dp, agent, &rev, self.config.tunnel.as_ref());
                 if self.config.path_probe
                     && let Err(failure) = self.gateways.probe(&target).await
                 {

@@ -1,7 +1,9 @@
 //! The Gateway stand-in: forwards every inbound HTTP request, streaming both
 //! ways, to its Harness; through the hub's tunnel ingress (an HTTP CONNECT
 //! with the revision's transport credential) when `CLAWFED_TUNNEL_PROXY` is
-//! set, straight to the Harness endpoint otherwise (direct mode).
+//! set, straight to the Harness endpoint otherwise (direct mode). An
+//! `https://` proxy is spoken to over TLS, verified with the CA file named
+//! by `CLAWFED_TUNNEL_CA_FILE` (from the transport Secret).
 //!
 //! It dials only 127.0.0.0/8 and 198.18.0.0/15: the addresses of this test
 //! environment.
@@ -16,8 +18,10 @@ use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+use tokio_util::either::Either;
 
 use super::{Error as EnvError, required};
 
@@ -30,6 +34,10 @@ pub enum ForwardError {
     Connect(SocketAddr, #[source] std::io::Error),
     #[error("reading the tunnel token {0}")]
     Token(PathBuf, #[source] std::io::Error),
+    #[error("the tunnel proxy's CA {0}")]
+    Ca(PathBuf, #[source] std::io::Error),
+    #[error("TLS to the tunnel proxy")]
+    Tls(#[source] std::io::Error),
     #[error("talking to the tunnel proxy")]
     Proxy(#[source] std::io::Error),
     #[error("the tunnel proxy sent no HTTP status line")]
@@ -84,6 +92,8 @@ pub fn parse_http_url(name: &'static str, value: &str) -> Result<HostPort, EnvEr
 pub struct Gateway {
     pub harness: HostPort,
     pub proxy: Option<HostPort>,
+    /// The CA file of an `https://` proxy (`None`: plain HTTP to it).
+    pub proxy_ca: Option<PathBuf>,
     pub token_file: PathBuf,
 }
 
@@ -93,16 +103,25 @@ impl Gateway {
             "CLAWFED_HARNESS_ENDPOINT",
             &required("CLAWFED_HARNESS_ENDPOINT")?,
         )?;
-        let proxy = match std::env::var("CLAWFED_TUNNEL_PROXY") {
-            Ok(v) if !v.is_empty() => Some(parse_http_url("CLAWFED_TUNNEL_PROXY", &v)?),
-            _ => None,
-        };
         let root = std::env::var("CLAWFED_STANDIN_ROOT").unwrap_or_default();
+        let (proxy, proxy_ca) = match std::env::var("CLAWFED_TUNNEL_PROXY") {
+            Ok(v) if v.starts_with("https://") => {
+                let ca = required("CLAWFED_TUNNEL_CA_FILE")?;
+                let plain = format!("http://{}", &v["https://".len()..]);
+                (
+                    Some(parse_http_url("CLAWFED_TUNNEL_PROXY", &plain)?),
+                    Some(PathBuf::from(format!("{root}{ca}"))),
+                )
+            }
+            Ok(v) if !v.is_empty() => (Some(parse_http_url("CLAWFED_TUNNEL_PROXY", &v)?), None),
+            _ => (None, None),
+        };
         let transport = std::env::var("CLAWFED_TRANSPORT_DIR").unwrap_or_default();
         let token_file = PathBuf::from(format!("{root}{transport}")).join("gateway-token");
         Ok(Self {
             harness,
             proxy,
+            proxy_ca,
             token_file,
         })
     }
@@ -168,15 +187,52 @@ async fn read_head<R: AsyncBufReadExt + Unpin>(
     Err(ForwardError::ProxyAnswer)
 }
 
+type Stream = Either<TcpStream, tokio_rustls::client::TlsStream<TcpStream>>;
+
+/// TLS to the proxy at `ip`, verified with the CA in `ca_file`.
+async fn tls(ca_file: &PathBuf, proxy: &HostPort, tcp: TcpStream) -> Result<Stream, ForwardError> {
+    let pem = tokio::fs::read(ca_file)
+        .await
+        .map_err(|e| ForwardError::Ca(ca_file.clone(), e))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| ForwardError::Ca(ca_file.clone(), std::io::Error::other(e)))?;
+        roots
+            .add(cert)
+            .map_err(|e| ForwardError::Ca(ca_file.clone(), std::io::Error::other(e)))?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| ForwardError::Tls(std::io::Error::other(e)))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = match proxy.host.parse::<IpAddr>() {
+        Ok(ip) => rustls::pki_types::ServerName::IpAddress(ip.into()),
+        Err(_) => rustls::pki_types::ServerName::try_from(proxy.host.clone())
+            .map_err(|e| ForwardError::Tls(std::io::Error::other(e)))?,
+    };
+    let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(ForwardError::Tls)?;
+    Ok(Either::Right(stream))
+}
+
 /// A connection that reaches the Harness: through the tunnel or direct.
-async fn connect(g: &Gateway) -> Result<BufReader<TcpStream>, ForwardError> {
+async fn connect(g: &Gateway) -> Result<BufReader<Stream>, ForwardError> {
     let Some(proxy) = &g.proxy else {
-        return Ok(BufReader::new(dial(&g.harness).await?));
+        return Ok(BufReader::new(Either::Left(dial(&g.harness).await?)));
     };
     let token = tokio::fs::read_to_string(&g.token_file)
         .await
         .map_err(|e| ForwardError::Token(g.token_file.clone(), e))?;
-    let mut stream = dial(proxy).await?;
+    let tcp = dial(proxy).await?;
+    let mut stream = match &g.proxy_ca {
+        Some(ca) => tls(ca, proxy, tcp).await?,
+        None => Either::Left(tcp),
+    };
     let target = &g.harness;
     let connect = format!(
         "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Bearer {}\r\n\r\n",

@@ -282,7 +282,7 @@ impl Rollout {
                     &data_plane_namespace,
                     agent,
                     rev,
-                    self.config.tunnel_proxy.as_deref(),
+                    self.config.tunnel.as_ref(),
                 ))
                 .await
                 .unwrap_or(false)

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use clawfed_proto::work::{self as spec, target};
 
-use crate::gateway::GatewayTarget;
+use crate::gateway::{GatewayTarget, TunnelEndpoint};
 use crate::model::{Agent, AgentRevision, ExecutionMode, Namespace};
 
 /// The Harness work target of a revision.
@@ -111,13 +111,13 @@ pub fn revision_work(
 }
 
 /// The Gateway of `rev`, pointed at its Harness (through the hub's tunnel
-/// ingress at `tunnel_proxy`, or directly when `None`).
+/// ingress `tunnel`, or directly when `None`).
 pub fn gateway_target(
     ns: &Namespace,
     data_plane_namespace: &str,
     agent: &Agent,
     rev: &AgentRevision,
-    tunnel_proxy: Option<&str>,
+    tunnel: Option<&TunnelEndpoint>,
 ) -> GatewayTarget {
     GatewayTarget {
         tenant: ns.name.clone(),
@@ -134,7 +134,7 @@ pub fn gateway_target(
         harness_cluster: rev.resolved_cluster.clone().unwrap_or_default(),
         harness_namespace: data_plane_namespace.to_owned(),
         harness_port: spec::harness::DEFAULT_PORT,
-        tunnel_proxy: tunnel_proxy.map(str::to_owned),
+        tunnel: tunnel.cloned(),
     }
 }
 
