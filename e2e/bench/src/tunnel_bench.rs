@@ -1425,77 +1425,110 @@ async fn isolation(env: &mut Env) -> anyhow::Result<(bool, String)> {
     let block = env.block.clone();
     let (mut without, mut with) = (Vec::new(), Vec::new());
     let mut stalled_bytes = Vec::new();
+    // What a "with" round could not do: the others were blocked.
+    let mut blocked = None;
     let cpu = Cpu::mark(env.hub.pid, env.spoke.pid);
-    for _ in 0..env.args.isolation_rounds {
+    'rounds: for _ in 0..env.args.isolation_rounds {
         for slow_on in [false, true] {
             env.wait_open(0, Duration::from_secs(30)).await?;
+            let written = Arc::new(AtomicU64::new(0));
             let mut writers = Vec::new();
-            if slow_on {
-                // Fill the slow connections until every buffer on their
-                // path is full and their writes block.
-                let written = Arc::new(AtomicU64::new(0));
-                for _ in 0..m {
-                    let mut s = slow.connect().await?;
-                    let (written, block) = (written.clone(), block.clone());
-                    writers.push(tokio::spawn(async move {
-                        loop {
-                            if s.write_all(&block[..MAX_FRAME]).await.is_err() {
-                                break;
+            let round = async {
+                if slow_on {
+                    // Fill the slow connections until every buffer on their
+                    // path is full and their writes block.
+                    for _ in 0..m {
+                        let mut s = slow.connect().await?;
+                        let (written, block) = (written.clone(), block.clone());
+                        writers.push(tokio::spawn(async move {
+                            while s.write_all(&block[..MAX_FRAME]).await.is_ok() {
+                                written.fetch_add(MAX_FRAME as u64, Ordering::Relaxed);
                             }
-                            written.fetch_add(MAX_FRAME as u64, Ordering::Relaxed);
-                        }
-                    }));
-                }
-                let deadline = Instant::now() + Duration::from_secs(30);
-                let (mut last, mut stable) = (u64::MAX, 0);
-                while stable < 6 {
-                    if Instant::now() > deadline {
-                        bail!("the slow connections did not fill within 30 s");
+                        }));
                     }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    let now = written.load(Ordering::Relaxed);
-                    // At `slow_rate` a 50 ms tick moves less than a frame.
-                    stable = if now == last { stable + 1 } else { 0 };
-                    last = now;
+                    let deadline = Instant::now() + Duration::from_secs(30);
+                    let (mut last, mut stable) = (u64::MAX, 0);
+                    while stable < 6 {
+                        if Instant::now() > deadline {
+                            bail!("the slow connections did not fill within 30 s");
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        let now = written.load(Ordering::Relaxed);
+                        // At `slow_rate` a 50 ms tick moves less than a frame.
+                        stable = if now == last { stable + 1 } else { 0 };
+                        last = now;
+                    }
+                    stalled_bytes.push(last);
                 }
-                stalled_bytes.push(last);
+                let t = Instant::now();
+                let mut set = tokio::task::JoinSet::new();
+                for _ in 0..k {
+                    let (sink, block) = (sink.clone(), block.clone());
+                    set.spawn(async move { upload(sink.connect().await?, bytes, &block).await });
+                }
+                let all = async {
+                    while let Some(r) = set.join_next().await {
+                        r??;
+                    }
+                    anyhow::Ok(())
+                };
+                tokio::time::timeout(Duration::from_secs(60), all)
+                    .await
+                    .context("the uploads did not finish within 60 s")??;
+                anyhow::Ok(mb_s(bytes * k as u64, t.elapsed()))
             }
-            let t = Instant::now();
-            let mut set = tokio::task::JoinSet::new();
-            for _ in 0..k {
-                let (sink, block) = (sink.clone(), block.clone());
-                set.spawn(async move { upload(sink.connect().await?, bytes, &block).await });
-            }
-            while let Some(r) = set.join_next().await {
-                r??;
-            }
-            let rate = mb_s(bytes * k as u64, t.elapsed());
+            .await;
             if slow_on {
-                with.push(rate);
                 // Closing the slow Harness' sockets ends those tunnels.
                 env.harnesses.close_slow();
                 for w in &writers {
                     w.abort();
                 }
-            } else {
-                without.push(rate);
+            }
+            match (round, slow_on) {
+                (Ok(rate), true) => with.push(rate),
+                (Ok(rate), false) => without.push(rate),
+                (Err(e), true) => {
+                    blocked = Some(e);
+                    break 'rounds;
+                }
+                (Err(e), false) => return Err(e),
             }
         }
     }
     let used = cpu.used();
-    env.wait_open(0, Duration::from_secs(30)).await?;
+    env.wait_open(0, Duration::from_secs(60)).await?;
+    let in_flight = median(&stalled_bytes.iter().map(|&v| v as f64).collect::<Vec<_>>())
+        / m.max(1) as f64
+        / MIB as f64;
+    println!(
+        "\n5. slow-receiver isolation: {k} uploads of {} MiB each through the tunnel at once, with and without {m} connection(s) whose Harness reads {} B/s, {} rounds alternating:",
+        bytes / MIB,
+        env.args.slow_rate,
+        env.args.isolation_rounds,
+    );
+    let limit = "   limit: a stalled tunnel holds its HTTP/2 stream window (256 KiB) of the link connection's window (16 MiB = 64 x 256 KiB, both directions) until its reader drains it; past 64 stalled tunnels the connection window is gone and every stream on that spoke's connection stops, the Connect stream (TunnelOpen) included";
+    if let Some(e) = blocked {
+        println!("   BLOCKED with {m} slow receivers: {e:#}\n   goal drop < 10%: MISS\n{limit}");
+        return Ok((
+            false,
+            format!("slow receivers ({m}): the other connections were blocked ({e:#})"),
+        ));
+    }
     let (a, b) = (median(&without), median(&with));
     let drop_pct = (1.0 - b / a) * 100.0;
     let ok = drop_pct < 10.0;
-    let held = median(&stalled_bytes.iter().map(|&v| v as f64).collect::<Vec<_>>());
+    let spread = |v: &[f64]| {
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+        (hi - lo) / median(v) * 100.0
+    };
     println!(
-        "\n5. slow-receiver isolation: {k} uploads of {} MiB each through the tunnel at once, with and without {m} connection(s) whose Harness reads {} B/s (filled until their writes block: {:.2} MiB in flight per slow connection), {} rounds alternating:\n   aggregate without {a:.1} MB/s, with {b:.1} MB/s (medians; without {:?}, with {:?}): drop {drop_pct:.1}%\n   goal drop < 10%: {} ({} over the phase)\n   limit: a stalled tunnel holds at most its HTTP/2 stream window (256 KiB) of the spoke connection's 16 MiB window (64 x 256 KiB) plus its sockets' buffers; the others keep their own stream windows",
-        bytes / MIB,
-        env.args.slow_rate,
-        held / m.max(1) as f64 / MIB as f64,
-        env.args.isolation_rounds,
+        "   slow connections filled until their writes block: {in_flight:.2} MiB in flight each (socket buffers + windows)\n   aggregate without {a:.1} MB/s, with {b:.1} MB/s (medians; without {:?}, with {:?}): drop {drop_pct:.1}%; run-to-run spread of the samples without: {:.0}% of their median\n   goal drop < 10%: {} ({} over the phase)\n{limit}",
         without.iter().map(|v| v.round() as u64).collect::<Vec<_>>(),
         with.iter().map(|v| v.round() as u64).collect::<Vec<_>>(),
+        spread(&without),
         verdict(ok),
         cores_note(used),
     );
