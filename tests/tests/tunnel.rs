@@ -455,3 +455,64 @@ async fn revocation_ends_open_tunnels() {
         .expect_err("refused");
     assert_eq!(r.reason, reason::CLUSTER_OFFLINE, "{r:?}");
 }
+
+/// Tunnels whose Harness stopped reading, more of them than the link
+/// connection's window holds stalled streams (16 MiB / 256 KiB = 64), must
+/// not stop the other tunnels on the same spoke, nor new ones opening.
+/// Today each stalled tunnel keeps its stream window of the connection's
+/// window unreleased, so past 64 of them every stream on the spoke's
+/// connection stops, TunnelOpen on the Connect stream included; found by
+/// `tunnel-bench --phases 5 --slow-receivers 72` (e2e/README.md).
+#[tokio::test]
+#[ignore = "fails today: 64+ stalled tunnels spend the link connection's HTTP/2 window (spoke-timeout); un-ignore with the fix"]
+async fn many_stuck_harnesses_block_no_other_connection() {
+    let mut e = start(Backend::Sqlite, |_| {}).await;
+    let stuck = revision(&e.hub, "stuck").await;
+    let fine = revision(&e.hub, "fine").await;
+    e.spoke(HashMap::from([
+        (stuck.target.clone(), stuck_server().await),
+        (fine.target.clone(), echo_server().await),
+    ]))
+    .await;
+    // 80 > 64 stalled tunnels, each written until every buffer on its
+    // path is full and its writes block.
+    let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut fillers = Vec::new();
+    for _ in 0..80 {
+        let mut s = connect(e.ingress, &stuck.authority, Some(&stuck.token))
+            .await
+            .unwrap();
+        let written = written.clone();
+        fillers.push(tokio::spawn(async move {
+            let chunk = vec![7u8; 16 * 1024];
+            while s.write_all(&chunk).await.is_ok() {
+                written.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        }));
+    }
+    // Blocked: no progress across 10 polls of 50 ms.
+    let mut last = u64::MAX;
+    let mut stable = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while stable < 10 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stuck tunnels never filled"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = written.load(std::sync::atomic::Ordering::Relaxed);
+        stable = if now == last { stable + 1 } else { 0 };
+        last = now;
+    }
+    let s = connect(e.ingress, &fine.authority, Some(&fine.token))
+        .await
+        .expect("a new tunnel opens beside the stalled ones");
+    let data = pattern(1024 * 1024);
+    let back = tokio::time::timeout(Duration::from_secs(20), round_trip(s, &data))
+        .await
+        .expect("the other tunnel is not blocked");
+    assert!(back == data);
+    for f in fillers {
+        f.abort();
+    }
+}
