@@ -58,7 +58,9 @@ impl Default for TunnelConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 8444)),
             advertise_url: None,
             max_per_revision: 256,
-            max_per_cluster: 4096,
+            // Each may hold a stream window (256 KiB) of a stalled peer's
+            // bytes in the hub: 256 MiB per cluster at worst.
+            max_per_cluster: 1024,
             open_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(600),
             route_ttl: Duration::from_secs(1),

@@ -14,6 +14,20 @@
 /// activates a revision (the data path probe); any 2xx answer passes.
 pub const PROBE_PATH: &str = "/healthz";
 
+/// The HTTP/2 receive window of one tunneled connection's stream, on both
+/// sides (the most either side buffers for a peer that stopped reading).
+pub const STREAM_WINDOW: u32 = 256 * 1024;
+
+/// The HTTP/2 connection window that lets `max_streams` tunnels stall
+/// (each holding a full stream window) without stopping the others: the
+/// windows are credit, spent only by data a reader has not taken, so the
+/// memory this allows is bounded by the tunnel limits.
+pub fn connection_window(max_streams: usize) -> u32 {
+    let want = (max_streams as u64 + 1) * u64::from(STREAM_WINDOW);
+    // HTTP/2's largest window (RFC 9113 6.9.1).
+    want.min((1u64 << 31) - 1) as u32
+}
+
 /// Largest `data` frame either side sends (bytes).
 pub const MAX_FRAME: usize = 16 * 1024;
 

@@ -580,11 +580,24 @@ impl Link {
         identity.mark_unchanged();
         let cluster_id = identity.borrow().cluster_id.clone();
         let alert = tls::ReceivedAlert::default();
-        let channel = match tls::channel_noting_alerts(&self.config.hub, mtls, alert.clone()).await
-        {
+        let channel =
+            match tls::channel_noting_alerts(&self.config.hub, mtls.clone(), alert.clone()).await {
+                Ok(c) => c,
+                Err(_) if alert.revoked() => {
+                    return SessionEnd::Revoked(REFUSED_IN_HANDSHAKE.into());
+                }
+                Err(e) => return SessionEnd::Failed(format!("cannot reach the hub: {e}")),
+            };
+        // Tunnels ride a connection of their own (made on first use): a
+        // stalled tunnel never holds up this session's stream.
+        let tunnel_channel = match tls::tunnel_channel(
+            &self.config.hub,
+            mtls.clone(),
+            alert.clone(),
+            self.tunnels.max_open(),
+        ) {
             Ok(c) => c,
-            Err(_) if alert.revoked() => return SessionEnd::Revoked(REFUSED_IN_HANDSHAKE.into()),
-            Err(e) => return SessionEnd::Failed(format!("cannot reach the hub: {e}")),
+            Err(e) => return SessionEnd::Failed(format!("tunnel channel: {e}")),
         };
         let mut applied = match self.applier.applied().await {
             Ok(a) => a,
@@ -605,8 +618,7 @@ impl Link {
         {
             return SessionEnd::Failed("outbound stream closed".into());
         }
-        let mut client =
-            SpokeLinkClient::new(channel.clone()).max_decoding_message_size(16 * 1024 * 1024);
+        let mut client = SpokeLinkClient::new(channel).max_decoding_message_size(16 * 1024 * 1024);
         let mut inbound = match client.connect(ReceiverStream::new(out_rx)).await {
             Ok(r) => r.into_inner(),
             Err(status) => return classify(status, &alert),
@@ -691,7 +703,7 @@ impl Link {
                             return SessionEnd::GoAway(Duration::from_secs(u64::from(g.retry_after_seconds)));
                         }
                         Ok(Some(pb::HubMessage { body: Some(hub_message::Body::TunnelOpen(open)) })) => {
-                            self.tunnels.start(channel.clone(), open);
+                            self.tunnels.start(tunnel_channel.clone(), open);
                         }
                         Ok(Some(_)) => {}
                         Ok(None) => return SessionEnd::Failed("hub closed the stream".into()),

@@ -43,7 +43,7 @@ pub struct TunnelSettings {
 impl Default for TunnelSettings {
     fn default() -> Self {
         Self {
-            max_open: 4096,
+            max_open: 1024,
             idle_timeout: Duration::from_secs(600),
         }
     }
@@ -81,6 +81,11 @@ impl Tunnels {
             tasks: TaskTracker::new(),
             cancel: CancellationToken::new(),
         }
+    }
+
+    /// Tunnels open at most.
+    pub fn max_open(&self) -> usize {
+        self.settings.max_open
     }
 
     /// Tunnels open (or being opened) now.

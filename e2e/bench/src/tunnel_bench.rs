@@ -58,6 +58,7 @@ use clawfed_spoke::link::ledger::FileLedger;
 use clawfed_spoke::link::tls::HubAddress;
 use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
 use clawfed_spoke::tunnel::{HarnessDialer, Refusal, TunnelSettings, Tunnels};
+use clawfed_tests::tunnel::{Conn, Ingress};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -150,9 +151,21 @@ struct HubInfo {
     link_url: String,
     ca_pem: String,
     ingress: SocketAddr,
+    /// The CA of the ingress' TLS certificate (`None`: plain).
+    ingress_ca: Option<String>,
     metrics: SocketAddr,
     bootstrap_token: String,
     revisions: Vec<RevInfo>,
+}
+
+impl HubInfo {
+    /// The ingress as a Gateway reaches it (TLS when the hub serves it).
+    fn ingress(&self) -> Ingress {
+        Ingress {
+            addr: self.ingress,
+            ca_pem: self.ingress_ca.clone(),
+        }
+    }
 }
 
 /// One seeded revision: what its Gateway would be given.
@@ -320,6 +333,7 @@ async fn hub_role(args: &Args) -> anyhow::Result<()> {
         link_url: format!("https://127.0.0.1:{}", link.addr.port()),
         ca_pem: link.ca_pem().to_owned(),
         ingress: ingress.addr,
+        ingress_ca: ingress.ca_pem.clone(),
         metrics: hub.metrics_addr,
         bootstrap_token: bootstrap.token,
         revisions,
@@ -793,22 +807,22 @@ fn verdict(ok: bool) -> &'static str {
 /// straight to its server.
 #[derive(Clone)]
 enum Via {
-    Tunnel { ingress: SocketAddr, rev: RevInfo },
+    Tunnel { ingress: Ingress, rev: RevInfo },
     Direct(SocketAddr),
 }
 
 impl Via {
-    async fn connect(&self) -> anyhow::Result<TcpStream> {
+    async fn connect(&self) -> anyhow::Result<Conn> {
         match self {
             Self::Tunnel { ingress, rev } => {
-                clawfed_tests::tunnel::connect(*ingress, &rev.authority, Some(&rev.token))
+                clawfed_tests::tunnel::connect(ingress, &rev.authority, Some(&rev.token))
                     .await
                     .map_err(|r| anyhow!("tunnel refused: {r:?}"))
             }
             Self::Direct(addr) => {
                 let s = TcpStream::connect(addr).await?;
                 s.set_nodelay(true)?;
-                Ok(s)
+                Ok(Conn::Plain(s))
             }
         }
     }
@@ -845,7 +859,7 @@ async fn write_pattern(
 }
 
 /// Harness → client: asks the source for `n` bytes and reads them.
-async fn download(mut s: TcpStream, n: u64, block: &[u8]) -> anyhow::Result<Duration> {
+async fn download(mut s: Conn, n: u64, block: &[u8]) -> anyhow::Result<Duration> {
     let t = Instant::now();
     s.write_u64(n).await?;
     let mut buf = vec![0u8; BULK];
@@ -870,7 +884,7 @@ async fn download(mut s: TcpStream, n: u64, block: &[u8]) -> anyhow::Result<Dura
 }
 
 /// Client → Harness: `n` bytes to the sink, until it confirms the count.
-async fn upload(mut s: TcpStream, n: u64, block: &[u8]) -> anyhow::Result<Duration> {
+async fn upload(mut s: Conn, n: u64, block: &[u8]) -> anyhow::Result<Duration> {
     let t = Instant::now();
     write_pattern(&mut s, block, n).await?;
     s.shutdown().await?;
@@ -883,9 +897,9 @@ async fn upload(mut s: TcpStream, n: u64, block: &[u8]) -> anyhow::Result<Durati
 }
 
 /// `n` bytes to the echo server and back, both directions at once.
-async fn echo_bulk(mut s: TcpStream, n: u64, block: &[u8]) -> anyhow::Result<Duration> {
+async fn echo_bulk(mut s: Conn, n: u64, block: &[u8]) -> anyhow::Result<Duration> {
     let t = Instant::now();
-    let (mut r, mut w) = s.split();
+    let (mut r, mut w) = tokio::io::split(&mut s);
     let write = async {
         write_pattern(&mut w, block, n).await?;
         w.shutdown().await?;
@@ -914,7 +928,7 @@ async fn echo_bulk(mut s: TcpStream, n: u64, block: &[u8]) -> anyhow::Result<Dur
 }
 
 /// One 1 KiB request/response on an open echo connection; µs.
-async fn ping(s: &mut TcpStream, req: &[u8], back: &mut [u8]) -> anyhow::Result<u64> {
+async fn ping(s: &mut Conn, req: &[u8], back: &mut [u8]) -> anyhow::Result<u64> {
     let t = Instant::now();
     s.write_all(req).await?;
     s.read_exact(back).await?;
@@ -959,7 +973,7 @@ impl Env {
 
     fn tunnel(&self, agent: &str) -> anyhow::Result<Via> {
         Ok(Via::Tunnel {
-            ingress: self.info.ingress,
+            ingress: self.info.ingress(),
             rev: self.rev(agent)?,
         })
     }
@@ -1033,7 +1047,7 @@ async fn driver(args: &Args) -> anyhow::Result<bool> {
     // The session is registered a moment after the spoke's Welcome.
     let first = env.first_echo()?;
     let probe = Via::Tunnel {
-        ingress: env.info.ingress,
+        ingress: env.info.ingress(),
         rev: first,
     };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -1070,7 +1084,7 @@ async fn driver(args: &Args) -> anyhow::Result<bool> {
         started.elapsed().as_secs_f64()
     );
     println!(
-        "path: client -CONNECT (HTTP/1.1, TCP)-> hub ingress -> link (TLS 1.3 mTLS, one HTTP/2 stream per connection, frames <= {} KiB, stream window 256 KiB) -> spoke -TCP-> Harness; direct: client -TCP-> the same Harness server",
+        "path: client -CONNECT (HTTP/1.1, TLS 1.3)-> hub ingress -> link (TLS 1.3 mTLS, one HTTP/2 stream per connection, frames <= {} KiB, stream window 256 KiB) -> spoke -TCP-> Harness; direct: client -TCP-> the same Harness server",
         MAX_FRAME / KIB
     );
 
@@ -1118,7 +1132,7 @@ async fn setup(env: &mut Env) -> anyhow::Result<(bool, String)> {
     let n = env.args.setup_samples.max(1);
     let rev = env.first_echo()?;
     let tunnel = Via::Tunnel {
-        ingress: env.info.ingress,
+        ingress: env.info.ingress(),
         rev,
     };
     let direct = Via::Direct(env.harnesses.echo);
@@ -1167,7 +1181,7 @@ async fn latency(env: &mut Env) -> anyhow::Result<(bool, String)> {
     let n = env.args.latency_samples.max(1);
     let rev = env.first_echo()?;
     let mut tunnel = Via::Tunnel {
-        ingress: env.info.ingress,
+        ingress: env.info.ingress(),
         rev,
     }
     .connect()
@@ -1243,7 +1257,7 @@ async fn held(env: &mut Env) -> anyhow::Result<(bool, String)> {
     let mut set = tokio::task::JoinSet::new();
     for i in 0..n {
         let path = Via::Tunnel {
-            ingress: env.info.ingress,
+            ingress: env.info.ingress(),
             rev: revs[i % revs.len()].clone(),
         };
         let (sem, req) = (sem.clone(), req.clone());
@@ -1345,7 +1359,7 @@ async fn throughput(env: &mut Env) -> anyhow::Result<(bool, String)> {
             _ => (env.first_echo()?, env.harnesses.echo, echo),
         };
         let tunnel = Via::Tunnel {
-            ingress: env.info.ingress,
+            ingress: env.info.ingress(),
             rev,
         };
         let direct = Via::Direct(direct);

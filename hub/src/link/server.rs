@@ -192,10 +192,14 @@ pub async fn start_with_ca(
         let served = tonic::transport::Server::builder()
             // Windows are credit, not memory: an idle spoke costs nothing
             // for them. Each tunneled connection is its own stream with its
-            // own window; the connection window is large enough that a few
-            // stalled tunnels (a slow Harness) never starve the others.
-            .initial_connection_window_size(TUNNEL_CONNECTION_WINDOW)
-            .initial_stream_window_size(TUNNEL_STREAM_WINDOW)
+            // own window, and the spoke carries tunnels on a connection of
+            // their own whose window holds every tunnel the cluster may
+            // open stalled: stalled tunnels (a Gateway client that stopped
+            // reading) never stop the others, nor the Connect stream.
+            .initial_connection_window_size(clawfed_proto::tunnel::connection_window(
+                config.tunnel.max_per_cluster,
+            ))
+            .initial_stream_window_size(clawfed_proto::tunnel::STREAM_WINDOW)
             .add_service(link)
             .add_service(enroll)
             .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), async move {
@@ -213,11 +217,6 @@ pub async fn start_with_ca(
     tasks.spawn(outbox_poller(state.clone()));
     Ok(LinkHandle { addr, state })
 }
-
-/// Receive window of one HTTP/2 stream (the Connect stream or one tunnel).
-pub const TUNNEL_STREAM_WINDOW: u32 = 256 * 1024;
-/// Receive window of a spoke's whole connection: 64 stalled tunnels' worth.
-pub const TUNNEL_CONNECTION_WINDOW: u32 = 64 * TUNNEL_STREAM_WINDOW;
 
 type TlsConn = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
 

@@ -160,26 +160,55 @@ pub async fn channel_noting_alerts(
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     let hub = hub.clone();
     // The scheme is http because TLS is done by the connector, not tonic.
-    // Receive windows as on the hub: each tunneled connection is its own
-    // stream, and a few stalled ones must not starve the rest.
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", hub.authority))?
+        .connect_timeout(std::time::Duration::from_secs(10));
+    endpoint
+        .connect_with_connector(connector(hub, config, alert))
+        .await
+}
+
+/// The channel tunneled connections ride: its own HTTP/2 connection to the
+/// hub (made on first use), so stalled tunnels never hold up the Connect
+/// stream, with a connection window that lets `max_tunnels` stall without
+/// stopping the others.
+pub fn tunnel_channel(
+    hub: &HubAddress,
+    config: Arc<ClientConfig>,
+    alert: ReceivedAlert,
+    max_tunnels: usize,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", hub.authority))?
         .connect_timeout(std::time::Duration::from_secs(10))
-        .initial_stream_window_size(256 * 1024)
-        .initial_connection_window_size(64 * 256 * 1024);
-    endpoint
-        .connect_with_connector(tower::service_fn(move |_uri| {
-            let hub = hub.clone();
-            let config = config.clone();
-            let alert = alert.clone();
-            async move {
-                let stream = dial(&hub, config).await.inspect_err(|e| alert.note(e))?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(NotingAlerts {
-                    inner: stream,
-                    alert,
-                }))
-            }
-        }))
-        .await
+        .initial_stream_window_size(clawfed_proto::tunnel::STREAM_WINDOW)
+        .initial_connection_window_size(clawfed_proto::tunnel::connection_window(max_tunnels));
+    Ok(endpoint.connect_with_connector_lazy(connector(hub.clone(), config, alert)))
+}
+
+/// Dials the hub over TLS, noting any TLS alert it sends in `alert`.
+fn connector(
+    hub: HubAddress,
+    config: Arc<ClientConfig>,
+    alert: ReceivedAlert,
+) -> impl tower::Service<
+    http::Uri,
+    Response = hyper_util::rt::TokioIo<NotingAlerts>,
+    Error = std::io::Error,
+    Future = impl Send,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(move |_uri: http::Uri| {
+        let hub = hub.clone();
+        let config = config.clone();
+        let alert = alert.clone();
+        async move {
+            let stream = dial(&hub, config).await.inspect_err(|e| alert.note(e))?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(NotingAlerts {
+                inner: stream,
+                alert,
+            }))
+        }
+    })
 }
 
 /// The fatal TLS alert the hub sent, kept by type.
