@@ -29,7 +29,7 @@ pub fn connection_window(max_streams: usize) -> u32 {
 }
 
 /// Largest `data` frame either side sends (bytes).
-pub const MAX_FRAME: usize = 16 * 1024;
+pub const MAX_FRAME: usize = 64 * 1024;
 
 /// The header the refusal reason is repeated in, so a client can act on it
 /// without parsing the body.

@@ -1314,7 +1314,7 @@ async fn held(env: &mut Env) -> anyhow::Result<(bool, String)> {
     let spoke_per = per(spoke0, spoke1).max(per(spoke0, spoke2));
     let ok = echo_failed == 0 && hub_per <= 64.0 && spoke_per <= 64.0;
     println!(
-        "\n4. {n} tunneled connections over {} revisions ({} each), opened {} at a time in {:.2} s, held {} s:\n   hub RSS {hub0} -> {hub1} KiB opened -> {hub2} KiB after all echoed again: {:.1} / {:.1} KiB per connection\n   spoke RSS {spoke0} -> {spoke1} KiB opened -> {spoke2} KiB after all echoed again: {:.1} / {:.1} KiB per connection\n   still echoing after the hold: {} of {n} (in {:.2} s)\n   goal <= 64 KiB per connection each, all echo: {}\n   limit: per connection each side holds a 16 KiB frame buffer per pump plus the read buffers of its sockets and HTTP/2 stream state; hub also the upgraded HTTP/1 connection",
+        "\n4. {n} tunneled connections over {} revisions ({} each), opened {} at a time in {:.2} s, held {} s:\n   hub RSS {hub0} -> {hub1} KiB opened -> {hub2} KiB after all echoed again: {:.1} / {:.1} KiB per connection\n   spoke RSS {spoke0} -> {spoke1} KiB opened -> {spoke2} KiB after all echoed again: {:.1} / {:.1} KiB per connection\n   still echoing after the hold: {} of {n} (in {:.2} s)\n   goal <= 64 KiB per connection each, all echo: {}\n   limit: per connection each side holds a frame buffer per pump (64 KiB, allocated; touched only as far as reads fill it) plus the read buffers of its sockets and HTTP/2 stream state; hub also the upgraded HTTP/1 connection",
         env.args.revisions.min(revs.len()),
         n.div_ceil(revs.len()),
         env.args.open_concurrency,
@@ -1419,7 +1419,7 @@ async fn throughput(env: &mut Env) -> anyhow::Result<(bool, String)> {
         lines.push(format!("{kind} {t:.0} vs {d:.0} MB/s ({ratio:.3})"));
     }
     println!(
-        "   limit: CPU per byte. Each byte crosses 3 sockets instead of 1 (client->hub, hub->spoke in TLS, spoke->Harness), is encrypted (AES-GCM) and decrypted once, copied into a frame Vec, a gRPC message and an HTTP/2 DATA frame, in frames of <= {} KiB (each a gRPC message and a wake-up of the pump, channel and connection tasks), on 2 cores shared by hub, spoke, driver and other work.",
+        "   limit: CPU per byte. Each byte crosses 3 sockets instead of 1 (client->hub in TLS, hub->spoke in TLS, spoke->Harness), is encrypted (AES-GCM) and decrypted twice, copied into a frame Vec, a gRPC message and an HTTP/2 DATA frame, in frames of <= {} KiB (each a gRPC message and a wake-up of the pump, channel and connection tasks), on 2 cores shared by hub, spoke, driver and other work.",
         MAX_FRAME / KIB
     );
     let ok = worst_ratio >= 0.5;
@@ -1521,7 +1521,7 @@ async fn isolation(env: &mut Env) -> anyhow::Result<(bool, String)> {
         env.args.slow_rate,
         env.args.isolation_rounds,
     );
-    let limit = "   limit: a stalled tunnel holds its HTTP/2 stream window (256 KiB) of the link connection's window (16 MiB = 64 x 256 KiB, both directions) until its reader drains it; past 64 stalled tunnels the connection window is gone and every stream on that spoke's connection stops, the Connect stream (TunnelOpen) included";
+    let limit = "   limit: a stalled tunnel holds its HTTP/2 stream window (256 KiB) until its reader drains it; tunnels ride their own connection to the hub whose window holds every tunnel the limits allow stalled (1024 x 256 KiB), so the others and the Connect stream (TunnelOpen) keep moving; what remains is CPU shared with the stalled ones";
     if let Some(e) = blocked {
         println!("   BLOCKED with {m} slow receivers: {e:#}\n   goal drop < 10%: MISS\n{limit}");
         return Ok((
