@@ -75,9 +75,11 @@ pub mod reason {
     pub const SPOKE_ERROR: &str = "spoke-error";
     /// The hub is shutting down.
     pub const SHUTTING_DOWN: &str = "shutting-down";
+    /// The hub could not read its store (retry later).
+    pub const HUB_UNAVAILABLE: &str = "hub-unavailable";
 
     /// Every reason, for metrics and tests.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 14] = [
         UNAUTHENTICATED,
         FORBIDDEN_TARGET,
         REVISION_NOT_SERVING,
@@ -91,6 +93,7 @@ pub mod reason {
         SPOKE_LIMIT,
         SPOKE_ERROR,
         SHUTTING_DOWN,
+        HUB_UNAVAILABLE,
     ];
 }
 
@@ -102,7 +105,10 @@ pub fn refusal_status(reason: &str) -> u16 {
         reason::BAD_REQUEST => 400,
         reason::LIMIT | reason::SPOKE_LIMIT => 429,
         reason::SPOKE_TIMEOUT => 504,
-        reason::CLUSTER_OFFLINE | reason::SHUTTING_DOWN | reason::NO_READY_ENDPOINT => 503,
+        reason::CLUSTER_OFFLINE
+        | reason::SHUTTING_DOWN
+        | reason::NO_READY_ENDPOINT
+        | reason::HUB_UNAVAILABLE => 503,
         _ => 502,
     }
 }

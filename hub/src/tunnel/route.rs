@@ -62,8 +62,14 @@ fn serving(phase: RevisionPhase) -> bool {
     )
 }
 
+/// Something the route needs is gone (its tenant or cluster): the revision
+/// no longer serves. Any other store failure is the hub's problem, not the
+/// Gateway's: 503, retry.
 fn store_refusal(e: StoreError) -> Refusal {
-    Refusal::new(reason::REVISION_NOT_SERVING, format!("store: {e}"))
+    match e {
+        StoreError::NotFound { .. } => Refusal::new(reason::REVISION_NOT_SERVING, e.to_string()),
+        e => Refusal::new(reason::HUB_UNAVAILABLE, format!("store: {e}")),
+    }
 }
 
 impl Routes {
