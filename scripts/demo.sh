@@ -168,7 +168,7 @@ export CLAWFED_TOKEN="$(cat "$STATE/admin.token")"
 log "spoke for exec-a (bootstrap token, CSR, mTLS)"
 "$BIN/clawfed-hub" cluster token create exec-a --ttl 10m > "$STATE/exec-a.token" 2>/dev/null
 "$BIN/clawfed-hub" cluster ca > "$STATE/hub-ca.pem"
-KUBECONFIG="$STATE/spoke-exec-a.kubeconfig" "$BIN/clawfed-spoke" \
+"$BIN/clawfed-spoke" --kubeconfig "$STATE/spoke-exec-a.kubeconfig" \
   --hub-url https://127.0.0.1:18443 --ca-file "$STATE/hub-ca.pem" \
   --cluster-name exec-a --bootstrap-token-file "$STATE/exec-a.token" \
   --state-dir "$STATE/spoke" --applier kube --metrics-addr 127.0.0.1:19465 \

@@ -154,7 +154,9 @@ pub struct GatewaySettings {
     /// cluster and their failures fail the revision.
     #[serde(default)]
     pub enabled: bool,
-    /// Kubeconfig of the control cluster; in-cluster credentials when unset.
+    /// Kubeconfig of the control cluster (its current context); when unset,
+    /// the hub's in-cluster ServiceAccount credentials and nothing else
+    /// (never an ambient KUBECONFIG).
     #[serde(default)]
     pub kubeconfig: Option<std::path::PathBuf>,
     /// Gateway objects: namespace, storage class, node selector, trusted

@@ -309,9 +309,13 @@ async fn control_cluster_gateways(
             .await
             .map_err(|e| gateway(format!("gateway.kubeconfig {}: {e}", path.display())))?
         }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| gateway(format!("control-cluster credentials: {e}")))?,
+        // In-cluster credentials only: never an ambient KUBECONFIG or
+        // ~/.kube/config the operator did not name.
+        None => kube::Config::incluster().map_err(|e| {
+            gateway(format!(
+                "in-cluster credentials (the hub's ServiceAccount) are not available ({e}); outside the control cluster set gateway.kubeconfig"
+            ))
+        })?,
     };
     let client = kube::Client::try_from(kube_config)
         .map_err(|e| gateway(format!("control-cluster client: {e}")))?;

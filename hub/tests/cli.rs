@@ -804,3 +804,51 @@ fn deploy_that_gives_up_prints_its_key_and_a_rerun_makes_no_second_revision() {
     assert_eq!(again["id"], saved[0].as_str(), "the saved revision");
     assert_eq!(revision_ids(&hub), saved, "no second revision");
 }
+
+/// Issue 12, item 3: the hub's control-cluster credentials are the named
+/// `gateway.kubeconfig` or its in-cluster ServiceAccount, never an ambient
+/// KUBECONFIG. Outside a cluster, with Gateways on and no kubeconfig named,
+/// `serve` fails naming the setting, although $KUBECONFIG holds a usable
+/// file (before, `Config::infer` picked that file up silently).
+#[test]
+fn the_hub_never_falls_back_to_an_ambient_kubeconfig() {
+    let db = Database::new();
+    let ambient = db.dir.path().join("ambient.kubeconfig");
+    std::fs::write(
+        &ambient,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\nusers: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n",
+    )
+    .expect("write kubeconfig");
+    let mut child = db
+        .hub_command(&["serve"])
+        .env("CLAWFED_GATEWAY_ENABLED", "true")
+        .env("CLAWFED_PIPELINE_ENABLED", "true")
+        .env("KUBECONFIG", &ambient)
+        .env("HOME", db.dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn clawfed-hub serve");
+    let deadline = std::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the hub started with the ambient KUBECONFIG");
+    };
+    let out = child.wait_with_output().expect("output");
+    assert!(!status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("in-cluster") && stderr.contains("gateway.kubeconfig"),
+        "{stderr}"
+    );
+}

@@ -55,6 +55,11 @@ struct Args {
     identity_namespace: String,
     #[arg(long, value_enum, default_value = "kube", env = "CLAWFED_APPLIER")]
     applier: Applier,
+    /// Kubeconfig file of the execution cluster (its current context).
+    /// Without it the spoke uses its in-cluster ServiceAccount credentials
+    /// and nothing else: never an ambient KUBECONFIG or ~/.kube/config.
+    #[arg(long, env = "CLAWFED_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
     /// Prometheus metrics listener.
     #[arg(
         long,
@@ -96,11 +101,7 @@ async fn main() -> anyhow::Result<()> {
 
     let needs_kube = args.applier == Applier::Kube || args.identity_secret.is_some();
     let kube = if needs_kube {
-        Some(
-            kube::Client::try_default()
-                .await
-                .context("Kubernetes client")?,
-        )
+        Some(kube_client(args.kubeconfig.as_deref()).await?)
     } else {
         None
     };
@@ -184,6 +185,24 @@ async fn main() -> anyhow::Result<()> {
     let _ = metrics_task.await;
     tracing::info!("spoke.stopped");
     result.map_err(Into::into)
+}
+
+/// The execution cluster's client: the named kubeconfig, or in-cluster
+/// credentials; no fallback between them.
+async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("--kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("--kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::incluster().context(
+            "in-cluster credentials (the spoke's ServiceAccount) are not available; outside a cluster pass --kubeconfig FILE",
+        )?,
+    };
+    kube::Client::try_from(config).context("Kubernetes client")
 }
 
 async fn serve_metrics(

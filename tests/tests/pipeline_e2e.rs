@@ -1575,7 +1575,8 @@ impl SpokeEnv {
             .args(["--applier", "kube"])
             .args(["--metrics-addr", "127.0.0.1:0"])
             .args(["--backoff-max-seconds", "1"])
-            .env("KUBECONFIG", &self.kubeconfig)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
             .env("CLAWFED_LOG", "info");
         if enroll {
             c.arg("--bootstrap-token-file").arg(&self.token_file);
