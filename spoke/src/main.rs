@@ -24,6 +24,16 @@ enum Applier {
     Ledger,
 }
 
+/// The SandboxDriver the Kubernetes executor runs Harnesses with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SandboxDriverKind {
+    /// Ordinary Deployments (the default).
+    Deployment,
+    /// The CRD-owning provider (`sandbox.clawfed.io` SandboxHarness); its
+    /// CRD and rights must be installed.
+    Crd,
+}
+
 /// The clawfed spoke.
 #[derive(Debug, Parser)]
 #[command(name = "clawfed-spoke", version, about)]
@@ -60,6 +70,15 @@ struct Args {
     /// and nothing else: never an ambient KUBECONFIG or ~/.kube/config.
     #[arg(long, env = "CLAWFED_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
+    /// The SandboxDriver of the Kubernetes executor (advertised to the hub
+    /// as capability `sandbox-driver:<name>`).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "deployment",
+        env = "CLAWFED_SANDBOX_DRIVER"
+    )]
+    sandbox_driver: SandboxDriverKind,
     /// Prometheus metrics listener.
     #[arg(
         long,
@@ -121,12 +140,24 @@ async fn main() -> anyhow::Result<()> {
     // With a Kubernetes applier the spoke also serves the data path: the
     // hub's tunnel opens resolve to the Harness endpoints it applied.
     let mut tunnels = None;
+    let mut capabilities = vec![format!("applier:{:?}", args.applier).to_lowercase()];
     let applier: Arc<dyn WorkApplier> = match (args.applier, &kube) {
         (Applier::Kube, Some(client)) => {
-            let executor = Arc::new(clawfed_spoke::exec::Executor::new(
+            let driver: Arc<dyn clawfed_spoke::provider::SandboxDriver> = match args.sandbox_driver
+            {
+                SandboxDriverKind::Deployment => {
+                    Arc::new(clawfed_spoke::provider::ordinary::DeploymentDriver)
+                }
+                SandboxDriverKind::Crd => Arc::new(
+                    clawfed_spoke::provider::crd::CrdSandboxDriver::new(client.clone()),
+                ),
+            };
+            capabilities.push(format!("sandbox-driver:{}", driver.name()));
+            let executor = Arc::new(clawfed_spoke::exec::Executor::with_driver(
                 client.clone(),
                 clawfed_spoke::config::SpokeConfig::default(),
                 reports_tx,
+                driver,
             ));
             tunnels = Some(Arc::new(Tunnels::new(
                 Arc::new(KubeHarnessDialer::new(client.clone(), executor.clone())),
@@ -161,7 +192,7 @@ async fn main() -> anyhow::Result<()> {
             cluster_name: args.cluster_name.clone(),
             bootstrap_token,
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            capabilities: vec![format!("applier:{:?}", args.applier).to_lowercase()],
+            capabilities,
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(args.backoff_max_seconds.max(1)),
         },

@@ -1763,7 +1763,16 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     let cluster_name = format!("exec-a-{}", &short_id()[..6]);
     let spoke_proc = SpokeEnv::new(&env, &exec_a, &cluster_name).await?;
     let mut spoke = spoke_proc.spawn(&env, 1, true)?;
-    rest.wait_online(&cluster_name, WAIT).await?;
+    let online = rest.wait_online(&cluster_name, WAIT).await?;
+    // The shipped spoke names its SandboxDriver (default: Deployments).
+    assert!(
+        online
+            .capabilities
+            .iter()
+            .any(|c| c == "sandbox-driver:deployment"),
+        "{:?}",
+        online.capabilities
+    );
     let (ns, agent) = rest
         .tenant_with_agent(&cluster_name, "embedded-openclaw")
         .await?;
