@@ -537,30 +537,37 @@ async fn gateway_standin_in_control_forwards_to_the_harness_in_exec_a() -> Resul
             })),
         )
         .await?;
-    wait_ready(
+    let gateway = wait_ready(
         &gateway_pods,
         "the gateway Pod Ready",
         &ListParams::default(),
     )
     .await?;
 
-    // 1 MiB through control's Pod proxy, the gateway stand-in (direct mode)
-    // and the harness stand-in's /echo, and back.
+    // Control's Pod proxy reaches the gateway stand-in, which forwards
+    // (direct mode) to the harness stand-in in exec-a.
+    let identity = proxy_text(&control.admin(), &gateway_ns.name, "gateway", "/identity").await?;
+    ensure!(identity.contains("\"pod\":\"harness\""), "{identity}");
+
+    // 1 MiB through the gateway stand-in to the harness stand-in's /echo
+    // and back, over the Pod network. (Through the apiserver's Pod proxy a
+    // 1 MiB streamed echo was cut once under a loaded CI run: "ReverseProxy
+    // read error during body copy ... use of closed network connection" in
+    // the apiserver log; the Pod proxy's own behaviour is not what this
+    // test is about.)
     let body: Vec<u8> = (0..1024 * 1024u32).map(|i| (i % 251) as u8).collect();
-    let resp = proxy(
-        &control.admin(),
-        "POST",
-        &gateway_ns.name,
-        "gateway",
-        "/echo",
-        body.clone(),
-    )
-    .await?;
+    let url = format!("http://{}:8080/echo", pod_ip(&gateway)?);
+    let resp = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()?
+        .post(&url)
+        .body(body.clone())
+        .send()
+        .await?;
     ensure!(
         resp.status().is_success(),
-        "POST /echo via the gateway: {} {}",
-        resp.status(),
-        String::from_utf8_lossy(&resp.body()[..resp.body().len().min(500)])
+        "POST /echo via the gateway: {}",
+        resp.status()
     );
     assert_eq!(
         resp.headers()
@@ -569,10 +576,8 @@ async fn gateway_standin_in_control_forwards_to_the_harness_in_exec_a() -> Resul
         Some("harness"),
         "answered by the harness Pod"
     );
-    assert!(
-        resp.body()[..] == body[..],
-        "the 1 MiB body round-trips unchanged"
-    );
+    let back = resp.bytes().await?;
+    assert!(back[..] == body[..], "the 1 MiB body round-trips unchanged");
     harness_ns.delete().await?;
     gateway_ns.delete().await
 }
