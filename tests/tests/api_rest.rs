@@ -1935,6 +1935,12 @@ async fn invalid_names_and_specs_are_400_naming_the_field(backend: Backend) {
             with(json!({ "executionMode": "sideways" })),
             "spec.executionMode",
         ),
+        // Issue 12, topology: embedded OpenClaw is never delegated to a
+        // provider.
+        (
+            with(json!({ "harnessKind": "embedded-openclaw", "executionMode": "provider" })),
+            "spec.executionMode",
+        ),
     ];
     for (bad, field) in &cases {
         let r = c

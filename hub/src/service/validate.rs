@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use clawfed_proto::naming;
 
 use super::ServiceError;
-use crate::model::{AgentSpec, ImageRef, Resources};
+use crate::model::{AgentSpec, ExecutionMode, HarnessKind, ImageRef, Resources};
 
 /// Label keys clawfed sets itself; a requirement label may not claim them.
 const RESERVED_LABEL_PREFIXES: [&str; 2] = ["clawfed.io/", "app.kubernetes.io/managed-by"];
@@ -57,6 +57,7 @@ pub fn idempotency_key(field: &str, value: &str) -> Result<(), ServiceError> {
 
 /// Everything in an Agent spec.
 pub fn agent_spec(spec: &AgentSpec) -> Result<(), ServiceError> {
+    topology(spec)?;
     image("spec.image", &spec.image)?;
     if let Some(gateway) = &spec.gateway_image {
         image("spec.gatewayImage", gateway)?;
@@ -88,6 +89,21 @@ pub fn agent_spec(spec: &AgentSpec) -> Result<(), ServiceError> {
         if !seen.insert(plugin) {
             return Err(invalid(format!("spec.plugins[{i}]"), "is listed twice"));
         }
+    }
+    Ok(())
+}
+
+/// The topology rules of the OpenClaw Compute Driver that a spec alone
+/// decides: embedded OpenClaw runs its gateway inside the data-plane
+/// workload, so it is never handed to a SandboxDriver provider.
+fn topology(spec: &AgentSpec) -> Result<(), ServiceError> {
+    if spec.harness_kind == HarnessKind::EmbeddedOpenclaw
+        && spec.execution_mode == ExecutionMode::Provider
+    {
+        return Err(invalid(
+            "spec.executionMode",
+            "embedded-openclaw is never delegated to a provider: use ordinary, or a dedicated harness kind",
+        ));
     }
     Ok(())
 }
