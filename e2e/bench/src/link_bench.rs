@@ -57,6 +57,7 @@ use anyhow::{Context, bail};
 use async_trait::async_trait;
 use chrono::Utc;
 use clap::{Parser, Subcommand};
+use clawfed_bench::procfs::{cpu_secs, rss_kib};
 use clawfed_hub::store::{self, Effects, NewAudit, NewBootstrapToken, Store};
 use clawfed_proto::link::v1 as pb;
 use clawfed_proto::link::v1::enrollment_client::EnrollmentClient;
@@ -189,32 +190,6 @@ fn main() -> std::process::ExitCode {
 
 // ---------------------------------------------------------------------------
 // Small helpers.
-
-fn rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS")
-}
-
-/// CPU seconds (user + system) a process has used so far.
-fn cpu_secs(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return f64::NAN;
-    };
-    // Fields after the parenthesised command name; utime and stime are the
-    // 14th and 15th fields overall, in clock ticks (100 Hz on Linux).
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let tick = |i: usize| {
-        f.get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
-    (tick(11) + tick(12)) / 100.0
-}
 
 /// "hub X s + generator Y s CPU in Z s" since `(hub0, gen0, t0)`.
 fn cpu_note(hub: u32, since: (f64, f64, Instant)) -> String {

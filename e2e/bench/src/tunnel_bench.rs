@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use async_trait::async_trait;
 use clap::{Parser, ValueEnum};
+use clawfed_bench::procfs::{cpu_secs, rss_kib};
 use clawfed_hub::auth::{self, Role as TokenRole};
 use clawfed_hub::gateway::TransportCredentials;
 use clawfed_hub::model::{BootstrapTokenCreated, RevisionPhase};
@@ -640,31 +641,6 @@ impl RoleProc {
             let _ = self.child.wait().await;
         }
     }
-}
-
-fn rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS")
-}
-
-/// CPU seconds (user + system) a process has used so far.
-fn cpu_secs(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return f64::NAN;
-    };
-    // utime and stime are the 14th and 15th fields, in clock ticks (100 Hz).
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let tick = |i: usize| {
-        f.get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
-    (tick(11) + tick(12)) / 100.0
 }
 
 /// Busy and total clock ticks of the whole machine (first line of
