@@ -2,6 +2,7 @@
 //! `CONNECT` to the hub's tunnel ingress (over TLS when it speaks TLS) with
 //! a transport credential.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,6 +12,34 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+
+/// The spoke's dialer with the EndpointSlice read replaced by a map from
+/// Harness target to a local server; it dials as `KubeHarnessDialer` does.
+/// (The real resolution is proven in `pipeline_e2e` on real clusters.)
+#[derive(Debug, Clone, Default)]
+pub struct MapDialer(pub HashMap<String, SocketAddr>);
+
+#[async_trait::async_trait]
+impl clawfed_spoke::tunnel::HarnessDialer for MapDialer {
+    async fn dial(
+        &self,
+        open: &clawfed_proto::link::v1::TunnelOpen,
+    ) -> Result<TcpStream, clawfed_spoke::tunnel::Refusal> {
+        use clawfed_proto::tunnel::reason;
+        use clawfed_spoke::tunnel::Refusal;
+        let addr = self.0.get(&open.target).ok_or_else(|| {
+            Refusal::new(reason::NOT_MANAGED, format!("no Harness {}", open.target))
+        })?;
+        let s = TcpStream::connect(addr).await.map_err(|e| {
+            Refusal::new(
+                reason::DIAL_FAILED,
+                format!("connect to the Harness at {addr}: {e}"),
+            )
+        })?;
+        let _ = s.set_nodelay(true);
+        Ok(s)
+    }
+}
 
 /// Where the ingress listens and the CA of its certificate (`None`: plain).
 #[derive(Debug, Clone)]

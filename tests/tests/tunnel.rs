@@ -1,46 +1,30 @@
 //! The tunnel's mechanics end to end over real TLS on loopback: a real hub
 //! (ingress, broker, link), a real spoke `Link` with its `Tunnels`, and
 //! local TCP servers standing in for Harness endpoints behind a dialer
-//! that maps targets to them. (The spoke's own resolution through
-//! EndpointSlices and real Pods is proven in `data_path.rs`.)
+//! that maps targets to them (`clawfed_tests::tunnel::MapDialer`). The
+//! spoke's own resolution through EndpointSlices and real Pods is proven in
+//! `pipeline_e2e.rs`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use clawfed_hub::gateway::TransportCredentials;
 use clawfed_hub::model::{AgentRevision, RevisionPhase};
 use clawfed_hub::worker::Handlers;
-use clawfed_proto::link::v1 as pb;
 use clawfed_proto::tunnel::{harness_authority, reason};
-use clawfed_spoke::tunnel::{HarnessDialer, Refusal, TunnelSettings, Tunnels};
+use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::link::{
     TestSpoke, bootstrap_token, cluster, eventually, start_spoke_with_tunnels,
 };
-use clawfed_tests::tunnel::{Conn, Ingress, connect};
+use clawfed_tests::tunnel::{Conn, Ingress, MapDialer, connect};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const WAIT: Duration = Duration::from_secs(15);
-
-/// Maps Harness targets to local servers.
-struct MapDialer(HashMap<String, SocketAddr>);
-
-#[async_trait]
-impl HarnessDialer for MapDialer {
-    async fn dial(&self, open: &pb::TunnelOpen) -> Result<TcpStream, Refusal> {
-        let addr = self.0.get(&open.target).ok_or_else(|| {
-            Refusal::new(reason::NOT_MANAGED, format!("no Harness {}", open.target))
-        })?;
-        TcpStream::connect(addr)
-            .await
-            .map_err(|e| Refusal::new(reason::DIAL_FAILED, e.to_string()))
-    }
-}
 
 /// Echoes every connection: bytes back until EOF, then EOF.
 async fn echo_server() -> SocketAddr {

@@ -44,22 +44,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use async_trait::async_trait;
 use clap::{Parser, ValueEnum};
 use clawfed_bench::procfs::{cpu_secs, rss_kib};
 use clawfed_hub::auth::{self, Role as TokenRole};
 use clawfed_hub::gateway::TransportCredentials;
 use clawfed_hub::model::{BootstrapTokenCreated, RevisionPhase};
 use clawfed_hub::store::{self, NewToken, Store};
-use clawfed_proto::link::v1 as pb;
-use clawfed_proto::tunnel::{MAX_FRAME, harness_authority, reason};
+use clawfed_proto::tunnel::{MAX_FRAME, harness_authority};
 use clawfed_proto::work::{harness, target};
 use clawfed_spoke::link::identity::FileIdentityStore;
 use clawfed_spoke::link::ledger::FileLedger;
 use clawfed_spoke::link::tls::HubAddress;
 use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
-use clawfed_spoke::tunnel::{HarnessDialer, Refusal, TunnelSettings, Tunnels};
-use clawfed_tests::tunnel::{Conn, Ingress};
+use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
+use clawfed_tests::tunnel::{Conn, Ingress, MapDialer};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -376,27 +374,6 @@ impl Rest {
 
 // ---------------------------------------------------------------------------
 // The spoke role.
-
-/// The stand-in for the EndpointSlice read: target → the driver's local
-/// Harness server. Dials as `KubeHarnessDialer` does.
-struct MapDialer(HashMap<String, SocketAddr>);
-
-#[async_trait]
-impl HarnessDialer for MapDialer {
-    async fn dial(&self, open: &pb::TunnelOpen) -> Result<TcpStream, Refusal> {
-        let addr = self.0.get(&open.target).ok_or_else(|| {
-            Refusal::new(reason::NOT_MANAGED, format!("no Harness {}", open.target))
-        })?;
-        let s = TcpStream::connect(addr).await.map_err(|e| {
-            Refusal::new(
-                reason::DIAL_FAILED,
-                format!("connect to the Harness at {addr}: {e}"),
-            )
-        })?;
-        let _ = s.set_nodelay(true);
-        Ok(s)
-    }
-}
 
 async fn spoke_role(args: &Args) -> anyhow::Result<()> {
     let dir = role_dir(args)?;
