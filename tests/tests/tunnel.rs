@@ -369,46 +369,6 @@ async fn the_revision_limit_refuses_clearly() {
     assert_eq!(round_trip(s3, b"again").await, b"again");
 }
 
-/// One connection whose Harness never reads does not slow another: each
-/// tunnel is its own HTTP/2 stream with its own window.
-#[tokio::test]
-async fn a_stuck_harness_blocks_no_other_connection() {
-    let mut e = start(Backend::Sqlite, |_| {}).await;
-    let stuck = revision(&e.hub, "stuck").await;
-    let fine = revision(&e.hub, "fine").await;
-    e.spoke(HashMap::from([
-        (stuck.target.clone(), stuck_server().await),
-        (fine.target.clone(), echo_server().await),
-    ]))
-    .await;
-    // Fill the stuck tunnel: its writes block once every window is full.
-    let mut s = connect(&e.ingress, &stuck.authority, Some(&stuck.token))
-        .await
-        .unwrap();
-    let filler = tokio::spawn(async move {
-        let chunk = vec![7u8; 64 * 1024];
-        loop {
-            if s.write_all(&chunk).await.is_err() {
-                break;
-            }
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        !filler.is_finished(),
-        "the stuck tunnel is blocked, not failed"
-    );
-    let data = pattern(16 * 1024 * 1024);
-    let s = connect(&e.ingress, &fine.authority, Some(&fine.token))
-        .await
-        .unwrap();
-    let back = tokio::time::timeout(Duration::from_secs(20), round_trip(s, &data))
-        .await
-        .expect("the other tunnel is not blocked");
-    assert!(back == data);
-    filler.abort();
-}
-
 /// A revoked cluster's open tunnels end, and no new one opens.
 #[tokio::test]
 async fn revocation_ends_open_tunnels() {
@@ -449,6 +409,20 @@ async fn revocation_ends_open_tunnels() {
 /// connection with a window sized to the tunnel limit.
 #[tokio::test]
 async fn many_stuck_harnesses_block_no_other_connection() {
+    stuck_harnesses_block_no_other_connection(80, 1024 * 1024).await;
+}
+
+/// One connection whose Harness never reads does not slow another: each
+/// tunnel is its own HTTP/2 stream with its own window.
+#[tokio::test]
+async fn a_stuck_harness_blocks_no_other_connection() {
+    stuck_harnesses_block_no_other_connection(1, 16 * 1024 * 1024).await;
+}
+
+/// `stuck` tunnels to a Harness that never reads, each written until its
+/// writes block (not fail); then a new tunnel to another Harness opens and
+/// round-trips `bytes` in time.
+async fn stuck_harnesses_block_no_other_connection(stuck_count: usize, bytes: usize) {
     let mut e = start(Backend::Sqlite, |_| {}).await;
     let stuck = revision(&e.hub, "stuck").await;
     let fine = revision(&e.hub, "fine").await;
@@ -457,11 +431,9 @@ async fn many_stuck_harnesses_block_no_other_connection() {
         (fine.target.clone(), echo_server().await),
     ]))
     .await;
-    // 80 > 64 stalled tunnels, each written until every buffer on its
-    // path is full and its writes block.
     let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut fillers = Vec::new();
-    for _ in 0..80 {
+    for _ in 0..stuck_count {
         let mut s = connect(&e.ingress, &stuck.authority, Some(&stuck.token))
             .await
             .unwrap();
@@ -487,10 +459,14 @@ async fn many_stuck_harnesses_block_no_other_connection() {
         stable = if now == last { stable + 1 } else { 0 };
         last = now;
     }
+    assert!(
+        fillers.iter().all(|f| !f.is_finished()),
+        "the stuck tunnels are blocked, not failed"
+    );
     let s = connect(&e.ingress, &fine.authority, Some(&fine.token))
         .await
         .expect("a new tunnel opens beside the stalled ones");
-    let data = pattern(1024 * 1024);
+    let data = pattern(bytes);
     let back = tokio::time::timeout(Duration::from_secs(20), round_trip(s, &data))
         .await
         .expect("the other tunnel is not blocked");
