@@ -29,6 +29,14 @@ pub struct WorkResultReport {
     pub namespace: String,
 }
 
+impl WorkResultReport {
+    /// The physical namespace a `namespace.ensure` result says the spoke
+    /// ensured (a legacy or adopted name), if it applied.
+    pub fn ensured_namespace(&self) -> Option<&str> {
+        (self.applied && !self.namespace.is_empty()).then_some(self.namespace.as_str())
+    }
+}
+
 impl From<pb::WorkResult> for WorkResultReport {
     fn from(r: pb::WorkResult) -> Self {
         Self {

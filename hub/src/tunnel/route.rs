@@ -166,10 +166,11 @@ impl Routes {
             .get_report(&cluster.id, &target::namespace(&ns.id), report::WORK_RESULT)
             .await
             .map_err(store_refusal)?
-            .and_then(|r| serde_json::from_value::<WorkResultReport>(r.body).ok())
-            .filter(|r| r.applied && !r.namespace.is_empty())
-            .map(|r| r.namespace);
-        let physical = ensured.unwrap_or_else(|| ns.data_plane_namespace.clone());
+            .and_then(|r| serde_json::from_value::<WorkResultReport>(r.body).ok());
+        let physical = ensured
+            .as_ref()
+            .and_then(WorkResultReport::ensured_namespace)
+            .unwrap_or(&ns.data_plane_namespace);
         let port = harness::DEFAULT_PORT;
         Ok(Route {
             revision_id: rev.id.clone(),
@@ -179,7 +180,7 @@ impl Routes {
             cluster_id: cluster.id,
             cluster_name,
             target: target::harness(&ns.id, &rev.agent, rev.number),
-            authority: harness_authority(&rev.agent, rev.number, &physical, port),
+            authority: harness_authority(&rev.agent, rev.number, physical, port),
             port,
         })
     }

@@ -132,11 +132,9 @@ impl Rollout {
         let name = state
             .result
             .as_ref()
-            .filter(|(_, r)| r.applied && !r.namespace.is_empty())
-            .map_or_else(
-                || ns.data_plane_namespace.clone(),
-                |(_, r)| r.namespace.clone(),
-            );
+            .and_then(|(_, r)| r.ensured_namespace())
+            .unwrap_or(&ns.data_plane_namespace)
+            .to_owned();
         Ok((name, Some(state)))
     }
 
