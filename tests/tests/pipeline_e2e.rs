@@ -279,6 +279,17 @@ struct Cleanup {
 }
 
 impl Cleanup {
+    /// Registers what an Agent of tenant `ns` makes: its data-plane
+    /// namespace in exec-a, its Gateway objects and the Gateway's PV (made
+    /// here) in control.
+    async fn track(&mut self, control: &Client, ns: &Namespace, agent: &str) -> Result<()> {
+        self.exec_namespaces.push(ns.data_plane_namespace.clone());
+        self.gateways.push((ns.name.clone(), agent.to_owned()));
+        self.control_pvs
+            .push(control_env::volume_for(control, agent).await?);
+        Ok(())
+    }
+
     fn is_empty(&self) -> bool {
         self.exec_namespaces.is_empty()
             && self.gateways.is_empty()
@@ -755,13 +766,8 @@ impl World {
             )
             .await?;
         self.cleanup
-            .exec_namespaces
-            .push(ns.data_plane_namespace.clone());
-        self.cleanup
-            .gateways
-            .push((ns.name.clone(), agent.name.clone()));
-        let pv = control_env::volume_for(&self.control.admin(), &agent.name).await?;
-        self.cleanup.control_pvs.push(pv);
+            .track(&self.control.admin(), &ns, &agent.name)
+            .await?;
         Ok((ns, agent))
     }
 
@@ -1656,11 +1662,7 @@ async fn hub_killed_during_prepare_completes_after_restart_without_duplicates() 
         .await?;
     let name = agent.name.clone();
     let dpns = ns.data_plane_namespace.clone();
-    cleanup.exec_namespaces.push(dpns.clone());
-    cleanup.gateways.push((ns.name.clone(), name.clone()));
-    cleanup
-        .control_pvs
-        .push(control_env::volume_for(&control.admin(), &name).await?);
+    cleanup.track(&control.admin(), &ns, &name).await?;
 
     rest.deploy(&ns.name, &name).await?;
     let seen = until(WAIT, "revision 1 preparing", || async {
@@ -1778,11 +1780,7 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
         .await?;
     let name = agent.name.clone();
     let dpns = ns.data_plane_namespace.clone();
-    cleanup.exec_namespaces.push(dpns.clone());
-    cleanup.gateways.push((ns.name.clone(), name.clone()));
-    cleanup
-        .control_pvs
-        .push(control_env::volume_for(&control.admin(), &name).await?);
+    cleanup.track(&control.admin(), &ns, &name).await?;
     rest.deploy(&ns.name, &name).await?;
     rest.wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
@@ -2454,13 +2452,7 @@ async fn hub_killed_ends_tunneled_connections_and_new_ones_work_after_restart() 
         )
         .await?;
     let name = agent.name.clone();
-    cleanup
-        .exec_namespaces
-        .push(ns.data_plane_namespace.clone());
-    cleanup.gateways.push((ns.name.clone(), name.clone()));
-    cleanup
-        .control_pvs
-        .push(control_env::volume_for(&control.admin(), &name).await?);
+    cleanup.track(&control.admin(), &ns, &name).await?;
     rest.deploy(&ns.name, &name).await?;
     rest.wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
