@@ -145,6 +145,12 @@ impl HarnessKind {
     pub fn is_dedicated(self) -> bool {
         !matches!(self, Self::EmbeddedOpenclaw)
     }
+
+    /// Dedicated runtimes get a separate Gateway in the control cluster;
+    /// embedded OpenClaw runs its gateway inside the data-plane workload.
+    pub fn has_control_gateway(self) -> bool {
+        self.is_dedicated()
+    }
 }
 
 /// Who owns the Harness workload in the execution cluster.
@@ -224,6 +230,24 @@ pub struct AgentSpec {
     pub placement: Placement,
     #[serde(default)]
     pub plugins: Vec<String>,
+    /// External messaging channels (e.g. `slack`, `telegram`); an enabled
+    /// one needs a dedicated harness kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<Channel>,
+}
+
+/// An external messaging channel of an Agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Channel {
+    /// DNS-1123 label, unique in the Agent.
+    pub name: String,
+    #[serde(default = "enabled_by_default")]
+    pub enabled: bool,
+}
+
+fn enabled_by_default() -> bool {
+    true
 }
 
 /// What the operator wants an Agent to be doing.

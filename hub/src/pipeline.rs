@@ -126,9 +126,16 @@ pub struct Facts {
     pub denied: Option<String>,
     /// The cluster the revision is placed on is known.
     pub placed: bool,
+    /// The cluster it is placed on cannot serve it (its spoke lacks a
+    /// capability the revision needs): why.
+    pub unservable: Option<String>,
     /// The namespace work is in the cluster's outbox.
     pub namespace_sent: bool,
     pub namespace: WorkOutcome,
+    /// The revision has a Gateway of its own in the control cluster
+    /// (dedicated runtimes); embedded OpenClaw serves its gateway from the
+    /// data-plane workload.
+    pub control_gateway: bool,
     pub gateway_applied: bool,
     /// Dedicated Harnesses need their predecessors stopped first.
     pub dedicated: bool,
@@ -181,17 +188,72 @@ pub enum Step {
 
 const WAIT: Step = Step::Wait { recheck_in: None };
 
+/// What a revision's Harness needs of its cluster's spoke: provider
+/// execution needs a provisioning SandboxDriver; dedicated native OpenClaw
+/// also needs that driver to declare networking, filesystem and process
+/// containment.
+pub fn needs(spec: &crate::model::AgentSpec) -> clawfed_proto::capability::Needs {
+    use crate::model::{ExecutionMode, HarnessKind};
+    clawfed_proto::capability::Needs {
+        provisioning_driver: spec.execution_mode == ExecutionMode::Provider,
+        containment: spec.harness_kind == HarnessKind::DedicatedOpenclaw,
+    }
+}
+
+/// Why `cluster` cannot serve a revision with `needs`, or `None` when it
+/// can. A cluster whose spoke never connected has advertised nothing yet:
+/// it is not refused on that account.
+pub fn cannot_serve(
+    cluster: &crate::model::Cluster,
+    needs: clawfed_proto::capability::Needs,
+) -> Option<String> {
+    if cluster.connection_state == crate::model::ConnectionState::Pending {
+        return None;
+    }
+    let missing = needs.missing(&cluster.capabilities);
+    (!missing.is_empty()).then(|| {
+        format!(
+            "cluster {} cannot serve the revision: its spoke does not advertise {}",
+            cluster.name,
+            missing.join(", ")
+        )
+    })
+}
+
+/// The outcome of placement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement<'a> {
+    /// The first online cluster matching the selector that can serve.
+    Chosen(&'a crate::model::Cluster),
+    /// Online clusters match the selector, and none can serve: why.
+    Refused(String),
+    /// No online cluster matches the selector (yet).
+    Unavailable,
+}
+
 /// Placement: the first online cluster whose labels carry every
-/// `selector` pair, in the order given (the deploy and the pipeline both
-/// place with this).
+/// `selector` pair and whose spoke advertises what the revision `needs`,
+/// in the order given (the deploy and the pipeline both place with this).
 pub fn choose_cluster<'a>(
     clusters: &'a [crate::model::Cluster],
     selector: &std::collections::BTreeMap<String, String>,
-) -> Option<&'a crate::model::Cluster> {
-    clusters.iter().find(|c| {
+    needs: clawfed_proto::capability::Needs,
+) -> Placement<'a> {
+    let mut refusals = Vec::new();
+    for c in clusters.iter().filter(|c| {
         c.connection_state == crate::model::ConnectionState::Online
             && selector.iter().all(|(k, v)| c.labels.get(k) == Some(v))
-    })
+    }) {
+        match cannot_serve(c, needs) {
+            None => return Placement::Chosen(c),
+            Some(why) => refusals.push(why),
+        }
+    }
+    if refusals.is_empty() {
+        Placement::Unavailable
+    } else {
+        Placement::Refused(refusals.join("; "))
+    }
 }
 
 /// Decides the next step from the facts.
@@ -220,6 +282,11 @@ pub fn decide(f: &Facts) -> Step {
         }
         return Step::Place;
     }
+    if let Some(why) = &f.unservable
+        && !f.harness_sent
+    {
+        return Step::Fail(format!("placement refused: {why}"));
+    }
     match &f.namespace {
         WorkOutcome::Failed(reason) => {
             return Step::Fail(format!("namespace provisioning failed: {reason}"));
@@ -238,7 +305,7 @@ pub fn decide(f: &Facts) -> Step {
     if f.phase == P::Pending || f.phase == P::Provisioning {
         return Step::Enter(P::Preparing);
     }
-    if !f.gateway_applied {
+    if f.control_gateway && !f.gateway_applied {
         return Step::ApplyGateway;
     }
     if f.dedicated && !f.harness_sent {
@@ -288,13 +355,14 @@ pub fn decide(f: &Facts) -> Step {
         }
         _ => return WAIT,
     }
-    // Waiting for readiness: both the Harness (spoke report) and the
-    // Gateway must be ready.
+    // Waiting for readiness: the Harness (spoke report) and, when the
+    // revision has one, its control-cluster Gateway must be ready.
     let harness_ready = f.readiness.as_ref().is_some_and(|r| r.ready);
+    let gateway_ready = !f.control_gateway || f.gateway_ready;
     if f.activated {
         return Step::Enter(P::Active);
     }
-    if harness_ready && f.gateway_ready {
+    if harness_ready && gateway_ready {
         return Step::Activate;
     }
     if f.deadline_passed {
@@ -374,6 +442,7 @@ fn retire(f: &Facts) -> Step {
 mod tests {
     use super::*;
     use RevisionPhase as P;
+    use clawfed_proto::capability::Needs;
 
     fn fresh() -> Facts {
         Facts {
@@ -381,8 +450,10 @@ mod tests {
             wanted: true,
             denied: None,
             placed: true,
+            unservable: None,
             namespace_sent: false,
             namespace: WorkOutcome::Waiting,
+            control_gateway: true,
             gateway_applied: false,
             dedicated: false,
             predecessors: Vec::new(),
@@ -552,16 +623,127 @@ mod tests {
             cluster("c", ConnectionState::Online, "gpu"),
         ];
         let gpu = [("pool".to_owned(), "gpu".to_owned())].into();
+        let any = Needs::default();
         assert_eq!(
-            choose_cluster(&clusters, &gpu).map(|c| c.name.as_str()),
-            Some("c")
+            choose_cluster(&clusters, &gpu, any),
+            Placement::Chosen(&clusters[2])
         );
         assert_eq!(
-            choose_cluster(&clusters, &Default::default()).map(|c| c.name.as_str()),
-            Some("b")
+            choose_cluster(&clusters, &Default::default(), any),
+            Placement::Chosen(&clusters[1])
         );
         let none = [("pool".to_owned(), "tpu".to_owned())].into();
-        assert!(choose_cluster(&clusters, &none).is_none());
+        assert_eq!(
+            choose_cluster(&clusters, &none, any),
+            Placement::Unavailable
+        );
+    }
+
+    /// Issue 12: a cluster whose spoke cannot serve the revision is not
+    /// chosen, and the refusal names the cluster and what it lacks.
+    #[test]
+    fn placement_refuses_a_cluster_without_the_capabilities_the_revision_needs() {
+        use crate::model::{Cluster, ConnectionState};
+        use clawfed_proto::capability as cap;
+        let cluster = |name: &str, capabilities: &[&str]| Cluster {
+            id: name.into(),
+            name: name.into(),
+            labels: Default::default(),
+            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+            certificate_serials: vec![],
+            connection_state: ConnectionState::Online,
+            last_seen: None,
+            version: String::new(),
+            created_at: chrono::Utc::now(),
+            outbox_depth: None,
+        };
+        let native = Needs {
+            provisioning_driver: true,
+            containment: true,
+        };
+        let plain = cluster("plain", &["sandbox-driver:deployment"]);
+        let half = cluster(
+            "half",
+            &[
+                "sandbox-driver:crd",
+                cap::SANDBOX_PROVISIONS,
+                cap::CONTAINMENT_NETWORKING,
+            ],
+        );
+        let mut all = vec!["sandbox-driver:crd", cap::SANDBOX_PROVISIONS];
+        all.extend(cap::ALL_CONTAINMENT);
+        let full = cluster("full", &all);
+
+        let refused = choose_cluster(
+            std::slice::from_ref(&plain),
+            &Default::default(),
+            Needs {
+                provisioning_driver: true,
+                containment: false,
+            },
+        );
+        assert_eq!(
+            refused,
+            Placement::Refused(
+                "cluster plain cannot serve the revision: its spoke does not advertise \
+                 sandbox-provisions"
+                    .into()
+            )
+        );
+        let clusters = vec![plain.clone(), half.clone()];
+        match choose_cluster(&clusters, &Default::default(), native) {
+            Placement::Refused(why) => {
+                assert!(why.contains("cluster half"), "{why}");
+                assert!(why.contains(cap::CONTAINMENT_PROCESS), "{why}");
+                assert!(!why.contains("networking"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let clusters = vec![plain, half, full];
+        assert_eq!(
+            choose_cluster(&clusters, &Default::default(), native),
+            Placement::Chosen(&clusters[2])
+        );
+        // Ordinary revisions need nothing of the driver.
+        assert_eq!(
+            choose_cluster(&clusters, &Default::default(), Needs::default()),
+            Placement::Chosen(&clusters[0])
+        );
+        // A placed revision whose cluster cannot serve it fails before any
+        // Harness work is sent, naming why.
+        let mut f = fresh();
+        f.unservable = Some("cluster plain cannot serve the revision".into());
+        assert!(
+            matches!(decide(&f), Step::Fail(r) if r.contains("placement refused: cluster plain"))
+        );
+    }
+
+    /// Issue 12: embedded OpenClaw has no control-cluster Gateway: the
+    /// pipeline applies none and activates on the Harness alone.
+    #[test]
+    fn embedded_openclaw_activates_without_a_control_cluster_gateway() {
+        let mut f = fresh();
+        f.control_gateway = false;
+        f.phase = P::Preparing;
+        f.namespace = WorkOutcome::Applied;
+        assert_eq!(decide(&f), Step::SendHarness, "no Gateway step");
+        f.harness_sent = true;
+        f.harness = WorkOutcome::Applied;
+        f.phase = P::WaitingReady;
+        assert_eq!(decide(&f), WAIT);
+        f.readiness = ready();
+        assert_eq!(decide(&f), Step::Activate, "no Gateway to wait for");
+        // A dedicated revision waits for its Gateway.
+        f.control_gateway = true;
+        f.gateway_applied = true;
+        assert_eq!(
+            decide(&f),
+            Step::Wait {
+                recheck_in: Some(GATEWAY_RECHECK)
+            }
+        );
+        f.gateway_ready = true;
+        assert_eq!(decide(&f), Step::Activate);
     }
 
     #[test]

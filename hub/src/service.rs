@@ -621,9 +621,15 @@ impl Service {
     /// first online cluster matching the selector, or none yet (the
     /// pipeline places it when a cluster is available).
     async fn resolve_cluster(&self, spec: &crate::model::AgentSpec) -> Result<Option<String>> {
+        let needs = crate::pipeline::needs(spec);
         if let Some(name) = &spec.placement.cluster {
             return match self.store.get_cluster(name).await {
-                Ok(c) => Ok(Some(c.name)),
+                Ok(c) => match crate::pipeline::cannot_serve(&c, needs) {
+                    None => Ok(Some(c.name)),
+                    Some(why) => Err(ServiceError::FailedPrecondition(format!(
+                        "spec.placement.cluster: {why}"
+                    ))),
+                },
                 Err(StoreError::NotFound { .. }) => Err(ServiceError::FailedPrecondition(format!(
                     "spec.placement.cluster names {name:?}, which is not enrolled"
                 ))),
@@ -631,9 +637,17 @@ impl Service {
             };
         }
         let clusters = self.store.list_clusters().await?;
+        // A refusal is left to the pipeline, which fails the revision naming
+        // why (another cluster may come online before it places).
         Ok(
-            crate::pipeline::choose_cluster(&clusters, &spec.placement.cluster_selector)
-                .map(|c| c.name.clone()),
+            match crate::pipeline::choose_cluster(
+                &clusters,
+                &spec.placement.cluster_selector,
+                needs,
+            ) {
+                crate::pipeline::Placement::Chosen(c) => Some(c.name.clone()),
+                _ => None,
+            },
         )
     }
 

@@ -14,11 +14,14 @@
 //!   spoke's `Tunnel` stream with the waiting connection, enforces the
 //!   per-revision and per-cluster connection limits.
 //! - `ingress.rs`: the listener Gateways dial (HTTP CONNECT).
+//! - `probe.rs`: the hub's own request to a Harness without a
+//!   control-cluster Gateway (embedded OpenClaw).
 //! - `metrics.rs`: tunnel metrics.
 
 pub mod broker;
 pub mod ingress;
 pub mod metrics;
+pub mod probe;
 pub mod route;
 
 use std::net::SocketAddr;

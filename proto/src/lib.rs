@@ -5,6 +5,8 @@
 //! - [`link`]: generated `clawfed.link.v1` types for the hub/spoke stream,
 //!   and [`link::close`]: the typed reason the hub ends a stream or refuses
 //!   a call with, carried in gRPC status metadata.
+//! - [`capability`]: what a spoke advertises in Hello and what a revision
+//!   needs of it (placement).
 //! - [`labels`]: the Kubernetes label and annotation keys clawfed owns.
 //! - [`naming`]: name validation and the data-plane namespace rule.
 //! - [`readiness`]: the Harness readiness contract, a pure function.
@@ -14,6 +16,7 @@
 //!
 //! Nothing here performs I/O.
 
+pub mod capability;
 pub mod labels;
 pub mod naming;
 pub mod readiness;

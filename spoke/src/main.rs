@@ -34,6 +34,25 @@ enum SandboxDriverKind {
     Crd,
 }
 
+/// A containment the sandbox runtime guarantees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Containment {
+    Networking,
+    Filesystem,
+    Process,
+}
+
+impl Containment {
+    fn capability(self) -> &'static str {
+        use clawfed_proto::capability as c;
+        match self {
+            Containment::Networking => c::CONTAINMENT_NETWORKING,
+            Containment::Filesystem => c::CONTAINMENT_FILESYSTEM,
+            Containment::Process => c::CONTAINMENT_PROCESS,
+        }
+    }
+}
+
 /// The clawfed spoke.
 #[derive(Debug, Parser)]
 #[command(name = "clawfed-spoke", version, about)]
@@ -79,6 +98,12 @@ struct Args {
         env = "CLAWFED_SANDBOX_DRIVER"
     )]
     sandbox_driver: SandboxDriverKind,
+    /// Containment the sandbox runtime behind `--sandbox-driver crd`
+    /// guarantees (comma separated: networking, filesystem, process),
+    /// advertised as `sandbox-containment:<kind>`. Dedicated native
+    /// OpenClaw is placed only on a cluster declaring all three.
+    #[arg(long, value_delimiter = ',', env = "CLAWFED_SANDBOX_CONTAINMENT")]
+    sandbox_containment: Vec<Containment>,
     /// Prometheus metrics listener.
     #[arg(
         long,
@@ -118,6 +143,13 @@ async fn main() -> anyhow::Result<()> {
         None => None,
     };
 
+    if !args.sandbox_containment.is_empty() && args.sandbox_driver != SandboxDriverKind::Crd {
+        // Ordinary Deployments contain nothing beyond the Pod's hardening:
+        // declaring more would place dedicated native OpenClaw unsafely.
+        anyhow::bail!(
+            "--sandbox-containment: only a provisioning driver declares containment (use --sandbox-driver crd)"
+        );
+    }
     let needs_kube = args.applier == Applier::Kube || args.identity_secret.is_some();
     let kube = if needs_kube {
         Some(kube_client(args.kubeconfig.as_deref()).await?)
@@ -149,10 +181,16 @@ async fn main() -> anyhow::Result<()> {
                     Arc::new(clawfed_spoke::provider::ordinary::DeploymentDriver)
                 }
                 SandboxDriverKind::Crd => Arc::new(
-                    clawfed_spoke::provider::crd::CrdSandboxDriver::new(client.clone()),
+                    clawfed_spoke::provider::crd::CrdSandboxDriver::new(client.clone())
+                        .with_containment(
+                            args.sandbox_containment
+                                .iter()
+                                .map(|c| c.capability())
+                                .collect(),
+                        ),
                 ),
             };
-            capabilities.push(format!("sandbox-driver:{}", driver.name()));
+            capabilities.extend(clawfed_spoke::provider::capabilities(driver.as_ref()));
             let executor = Arc::new(clawfed_spoke::exec::Executor::with_driver(
                 client.clone(),
                 clawfed_spoke::config::SpokeConfig::default(),

@@ -110,6 +110,13 @@ pub trait SandboxDriver: Send + Sync {
         false
     }
 
+    /// The containment the provider declares for the Harnesses it owns
+    /// (`clawfed_proto::capability::CONTAINMENT_*`): dedicated native
+    /// OpenClaw is placed only where all of them are declared.
+    fn containment(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
     /// Optional: runs the Harness for provider-mode work.
     async fn provision_harness(
         &self,
@@ -147,4 +154,17 @@ pub trait SandboxDriver: Send + Sync {
         let _ = (ns, cancel);
         Ok(())
     }
+}
+
+/// What the spoke advertises in Hello about its SandboxDriver: its name,
+/// whether it provisions Harnesses, and the containment it declares (only
+/// meaningful for a provisioning driver).
+pub fn capabilities(driver: &dyn SandboxDriver) -> Vec<String> {
+    use clawfed_proto::capability;
+    let mut out = vec![capability::sandbox_driver(driver.name())];
+    if driver.provisions_harness() {
+        out.push(capability::SANDBOX_PROVISIONS.to_owned());
+        out.extend(driver.containment().into_iter().map(str::to_owned));
+    }
+    out
 }

@@ -281,6 +281,7 @@ async fn grpc_and_rest_share_one_state(backend: Backend) {
             cluster_selector: HashMap::from([("region".into(), "eu".into())]),
         }),
         plugins: vec!["web".into(), "shell".into()],
+        channels: vec![],
     };
     let agent = ok(g
         .create_agent(authed(

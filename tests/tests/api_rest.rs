@@ -1954,6 +1954,25 @@ async fn invalid_names_and_specs_are_400_naming_the_field(backend: Backend) {
             with(json!({ "harnessKind": "embedded-openclaw", "executionMode": "provider" })),
             "spec.executionMode",
         ),
+        // Dedicated native OpenClaw needs a provisioning SandboxDriver.
+        (
+            with(json!({ "harnessKind": "dedicated-openclaw", "executionMode": "ordinary" })),
+            "spec.executionMode",
+        ),
+        // Enabled external channels need dedicated execution.
+        (
+            with(json!({ "harnessKind": "embedded-openclaw", "channels": [{ "name": "slack" }] })),
+            "spec.channels[0]",
+        ),
+        (
+            with(json!({ "harnessKind": "dedicated-codex",
+                         "channels": [{ "name": "slack" }, { "name": "slack" }] })),
+            "spec.channels[1].name",
+        ),
+        (
+            with(json!({ "harnessKind": "dedicated-codex", "channels": [{ "name": "Slack" }] })),
+            "spec.channels[0].name",
+        ),
     ];
     for (bad, field) in &cases {
         let r = c
@@ -1970,6 +1989,27 @@ async fn invalid_names_and_specs_are_400_naming_the_field(backend: Backend) {
         )
         .await
         .expect_invalid(field);
+    }
+
+    // The topology rules' allowed combinations pass: a disabled channel on
+    // embedded OpenClaw, enabled channels on a dedicated harness, dedicated
+    // native OpenClaw under a provider.
+    for (i, ok) in [
+        json!({ "harnessKind": "embedded-openclaw", "channels": [{ "name": "slack", "enabled": false }] }),
+        json!({ "harnessKind": "dedicated-codex", "channels": [{ "name": "slack" }] }),
+        json!({ "harnessKind": "dedicated-openclaw", "executionMode": "provider",
+                "channels": [{ "name": "telegram" }] }),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = c
+            .post(
+                "/namespaces/team/agents",
+                json!({ "name": format!("topo-{i}"), "spec": with(ok.clone()) }),
+            )
+            .await;
+        assert_eq!(r.status, 201, "create with {ok}: {}", r.text);
     }
 
     // Valid labels and a pinned digest pass.

@@ -303,3 +303,134 @@ async fn deploy_change_and_stop_through_a_real_spoke() -> Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(10), spoke).await;
     Ok(())
 }
+
+/// Issue 12, topology: a spoke advertises its SandboxDriver and the
+/// containment it declares in Hello; the hub refuses to place dedicated
+/// native OpenClaw on a cluster that cannot serve it, naming what is
+/// missing: at deploy when the Agent pins the cluster (4xx), in the
+/// pipeline (revision failed with the reason) when a selector chose it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_refuses_a_cluster_whose_spoke_lacks_what_the_revision_needs() -> Result<()> {
+    use clawfed_proto::capability;
+    clawfed_tests::link::init_test_logging();
+    let exec_a = kube_env::cluster("exec-a").await?;
+    let mut hub = TestHub::start_with(
+        Backend::Sqlite,
+        |c| c.pipeline.enabled = true,
+        clawfed_hub::worker::Handlers::builtin(),
+    )
+    .await;
+    let cluster_name = format!("caps-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
+    let token = bootstrap_token(&hub, &cluster_name, false).await;
+    let dir = tempfile::tempdir()?;
+    // What the shipped spoke advertises for `--sandbox-driver crd
+    // --sandbox-containment networking,filesystem` (no process containment).
+    let driver = clawfed_spoke::provider::crd::CrdSandboxDriver::new(exec_a.admin())
+        .with_containment(vec![
+            capability::CONTAINMENT_NETWORKING,
+            capability::CONTAINMENT_FILESYSTEM,
+        ]);
+    let mut capabilities = vec!["applier:ledger".to_owned()];
+    capabilities.extend(clawfed_spoke::provider::capabilities(&driver));
+    let ledger = Arc::new(clawfed_spoke::link::ledger::FileLedger::open(dir.path())?);
+    let shutdown = CancellationToken::new();
+    let link = Link::new(
+        LinkConfig {
+            hub: HubAddress::parse(&hub_url(&hub)).map_err(anyhow::Error::msg)?,
+            ca_pem: hub_ca(&hub),
+            cluster_name: cluster_name.clone(),
+            bootstrap_token: Some(token),
+            version: "test".into(),
+            capabilities,
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(500),
+        },
+        Arc::new(FileIdentityStore::new(dir.path())),
+        ledger,
+        SpokeMetrics::default(),
+    );
+    let (_reports_tx, reports_rx) = tokio::sync::mpsc::channel(16);
+    let spoke = tokio::spawn(link.run(reports_rx, shutdown.clone()));
+    let online = eventually(WAIT, "spoke online", || async {
+        cluster(&hub, &cluster_name)
+            .await
+            .filter(|c| c.connection_state == ConnectionState::Online)
+    })
+    .await;
+    assert!(
+        online
+            .capabilities
+            .iter()
+            .any(|c| c == capability::SANDBOX_PROVISIONS),
+        "{:?}",
+        online.capabilities
+    );
+
+    let tenant = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let _: Namespace = rest(
+        &hub,
+        reqwest::Method::POST,
+        "/namespaces",
+        Some(json!({ "name": tenant })),
+    )
+    .await?;
+    let native = |placement: serde_json::Value| {
+        json!({
+            "harnessKind": "dedicated-openclaw",
+            "executionMode": "provider",
+            "image": "ghcr.io/openclaw/openclaw:1.0",
+            "placement": placement,
+        })
+    };
+    for (name, placement) in [
+        ("pinned", json!({ "cluster": cluster_name })),
+        ("chosen", json!({})),
+    ] {
+        let _: Agent = rest(
+            &hub,
+            reqwest::Method::POST,
+            &format!("/namespaces/{tenant}/agents"),
+            Some(json!({ "name": name, "spec": native(placement) })),
+        )
+        .await?;
+    }
+
+    // Pinned: the deploy itself is refused, naming the cluster and the gap.
+    let refused = hub
+        .http
+        .post(hub.url(&format!("/namespaces/{tenant}/agents/pinned/deploy")))
+        .bearer_auth(&hub.root_token)
+        .send()
+        .await?;
+    let status = refused.status();
+    let body = refused.text().await?;
+    assert!(status.is_client_error(), "{status} {body}");
+    assert!(body.contains(&cluster_name), "{body}");
+    assert!(body.contains(capability::CONTAINMENT_PROCESS), "{body}");
+    assert!(!body.contains(capability::CONTAINMENT_NETWORKING), "{body}");
+
+    // Chosen by the pipeline: the revision fails with the reason, and no
+    // work reaches the cluster.
+    let _: AgentRevision = rest(
+        &hub,
+        reqwest::Method::POST,
+        &format!("/namespaces/{tenant}/agents/chosen/deploy"),
+        None,
+    )
+    .await?;
+    let failed = eventually(WAIT, "revision 1 failed", || async {
+        let r = revision(&hub, &tenant, "chosen", 1).await.ok()?;
+        (r.phase == RevisionPhase::Failed).then_some(r)
+    })
+    .await;
+    let reason = failed.reason.unwrap_or_default();
+    assert!(reason.contains("placement refused"), "{reason}");
+    assert!(reason.contains(&cluster_name), "{reason}");
+    assert!(reason.contains(capability::CONTAINMENT_PROCESS), "{reason}");
+    assert_eq!(failed.resolved_cluster, None, "never placed");
+
+    shutdown.cancel();
+    let _ = spoke.await;
+    hub.stop().await;
+    Ok(())
+}

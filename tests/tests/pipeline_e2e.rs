@@ -290,6 +290,27 @@ impl Cleanup {
         Ok(())
     }
 
+    /// A dedicated Harness's workspace PVC names no StorageClass and exec-a
+    /// has no provisioner: a PV pre-bound to revision `revision`'s claim.
+    async fn workspace(
+        &mut self,
+        exec: &Client,
+        ns: &Namespace,
+        agent: &str,
+        revision: i64,
+    ) -> Result<()> {
+        let pv = control_env::pre_bound_volume(
+            exec,
+            &format!("ws-{agent}-r{revision}"),
+            None,
+            &ns.data_plane_namespace,
+            &format!("{agent}-r{revision}-workspace"),
+        )
+        .await?;
+        self.exec_pvs.push(pv);
+        Ok(())
+    }
+
     fn is_empty(&self) -> bool {
         self.exec_namespaces.is_empty()
             && self.gateways.is_empty()
@@ -650,6 +671,17 @@ async fn assert_serving(
         Some(format!("{agent}-r{revision}-gateway")),
         "HTTPRoute backendRef"
     );
+    assert_harness_serving(exec, dpns, agent, revision).await
+}
+
+/// The Harness of `revision` is Ready in exec-a, its Service exists, and
+/// it is the Agent's only live Harness Pod.
+async fn assert_harness_serving(
+    exec: &Client,
+    dpns: &str,
+    agent: &str,
+    revision: i64,
+) -> Result<()> {
     let harness = Api::<Deployment>::namespaced(exec.clone(), dpns)
         .get(&format!("{agent}-r{revision}-harness"))
         .await
@@ -787,8 +819,9 @@ impl World {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_puts_the_gateway_in_control_and_the_harness_in_exec_a() -> Result<()> {
     let mut w = World::start().await?;
-    let (ns, agent) = w.agent("embedded-openclaw").await?;
+    let (ns, agent) = w.agent("dedicated-codex").await?;
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
+    w.cleanup.workspace(&exec, &ns, &agent.name, 1).await?;
 
     let r = w.rest.deploy(&ns.name, &agent.name).await?;
     assert_eq!(r.number, 1);
@@ -826,9 +859,10 @@ async fn deploy_puts_the_gateway_in_control_and_the_harness_in_exec_a() -> Resul
     w.finish().await
 }
 
-/// 2. change the Agent → revision 2 Active, the route now → r2, the
-/// predecessor retired after the switch (phase retired, its Harness gone,
-/// its gateway Service gone).
+/// 2. change the Agent → revision 2 Active, the Agent now → r2, the
+/// predecessor retired after the switch (phase retired, its Harness gone).
+/// Embedded OpenClaw (issue 12): no Gateway of its own in the control
+/// cluster at any point; its gateway runs inside the data-plane workload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> {
     let mut w = World::start().await?;
@@ -841,21 +875,20 @@ async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> 
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
 
-    // Observer: r1's Harness going while the route does not yet point at
+    // Observer: r1's Harness going while the Agent is not yet active on
     // r2 would mean the predecessor was retired before the switch. Read the
-    // Harness first, then the route (so a Harness seen going is compared
-    // with a route read after it).
-    let r2_service = format!("{name}-r2-gateway");
+    // Harness first, then the Agent (so a Harness seen going is compared
+    // with an activation read after it).
     let violated = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let observer = {
-        let (control, exec, dpns, name, r2_service) = (
-            control.clone(),
+        let (rest, exec, dpns, name, tenant) = (
+            w.rest.clone(),
             exec.clone(),
             dpns.clone(),
             name.clone(),
-            r2_service.clone(),
+            ns.name.clone(),
         );
         let (violated, rounds, stop) = (violated.clone(), rounds.clone(), stop.clone());
         tokio::spawn(async move {
@@ -864,8 +897,8 @@ async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> 
             while !stop.load(Ordering::SeqCst) {
                 let h1 = harness.get_opt(&format!("{name}-r1-harness")).await?;
                 let h1_going = going(h1.as_ref().map(|d| &d.metadata));
-                let backend = route_backend(&control, &name).await?;
-                if h1_going && backend.as_deref() != Some(&r2_service) {
+                let active = rest.agent(&tenant, &name).await?.active_revision;
+                if h1_going && active != Some(2) {
                     violated.store(true, Ordering::SeqCst);
                 }
                 seen_going |= h1_going;
@@ -900,21 +933,38 @@ async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> 
         .rest
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Retired)
         .await?;
-    until(WAIT, "only r2's Harness and gateway Service", || async {
+    until(WAIT, "only r2's Harness", || async {
         let h = all_names::<Deployment>(&exec, &dpns, &name).await?;
-        let s = all_names::<Service>(&control, GW_NS, &name).await?;
-        Ok((h == [format!("{name}-r2-harness")] && s == [r2_service.clone()]).then_some(()))
+        Ok((h == [format!("{name}-r2-harness")]).then_some(()))
     })
     .await?;
+    // Embedded OpenClaw: nothing of the Agent in the control cluster.
+    for (kind, names) in [
+        (
+            "Deployment",
+            all_names::<Deployment>(&control, GW_NS, &name).await?,
+        ),
+        (
+            "Service",
+            all_names::<Service>(&control, GW_NS, &name).await?,
+        ),
+        ("Secret", all_names::<Secret>(&control, GW_NS, &name).await?),
+    ] {
+        assert!(
+            names.is_empty(),
+            "embedded Agent has control {kind}s {names:?}"
+        );
+    }
+    assert_eq!(route_backend(&control, &name).await?, None, "no route");
     stop.store(true, Ordering::SeqCst);
     let seen_going = observer.await??;
     assert!(
         !violated.load(Ordering::SeqCst),
-        "r1's Harness went before the route pointed at r2"
+        "r1's Harness went before the Agent was active on r2"
     );
     assert!(seen_going, "the observer saw r1's Harness go");
 
-    assert_serving(&control, &exec, &dpns, &name, 2).await?;
+    assert_harness_serving(&exec, &dpns, &name, 2).await?;
     // Retired after r2 was activated, in the recorded progress too.
     let retired_at = r1.progress.phases.get("retired").copied();
     let activated_at = r2.progress.activated_at;
@@ -950,7 +1000,7 @@ async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_removes_route_and_gateway_then_harness_then_provider_state() -> Result<()> {
     let mut w = World::start().await?;
-    let (ns, agent) = w.agent("dedicated-openclaw").await?;
+    let (ns, agent) = w.agent("dedicated-codex").await?;
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
     let dpns = ns.data_plane_namespace.clone();
     let name = agent.name.clone();
@@ -1658,11 +1708,12 @@ async fn hub_killed_during_prepare_completes_after_restart_without_duplicates() 
     .await?;
     rest.wait_online(&cluster_name, WAIT).await?;
     let (ns, agent) = rest
-        .tenant_with_agent(&cluster_name, "embedded-openclaw")
+        .tenant_with_agent(&cluster_name, "dedicated-codex")
         .await?;
     let name = agent.name.clone();
     let dpns = ns.data_plane_namespace.clone();
     cleanup.track(&control.admin(), &ns, &name).await?;
+    cleanup.workspace(&exec_a.admin(), &ns, &name, 1).await?;
 
     rest.deploy(&ns.name, &name).await?;
     let seen = until(WAIT, "revision 1 preparing", || async {
@@ -1776,11 +1827,12 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
         online.capabilities
     );
     let (ns, agent) = rest
-        .tenant_with_agent(&cluster_name, "embedded-openclaw")
+        .tenant_with_agent(&cluster_name, "dedicated-codex")
         .await?;
     let name = agent.name.clone();
     let dpns = ns.data_plane_namespace.clone();
     cleanup.track(&control.admin(), &ns, &name).await?;
+    cleanup.workspace(&exec_a.admin(), &ns, &name, 1).await?;
     rest.deploy(&ns.name, &name).await?;
     rest.wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
@@ -2055,7 +2107,7 @@ async fn a_revoked_deployer_stops_the_pipeline_before_the_next_effect() -> Resul
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dedicated_predecessor_is_stopped_and_retired_on_its_own_cluster() -> Result<()> {
     let mut w = World::start().await?;
-    let (ns, agent) = w.agent("dedicated-openclaw").await?;
+    let (ns, agent) = w.agent("dedicated-codex").await?;
     let exec_a = w.exec_a.admin();
     let (dpns, name) = (ns.data_plane_namespace.clone(), agent.name.clone());
     let pv_a = control_env::pre_bound_volume(
@@ -2269,7 +2321,10 @@ async fn the_gateway_reaches_its_harness_through_the_tunnel() -> Result<()> {
     })
     .await?;
     let (ns, agent) = w
-        .agent_with_images("embedded-openclaw", STANDIN_HARNESS, &standin_gateway())
+        .agent_with_images("dedicated-codex", STANDIN_HARNESS, &standin_gateway())
+        .await?;
+    w.cleanup
+        .workspace(&w.exec_a.admin(), &ns, &agent.name, 1)
         .await?;
     let control = w.control.admin();
     w.rest.deploy(&ns.name, &agent.name).await?;
@@ -2446,13 +2501,14 @@ async fn hub_killed_ends_tunneled_connections_and_new_ones_work_after_restart() 
     let (ns, agent) = rest
         .tenant_with_images(
             &cluster_name,
-            "embedded-openclaw",
+            "dedicated-codex",
             STANDIN_HARNESS,
             &standin_gateway(),
         )
         .await?;
     let name = agent.name.clone();
     cleanup.track(&control.admin(), &ns, &name).await?;
+    cleanup.workspace(&exec_a.admin(), &ns, &name, 1).await?;
     rest.deploy(&ns.name, &name).await?;
     rest.wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
@@ -2515,7 +2571,10 @@ async fn a_broken_data_path_fails_the_revision_with_the_reason() -> Result<()> {
     })
     .await?;
     let (ns, agent) = w
-        .agent_with_images("embedded-openclaw", STANDIN_HARNESS, &standin_gateway())
+        .agent_with_images("dedicated-codex", STANDIN_HARNESS, &standin_gateway())
+        .await?;
+    w.cleanup
+        .workspace(&w.exec_a.admin(), &ns, &agent.name, 1)
         .await?;
     w.rest.deploy(&ns.name, &agent.name).await?;
     let r = until(WAIT, "revision 1 failed", || async {
@@ -2536,6 +2595,88 @@ async fn a_broken_data_path_fails_the_revision_with_the_reason() -> Result<()> {
     );
     assert_eq!(
         w.rest.agent(&ns.name, &agent.name).await?.active_revision,
+        None
+    );
+    w.finish().await
+}
+
+/// Issue 12, topology: embedded OpenClaw gets no Gateway in the control
+/// cluster (its gateway runs inside the data-plane workload), and it is
+/// active only after the hub's own request went hub -> spoke link ->
+/// Harness and was answered: a real stand-in process activates, a kwok Pod
+/// with nothing behind it (Ready, but no process) fails with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_openclaw_has_no_control_gateway_and_is_probed_through_the_link() -> Result<()> {
+    require_pod_network()?;
+    let mut w = World::start_with(|c| {
+        c.pipeline.path_probe = true;
+        c.pipeline.ready_deadline_seconds = 15;
+    })
+    .await?;
+    let control = w.control.admin();
+    let (live_ns, live) = w
+        .agent_with_images("embedded-openclaw", STANDIN_HARNESS, &standin_gateway())
+        .await?;
+    let (dead_ns, dead) = w
+        .agent_with_images("embedded-openclaw", HARNESS_IMAGE, &standin_gateway())
+        .await?;
+    w.rest.deploy(&live_ns.name, &live.name).await?;
+    w.rest.deploy(&dead_ns.name, &dead.name).await?;
+
+    let r = w
+        .rest
+        .wait_phase(&live_ns.name, &live.name, 1, RevisionPhase::Active)
+        .await?;
+    assert!(
+        r.progress.gateway_applied_at.is_none(),
+        "no Gateway step: {:?}",
+        r.progress
+    );
+    assert_harness_serving(
+        &w.exec_a.admin(),
+        &live_ns.data_plane_namespace,
+        &live.name,
+        1,
+    )
+    .await?;
+    for agent in [&live.name, &dead.name] {
+        for (kind, names) in [
+            (
+                "Deployment",
+                all_names::<Deployment>(&control, GW_NS, agent).await?,
+            ),
+            (
+                "Service",
+                all_names::<Service>(&control, GW_NS, agent).await?,
+            ),
+            ("Secret", all_names::<Secret>(&control, GW_NS, agent).await?),
+        ] {
+            assert!(
+                names.is_empty(),
+                "embedded {agent} has control {kind}s {names:?}"
+            );
+        }
+    }
+
+    let failed = until(WAIT, "the Harness without a process fails", || async {
+        let r = w.rest.revision(&dead_ns.name, &dead.name, 1).await?;
+        ensure!(
+            r.phase != RevisionPhase::Active,
+            "activated with nothing answering"
+        );
+        Ok((r.phase == RevisionPhase::Failed).then_some(r))
+    })
+    .await?;
+    let reason = failed.reason.unwrap_or_default();
+    assert!(
+        reason.contains("data path probe (hub -> spoke -> Harness)"),
+        "{reason}"
+    );
+    assert_eq!(
+        w.rest
+            .agent(&dead_ns.name, &dead.name)
+            .await?
+            .active_revision,
         None
     );
     w.finish().await

@@ -45,6 +45,7 @@ fn spec(image: &str) -> AgentSpec {
         requirement_labels: BTreeMap::from([("gpu".into(), "a100".into())]),
         placement: Placement::default(),
         plugins: vec!["web".into()],
+        channels: vec![],
     }
 }
 

@@ -129,6 +129,14 @@ fn spec_from_pb(spec: Option<pb::AgentSpec>) -> Result<AgentSpec, Status> {
             cluster_selector: placement.cluster_selector.into_iter().collect(),
         },
         plugins: spec.plugins,
+        channels: spec
+            .channels
+            .into_iter()
+            .map(|c| model::Channel {
+                name: c.name,
+                enabled: c.enabled,
+            })
+            .collect(),
     })
 }
 
@@ -151,6 +159,14 @@ fn spec_to_pb(s: AgentSpec) -> pb::AgentSpec {
             cluster_selector: s.placement.cluster_selector.into_iter().collect(),
         }),
         plugins: s.plugins,
+        channels: s
+            .channels
+            .into_iter()
+            .map(|c| pb::Channel {
+                name: c.name,
+                enabled: c.enabled,
+            })
+            .collect(),
     }
 }
 

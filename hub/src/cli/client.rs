@@ -234,6 +234,9 @@ struct SpecArgs {
     /// Plugin name (repeatable).
     #[arg(long = "plugin")]
     plugins: Vec<String>,
+    /// Enabled external channel name (repeatable; needs a dedicated harness kind).
+    #[arg(long = "channel")]
+    channels: Vec<String>,
     #[arg(long)]
     cpu_request: Option<String>,
     #[arg(long)]
@@ -903,6 +906,7 @@ impl SpecArgs {
                 requirement_labels: BTreeMap::new(),
                 placement: Default::default(),
                 plugins: Vec::new(),
+                channels: Vec::new(),
             },
         };
         if let Some(kind) = &self.harness_kind {
@@ -939,6 +943,16 @@ impl SpecArgs {
         }
         if !self.plugins.is_empty() {
             spec.plugins = self.plugins;
+        }
+        if !self.channels.is_empty() {
+            spec.channels = self
+                .channels
+                .into_iter()
+                .map(|name| crate::model::Channel {
+                    name,
+                    enabled: true,
+                })
+                .collect();
         }
         let r = &mut spec.resources;
         for (slot, value) in [

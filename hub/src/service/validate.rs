@@ -90,19 +90,49 @@ pub fn agent_spec(spec: &AgentSpec) -> Result<(), ServiceError> {
             return Err(invalid(format!("spec.plugins[{i}]"), "is listed twice"));
         }
     }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, channel) in spec.channels.iter().enumerate() {
+        let field = format!("spec.channels[{i}].name");
+        dns_label(&field, &channel.name)?;
+        if !seen.insert(&channel.name) {
+            return Err(invalid(field, "is listed twice"));
+        }
+    }
     Ok(())
 }
 
 /// The topology rules of the OpenClaw Compute Driver that a spec alone
-/// decides: embedded OpenClaw runs its gateway inside the data-plane
-/// workload, so it is never handed to a SandboxDriver provider.
+/// decides (what a cluster must offer is decided at placement):
+/// - embedded OpenClaw runs its gateway inside the data-plane workload, so
+///   it is never handed to a SandboxDriver provider;
+/// - enabled external channels need dedicated execution;
+/// - dedicated native OpenClaw runs only under a provisioning SandboxDriver
+///   (which must also declare networking, filesystem and process
+///   containment: checked against the cluster at placement).
 fn topology(spec: &AgentSpec) -> Result<(), ServiceError> {
-    if spec.harness_kind == HarnessKind::EmbeddedOpenclaw
-        && spec.execution_mode == ExecutionMode::Provider
+    match (spec.harness_kind, spec.execution_mode) {
+        (HarnessKind::EmbeddedOpenclaw, ExecutionMode::Provider) => {
+            return Err(invalid(
+                "spec.executionMode",
+                "embedded-openclaw is never delegated to a provider: use ordinary, or a dedicated harness kind",
+            ));
+        }
+        (HarnessKind::DedicatedOpenclaw, ExecutionMode::Ordinary) => {
+            return Err(invalid(
+                "spec.executionMode",
+                "dedicated-openclaw needs a provisioning SandboxDriver that declares networking, \
+                 filesystem and process containment: use executionMode provider",
+            ));
+        }
+        _ => {}
+    }
+    if !spec.harness_kind.is_dedicated()
+        && let Some(i) = spec.channels.iter().position(|c| c.enabled)
     {
         return Err(invalid(
-            "spec.executionMode",
-            "embedded-openclaw is never delegated to a provider: use ordinary, or a dedicated harness kind",
+            format!("spec.channels[{i}]"),
+            "enabled external channels need dedicated execution: use harnessKind \
+             dedicated-openclaw or dedicated-codex, or disable the channel",
         ));
     }
     Ok(())
@@ -233,6 +263,7 @@ mod tests {
             requirement_labels: BTreeMap::new(),
             placement: Placement::default(),
             plugins: vec![],
+            channels: vec![],
         }
     }
 

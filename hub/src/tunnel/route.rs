@@ -129,59 +129,58 @@ impl Routes {
             Err(StoreError::NotFound { .. }) => return Err(unknown()),
             Err(e) => return Err(store_refusal(e)),
         };
-        self.route_of(&rev).await
+        route_of(self.store.as_ref(), &rev).await
     }
+}
 
-    async fn route_of(&self, rev: &AgentRevision) -> Result<Route, Refusal> {
-        let not_serving = |why: String| Refusal::new(reason::REVISION_NOT_SERVING, why);
-        if !serving(rev.phase) {
-            return Err(not_serving(format!(
-                "{}/{} revision {} is {}",
-                rev.namespace,
-                rev.agent,
-                rev.number,
-                rev.phase.as_str()
-            )));
-        }
-        let Some(cluster_name) = rev.resolved_cluster.clone() else {
-            return Err(not_serving(format!(
-                "{}/{} revision {} is not placed on a cluster yet",
-                rev.namespace, rev.agent, rev.number
-            )));
-        };
-        let ns = self
-            .store
-            .get_namespace(&rev.namespace)
-            .await
-            .map_err(store_refusal)?;
-        let cluster = self
-            .store
-            .get_cluster(&cluster_name)
-            .await
-            .map_err(store_refusal)?;
-        // The physical namespace: what the spoke reported ensuring (a legacy
-        // or adopted name), else the `oce-` name, as the Gateway was told.
-        let ensured = self
-            .store
-            .get_report(&cluster.id, &target::namespace(&ns.id), report::WORK_RESULT)
-            .await
-            .map_err(store_refusal)?
-            .and_then(|r| serde_json::from_value::<WorkResultReport>(r.body).ok());
-        let physical = ensured
-            .as_ref()
-            .and_then(WorkResultReport::ensured_namespace)
-            .unwrap_or(&ns.data_plane_namespace);
-        let port = harness::DEFAULT_PORT;
-        Ok(Route {
-            revision_id: rev.id.clone(),
-            tenant: ns.name.clone(),
-            agent: rev.agent.clone(),
-            revision: rev.number,
-            cluster_id: cluster.id,
-            cluster_name,
-            target: target::harness(&ns.id, &rev.agent, rev.number),
-            authority: harness_authority(&rev.agent, rev.number, physical, port),
-            port,
-        })
+/// Where `rev`'s tunnels go, while it serves: its cluster, its Harness
+/// target and the only authority it may reach.
+pub async fn route_of(store: &dyn Store, rev: &AgentRevision) -> Result<Route, Refusal> {
+    let not_serving = |why: String| Refusal::new(reason::REVISION_NOT_SERVING, why);
+    if !serving(rev.phase) {
+        return Err(not_serving(format!(
+            "{}/{} revision {} is {}",
+            rev.namespace,
+            rev.agent,
+            rev.number,
+            rev.phase.as_str()
+        )));
     }
+    let Some(cluster_name) = rev.resolved_cluster.clone() else {
+        return Err(not_serving(format!(
+            "{}/{} revision {} is not placed on a cluster yet",
+            rev.namespace, rev.agent, rev.number
+        )));
+    };
+    let ns = store
+        .get_namespace(&rev.namespace)
+        .await
+        .map_err(store_refusal)?;
+    let cluster = store
+        .get_cluster(&cluster_name)
+        .await
+        .map_err(store_refusal)?;
+    // The physical namespace: what the spoke reported ensuring (a legacy
+    // or adopted name), else the `oce-` name, as the Gateway was told.
+    let ensured = store
+        .get_report(&cluster.id, &target::namespace(&ns.id), report::WORK_RESULT)
+        .await
+        .map_err(store_refusal)?
+        .and_then(|r| serde_json::from_value::<WorkResultReport>(r.body).ok());
+    let physical = ensured
+        .as_ref()
+        .and_then(WorkResultReport::ensured_namespace)
+        .unwrap_or(&ns.data_plane_namespace);
+    let port = harness::DEFAULT_PORT;
+    Ok(Route {
+        revision_id: rev.id.clone(),
+        tenant: ns.name.clone(),
+        agent: rev.agent.clone(),
+        revision: rev.number,
+        cluster_id: cluster.id,
+        cluster_name,
+        target: target::harness(&ns.id, &rev.agent, rev.number),
+        authority: harness_authority(&rev.agent, rev.number, physical, port),
+        port,
+    })
 }

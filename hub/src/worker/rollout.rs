@@ -39,7 +39,7 @@ use super::{WorkError, WorkHandler};
 use crate::auth::Action;
 use crate::link::server::LinkHandle;
 use crate::model::{Agent, AgentRevision, DesiredState, Namespace, RevisionPhase, WorkItem};
-use crate::pipeline::{Step, choose_cluster, decide, decide_stop};
+use crate::pipeline::{Placement, Step, choose_cluster, decide, decide_stop, needs};
 use crate::store::{Store, StoreError};
 use facts::Gathered;
 use spec::{
@@ -59,6 +59,9 @@ pub use trigger::RolloutTrigger;
 const BUSY_RETRY: Duration = Duration::from_millis(200);
 /// How soon placement is tried again while no online cluster matches.
 const PLACE_RETRY: Duration = Duration::from_secs(2);
+/// How long the hub's own probe of a Harness may take.
+const HARNESS_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How soon a failed data path probe is tried again (until the readiness
 /// deadline).
 const PROBE_RETRY: Duration = Duration::from_millis(500);
@@ -333,12 +336,23 @@ impl Rollout {
             }
             Step::Place => {
                 let clusters = store.list_clusters().await.map_err(store_err)?;
-                let chosen = choose_cluster(&clusters, &rev.spec.placement.cluster_selector);
-                let Some(c) = chosen else {
-                    // The placement deadline ends this if none comes.
-                    let at = now + chrono::Duration::from_std(PLACE_RETRY).unwrap_or_default();
-                    self.requeue(store, &rev, ns, at).await?;
-                    return Ok(Flow::Settled);
+                let c = match choose_cluster(
+                    &clusters,
+                    &rev.spec.placement.cluster_selector,
+                    needs(&rev.spec),
+                ) {
+                    Placement::Chosen(c) => c,
+                    Placement::Refused(why) => {
+                        return self
+                            .fail(store, ns, g, rev, format!("placement refused: {why}"))
+                            .await;
+                    }
+                    Placement::Unavailable => {
+                        // The placement deadline ends this if none comes.
+                        let at = now + chrono::Duration::from_std(PLACE_RETRY).unwrap_or_default();
+                        self.requeue(store, &rev, ns, at).await?;
+                        return Ok(Flow::Settled);
+                    }
                 };
                 store
                     .place_revision(&rev.id, &c.name)
@@ -437,6 +451,34 @@ impl Rollout {
                     &work,
                 )
                 .await?;
+            }
+            Step::Activate if !rev.spec.harness_kind.has_control_gateway() => {
+                if self.config.path_probe
+                    && let Err(failure) = self.probe_harness(store, &rev).await
+                {
+                    return self.path_probe_failed(store, ns, g, rev, failure).await;
+                }
+                // No control-cluster Gateway serves an embedded revision: a
+                // route a dedicated predecessor left goes (its Gateway
+                // revision is retired after activation).
+                if g.predecessors
+                    .iter()
+                    .any(|p| p.revision.spec.harness_kind.has_control_gateway())
+                {
+                    self.gateways
+                        .stop(&ns.name, &rev.agent)
+                        .await
+                        .map_err(|e| WorkError::Retryable(format!("activation: {e}")))?;
+                }
+                if !store
+                    .activate_revision(&rev.namespace, &rev.agent, rev.number)
+                    .await
+                    .map_err(store_err)?
+                {
+                    return Ok(Flow::Continue);
+                }
+                rev.progress.activated_at = Some(now);
+                self.save(store, &mut rev).await?;
             }
             Step::Activate => {
                 let target = gateway_target(ns, dp, agent, &rev, self.config.tunnel.as_ref());
@@ -616,6 +658,32 @@ impl Rollout {
     /// The data path probe failed: retried until the readiness deadline,
     /// with the reason on the revision meanwhile; then the revision fails
     /// with it.
+    /// The data path of a revision without a control-cluster Gateway: the
+    /// hub's own request through the spoke's link to the Harness.
+    async fn probe_harness(
+        &self,
+        store: &dyn Store,
+        rev: &AgentRevision,
+    ) -> Result<(), GatewayFailure> {
+        let route = crate::tunnel::route::route_of(store, rev)
+            .await
+            .map_err(|r| GatewayFailure {
+                reason: format!("{}: {}", r.reason, r.message),
+                transient: true,
+            })?;
+        crate::tunnel::probe::http_get(
+            &self.link.state.tunnels,
+            &route,
+            clawfed_proto::tunnel::PROBE_PATH,
+            HARNESS_PROBE_TIMEOUT,
+        )
+        .await
+        .map_err(|e| GatewayFailure {
+            reason: e.to_string(),
+            transient: true,
+        })
+    }
+
     async fn path_probe_failed(
         &self,
         store: &dyn Store,
@@ -625,7 +693,12 @@ impl Rollout {
         failure: GatewayFailure,
     ) -> PassResult {
         let reason = format!(
-            "data path probe (Gateway -> hub tunnel -> spoke -> Harness) failed: {}",
+            "data path probe ({}) failed: {}",
+            if rev.spec.harness_kind.has_control_gateway() {
+                "Gateway -> hub tunnel -> spoke -> Harness"
+            } else {
+                "hub -> spoke -> Harness"
+            },
             failure.reason
         );
         let now = Utc::now();

@@ -112,6 +112,9 @@ pub struct CrdSandboxDriver {
     client: Client,
     installed: OnceCell<()>,
     delete_timeout: Duration,
+    /// What the runtime behind the custom resource guarantees, as the
+    /// operator declared it (`--sandbox-containment`).
+    containment: Vec<&'static str>,
 }
 
 impl std::fmt::Debug for CrdSandboxDriver {
@@ -127,7 +130,15 @@ impl CrdSandboxDriver {
             client,
             installed: OnceCell::new(),
             delete_timeout: Duration::from_secs(60),
+            containment: Vec::new(),
         }
+    }
+
+    /// Declares the containment of the sandbox runtime behind the custom
+    /// resource (`clawfed_proto::capability::CONTAINMENT_*`).
+    pub fn with_containment(mut self, containment: Vec<&'static str>) -> Self {
+        self.containment = containment;
+        self
     }
 
     /// Installs the CRD (server-side apply) and waits until it is Established.
@@ -241,6 +252,10 @@ impl SandboxDriver for CrdSandboxDriver {
 
     fn provisions_harness(&self) -> bool {
         true
+    }
+
+    fn containment(&self) -> Vec<&'static str> {
+        self.containment.clone()
     }
 
     async fn provision_harness(

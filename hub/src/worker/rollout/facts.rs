@@ -213,6 +213,16 @@ impl Rollout {
             _ => None,
         };
         let cluster_id = self.cluster_of(store, rev).await?;
+        // Before Harness work goes out, the cluster it is placed on (an
+        // explicit placement, or one whose spoke changed its driver since)
+        // must still be able to serve the revision.
+        let unservable = match (&rev.resolved_cluster, wanted && forward) {
+            (Some(name), true) if rev.progress.phases.get("waiting-ready").is_none() => {
+                let cluster = store.get_cluster(name).await.map_err(store_err)?;
+                crate::pipeline::cannot_serve(&cluster, crate::pipeline::needs(&rev.spec))
+            }
+            _ => None,
+        };
         let (data_plane_namespace, namespace_state) = self
             .physical_namespace(store, ns, cluster_id.as_deref())
             .await?;
@@ -272,21 +282,23 @@ impl Rollout {
                 data_plane_namespace: p_namespace,
             });
         }
+        let control_gateway = rev.spec.harness_kind.has_control_gateway();
         let gateway_applied = rev.progress.gateway_applied_at.is_some();
-        let gateway_ready = if gateway_applied && rev.phase == RevisionPhase::WaitingReady {
-            self.gateways
-                .ready(&gateway_target(
-                    ns,
-                    &data_plane_namespace,
-                    agent,
-                    rev,
-                    self.config.tunnel.as_ref(),
-                ))
-                .await
-                .unwrap_or(false)
-        } else {
-            false
-        };
+        let gateway_ready =
+            if control_gateway && gateway_applied && rev.phase == RevisionPhase::WaitingReady {
+                self.gateways
+                    .ready(&gateway_target(
+                        ns,
+                        &data_plane_namespace,
+                        agent,
+                        rev,
+                        self.config.tunnel.as_ref(),
+                    ))
+                    .await
+                    .unwrap_or(false)
+            } else {
+                false
+            };
         let sent = |g| harness.as_ref().is_some_and(|s| s.sent(g));
         let out = |g| {
             harness
@@ -298,12 +310,14 @@ impl Rollout {
             wanted,
             denied,
             placed: cluster_id.is_some(),
+            unservable,
             namespace_sent: namespace_state
                 .as_ref()
                 .is_some_and(|s| s.sent(generation::NAMESPACE_ENSURE)),
             namespace: namespace_state.as_ref().map_or(WorkOutcome::Waiting, |s| {
                 s.outcome(generation::NAMESPACE_ENSURE)
             }),
+            control_gateway,
             gateway_applied,
             dedicated: rev.spec.harness_kind.is_dedicated(),
             predecessors,
