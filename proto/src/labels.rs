@@ -29,3 +29,16 @@ pub const ADOPTED: &str = "clawfed.io/adopted";
 /// policy (deploy/spoke/admission.yaml) refuses the spoke any change to it,
 /// and refuses it any write to an unmanaged namespace that lacks it.
 pub const ADOPTABLE: &str = "clawfed.io/adoptable";
+
+/// The markers the OpenClaw Kubernetes Compute Driver puts on the tenant
+/// namespaces it made. clawfed recognises them (all three, exactly, as
+/// with its own) so an existing OpenClaw installation's namespaces can be
+/// taken over; the operator consents with [`ADOPTABLE`].
+pub mod openclaw {
+    /// The tenant label.
+    pub const TENANT: &str = "openclaw.ai/tenant";
+    /// The namespace-id annotation.
+    pub const NAMESPACE_ID_ANNOTATION: &str = "openclaw.ai/namespace-id";
+    /// Value of [`super::MANAGED_BY`] on the driver's namespaces.
+    pub const MANAGER: &str = "openclaw-compute-driver";
+}

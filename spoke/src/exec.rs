@@ -421,6 +421,8 @@ impl Executor {
         for selector in [
             format!("{}={}", labels::TENANT, w.tenant),
             format!("{}={}", labels::MANAGED_BY, labels::MANAGER),
+            // Namespaces an existing OpenClaw installation made.
+            format!("{}={}", labels::openclaw::TENANT, w.tenant),
         ] {
             let list = api
                 .list(&ListParams::default().labels(&selector))
@@ -609,6 +611,18 @@ impl Executor {
         if h.execution == ExecutionMode::Provider && !self.driver.provisions_harness() {
             return Err(refuse(format!(
                 "provider {} cannot own a harness",
+                self.driver.name()
+            )));
+        }
+        if h.execution == ExecutionMode::Provider
+            && let Some(limit) = self.driver.max_namespace_len()
+            && ns.len() > limit
+        {
+            // An adopted (operator-named) namespace may be longer than the
+            // provider's workspace names allow: refused, never truncated.
+            return Err(refuse(format!(
+                "namespace {ns} ({} characters) is longer than the workspace limit of provider {} ({limit})",
+                ns.len(),
                 self.driver.name()
             )));
         }

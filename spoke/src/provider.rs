@@ -110,6 +110,13 @@ pub trait SandboxDriver: Send + Sync {
         false
     }
 
+    /// The longest data-plane namespace name the provider's workspaces can
+    /// carry (`None`: any valid name). Provider work in a longer (adopted)
+    /// namespace is refused.
+    fn max_namespace_len(&self) -> Option<usize> {
+        None
+    }
+
     /// The containment the provider declares for the Harnesses it owns
     /// (`clawfed_proto::capability::CONTAINMENT_*`): dedicated native
     /// OpenClaw is placed only where all of them are declared.

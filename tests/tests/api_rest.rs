@@ -1991,27 +1991,6 @@ async fn invalid_names_and_specs_are_400_naming_the_field(backend: Backend) {
         .expect_invalid(field);
     }
 
-    // The topology rules' allowed combinations pass: a disabled channel on
-    // embedded OpenClaw, enabled channels on a dedicated harness, dedicated
-    // native OpenClaw under a provider.
-    for (i, ok) in [
-        json!({ "harnessKind": "embedded-openclaw", "channels": [{ "name": "slack", "enabled": false }] }),
-        json!({ "harnessKind": "dedicated-codex", "channels": [{ "name": "slack" }] }),
-        json!({ "harnessKind": "dedicated-openclaw", "executionMode": "provider",
-                "channels": [{ "name": "telegram" }] }),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let r = c
-            .post(
-                "/namespaces/team/agents",
-                json!({ "name": format!("topo-{i}"), "spec": with(ok.clone()) }),
-            )
-            .await;
-        assert_eq!(r.status, 201, "create with {ok}: {}", r.text);
-    }
-
     // Valid labels and a pinned digest pass.
     let ok = with(json!({
         "image": format!("img@sha256:{}", "0123456789abcdef".repeat(4)),
@@ -2041,6 +2020,27 @@ async fn invalid_names_and_specs_are_400_naming_the_field(backend: Backend) {
     };
     assert_eq!(strip(after), strip(before), "nothing else changed");
     assert_eq!(c.get("/namespaces").await.items().len(), 1);
+
+    // The topology rules' allowed combinations pass: a disabled channel on
+    // embedded OpenClaw, enabled channels on a dedicated harness, dedicated
+    // native OpenClaw under a provider.
+    for (i, ok) in [
+        json!({ "harnessKind": "embedded-openclaw", "channels": [{ "name": "slack", "enabled": false }] }),
+        json!({ "harnessKind": "dedicated-codex", "channels": [{ "name": "slack" }] }),
+        json!({ "harnessKind": "dedicated-openclaw", "executionMode": "provider",
+                "channels": [{ "name": "telegram" }] }),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = c
+            .post(
+                "/namespaces/team/agents",
+                json!({ "name": format!("topo-{i}"), "spec": with(ok.clone()) }),
+            )
+            .await;
+        assert_eq!(r.status, 201, "create with {ok}: {}", r.text);
+    }
     hub.stop().await;
 }
 

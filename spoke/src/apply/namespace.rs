@@ -123,27 +123,63 @@ impl From<&Namespace> for NamespaceObservation {
     }
 }
 
+/// One marker set: the tenant label, the namespace-id annotation and the
+/// manager label value.
+struct Markers {
+    tenant: &'static str,
+    namespace_id: &'static str,
+    manager: &'static str,
+}
+
+/// clawfed's own markers, then the OpenClaw Compute Driver's.
+const MARKER_SETS: [Markers; 2] = [
+    Markers {
+        tenant: labels::TENANT,
+        namespace_id: labels::NAMESPACE_ID_ANNOTATION,
+        manager: labels::MANAGER,
+    },
+    Markers {
+        tenant: labels::openclaw::TENANT,
+        namespace_id: labels::openclaw::NAMESPACE_ID_ANNOTATION,
+        manager: labels::openclaw::MANAGER,
+    },
+];
+
 impl NamespaceObservation {
-    /// True when the namespace has any clawfed marker of tenant `tenant` or id `id`.
+    /// True when the namespace has any marker (of either set) of tenant
+    /// `tenant` or id `id`.
     fn claims(&self, tenant: &str, id: &str) -> bool {
-        self.labels.get(labels::TENANT).is_some_and(|t| t == tenant)
-            || self
-                .annotations
-                .get(labels::NAMESPACE_ID_ANNOTATION)
-                .is_some_and(|a| a == id)
+        MARKER_SETS.iter().any(|m| {
+            self.labels.get(m.tenant).is_some_and(|t| t == tenant)
+                || self
+                    .annotations
+                    .get(m.namespace_id)
+                    .is_some_and(|a| a == id)
+        })
     }
 
-    /// True when it has all three markers of the tenant exactly.
-    pub fn has_all_markers(&self, tenant: &str, id: &str) -> bool {
-        self.labels.get(labels::TENANT).is_some_and(|t| t == tenant)
+    fn has_markers(&self, m: &Markers, tenant: &str, id: &str) -> bool {
+        self.labels.get(m.tenant).is_some_and(|t| t == tenant)
             && self
                 .annotations
-                .get(labels::NAMESPACE_ID_ANNOTATION)
+                .get(m.namespace_id)
                 .is_some_and(|a| a == id)
             && self
                 .labels
                 .get(labels::MANAGED_BY)
-                .is_some_and(|m| m == labels::MANAGER)
+                .is_some_and(|v| v == m.manager)
+    }
+
+    /// True when it has all three markers of the tenant exactly: clawfed's
+    /// own, or the OpenClaw Compute Driver's.
+    pub fn has_all_markers(&self, tenant: &str, id: &str) -> bool {
+        MARKER_SETS.iter().any(|m| self.has_markers(m, tenant, id))
+    }
+
+    /// True when it carries the OpenClaw Compute Driver's complete marker
+    /// set and not clawfed's: made by an existing OpenClaw installation.
+    pub fn made_by_openclaw(&self, tenant: &str, id: &str) -> bool {
+        self.has_markers(&MARKER_SETS[1], tenant, id) && !self.has_markers(&MARKER_SETS[0], tenant, id)
     }
 
     /// True when an operator marked it for adoption.
@@ -154,10 +190,9 @@ impl NamespaceObservation {
     }
 
     fn has_any_clawfed_marker(&self) -> bool {
-        self.labels.contains_key(labels::TENANT)
-            || self
-                .annotations
-                .contains_key(labels::NAMESPACE_ID_ANNOTATION)
+        MARKER_SETS.iter().any(|m| {
+            self.labels.contains_key(m.tenant) || self.annotations.contains_key(m.namespace_id)
+        })
     }
 }
 
@@ -221,6 +256,11 @@ pub fn resolve(
                 name: ns.name.clone(),
                 tenant: tenant.into(),
             });
+        }
+        // Taking over an OpenClaw installation's namespace changes who
+        // manages it: only with the operator's consent.
+        if ns.made_by_openclaw(tenant, id) && !ns.adoptable() {
+            return Err(NamespaceError::NotAdoptable(ns.name.clone()));
         }
         let adopted = ns.labels.get(labels::ADOPTED).is_some_and(|v| v == "true");
         let clawfed_name = ns.name == expected || is_legacy_data_plane_shape(&ns.name);
@@ -515,6 +555,21 @@ mod tests {
         o
     }
 
+    /// A namespace made by the OpenClaw Compute Driver: its own markers.
+    fn openclaw_obs(name: &str, tenant: &str, id: &str) -> NamespaceObservation {
+        let mut o = NamespaceObservation {
+            name: name.into(),
+            ..Default::default()
+        };
+        o.labels
+            .insert(labels::openclaw::TENANT.into(), tenant.into());
+        o.labels
+            .insert(labels::MANAGED_BY.into(), labels::openclaw::MANAGER.into());
+        o.annotations
+            .insert(labels::openclaw::NAMESPACE_ID_ANNOTATION.into(), id.into());
+        o
+    }
+
     type Case = (
         &'static str,
         NamespaceWork,
@@ -575,6 +630,35 @@ mod tests {
                 "legacy with only the annotation",
                 work(),
                 vec![obs(legacy, None, Some("id-1"), true)],
+                Err("inconsistent"),
+            ),
+            (
+                "OpenClaw driver namespace, all three of its markers, operator consent",
+                work(),
+                vec![mark(openclaw_obs(legacy, "team-a", "id-1"))],
+                Ok(Resolution::Existing(legacy.into())),
+            ),
+            (
+                "OpenClaw driver namespace without the operator's consent",
+                work(),
+                vec![openclaw_obs(legacy, "team-a", "id-1")],
+                Err("not marked for adoption"),
+            ),
+            (
+                "OpenClaw driver namespace of another id",
+                work(),
+                vec![mark(openclaw_obs(legacy, "team-a", "id-2"))],
+                Err("inconsistent"),
+            ),
+            (
+                "OpenClaw tenant label with clawfed's annotation and manager",
+                work(),
+                vec![{
+                    let mut o = obs(legacy, None, Some("id-1"), true);
+                    o.labels
+                        .insert(labels::openclaw::TENANT.into(), "team-a".into());
+                    mark(o)
+                }],
                 Err("inconsistent"),
             ),
             (

@@ -107,6 +107,11 @@ pub fn crd() -> CustomResourceDefinition {
     }
 }
 
+/// The longest namespace a SandboxHarness workspace can name: the sandbox
+/// runtime derives workspace ids `<namespace>.<name>` of at most 63 bytes,
+/// and harness names take up to 22 of them.
+pub const WORKSPACE_NAMESPACE_LIMIT: usize = 40;
+
 /// The CRD-backed driver.
 pub struct CrdSandboxDriver {
     client: Client,
@@ -256,6 +261,10 @@ impl SandboxDriver for CrdSandboxDriver {
 
     fn containment(&self) -> Vec<&'static str> {
         self.containment.clone()
+    }
+
+    fn max_namespace_len(&self) -> Option<usize> {
+        Some(WORKSPACE_NAMESPACE_LIMIT)
     }
 
     async fn provision_harness(
