@@ -66,7 +66,7 @@ kc control delete pv clawfed-demo-hello-gateway --ignore-not-found --wait=true -
 
 log "least-privilege identities: hub in control, spoke in exec-a"
 kc control apply --server-side --force-conflicts -f deploy/hub/namespace.yaml -f deploy/hub/rbac.yaml >&2
-kc exec-a apply --server-side --force-conflicts -f deploy/spoke/namespace.yaml -f deploy/spoke/rbac.yaml -f deploy/spoke/admission.yaml >&2
+kc exec-a apply --server-side --force-conflicts -f deploy/spoke/namespace.yaml -f deploy/spoke/rbac.yaml -f deploy/spoke/provider-crd.yaml -f deploy/spoke/admission.yaml >&2
 # Storage for the Gateway's SQLite volume (kwok nodes mount nothing, and the
 # test clusters have no provisioner) and an edge Gateway for the routes.
 kc control apply --server-side --force-conflicts -f - >&2 <<'EOF'
@@ -187,7 +187,22 @@ cf namespaces create demo --display-name "Demo tenant"
 # Stand-in images: the test clusters' pod runner runs them as real
 # processes (a Harness that answers, a Gateway that forwards through the
 # hub's tunnel).
-cf agents create hello -n demo --harness-kind embedded-openclaw \
+# A dedicated Harness (its own Gateway in the control cluster; embedded
+# OpenClaw would run its gateway inside the workload) keeps a ReadWriteOnce
+# workspace: exec-a has no volume provisioner, so a PV pre-bound to the claim.
+dpns="$("$BIN/clawfed" namespaces get demo -o json | sed -n 's/.*"dataPlaneNamespace": *"\([^"]*\)".*/\1/p')"
+kc exec-a apply -f - >&2 <<EOF
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: "ws-$dpns-hello-r1"}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {path: /tmp/clawfed-demo-hello-r1}
+  claimRef: {namespace: $dpns, name: hello-r1-workspace}
+EOF
+cf agents create hello -n demo --harness-kind dedicated-codex \
   --image "clawfed.test/harness-standin@sha256:$(digest harness)" \
   --gateway-image "clawfed.test/gateway-standin@sha256:$(digest gateway)" \
   --cluster exec-a --cpu-request 250m --memory-limit 512Mi

@@ -23,7 +23,7 @@ pub const SPOKE_SERVICE_ACCOUNT: &str = "clawfed-spoke";
 /// only one its Role in [`SPOKE_NAMESPACE`] reaches.
 pub const SPOKE_IDENTITY_SECRET: &str = "clawfed-spoke-identity";
 
-fn deploy_file(name: &str) -> Result<String> {
+pub fn deploy_file(name: &str) -> Result<String> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/spoke/");
     std::fs::read_to_string(format!("{path}{name}"))
         .with_context(|| format!("reading deploy/spoke/{name}"))
@@ -72,11 +72,30 @@ where
     Ok(())
 }
 
+/// The ClusterRoles of deploy/spoke/`file`.
+pub fn cluster_roles(file: &str) -> Result<Vec<ClusterRole>> {
+    let text = deploy_file(file)?;
+    let mut out = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+        if v["kind"] == "ClusterRole" {
+            out.push(typed(&v)?);
+        }
+    }
+    Ok(out)
+}
+
 /// Installs the spoke's namespace, ServiceAccount, RBAC and admission
-/// policy from deploy/spoke, as the cluster admin.
+/// policy from deploy/spoke, as the cluster admin, with the CRD provider's
+/// own rights (the tests run that provider too).
 pub async fn install_spoke_rbac(cluster: &TestCluster) -> Result<()> {
     let admin = cluster.admin();
-    for file in ["namespace.yaml", "rbac.yaml", "admission.yaml"] {
+    for file in [
+        "namespace.yaml",
+        "rbac.yaml",
+        "provider-crd.yaml",
+        "admission.yaml",
+    ] {
         let text = deploy_file(file)?;
         for doc in serde_yaml_ng::Deserializer::from_str(&text) {
             let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;

@@ -605,3 +605,75 @@ async fn identity_store(e: &Env, other: &str) -> Result<()> {
     let _ = admin.delete(&fresh, &DeleteParams::default()).await;
     Ok(())
 }
+
+/// Issue 12: a SandboxDriver provider's extra rights live in its own RBAC
+/// file, not in the default spoke role; they reach the spoke's tenant role
+/// only by aggregation, so only where the spoke bound it.
+#[test]
+fn provider_rights_live_in_their_own_rbac_file() -> Result<()> {
+    use clawfed_tests::spoke_env::cluster_roles;
+    const AGGREGATE: &str = "clawfed.io/aggregate-to-spoke-tenant";
+    let provider_rule = |r: &k8s_openapi::api::rbac::v1::PolicyRule| {
+        r.api_groups
+            .iter()
+            .flatten()
+            .any(|g| g == "sandbox.clawfed.io" || g == "apiextensions.k8s.io")
+    };
+    let default = cluster_roles("rbac.yaml")?;
+    ensure!(!default.is_empty(), "rbac.yaml has ClusterRoles");
+    for role in &default {
+        ensure!(
+            !role.rules.iter().flatten().any(provider_rule),
+            "default spoke role {} grants provider rights",
+            role.name_any()
+        );
+    }
+    let tenant = default
+        .iter()
+        .find(|r| r.name_any() == "clawfed-spoke-tenant")
+        .context("clawfed-spoke-tenant")?;
+    let selects = tenant
+        .aggregation_rule
+        .as_ref()
+        .and_then(|a| a.cluster_role_selectors.as_ref())
+        .is_some_and(|s| {
+            s.iter().any(|sel| {
+                sel.match_labels
+                    .as_ref()
+                    .is_some_and(|m| m.get(AGGREGATE).is_some_and(|v| v == "true"))
+            })
+        });
+    ensure!(selects, "clawfed-spoke-tenant aggregates {AGGREGATE}=true");
+    let provider = cluster_roles("provider-crd.yaml")?;
+    let tenant_part = provider
+        .iter()
+        .find(|r| {
+            r.rules.iter().flatten().any(|r| {
+                r.api_groups
+                    .iter()
+                    .flatten()
+                    .any(|g| g == "sandbox.clawfed.io")
+            })
+        })
+        .context("the provider's tenant rights")?;
+    ensure!(
+        tenant_part
+            .labels()
+            .get(AGGREGATE)
+            .is_some_and(|v| v == "true"),
+        "the provider's tenant rights join the tenant role by aggregation"
+    );
+    ensure!(
+        provider.iter().any(|r| r.rules.iter().flatten().any(|r| r
+            .api_groups
+            .iter()
+            .flatten()
+            .any(|g| g == "apiextensions.k8s.io")
+            && r.resource_names
+                .iter()
+                .flatten()
+                .any(|n| n == "sandboxharnesses.sandbox.clawfed.io"))),
+        "the provider's CRD right, by name"
+    );
+    Ok(())
+}

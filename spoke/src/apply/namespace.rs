@@ -179,7 +179,8 @@ impl NamespaceObservation {
     /// True when it carries the OpenClaw Compute Driver's complete marker
     /// set and not clawfed's: made by an existing OpenClaw installation.
     pub fn made_by_openclaw(&self, tenant: &str, id: &str) -> bool {
-        self.has_markers(&MARKER_SETS[1], tenant, id) && !self.has_markers(&MARKER_SETS[0], tenant, id)
+        self.has_markers(&MARKER_SETS[1], tenant, id)
+            && !self.has_markers(&MARKER_SETS[0], tenant, id)
     }
 
     /// True when an operator marked it for adoption.

@@ -217,7 +217,7 @@ impl Rollout {
         // explicit placement, or one whose spoke changed its driver since)
         // must still be able to serve the revision.
         let unservable = match (&rev.resolved_cluster, wanted && forward) {
-            (Some(name), true) if rev.progress.phases.get("waiting-ready").is_none() => {
+            (Some(name), true) if !rev.progress.phases.contains_key("waiting-ready") => {
                 let cluster = store.get_cluster(name).await.map_err(store_err)?;
                 crate::pipeline::cannot_serve(&cluster, crate::pipeline::needs(&rev.spec))
             }
