@@ -921,8 +921,48 @@ async fn namespace_resolution_fails_closed_and_accepts_marked_legacy() -> Result
         got.labels().get(labels::ADOPTED).map(String::as_str),
         Some("true")
     );
+    // Issue 12: a namespace an existing OpenClaw installation made carries
+    // the OpenClaw Compute Driver's own markers; the spoke takes it over
+    // under its legacy name once an operator consents, not before.
+    let t3 = Tenant::new("openclaw");
+    let made_by_openclaw = format!(
+        "oce-{}-{}",
+        t3.tenant,
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    namespaces
+        .create(
+            &PostParams::default(),
+            &typed(&serde_json::json!({"metadata": {"name": made_by_openclaw,
+                "labels": {labels::openclaw::TENANT: t3.tenant,
+                           labels::MANAGED_BY: labels::openclaw::MANAGER},
+                "annotations": {labels::openclaw::NAMESPACE_ID_ANNOTATION: t3.id}}}))?,
+        )
+        .await?;
+    let r = exec.apply(&t3.ensure(1)).await?;
+    assert!(
+        !r.applied && r.reason.contains("not marked for adoption"),
+        "{}",
+        r.reason
+    );
+    namespaces
+        .patch(
+            &made_by_openclaw,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {labels::ADOPTABLE: "true"}}})),
+        )
+        .await?;
+    let r = exec.apply(&t3.ensure(2)).await?;
+    assert_applied(&r, "openclaw takeover");
+    assert_eq!(r.namespace, made_by_openclaw, "keeps the driver's name");
+    let got = namespaces.get(&made_by_openclaw).await?;
+    assert_eq!(
+        got.labels().get(labels::TENANT).map(String::as_str),
+        Some(t3.tenant.as_str()),
+        "clawfed's markers added"
+    );
     exec.shutdown();
-    for n in [legacy, t.ns.clone(), chosen] {
+    for n in [legacy, t.ns.clone(), chosen, made_by_openclaw] {
         let _ = namespaces.delete(&n, &DeleteParams::background()).await;
     }
     Ok(())
