@@ -42,6 +42,8 @@ const MAX_CACHED: usize = 16_384;
 pub struct Routes {
     store: Arc<dyn Store>,
     ttl: std::time::Duration,
+    /// The port Harnesses serve on (the installation's `harnessPort`).
+    harness_port: i32,
     cache: Mutex<HashMap<String, (Instant, Route)>>,
 }
 
@@ -77,8 +79,16 @@ impl Routes {
         Self {
             store,
             ttl,
+            harness_port: harness::DEFAULT_PORT,
             cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Routes to Harnesses serving on `port` (the port every Harness work
+    /// item and Gateway of this installation names).
+    pub fn with_harness_port(mut self, port: i32) -> Self {
+        self.harness_port = port;
+        self
     }
 
     fn cached(&self, hash: &str) -> Option<Route> {
@@ -171,7 +181,7 @@ impl Routes {
             .as_ref()
             .and_then(WorkResultReport::ensured_namespace)
             .unwrap_or(&ns.data_plane_namespace);
-        let port = harness::DEFAULT_PORT;
+        let port = self.harness_port;
         Ok(Route {
             revision_id: rev.id.clone(),
             tenant: ns.name.clone(),

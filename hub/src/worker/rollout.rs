@@ -83,6 +83,9 @@ pub struct RolloutConfig {
     pub tunnel: Option<TunnelEndpoint>,
     /// Probe the data path through the Gateway before activating.
     pub path_probe: bool,
+    /// The installation's Harness and namespace settings (the Compute
+    /// Driver section) every work item carries.
+    pub workload: crate::compute_driver::WorkloadSettings,
 }
 
 impl Default for RolloutConfig {
@@ -95,6 +98,7 @@ impl Default for RolloutConfig {
             pass_lease: Duration::from_secs(15),
             tunnel: None,
             path_probe: false,
+            workload: crate::compute_driver::WorkloadSettings::default(),
         }
     }
 }
@@ -351,7 +355,7 @@ impl Rollout {
                     &cid()?,
                     &namespace_target(ns),
                     generation::NAMESPACE_ENSURE,
-                    &namespace_work(ns),
+                    &namespace_work(ns, &self.config.workload),
                 )
                 .await?;
             }
@@ -378,7 +382,14 @@ impl Rollout {
                 }
             }
             Step::ApplyGateway => {
-                let target = gateway_target(ns, dp, agent, &rev, self.config.tunnel.as_ref());
+                let target = gateway_target(
+                    ns,
+                    dp,
+                    agent,
+                    &rev,
+                    self.config.tunnel.as_ref(),
+                    self.config.workload.harness_port,
+                );
                 if let Err(failure) = self.gateways.ensure(&target).await {
                     if failure.transient {
                         return Err(WorkError::Retryable(format!("gateway: {failure}")).into());
@@ -419,6 +430,7 @@ impl Rollout {
                     &rev,
                     &same_cluster,
                     self.config.require_immutable_digest,
+                    &self.config.workload,
                 );
                 self.send(
                     &cid,
@@ -439,7 +451,14 @@ impl Rollout {
                 .await?;
             }
             Step::Activate => {
-                let target = gateway_target(ns, dp, agent, &rev, self.config.tunnel.as_ref());
+                let target = gateway_target(
+                    ns,
+                    dp,
+                    agent,
+                    &rev,
+                    self.config.tunnel.as_ref(),
+                    self.config.workload.harness_port,
+                );
                 if self.config.path_probe
                     && let Err(failure) = self.gateways.probe(&target).await
                 {
