@@ -40,6 +40,28 @@ pub enum ConfigError {
     /// A value is out of range.
     #[error("config field {field}: {reason}")]
     Invalid { field: String, reason: String },
+    /// A key of the file cannot be read (unknown, wrong type); `key` is its
+    /// full path, e.g. `drivers.compute.configuration.runtime.bogus`.
+    #[error("invalid config file {path}: {key}: {source}")]
+    Key {
+        path: String,
+        key: String,
+        #[source]
+        source: serde_yaml_ng::Error,
+    },
+    /// One setting given both in the Compute Driver section and in one of
+    /// clawfed's own sections: neither silently wins.
+    #[error("config keys {driver_key} and {own_key} set the same thing: keep one of them")]
+    Conflict { driver_key: String, own_key: String },
+}
+
+impl From<crate::compute_driver::Invalid> for ConfigError {
+    fn from(e: crate::compute_driver::Invalid) -> Self {
+        ConfigError::Invalid {
+            field: e.key,
+            reason: e.reason,
+        }
+    }
 }
 
 /// The whole configuration file.
@@ -67,6 +89,29 @@ pub struct Config {
     pub tunnel: TunnelSettings,
     #[serde(default)]
     pub log: LogConfig,
+    /// Driver installation sections brought as they are (today the OpenClaw
+    /// Kubernetes Compute Driver's).
+    #[serde(default)]
+    pub drivers: DriversConfig,
+}
+
+/// `drivers`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DriversConfig {
+    /// `drivers.compute`.
+    #[serde(default)]
+    pub compute: Option<ComputeDriverSection>,
+}
+
+/// `drivers.compute`: the Compute Driver's own installation YAML under
+/// `configuration`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ComputeDriverSection {
+    /// `drivers.compute.configuration`.
+    #[serde(default)]
+    pub configuration: crate::compute_driver::ComputeDriverConfig,
 }
 
 fn one() -> u32 {
@@ -293,6 +338,9 @@ pub struct PolicyConfig {
     /// Gateway image of Agents that name none; must be digest-pinned when
     /// `requireImmutableDigest` is set.
     pub default_gateway_image: String,
+    /// Harness image of Agents whose spec names none; none by default (the
+    /// spec must name one). Digest-pinned when `requireImmutableDigest`.
+    pub default_agent_image: Option<String>,
 }
 
 impl Default for PolicyConfig {
@@ -301,6 +349,7 @@ impl Default for PolicyConfig {
         Self {
             require_immutable_digest: p.require_immutable_digest,
             default_gateway_image: p.default_gateway_image,
+            default_agent_image: p.default_agent_image,
         }
     }
 }
@@ -346,8 +395,60 @@ impl Default for Config {
             gateway: GatewaySettings::default(),
             tunnel: TunnelSettings::default(),
             log: LogConfig::default(),
+            drivers: DriversConfig::default(),
         }
     }
+}
+
+/// Settings of the Compute Driver section that clawfed also has keys of
+/// its own for: (driver key under `drivers.compute.configuration`, the own
+/// keys it would contradict).
+const SHARED_KEYS: [(&str, &[&str]); 12] = [
+    ("authentication", &["gateway.kubeconfig"]),
+    (
+        "images.gateway",
+        &["policy.defaultGatewayImage", "gateway.options.defaultImage"],
+    ),
+    ("images.agent", &["policy.defaultAgentImage"]),
+    (
+        "images.requireImmutableDigest",
+        &["policy.requireImmutableDigest"],
+    ),
+    ("resources.gateway", &["gateway.options.resources"]),
+    ("network.gatewayPort", &["gateway.options.port"]),
+    ("network.dns", &["gateway.options.dns"]),
+    (
+        "network.trustedProxyCidrs",
+        &["gateway.options.trustedProxyCidrs"],
+    ),
+    (
+        "runtime.gatewayNodeSelector",
+        &["gateway.options.nodeSelector"],
+    ),
+    (
+        "runtime.gatewayStorageClass",
+        &["gateway.options.storageClass"],
+    ),
+    (
+        "runtime.transportSecretPrefix",
+        &["gateway.options.transportSecretPrefix"],
+    ),
+    (
+        "servicePrincipalCredentials",
+        &["gateway.options.servicePrincipal"],
+    ),
+];
+
+/// Whether the dotted `key` is present in the YAML document `doc`.
+fn has_key(doc: &serde_yaml_ng::Value, key: &str) -> bool {
+    let mut v = doc;
+    for part in key.split('.') {
+        match v.get(part) {
+            Some(next) => v = next,
+            None => return false,
+        }
+    }
+    true
 }
 
 impl Config {
@@ -365,16 +466,130 @@ impl Config {
                     path: shown.clone(),
                     source,
                 })?;
-                serde_yaml_ng::from_str::<Config>(&text).map_err(|source| ConfigError::Parse {
-                    path: shown,
-                    source,
-                })?
+                Config::from_yaml(&text, &shown)?
             }
             None => Config::default(),
         };
         config.apply_env(env)?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// Parses the text of a config file (`shown` names it in errors): an
+    /// unknown or mistyped key is an error naming its full path; the
+    /// Compute Driver section is checked and folded into clawfed's own
+    /// sections ([`Self::set_compute_driver`]), refusing any setting given
+    /// in both. No environment overrides, no [`Self::validate`].
+    pub fn from_yaml(text: &str, shown: &str) -> Result<Self, ConfigError> {
+        let parse = |source| ConfigError::Parse {
+            path: shown.to_string(),
+            source,
+        };
+        // Syntax errors first, so a path is only reported for a readable file.
+        let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(parse)?;
+        let mut config: Config = serde_path_to_error::deserialize(
+            serde_yaml_ng::Deserializer::from_str(text),
+        )
+        .map_err(|e| {
+            let key = e.path().to_string();
+            let source = e.into_inner();
+            ConfigError::Key {
+                path: shown.to_string(),
+                key: unknown_key_path(&key, &source),
+                source,
+            }
+        })?;
+        let driver_section = "drivers.compute.configuration";
+        if let Some(section) = config.drivers.compute.clone() {
+            for (driver_key, own_keys) in SHARED_KEYS {
+                if !has_key(&doc, &format!("{driver_section}.{driver_key}")) {
+                    continue;
+                }
+                if let Some(own) = own_keys.iter().find(|k| has_key(&doc, k)) {
+                    return Err(ConfigError::Conflict {
+                        driver_key: format!("{driver_section}.{driver_key}"),
+                        own_key: (*own).to_string(),
+                    });
+                }
+            }
+            config.set_compute_driver(section.configuration)?;
+        }
+        Ok(config)
+    }
+
+    /// Takes `driver` (the Compute Driver's `configuration`) as this
+    /// installation's: checks it, keeps it for the Harness settings
+    /// ([`Self::workload_settings`]) and writes what it says about
+    /// Gateways, images and control-cluster credentials into clawfed's own
+    /// sections, so the rest of the hub reads one place. What it leaves out
+    /// keeps clawfed's setting. (The file loader has already refused
+    /// settings given both ways.)
+    pub fn set_compute_driver(
+        &mut self,
+        driver: crate::compute_driver::ComputeDriverConfig,
+    ) -> Result<(), ConfigError> {
+        driver.validate()?;
+        if let Some(a) = &driver.authentication {
+            self.gateway.kubeconfig = match a.mode {
+                crate::compute_driver::AuthMode::InCluster => None,
+                crate::compute_driver::AuthMode::Kubeconfig => a.kubeconfig.clone(),
+            };
+        }
+        let images = &driver.images;
+        if let Some(image) = &images.gateway {
+            self.policy.default_gateway_image = image.clone();
+            self.gateway.options.default_image = None;
+        }
+        if let Some(image) = &images.agent {
+            self.policy.default_agent_image = Some(image.clone());
+        }
+        if let Some(require) = images.require_immutable_digest {
+            self.policy.require_immutable_digest = require;
+        }
+        let options = &mut self.gateway.options;
+        if let Some(r) = &driver.resources.gateway {
+            options.resources = r.clone();
+        }
+        let net = &driver.network;
+        if let Some(port) = net.gateway_port {
+            options.port = port;
+        }
+        if let Some(dns) = &net.dns {
+            options.dns = crate::gateway::DnsPeer {
+                namespace: dns.namespace.clone(),
+                pod_labels: dns.pod_labels.clone(),
+            };
+        }
+        if let Some(cidrs) = &net.trusted_proxy_cidrs {
+            options.trusted_proxy_cidrs = cidrs.clone();
+        }
+        let rt = &driver.runtime;
+        if let Some(sel) = &rt.gateway_node_selector {
+            options.node_selector = sel.clone();
+        }
+        if let Some(class) = &rt.gateway_storage_class {
+            options.storage_class = Some(class.clone());
+        }
+        if let Some(prefix) = &rt.transport_secret_prefix {
+            options.transport_secret_prefix = Some(prefix.clone());
+        }
+        if let Some(sp) = driver.service_principal() {
+            options.service_principal = Some(sp);
+        }
+        self.drivers.compute = Some(ComputeDriverSection {
+            configuration: driver,
+        });
+        Ok(())
+    }
+
+    /// The Harness and namespace settings of every revision: the Compute
+    /// Driver section's, defaults where it (or the section) is absent.
+    pub fn workload_settings(&self) -> crate::compute_driver::WorkloadSettings {
+        self.drivers
+            .compute
+            .as_ref()
+            .map(|c| c.configuration.workload())
+            .unwrap_or_default()
     }
 
     fn apply_env(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
@@ -507,6 +722,10 @@ impl Config {
                     "gateway.options.defaultImage",
                     self.gateway.options.default_image.as_ref(),
                 ),
+                (
+                    "policy.defaultAgentImage",
+                    self.policy.default_agent_image.as_ref(),
+                ),
             ];
             for (field, image) in defaults {
                 if let Some(image) = image
@@ -542,6 +761,7 @@ impl Config {
         Policy {
             require_immutable_digest: self.policy.require_immutable_digest,
             default_gateway_image: self.policy.default_gateway_image.clone(),
+            default_agent_image: self.policy.default_agent_image.clone(),
             work_max_attempts: self.worker.max_attempts,
             pipeline: self.pipeline_enabled(),
         }
@@ -597,6 +817,22 @@ impl Config {
             health_interval: Duration::from_secs(self.worker.health_interval_seconds),
             ..WorkerConfig::default()
         }
+    }
+}
+
+/// The full path of the key an error is about: for an unknown field,
+/// serde reports the enclosing map's path and the field only in its
+/// message, so the field is appended.
+fn unknown_key_path(path: &str, e: &serde_yaml_ng::Error) -> String {
+    let message = e.to_string();
+    let field = message
+        .split_once("unknown field `")
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .map(|(field, _)| field);
+    match (path, field) {
+        (".", Some(f)) | ("", Some(f)) => f.to_string(),
+        (p, Some(f)) if !p.ends_with(&format!(".{f}")) && p != f => format!("{p}.{f}"),
+        (p, _) => p.to_string(),
     }
 }
 
@@ -757,5 +993,383 @@ mod tests {
             err.to_string().contains("link.maxHandshakesPerSource"),
             "{err}"
         );
+    }
+
+    fn example_path() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/compute-driver.yaml")
+    }
+
+    fn example_text() -> String {
+        std::fs::read_to_string(example_path()).expect("the checked-in example")
+    }
+
+    /// Loads `text` as a config file; the error's text when refused.
+    fn load_text(text: &str) -> Result<Config, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        std::fs::write(&path, text).unwrap();
+        Config::load(Some(&path), &env(&[])).map_err(|e| e.to_string())
+    }
+
+    fn map(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The Compute Driver's installation section, as an operator brings it,
+    /// loads and reaches every setting it governs.
+    #[test]
+    fn the_compute_driver_example_loads_and_maps_every_field() {
+        use clawfed_proto::work::{DnsTarget, EgressRule, ServicePrincipal, Workspace};
+        let c = Config::load(Some(&example_path()), &env(&[])).expect("example loads");
+        let pinned = |name: &str, digit: char| {
+            format!(
+                "ghcr.io/openclaw/{name}@sha256:{}",
+                digit.to_string().repeat(64)
+            )
+        };
+        // authentication -> the control-cluster credentials.
+        assert_eq!(
+            c.gateway.kubeconfig.as_deref(),
+            Some(Path::new("/etc/openclaw/control.kubeconfig"))
+        );
+        // images -> the policy (and through it the Gateways).
+        assert!(c.policy.require_immutable_digest);
+        assert_eq!(
+            c.policy.default_gateway_image,
+            pinned("openclaw-gateway", '1')
+        );
+        assert_eq!(c.policy.default_agent_image, Some(pinned("openclaw", '2')));
+        let p = c.policy();
+        assert_eq!(p.default_agent_image, Some(pinned("openclaw", '2')));
+        assert!(p.require_immutable_digest);
+        // Gateway settings -> the Gateway objects' options.
+        let g = c.gateway_options();
+        assert!(g.require_immutable_digest);
+        assert_eq!(g.default_image, Some(pinned("openclaw-gateway", '1')));
+        assert_eq!(
+            g.resources.requests,
+            map(&[("cpu", "250m"), ("memory", "512Mi")])
+        );
+        assert_eq!(g.resources.limits, map(&[("cpu", "1"), ("memory", "1Gi")]));
+        assert_eq!(g.port, 18789);
+        assert_eq!(g.dns.namespace, "kube-system");
+        assert_eq!(g.dns.pod_labels, map(&[("k8s-app", "kube-dns")]));
+        assert_eq!(g.trusted_proxy_cidrs, vec!["10.0.0.0/24".to_string()]);
+        assert_eq!(g.node_selector, map(&[("node-pool", "gateways")]));
+        assert_eq!(g.storage_class.as_deref(), Some("fast-rwo"));
+        assert_eq!(
+            g.transport_secret_prefix.as_deref(),
+            Some("openclaw-transport")
+        );
+        let sp = ServicePrincipal {
+            audience: "openclaw.example.com".into(),
+            expiration_seconds: 900,
+        };
+        assert_eq!(g.service_principal, Some(sp.clone()));
+        assert_eq!(g.namespace, "clawfed-gateways", "clawfed's own key is kept");
+        assert!(crate::gateway::objects::validate_config(&g).is_ok());
+        // Harness and namespace settings -> every work item.
+        let w = c.workload_settings();
+        assert_eq!(
+            w.agent_resources.requests,
+            map(&[("cpu", "500m"), ("memory", "1Gi")])
+        );
+        assert_eq!(
+            w.agent_resources.limits,
+            map(&[("cpu", "2"), ("memory", "4Gi")])
+        );
+        assert_eq!(
+            w.namespace_quota,
+            map(&[
+                ("pods", "20"),
+                ("requests.cpu", "8"),
+                ("requests.memory", "16Gi"),
+                ("limits.cpu", "16"),
+                ("limits.memory", "32Gi"),
+                ("persistentvolumeclaims", "10"),
+            ])
+        );
+        assert_eq!(
+            w.container_defaults.default_request,
+            map(&[("cpu", "100m"), ("memory", "128Mi")])
+        );
+        assert_eq!(
+            w.container_defaults.default_limit,
+            map(&[("cpu", "500m"), ("memory", "512Mi")])
+        );
+        assert_eq!(w.harness_port, 8080);
+        assert_eq!(
+            w.dns,
+            Some(DnsTarget {
+                namespace: "kube-system".into(),
+                pod_labels: map(&[("k8s-app", "kube-dns")]),
+            })
+        );
+        assert_eq!(
+            w.egress,
+            vec![EgressRule {
+                cidr: "203.0.113.0/24".into(),
+                ports: vec![443],
+            }]
+        );
+        assert_eq!(w.service_principal, Some(sp));
+        assert_eq!(w.node_selector, map(&[("node-pool", "agents")]));
+        assert_eq!(
+            w.workspace,
+            Workspace {
+                size: "5Gi".into(),
+                storage_class: Some("standard-rwo".into()),
+            }
+        );
+        assert_eq!(w.session_capacity, 16);
+        assert_eq!(
+            w.codex_seccomp_profile.as_deref(),
+            Some("profiles/openclaw-codex.json")
+        );
+    }
+
+    /// A typo anywhere in the section names its full key path.
+    #[test]
+    fn an_unknown_driver_key_is_refused_naming_its_path() {
+        let cases = [
+            (
+                "      runtime:\n",
+                "      runtime:\n        bogusKey: 1\n",
+                "drivers.compute.configuration.runtime.bogusKey",
+            ),
+            (
+                "        gateway:\n          requests:",
+                "        gateway:\n          request: {}\n          requests:",
+                "drivers.compute.configuration.resources.gateway.request",
+            ),
+            (
+                "      network:\n",
+                "      network:\n        dnss: {}\n",
+                "drivers.compute.configuration.network.dnss",
+            ),
+            (
+                "    configuration:\n",
+                "    configuration:\n      extra: true\n",
+                "drivers.compute.configuration.extra",
+            ),
+        ];
+        for (anchor, replacement, key) in cases {
+            let text = example_text();
+            assert!(text.contains(anchor), "{anchor}");
+            let err = load_text(&text.replacen(anchor, replacement, 1)).unwrap_err();
+            assert!(err.contains(key), "{key}: {err}");
+        }
+        // A wrong type names its key too.
+        let text = example_text().replace(
+            "nativeOpenClawSessionCapacity: 16",
+            "nativeOpenClawSessionCapacity: lots",
+        );
+        let err = load_text(&text).unwrap_err();
+        assert!(
+            err.contains("drivers.compute.configuration.runtime.nativeOpenClawSessionCapacity"),
+            "{err}"
+        );
+    }
+
+    /// Each range or format error names its key.
+    #[test]
+    fn driver_range_and_format_errors_name_the_key() {
+        let section = "drivers.compute.configuration";
+        let cases = [
+            (
+                "nativeOpenClawSessionCapacity: 16",
+                "nativeOpenClawSessionCapacity: 0",
+                "runtime.nativeOpenClawSessionCapacity",
+            ),
+            (
+                "nativeOpenClawSessionCapacity: 16",
+                "nativeOpenClawSessionCapacity: 1025",
+                "runtime.nativeOpenClawSessionCapacity",
+            ),
+            (
+                "workspaceSize: 5Gi",
+                "workspaceSize: 5GB",
+                "runtime.workspaceSize",
+            ),
+            (
+                "requests.memory: 16Gi",
+                "requests.memory: lots",
+                "resources.namespaceQuota.requests.memory",
+            ),
+            (
+                "requests: { cpu: 500m, memory: 1Gi }",
+                "requests: { cpu: half, memory: 1Gi }",
+                "resources.agent.requests.cpu",
+            ),
+            (
+                "defaultLimit: { cpu: 500m",
+                "defaultLimit: { cpu: -1",
+                "resources.containerDefaults.defaultLimit.cpu",
+            ),
+            (
+                "trustedProxyCidrs: [10.0.0.0/24]",
+                "trustedProxyCidrs: [10.0.0.0/33]",
+                "network.trustedProxyCidrs[0]",
+            ),
+            (
+                "- cidr: 203.0.113.0/24",
+                "- cidr: 203.0.113.0",
+                "network.egress[0].cidr",
+            ),
+            (
+                "gatewayPort: 18789",
+                "gatewayPort: 70000",
+                "network.gatewayPort",
+            ),
+            ("harnessPort: 8080", "harnessPort: 0", "network.harnessPort"),
+            (
+                "nodeSelector: { node-pool: agents }",
+                "nodeSelector: { node-pool: -agents }",
+                "runtime.nodeSelector.node-pool",
+            ),
+            (
+                "gatewayNodeSelector: { node-pool: gateways }",
+                "gatewayNodeSelector: { \"bad key!\": x }",
+                "runtime.gatewayNodeSelector.bad key!",
+            ),
+            (
+                "podLabels: { k8s-app: kube-dns }",
+                "podLabels: {}",
+                "network.dns.podLabels",
+            ),
+            (
+                "codexSeccompProfile: profiles/openclaw-codex.json",
+                "codexSeccompProfile: /etc/seccomp/codex.json",
+                "runtime.codexSeccompProfile",
+            ),
+            (
+                "codexSeccompProfile: profiles/openclaw-codex.json",
+                "codexSeccompProfile: ../codex.json",
+                "runtime.codexSeccompProfile",
+            ),
+            (
+                "expirationSeconds: 900",
+                "expirationSeconds: 60",
+                "servicePrincipalCredentials.expirationSeconds",
+            ),
+            (
+                "audience: openclaw.example.com",
+                "audience: \"\"",
+                "servicePrincipalCredentials.audience",
+            ),
+            (
+                "transportSecretPrefix: openclaw-transport",
+                "transportSecretPrefix: Open_Claw",
+                "runtime.transportSecretPrefix",
+            ),
+            (
+                "gatewayStorageClass: fast-rwo",
+                "gatewayStorageClass: Fast_RWO",
+                "runtime.gatewayStorageClass",
+            ),
+            (
+                "kubeconfig: /etc/openclaw/control.kubeconfig",
+                "",
+                "authentication.kubeconfig",
+            ),
+            (
+                "agent: ghcr.io/openclaw/openclaw@sha256:2222222222222222222222222222222222222222222222222222222222222222",
+                "agent: ghcr.io/openclaw/openclaw:1.0",
+                "images.agent",
+            ),
+        ];
+        for (from, to, key) in cases {
+            let text = example_text();
+            assert!(text.contains(from), "{from}");
+            let err = load_text(&text.replacen(from, to, 1)).unwrap_err();
+            assert!(err.contains(&format!("{section}.{key}")), "{key}: {err}");
+        }
+        // The unchanged example is fine (so each refusal above is its key's).
+        assert!(load_text(&example_text()).is_ok());
+    }
+
+    /// A setting given in the driver section and in clawfed's own section
+    /// is refused naming both keys; neither wins silently.
+    #[test]
+    fn a_setting_given_twice_names_both_keys() {
+        let cases = [
+            (
+                "    namespace: clawfed-gateways\n",
+                "    namespace: clawfed-gateways\n    storageClass: other\n",
+                "gateway.options.storageClass",
+                "runtime.gatewayStorageClass",
+            ),
+            (
+                "    namespace: clawfed-gateways\n",
+                "    namespace: clawfed-gateways\n    port: 8443\n",
+                "gateway.options.port",
+                "network.gatewayPort",
+            ),
+            (
+                "    namespace: clawfed-gateways\n",
+                "    namespace: clawfed-gateways\n    nodeSelector: { a: b }\n",
+                "gateway.options.nodeSelector",
+                "runtime.gatewayNodeSelector",
+            ),
+            (
+                "    namespace: clawfed-gateways\n",
+                "    namespace: clawfed-gateways\n    trustedProxyCidrs: []\n",
+                "gateway.options.trustedProxyCidrs",
+                "network.trustedProxyCidrs",
+            ),
+            (
+                "  enabled: true\n",
+                "  enabled: true\n  kubeconfig: /x\n",
+                "gateway.kubeconfig",
+                "authentication",
+            ),
+            (
+                "version: 1\n",
+                "version: 1\npolicy: { requireImmutableDigest: false }\n",
+                "policy.requireImmutableDigest",
+                "images.requireImmutableDigest",
+            ),
+            (
+                "version: 1\n",
+                "version: 1\npolicy: { defaultGatewayImage: x }\n",
+                "policy.defaultGatewayImage",
+                "images.gateway",
+            ),
+        ];
+        for (anchor, replacement, own, driver) in cases {
+            let text = example_text();
+            assert!(text.contains(anchor), "{anchor}");
+            let err = load_text(&text.replacen(anchor, replacement, 1)).unwrap_err();
+            assert!(err.contains(own), "{own}: {err}");
+            assert!(
+                err.contains(&format!("drivers.compute.configuration.{driver}")),
+                "{driver}: {err}"
+            );
+        }
+        // Without the driver's key, clawfed's own one is used as before.
+        let text = example_text()
+            .replacen("        gatewayStorageClass: fast-rwo\n", "", 1)
+            .replacen(
+                "    namespace: clawfed-gateways\n",
+                "    namespace: clawfed-gateways\n    storageClass: other\n",
+                1,
+            );
+        let c = load_text(&text).expect("no conflict");
+        assert_eq!(c.gateway_options().storage_class.as_deref(), Some("other"));
+    }
+
+    #[test]
+    fn no_driver_section_keeps_every_default() {
+        let c = Config::load(None, &env(&[])).unwrap();
+        let w = c.workload_settings();
+        assert_eq!(w, crate::compute_driver::WorkloadSettings::default());
+        assert_eq!(w.harness_port, 8080);
+        assert_eq!(w.session_capacity, 8);
+        assert_eq!(w.workspace.size, "1Gi");
+        assert_eq!(c.gateway_options().transport_secret_prefix, None);
+        assert_eq!(c.policy().default_agent_image, None);
     }
 }

@@ -110,6 +110,15 @@ pub struct GatewayConfig {
     /// How long stop waits for each deleted object to be gone.
     #[serde(default = "default_delete_timeout")]
     pub delete_timeout_seconds: u64,
+    /// Names the transport Secret `<prefix>-<agent>` (the Compute Driver's
+    /// `transportSecretPrefix`); `None` keeps `<agent>-gateway-transport`.
+    #[serde(default)]
+    pub transport_secret_prefix: Option<String>,
+    /// The service principal credential of Gateway Pods: a projected
+    /// ServiceAccount token for this audience, mounted read-only. `None`:
+    /// no token at all.
+    #[serde(default)]
+    pub service_principal: Option<clawfed_proto::work::ServicePrincipal>,
 }
 
 impl Default for GatewayConfig {
@@ -132,6 +141,8 @@ impl Default for GatewayConfig {
             port: DEFAULT_GATEWAY_PORT,
             resources: Resources::default(),
             delete_timeout_seconds: default_delete_timeout(),
+            transport_secret_prefix: None,
+            service_principal: None,
         }
     }
 }

@@ -19,6 +19,7 @@
 pub mod api;
 pub mod auth;
 pub mod cli;
+pub mod compute_driver;
 pub mod config;
 pub mod gateway;
 pub mod link;

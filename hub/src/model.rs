@@ -214,6 +214,9 @@ pub struct AgentSpec {
     #[serde(default)]
     pub execution_mode: ExecutionMode,
     /// Harness image reference; `name@sha256:<64 hex>` pins a digest.
+    /// Empty or absent: the installation's default agent image
+    /// (`images.agent`), when it has one.
+    #[serde(default)]
     pub image: String,
     /// Gateway image; the hub's configured default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -224,7 +224,8 @@ pub async fn start_with_parts(
                     crate::tunnel::route::Routes::new(
                         store.clone(),
                         config.tunnel_config().route_ttl,
-                    ),
+                    )
+                    .with_harness_port(config.workload_settings().harness_port),
                     link.state.tunnels.clone(),
                     Some(link.state.ca.clone()),
                     shutdown.clone(),
@@ -259,6 +260,7 @@ pub async fn start_with_parts(
                     ca_pem: t.ca_pem.clone(),
                 }),
                 path_probe: config.pipeline.path_probe,
+                workload: config.workload_settings(),
                 ..RolloutConfig::default()
             },
         )

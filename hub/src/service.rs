@@ -85,6 +85,9 @@ pub struct Policy {
     pub require_immutable_digest: bool,
     /// Gateway image used when an Agent names none.
     pub default_gateway_image: String,
+    /// Harness image used when an Agent's spec names none; `None`: the spec
+    /// must name one.
+    pub default_agent_image: Option<String>,
     /// Attempts a work item gets before it is failed.
     pub work_max_attempts: i32,
     /// Deploys and stops queue pipeline work (the link is enabled).
@@ -96,6 +99,7 @@ impl Default for Policy {
         Self {
             require_immutable_digest: false,
             default_gateway_image: "ghcr.io/openclaw/openclaw-gateway:latest".into(),
+            default_agent_image: None,
             work_max_attempts: 8,
             pipeline: false,
         }
@@ -409,7 +413,7 @@ impl Service {
             .await?;
         let result = async {
             validate::agent_name("name", &req.name)?;
-            validate::agent_spec(&req.spec)?;
+            validate::agent_spec(&req.spec, self.policy.default_agent_image.is_some())?;
             self.check_configuration_exists(ns, req.spec.configuration.as_deref())
                 .await?;
             let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
@@ -462,7 +466,7 @@ impl Service {
         self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
             .await?;
         let result = async {
-            validate::agent_spec(&req.spec)?;
+            validate::agent_spec(&req.spec, self.policy.default_agent_image.is_some())?;
             self.check_configuration_exists(ns, req.spec.configuration.as_deref())
                 .await?;
             let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
@@ -558,8 +562,22 @@ impl Service {
             .gateway_image
             .clone()
             .unwrap_or_else(|| self.policy.default_gateway_image.clone());
+        // An empty spec image is the installation's agent image (admitted
+        // only while one is configured), frozen into the revision here.
+        let harness_image = match (spec.image.as_str(), &self.policy.default_agent_image) {
+            ("", Some(default)) => default.clone(),
+            ("", None) => {
+                return Err(ServiceError::InvalidArgument {
+                    field: "spec.image".into(),
+                    reason: "must not be empty: the installation sets no default agent image \
+                             (drivers.compute.configuration.images.agent)"
+                        .into(),
+                });
+            }
+            (image, _) => image.to_owned(),
+        };
         let images = vec![
-            validate::image_ref("harness", &spec.image),
+            validate::image_ref("harness", &harness_image),
             validate::image_ref("gateway", &gateway_image),
         ];
         // The spoke's and the Gateways' rule (`@sha256:` and 64 hex digits),

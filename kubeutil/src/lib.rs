@@ -8,7 +8,9 @@
 //! - [`quantity`]: the resource quantity rule and the map into
 //!   k8s-openapi [`Quantity`](k8s_openapi::apimachinery::pkg::api::resource::Quantity)s. Pure.
 //! - [`security`]: the hardened Pod and container security context every
-//!   clawfed workload runs with. Pure.
+//!   clawfed workload runs with, and Localhost seccomp profiles. Pure.
+//! - [`token`]: the projected, audience-bound ServiceAccount token a
+//!   workload gets as its service principal credential. Pure.
 //! - [`object`]: delete-if-present and wait-until-gone against the
 //!   apiserver, with their typed [`object::Error`].
 //!
@@ -18,5 +20,6 @@ pub mod classify;
 pub mod object;
 pub mod quantity;
 pub mod security;
+pub mod token;
 
 pub use classify::{is_forbidden, is_not_found, is_status, is_transient};

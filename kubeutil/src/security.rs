@@ -15,6 +15,53 @@ pub fn runtime_default_seccomp() -> SeccompProfile {
     }
 }
 
+/// A Localhost seccomp profile at `path`, relative to the kubelet's seccomp
+/// root (check it with [`check_localhost_profile`] first).
+pub fn localhost_seccomp(path: &str) -> SeccompProfile {
+    SeccompProfile {
+        type_: "Localhost".into(),
+        localhost_profile: Some(path.to_string()),
+    }
+}
+
+/// A Localhost profile path the kubelet can resolve and nobody can steer
+/// out of its seccomp root.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path:?} is not a relative seccomp profile path ({reason})")]
+pub struct ProfilePathError {
+    /// The path given.
+    pub path: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+/// Accepts `profiles/codex.json`-like paths: relative, no `..` or empty
+/// components, no whitespace or control characters, at most 255 bytes.
+pub fn check_localhost_profile(path: &str) -> Result<(), ProfilePathError> {
+    let bad = |reason| {
+        Err(ProfilePathError {
+            path: path.to_string(),
+            reason,
+        })
+    };
+    if path.is_empty() || path.len() > 255 {
+        return bad("must be 1 to 255 bytes");
+    }
+    if path.starts_with('/') {
+        return bad("must be relative to the kubelet's seccomp root");
+    }
+    if path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return bad("must not contain whitespace");
+    }
+    if path
+        .split('/')
+        .any(|part| part.is_empty() || part == ".." || part == ".")
+    {
+        return bad("must not contain empty, '.' or '..' components");
+    }
+    Ok(())
+}
+
 /// The Pod-level context: non-root as `uid` (user, group and fsGroup, so a
 /// mounted volume is writable by it), RuntimeDefault seccomp.
 pub fn hardened_pod(uid: i64) -> PodSecurityContext {
@@ -63,6 +110,26 @@ mod tests {
             Some("RuntimeDefault")
         );
         assert_eq!(p.sysctls, None);
+    }
+
+    #[test]
+    fn localhost_profiles_must_stay_under_the_seccomp_root() {
+        assert_eq!(check_localhost_profile("profiles/codex.json"), Ok(()));
+        assert_eq!(check_localhost_profile("codex.json"), Ok(()));
+        for bad in [
+            "",
+            "/etc/seccomp/codex.json",
+            "../codex.json",
+            "profiles/../../x",
+            "profiles//x",
+            "./x",
+            "a b",
+        ] {
+            assert!(check_localhost_profile(bad).is_err(), "{bad}");
+        }
+        let p = localhost_seccomp("profiles/codex.json");
+        assert_eq!(p.type_, "Localhost");
+        assert_eq!(p.localhost_profile.as_deref(), Some("profiles/codex.json"));
     }
 
     #[test]

@@ -246,6 +246,20 @@ pub mod generation {
 pub mod harness {
     /// The port the Harness serves on unless the work says otherwise.
     pub const DEFAULT_PORT: i32 = 8080;
+    /// Environment variable telling a native OpenClaw Harness how many
+    /// sessions it may hold (`nativeOpenClawSessionCapacity`).
+    pub const SESSION_CAPACITY_ENV: &str = "OPENCLAW_SESSION_CAPACITY";
+    /// Sessions a native OpenClaw Harness holds unless configured.
+    pub const DEFAULT_SESSION_CAPACITY: u32 = 8;
+    /// Lifetime of a service principal token unless configured.
+    pub const SERVICE_PRINCIPAL_TOKEN_SECONDS: i64 = 900;
+    /// Where the service principal token is mounted (read-only), in
+    /// Harness and Gateway Pods alike.
+    pub const SERVICE_PRINCIPAL_DIR: &str = "/var/run/secrets/openclaw/service-principal";
+    /// The token's file name inside [`SERVICE_PRINCIPAL_DIR`].
+    pub const SERVICE_PRINCIPAL_FILE: &str = "token";
+    /// Environment variable naming the token file.
+    pub const SERVICE_PRINCIPAL_ENV: &str = "OPENCLAW_SERVICE_PRINCIPAL_TOKEN_FILE";
 
     /// Deployment, Service and ServiceAccount: `<agent>-r<N>-harness`.
     pub fn object_name(agent: &str, revision: i64) -> String {
@@ -326,6 +340,21 @@ pub struct HarnessNetwork {
     /// Egress destinations (e.g. the model provider's addresses).
     #[serde(default)]
     pub egress: Vec<EgressRule>,
+    /// The DNS Pods every data-plane Pod may reach (the installation's
+    /// `network.dns`); `None` keeps the spoke's own setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<DnsTarget>,
+}
+
+/// Where a cluster's DNS Pods run: the DNS egress NetworkPolicies admit
+/// them (UDP and TCP 53) and nothing else by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DnsTarget {
+    /// Namespace of the DNS Pods.
+    pub namespace: String,
+    /// Labels of the DNS Pods.
+    pub pod_labels: BTreeMap<String, String>,
 }
 
 /// One allowed egress flow.
@@ -349,6 +378,7 @@ impl Default for HarnessNetwork {
             ingress_from_cidrs: Vec::new(),
             harness_port: default_harness_port(),
             egress: Vec::new(),
+            dns: None,
         }
     }
 }
@@ -488,6 +518,32 @@ pub struct HarnessWork {
     /// is allocated (large fleets, small Service CIDRs).
     #[serde(default)]
     pub headless_service: bool,
+    /// Run the Harness under this Localhost seccomp profile (a path
+    /// relative to the kubelet's seccomp root) instead of RuntimeDefault:
+    /// the installation's `codexSeccompProfile`, for Codex Harnesses only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seccomp_localhost_profile: Option<String>,
+    /// The service principal credential: a projected ServiceAccount token
+    /// with this audience, mounted read-only. `None`: the Pod gets no token
+    /// at all (automount stays off either way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_principal: Option<ServicePrincipal>,
+}
+
+/// A projected, audience-bound ServiceAccount token given to a workload as
+/// its service principal credential (never the default API token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServicePrincipal {
+    /// The token's audience.
+    pub audience: String,
+    /// Lifetime the kubelet requests (it rotates the file before expiry).
+    #[serde(default = "default_token_seconds")]
+    pub expiration_seconds: i64,
+}
+
+fn default_token_seconds() -> i64 {
+    harness::SERVICE_PRINCIPAL_TOKEN_SECONDS
 }
 
 /// `harness.stop` and `harness.retire`: one revision.

@@ -117,6 +117,7 @@ impl Tenant {
                     cidr: "203.0.113.0/24".into(),
                     ports: vec![443],
                 }],
+                dns: None,
             },
             ..Default::default()
         }
@@ -161,6 +162,8 @@ impl Tenant {
                 "kwok-node-0".into(),
             )]),
             headless_service: false,
+            seccomp_localhost_profile: None,
+            service_principal: None,
         }
     }
 

@@ -190,6 +190,8 @@ fn harness(id: &str, ns: &str, i: usize) -> HarnessWork {
         node_selector: BTreeMap::new(),
         // 1,000 ClusterIPs do not fit the test cluster's Service CIDR.
         headless_service: true,
+        seccomp_localhost_profile: None,
+        service_principal: None,
     }
 }
 

@@ -803,8 +803,9 @@ impl Gateways {
         let existed = self.delete_if_present(&np, &n.gateway, &dp).await?;
         steps.push(deleted("NetworkPolicy", &n.gateway, existed));
         let secrets = self.api::<Secret>();
-        let existed = self.delete_if_present(&secrets, &n.transport, &dp).await?;
-        steps.push(deleted("Secret", &n.transport, existed));
+        let transport = objects::transport_secret_name(agent, &self.config);
+        let existed = self.delete_if_present(&secrets, &transport, &dp).await?;
+        steps.push(deleted("Secret", &transport, existed));
         let sas = self.api::<ServiceAccount>();
         let existed = self.delete_if_present(&sas, &n.gateway, &dp).await?;
         steps.push(deleted("ServiceAccount", &n.gateway, existed));

@@ -110,6 +110,19 @@ pub fn names(agent: &str) -> Names {
     }
 }
 
+/// The transport Secret of `agent`: `<transportSecretPrefix>-<agent>` when
+/// the installation sets a prefix, else [`Names::transport`].
+pub fn transport_secret_name(agent: &str, c: &GatewayConfig) -> String {
+    match &c.transport_secret_prefix {
+        Some(prefix) => format!("{prefix}-{agent}"),
+        None => names(agent).transport,
+    }
+}
+
+/// The longest transport Secret prefix: `<prefix>-<agent>` stays a DNS
+/// label for every Agent name (at most 40 characters).
+pub const MAX_TRANSPORT_PREFIX: usize = 22;
+
 /// The per-revision Service: `<agent>-r<revision>-gateway`.
 pub fn service_name(agent: &str, revision: i64) -> String {
     format!("{agent}-r{revision}-gateway")
@@ -203,6 +216,30 @@ pub fn validate_config(c: &GatewayConfig) -> Result<()> {
         .chain(c.harness_egress.iter().map(|r| &r.cidr))
     {
         validate_cidr(cidr)?;
+    }
+    if let Some(prefix) = &c.transport_secret_prefix {
+        validate_dns1123_label(prefix)
+            .map_err(|e| name_error("transportSecretPrefix", prefix, e))?;
+        if prefix.len() > MAX_TRANSPORT_PREFIX {
+            return Err(Error::Invalid {
+                field: "gateways.transportSecretPrefix",
+                reason: format!("{prefix:?} is longer than {MAX_TRANSPORT_PREFIX} characters"),
+            });
+        }
+    }
+    if let Some(sp) = &c.service_principal {
+        if sp.audience.is_empty() {
+            return Err(Error::Invalid {
+                field: "gateways.servicePrincipal.audience",
+                reason: "must not be empty".into(),
+            });
+        }
+        clawfed_kube::token::check_expiration(sp.expiration_seconds).map_err(|e| {
+            Error::Invalid {
+                field: "gateways.servicePrincipal.expirationSeconds",
+                reason: e.to_string(),
+            }
+        })?;
     }
     if let Some(image) = &c.default_image
         && c.require_immutable_digest
@@ -356,7 +393,7 @@ pub fn transport_secret(spec: &GatewaySpec, c: &GatewayConfig) -> Secret {
         }
     }
     Secret {
-        metadata: meta(&names(&spec.agent).transport, spec, c),
+        metadata: meta(&transport_secret_name(&spec.agent, c), spec, c),
         type_: Some("Opaque".into()),
         string_data: Some(data),
         ..Default::default()
@@ -506,10 +543,18 @@ fn env(name: &str, value: impl Into<String>) -> EnvVar {
 
 /// The hardened Pod spec: non-root, RuntimeDefault seccomp, all capabilities
 /// dropped, no privilege escalation, read-only root filesystem, no
-/// ServiceAccount token, trusted nodes only; the PVC at [`DATA_DIR`], the
-/// transport Secret read-only at [`TRANSPORT_DIR`].
+/// automounted ServiceAccount token (only the configured projected service
+/// principal token, read-only), trusted nodes only; the PVC at
+/// [`DATA_DIR`], the transport Secret read-only at [`TRANSPORT_DIR`].
 pub fn pod_spec(spec: &GatewaySpec, c: &GatewayConfig, image: &str) -> PodSpec {
+    use clawfed_proto::work::harness::{
+        SERVICE_PRINCIPAL_DIR, SERVICE_PRINCIPAL_ENV, SERVICE_PRINCIPAL_FILE,
+    };
     let n = names(&spec.agent);
+    let token_file = c
+        .service_principal
+        .as_ref()
+        .map(|_| format!("{SERVICE_PRINCIPAL_DIR}/{SERVICE_PRINCIPAL_FILE}"));
     PodSpec {
         service_account_name: Some(n.gateway.clone()),
         automount_service_account_token: Some(false),
@@ -546,6 +591,7 @@ pub fn pod_spec(spec: &GatewaySpec, c: &GatewayConfig, image: &str) -> PodSpec {
                         format!("{TRANSPORT_DIR}/{}", TRANSPORT_KEYS[4]),
                     )
                 }))
+                .chain(token_file.map(|f| env(SERVICE_PRINCIPAL_ENV, f)))
                 .collect(),
             ),
             readiness_probe: Some(Probe {
@@ -562,51 +608,71 @@ pub fn pod_spec(spec: &GatewaySpec, c: &GatewayConfig, image: &str) -> PodSpec {
                 ..Default::default()
             }),
             security_context: Some(security::hardened_container()),
-            volume_mounts: Some(vec![
-                VolumeMount {
-                    name: "tmp".into(),
-                    mount_path: "/tmp".into(),
-                    ..Default::default()
-                },
-                VolumeMount {
-                    name: "data".into(),
-                    mount_path: DATA_DIR.into(),
-                    ..Default::default()
-                },
-                VolumeMount {
-                    name: "transport".into(),
-                    mount_path: TRANSPORT_DIR.into(),
-                    read_only: Some(true),
-                    ..Default::default()
-                },
-            ]),
+            volume_mounts: Some(
+                vec![
+                    VolumeMount {
+                        name: "tmp".into(),
+                        mount_path: "/tmp".into(),
+                        ..Default::default()
+                    },
+                    VolumeMount {
+                        name: "data".into(),
+                        mount_path: DATA_DIR.into(),
+                        ..Default::default()
+                    },
+                    VolumeMount {
+                        name: "transport".into(),
+                        mount_path: TRANSPORT_DIR.into(),
+                        read_only: Some(true),
+                        ..Default::default()
+                    },
+                ]
+                .into_iter()
+                .chain(
+                    c.service_principal
+                        .as_ref()
+                        .map(|_| clawfed_kube::token::mount(SERVICE_PRINCIPAL_DIR)),
+                )
+                .collect(),
+            ),
             ..Default::default()
         }],
-        volumes: Some(vec![
-            Volume {
-                name: "tmp".into(),
-                empty_dir: Some(EmptyDirVolumeSource::default()),
-                ..Default::default()
-            },
-            Volume {
-                name: "data".into(),
-                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                    claim_name: n.data.clone(),
-                    read_only: Some(false),
-                }),
-                ..Default::default()
-            },
-            Volume {
-                name: "transport".into(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(n.transport.clone()),
-                    default_mode: Some(0o440),
-                    optional: Some(false),
+        volumes: Some(
+            vec![
+                Volume {
+                    name: "tmp".into(),
+                    empty_dir: Some(EmptyDirVolumeSource::default()),
                     ..Default::default()
-                }),
-                ..Default::default()
-            },
-        ]),
+                },
+                Volume {
+                    name: "data".into(),
+                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                        claim_name: n.data.clone(),
+                        read_only: Some(false),
+                    }),
+                    ..Default::default()
+                },
+                Volume {
+                    name: "transport".into(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(transport_secret_name(&spec.agent, c)),
+                        default_mode: Some(0o440),
+                        optional: Some(false),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            ]
+            .into_iter()
+            .chain(c.service_principal.as_ref().map(|sp| {
+                clawfed_kube::token::volume(
+                    &sp.audience,
+                    sp.expiration_seconds,
+                    SERVICE_PRINCIPAL_FILE,
+                )
+            }))
+            .collect(),
+        ),
         ..Default::default()
     }
 }
@@ -897,6 +963,66 @@ mod tests {
         // The transport material reaches the Pod only by reference.
         let json = serde_json::to_string(&pod.containers).expect("json");
         assert!(!json.contains("s3cr3t") && !json.contains("PEM-VALUE"));
+    }
+
+    #[test]
+    fn transport_prefix_and_service_principal_reach_the_objects() {
+        let s = spec();
+        // Defaults: the old name, no token of any kind.
+        let c = config();
+        assert_eq!(
+            transport_secret(&s, &c).metadata.name.as_deref(),
+            Some("a1-gateway-transport")
+        );
+        let pod = pod_spec(&s, &c, DIGEST_IMAGE);
+        assert!(pod.volumes.iter().flatten().all(|v| v.projected.is_none()));
+
+        let mut c = config();
+        c.transport_secret_prefix = Some("openclaw-transport".into());
+        c.service_principal = Some(clawfed_proto::work::ServicePrincipal {
+            audience: "openclaw.example".into(),
+            expiration_seconds: 900,
+        });
+        assert!(validate_config(&c).is_ok());
+        assert_eq!(
+            transport_secret(&s, &c).metadata.name.as_deref(),
+            Some("openclaw-transport-a1")
+        );
+        let pod = pod_spec(&s, &c, DIGEST_IMAGE);
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let volumes = pod.volumes.clone().expect("volumes");
+        assert!(
+            volumes
+                .iter()
+                .any(|v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref())
+                    == Some("openclaw-transport-a1"))
+        );
+        let token = volumes
+            .iter()
+            .find_map(|v| v.projected.clone())
+            .and_then(|p| p.sources)
+            .and_then(|s| s[0].service_account_token.clone())
+            .expect("projected token");
+        assert_eq!(token.audience.as_deref(), Some("openclaw.example"));
+        assert_eq!(token.expiration_seconds, Some(900));
+        let mount = pod.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == clawfed_kube::token::VOLUME)
+            .expect("mount");
+        assert_eq!(mount.read_only, Some(true));
+
+        c.transport_secret_prefix = Some("x".repeat(23));
+        assert!(validate_config(&c).is_err(), "prefix too long");
+        c.transport_secret_prefix = Some("Bad_Prefix".into());
+        assert!(validate_config(&c).is_err());
+        c.transport_secret_prefix = None;
+        c.service_principal = Some(clawfed_proto::work::ServicePrincipal {
+            audience: String::new(),
+            expiration_seconds: 900,
+        });
+        assert!(validate_config(&c).is_err());
     }
 
     #[test]

@@ -55,10 +55,13 @@ pub fn idempotency_key(field: &str, value: &str) -> Result<(), ServiceError> {
     Ok(())
 }
 
-/// Everything in an Agent spec.
-pub fn agent_spec(spec: &AgentSpec) -> Result<(), ServiceError> {
+/// Everything in an Agent spec. `default_image`: the installation has a
+/// default agent image, so an empty `spec.image` means that one.
+pub fn agent_spec(spec: &AgentSpec, default_image: bool) -> Result<(), ServiceError> {
     topology(spec)?;
-    image("spec.image", &spec.image)?;
+    if !(default_image && spec.image.is_empty()) {
+        image("spec.image", &spec.image)?;
+    }
     if let Some(gateway) = &spec.gateway_image {
         image("spec.gatewayImage", gateway)?;
     }
@@ -276,7 +279,17 @@ mod tests {
 
     #[test]
     fn accepts_a_plain_spec() {
-        agent_spec(&spec()).unwrap();
+        agent_spec(&spec(), false).unwrap();
+    }
+
+    #[test]
+    fn an_empty_image_needs_the_installation_default() {
+        let mut s = spec();
+        s.image = String::new();
+        assert_eq!(field_of(agent_spec(&s, false).unwrap_err()), "spec.image");
+        agent_spec(&s, true).unwrap();
+        s.image = "has space".into();
+        assert_eq!(field_of(agent_spec(&s, true).unwrap_err()), "spec.image");
     }
 
     #[test]
@@ -296,26 +309,29 @@ mod tests {
         let mut s = spec();
         s.resources.memory_limit = Some("lots".into());
         assert_eq!(
-            field_of(agent_spec(&s).unwrap_err()),
+            field_of(agent_spec(&s, false).unwrap_err()),
             "spec.resources.memoryLimit"
         );
         let mut s = spec();
         s.requirement_labels
             .insert("clawfed.io/agent".into(), "x".into());
         assert_eq!(
-            field_of(agent_spec(&s).unwrap_err()),
+            field_of(agent_spec(&s, false).unwrap_err()),
             "spec.requirementLabels[\"clawfed.io/agent\"]"
         );
         let mut s = spec();
         s.requirement_labels.insert("gpu".into(), "-bad".into());
-        assert!(agent_spec(&s).is_err());
+        assert!(agent_spec(&s, false).is_err());
         let mut s = spec();
         s.plugins = vec!["web".into(), "web".into()];
-        assert_eq!(field_of(agent_spec(&s).unwrap_err()), "spec.plugins[1]");
+        assert_eq!(
+            field_of(agent_spec(&s, false).unwrap_err()),
+            "spec.plugins[1]"
+        );
         let mut s = spec();
         s.placement.cluster = Some("Exec_A".into());
         assert_eq!(
-            field_of(agent_spec(&s).unwrap_err()),
+            field_of(agent_spec(&s, false).unwrap_err()),
             "spec.placement.cluster"
         );
     }

@@ -42,6 +42,8 @@ const MAX_CACHED: usize = 16_384;
 pub struct Routes {
     store: Arc<dyn Store>,
     ttl: std::time::Duration,
+    /// The port Harnesses serve on (the installation's `harnessPort`).
+    harness_port: i32,
     cache: Mutex<HashMap<String, (Instant, Route)>>,
 }
 
@@ -77,8 +79,16 @@ impl Routes {
         Self {
             store,
             ttl,
+            harness_port: harness::DEFAULT_PORT,
             cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Routes to Harnesses serving on `port` (the port every Harness work
+    /// item and Gateway of this installation names).
+    pub fn with_harness_port(mut self, port: i32) -> Self {
+        self.harness_port = port;
+        self
     }
 
     fn cached(&self, hash: &str) -> Option<Route> {
@@ -129,13 +139,14 @@ impl Routes {
             Err(StoreError::NotFound { .. }) => return Err(unknown()),
             Err(e) => return Err(store_refusal(e)),
         };
-        route_of(self.store.as_ref(), &rev).await
+        route_of(self.store.as_ref(), &rev, self.harness_port).await
     }
 }
 
 /// Where `rev`'s tunnels go, while it serves: its cluster, its Harness
 /// target and the only authority it may reach.
-pub async fn route_of(store: &dyn Store, rev: &AgentRevision) -> Result<Route, Refusal> {
+/// `port` is the installation's Harness port.
+pub async fn route_of(store: &dyn Store, rev: &AgentRevision, port: i32) -> Result<Route, Refusal> {
     let not_serving = |why: String| Refusal::new(reason::REVISION_NOT_SERVING, why);
     if !serving(rev.phase) {
         return Err(not_serving(format!(
@@ -171,7 +182,6 @@ pub async fn route_of(store: &dyn Store, rev: &AgentRevision) -> Result<Route, R
         .as_ref()
         .and_then(WorkResultReport::ensured_namespace)
         .unwrap_or(&ns.data_plane_namespace);
-    let port = harness::DEFAULT_PORT;
     Ok(Route {
         revision_id: rev.id.clone(),
         tenant: ns.name.clone(),

@@ -86,6 +86,9 @@ pub struct RolloutConfig {
     pub tunnel: Option<TunnelEndpoint>,
     /// Probe the data path through the Gateway before activating.
     pub path_probe: bool,
+    /// The installation's Harness and namespace settings (the Compute
+    /// Driver section) every work item carries.
+    pub workload: crate::compute_driver::WorkloadSettings,
 }
 
 impl Default for RolloutConfig {
@@ -98,6 +101,7 @@ impl Default for RolloutConfig {
             pass_lease: Duration::from_secs(15),
             tunnel: None,
             path_probe: false,
+            workload: crate::compute_driver::WorkloadSettings::default(),
         }
     }
 }
@@ -365,7 +369,7 @@ impl Rollout {
                     &cid()?,
                     &namespace_target(ns),
                     generation::NAMESPACE_ENSURE,
-                    &namespace_work(ns),
+                    &namespace_work(ns, &self.config.workload),
                 )
                 .await?;
             }
@@ -392,7 +396,14 @@ impl Rollout {
                 }
             }
             Step::ApplyGateway => {
-                let target = gateway_target(ns, dp, agent, &rev, self.config.tunnel.as_ref());
+                let target = gateway_target(
+                    ns,
+                    dp,
+                    agent,
+                    &rev,
+                    self.config.tunnel.as_ref(),
+                    self.config.workload.harness_port,
+                );
                 if let Err(failure) = self.gateways.ensure(&target).await {
                     if failure.transient {
                         return Err(WorkError::Retryable(format!("gateway: {failure}")).into());
@@ -433,6 +444,7 @@ impl Rollout {
                     &rev,
                     &same_cluster,
                     self.config.require_immutable_digest,
+                    &self.config.workload,
                 );
                 self.send(
                     &cid,
@@ -481,7 +493,14 @@ impl Rollout {
                 self.save(store, &mut rev).await?;
             }
             Step::Activate => {
-                let target = gateway_target(ns, dp, agent, &rev, self.config.tunnel.as_ref());
+                let target = gateway_target(
+                    ns,
+                    dp,
+                    agent,
+                    &rev,
+                    self.config.tunnel.as_ref(),
+                    self.config.workload.harness_port,
+                );
                 if self.config.path_probe
                     && let Err(failure) = self.gateways.probe(&target).await
                 {
@@ -665,7 +684,7 @@ impl Rollout {
         store: &dyn Store,
         rev: &AgentRevision,
     ) -> Result<(), GatewayFailure> {
-        let route = crate::tunnel::route::route_of(store, rev)
+        let route = crate::tunnel::route::route_of(store, rev, self.config.workload.harness_port)
             .await
             .map_err(|r| GatewayFailure {
                 reason: format!("{}: {}", r.reason, r.message),

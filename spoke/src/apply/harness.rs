@@ -116,6 +116,19 @@ pub fn validate(h: &HarnessWork) -> Result<()> {
             )));
         }
     }
+    if let Some(path) = &h.seccomp_localhost_profile {
+        security::check_localhost_profile(path)
+            .map_err(|e| Error::Invalid(format!("seccompLocalhostProfile: {e}")))?;
+    }
+    if let Some(sp) = &h.service_principal {
+        if sp.audience.is_empty() {
+            return Err(Error::Invalid(
+                "servicePrincipal.audience: must not be empty".into(),
+            ));
+        }
+        clawfed_kube::token::check_expiration(sp.expiration_seconds)
+            .map_err(|e| Error::Invalid(format!("servicePrincipal.expirationSeconds: {e}")))?;
+    }
     if let Some(p) = h.predecessors.iter().find(|p| p.revision >= h.revision) {
         return Err(Error::Invalid(format!(
             "predecessor revision {} is not older than {}",
@@ -191,9 +204,11 @@ pub fn workspace_claim(
     })
 }
 
-/// The hardened Pod spec of the Harness: non-root, RuntimeDefault seccomp,
-/// all capabilities dropped, no privilege escalation, read-only root
-/// filesystem, no ServiceAccount token, the node selector of the work.
+/// The hardened Pod spec of the Harness: non-root, RuntimeDefault seccomp
+/// (or the work's Localhost profile), all capabilities dropped, no privilege
+/// escalation, read-only root filesystem, no automounted ServiceAccount
+/// token (only the work's projected service principal token, read-only),
+/// the node selector of the work.
 pub fn pod_spec(h: &HarnessWork) -> PodSpec {
     let n = names(&h.agent, h.revision);
     let mut volumes = vec![Volume {
@@ -221,7 +236,7 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
             ..Default::default()
         });
     }
-    let env: Vec<EnvVar> = h
+    let mut env: Vec<EnvVar> = h
         .env
         .iter()
         .map(|(k, v)| EnvVar {
@@ -230,12 +245,35 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
             ..Default::default()
         })
         .collect();
+    if let Some(sp) = &h.service_principal {
+        use clawfed_proto::work::harness::{
+            SERVICE_PRINCIPAL_DIR, SERVICE_PRINCIPAL_ENV, SERVICE_PRINCIPAL_FILE,
+        };
+        volumes.push(clawfed_kube::token::volume(
+            &sp.audience,
+            sp.expiration_seconds,
+            SERVICE_PRINCIPAL_FILE,
+        ));
+        mounts.push(clawfed_kube::token::mount(SERVICE_PRINCIPAL_DIR));
+        env.push(EnvVar {
+            name: SERVICE_PRINCIPAL_ENV.into(),
+            value: Some(format!("{SERVICE_PRINCIPAL_DIR}/{SERVICE_PRINCIPAL_FILE}")),
+            ..Default::default()
+        });
+    }
+    let mut pod_security = security::hardened_pod(HARNESS_UID);
+    let mut container_security = security::hardened_container();
+    if let Some(path) = &h.seccomp_localhost_profile {
+        // Both levels: the container's RuntimeDefault would override the Pod's.
+        pod_security.seccomp_profile = Some(security::localhost_seccomp(path));
+        container_security.seccomp_profile = Some(security::localhost_seccomp(path));
+    }
     PodSpec {
         service_account_name: Some(n.harness.clone()),
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
         node_selector: (!h.node_selector.is_empty()).then(|| h.node_selector.clone()),
-        security_context: Some(security::hardened_pod(HARNESS_UID)),
+        security_context: Some(pod_security),
         containers: vec![Container {
             name: "harness".into(),
             image: Some(h.image.clone()),
@@ -258,7 +296,7 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
                 limits: quantities(&h.resources.limits),
                 ..Default::default()
             }),
-            security_context: Some(security::hardened_container()),
+            security_context: Some(container_security),
             volume_mounts: Some(mounts),
             ..Default::default()
         }],
@@ -371,7 +409,66 @@ mod tests {
             execution: ExecutionMode::Ordinary,
             node_selector: BTreeMap::from([("type".into(), "kwok".into())]),
             headless_service: false,
+            seccomp_localhost_profile: None,
+            service_principal: None,
         }
+    }
+
+    #[test]
+    fn codex_profile_and_service_principal_reach_the_pod() {
+        use clawfed_proto::work::ServicePrincipal;
+        // Default: RuntimeDefault, no token of any kind.
+        let pod = pod_spec(&harness());
+        assert!(pod.volumes.iter().flatten().all(|v| v.projected.is_none()));
+        let mut h = harness();
+        h.seccomp_localhost_profile = Some("profiles/codex.json".into());
+        h.service_principal = Some(ServicePrincipal {
+            audience: "openclaw.example".into(),
+            expiration_seconds: 900,
+        });
+        assert!(validate(&h).is_ok());
+        let pod = pod_spec(&h);
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        for profile in [
+            pod.security_context.clone().and_then(|s| s.seccomp_profile),
+            pod.containers[0]
+                .security_context
+                .clone()
+                .and_then(|s| s.seccomp_profile),
+        ] {
+            let profile = profile.expect("profile");
+            assert_eq!(profile.type_, "Localhost");
+            assert_eq!(
+                profile.localhost_profile.as_deref(),
+                Some("profiles/codex.json")
+            );
+        }
+        let token = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find_map(|v| v.projected.clone())
+            .and_then(|p| p.sources)
+            .and_then(|s| s[0].service_account_token.clone())
+            .expect("projected token");
+        assert_eq!(token.audience.as_deref(), Some("openclaw.example"));
+        assert_eq!(token.expiration_seconds, Some(900));
+        let mount = pod.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == clawfed_kube::token::VOLUME)
+            .expect("mount");
+        assert_eq!(mount.read_only, Some(true));
+        // Refused before anything is applied.
+        h.seccomp_localhost_profile = Some("/etc/x.json".into());
+        assert!(validate(&h).is_err());
+        h.seccomp_localhost_profile = None;
+        h.service_principal = Some(ServicePrincipal {
+            audience: "a".into(),
+            expiration_seconds: 60,
+        });
+        assert!(validate(&h).is_err());
     }
 
     #[test]

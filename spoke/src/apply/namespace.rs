@@ -412,12 +412,17 @@ fn port(protocol: &str, p: i32) -> NetworkPolicyPort {
 }
 
 /// The three NetworkPolicies: default-deny ingress and egress for every Pod;
-/// DNS egress to the configured DNS Pods; the Harness flows of the work.
+/// DNS egress to the DNS Pods (the work's, else the spoke's configured
+/// ones); the Harness flows of the work.
 pub fn network_policies(
     work: &NamespaceWork,
     namespace: &str,
     config: &SpokeConfig,
 ) -> Vec<NetworkPolicy> {
+    let (dns_namespace, dns_labels) = match &work.network.dns {
+        Some(d) => (d.namespace.clone(), d.pod_labels.clone()),
+        None => (config.dns.namespace.clone(), config.dns.pod_labels.clone()),
+    };
     let both = Some(vec!["Ingress".to_string(), "Egress".to_string()]);
     let deny = NetworkPolicy {
         metadata: meta(DENY_ALL, namespace, &work.tenant),
@@ -437,12 +442,12 @@ pub fn network_policies(
                     namespace_selector: Some(LabelSelector {
                         match_labels: Some(BTreeMap::from([(
                             "kubernetes.io/metadata.name".to_string(),
-                            config.dns.namespace.clone(),
+                            dns_namespace,
                         )])),
                         ..Default::default()
                     }),
                     pod_selector: Some(LabelSelector {
-                        match_labels: Some(config.dns.pod_labels.clone()),
+                        match_labels: Some(dns_labels),
                         ..Default::default()
                     }),
                     ..Default::default()
@@ -829,6 +834,42 @@ mod tests {
             Some(Some(IntOrString::Int(8080)))
         );
         assert_eq!(flows.egress.as_ref().map(Vec::len), Some(1));
+        // The installation's DNS target replaces the spoke's own.
+        let dns_peer = |pols: &[NetworkPolicy]| {
+            let rule = &pols[1]
+                .spec
+                .as_ref()
+                .expect("spec")
+                .egress
+                .as_ref()
+                .expect("egress")[0];
+            let peer = rule.to.as_ref().expect("to")[0].clone();
+            (
+                peer.namespace_selector
+                    .and_then(|s| s.match_labels)
+                    .and_then(|l| l.get("kubernetes.io/metadata.name").cloned()),
+                peer.pod_selector.and_then(|s| s.match_labels),
+            )
+        };
+        assert_eq!(
+            dns_peer(&pols),
+            (
+                Some("kube-system".to_string()),
+                Some(SpokeConfig::default().dns.pod_labels)
+            )
+        );
+        let mut custom = w.clone();
+        custom.network.dns = Some(clawfed_proto::work::DnsTarget {
+            namespace: "dns-system".into(),
+            pod_labels: BTreeMap::from([("app".into(), "coredns".into())]),
+        });
+        assert_eq!(
+            dns_peer(&network_policies(&custom, "oce-x", &SpokeConfig::default())),
+            (
+                Some("dns-system".to_string()),
+                Some(BTreeMap::from([("app".to_string(), "coredns".to_string())]))
+            )
+        );
         w.network.ingress_from_spoke = false;
         w.network.ingress_from_cidrs.clear();
         let pols = network_policies(&w, "oce-x", &SpokeConfig::default());

@@ -293,6 +293,7 @@ impl Rollout {
                         agent,
                         rev,
                         self.config.tunnel.as_ref(),
+                        self.config.workload.harness_port,
                     ))
                     .await
                     .unwrap_or(false)

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use clawfed_proto::work::{self as spec, target};
 
+use crate::compute_driver::WorkloadSettings;
 use crate::gateway::{GatewayTarget, TunnelEndpoint};
-use crate::model::{Agent, AgentRevision, ExecutionMode, Namespace};
+use crate::model::{Agent, AgentRevision, ExecutionMode, HarnessKind, Namespace};
 
 /// The Harness work target of a revision.
 pub fn harness_target(ns: &Namespace, rev: &AgentRevision) -> String {
@@ -25,36 +26,78 @@ fn execution(rev: &AgentRevision) -> spec::ExecutionMode {
     }
 }
 
-/// `namespace.ensure` for the tenant.
-pub fn namespace_work(ns: &Namespace) -> spec::WorkSpec {
+/// `namespace.ensure` for the tenant, with the installation's quota,
+/// container defaults, DNS target, Harness port and egress.
+pub fn namespace_work(ns: &Namespace, settings: &WorkloadSettings) -> spec::WorkSpec {
     spec::WorkSpec::NamespaceEnsure(spec::NamespaceWork {
         tenant: ns.name.clone(),
         namespace_id: ns.id.clone(),
         adopt: ns.adopted.then(|| ns.data_plane_namespace.clone()),
-        ..Default::default()
+        quota: settings.namespace_quota.clone(),
+        container_defaults: settings.container_defaults.clone(),
+        network: spec::HarnessNetwork {
+            harness_port: settings.harness_port,
+            egress: settings.egress.clone(),
+            dns: settings.dns.clone(),
+            ..Default::default()
+        },
     })
+}
+
+/// The installation's agent resources with the revision's own on top, key
+/// by key (an Agent that sets only a memory limit keeps the default CPU).
+fn harness_resources(rev: &AgentRevision, settings: &WorkloadSettings) -> spec::Resources {
+    let mut out = settings.agent_resources.clone();
+    let r = &rev.spec.resources;
+    for (limit, key, value) in [
+        (false, "cpu", &r.cpu_request),
+        (false, "memory", &r.memory_request),
+        (true, "cpu", &r.cpu_limit),
+        (true, "memory", &r.memory_limit),
+    ] {
+        let map = if limit {
+            &mut out.limits
+        } else {
+            &mut out.requests
+        };
+        if let Some(v) = value {
+            map.insert(key.to_owned(), v.clone());
+        }
+    }
+    out
 }
 
 /// `harness.apply` for `rev` in `data_plane_namespace` (the physical name
 /// the cluster resolved), with the predecessors that run on the same
 /// cluster (a dedicated Harness stops them first). `require_digest` is the
-/// installation's digest policy, which the spoke enforces on its own too.
+/// installation's digest policy, which the spoke enforces on its own too;
+/// `settings` the installation's Harness settings.
 pub fn harness_work(
     ns: &Namespace,
     data_plane_namespace: &str,
     rev: &AgentRevision,
     same_cluster_predecessors: &[AgentRevision],
     require_digest: bool,
+    settings: &WorkloadSettings,
 ) -> spec::WorkSpec {
-    let r = &rev.spec.resources;
-    let quantities = |cpu: &Option<String>, memory: &Option<String>| {
-        [("cpu", cpu), ("memory", memory)]
-            .into_iter()
-            .filter_map(|(k, v)| v.clone().map(|v| (k.to_owned(), v)))
-            .collect::<BTreeMap<_, _>>()
-    };
-    let requests = quantities(&r.cpu_request, &r.memory_request);
-    let limits = quantities(&r.cpu_limit, &r.memory_limit);
+    let kind = rev.spec.harness_kind;
+    let mut env = BTreeMap::new();
+    if matches!(
+        kind,
+        HarnessKind::EmbeddedOpenclaw | HarnessKind::DedicatedOpenclaw
+    ) {
+        env.insert(
+            spec::harness::SESSION_CAPACITY_ENV.to_owned(),
+            settings.session_capacity.to_string(),
+        );
+    }
+    // The image admitted at deploy (the installation's default agent image
+    // when the spec named none).
+    let image = rev
+        .images
+        .iter()
+        .find(|i| i.role == "harness")
+        .map_or_else(|| rev.spec.image.clone(), |i| i.reference.clone());
     spec::WorkSpec::HarnessApply(Box::new(spec::HarnessWork {
         tenant: ns.name.clone(),
         namespace_id: ns.id.clone(),
@@ -63,20 +106,13 @@ pub fn harness_work(
         revision: rev.number,
         revision_id: rev.id.clone(),
         harness_kind: rev.spec.harness_kind.as_str().to_owned(),
-        image: rev.spec.image.clone(),
+        image,
         require_digest,
         requirement_labels: rev.spec.requirement_labels.clone(),
-        resources: spec::Resources { requests, limits },
-        port: spec::harness::DEFAULT_PORT,
-        env: BTreeMap::new(),
-        workspace: rev
-            .spec
-            .harness_kind
-            .is_dedicated()
-            .then(|| spec::Workspace {
-                size: "1Gi".into(),
-                storage_class: None,
-            }),
+        resources: harness_resources(rev, settings),
+        port: settings.harness_port,
+        env,
+        workspace: kind.is_dedicated().then(|| settings.workspace.clone()),
         credential: spec::SecretData::default(),
         dedicated: rev.spec.harness_kind.is_dedicated(),
         predecessors: same_cluster_predecessors
@@ -88,8 +124,12 @@ pub fn harness_work(
             })
             .collect(),
         execution: execution(rev),
-        node_selector: BTreeMap::new(),
+        node_selector: settings.node_selector.clone(),
         headless_service: false,
+        seccomp_localhost_profile: (kind == HarnessKind::DedicatedCodex)
+            .then(|| settings.codex_seccomp_profile.clone())
+            .flatten(),
+        service_principal: settings.service_principal.clone(),
     }))
 }
 
@@ -110,14 +150,15 @@ pub fn revision_work(
     }
 }
 
-/// The Gateway of `rev`, pointed at its Harness (through the hub's tunnel
-/// ingress `tunnel`, or directly when `None`).
+/// The Gateway of `rev`, pointed at its Harness on `harness_port` (through
+/// the hub's tunnel ingress `tunnel`, or directly when `None`).
 pub fn gateway_target(
     ns: &Namespace,
     data_plane_namespace: &str,
     agent: &Agent,
     rev: &AgentRevision,
     tunnel: Option<&TunnelEndpoint>,
+    harness_port: i32,
 ) -> GatewayTarget {
     GatewayTarget {
         tenant: ns.name.clone(),
@@ -133,7 +174,7 @@ pub fn gateway_target(
             .map_or_else(String::new, |i| i.reference.clone()),
         harness_cluster: rev.resolved_cluster.clone().unwrap_or_default(),
         harness_namespace: data_plane_namespace.to_owned(),
-        harness_port: spec::harness::DEFAULT_PORT,
+        harness_port,
         tunnel: tunnel.cloned(),
     }
 }
@@ -185,9 +226,14 @@ mod tests {
         let pinned = format!("reg.example/harness@sha256:{}", "a".repeat(64));
         for image in ["reg.example/harness:1.0", pinned.as_str()] {
             for policy in [true, false] {
-                let spec::WorkSpec::HarnessApply(work) =
-                    harness_work(&namespace(), "oce-x", &revision(image), &[], policy)
-                else {
+                let spec::WorkSpec::HarnessApply(work) = harness_work(
+                    &namespace(),
+                    "oce-x",
+                    &revision(image),
+                    &[],
+                    policy,
+                    &WorkloadSettings::default(),
+                ) else {
                     panic!("not harness.apply");
                 };
                 assert_eq!(work.require_digest, policy, "{image}");
@@ -198,5 +244,191 @@ mod tests {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod settings_tests {
+    use super::*;
+    use crate::compute_driver::ComputeDriverConfig;
+
+    fn namespace() -> Namespace {
+        serde_json::from_value(serde_json::json!({
+            "id": "0190a0b0-0000-7000-8000-000000000001",
+            "name": "team",
+            "displayName": "team",
+            "dataPlaneNamespace": "oce-0123456789abcde",
+            "adopted": false,
+            "state": "active",
+            "provisionedAt": null,
+            "version": 1,
+            "createdAt": "2025-01-01T00:00:00Z",
+            "updatedAt": "2025-01-01T00:00:00Z",
+        }))
+        .expect("namespace")
+    }
+
+    fn revision(kind: &str, resources: serde_json::Value) -> AgentRevision {
+        serde_json::from_value(serde_json::json!({
+            "id": "0190a0b0-0000-7000-8000-000000000002",
+            "namespace": "team",
+            "agent": "bot",
+            "number": 1,
+            "spec": { "harnessKind": kind, "image": "", "resources": resources },
+            "configuration": null,
+            "images": [{ "role": "harness", "reference": "reg.example/default-agent:1",
+                         "digest": null }],
+            "resolvedCluster": "exec-a",
+            "phase": "pending",
+            "reason": null,
+            "rolledBackFrom": null,
+            "createdAt": "2025-01-01T00:00:00Z",
+            "updatedAt": "2025-01-01T00:00:00Z",
+        }))
+        .expect("revision")
+    }
+
+    fn harness(rev: &AgentRevision, settings: &WorkloadSettings) -> spec::HarnessWork {
+        match harness_work(&namespace(), "oce-x", rev, &[], false, settings) {
+            spec::WorkSpec::HarnessApply(w) => *w,
+            other => panic!("not harness.apply: {other:?}"),
+        }
+    }
+
+    fn settings() -> WorkloadSettings {
+        let driver: ComputeDriverConfig = serde_yaml_ng::from_str(
+            r#"
+resources:
+  agent:
+    requests: { cpu: 500m, memory: 1Gi }
+    limits: { cpu: "2", memory: 4Gi }
+  namespaceQuota: { pods: "20", requests.cpu: "8" }
+  containerDefaults:
+    defaultRequest: { cpu: 100m }
+    defaultLimit: { memory: 512Mi }
+network:
+  harnessPort: 9090
+  dns: { namespace: dns-system, podLabels: { app: coredns } }
+  egress: [{ cidr: 203.0.113.0/24, ports: [443] }]
+servicePrincipalCredentials: { enabled: true, audience: openclaw.example }
+runtime:
+  nodeSelector: { pool: agents }
+  workspaceSize: 5Gi
+  workspaceStorageClass: standard-rwo
+  nativeOpenClawSessionCapacity: 16
+  codexSeccompProfile: profiles/codex.json
+"#,
+        )
+        .expect("driver yaml");
+        driver.validate().expect("valid");
+        driver.workload()
+    }
+
+    /// Without a Compute Driver section: the old constants, now defaults.
+    #[test]
+    fn defaults_without_a_driver_section() {
+        let d = WorkloadSettings::default();
+        let h = harness(&revision("embedded-openclaw", serde_json::json!({})), &d);
+        assert_eq!(h.port, 8080);
+        assert_eq!(h.workspace, None);
+        assert_eq!(
+            h.env.get("OPENCLAW_SESSION_CAPACITY").map(String::as_str),
+            Some("8")
+        );
+        assert!(h.node_selector.is_empty());
+        assert_eq!(h.resources, spec::Resources::default());
+        assert_eq!(h.seccomp_localhost_profile, None);
+        assert_eq!(h.service_principal, None);
+        let h = harness(&revision("dedicated-codex", serde_json::json!({})), &d);
+        assert_eq!(h.workspace.map(|w| w.size).as_deref(), Some("1Gi"));
+        assert_eq!(h.seccomp_localhost_profile, None);
+        let spec::WorkSpec::NamespaceEnsure(n) = namespace_work(&namespace(), &d) else {
+            panic!("kind")
+        };
+        assert!(n.quota.is_empty() && n.network.dns.is_none());
+        assert_eq!(n.network.harness_port, 8080);
+    }
+
+    #[test]
+    fn installation_settings_reach_the_work() {
+        let s = settings();
+        // The Agent's own resources override the installation's per key.
+        let rev = revision(
+            "dedicated-openclaw",
+            serde_json::json!({ "memoryLimit": "8Gi", "cpuRequest": "1" }),
+        );
+        let h = harness(&rev, &s);
+        assert_eq!(h.image, "reg.example/default-agent:1", "the admitted image");
+        assert_eq!(h.port, 9090);
+        let want = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            h.resources.requests,
+            want(&[("cpu", "1"), ("memory", "1Gi")])
+        );
+        assert_eq!(h.resources.limits, want(&[("cpu", "2"), ("memory", "8Gi")]));
+        assert_eq!(h.node_selector, want(&[("pool", "agents")]));
+        assert_eq!(
+            h.workspace,
+            Some(spec::Workspace {
+                size: "5Gi".into(),
+                storage_class: Some("standard-rwo".into())
+            })
+        );
+        assert_eq!(h.env, want(&[("OPENCLAW_SESSION_CAPACITY", "16")]));
+        assert_eq!(h.seccomp_localhost_profile, None, "not a Codex Harness");
+        assert_eq!(
+            h.service_principal,
+            Some(spec::ServicePrincipal {
+                audience: "openclaw.example".into(),
+                expiration_seconds: 900
+            })
+        );
+
+        // Codex: the Localhost profile, no OpenClaw session capacity.
+        let h = harness(&revision("dedicated-codex", serde_json::json!({})), &s);
+        assert_eq!(
+            h.seccomp_localhost_profile.as_deref(),
+            Some("profiles/codex.json")
+        );
+        assert!(h.env.is_empty());
+        assert_eq!(h.resources.limits, want(&[("cpu", "2"), ("memory", "4Gi")]));
+
+        let spec::WorkSpec::NamespaceEnsure(n) = namespace_work(&namespace(), &s) else {
+            panic!("kind")
+        };
+        assert_eq!(n.quota, want(&[("pods", "20"), ("requests.cpu", "8")]));
+        assert_eq!(
+            n.container_defaults.default_request,
+            want(&[("cpu", "100m")])
+        );
+        assert_eq!(
+            n.container_defaults.default_limit,
+            want(&[("memory", "512Mi")])
+        );
+        assert_eq!(n.network.harness_port, 9090);
+        assert_eq!(
+            n.network.dns.as_ref().map(|d| d.namespace.as_str()),
+            Some("dns-system")
+        );
+        assert_eq!(n.network.egress[0].cidr, "203.0.113.0/24");
+        assert!(
+            n.network.ingress_from_spoke,
+            "the tunnel's last hop stays open"
+        );
+
+        let agent: Agent = serde_json::from_value(serde_json::json!({
+            "id": "a-1", "namespace": "team", "name": "bot",
+            "spec": { "harnessKind": "dedicated-codex", "image": "x:1" },
+            "desiredState": "running", "activeRevision": null, "latestRevision": 1,
+            "version": 1, "createdAt": "2025-01-01T00:00:00Z", "updatedAt": "2025-01-01T00:00:00Z",
+        }))
+        .expect("agent");
+        let g = gateway_target(&namespace(), "oce-x", &agent, &rev, None, s.harness_port);
+        assert_eq!(g.harness_port, 9090);
     }
 }

@@ -1,0 +1,560 @@
+//! Installation settings end to end on real clusters: a hub whose config
+//! carries the OpenClaw Compute Driver's own section
+//! (`drivers.compute.configuration`), a real spoke on exec-a over mTLS and
+//! the hub's Gateways in control. Every setting is read back from the
+//! objects it governs: ResourceQuota, LimitRange and NetworkPolicies in the
+//! tenant's exec namespace, the Harness Deployments and workspace PVC, and
+//! the Gateway's Deployment, PVC, NetworkPolicy and transport Secret.
+//!
+//! Needs `e2e/cluster.sh up control exec-a` and `eval "$(scripts/postgres.sh
+//! env)"`; skips when the clusters were never started. Objects are only
+//! inspected (kwok fakes, no process): the revisions need not become active.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use clawfed_hub::config::Config;
+use clawfed_hub::gateway::Gateways;
+use clawfed_hub::model::{Agent, AgentRevision, Namespace};
+use clawfed_spoke::config::SpokeConfig;
+use clawfed_spoke::exec::Executor;
+use clawfed_spoke::link::identity::FileIdentityStore;
+use clawfed_spoke::link::tls::HubAddress;
+use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
+use clawfed_tests::control_env::{self, GW_NS};
+use clawfed_tests::hub::{Backend, TestHub};
+use clawfed_tests::kube_env;
+use clawfed_tests::spoke_env;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{
+    Container, LimitRange, PersistentVolumeClaim, PodSpec, ResourceQuota, Secret,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::DeleteParams;
+use kube::{Api, Client};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn pinned(name: &str, byte: &str) -> String {
+    format!("registry.invalid/{name}@sha256:{}", byte.repeat(32))
+}
+
+/// The operator's Compute Driver section, as its own YAML.
+fn driver_yaml() -> String {
+    format!(
+        r#"
+images:
+  gateway: {gateway}
+  agent: {agent}
+  requireImmutableDigest: true
+resources:
+  gateway:
+    requests: {{ cpu: 150m, memory: 160Mi }}
+    limits: {{ cpu: 700m, memory: 704Mi }}
+  agent:
+    requests: {{ cpu: 250m, memory: 256Mi }}
+    limits: {{ cpu: "1", memory: 1Gi }}
+  namespaceQuota: {{ pods: "12", requests.cpu: "6", requests.memory: 12Gi }}
+  containerDefaults:
+    defaultRequest: {{ cpu: 50m, memory: 64Mi }}
+    defaultLimit: {{ cpu: 500m, memory: 512Mi }}
+network:
+  gatewayPort: 18888
+  harnessPort: 8181
+  dns: {{ namespace: dns-system, podLabels: {{ app: coredns }} }}
+  trustedProxyCidrs: [198.18.77.0/24]
+  egress: [{{ cidr: 203.0.113.0/24, ports: [443] }}]
+servicePrincipalCredentials:
+  enabled: true
+  audience: openclaw.clawfed.test
+  expirationSeconds: 900
+runtime:
+  nodeSelector: {{ type: kwok, clawfed.test/pool: agents }}
+  gatewayNodeSelector: {{ type: kwok, clawfed.test/pool: gateways }}
+  gatewayStorageClass: clawfed-test-gateway
+  workspaceSize: 3Gi
+  workspaceStorageClass: clawfed-test-workspace
+  nativeOpenClawSessionCapacity: 24
+  transportSecretPrefix: oc-transport
+  codexSeccompProfile: profiles/openclaw-codex.json
+"#,
+        gateway = pinned("openclaw-gateway", "cd"),
+        agent = pinned("openclaw", "ab"),
+    )
+}
+
+/// The test hub's settings: the test control cluster's Gateway options
+/// (namespace, routing, approved clients), then the driver section.
+fn configure(c: &mut Config) {
+    c.gateway.options = control_env::gateway_config();
+    c.set_compute_driver(serde_yaml_ng::from_str(&driver_yaml()).expect("driver yaml"))
+        .expect("driver section accepted");
+    c.pipeline.enabled = true;
+    c.pipeline.ready_deadline_seconds = 120;
+    c.worker.max_attempts = 8;
+}
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn quantities(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, Quantity>> {
+    Some(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+            .collect(),
+    )
+}
+
+struct Rest {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Rest {
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<T> {
+        let mut req = self
+            .http
+            .request(method.clone(), format!("{}/api/v1{path}", self.base))
+            .bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        ensure!(status.is_success(), "{method} {path}: {status}: {text}");
+        serde_json::from_str(&text).with_context(|| format!("{method} {path}: {text}"))
+    }
+}
+
+async fn get_when<K>(api: &Api<K>, name: &str) -> Result<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    kube_env::eventually(WAIT, &format!("object {name}"), || async {
+        Ok(api.get_opt(name).await?)
+    })
+    .await
+}
+
+fn pod(d: &Deployment) -> PodSpec {
+    d.spec.template.spec.clone().expect("pod template")
+}
+
+fn env_of(c: &Container, name: &str) -> Option<String> {
+    c.env
+        .iter()
+        .flatten()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
+}
+
+/// The projected service principal token: (audience, expiration, mounted
+/// read-only).
+fn service_principal(pod: &PodSpec) -> Option<(String, i64, bool)> {
+    let token = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == clawfed_kube::token::VOLUME)?
+        .projected
+        .clone()?
+        .sources?
+        .first()?
+        .service_account_token
+        .clone()?;
+    let read_only = pod.containers[0]
+        .volume_mounts
+        .iter()
+        .flatten()
+        .any(|m| m.name == clawfed_kube::token::VOLUME && m.read_only == Some(true));
+    Some((token.audience?, token.expiration_seconds?, read_only))
+}
+
+fn seccomp(pod: &PodSpec) -> (Option<String>, Option<String>, Option<String>) {
+    let p = pod
+        .security_context
+        .as_ref()
+        .and_then(|s| s.seccomp_profile.clone())
+        .expect("pod seccomp");
+    let c = pod.containers[0]
+        .security_context
+        .as_ref()
+        .and_then(|s| s.seccomp_profile.clone())
+        .expect("container seccomp");
+    assert_eq!(p, c, "pod and container agree");
+    (Some(p.type_), p.localhost_profile, c.localhost_profile)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_installation_setting_is_visible_on_the_objects_it_governs() -> Result<()> {
+    let (Some(_), Some(exec_a)) = (
+        kube_env::cluster_or_skip("control").await?,
+        kube_env::cluster_or_skip("exec-a").await?,
+    ) else {
+        return Ok(());
+    };
+    clawfed_tests::link::init_test_logging();
+    let control = control_env::control().await?;
+    let mut probe = Config::default();
+    configure(&mut probe);
+    let options = probe.gateway_options();
+    let gateways = Gateways::new(control_env::hub_client(&control).await?, options.clone())?;
+    let mut hub = TestHub::start_with_gateways(
+        Backend::Postgres,
+        configure,
+        clawfed_hub::worker::Handlers::builtin(),
+        Some(gateways),
+    )
+    .await;
+    let rest = Rest {
+        http: reqwest::Client::new(),
+        base: hub.rest.clone(),
+        token: hub.root_token.clone(),
+    };
+    let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let cluster = format!("exec-a-s{}", &id[..6]);
+
+    // A real spoke on exec-a, as its own ServiceAccount.
+    let shutdown = CancellationToken::new();
+    let dir = tempfile::tempdir()?;
+    let spoke_client = spoke_env::spoke_client(&exec_a).await?;
+    let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(1024);
+    let executor = Arc::new(Executor::new(
+        spoke_client,
+        SpokeConfig::default(),
+        reports_tx,
+    ));
+    let link = Link::new(
+        LinkConfig {
+            hub: HubAddress::parse(&clawfed_tests::link::hub_url(&hub))
+                .map_err(anyhow::Error::msg)?,
+            ca_pem: clawfed_tests::link::hub_ca(&hub),
+            cluster_name: cluster.clone(),
+            bootstrap_token: Some(
+                clawfed_tests::link::bootstrap_token(&hub, &cluster, false).await,
+            ),
+            version: "test".into(),
+            capabilities: vec!["applier:kube".into()],
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(500),
+        },
+        Arc::new(FileIdentityStore::new(dir.path())),
+        executor,
+        SpokeMetrics::default(),
+    );
+    let spoke = tokio::spawn(link.run(reports_rx, shutdown.clone()));
+
+    let tenant = format!("t{id}");
+    let ns: Namespace = rest
+        .call(
+            reqwest::Method::POST,
+            "/namespaces",
+            Some(json!({ "name": tenant })),
+        )
+        .await?;
+    let codex = format!("c{id}");
+    let native = format!("o{id}");
+    let result = check(
+        &rest,
+        &control.admin(),
+        &exec_a.admin(),
+        &ns,
+        &cluster,
+        &codex,
+        &native,
+    )
+    .await;
+
+    // Clean up whatever happened: Gateway objects (by the prefixed
+    // transport Secret name too), the exec namespace.
+    shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), spoke).await;
+    hub.stop().await;
+    let cleanup = Gateways::new(control.admin(), options)?;
+    for agent in [&codex, &native] {
+        if let Err(e) = cleanup.delete(&ns.name, agent).await {
+            eprintln!("cleanup: gateway {agent}: {e}");
+        }
+    }
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(exec_a.admin());
+    match namespaces
+        .delete(&ns.data_plane_namespace, &DeleteParams::background())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => eprintln!("cleanup: namespace: {e}"),
+    }
+    result
+}
+
+async fn check(
+    rest: &Rest,
+    control: &Client,
+    exec: &Client,
+    ns: &Namespace,
+    cluster: &str,
+    codex: &str,
+    native: &str,
+) -> Result<()> {
+    kube_env::eventually(WAIT, "the spoke online", || async {
+        let c: serde_json::Value = rest
+            .call(reqwest::Method::GET, &format!("/clusters/{cluster}"), None)
+            .await?;
+        Ok((c["connectionState"] == "online").then_some(()))
+    })
+    .await?;
+    // Neither Agent names an image: the installation's images are used.
+    for (name, kind, resources) in [
+        (codex, "dedicated-codex", json!({ "memoryLimit": "2Gi" })),
+        (native, "dedicated-openclaw", json!({})),
+    ] {
+        let _: Agent = rest
+            .call(
+                reqwest::Method::POST,
+                &format!("/namespaces/{}/agents", ns.name),
+                Some(json!({
+                    "name": name,
+                    "spec": {
+                        "harnessKind": kind,
+                        "resources": resources,
+                        "placement": { "cluster": cluster },
+                    }
+                })),
+            )
+            .await?;
+        let r: AgentRevision = rest
+            .call(
+                reqwest::Method::POST,
+                &format!("/namespaces/{}/agents/{name}/deploy", ns.name),
+                None,
+            )
+            .await?;
+        ensure!(r.number == 1);
+    }
+    let dpns = &ns.data_plane_namespace;
+
+    // The namespace's guard rails.
+    let quota = get_when(
+        &Api::<ResourceQuota>::namespaced(exec.clone(), dpns),
+        "clawfed-quota",
+    )
+    .await?;
+    assert_eq!(
+        quota.spec.and_then(|s| s.hard),
+        quantities(&[
+            ("pods", "12"),
+            ("requests.cpu", "6"),
+            ("requests.memory", "12Gi")
+        ])
+    );
+    let limits = get_when(
+        &Api::<LimitRange>::namespaced(exec.clone(), dpns),
+        "clawfed-defaults",
+    )
+    .await?;
+    let item = limits.spec.expect("spec").limits[0].clone();
+    assert_eq!(item.type_, "Container");
+    assert_eq!(
+        item.default_request,
+        quantities(&[("cpu", "50m"), ("memory", "64Mi")])
+    );
+    assert_eq!(
+        item.default,
+        quantities(&[("cpu", "500m"), ("memory", "512Mi")])
+    );
+    let policies = Api::<NetworkPolicy>::namespaced(exec.clone(), dpns);
+    let dns = get_when(&policies, "clawfed-allow-dns").await?;
+    let peer = dns.spec.expect("spec").egress.expect("egress")[0]
+        .to
+        .clone()
+        .expect("to")[0]
+        .clone();
+    assert_eq!(
+        peer.namespace_selector.and_then(|s| s.match_labels),
+        Some(map(&[("kubernetes.io/metadata.name", "dns-system")])),
+        "the installation's DNS target"
+    );
+    assert_eq!(
+        peer.pod_selector.and_then(|s| s.match_labels),
+        Some(map(&[("app", "coredns")]))
+    );
+    let flows = get_when(&policies, "clawfed-harness-flows")
+        .await?
+        .spec
+        .expect("spec");
+    let ingress_port = flows.ingress.expect("ingress")[0]
+        .ports
+        .clone()
+        .expect("ports")[0]
+        .port
+        .clone();
+    assert_eq!(
+        ingress_port,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(8181))
+    );
+    let egress = flows.egress.expect("egress");
+    assert_eq!(
+        egress[0].to.clone().expect("to")[0]
+            .ip_block
+            .clone()
+            .map(|b| b.cidr),
+        Some("203.0.113.0/24".to_string())
+    );
+
+    // The Harness Deployments.
+    let deployments = Api::<Deployment>::namespaced(exec.clone(), dpns);
+    let agent_image = pinned("openclaw", "ab");
+    let sp = Some(("openclaw.clawfed.test".to_string(), 900, true));
+    let c = pod(&get_when(&deployments, &format!("{codex}-r1-harness")).await?);
+    assert_eq!(c.automount_service_account_token, Some(false));
+    assert_eq!(
+        c.node_selector,
+        Some(map(&[("type", "kwok"), ("clawfed.test/pool", "agents")]))
+    );
+    let ctr = &c.containers[0];
+    assert_eq!(ctr.image.as_deref(), Some(agent_image.as_str()));
+    let res = ctr.resources.clone().expect("resources");
+    assert_eq!(
+        res.requests,
+        quantities(&[("cpu", "250m"), ("memory", "256Mi")])
+    );
+    assert_eq!(
+        res.limits,
+        quantities(&[("cpu", "1"), ("memory", "2Gi")]),
+        "the Agent's memory limit overrides the installation's"
+    );
+    assert_eq!(ctr.ports.clone().expect("ports")[0].container_port, 8181);
+    assert_eq!(
+        seccomp(&c),
+        (
+            Some("Localhost".to_string()),
+            Some("profiles/openclaw-codex.json".to_string()),
+            Some("profiles/openclaw-codex.json".to_string())
+        )
+    );
+    assert_eq!(
+        env_of(ctr, "OPENCLAW_SESSION_CAPACITY"),
+        None,
+        "not OpenClaw"
+    );
+    assert_eq!(service_principal(&c), sp);
+    let o = pod(&get_when(&deployments, &format!("{native}-r1-harness")).await?);
+    assert_eq!(
+        env_of(&o.containers[0], "OPENCLAW_SESSION_CAPACITY").as_deref(),
+        Some("24")
+    );
+    assert_eq!(
+        seccomp(&o).0.as_deref(),
+        Some("RuntimeDefault"),
+        "not Codex"
+    );
+    assert_eq!(o.automount_service_account_token, Some(false));
+    assert_eq!(service_principal(&o), sp);
+    let workspace = get_when(
+        &Api::<PersistentVolumeClaim>::namespaced(exec.clone(), dpns),
+        &format!("{codex}-r1-workspace"),
+    )
+    .await?
+    .spec
+    .expect("spec");
+    assert_eq!(
+        workspace.storage_class_name.as_deref(),
+        Some("clawfed-test-workspace")
+    );
+    assert_eq!(
+        workspace.resources.and_then(|r| r.requests),
+        quantities(&[("storage", "3Gi")])
+    );
+
+    // The Gateway objects in control.
+    let g = pod(&get_when(
+        &Api::<Deployment>::namespaced(control.clone(), GW_NS),
+        &format!("{codex}-gateway"),
+    )
+    .await?);
+    assert_eq!(g.automount_service_account_token, Some(false));
+    assert_eq!(
+        g.node_selector,
+        Some(map(&[("type", "kwok"), ("clawfed.test/pool", "gateways")]))
+    );
+    let gctr = &g.containers[0];
+    let gateway_image = pinned("openclaw-gateway", "cd");
+    assert_eq!(gctr.image.as_deref(), Some(gateway_image.as_str()));
+    let res = gctr.resources.clone().expect("resources");
+    assert_eq!(
+        res.requests,
+        quantities(&[("cpu", "150m"), ("memory", "160Mi")])
+    );
+    assert_eq!(
+        res.limits,
+        quantities(&[("cpu", "700m"), ("memory", "704Mi")])
+    );
+    assert_eq!(gctr.ports.clone().expect("ports")[0].container_port, 18888);
+    assert_eq!(service_principal(&g), sp);
+    assert!(
+        env_of(gctr, clawfed_hub::gateway::objects::HARNESS_ENDPOINT_ENV)
+            .is_some_and(|e| e.ends_with(":8181")),
+        "the Gateway is pointed at the Harness port"
+    );
+    let data = get_when(
+        &Api::<PersistentVolumeClaim>::namespaced(control.clone(), GW_NS),
+        &format!("{codex}-gateway-data"),
+    )
+    .await?;
+    assert_eq!(
+        data.spec.and_then(|s| s.storage_class_name).as_deref(),
+        Some("clawfed-test-gateway")
+    );
+    let secrets = Api::<Secret>::namespaced(control.clone(), GW_NS);
+    get_when(&secrets, &format!("oc-transport-{codex}")).await?;
+    assert!(
+        secrets
+            .get_opt(&format!("{codex}-gateway-transport"))
+            .await?
+            .is_none(),
+        "the prefix names the transport Secret"
+    );
+    let np = get_when(
+        &Api::<NetworkPolicy>::namespaced(control.clone(), GW_NS),
+        &format!("{codex}-gateway"),
+    )
+    .await?
+    .spec
+    .expect("spec");
+    let rule = np.ingress.expect("ingress")[0].clone();
+    assert!(
+        rule.from.iter().flatten().any(|p| p
+            .ip_block
+            .as_ref()
+            .is_some_and(|b| b.cidr == "198.18.77.0/24")),
+        "trusted proxy CIDR admitted"
+    );
+    assert_eq!(
+        rule.ports.expect("ports")[0].port,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(18888))
+    );
+    let dns_peer = np.egress.expect("egress")[0].to.clone().expect("to")[0].clone();
+    assert_eq!(
+        dns_peer.namespace_selector.and_then(|s| s.match_labels),
+        Some(map(&[("kubernetes.io/metadata.name", "dns-system")]))
+    );
+    Ok(())
+}
