@@ -137,12 +137,14 @@ pub async fn start(
     shutdown: CancellationToken,
     tasks: &mut JoinSet<()>,
 ) -> Result<LinkHandle, LinkError> {
-    let ca = Arc::new(CertificateAuthority::load_or_create(&config.ca_dir)?);
+    let keys = LinkKeys {
+        ca: Arc::new(CertificateAuthority::load_or_create(&config.ca_dir)?),
+        secrets,
+    };
     start_with_ca(
         config,
-        ca,
+        keys,
         store,
-        secrets,
         metrics,
         report_listener,
         shutdown,
@@ -151,17 +153,25 @@ pub async fn start(
     .await
 }
 
-/// As [`start`], with a CA already in hand.
+/// The keys of the link: the CA that signs spoke certificates, and the key
+/// that seals credentials while their work waits in the outbox.
+#[derive(Debug, Clone)]
+pub struct LinkKeys {
+    pub ca: Arc<CertificateAuthority>,
+    pub secrets: Arc<crate::secrets::SecretBox>,
+}
+
+/// As [`start`], with the CA (and the sealing key) already in hand.
 pub async fn start_with_ca(
     config: LinkConfig,
-    ca: Arc<CertificateAuthority>,
+    keys: LinkKeys,
     store: Arc<dyn Store>,
-    secrets: Arc<crate::secrets::SecretBox>,
     metrics: LinkMetrics,
     report_listener: Option<Arc<dyn super::ReportListener>>,
     shutdown: CancellationToken,
     tasks: &mut JoinSet<()>,
 ) -> Result<LinkHandle, LinkError> {
+    let LinkKeys { ca, secrets } = keys;
     let deny = Arc::new(DenyList::default());
     deny.insert_all(
         store
