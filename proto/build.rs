@@ -13,6 +13,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // `SpokeLink.Connect` would clash with the generated `connect`
         // constructor; clients are built with `new(channel)` instead.
         .build_transport(false)
+        // Requests carrying a secret value get a redacting Debug (in lib.rs).
+        .skip_debug([".clawfed.admin.v1.SetAgentCredentialRequest"])
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -89,6 +89,8 @@ pub struct Config {
     pub tunnel: TunnelSettings,
     #[serde(default)]
     pub log: LogConfig,
+    #[serde(default)]
+    pub secrets: SecretsSettings,
     /// Driver installation sections brought as they are (today the OpenClaw
     /// Kubernetes Compute Driver's).
     #[serde(default)]
@@ -354,6 +356,24 @@ impl Default for PolicyConfig {
     }
 }
 
+/// The key that seals Agent credentials at rest. At most one source; with
+/// neither, a key file beside the link CA directory is created on first
+/// start (`<link.caDir>.secrets.key`, mode 0600). Hub replicas sharing a
+/// database must share the key (`keySecret`, or the same `keyFile`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretsSettings {
+    /// A file holding exactly 32 random bytes; created (mode 0600) when
+    /// missing.
+    #[serde(default)]
+    pub key_file: Option<std::path::PathBuf>,
+    /// A key of a Secret in the control cluster holding exactly 32 bytes,
+    /// read with the hub's explicit credentials (`gateway.kubeconfig`, or
+    /// its in-cluster ServiceAccount).
+    #[serde(default)]
+    pub key_secret: Option<crate::secrets::KeySecretRef>,
+}
+
 /// Logging.
 #[derive(Debug, Clone, Deserialize)]
 // Every field is optional: a partial section keeps the other defaults.
@@ -396,6 +416,7 @@ impl Default for Config {
             tunnel: TunnelSettings::default(),
             log: LogConfig::default(),
             drivers: DriversConfig::default(),
+            secrets: SecretsSettings::default(),
         }
     }
 }
@@ -640,6 +661,7 @@ impl Config {
                     }
                 }
                 "CLAWFED_LOG" => self.log.filter = value.clone(),
+                "CLAWFED_SECRETS_KEY_FILE" => self.secrets.key_file = Some(value.into()),
                 _ => {}
             }
         }
@@ -706,6 +728,23 @@ impl Config {
         if self.link.max_handshakes_per_source == 0 {
             return Err(invalid("link.maxHandshakesPerSource", "must be at least 1"));
         }
+        if self.secrets.key_file.is_some() && self.secrets.key_secret.is_some() {
+            return Err(invalid(
+                "secrets",
+                "set secrets.keyFile or secrets.keySecret, not both",
+            ));
+        }
+        if let Some(r) = &self.secrets.key_secret {
+            for (field, value) in [
+                ("secrets.keySecret.namespace", &r.namespace),
+                ("secrets.keySecret.name", &r.name),
+                ("secrets.keySecret.key", &r.key),
+            ] {
+                if value.is_empty() {
+                    return Err(invalid(field, "is required"));
+                }
+            }
+        }
         if self.api.max_body_bytes < 1024 {
             return Err(invalid("api.maxBodyBytes", "must be at least 1024"));
         }
@@ -754,6 +793,16 @@ impl Config {
             options.default_image = Some(self.policy.default_gateway_image.clone());
         }
         options
+    }
+
+    /// Where the key sealing Agent credentials comes from.
+    pub fn secrets_key_source(&self) -> crate::secrets::KeySource {
+        use crate::secrets::{KeySource, default_key_file};
+        match (&self.secrets.key_secret, &self.secrets.key_file) {
+            (Some(r), _) => KeySource::KubeSecret(r.clone()),
+            (None, Some(path)) => KeySource::File(path.clone()),
+            (None, None) => KeySource::File(default_key_file(&self.link.ca_dir)),
+        }
     }
 
     /// The service policy this configuration sets.
@@ -973,6 +1022,53 @@ mod tests {
         .unwrap();
         let err = Config::load(Some(&path), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("requireImmutableDigest"), "{err}");
+    }
+
+    #[test]
+    fn the_secrets_key_source_is_a_file_or_a_secret_never_both() {
+        use crate::secrets::{KeySecretRef, KeySource};
+        let c = Config::load(
+            None,
+            &env(&[("CLAWFED_LINK_CA_DIR", "/var/lib/clawfed/ca")]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.secrets_key_source(),
+            KeySource::File("/var/lib/clawfed/ca.secrets.key".into()),
+            "beside the link CA directory"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        std::fs::write(
+            &path,
+            "secrets:\n  keySecret: { namespace: clawfed-system, name: hub-secrets, key: key }\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&path), &env(&[])).unwrap();
+        assert_eq!(
+            c.secrets_key_source(),
+            KeySource::KubeSecret(KeySecretRef {
+                namespace: "clawfed-system".into(),
+                name: "hub-secrets".into(),
+                key: "key".into(),
+            })
+        );
+        let err = Config::load(
+            Some(&path),
+            &env(&[("CLAWFED_SECRETS_KEY_FILE", "/etc/clawfed/secrets.key")]),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("secrets"), "{err}");
+        std::fs::write(&path, "secrets:\n  keyFile: /k\n  keyScret: x\n").unwrap();
+        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("keyScret"), "{err}");
+        std::fs::write(
+            &path,
+            "secrets:\n  keySecret: { namespace: ns, name: '', key: k }\n",
+        )
+        .unwrap();
+        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("secrets.keySecret.name"), "{err}");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! - [`auth`]: API tokens, roles, permission rules (pure).
 //! - [`store`]: the desired-state store trait; PostgreSQL and SQLite.
 //! - [`service`]: the one service layer behind REST and gRPC.
+//! - [`secrets`]: write-only Agent credentials sealed at rest (AES-256-GCM)
+//!   and the key they are sealed with.
 //! - [`api`]: REST (`/api/v1`, OpenAPI), gRPC admin, metrics, errors.
 //! - [`worker`]: the durable work queue's worker.
 //! - [`pipeline`]: the revision pipeline as a pure state machine.
@@ -25,6 +27,7 @@ pub mod gateway;
 pub mod link;
 pub mod model;
 pub mod pipeline;
+pub mod secrets;
 pub mod server;
 pub mod service;
 pub mod store;

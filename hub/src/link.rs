@@ -116,6 +116,9 @@ pub struct LinkState {
     pub tunnels: Arc<crate::tunnel::broker::Broker>,
     pub config: LinkConfig,
     pub shutdown: CancellationToken,
+    /// Seals credential values while Harness work waits in the durable
+    /// outbox; a session opens them only to send them over mTLS.
+    pub secrets: Arc<crate::secrets::SecretBox>,
 }
 
 impl std::fmt::Debug for LinkState {

@@ -253,6 +253,35 @@ fn enabled_by_default() -> bool {
     true
 }
 
+/// A managed credential of an Agent as the API shows it: metadata only,
+/// never the value (credentials are write-only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialMeta {
+    /// `model-api-key` or `service-account`.
+    pub kind: String,
+    /// Bumped by every set: a counter, not derived from the value.
+    pub version: i64,
+    pub set_at: DateTime<Utc>,
+}
+
+/// Body of `PUT .../agents/{name}/credentials/{kind}`. The value is
+/// write-only: no answer, log or audit record ever contains it.
+#[derive(Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetCredential {
+    /// The secret value (at most 16 KiB, no NUL characters).
+    pub value: String,
+}
+
+impl std::fmt::Debug for SetCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SetCredential")
+            .field("value", &"<redacted>")
+            .finish()
+    }
+}
+
 /// What the operator wants an Agent to be doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]

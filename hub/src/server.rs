@@ -54,6 +54,9 @@ pub enum ServerError {
     /// under the digest policy).
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// The key sealing Agent credentials could not be loaded or created.
+    #[error(transparent)]
+    Secrets(#[from] crate::secrets::SecretsError),
 }
 
 /// A running hub.
@@ -138,7 +141,9 @@ pub async fn start_with_parts(
     let grpc_addr = addr(&grpc_listener, "grpc")?;
     let metrics_addr = addr(&metrics_listener, "metrics")?;
 
-    let service = Service::new(store.clone(), config.policy());
+    let secrets = Arc::new(load_secrets_key(config).await?);
+    tracing::info!(key_id = %secrets.key_id(), "secrets.key_loaded");
+    let service = Service::new(store.clone(), config.policy()).with_secrets(secrets.clone());
     let mut metrics = metrics::Metrics::new();
     let link_metrics = crate::link::metrics::LinkMetrics::register(metrics.registry_mut());
     let pipeline_metrics =
@@ -212,6 +217,7 @@ pub async fn start_with_parts(
         let link = crate::link::server::start(
             config.link_config(),
             store.clone(),
+            secrets.clone(),
             link_metrics,
             trigger,
             shutdown.clone(),
@@ -264,7 +270,8 @@ pub async fn start_with_parts(
                 ..RolloutConfig::default()
             },
         )
-        .with_metrics(pipeline_metrics);
+        .with_metrics(pipeline_metrics)
+        .with_secrets(secrets.clone());
         if config.pipeline_enabled() {
             handlers.register(REVISION_ROLLOUT, RolloutHandler(rollout.clone()));
             handlers.register(AGENT_STOP, StopHandler(rollout.clone()));
@@ -294,11 +301,33 @@ pub async fn start_with_parts(
     })
 }
 
+/// The key that seals Agent credentials: `secrets.keySecret` from the
+/// control cluster, else `secrets.keyFile` or the default file beside the
+/// link CA directory (created on first start).
+async fn load_secrets_key(config: &Config) -> Result<crate::secrets::SecretBox, ServerError> {
+    use crate::secrets::KeySource;
+    match config.secrets_key_source() {
+        KeySource::File(path) => Ok(crate::secrets::load_or_create_key_file(&path)?),
+        KeySource::KubeSecret(r) => {
+            let client = control_cluster_client(config).await?;
+            Ok(crate::secrets::load_from_kube_secret(client, &r).await?)
+        }
+    }
+}
+
 /// The Gateway room over the control cluster named by `gateway.kubeconfig`
 /// (or the in-cluster credentials).
 async fn control_cluster_gateways(
     config: &Config,
 ) -> Result<crate::gateway::Gateways, ServerError> {
+    let client = control_cluster_client(config).await?;
+    crate::gateway::Gateways::new(client, config.gateway_options())
+        .map_err(|e| ServerError::Gateway(format!("gateway.options: {e}")))
+}
+
+/// A client of the control cluster as the hub: `gateway.kubeconfig` or the
+/// in-cluster credentials, never an ambient kubeconfig.
+async fn control_cluster_client(config: &Config) -> Result<kube::Client, ServerError> {
     let gateway = |e: String| ServerError::Gateway(e);
     let kube_config = match &config.gateway.kubeconfig {
         Some(path) => {
@@ -319,10 +348,7 @@ async fn control_cluster_gateways(
             ))
         })?,
     };
-    let client = kube::Client::try_from(kube_config)
-        .map_err(|e| gateway(format!("control-cluster client: {e}")))?;
-    crate::gateway::Gateways::new(client, config.gateway_options())
-        .map_err(|e| gateway(format!("gateway.options: {e}")))
+    kube::Client::try_from(kube_config).map_err(|e| gateway(format!("control-cluster client: {e}")))
 }
 
 /// The REST application: `/api/v1`, `/openapi.json`, `/healthz`, `/readyz`.

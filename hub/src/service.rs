@@ -13,14 +13,16 @@ use uuid::Uuid;
 use crate::auth::{self, Action, Decision, Principal};
 use crate::model::{
     Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, Cluster, Configuration, CreateAgent,
-    CreateBootstrapToken, CreateConfiguration, CreateNamespace, DeployRequest, DesiredState,
-    FleetSummary, Namespace, UpdateAgent, UpdateConfiguration, WorkItem, WorkState,
+    CreateBootstrapToken, CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest,
+    DesiredState, FleetSummary, Namespace, UpdateAgent, UpdateConfiguration, WorkItem, WorkState,
 };
+use crate::secrets::{SecretBox, SecretValue};
 use crate::store::{
     Effects, IdempotencyKey, NewAgent, NewAudit, NewBootstrapToken, NewNamespace, NewRevision,
     NewWork, Store, StoreError, WorkFilter,
 };
 use crate::worker::kinds;
+use clawfed_proto::work::credential::CredentialKind;
 
 /// Errors of the service layer; `api::error` maps each to one HTTP status
 /// and one gRPC code.
@@ -115,6 +117,8 @@ const MAX_LIST_LIMIT: i64 = 1000;
 pub struct Service {
     store: Arc<dyn Store>,
     policy: Policy,
+    /// Seals managed credentials; `None` refuses setting them.
+    secrets: Option<Arc<SecretBox>>,
 }
 
 impl std::fmt::Debug for Service {
@@ -129,7 +133,17 @@ impl std::fmt::Debug for Service {
 impl Service {
     /// A service over `store` enforcing `policy`.
     pub fn new(store: Arc<dyn Store>, policy: Policy) -> Self {
-        Self { store, policy }
+        Self {
+            store,
+            policy,
+            secrets: None,
+        }
+    }
+
+    /// Seals managed Agent credentials with `secrets`.
+    pub fn with_secrets(mut self, secrets: Arc<SecretBox>) -> Self {
+        self.secrets = Some(secrets);
+        self
     }
 
     /// The store (health checks, metrics).
@@ -755,6 +769,107 @@ impl Service {
         Ok(rev)
     }
 
+    // ---- credentials ------------------------------------------------------
+
+    /// Sets or replaces an Agent's managed credential of `kind`. Write-only:
+    /// the value is sealed before it reaches the store, and the answer, the
+    /// audit record and any error carry metadata only. The running revision
+    /// keeps what it froze; the next deploy carries the new value.
+    pub async fn set_credential(
+        &self,
+        p: &Principal,
+        ns: &str,
+        agent: &str,
+        kind: &str,
+        value: SecretValue,
+    ) -> Result<CredentialMeta> {
+        let target = format!("agents/{agent}/credentials/{kind}");
+        let what = "agent.credential.set";
+        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
+            .await?;
+        let result = async {
+            let kind = credential_kind(kind)?;
+            credential_value("value", &value)?;
+            let a = self.store.get_agent(ns, agent).await?;
+            let harness = a.spec.harness_kind.as_str();
+            if !kind.allowed_for(harness) {
+                return Err(ServiceError::InvalidArgument {
+                    field: "kind".into(),
+                    reason: format!(
+                        "{kind} credentials are accepted only for dedicated-codex Agents; \
+                         agent {agent:?} is {harness}"
+                    ),
+                });
+            }
+            let secrets = self.secrets.as_ref().ok_or_else(|| {
+                ServiceError::FailedPrecondition(
+                    "this hub has no secrets key (secrets.keyFile or secrets.keySecret)".into(),
+                )
+            })?;
+            let sealed = secrets
+                .seal_credential(&a.id, kind, &value)
+                .map_err(|e| ServiceError::Internal(e.to_string()))?;
+            let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+            Ok(self
+                .store
+                .set_agent_credential(&a.id, kind, &sealed, &fx)
+                .await?)
+        }
+        .await;
+        self.record(p, what, Some(ns), &target, result).await
+    }
+
+    /// Deletes an Agent's managed credential of `kind` (revisions keep what
+    /// they froze).
+    pub async fn delete_credential(
+        &self,
+        p: &Principal,
+        ns: &str,
+        agent: &str,
+        kind: &str,
+    ) -> Result<()> {
+        let target = format!("agents/{agent}/credentials/{kind}");
+        let what = "agent.credential.delete";
+        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
+            .await?;
+        let result = async {
+            let kind = credential_kind(kind)?;
+            let a = self.store.get_agent(ns, agent).await?;
+            let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+            Ok(self.store.delete_agent_credential(&a.id, kind, &fx).await?)
+        }
+        .await;
+        self.record(p, what, Some(ns), &target, result).await
+    }
+
+    /// An Agent's managed credentials: kind, version and when each was set,
+    /// never a value.
+    pub async fn list_credentials(
+        &self,
+        p: &Principal,
+        ns: &str,
+        agent: &str,
+    ) -> Result<Vec<CredentialMeta>> {
+        self.check_read(p, Action::Read, Some(ns))?;
+        let a = self.store.get_agent(ns, agent).await?;
+        let stored = self.store.list_agent_credentials(&a.id).await?;
+        Ok(stored.iter().map(|c| c.meta()).collect())
+    }
+
+    /// The credentials revision `number` froze at deploy (metadata only).
+    pub async fn list_revision_credentials(
+        &self,
+        p: &Principal,
+        ns: &str,
+        agent: &str,
+        number: i64,
+    ) -> Result<Vec<CredentialMeta>> {
+        self.check_read(p, Action::Read, Some(ns))?;
+        let rev = self.store.get_revision(ns, agent, number).await?;
+        let stored = self.store.revision_credentials(&rev.id).await?;
+        Ok(stored.iter().map(|c| c.meta()).collect())
+    }
+
     // ---- clusters, fleet, audit, work ---------------------------------------
 
     /// Enrolled clusters: every one for installation admins; for a tenant
@@ -1044,6 +1159,44 @@ fn list_limit(limit: Option<i64>) -> Result<i64> {
 fn fingerprint(agent: &str, req: &DeployRequest) -> String {
     let canonical = serde_json::json!({ "agent": agent, "fromRevision": req.from_revision });
     hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
+}
+
+/// Parses a credential kind, naming the field and the accepted kinds.
+fn credential_kind(kind: &str) -> Result<CredentialKind> {
+    CredentialKind::parse(kind).ok_or_else(|| ServiceError::InvalidArgument {
+        field: "kind".into(),
+        reason: format!(
+            "{kind:?} is not a credential kind; expected one of {}",
+            CredentialKind::expected()
+        ),
+    })
+}
+
+/// Largest credential value accepted.
+const MAX_CREDENTIAL_BYTES: usize = 16 * 1024;
+
+/// A credential value must be non-empty, bounded and free of NUL (it
+/// becomes an environment variable). The reasons never echo the value.
+fn credential_value(field: &str, value: &SecretValue) -> Result<()> {
+    let invalid = |reason: &str| {
+        Err(ServiceError::InvalidArgument {
+            field: field.into(),
+            reason: reason.into(),
+        })
+    };
+    if value.is_empty() {
+        return invalid("must not be empty");
+    }
+    if value.len() > MAX_CREDENTIAL_BYTES {
+        return invalid(&format!(
+            "must be at most {MAX_CREDENTIAL_BYTES} bytes, got {}",
+            value.len()
+        ));
+    }
+    if value.expose().contains('\0') {
+        return invalid("must not contain NUL characters");
+    }
+    Ok(())
 }
 
 fn audit(

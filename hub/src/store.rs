@@ -6,6 +6,9 @@
 //!   driver with `$N` placeholders (SQLite accepts them too).
 //! - `link.rs`, `sql_link.rs`: the spoke link's part (bootstrap tokens,
 //!   certificates, the durable per-cluster outbox, reports).
+//! - `credentials.rs`, `sql_credentials.rs`: managed Agent credentials,
+//!   sealed (the store never sees a plaintext), and the copies deploys
+//!   freeze into revisions.
 //! - `postgres.rs`, `sqlite.rs`: what differs per backend: connecting,
 //!   migrations, the work-claim statement and error classification.
 //!
@@ -13,9 +16,11 @@
 //! the work it enqueues are written in the same transaction, so an audit
 //! record or a work item can never be lost or be left without its change.
 
+mod credentials;
 mod link;
 mod postgres;
 mod sql;
+mod sql_credentials;
 mod sql_link;
 mod sqlite;
 
@@ -31,6 +36,7 @@ use crate::model::{
     DesiredState, FleetSummary, ImageRef, Namespace, WorkItem, WorkState,
 };
 
+pub use credentials::*;
 pub use link::*;
 pub use sql::SqlStore;
 
@@ -252,7 +258,7 @@ pub struct Recovered {
 
 /// The desired-state store.
 #[async_trait]
-pub trait Store: LinkStore + Send + Sync + 'static {
+pub trait Store: LinkStore + CredentialStore + Send + Sync + 'static {
     /// Which backend this is.
     fn backend(&self) -> Backend;
     /// Checks the database answers (for `/readyz`).
@@ -321,7 +327,9 @@ pub trait Store: LinkStore + Send + Sync + 'static {
 
     // Revisions.
     /// Freezes a new revision (numbered after the latest), or returns the
-    /// revision an earlier call with the same idempotency key made.
+    /// revision an earlier call with the same idempotency key made. The
+    /// Agent's current sealed credentials are copied into the revision in
+    /// the same transaction.
     async fn deploy(&self, rev: &NewRevision, fx: &Effects) -> Result<Deployed>;
     async fn list_revisions(&self, namespace: &str, agent: &str) -> Result<Vec<AgentRevision>>;
     async fn get_revision_by_id(&self, id: &str) -> Result<AgentRevision>;

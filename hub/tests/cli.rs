@@ -852,3 +852,149 @@ fn the_hub_never_falls_back_to_an_ambient_kubeconfig() {
         "{stderr}"
     );
 }
+
+// ---- managed credentials (issue 12 item 1) -------------------------------------
+
+/// `clawfed ARGS` with `stdin` piped in.
+fn clawfed_with_stdin(hub: &HubProcess, args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(CLAWFED)
+        .env_clear()
+        .env("CLAWFED_SERVER", &hub.rest)
+        .env("CLAWFED_TOKEN", &hub.token)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn clawfed");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("run clawfed")
+}
+
+/// Issue 12 item 1: `clawfed agents credentials set` reads the value from
+/// stdin or `--from-file` (one trailing newline dropped), never from the
+/// command line, and prints metadata only; the hub created its secrets
+/// key (32 bytes, mode 0600) beside its CA directory; neither the CLI's
+/// output nor the hub's log ever shows the value.
+#[test]
+fn credentials_are_set_from_stdin_or_a_file_never_from_argv() {
+    let hub = hub_with_agent();
+    let from_stdin = format!("sk-stdin-{}", uuid::Uuid::new_v4().simple());
+    let from_file = format!("sk-file-{}", uuid::Uuid::new_v4().simple());
+    let set = ["agents", "credentials", "set", "helper", "-n", "team-a"];
+
+    let out = clawfed_with_stdin(
+        &hub,
+        &[&set[..], &["--kind", "model-api-key", "-o", "json"]].concat(),
+        &format!("{from_stdin}\n"),
+    );
+    let printed = stdout_of(&out);
+    let meta: Value = serde_json::from_str(&printed).expect("JSON");
+    assert_eq!(meta["kind"], "model-api-key");
+    assert_eq!(meta["version"], 1);
+    assert!(!printed.contains(&from_stdin) && !text(&out.stderr).contains(&from_stdin));
+
+    let file = hub.db.dir.path().join("model-key");
+    std::fs::write(&file, format!("{from_file}\n")).expect("write the key file");
+    let out = hub.clawfed(
+        &[
+            &set[..],
+            &[
+                "--kind",
+                "model-api-key",
+                "--from-file",
+                file.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    );
+    let printed = stdout_of(&out);
+    let rows = table(&printed);
+    assert_eq!(rows[0], ["KIND", "VERSION", "SET"], "{printed}");
+    assert_eq!(rows[1][..2], ["model-api-key", "2"], "{printed}");
+    assert!(!printed.contains(&from_file));
+
+    let listed = hub.json(&["agents", "credentials", "list", "helper", "-n", "team-a"]);
+    assert_eq!(listed["items"][0]["version"], 2, "{listed}");
+
+    // Never from argv; empty input, a missing file and a bad kind are
+    // refused naming what is wrong.
+    let err = failure(
+        &hub.clawfed(&[&set[..], &["--kind", "model-api-key", "--value", "x"]].concat()),
+        2,
+    );
+    assert!(err.contains("--value"), "{err}");
+    let err = failure(
+        &clawfed_with_stdin(
+            &hub,
+            &[&set[..], &["--kind", "model-api-key"]].concat(),
+            "\n",
+        ),
+        2,
+    );
+    assert!(err.contains("stdin"), "{err}");
+    let err = failure(
+        &hub.clawfed(
+            &[
+                &set[..],
+                &["--kind", "model-api-key", "--from-file", "/nonexistent/key"],
+            ]
+            .concat(),
+        ),
+        2,
+    );
+    assert!(err.contains("--from-file"), "{err}");
+    let err = failure(
+        &clawfed_with_stdin(&hub, &[&set[..], &["--kind", "password"]].concat(), "x"),
+        1,
+    );
+    assert!(err.contains("kind"), "{err}");
+    let err = failure(
+        &clawfed_with_stdin(
+            &hub,
+            &[&set[..], &["--kind", "service-account"]].concat(),
+            "x",
+        ),
+        1,
+    );
+    assert!(err.contains("dedicated-codex"), "{err}");
+
+    let revision = hub.json(&["deploy", "helper", "-n", "team-a"]);
+    let shown = format!(
+        "{revision} {}",
+        hub.json(&["agents", "get", "helper", "-n", "team-a"])
+    );
+    assert!(!shown.contains(&from_file), "{shown}");
+
+    // The key the hub sealed them with: created beside the CA directory.
+    let key = hub.db.dir.path().join("ca.secrets.key");
+    let bytes = std::fs::read(&key).expect("the hub created its secrets key file");
+    assert_eq!(bytes.len(), 32);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the key file is private");
+    }
+
+    out_of_log(hub, &[&from_stdin, &from_file]);
+}
+
+/// Stops the hub and asserts its whole log names none of `secrets`.
+fn out_of_log(hub: HubProcess, secrets: &[&str]) {
+    let (status, stderr) = hub.terminate();
+    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+    assert!(
+        stderr.contains("secrets.key_created"),
+        "the log is captured: {stderr}"
+    );
+    for s in secrets {
+        assert!(!stderr.contains(s), "a credential reached the hub's log");
+    }
+}

@@ -28,6 +28,25 @@ pub mod admin {
     pub mod v1 {
         #![allow(clippy::all, missing_docs)]
         tonic::include_proto!("clawfed.admin.v1");
+
+        /// The value is a secret: Debug shows only whether one was given.
+        impl std::fmt::Debug for SetAgentCredentialRequest {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct("SetAgentCredentialRequest")
+                    .field("namespace", &self.namespace)
+                    .field("agent", &self.agent)
+                    .field("kind", &self.kind)
+                    .field(
+                        "value",
+                        &if self.value.is_empty() {
+                            "<empty>"
+                        } else {
+                            "<redacted>"
+                        },
+                    )
+                    .finish()
+            }
+        }
     }
 }
 
@@ -70,5 +89,21 @@ pub mod identity {
             assert_eq!(cluster_id_from_uri("spiffe://other/cluster/abc"), None);
             assert_eq!(cluster_id_from_uri("spiffe://clawfed/cluster/a/b"), None);
         }
+    }
+}
+
+#[cfg(test)]
+mod secret_debug_tests {
+    #[test]
+    fn a_credential_request_never_shows_its_value_in_debug() {
+        let req = crate::admin::v1::SetAgentCredentialRequest {
+            namespace: "team".into(),
+            agent: "bot".into(),
+            kind: "model-api-key".into(),
+            value: "sk-very-secret".into(),
+        };
+        let shown = format!("{req:?} {req:#?}");
+        assert!(!shown.contains("sk-very-secret"), "{shown}");
+        assert!(shown.contains("<redacted>") && shown.contains("model-api-key"));
     }
 }

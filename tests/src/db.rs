@@ -65,3 +65,66 @@ pub async fn postgres() -> TestDb {
         _dir: None,
     }
 }
+
+/// Every value of every column of every table of `db`, as text (binary
+/// columns as hex), one per line: what someone with a copy of the database
+/// would see (tests assert a secret, or its hex, never appears in it).
+pub async fn all_text(db: &TestDb) -> String {
+    use sqlx::Row;
+    let pool = db.store.pool();
+    let postgres = db.url.starts_with("postgres");
+    let tables_sql = if postgres {
+        "SELECT CAST(table_name AS TEXT) FROM information_schema.tables \
+         WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+    } else {
+        "SELECT name FROM sqlite_master WHERE type = 'table'"
+    };
+    let tables: Vec<String> = sqlx::query(tables_sql)
+        .fetch_all(pool)
+        .await
+        .expect("list tables")
+        .iter()
+        .map(|r| r.get::<String, _>(0))
+        .collect();
+    assert!(!tables.is_empty(), "no tables found");
+    let mut out = String::new();
+    for table in tables {
+        // Table names come from the catalog, never from input.
+        let columns: Vec<String> = if postgres {
+            // A whole row cast to text holds every column.
+            vec!["CAST(t AS TEXT)".to_owned()]
+        } else {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT name FROM pragma_table_info('{table}')"
+            )))
+            .fetch_all(pool)
+            .await
+            .expect("list columns")
+            .iter()
+            .map(|r| {
+                // Blobs as hex (tests look for a secret's hex too).
+                let c = r.get::<String, _>(0);
+                format!(
+                    "CASE WHEN typeof(\"{c}\") = 'blob' THEN hex(\"{c}\") \
+                     ELSE COALESCE(CAST(\"{c}\" AS TEXT), '') END"
+                )
+            })
+            .collect()
+        };
+        for column in columns {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {column} FROM \"{table}\" t"
+            )))
+            .fetch_all(pool)
+            .await
+            .unwrap_or_else(|e| panic!("read {table}: {e}"));
+            for r in rows {
+                out.push_str(&table);
+                out.push('\t');
+                out.push_str(&r.get::<String, _>(0));
+                out.push('\n');
+            }
+        }
+    }
+    out
+}

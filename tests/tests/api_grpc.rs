@@ -51,6 +51,7 @@ both_backends!(
     grpc_tenant_isolation,
     grpc_tenants_see_only_their_clusters,
     grpc_oversized_message_is_rejected,
+    grpc_credentials_are_write_only,
 );
 
 // ---- helpers -------------------------------------------------------------------
@@ -1473,5 +1474,158 @@ async fn grpc_oversized_message_is_rejected(backend: Backend) {
     .map(|c| c.name)
     .collect();
     assert_eq!(names, ["small"], "the oversized one was not stored");
+    hub.stop().await;
+}
+
+/// Issue 12 item 1 over gRPC: set answers metadata only, no read (Agent,
+/// revision, credential listings, audit) carries the value, a bad kind and
+/// a service-account credential for a non-Codex Agent are InvalidArgument
+/// naming `kind`, another tenant is denied, and the deploy freezes it.
+async fn grpc_credentials_are_write_only(backend: Backend) {
+    let mut hub = TestHub::start(backend).await;
+    let root = hub.root_token.clone();
+    let mut g = hub.grpc().await;
+    create_namespace(&mut g, &root, "team-a").await;
+    create_namespace(&mut g, &root, "team-b").await;
+    create_agent(&mut g, &root, "team-a", "bot").await;
+    let secret = format!("sk-grpc-{}", uuid::Uuid::new_v4().simple());
+    let set = |token: &str, kind: &str, value: &str| {
+        authed(
+            token,
+            pb::SetAgentCredentialRequest {
+                namespace: "team-a".into(),
+                agent: "bot".into(),
+                kind: kind.into(),
+                value: value.into(),
+            },
+        )
+    };
+
+    let meta = ok(g
+        .set_agent_credential(set(&root, "model-api-key", &secret))
+        .await);
+    assert_eq!((meta.kind.as_str(), meta.version), ("model-api-key", 1));
+    time(&meta.set_at);
+    assert!(!format!("{meta:?}").contains(&secret));
+    let meta = ok(g
+        .set_agent_credential(set(&root, "model-api-key", &secret))
+        .await);
+    assert_eq!(meta.version, 2);
+
+    invalid(
+        g.set_agent_credential(set(&root, "password", &secret))
+            .await,
+        "kind",
+    );
+    let status = fails(
+        g.set_agent_credential(set(&root, "service-account", &secret))
+            .await,
+        Code::InvalidArgument,
+    );
+    assert!(status.message().contains("kind"), "{status:?}");
+    assert!(status.message().contains("dedicated-codex"), "{status:?}");
+    assert!(!status.message().contains(&secret));
+    invalid(
+        g.set_agent_credential(set(&root, "", &secret)).await,
+        "kind",
+    );
+    invalid(
+        g.set_agent_credential(set(&root, "model-api-key", ""))
+            .await,
+        "value",
+    );
+
+    let other = hub.token("b-admin", Some("team-b"), Role::Admin).await;
+    fails(
+        g.set_agent_credential(set(&other, "model-api-key", "x"))
+            .await,
+        Code::PermissionDenied,
+    );
+    fails(
+        g.list_agent_credentials(authed(
+            &other,
+            pb::ListAgentCredentialsRequest {
+                namespace: "team-a".into(),
+                agent: "bot".into(),
+            },
+        ))
+        .await,
+        Code::PermissionDenied,
+    );
+
+    let rev = ok(deploy(&mut g, &root, "team-a", "bot", "", None).await);
+    let listed = ok(g
+        .list_agent_credentials(authed(
+            &root,
+            pb::ListAgentCredentialsRequest {
+                namespace: "team-a".into(),
+                agent: "bot".into(),
+            },
+        ))
+        .await);
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].version, 2);
+    let frozen = ok(g
+        .list_revision_credentials(authed(
+            &root,
+            pb::ListRevisionCredentialsRequest {
+                namespace: "team-a".into(),
+                agent: "bot".into(),
+                number: rev.number,
+            },
+        ))
+        .await);
+    assert_eq!(frozen.items.len(), 1);
+    assert_eq!(frozen.items[0].version, 2);
+    let agent = ok(g
+        .get_agent(authed(
+            &root,
+            pb::GetAgentRequest {
+                namespace: "team-a".into(),
+                name: "bot".into(),
+            },
+        ))
+        .await);
+    let revision = ok(g
+        .get_revision(authed(
+            &root,
+            pb::GetRevisionRequest {
+                namespace: "team-a".into(),
+                agent: "bot".into(),
+                number: rev.number,
+            },
+        ))
+        .await);
+    let events = audit(&mut g, &root, "team-a").await;
+    let shown = format!("{rev:?} {listed:?} {frozen:?} {agent:?} {revision:?} {events:?}");
+    assert!(!shown.contains(&secret), "{shown}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.action == "agent.credential.set" && e.result == "ok"),
+        "{events:?}"
+    );
+
+    ok(g.delete_agent_credential(authed(
+        &root,
+        pb::DeleteAgentCredentialRequest {
+            namespace: "team-a".into(),
+            agent: "bot".into(),
+            kind: "model-api-key".into(),
+        },
+    ))
+    .await);
+    fails(
+        g.delete_agent_credential(authed(
+            &root,
+            pb::DeleteAgentCredentialRequest {
+                namespace: "team-a".into(),
+                agent: "bot".into(),
+                kind: "model-api-key".into(),
+            },
+        ))
+        .await,
+        Code::NotFound,
+    );
     hub.stop().await;
 }

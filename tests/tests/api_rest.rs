@@ -60,6 +60,7 @@ both_backends!(
     bad_query_and_path_params,
     openapi_documents_only_routed_operations,
     health_and_metrics,
+    credentials_are_write_only,
 );
 
 // ---- client helpers ----------------------------------------------------------
@@ -2400,5 +2401,218 @@ async fn health_and_metrics(backend: Backend) {
     c.create_agent("other", "x", spec("img:1")).await;
     c.create_agent("other", "y", spec("img:1")).await;
     assert_eq!(gauge(&scrape().await, "occ_agents"), 4.0);
+    hub.stop().await;
+}
+
+// ---- 9. Managed credentials ------------------------------------------------------
+
+/// Issue 12 item 1: a managed credential is set and deleted, never read
+/// back: answers carry kind, version and time only; no GET of the Agent,
+/// its revisions, the audit log or the work queue shows the value, nor
+/// does the database. Bad kinds and a service-account credential for a
+/// non-Codex Agent are 400s naming `kind`; other tenants get 403. A deploy
+/// freezes the current value; a rollback carries the current one.
+async fn credentials_are_write_only(backend: Backend) {
+    let mut hub = TestHub::start(backend).await;
+    let c = root(&hub);
+    c.create_namespace("team-a").await;
+    c.create_namespace("team-b").await;
+    c.create_agent("team-a", "bot", spec("img:1")).await;
+    c.create_agent(
+        "team-a",
+        "coder",
+        json!({ "harnessKind": "dedicated-codex", "image": "img:1" }),
+    )
+    .await;
+    let secret1 = format!("sk-one-{}", uuid::Uuid::new_v4().simple());
+    let secret2 = format!("sk-two-{}", uuid::Uuid::new_v4().simple());
+    let secret3 = format!("sk-three-{}", uuid::Uuid::new_v4().simple());
+    let secrets = [&secret1, &secret2, &secret3];
+    let never_shows = |what: &str, text: &str| {
+        for s in secrets {
+            assert!(
+                !text.contains(s.as_str()),
+                "{what} shows a credential: {text}"
+            );
+        }
+    };
+    let path = "/namespaces/team-a/agents/bot/credentials";
+
+    let set = c
+        .put(
+            &format!("{path}/model-api-key"),
+            json!({ "value": secret1 }),
+        )
+        .await;
+    let meta = set.expect(200);
+    assert_eq!(meta["kind"], "model-api-key");
+    assert_eq!(meta["version"], 1);
+    assert!(meta["setAt"].is_string(), "{}", set.text);
+    assert_eq!(
+        meta.as_object().unwrap().keys().collect::<BTreeSet<_>>(),
+        BTreeSet::from([
+            &"kind".to_owned(),
+            &"setAt".to_owned(),
+            &"version".to_owned()
+        ]),
+        "metadata only"
+    );
+    never_shows("set", &set.text);
+    let r1 = c.deploy("team-a", "bot", None, None).await;
+    r1.expect(201);
+    let replaced = c
+        .put(
+            &format!("{path}/model-api-key"),
+            json!({ "value": secret2 }),
+        )
+        .await;
+    assert_eq!(replaced.expect(200)["version"], 2);
+    never_shows("replace", &replaced.text);
+
+    // Bad input: a 400 naming the field; the value is never echoed.
+    c.put(&format!("{path}/password"), json!({ "value": secret3 }))
+        .await
+        .expect_invalid("kind");
+    let sa = c
+        .put(
+            &format!("{path}/service-account"),
+            json!({ "value": secret3 }),
+        )
+        .await;
+    sa.expect_invalid("kind");
+    assert!(sa.text.contains("dedicated-codex"), "{}", sa.text);
+    never_shows("refusal", &sa.text);
+    c.put(
+        "/namespaces/team-a/agents/coder/credentials/service-account",
+        json!({ "value": secret3 }),
+    )
+    .await
+    .expect(200);
+    c.put(&format!("{path}/model-api-key"), json!({ "value": "" }))
+        .await
+        .expect_invalid("value");
+    c.put(&format!("{path}/model-api-key"), json!({ "value": "a\0b" }))
+        .await
+        .expect_invalid("value");
+    let bare = c
+        .raw(
+            Method::PUT,
+            &format!("{path}/model-api-key"),
+            Some(json!(secret3).to_string().into_bytes()),
+            &[],
+        )
+        .await;
+    bare.expect_invalid("body");
+    never_shows("a malformed body's refusal", &bare.text);
+    let extra = c
+        .put(
+            &format!("{path}/model-api-key"),
+            json!({ "value": secret3, "note": secret3 }),
+        )
+        .await;
+    extra.expect(400);
+    never_shows("an unknown field's refusal", &extra.text);
+    c.put(
+        "/namespaces/team-a/agents/nobody/credentials/model-api-key",
+        json!({ "value": secret3 }),
+    )
+    .await
+    .expect_error(404, "not_found");
+
+    // Listing: metadata only; revision 1 froze version 1.
+    let listed = c.get(path).await;
+    let items = listed.items();
+    assert_eq!(items.len(), 1, "{}", listed.text);
+    assert_eq!(items[0]["version"], 2);
+    never_shows("list", &listed.text);
+    let frozen = c
+        .get("/namespaces/team-a/agents/bot/revisions/1/credentials")
+        .await;
+    assert_eq!(frozen.items()[0]["version"], 1, "{}", frozen.text);
+
+    // Rollback to revision 1 carries the CURRENT credential (version 3).
+    c.put(
+        &format!("{path}/model-api-key"),
+        json!({ "value": secret3 }),
+    )
+    .await
+    .expect(200);
+    c.deploy("team-a", "bot", None, Some(json!({ "fromRevision": 1 })))
+        .await
+        .expect(201);
+    let rolled = c
+        .get("/namespaces/team-a/agents/bot/revisions/2/credentials")
+        .await;
+    assert_eq!(rolled.items()[0]["version"], 3, "{}", rolled.text);
+
+    // Nothing readable shows a value.
+    for read in [
+        "/namespaces/team-a/agents/bot",
+        "/namespaces/team-a/agents",
+        "/namespaces/team-a/agents/bot/revisions",
+        "/namespaces/team-a/agents/bot/revisions/1",
+        "/namespaces/team-a/agents/bot/revisions/2",
+        "/namespaces/team-a/agents/coder/credentials",
+        "/audit?limit=1000",
+        "/work?limit=1000",
+    ] {
+        let r = c.get(read).await;
+        r.expect(200);
+        never_shows(read, &r.text);
+    }
+    let audit = c.audit("?namespace=team-a&limit=1000").await;
+    assert_eq!(
+        events(&audit, "agent.credential.set", "ok").len(),
+        4,
+        "every set is audited"
+    );
+    assert!(!events(&audit, "agent.credential.set", "error").is_empty());
+
+    // Tenant authorization like the other Agent writes.
+    let other = hub.token("b-admin", Some("team-b"), Role::Admin).await;
+    let b = Client::new(&hub, &other);
+    b.put(&format!("{path}/model-api-key"), json!({ "value": "x" }))
+        .await
+        .expect_error(403, "permission_denied");
+    b.get(path).await.expect_error(403, "permission_denied");
+    b.delete(&format!("{path}/model-api-key"))
+        .await
+        .expect_error(403, "permission_denied");
+    let viewer = hub.token("a-viewer", Some("team-a"), Role::Viewer).await;
+    let v = Client::new(&hub, &viewer);
+    v.put(&format!("{path}/model-api-key"), json!({ "value": "x" }))
+        .await
+        .expect_error(403, "permission_denied");
+    assert_eq!(v.get(path).await.expect(200)["items"][0]["version"], 3);
+    let deployer = hub
+        .token("a-deployer", Some("team-a"), Role::Deployer)
+        .await;
+    Client::new(&hub, &deployer)
+        .put(
+            &format!("{path}/model-api-key"),
+            json!({ "value": secret3 }),
+        )
+        .await
+        .expect(200);
+
+    // Delete: gone from the Agent, kept by the revisions.
+    c.delete(&format!("{path}/model-api-key")).await.expect(204);
+    assert!(c.get(path).await.items().is_empty());
+    c.delete(&format!("{path}/model-api-key"))
+        .await
+        .expect_error(404, "not_found");
+    c.delete(&format!("{path}/bogus"))
+        .await
+        .expect_invalid("kind");
+    assert_eq!(
+        c.get("/namespaces/team-a/agents/bot/revisions/2/credentials")
+            .await
+            .items()
+            .len(),
+        1
+    );
+
+    let raw = clawfed_tests::db::all_text(&hub.db).await;
+    never_shows("the database", &raw);
     hub.stop().await;
 }

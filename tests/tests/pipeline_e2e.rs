@@ -2681,3 +2681,355 @@ async fn embedded_openclaw_has_no_control_gateway_and_is_probed_through_the_link
     );
     w.finish().await
 }
+
+// ========================================================== credentials
+
+/// Everything tracing records on the threads it is installed on, as text.
+#[derive(Clone, Default)]
+struct LogCapture(Arc<Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    /// A subscriber writing into this capture: the hub's and the spoke's
+    /// crates at every level, the rest at info (the hub's default).
+    fn dispatch(&self) -> tracing::Dispatch {
+        let buf = self.0.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "info,clawfed_hub=trace,clawfed_spoke=trace,clawfed_tunnel=trace,clawfed_kube=trace",
+            ))
+            .with_ansi(false)
+            .with_writer(move || CaptureWriter(buf.clone()))
+            .finish();
+        tracing::Dispatch::new(subscriber)
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
+}
+
+struct CaptureWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for CaptureWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Whether `obj` (JSON of a Kubernetes object) holds `secret`: in any
+/// string (annotations, stringData, ConfigMap data) or in the decoded
+/// bytes of Secret `data`.
+fn holds<K: serde::Serialize>(
+    obj: &K,
+    data: Option<&std::collections::BTreeMap<String, k8s_openapi::ByteString>>,
+    secret: &str,
+) -> Result<bool> {
+    Ok(serde_json::to_string(obj)?.contains(secret)
+        || data
+            .into_iter()
+            .flatten()
+            .any(|(_, v)| String::from_utf8_lossy(&v.0).contains(secret)))
+}
+
+/// The Secrets and ConfigMaps of `client` (all namespaces, or `ns`)
+/// holding `secret`, by namespace/name.
+async fn holders(client: &Client, ns: Option<&str>, secret: &str) -> Result<Vec<String>> {
+    let (secrets, maps): (Api<Secret>, Api<k8s_openapi::api::core::v1::ConfigMap>) = match ns {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let mut found = Vec::new();
+    for s in secrets.list(&ListParams::default()).await?.items {
+        if holds(&s, s.data.as_ref(), secret)? {
+            found.push(format!(
+                "Secret {}/{}",
+                s.namespace().unwrap_or_default(),
+                s.name_any()
+            ));
+        }
+    }
+    for m in maps.list(&ListParams::default()).await?.items {
+        let binary = m.binary_data.clone();
+        if holds(&m, binary.as_ref(), secret)? {
+            found.push(format!(
+                "ConfigMap {}/{}",
+                m.namespace().unwrap_or_default(),
+                m.name_any()
+            ));
+        }
+    }
+    Ok(found)
+}
+
+/// The `MODEL_API_KEY` the Harness stand-in of revision `n` runs with,
+/// read through exec-a's apiserver Pod proxy.
+async fn harness_env(exec: &Client, dpns: &str, agent: &str, n: i64) -> Result<String> {
+    until(WAIT, &format!("revision {n}'s Harness env"), || async {
+        let selector = format!("{}={agent},{}={n}", labels::AGENT, labels::REVISION);
+        let pods = Api::<Pod>::namespaced(exec.clone(), dpns)
+            .list(&ListParams::default().labels(&selector))
+            .await?;
+        let Some(pod) = pods.items.into_iter().find(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some()
+        }) else {
+            return Ok(None);
+        };
+        let port = clawfed_proto::work::harness::DEFAULT_PORT;
+        let url = format!(
+            "/api/v1/namespaces/{dpns}/pods/{}:{port}/proxy/env/{}",
+            pod.name_any(),
+            clawfed_proto::work::credential::MODEL_API_KEY
+        );
+        Ok(Some(
+            exec.request_text(http::Request::get(&url).body(Vec::new())?)
+                .await?,
+        ))
+    })
+    .await
+}
+
+/// The value under `MODEL_API_KEY` of revision `n`'s credential Secret.
+async fn credential_secret_value(
+    exec: &Client,
+    dpns: &str,
+    agent: &str,
+    n: i64,
+) -> Result<Option<String>> {
+    let name = clawfed_proto::work::harness::credentials_name(agent, n);
+    Ok(Api::<Secret>::namespaced(exec.clone(), dpns)
+        .get_opt(&name)
+        .await?
+        .and_then(|s| s.data)
+        .and_then(|d| {
+            d.get(clawfed_proto::work::credential::MODEL_API_KEY)
+                .cloned()
+        })
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned()))
+}
+
+/// Issue 12 item 1 on the real clusters, with stand-ins behind the Pods: a
+/// model key set through the API reaches the Harness process (read through
+/// the tunnel: Gateway -> hub -> spoke -> Harness) and the Harness Secret
+/// in exec-a, and nothing else: no Secret or ConfigMap of the control
+/// cluster, no API answer, no database row (the outbox keeps it sealed),
+/// no log line of the hub or the spoke. A new key changes no running
+/// revision; the next deploy carries it (revision 2's Secret and process
+/// have the new key, revision 1's Secret never does).
+#[test]
+fn a_model_key_reaches_only_the_harness_and_rotates_with_a_new_revision() -> Result<()> {
+    require_pod_network()?;
+    let capture = LogCapture::default();
+    // Every thread of this test's runtime records into the capture (the
+    // hub and the spoke run in-process, their tasks on these threads).
+    let on_thread = capture.dispatch();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(move || {
+            // Kept for the thread's life.
+            std::mem::forget(tracing::dispatcher::set_default(&on_thread));
+        })
+        .build()?;
+    let _main = tracing::dispatcher::set_default(&capture.dispatch());
+    rt.block_on(credentials_e2e(capture))
+}
+
+async fn credentials_e2e(capture: LogCapture) -> Result<()> {
+    let mut w = World::start_with(|c| {
+        c.tunnel.addr = format!("{POD_NET_ROOT}:0").parse().expect("addr");
+        c.pipeline.path_probe = true;
+    })
+    .await?;
+    // Dedicated: the key is asked through its control-cluster Gateway.
+    let (ns, agent) = w
+        .agent_with_images("dedicated-codex", STANDIN_HARNESS, &standin_gateway())
+        .await?;
+    for revision in [1, 2] {
+        w.cleanup
+            .workspace(&w.exec_a.admin(), &ns, &agent.name, revision)
+            .await?;
+    }
+    let key1 = format!("sk-e2e-one-{}", uuid::Uuid::new_v4().simple());
+    let key2 = format!("sk-e2e-two-{}", uuid::Uuid::new_v4().simple());
+    let cred_path = format!(
+        "/namespaces/{}/agents/{}/credentials/model-api-key",
+        ns.name, agent.name
+    );
+    let control = w.control.admin();
+    let exec = w.exec_a.admin();
+    let dpns = ns.data_plane_namespace.clone();
+
+    let (status, body) = w
+        .rest
+        .send(Method::PUT, &cred_path, Some(json!({ "value": key1 })))
+        .await?;
+    ensure!(status.is_success(), "set: {status} {body}");
+    ensure!(
+        !body.contains(&key1),
+        "the set answer shows the key: {body}"
+    );
+    w.rest.deploy(&ns.name, &agent.name).await?;
+    w.rest
+        .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
+        .await?;
+
+    // The Harness process has it, asked through the Gateway and the tunnel.
+    let (_, ip) = gateway_pod(&control, &agent.name).await?;
+    let port = control_env::gateway_config().port;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let url = format!("http://{ip}:{port}/env/MODEL_API_KEY");
+    let through_tunnel = until(WAIT, "the key through the tunnel", || async {
+        let r = http.get(&url).send().await?;
+        Ok(r.status().is_success().then_some(r))
+    })
+    .await?
+    .text()
+    .await?;
+    assert_eq!(through_tunnel, key1, "the Harness runs with the key");
+    assert_eq!(harness_env(&exec, &dpns, &agent.name, 1).await?, key1);
+
+    // Only the Harness Secret holds it: exec-a's credential Secret, and
+    // nothing in the control cluster (Gateway Secrets included).
+    assert_eq!(
+        credential_secret_value(&exec, &dpns, &agent.name, 1)
+            .await?
+            .as_deref(),
+        Some(key1.as_str())
+    );
+    assert_eq!(
+        holders(&exec, Some(&dpns), &key1).await?,
+        vec![format!(
+            "Secret {dpns}/{}",
+            clawfed_proto::work::harness::credentials_name(&agent.name, 1)
+        )],
+        "in exec-a only the Harness Secret holds it"
+    );
+    for d in Api::<Deployment>::namespaced(exec.clone(), &dpns)
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        ensure!(
+            !serde_json::to_string(&d)?.contains(&key1),
+            "Deployment {} holds the key (it must come from the Secret)",
+            d.name_any()
+        );
+    }
+    let in_control = holders(&control, None, &key1).await?;
+    ensure!(
+        in_control.is_empty(),
+        "the control cluster holds the key: {in_control:?}"
+    );
+
+    // A new key: the running revision keeps its own.
+    let (status, body) = w
+        .rest
+        .send(Method::PUT, &cred_path, Some(json!({ "value": key2 })))
+        .await?;
+    ensure!(status.is_success(), "replace: {status} {body}");
+    assert_eq!(
+        credential_secret_value(&exec, &dpns, &agent.name, 1)
+            .await?
+            .as_deref(),
+        Some(key1.as_str()),
+        "a set does not change a running revision"
+    );
+    assert_eq!(harness_env(&exec, &dpns, &agent.name, 1).await?, key1);
+
+    // The next deploy carries it.
+    w.rest.deploy(&ns.name, &agent.name).await?;
+    w.rest
+        .wait_phase(&ns.name, &agent.name, 2, RevisionPhase::Active)
+        .await?;
+    assert_eq!(
+        credential_secret_value(&exec, &dpns, &agent.name, 2)
+            .await?
+            .as_deref(),
+        Some(key2.as_str())
+    );
+    assert_eq!(harness_env(&exec, &dpns, &agent.name, 2).await?, key2);
+    let r1_secret = credential_secret_value(&exec, &dpns, &agent.name, 1).await?;
+    // Retirement may have removed it already; if not, it holds the old key.
+    ensure!(
+        r1_secret.is_none() || r1_secret.as_deref() == Some(key1.as_str()),
+        "revision 1's Secret changed: {}",
+        if r1_secret.as_deref() == Some(key2.as_str()) {
+            "it got the new key"
+        } else {
+            "unexpected value"
+        }
+    );
+    eprintln!(
+        "revision 1's Secret after the rotation: {}",
+        if r1_secret.is_some() {
+            "kept with the old key"
+        } else {
+            "retired"
+        }
+    );
+    let in_control = holders(&control, None, &key2).await?;
+    ensure!(
+        in_control.is_empty(),
+        "the control cluster holds the new key: {in_control:?}"
+    );
+
+    // No API answer shows either key.
+    let base = format!("/namespaces/{}/agents/{}", ns.name, agent.name);
+    for path in [
+        base.clone(),
+        format!("{base}/revisions"),
+        format!("{base}/revisions/1"),
+        format!("{base}/revisions/2"),
+        format!("{base}/credentials"),
+        format!("{base}/revisions/2/credentials"),
+        "/audit?limit=1000".to_owned(),
+        "/work?limit=1000".to_owned(),
+        "/fleet".to_owned(),
+    ] {
+        let (status, text) = w.rest.send(Method::GET, &path, None).await?;
+        ensure!(status.is_success(), "{path}: {status} {text}");
+        for k in [&key1, &key2] {
+            ensure!(!text.contains(k.as_str()), "{path} shows a key: {text}");
+        }
+    }
+
+    // No database row holds either key: the outbox kept the Harness work's
+    // credential sealed.
+    let raw = db::all_text(&w.hub.db).await;
+    ensure!(
+        raw.contains("clawfed-sealed:v1:"),
+        "no sealed credential in the outbox"
+    );
+    for k in [&key1, &key2] {
+        ensure!(
+            !raw.contains(k.as_str()),
+            "the database holds a key in plaintext"
+        );
+    }
+
+    // No log line of the hub or the spoke.
+    let logs = capture.text();
+    ensure!(
+        logs.contains("pipeline.active") && logs.contains("link.applied"),
+        "the capture did not record the hub and the spoke ({} bytes)",
+        logs.len()
+    );
+    for k in [&key1, &key2] {
+        ensure!(!logs.contains(k.as_str()), "a key reached the log");
+    }
+    w.finish().await
+}

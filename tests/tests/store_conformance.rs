@@ -1067,6 +1067,184 @@ mod cases {
     }
 }
 
+/// Cases that need the raw database as well as the store.
+mod raw_cases {
+    use super::*;
+    use clawfed_hub::secrets::{SecretBox, SecretValue, SecretsError};
+    use clawfed_proto::work::credential::CredentialKind;
+    use clawfed_tests::db::TestDb;
+
+    /// Issue 12 item 1: credentials are stored sealed only (no table holds
+    /// a plaintext), set/replace/delete bump and drop them, a deploy
+    /// freezes the current one into the revision (a later set does not
+    /// change it; the next deploy, a rollback too, carries the new one),
+    /// and a ciphertext opens for its own Agent, kind and key only.
+    pub async fn credentials_are_sealed_snapshotted_and_bound_to_their_agent(db: &TestDb) {
+        let s = db.dyn_store();
+        let sb = SecretBox::generate().unwrap();
+        let kind = CredentialKind::ModelApiKey;
+        namespace(s.as_ref(), "team-a").await;
+        agent(s.as_ref(), "team-a", "bot").await;
+        agent(s.as_ref(), "team-a", "other").await;
+        let bot = s.get_agent("team-a", "bot").await.unwrap();
+        let other = s.get_agent("team-a", "other").await.unwrap();
+        let v1 = SecretValue::new(format!("sk-one-{}", uuid::Uuid::new_v4().simple()));
+        let v2 = SecretValue::new(format!("sk-two-{}", uuid::Uuid::new_v4().simple()));
+
+        let sealed1 = sb.seal_credential(&bot.id, kind, &v1).unwrap();
+        let m1 = s
+            .set_agent_credential(&bot.id, kind, &sealed1, &fx("agent.credential.set"))
+            .await
+            .unwrap();
+        assert_eq!((m1.kind.as_str(), m1.version), ("model-api-key", 1));
+        let r1 = s
+            .deploy(&revision("team-a", "bot", 1, "img:1"), &fx("agent.deploy"))
+            .await
+            .unwrap()
+            .revision;
+
+        // Replace: the version goes up; revision 1 keeps what it froze.
+        let sealed2 = sb.seal_credential(&bot.id, kind, &v2).unwrap();
+        let m2 = s
+            .set_agent_credential(&bot.id, kind, &sealed2, &fx("agent.credential.set"))
+            .await
+            .unwrap();
+        assert_eq!(m2.version, 2);
+        let frozen = s.revision_credentials(&r1.id).await.unwrap();
+        assert_eq!(frozen.len(), 1);
+        assert_eq!(frozen[0].version, 1);
+        assert_eq!(
+            sb.open_credential(&bot.id, kind, &frozen[0].sealed)
+                .unwrap(),
+            v1
+        );
+        let current = s.list_agent_credentials(&bot.id).await.unwrap();
+        assert_eq!(current.len(), 1);
+        assert_eq!(current[0].meta(), m2);
+        assert_eq!(
+            sb.open_credential(&bot.id, kind, &current[0].sealed)
+                .unwrap(),
+            v2
+        );
+
+        // The next deploy (here a rollback to revision 1) carries the
+        // current value, not revision 1's.
+        let mut rollback = revision("team-a", "bot", 1, "img:1");
+        rollback.rolled_back_from = Some(1);
+        let r2 = s
+            .deploy(&rollback, &fx("agent.rollback"))
+            .await
+            .unwrap()
+            .revision;
+        let frozen2 = s.revision_credentials(&r2.id).await.unwrap();
+        assert_eq!(frozen2.len(), 1);
+        assert_eq!(frozen2[0].version, 2);
+        assert_eq!(
+            sb.open_credential(&bot.id, kind, &frozen2[0].sealed)
+                .unwrap(),
+            v2
+        );
+        assert!(
+            s.list_agent_credentials(&other.id)
+                .await
+                .unwrap()
+                .is_empty(),
+            "another Agent has none"
+        );
+
+        // Nothing in the database holds a plaintext (nor its hex).
+        let raw = clawfed_tests::db::all_text(db).await;
+        assert!(
+            raw.contains(&sealed2.ciphertext),
+            "the dump covers the credential tables"
+        );
+        for v in [&v1, &v2] {
+            assert!(!raw.contains(v.expose()), "plaintext in the database");
+            assert!(
+                !raw.contains(&hex_of(v.expose())),
+                "hex plaintext in the database"
+            );
+        }
+
+        // A ciphertext moved to another Agent or kind does not open; a
+        // wrong key is a clear error, not garbage.
+        s.set_agent_credential(&other.id, kind, &sealed2, &fx("agent.credential.set"))
+            .await
+            .unwrap();
+        let moved = s.list_agent_credentials(&other.id).await.unwrap();
+        let err = sb
+            .open_credential(&other.id, kind, &moved[0].sealed)
+            .unwrap_err();
+        assert!(matches!(err, SecretsError::Rejected { .. }), "{err:?}");
+        let err = sb
+            .open_credential(&bot.id, CredentialKind::ServiceAccount, &sealed2)
+            .unwrap_err();
+        assert!(matches!(err, SecretsError::Rejected { .. }), "{err:?}");
+        let err = SecretBox::generate()
+            .unwrap()
+            .open_credential(&bot.id, kind, &current[0].sealed)
+            .unwrap_err();
+        assert!(matches!(err, SecretsError::WrongKey { .. }), "{err:?}");
+        assert!(err.to_string().contains(sb.key_id()), "{err}");
+
+        // Delete: gone from the Agent, kept by the revisions.
+        s.delete_agent_credential(&bot.id, kind, &fx("agent.credential.delete"))
+            .await
+            .unwrap();
+        assert!(s.list_agent_credentials(&bot.id).await.unwrap().is_empty());
+        assert!(matches!(
+            s.delete_agent_credential(&bot.id, kind, &fx("agent.credential.delete"))
+                .await,
+            Err(StoreError::NotFound { .. })
+        ));
+        assert_eq!(s.revision_credentials(&r2.id).await.unwrap().len(), 1);
+        assert!(matches!(
+            s.set_agent_credential("no-such-agent", kind, &sealed1, &fx("x"))
+                .await,
+            Err(StoreError::NotFound { .. })
+        ));
+
+        // They go with their Agent.
+        s.set_desired_state("team-a", "bot", DesiredState::Stopped, &fx("agent.stop"))
+            .await
+            .unwrap();
+        s.delete_agent("team-a", "bot", &fx("agent.delete"))
+            .await
+            .unwrap();
+        assert!(s.revision_credentials(&r1.id).await.unwrap().is_empty());
+        assert!(s.list_agent_credentials(&bot.id).await.unwrap().is_empty());
+    }
+
+    fn hex_of(s: &str) -> String {
+        s.bytes().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+macro_rules! raw_suite {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite_raw {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let db = clawfed_tests::db::sqlite().await;
+                    super::raw_cases::$case(&db).await;
+                }
+            )*
+        }
+        mod postgres_raw {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let db = clawfed_tests::db::postgres().await;
+                    super::raw_cases::$case(&db).await;
+                }
+            )*
+        }
+    };
+}
+
+raw_suite!(credentials_are_sealed_snapshotted_and_bound_to_their_agent);
+
 /// Instantiates every case for one backend.
 macro_rules! conformance {
     ($backend:ident, $open:path; $($case:ident),* $(,)?) => {

@@ -212,6 +212,14 @@ fn agent_to_pb(a: model::Agent) -> pb::Agent {
     }
 }
 
+fn credential_to_pb(c: model::CredentialMeta) -> pb::AgentCredential {
+    pb::AgentCredential {
+        kind: c.kind,
+        version: c.version,
+        set_at: time(c.set_at),
+    }
+}
+
 fn revision_to_pb(r: model::AgentRevision) -> pb::AgentRevision {
     pb::AgentRevision {
         id: r.id,
@@ -707,5 +715,84 @@ impl AdminService for AdminApi {
         let r = req.into_inner();
         let w = self.service.get_work(&p, required("id", &r.id)?).await?;
         Ok(Response::new(work_to_pb(w)))
+    }
+
+    async fn set_agent_credential(
+        &self,
+        req: Request<pb::SetAgentCredentialRequest>,
+    ) -> Reply<pb::AgentCredential> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let value = crate::secrets::SecretValue::new(r.value);
+        let c = self
+            .service
+            .set_credential(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("agent", &r.agent)?,
+                required("kind", &r.kind)?,
+                value,
+            )
+            .await?;
+        Ok(Response::new(credential_to_pb(c)))
+    }
+
+    async fn delete_agent_credential(
+        &self,
+        req: Request<pb::DeleteAgentCredentialRequest>,
+    ) -> Reply<pb::DeleteAgentCredentialResponse> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        self.service
+            .delete_credential(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("agent", &r.agent)?,
+                required("kind", &r.kind)?,
+            )
+            .await?;
+        Ok(Response::new(pb::DeleteAgentCredentialResponse {}))
+    }
+
+    async fn list_agent_credentials(
+        &self,
+        req: Request<pb::ListAgentCredentialsRequest>,
+    ) -> Reply<pb::ListAgentCredentialsResponse> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let items = self
+            .service
+            .list_credentials(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("agent", &r.agent)?,
+            )
+            .await?;
+        Ok(Response::new(pb::ListAgentCredentialsResponse {
+            items: items.into_iter().map(credential_to_pb).collect(),
+        }))
+    }
+
+    async fn list_revision_credentials(
+        &self,
+        req: Request<pb::ListRevisionCredentialsRequest>,
+    ) -> Reply<pb::ListAgentCredentialsResponse> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        if r.number <= 0 {
+            return Err(invalid("number", "must be a positive integer"));
+        }
+        let items = self
+            .service
+            .list_revision_credentials(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("agent", &r.agent)?,
+                r.number,
+            )
+            .await?;
+        Ok(Response::new(pb::ListAgentCredentialsResponse {
+            items: items.into_iter().map(credential_to_pb).collect(),
+        }))
     }
 }

@@ -21,9 +21,10 @@ use super::error::{ApiError, ErrorBody, ErrorCode};
 use crate::auth::Principal;
 use crate::model::{
     Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, Cluster, Configuration, CreateAgent,
-    CreateBootstrapToken, CreateConfiguration, CreateNamespace, DeployRequest, FleetSummary, List,
-    Namespace, UpdateAgent, UpdateConfiguration, WorkItem,
+    CreateBootstrapToken, CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest,
+    FleetSummary, List, Namespace, SetCredential, UpdateAgent, UpdateConfiguration, WorkItem,
 };
+use crate::secrets::SecretValue;
 use crate::service::ServiceError;
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -70,6 +71,9 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(stop))
         .routes(routes!(list_revisions))
         .routes(routes!(get_revision))
+        .routes(routes!(list_credentials))
+        .routes(routes!(set_credential, delete_credential))
+        .routes(routes!(list_revision_credentials))
         .routes(routes!(list_clusters))
         .routes(routes!(get_cluster))
         .routes(routes!(create_bootstrap_token))
@@ -185,6 +189,34 @@ impl<T: DeserializeOwned> FromRequest<AppState> for OptionalBody<T> {
             return Ok(OptionalBody(Body(None)));
         }
         Ok(OptionalBody(Body(Some(parse_json(&bytes)?))))
+    }
+}
+
+/// A JSON body holding a secret: like [`Body`], but a refusal never quotes
+/// the input (serde's messages can echo a string it did not expect).
+pub struct SecretBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for SecretBody<T> {
+    type Rejection = BodyRejection;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, BodyRejection> {
+        let bytes = read_body(req, state).await?;
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        serde_path_to_error::deserialize(&mut de)
+            .map(SecretBody)
+            .map_err(|err| {
+                let path = err.path().to_string();
+                let field = if path == "." { "body".to_owned() } else { path };
+                let reason = match err.inner().classify() {
+                    serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                        "malformed JSON".to_owned()
+                    }
+                    _ => {
+                        r#"must be a JSON object {"value": "<secret>"} and nothing else"#.to_owned()
+                    }
+                };
+                BodyRejection::Invalid(ApiError(ServiceError::InvalidArgument { field, reason }))
+            })
     }
 }
 
@@ -538,6 +570,76 @@ async fn get_revision(
 ) -> ApiResult<Json<AgentRevision>> {
     let number = parse_number("number", &number)?;
     Ok(Json(s.service.get_revision(&p, &ns, &name, number).await?))
+}
+
+// ---- credentials -------------------------------------------------------------
+
+/// List an Agent's managed credentials: kind, version and when each was set,
+/// never a value.
+#[utoipa::path(get, path = "/api/v1/namespaces/{ns}/agents/{name}/credentials", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path)),
+    responses((status = 200, body = List<CredentialMeta>), (status = 404, body = ErrorBody)))]
+async fn list_credentials(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    PathParams((ns, name)): PathParams<(String, String)>,
+) -> ApiResult<Json<List<CredentialMeta>>> {
+    Ok(Json(
+        s.service.list_credentials(&p, &ns, &name).await?.into(),
+    ))
+}
+
+/// Set or replace a managed credential (`model-api-key`, or
+/// `service-account` for dedicated-codex Agents). Write-only: the answer
+/// is metadata; the value is never returned. The next deploy carries it.
+#[utoipa::path(put, path = "/api/v1/namespaces/{ns}/agents/{name}/credentials/{kind}", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path), ("kind" = String, Path)),
+    request_body = SetCredential,
+    responses((status = 200, body = CredentialMeta), (status = 400, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn set_credential(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    PathParams((ns, name, kind)): PathParams<(String, String, String)>,
+    SecretBody(req): SecretBody<SetCredential>,
+) -> ApiResult<Json<CredentialMeta>> {
+    let value = SecretValue::new(req.value);
+    Ok(Json(
+        s.service
+            .set_credential(&p, &ns, &name, &kind, value)
+            .await?,
+    ))
+}
+
+/// Delete a managed credential (revisions keep what they froze).
+#[utoipa::path(delete, path = "/api/v1/namespaces/{ns}/agents/{name}/credentials/{kind}", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path), ("kind" = String, Path)),
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn delete_credential(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    PathParams((ns, name, kind)): PathParams<(String, String, String)>,
+) -> ApiResult<StatusCode> {
+    s.service.delete_credential(&p, &ns, &name, &kind).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The credentials a revision froze at deploy (metadata only).
+#[utoipa::path(get, path = "/api/v1/namespaces/{ns}/agents/{name}/revisions/{number}/credentials", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path), ("number" = i64, Path)),
+    responses((status = 200, body = List<CredentialMeta>), (status = 404, body = ErrorBody)))]
+async fn list_revision_credentials(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    PathParams((ns, name, number)): PathParams<(String, String, String)>,
+) -> ApiResult<Json<List<CredentialMeta>>> {
+    let number = parse_number("number", &number)?;
+    Ok(Json(
+        s.service
+            .list_revision_credentials(&p, &ns, &name, number)
+            .await?
+            .into(),
+    ))
 }
 
 // ---- clusters, fleet, audit, work ----------------------------------------------

@@ -16,8 +16,9 @@ use super::output::{self, Format, Tabular};
 use crate::api::error::ErrorBody;
 use crate::model::{
     Agent, AgentRevision, AgentSpec, AuditEvent, Cluster, Configuration, CreateAgent,
-    CreateConfiguration, CreateNamespace, DeployRequest, ExecutionMode, FleetSummary, HarnessKind,
-    List, Namespace, RevisionPhase, UpdateAgent, UpdateConfiguration, WorkItem,
+    CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest, ExecutionMode,
+    FleetSummary, HarnessKind, List, Namespace, RevisionPhase, UpdateAgent, UpdateConfiguration,
+    WorkItem,
 };
 use std::time::Duration;
 
@@ -204,6 +205,44 @@ enum AgentCommand {
         name: String,
         #[arg(long, short = 'n')]
         namespace: String,
+    },
+    /// Managed credentials of an Agent (write-only).
+    Credentials {
+        #[command(subcommand)]
+        command: CredentialCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CredentialCommand {
+    /// Set or replace a credential. The value is read from stdin (or
+    /// --from-file), never from the command line, and one trailing newline
+    /// is dropped. The next deploy carries it.
+    Set {
+        /// The Agent.
+        name: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+        /// model-api-key, or service-account (dedicated-codex Agents only).
+        #[arg(long)]
+        kind: String,
+        /// Read the value from this file instead of stdin.
+        #[arg(long)]
+        from_file: Option<PathBuf>,
+    },
+    /// The Agent's credentials: kind, version, when set (never a value).
+    List {
+        name: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+    },
+    /// Delete a credential (deployed revisions keep theirs).
+    Delete {
+        name: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+        #[arg(long)]
+        kind: String,
     },
 }
 
@@ -697,6 +736,37 @@ async fn run(cli: Cli) -> CliResult<String> {
                     .await?;
                 Ok(format!("agent {name} deleted\n"))
             }
+            AgentCommand::Credentials { command } => match command {
+                CredentialCommand::Set {
+                    name,
+                    namespace,
+                    kind,
+                    from_file,
+                } => {
+                    let value = read_secret(from_file.as_ref())?;
+                    let path = format!("/namespaces/{namespace}/agents/{name}/credentials/{kind}");
+                    let body = serde_json::json!({ "value": value });
+                    one(f, c.put::<_, CredentialMeta>(&path, &body).await?)
+                }
+                CredentialCommand::List { name, namespace } => list(
+                    f,
+                    c.get::<List<CredentialMeta>>(&format!(
+                        "/namespaces/{namespace}/agents/{name}/credentials"
+                    ))
+                    .await?,
+                ),
+                CredentialCommand::Delete {
+                    name,
+                    namespace,
+                    kind,
+                } => {
+                    c.delete(&format!(
+                        "/namespaces/{namespace}/agents/{name}/credentials/{kind}"
+                    ))
+                    .await?;
+                    Ok(format!("credential {kind} of agent {name} deleted\n"))
+                }
+            },
         },
         Command::Revisions { command } => match command {
             RevisionCommand::List { agent, namespace } => list(
@@ -881,6 +951,39 @@ async fn wait_for_revision(
 }
 
 /// Reads a JSON or YAML file.
+/// A secret value from `file`, or else stdin, without one trailing newline
+/// (`echo` and editors add one). Errors name the flag, never the value.
+fn read_secret(file: Option<&PathBuf>) -> CliResult<String> {
+    use std::io::Read;
+    let mut value = match file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| CliError::Usage(format!("--from-file {}: {e}", path.display())))?,
+        None => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|e| CliError::Usage(format!("reading the value from stdin: {e}")))?;
+            text
+        }
+    };
+    if value.ends_with('\n') {
+        value.pop();
+        if value.ends_with('\r') {
+            value.pop();
+        }
+    }
+    if value.is_empty() {
+        let from = file.map_or_else(
+            || "stdin".to_owned(),
+            |p| format!("--from-file {}", p.display()),
+        );
+        return Err(CliError::Usage(format!(
+            "no credential value on {from} (pipe it in or use --from-file; it is never taken from the command line)"
+        )));
+    }
+    Ok(value)
+}
+
 fn read_document<T: DeserializeOwned>(path: &PathBuf) -> CliResult<T> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError::Usage(format!("--file {}: {e}", path.display())))?;

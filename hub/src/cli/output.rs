@@ -3,7 +3,8 @@
 use serde::Serialize;
 
 use crate::model::{
-    Agent, AgentRevision, AuditEvent, Cluster, Configuration, FleetSummary, Namespace, WorkItem,
+    Agent, AgentRevision, AuditEvent, Cluster, Configuration, CredentialMeta, FleetSummary,
+    Namespace, WorkItem,
 };
 
 /// Output format chosen with `-o`.
@@ -61,6 +62,19 @@ impl Tabular for Configuration {
             self.name.clone(),
             self.version.to_string(),
             ago(self.created_at),
+        ]
+    }
+}
+
+impl Tabular for CredentialMeta {
+    fn headers() -> &'static [&'static str] {
+        &["KIND", "VERSION", "SET"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.kind.clone(),
+            self.version.to_string(),
+            ago(self.set_at),
         ]
     }
 }

@@ -76,6 +76,7 @@ impl LinkHandle {
         generation: i64,
         spec: &serde_json::Value,
     ) -> Result<Option<i64>, StoreError> {
+        let spec_value = spec;
         let spec = spec.to_string();
         // An item the link cannot encode would end the cluster's stream on
         // every delivery attempt and hold back everything queued after it.
@@ -96,10 +97,23 @@ impl LinkHandle {
                 self.state.config.max_message_bytes
             )));
         }
+        // The outbox is durable and keeps items after their ack: credential
+        // values never sit there in plaintext (sealed for this cluster and
+        // target; the session opens them only to send them over mTLS).
+        let stored = if kind == clawfed_proto::work::WorkKind::HarnessApply.as_str() {
+            let mut sealed = spec_value.clone();
+            self.state
+                .secrets
+                .seal_work_credentials(cluster_id, target, &mut sealed)
+                .map_err(|e| StoreError::FailedPrecondition(format!("work for {target:?}: {e}")))?;
+            sealed.to_string()
+        } else {
+            spec
+        };
         let seq = self
             .state
             .store
-            .outbox_put(cluster_id, target, kind, generation, &spec)
+            .outbox_put(cluster_id, target, kind, generation, &stored)
             .await?;
         if seq.is_some() {
             self.state.registry.wake(cluster_id);
@@ -117,25 +131,47 @@ impl LinkHandle {
 pub async fn start(
     config: LinkConfig,
     store: Arc<dyn Store>,
+    secrets: Arc<crate::secrets::SecretBox>,
     metrics: LinkMetrics,
     report_listener: Option<Arc<dyn super::ReportListener>>,
     shutdown: CancellationToken,
     tasks: &mut JoinSet<()>,
 ) -> Result<LinkHandle, LinkError> {
-    let ca = Arc::new(CertificateAuthority::load_or_create(&config.ca_dir)?);
-    start_with_ca(config, ca, store, metrics, report_listener, shutdown, tasks).await
+    let keys = LinkKeys {
+        ca: Arc::new(CertificateAuthority::load_or_create(&config.ca_dir)?),
+        secrets,
+    };
+    start_with_ca(
+        config,
+        keys,
+        store,
+        metrics,
+        report_listener,
+        shutdown,
+        tasks,
+    )
+    .await
 }
 
-/// As [`start`], with a CA already in hand.
+/// The keys of the link: the CA that signs spoke certificates, and the key
+/// that seals credentials while their work waits in the outbox.
+#[derive(Debug, Clone)]
+pub struct LinkKeys {
+    pub ca: Arc<CertificateAuthority>,
+    pub secrets: Arc<crate::secrets::SecretBox>,
+}
+
+/// As [`start`], with the CA (and the sealing key) already in hand.
 pub async fn start_with_ca(
     config: LinkConfig,
-    ca: Arc<CertificateAuthority>,
+    keys: LinkKeys,
     store: Arc<dyn Store>,
     metrics: LinkMetrics,
     report_listener: Option<Arc<dyn super::ReportListener>>,
     shutdown: CancellationToken,
     tasks: &mut JoinSet<()>,
 ) -> Result<LinkHandle, LinkError> {
+    let LinkKeys { ca, secrets } = keys;
     let deny = Arc::new(DenyList::default());
     deny.insert_all(
         store
@@ -175,6 +211,7 @@ pub async fn start_with_ca(
         metrics,
         config: config.clone(),
         shutdown: shutdown.clone(),
+        secrets,
     });
 
     let (conn_tx, conn_rx) = mpsc::channel(1024);

@@ -375,11 +375,17 @@ impl Session {
             .await
             .map_err(Self::store_err)?;
         for item in items {
+            let Some(spec) = self.unsealed_spec(&item) else {
+                // Cannot be sent as stored (see `unsealed_spec`): skipped,
+                // unacked; the revision fails at its phase deadline.
+                self.last_sent = item.sequence;
+                continue;
+            };
             let work = pb::Work {
                 sequence: item.sequence as u64,
                 target: item.target.clone(),
                 generation: item.generation,
-                spec: item.spec.into_bytes(),
+                spec,
                 kind: item.kind,
             };
             if !self.send(hub_message::Body::Work(work)).await {
@@ -392,6 +398,32 @@ impl Session {
             );
         }
         Ok(())
+    }
+
+    /// The spec of `item` as it goes over the link: the credential values
+    /// of Harness work opened (they are sealed in the outbox). `None` when
+    /// they do not open (the secrets key changed since it was queued);
+    /// logged without any value.
+    fn unsealed_spec(&self, item: &crate::store::OutboxItem) -> Option<Vec<u8>> {
+        if item.kind != clawfed_proto::work::WorkKind::HarnessApply.as_str() {
+            return Some(item.spec.clone().into_bytes());
+        }
+        let opened = serde_json::from_str::<serde_json::Value>(&item.spec)
+            .map_err(|e| e.to_string())
+            .and_then(|mut spec| {
+                self.state
+                    .secrets
+                    .open_work_credentials(&self.cluster.id, &item.target, &mut spec)
+                    .map_err(|e| e.to_string())?;
+                Ok(spec.to_string().into_bytes())
+            });
+        match opened {
+            Ok(bytes) => Some(bytes),
+            Err(error) => {
+                tracing::error!(cluster = %self.cluster.name, target = %item.target, sequence = item.sequence, %error, "link.work_unsendable");
+                None
+            }
+        }
     }
 
     async fn on_message(&mut self, message: pb::SpokeMessage) -> Result<(), Status> {

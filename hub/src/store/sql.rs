@@ -300,7 +300,7 @@ impl SqlStore {
              requested_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, $10, $10, $11)",
         )
         .bind(rev_id.clone())
-        .bind(agent_id)
+        .bind(agent_id.clone())
         .bind(number)
         .bind(to_json(&rev.spec)?)
         .bind(rev.configuration.to_string())
@@ -319,6 +319,18 @@ impl SqlStore {
             Err(e) if is_unique_violation(&e) => return Ok(None),
             Err(e) => return Err(self.classify(e)),
         }
+        // The Agent's credentials as they are now, still sealed: a later
+        // set does not change this revision; the next deploy carries it.
+        sqlx::query(
+            "INSERT INTO revision_credentials (revision_id, kind, key_id, nonce, ciphertext, \
+             version, set_at) SELECT $1, kind, key_id, nonce, ciphertext, version, set_at \
+             FROM agent_credentials WHERE agent_id = $2",
+        )
+        .bind(rev_id.clone())
+        .bind(agent_id.clone())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?;
         if let Some(idem) = &rev.idempotency {
             let inserted = sqlx::query(
                 "INSERT INTO idempotency_keys (namespace_id, key, fingerprint, revision_id, \

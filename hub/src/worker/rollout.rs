@@ -40,10 +40,12 @@ use crate::auth::Action;
 use crate::link::server::LinkHandle;
 use crate::model::{Agent, AgentRevision, DesiredState, Namespace, RevisionPhase, WorkItem};
 use crate::pipeline::{Placement, Step, choose_cluster, decide, decide_stop, needs};
+use crate::secrets::SecretBox;
 use crate::store::{Store, StoreError};
 use facts::Gathered;
 use spec::{
-    gateway_target, harness_target, harness_work, namespace_target, namespace_work, revision_work,
+    gateway_target, harness_credential, harness_target, harness_work, namespace_target,
+    namespace_work, revision_work,
 };
 
 pub use super::kinds::{AGENT_STOP, NAMESPACE_TEARDOWN, REVISION_ROLLOUT};
@@ -113,6 +115,9 @@ pub struct Rollout {
     gateways: Arc<dyn GatewayRuntime>,
     config: RolloutConfig,
     metrics: Option<PipelineMetrics>,
+    /// Opens the credentials revisions froze; `None` fails a revision that
+    /// has any.
+    secrets: Option<Arc<SecretBox>>,
     /// This process's name as holder of Agent leases.
     holder: String,
 }
@@ -169,8 +174,15 @@ impl Rollout {
             gateways,
             config,
             metrics: None,
+            secrets: None,
             holder: format!("hub-{}", uuid::Uuid::new_v4().simple()),
         }
+    }
+
+    /// Opens revisions' credentials with `secrets` for their Harness work.
+    pub fn with_secrets(mut self, secrets: Arc<SecretBox>) -> Self {
+        self.secrets = Some(secrets);
+        self
     }
 
     /// Records operation durations in `metrics`.
@@ -438,7 +450,12 @@ impl Rollout {
                     .filter(|p| p.cluster_id.as_deref() == Some(cid.as_str()))
                     .map(|p| p.revision.clone())
                     .collect();
-                let work = harness_work(
+                let credential = match self.open_credentials(store, agent, &rev).await? {
+                    Ok(opened) => harness_credential(&rev, opened),
+                    // Not retryable: the key or the stored value is wrong.
+                    Err(reason) => return self.fail(store, ns, g, rev, reason).await,
+                };
+                let mut work = harness_work(
                     ns,
                     dp,
                     &rev,
@@ -446,6 +463,9 @@ impl Rollout {
                     self.config.require_immutable_digest,
                     &self.config.workload,
                 );
+                if let wire::WorkSpec::HarnessApply(h) = &mut work {
+                    h.credential = credential;
+                }
                 self.send(
                     &cid,
                     &harness_target(ns, &rev),
@@ -567,6 +587,46 @@ impl Rollout {
             Step::Fail(reason) => return self.fail(store, ns, g, rev, reason).await,
         }
         Ok(Flow::Continue)
+    }
+
+    /// Opens the credentials `rev` froze at deploy (sealed for `agent`).
+    /// The inner error is why the revision cannot get them (a changed key,
+    /// a value altered or moved), without any value.
+    async fn open_credentials(
+        &self,
+        store: &dyn Store,
+        agent: &Agent,
+        rev: &AgentRevision,
+    ) -> Result<
+        Result<
+            Vec<(
+                clawfed_proto::work::credential::CredentialKind,
+                crate::secrets::SecretValue,
+            )>,
+            String,
+        >,
+        WorkError,
+    > {
+        let stored = store
+            .revision_credentials(&rev.id)
+            .await
+            .map_err(store_err)?;
+        if stored.is_empty() {
+            return Ok(Ok(Vec::new()));
+        }
+        let Some(secrets) = &self.secrets else {
+            return Ok(Err(
+                "credentials: this hub has no secrets key to open them".into()
+            ));
+        };
+        let mut opened = Vec::with_capacity(stored.len());
+        for c in stored {
+            match secrets.open_credential(&agent.id, c.kind, &c.sealed) {
+                Ok(v) => opened.push((c.kind, v)),
+                Err(e) => return Ok(Err(format!("credentials: {e}"))),
+            }
+        }
+        Ok(Ok(opened))
     }
 
     /// Sends a stop or retirement of predecessor `p` to the cluster it runs

@@ -3,11 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use clawfed_proto::work::credential::CredentialKind;
 use clawfed_proto::work::{self as spec, target};
 
 use crate::compute_driver::WorkloadSettings;
 use crate::gateway::{GatewayTarget, TunnelEndpoint};
 use crate::model::{Agent, AgentRevision, ExecutionMode, HarnessKind, Namespace};
+use crate::secrets::SecretValue;
 
 /// The Harness work target of a revision.
 pub fn harness_target(ns: &Namespace, rev: &AgentRevision) -> String {
@@ -133,6 +135,24 @@ pub fn harness_work(
     }))
 }
 
+/// The `credential` of `rev`'s `harness.apply`: its opened credentials
+/// under their Harness Secret keys ([`spec::credential`]). A kind the
+/// revision's Harness may not hold (a service-account credential of an
+/// Agent that is no longer dedicated Codex) is left out.
+pub fn harness_credential(
+    rev: &AgentRevision,
+    opened: Vec<(CredentialKind, SecretValue)>,
+) -> spec::SecretData {
+    let harness = rev.spec.harness_kind.as_str();
+    spec::SecretData(
+        opened
+            .into_iter()
+            .filter(|(kind, _)| kind.allowed_for(harness))
+            .map(|(kind, value)| (kind.secret_key().to_owned(), value.expose().to_owned()))
+            .collect(),
+    )
+}
+
 /// The body of `harness.stop` and `harness.retire` for `rev`.
 pub fn revision_work(
     ns: &Namespace,
@@ -217,6 +237,32 @@ mod tests {
             "updatedAt": "2025-01-01T00:00:00Z",
         }))
         .expect("revision")
+    }
+
+    /// The credential goes under the shared Secret keys; a service-account
+    /// credential only to a dedicated Codex Harness.
+    #[test]
+    fn harness_credential_maps_kinds_to_secret_keys() {
+        let opened = || {
+            vec![
+                (CredentialKind::ModelApiKey, SecretValue::new("mk")),
+                (CredentialKind::ServiceAccount, SecretValue::new("sa")),
+            ]
+        };
+        let mut rev = revision("reg.example/harness:1.0");
+        let c = harness_credential(&rev, opened());
+        assert_eq!(
+            c.0,
+            BTreeMap::from([(spec::credential::MODEL_API_KEY.to_owned(), "mk".to_owned())])
+        );
+        rev.spec.harness_kind = crate::model::HarnessKind::DedicatedCodex;
+        let c = harness_credential(&rev, opened());
+        assert_eq!(
+            c.0.get(spec::credential::SERVICE_ACCOUNT_CREDENTIAL)
+                .map(String::as_str),
+            Some("sa")
+        );
+        assert!(!format!("{c:?}").contains("mk"));
     }
 
     /// Issue 9, defect 7: the spoke's digest gate is the installation
