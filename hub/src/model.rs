@@ -25,14 +25,67 @@ pub struct Namespace {
     /// ("not marked for adoption") and its admission policy refuses the writes.
     pub adopted: bool,
     pub state: NamespaceState,
-    /// Set by the worker once the namespace has been provisioned.
+    /// Set by the worker once the hub accepted the namespace (it is usable
+    /// for Agents). Whether it exists in an execution cluster is per
+    /// cluster, in `clusters`, as that cluster's spoke reported it.
     pub provisioned_at: Option<DateTime<Utc>>,
+    /// Each execution cluster the namespace was sent to, with what its
+    /// spoke reported (empty until an Agent of the namespace is placed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<NamespaceClusterStatus>,
     /// Why the namespace is in its state, when that needs saying.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_reason: Option<String>,
     pub version: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// A tenant's data-plane namespace in one execution cluster, as its spoke
+/// reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceClusterStatus {
+    pub cluster: String,
+    pub state: NamespaceClusterState,
+    /// The physical namespace the spoke ensured (a legacy or adopted name
+    /// when it found one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_plane_namespace: Option<String>,
+    /// The spoke's reason, when not provisioned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_at: Option<DateTime<Utc>>,
+}
+
+/// Where a tenant's namespace stands in one cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum NamespaceClusterState {
+    /// Sent; the spoke has not answered yet.
+    Pending,
+    /// The spoke reported it ensured.
+    Provisioned,
+    /// Not yet: the spoke keeps retrying a transient failure.
+    Retrying,
+    /// The spoke refused it, with the reason.
+    Failed,
+    /// Torn down in that cluster.
+    Deleted,
+}
+
+impl NamespaceClusterState {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Provisioned => "provisioned",
+            Self::Retrying => "retrying",
+            Self::Failed => "failed",
+            Self::Deleted => "deleted",
+        }
+    }
 }
 
 /// Lifecycle of a tenant.

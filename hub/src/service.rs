@@ -272,19 +272,42 @@ impl Service {
 
     /// The namespaces the caller may see.
     pub async fn list_namespaces(&self, p: &Principal) -> Result<Vec<Namespace>> {
-        if p.is_installation_admin() {
-            return Ok(self.store.list_namespaces(None).await?);
+        let list = if p.is_installation_admin() {
+            self.store.list_namespaces(None).await?
+        } else {
+            match p.namespace.as_deref() {
+                Some(ns) => self.store.list_namespaces(Some(ns)).await?,
+                None => Vec::new(),
+            }
+        };
+        let mut out = Vec::with_capacity(list.len());
+        for ns in list {
+            out.push(self.with_cluster_status(ns).await?);
         }
-        match p.namespace.as_deref() {
-            Some(ns) => Ok(self.store.list_namespaces(Some(ns)).await?),
-            None => Ok(Vec::new()),
-        }
+        Ok(out)
     }
 
     /// One namespace.
     pub async fn get_namespace(&self, p: &Principal, name: &str) -> Result<Namespace> {
         self.check_read(p, Action::Read, Some(name))?;
-        Ok(self.store.get_namespace(name).await?)
+        let ns = self.store.get_namespace(name).await?;
+        self.with_cluster_status(ns).await
+    }
+
+    /// `ns` with where it stands in each cluster it was sent to, as their
+    /// spokes reported it.
+    async fn with_cluster_status(&self, mut ns: Namespace) -> Result<Namespace> {
+        let target = clawfed_proto::work::target::namespace(&ns.id);
+        ns.clusters = self
+            .store
+            .target_reports(&target, crate::link::report::WORK_RESULT)
+            .await?
+            .into_iter()
+            .map(|(cluster, report)| {
+                crate::link::report::namespace_status(cluster, report.as_ref())
+            })
+            .collect();
+        Ok(ns)
     }
 
     /// Deletes an empty namespace. With the pipeline on, the namespace is

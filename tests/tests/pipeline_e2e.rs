@@ -822,6 +822,13 @@ async fn deploy_puts_the_gateway_in_control_and_the_harness_in_exec_a() -> Resul
     let (ns, agent) = w.agent("dedicated-codex").await?;
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
     w.cleanup.workspace(&exec, &ns, &agent.name, 1).await?;
+    // Issue 12: the tenant is provisioned in no cluster before any spoke
+    // reported it (the hub accepting it is not a provisioning).
+    let before: Namespace = w
+        .rest
+        .call(Method::GET, &format!("/namespaces/{}", ns.name), None)
+        .await?;
+    assert!(before.clusters.is_empty(), "{:?}", before.clusters);
 
     let r = w.rest.deploy(&ns.name, &agent.name).await?;
     assert_eq!(r.number, 1);
@@ -829,6 +836,21 @@ async fn deploy_puts_the_gateway_in_control_and_the_harness_in_exec_a() -> Resul
         .rest
         .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
         .await?;
+    let after: Namespace = w
+        .rest
+        .call(Method::GET, &format!("/namespaces/{}", ns.name), None)
+        .await?;
+    assert_eq!(after.clusters.len(), 1, "{:?}", after.clusters);
+    assert_eq!(after.clusters[0].cluster, w.cluster_name);
+    assert_eq!(
+        after.clusters[0].state,
+        clawfed_hub::model::NamespaceClusterState::Provisioned
+    );
+    assert_eq!(
+        after.clusters[0].data_plane_namespace.as_deref(),
+        Some(ns.data_plane_namespace.as_str()),
+        "the name the spoke reported"
+    );
     for key in ["prepareMs", "readinessWaitMs", "activationMs", "elapsedMs"] {
         assert!(
             r1.progress.durations_ms.contains_key(key),

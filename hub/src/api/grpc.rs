@@ -179,6 +179,17 @@ fn namespace_to_pb(n: model::Namespace) -> pb::Namespace {
         adopted: n.adopted,
         state: n.state.as_str().into(),
         provisioned_at: n.provisioned_at.map(time),
+        clusters: n
+            .clusters
+            .into_iter()
+            .map(|c| pb::NamespaceCluster {
+                cluster: c.cluster,
+                state: c.state.as_str().into(),
+                data_plane_namespace: c.data_plane_namespace.unwrap_or_default(),
+                reason: c.reason.unwrap_or_default(),
+                reported_at: c.reported_at.map(time),
+            })
+            .collect(),
         version: n.version,
         created_at: time(n.created_at),
         updated_at: time(n.updated_at),

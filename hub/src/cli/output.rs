@@ -40,14 +40,32 @@ fn ago(t: chrono::DateTime<chrono::Utc>) -> String {
 
 impl Tabular for Namespace {
     fn headers() -> &'static [&'static str] {
-        &["NAME", "STATE", "DATA-PLANE NAMESPACE", "ADOPTED", "AGE"]
+        &[
+            "NAME",
+            "STATE",
+            "DATA-PLANE NAMESPACE",
+            "ADOPTED",
+            "CLUSTERS",
+            "AGE",
+        ]
     }
     fn row(&self) -> Vec<String> {
+        let clusters = self
+            .clusters
+            .iter()
+            .map(|c| format!("{}={}", c.cluster, c.state.as_str()))
+            .collect::<Vec<_>>()
+            .join(",");
         vec![
             self.name.clone(),
             self.state.as_str().into(),
             self.data_plane_namespace.clone(),
             self.adopted.to_string(),
+            if clusters.is_empty() {
+                "-".into()
+            } else {
+                clusters
+            },
             ago(self.created_at),
         ]
     }

@@ -29,6 +29,45 @@ pub struct WorkResultReport {
     pub namespace: String,
 }
 
+/// What the spoke of `cluster` reported for a tenant's namespace target
+/// (`None`: sent, no answer yet).
+pub fn namespace_status(
+    cluster: String,
+    report: Option<&crate::store::SpokeReport>,
+) -> crate::model::NamespaceClusterStatus {
+    use crate::model::{NamespaceClusterState as S, NamespaceClusterStatus};
+    let Some(report) = report else {
+        return NamespaceClusterStatus {
+            cluster,
+            state: S::Pending,
+            data_plane_namespace: None,
+            reason: None,
+            reported_at: None,
+        };
+    };
+    let result = serde_json::from_value::<WorkResultReport>(report.body.clone());
+    let (state, namespace, reason) = match &result {
+        Err(e) => (S::Failed, None, Some(format!("unreadable report: {e}"))),
+        Ok(r) if r.applied && r.kind == clawfed_proto::work::WorkKind::NamespaceDelete.as_str() => {
+            (S::Deleted, None, None)
+        }
+        Ok(r) if r.applied => (
+            S::Provisioned,
+            r.ensured_namespace().map(str::to_owned),
+            None,
+        ),
+        Ok(r) if r.retrying => (S::Retrying, None, Some(r.reason.clone())),
+        Ok(r) => (S::Failed, None, Some(r.reason.clone())),
+    };
+    NamespaceClusterStatus {
+        cluster,
+        state,
+        data_plane_namespace: namespace,
+        reason,
+        reported_at: Some(report.received_at),
+    }
+}
+
 impl WorkResultReport {
     /// The physical namespace a `namespace.ensure` result says the spoke
     /// ensured (a legacy or adopted name), if it applied.
@@ -123,5 +162,55 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(w.namespace, "oce-team-a-0123456789ab");
+    }
+}
+
+#[cfg(test)]
+mod namespace_status_tests {
+    use super::*;
+    use crate::model::NamespaceClusterState as S;
+    use crate::store::SpokeReport;
+
+    fn report(body: serde_json::Value) -> SpokeReport {
+        SpokeReport {
+            cluster_id: "c1".into(),
+            target: "namespace/n1".into(),
+            kind: WORK_RESULT.into(),
+            generation: 1,
+            body,
+            received_at: chrono::Utc::now(),
+        }
+    }
+
+    /// Issue 12: a tenant is provisioned in a cluster only when that
+    /// cluster's spoke said so.
+    #[test]
+    fn provisioned_only_when_the_spoke_reported_it() {
+        assert_eq!(namespace_status("a".into(), None).state, S::Pending);
+        let ok = report(
+            serde_json::json!({"applied": true, "kind": "namespace.ensure", "namespace": "oce-x"}),
+        );
+        let s = namespace_status("a".into(), Some(&ok));
+        assert_eq!(
+            (s.state, s.data_plane_namespace.as_deref()),
+            (S::Provisioned, Some("oce-x"))
+        );
+        let retry = report(
+            serde_json::json!({"applied": false, "retrying": true, "reason": "forbidden", "kind": "namespace.ensure"}),
+        );
+        assert_eq!(
+            namespace_status("a".into(), Some(&retry)).state,
+            S::Retrying
+        );
+        let refused = report(
+            serde_json::json!({"applied": false, "reason": "not marked for adoption", "kind": "namespace.ensure"}),
+        );
+        let s = namespace_status("a".into(), Some(&refused));
+        assert_eq!(
+            (s.state, s.reason.as_deref()),
+            (S::Failed, Some("not marked for adoption"))
+        );
+        let gone = report(serde_json::json!({"applied": true, "kind": "namespace.delete"}));
+        assert_eq!(namespace_status("a".into(), Some(&gone)).state, S::Deleted);
     }
 }

@@ -242,6 +242,14 @@ pub trait LinkStore: Send + Sync {
     /// Reports of one cluster.
     async fn list_reports(&self, cluster_id: &str) -> Result<Vec<SpokeReport>>;
 
+    /// Every cluster `target` was sent to (by name, in name order), with
+    /// its latest report of `kind` when one came.
+    async fn target_reports(
+        &self,
+        target: &str,
+        kind: &str,
+    ) -> Result<Vec<(String, Option<SpokeReport>)>>;
+
     /// The latest report of one kind on one target of a cluster.
     async fn get_report(
         &self,

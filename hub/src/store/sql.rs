@@ -1585,6 +1585,7 @@ fn namespace_from_row(r: &AnyRow) -> Result<Namespace> {
             _ => None,
         })?,
         provisioned_at: get::<Option<i64>>(r, W, "provisioned_at")?.map(from_ms),
+        clusters: Vec::new(),
         state_reason: get(r, W, "state_reason")?,
         version: get(r, W, "version")?,
         created_at: from_ms(get(r, W, "created_at")?),

@@ -615,6 +615,50 @@ impl LinkStore for SqlStore {
         rows.iter().map(report_from_row).collect()
     }
 
+    async fn target_reports(
+        &self,
+        target: &str,
+        kind: &str,
+    ) -> Result<Vec<(String, Option<SpokeReport>)>> {
+        let rows = sqlx::query(
+            "SELECT c.name, r.cluster_id, r.target, r.kind, r.generation, r.body, r.received_at \
+             FROM clusters c \
+             JOIN (SELECT DISTINCT cluster_id FROM outbox WHERE target = $1) o \
+               ON o.cluster_id = c.id \
+             LEFT JOIN spoke_reports r \
+               ON r.cluster_id = c.id AND r.target = $1 AND r.kind = $2 \
+             ORDER BY c.name",
+        )
+        .bind(target.to_owned())
+        .bind(kind.to_owned())
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        rows.iter()
+            .map(|r| {
+                let name: String = r.get(0);
+                let cluster_id: Option<String> = r.get(1);
+                let report = match cluster_id {
+                    None => None,
+                    Some(cluster_id) => Some(SpokeReport {
+                        cluster_id,
+                        target: r.get(2),
+                        kind: r.get(3),
+                        generation: r.get(4),
+                        body: serde_json::from_str(&r.get::<String, _>(5)).map_err(|e| {
+                            StoreError::Corrupt {
+                                what: "spoke report",
+                                detail: e.to_string(),
+                            }
+                        })?,
+                        received_at: from_ms(r.get(6)),
+                    }),
+                };
+                Ok((name, report))
+            })
+            .collect()
+    }
+
     async fn get_report(
         &self,
         cluster_id: &str,
