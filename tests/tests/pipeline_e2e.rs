@@ -1425,7 +1425,7 @@ impl HubEnv {
                 "maxConcurrentHandshakes": 16,
                 "maxMessageBytes": 4194304
             },
-            "pipeline": { "enabled": true, "readyDeadlineSeconds": 60, "pathProbe": false },
+            "pipeline": { "enabled": true, "readyDeadlineSeconds": 60, "pathProbe": false, "startupStatus": false },
             "tunnel": { "addr": "127.0.0.1:0" },
             "gateway": {
                 "enabled": true,
@@ -1454,7 +1454,8 @@ impl HubEnv {
 
     /// Serves the tunnel ingress on the root end of the test Pod network
     /// (a fixed port, so a restarted hub is where the Gateways were told)
-    /// and turns the data path probe on.
+    /// and turns the data path probe and the plugin startup status on (the
+    /// Harness stand-in publishes one).
     fn data_path(&mut self) -> Result<()> {
         let port = std::net::TcpListener::bind((POD_NET_ROOT, 0))
             .and_then(|l| l.local_addr())
@@ -1464,6 +1465,7 @@ impl HubEnv {
             serde_yaml_ng::from_str(&std::fs::read_to_string(&self.config)?)?;
         config["tunnel"] = json!({ "addr": format!("{POD_NET_ROOT}:{port}") });
         config["pipeline"]["pathProbe"] = json!(true);
+        config["pipeline"]["startupStatus"] = json!(true);
         std::fs::write(&self.config, serde_yaml_ng::to_string(&config)?)?;
         Ok(())
     }

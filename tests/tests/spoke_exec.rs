@@ -161,6 +161,8 @@ impl Tenant {
                 "kwok-node-0".into(),
             )]),
             headless_service: false,
+            plugin_selections: Vec::new(),
+            require_startup_status: false,
         }
     }
 

@@ -190,6 +190,8 @@ fn harness(id: &str, ns: &str, i: usize) -> HarnessWork {
         node_selector: BTreeMap::new(),
         // 1,000 ClusterIPs do not fit the test cluster's Service CIDR.
         headless_service: true,
+        plugin_selections: Vec::new(),
+        require_startup_status: false,
     }
 }
 

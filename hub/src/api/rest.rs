@@ -21,8 +21,8 @@ use super::error::{ApiError, ErrorBody, ErrorCode};
 use crate::auth::Principal;
 use crate::model::{
     Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, Cluster, Configuration, CreateAgent,
-    CreateBootstrapToken, CreateConfiguration, CreateNamespace, DeployRequest, FleetSummary, List,
-    Namespace, UpdateAgent, UpdateConfiguration, WorkItem,
+    CreateBootstrapToken, CreateConfiguration, CreateNamespace, DeployRequest, Diagnosis,
+    FleetSummary, List, Namespace, UpdateAgent, UpdateConfiguration, WorkItem,
 };
 use crate::service::ServiceError;
 
@@ -70,6 +70,7 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(stop))
         .routes(routes!(list_revisions))
         .routes(routes!(get_revision))
+        .routes(routes!(diagnose))
         .routes(routes!(list_clusters))
         .routes(routes!(get_cluster))
         .routes(routes!(create_bootstrap_token))
@@ -538,6 +539,22 @@ async fn get_revision(
 ) -> ApiResult<Json<AgentRevision>> {
     let number = parse_number("number", &number)?;
     Ok(Json(s.service.get_revision(&p, &ns, &name, number).await?))
+}
+
+/// Bounded diagnostics of the Agent's active (or latest) revision: its
+/// Harness Pod (read by the spoke) and its Gateway Pod (read by the hub).
+/// Missing Pods and unreachable endpoints are `unknown` checks; this never
+/// changes the deployment's status.
+#[utoipa::path(get, path = "/api/v1/namespaces/{ns}/agents/{name}/diagnose", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path)),
+    responses((status = 200, body = Diagnosis), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn diagnose(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    PathParams((ns, name)): PathParams<(String, String)>,
+) -> ApiResult<Json<Diagnosis>> {
+    Ok(Json(s.service.diagnose(&p, &ns, &name).await?))
 }
 
 // ---- clusters, fleet, audit, work ----------------------------------------------

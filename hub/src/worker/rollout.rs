@@ -83,6 +83,8 @@ pub struct RolloutConfig {
     pub tunnel: Option<TunnelEndpoint>,
     /// Probe the data path through the Gateway before activating.
     pub path_probe: bool,
+    /// The spoke requires a valid plugin startup status before ready.
+    pub startup_status: bool,
 }
 
 impl Default for RolloutConfig {
@@ -95,6 +97,7 @@ impl Default for RolloutConfig {
             pass_lease: Duration::from_secs(15),
             tunnel: None,
             path_probe: false,
+            startup_status: false,
         }
     }
 }
@@ -419,6 +422,7 @@ impl Rollout {
                     &rev,
                     &same_cluster,
                     self.config.require_immutable_digest,
+                    self.config.startup_status,
                 );
                 self.send(
                     &cid,

@@ -39,12 +39,16 @@ pub fn namespace_work(ns: &Namespace) -> spec::WorkSpec {
 /// the cluster resolved), with the predecessors that run on the same
 /// cluster (a dedicated Harness stops them first). `require_digest` is the
 /// installation's digest policy, which the spoke enforces on its own too.
+/// `startup_status` (`pipeline.startupStatus`) makes the spoke require a
+/// valid plugin startup status of the revision's admitted selections
+/// before it reports the Harness ready.
 pub fn harness_work(
     ns: &Namespace,
     data_plane_namespace: &str,
     rev: &AgentRevision,
     same_cluster_predecessors: &[AgentRevision],
     require_digest: bool,
+    startup_status: bool,
 ) -> spec::WorkSpec {
     let r = &rev.spec.resources;
     let quantities = |cpu: &Option<String>, memory: &Option<String>| {
@@ -90,6 +94,8 @@ pub fn harness_work(
         execution: execution(rev),
         node_selector: BTreeMap::new(),
         headless_service: false,
+        plugin_selections: rev.spec.plugins.clone(),
+        require_startup_status: startup_status,
     }))
 }
 
@@ -178,6 +184,23 @@ mod tests {
         .expect("revision")
     }
 
+    /// Issue 12: the admitted selections and the startup-status setting
+    /// reach the spoke; the setting is the installation's, not the spec's.
+    #[test]
+    fn harness_work_carries_plugin_selections_and_the_startup_setting() {
+        let mut rev = revision("reg.example/harness:1.0");
+        rev.spec.plugins = vec!["search".into(), "mail".into()];
+        for required in [true, false] {
+            let spec::WorkSpec::HarnessApply(work) =
+                harness_work(&namespace(), "oce-x", &rev, &[], false, required)
+            else {
+                panic!("not harness.apply");
+            };
+            assert_eq!(work.plugin_selections, ["search", "mail"]);
+            assert_eq!(work.require_startup_status, required);
+        }
+    }
+
     /// Issue 9, defect 7: the spoke's digest gate is the installation
     /// policy, not a consequence of whether the images happen to be pinned.
     #[test]
@@ -186,7 +209,7 @@ mod tests {
         for image in ["reg.example/harness:1.0", pinned.as_str()] {
             for policy in [true, false] {
                 let spec::WorkSpec::HarnessApply(work) =
-                    harness_work(&namespace(), "oce-x", &revision(image), &[], policy)
+                    harness_work(&namespace(), "oce-x", &revision(image), &[], policy, true)
                 else {
                     panic!("not harness.apply");
                 };
