@@ -230,6 +230,12 @@ pub struct PipelineSettings {
     /// activate only when it is answered. Off only for Gateway images that
     /// forward nothing (never in production).
     pub path_probe: bool,
+    /// The spoke reports a Harness ready only once the Ready Pod's plugin
+    /// startup status (`/_clawfed/startup`, read through the Pod proxy) is
+    /// valid for the revision; its warnings are recorded with the
+    /// revision's readiness. Off only for Harness images that publish no
+    /// status (never in production).
+    pub startup_status: bool,
 }
 
 impl Default for PipelineSettings {
@@ -239,6 +245,7 @@ impl Default for PipelineSettings {
             ready_deadline_seconds: 300,
             phase_deadline_seconds: 300,
             path_probe: true,
+            startup_status: true,
         }
     }
 }

@@ -16,9 +16,11 @@
 //! - `admission.rs`: which handshakes the listener sheds when its slots
 //!   run out (pure).
 //! - `metrics.rs`: link metrics.
+//! - `diagnose.rs`: diagnose requests to spokes and their answers.
 
 pub mod admission;
 pub mod ca;
+pub mod diagnose;
 pub mod enroll;
 pub mod metrics;
 pub mod registry;
@@ -114,6 +116,8 @@ pub struct LinkState {
     pub metrics: metrics::LinkMetrics,
     /// Tunnel opens waiting for their spoke stream.
     pub tunnels: Arc<crate::tunnel::broker::Broker>,
+    /// Diagnose requests waiting for their spoke's answer.
+    pub diagnose: Arc<diagnose::DiagnoseBroker>,
     pub config: LinkConfig,
     pub shutdown: CancellationToken,
     /// Seals credential values while Harness work waits in the durable

@@ -183,7 +183,7 @@ pub async fn start_with_parts(
     });
 
     let max_message = config.api.max_body_bytes;
-    let grpc = AdminServiceServer::new(AdminApi::new(service))
+    let grpc = AdminServiceServer::new(AdminApi::new(service.clone()))
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(16 * 1024 * 1024);
     let token = shutdown.clone();
@@ -249,6 +249,10 @@ pub async fn start_with_parts(
             ),
             None => Arc::new(GatewaysDisabled),
         };
+        service.set_diagnostics(Arc::new(crate::service::diagnose::LinkDiagnostics {
+            link: link.state.clone(),
+            gateways: gateways.clone(),
+        }));
         let rollout = Rollout::new(
             link.clone(),
             gateways,
@@ -267,6 +271,7 @@ pub async fn start_with_parts(
                 }),
                 path_probe: config.pipeline.path_probe,
                 workload: config.workload_settings(),
+                startup_status: config.pipeline.startup_status,
                 ..RolloutConfig::default()
             },
         )

@@ -2,6 +2,7 @@
 //! checks, validation, audit and the calls into the store. Both APIs are
 //! thin adapters over [`Service`], so they cannot drift apart.
 
+pub mod diagnose;
 pub mod validate;
 
 use std::sync::Arc;
@@ -14,7 +15,8 @@ use crate::auth::{self, Action, Decision, Principal};
 use crate::model::{
     Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, Cluster, Configuration, CreateAgent,
     CreateBootstrapToken, CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest,
-    DesiredState, FleetSummary, Namespace, UpdateAgent, UpdateConfiguration, WorkItem, WorkState,
+    DesiredState, Diagnosis, FleetSummary, Namespace, UpdateAgent, UpdateConfiguration, WorkItem,
+    WorkState,
 };
 use crate::secrets::{SecretBox, SecretValue};
 use crate::store::{
@@ -119,6 +121,9 @@ pub struct Service {
     policy: Policy,
     /// Seals managed credentials; `None` refuses setting them.
     secrets: Option<Arc<SecretBox>>,
+    /// Set once the link and the Gateways run (after the APIs started, so
+    /// shared by every clone); unset, diagnose answers `unknown`.
+    diagnostics: Arc<std::sync::OnceLock<Arc<dyn diagnose::DiagnosticsSource>>>,
 }
 
 impl std::fmt::Debug for Service {
@@ -137,7 +142,13 @@ impl Service {
             store,
             policy,
             secrets: None,
+            diagnostics: Arc::default(),
         }
+    }
+
+    /// Where `diagnose` reads from (once; later calls are ignored).
+    pub fn set_diagnostics(&self, source: Arc<dyn diagnose::DiagnosticsSource>) {
+        let _ = self.diagnostics.set(source);
     }
 
     /// Seals managed Agent credentials with `secrets`.
@@ -891,6 +902,54 @@ impl Service {
         let rev = self.store.get_revision(ns, agent, number).await?;
         let stored = self.store.revision_credentials(&rev.id).await?;
         Ok(stored.iter().map(|c| c.meta()).collect())
+    }
+
+    /// Bounded diagnostics of the Agent's active (or else latest) revision:
+    /// its Harness Pod through the revision's spoke, its Gateway Pod in the
+    /// control cluster. A read, authorized for the exact Agent; it never
+    /// changes the deployment's status.
+    pub async fn diagnose(&self, p: &Principal, ns: &str, agent: &str) -> Result<Diagnosis> {
+        self.check_read(p, Action::Read, Some(ns))?;
+        let a = self.store.get_agent(ns, agent).await?;
+        let Some(number) = a.active_revision.or(a.latest_revision) else {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "agent {agent} has no revision to diagnose (deploy it first)"
+            )));
+        };
+        let rev = self.store.get_revision(ns, agent, number).await?;
+        let source = self.diagnostics.get().cloned();
+        let cluster_id = match &rev.resolved_cluster {
+            Some(name) => self
+                .store
+                .list_clusters()
+                .await?
+                .into_iter()
+                .find(|c| &c.name == name)
+                .map(|c| c.id),
+            None => None,
+        };
+        let harness = match (&source, &cluster_id) {
+            (Some(s), Some(cid)) => {
+                let ns_id = self.store.get_namespace(ns).await?.id;
+                let target = clawfed_proto::work::target::harness(&ns_id, agent, number);
+                s.harness(cid, &target, &rev.id).await
+            }
+            (None, _) => diagnose::unknown("harness", "this hub runs no spoke link"),
+            (_, None) => diagnose::unknown("harness", "the revision is not placed on a cluster"),
+        };
+        let gateway = match &source {
+            Some(s) => s.gateway(agent, number).await,
+            None => diagnose::unknown("gateway", "this hub runs no control-cluster Gateways"),
+        };
+        Ok(Diagnosis {
+            namespace: ns.to_owned(),
+            agent: agent.to_owned(),
+            revision: number,
+            revision_id: rev.id,
+            cluster: rev.resolved_cluster,
+            harness,
+            gateway,
+        })
     }
 
     // ---- clusters, fleet, audit, work ---------------------------------------

@@ -13,13 +13,18 @@
 //! - [`tunnel`]: the data path (Gateway -> hub ingress -> spoke -> Harness):
 //!   the CONNECT authority and refusal reasons.
 //! - [`work`]: typed work specs carried in `link.v1.Work.spec`.
+//! - [`startup`]: the plugin startup status a Harness publishes and the
+//!   rule that lets it establish readiness.
+//! - [`diagnostics`]: the runtime Pods' diagnostics endpoint and its bounds.
 //!
 //! Nothing here performs I/O.
 
 pub mod capability;
+pub mod diagnostics;
 pub mod labels;
 pub mod naming;
 pub mod readiness;
+pub mod startup;
 pub mod tunnel;
 pub mod work;
 

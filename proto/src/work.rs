@@ -589,6 +589,14 @@ pub struct HarnessWork {
     /// is allocated (large fleets, small Service CIDRs).
     #[serde(default)]
     pub headless_service: bool,
+    /// The revision's admitted plugin selection ids: the Harness gets them
+    /// in `CLAWFED_PLUGIN_SELECTIONS` ([`crate::startup`]).
+    #[serde(default)]
+    pub plugin_selections: Vec<String>,
+    /// Readiness also needs a valid plugin startup status read from the
+    /// Ready Pod ([`crate::startup`]).
+    #[serde(default)]
+    pub require_startup_status: bool,
     /// Run the Harness under this Localhost seccomp profile (a path
     /// relative to the kubelet's seccomp root) instead of RuntimeDefault:
     /// the installation's `codexSeccompProfile`, for Codex Harnesses only.

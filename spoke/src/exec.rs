@@ -55,7 +55,9 @@ use crate::cleanup::{
 use crate::config::SpokeConfig;
 use crate::provider::ordinary::DeploymentDriver;
 use crate::provider::{HarnessContext, NamespaceContext, RevisionContext, SandboxDriver};
-use crate::readiness::observer::Observer;
+use crate::readiness::observer::{Observer, StartupCheck};
+
+mod diagnose;
 
 /// Errors of the executor.
 #[derive(Debug, thiserror::Error)]
@@ -645,11 +647,15 @@ impl Executor {
             }
         }
         self.observer
-            .track(
+            .track_with_startup(
                 harness::readiness_query(h),
                 &work.target,
                 work.generation,
                 &h.revision_id,
+                harness::startup_requirement(h).map(|s| StartupCheck {
+                    selections: s.selections,
+                    port: s.port,
+                }),
             )
             .await;
         if let Err(f) = self.prepare_harness(h, work).await {
@@ -888,8 +894,22 @@ impl Executor {
                     .get(labels::REVISION_ID_ANNOTATION)
                     .cloned()
                     .unwrap_or_default();
+                // A requirement that cannot be read back still requires a
+                // status: with no admitted selection, only an owned one.
+                let startup = a.get(harness::STARTUP_ANNOTATION).map(|j| {
+                    let s = serde_json::from_str::<harness::StartupAnnotation>(j).unwrap_or_else(
+                        |_| harness::StartupAnnotation {
+                            selections: Vec::new(),
+                            port: clawfed_proto::work::harness::DEFAULT_PORT,
+                        },
+                    );
+                    StartupCheck {
+                        selections: s.selections,
+                        port: s.port,
+                    }
+                });
                 self.observer
-                    .track(query, target, generation, &revision_id)
+                    .track_with_startup(query, target, generation, &revision_id, startup)
                     .await;
             }
         }

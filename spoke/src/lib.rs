@@ -16,6 +16,8 @@
 //!   their runner).
 //! - [`config`]: the spoke's execution settings.
 //! - [`link`]: the hub link: enrollment, the mTLS stream, renewal, reconnects.
+//! - [`podproxy`]: bounded reads of Pod-private paths (startup status,
+//!   diagnostics) through the apiserver's Pod proxy.
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +26,7 @@ pub mod cleanup;
 pub mod config;
 pub mod exec;
 pub mod link;
+pub mod podproxy;
 pub mod provider;
 pub mod readiness;
 pub mod tunnel;

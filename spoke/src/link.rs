@@ -71,6 +71,20 @@ pub trait WorkApplier: Send + Sync + 'static {
     fn reports_results(&self) -> bool {
         false
     }
+
+    /// The diagnostics of the Harness of a target it manages
+    /// (`DiagnoseRequest`); an applier without Pods knows nothing.
+    async fn diagnose(&self, req: &pb::DiagnoseRequest) -> pb::DiagnoseResult {
+        pb::DiagnoseResult {
+            request_id: req.request_id.clone(),
+            checks: vec![pb::DiagnosticCheck {
+                name: "harness".into(),
+                status: "unknown".into(),
+                detail: "this spoke runs no Harness Pods".into(),
+            }],
+            pod: String::new(),
+        }
+    }
 }
 
 /// Errors that end the link for good.
@@ -705,6 +719,16 @@ impl Link {
                         Ok(Some(pb::HubMessage { body: Some(hub_message::Body::TunnelOpen(open)) })) => {
                             self.tunnels.start(tunnel_channel.clone(), open);
                         }
+                        Ok(Some(pb::HubMessage { body: Some(hub_message::Body::Diagnose(req)) })) => {
+                            // Answered on its own task: a slow Pod never holds
+                            // up the stream. The read inside is bounded.
+                            let applier = self.applier.clone();
+                            let out = out.clone();
+                            tokio::spawn(async move {
+                                let result = applier.diagnose(&req).await;
+                                let _ = out.send(send(spoke_message::Body::DiagnoseResult(result))).await;
+                            });
+                        }
                         Ok(Some(_)) => {}
                         Ok(None) => return SessionEnd::Failed("hub closed the stream".into()),
                         Err(status) => return classify(status, &alert),
@@ -842,6 +866,10 @@ impl WorkApplier for crate::exec::Executor {
 
     async fn current_reports(&self) -> Vec<pb::Report> {
         crate::exec::Executor::current_reports(self)
+    }
+
+    async fn diagnose(&self, req: &pb::DiagnoseRequest) -> pb::DiagnoseResult {
+        crate::exec::Executor::diagnose(self, req).await
     }
 }
 

@@ -54,6 +54,9 @@ pub fn test_config(db_url: &str) -> Config {
     // (kwok marks them Ready, nothing runs) cannot pass a data path probe;
     // the data path tests turn it on.
     config.pipeline.path_probe = false;
+    // Nor can kwok Pods without a process publish a plugin startup status;
+    // the tests that run the Harness stand-in turn it on.
+    config.pipeline.startup_status = false;
     // API and link tests drive the store and outbox themselves; pipeline
     // tests turn it on.
     config.pipeline.enabled = false;

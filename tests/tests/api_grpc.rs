@@ -49,6 +49,7 @@ both_backends!(
     grpc_stale_version_is_aborted,
     grpc_not_found,
     grpc_tenant_isolation,
+    grpc_diagnose_is_authorized_for_the_exact_agent,
     grpc_tenants_see_only_their_clusters,
     grpc_oversized_message_is_rejected,
     grpc_credentials_are_write_only,
@@ -1182,6 +1183,48 @@ async fn grpc_not_found(backend: Backend) {
         .await,
         Code::AlreadyExists,
     );
+    hub.stop().await;
+}
+
+/// Issue 12: `DiagnoseAgent` has the REST route's authorization: another
+/// tenant is refused, an unknown Agent is not found, one without a revision
+/// is a failed precondition; the tenant gets `unknown` checks when nothing
+/// can be read.
+async fn grpc_diagnose_is_authorized_for_the_exact_agent(backend: Backend) {
+    let mut hub = TestHub::start(backend).await;
+    let root = hub.root_token.clone();
+    let mut g = hub.grpc().await;
+    create_namespace(&mut g, &root, "ns-a").await;
+    create_namespace(&mut g, &root, "ns-b").await;
+    create_agent(&mut g, &root, "ns-b", "b1").await;
+    create_agent(&mut g, &root, "ns-b", "b2").await;
+    ok(deploy(&mut g, &root, "ns-b", "b1", "", None).await);
+    let a = hub.token("a-admin", Some("ns-a"), Role::Admin).await;
+    let b = hub.token("b-view", Some("ns-b"), Role::Viewer).await;
+    let req = |name: &str| pb::DiagnoseAgentRequest {
+        namespace: "ns-b".into(),
+        name: name.into(),
+    };
+    fails(
+        g.diagnose_agent(authed(&a, req("b1"))).await,
+        Code::PermissionDenied,
+    );
+    fails(
+        g.diagnose_agent(authed(&root, req("nope"))).await,
+        Code::NotFound,
+    );
+    fails(
+        g.diagnose_agent(authed(&root, req("b2"))).await,
+        Code::FailedPrecondition,
+    );
+    invalid(g.diagnose_agent(authed(&root, req(""))).await, "name");
+    let d = ok(g.diagnose_agent(authed(&b, req("b1"))).await);
+    assert_eq!((d.agent.as_str(), d.revision), ("b1", 1));
+    for c in [d.harness, d.gateway] {
+        let checks = c.expect("component").checks;
+        assert!(!checks.is_empty());
+        assert!(checks.iter().all(|k| k.status == "unknown"), "{checks:?}");
+    }
     hub.stop().await;
 }
 

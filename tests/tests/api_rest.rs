@@ -53,6 +53,7 @@ both_backends!(
     authentication_failures_are_401,
     roles_are_enforced,
     tenant_isolation,
+    diagnose_is_authorized_for_the_exact_agent,
     audit_records_every_mutation,
     bad_bodies_are_400_naming_the_field,
     invalid_names_and_specs_are_400_naming_the_field,
@@ -1550,6 +1551,64 @@ async fn tenant_isolation(backend: Backend) {
         .filter_map(|w| w["namespace"].as_str())
         .collect();
     assert_eq!(spaces, BTreeSet::from(["ns-a", "ns-b"]));
+    hub.stop().await;
+}
+
+/// Issue 12: `GET .../agents/{name}/diagnose` is a read of the exact
+/// Agent: another tenant's token is refused, a viewer of the tenant may, an
+/// unknown Agent is 404, an Agent without a revision is a 409 saying so.
+/// Without a placed revision or a link session every check is `unknown`,
+/// and diagnosing changes nothing.
+async fn diagnose_is_authorized_for_the_exact_agent(backend: Backend) {
+    let mut hub = TestHub::start(backend).await;
+    let c = root(&hub);
+    c.create_namespace("ns-a").await;
+    c.create_namespace("ns-b").await;
+    c.create_agent("ns-b", "b1", spec("img:1")).await;
+    c.create_agent("ns-b", "b2", spec("img:1")).await;
+    c.deploy("ns-b", "b1", None, None).await.expect(201);
+    let a = Client::new(&hub, &hub.token("a-admin", Some("ns-a"), Role::Admin).await);
+    let viewer = Client::new(&hub, &hub.token("b-view", Some("ns-b"), Role::Viewer).await);
+
+    let before = snapshot(&c).await;
+    a.get("/namespaces/ns-b/agents/b1/diagnose")
+        .await
+        .expect_error(403, "permission_denied");
+    Client::anonymous(&hub)
+        .get("/namespaces/ns-b/agents/b1/diagnose")
+        .await
+        .expect_error(401, "unauthenticated");
+    c.get("/namespaces/ns-b/agents/nope/diagnose")
+        .await
+        .expect_error(404, "not_found");
+    let none = c
+        .get("/namespaces/ns-b/agents/b2/diagnose")
+        .await
+        .expect_error(409, "failed_precondition")
+        .clone();
+    assert!(
+        none["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no revision"),
+        "{none}"
+    );
+    let d = viewer
+        .get("/namespaces/ns-b/agents/b1/diagnose")
+        .await
+        .expect(200)
+        .clone();
+    assert_eq!(d["agent"], "b1");
+    assert_eq!(d["revision"], 1);
+    for component in ["harness", "gateway"] {
+        let checks = d[component]["checks"].as_array().expect("checks");
+        assert!(!checks.is_empty(), "{d}");
+        assert!(
+            checks.iter().all(|k| k["status"] == "unknown"),
+            "nothing to read is unknown: {d}"
+        );
+    }
+    assert_eq!(snapshot(&c).await, before, "diagnose changes nothing");
     hub.stop().await;
 }
 

@@ -1497,7 +1497,7 @@ impl HubEnv {
                 "maxConcurrentHandshakes": 16,
                 "maxMessageBytes": 4194304
             },
-            "pipeline": { "enabled": true, "readyDeadlineSeconds": 60, "pathProbe": false },
+            "pipeline": { "enabled": true, "readyDeadlineSeconds": 60, "pathProbe": false, "startupStatus": false },
             "tunnel": { "addr": "127.0.0.1:0" },
             "gateway": {
                 "enabled": true,
@@ -1526,7 +1526,8 @@ impl HubEnv {
 
     /// Serves the tunnel ingress on the root end of the test Pod network
     /// (a fixed port, so a restarted hub is where the Gateways were told)
-    /// and turns the data path probe on.
+    /// and turns the data path probe and the plugin startup status on (the
+    /// Harness stand-in publishes one).
     fn data_path(&mut self) -> Result<()> {
         let port = std::net::TcpListener::bind((POD_NET_ROOT, 0))
             .and_then(|l| l.local_addr())
@@ -1536,6 +1537,7 @@ impl HubEnv {
             serde_yaml_ng::from_str(&std::fs::read_to_string(&self.config)?)?;
         config["tunnel"] = json!({ "addr": format!("{POD_NET_ROOT}:{port}") });
         config["pipeline"]["pathProbe"] = json!(true);
+        config["pipeline"]["startupStatus"] = json!(true);
         std::fs::write(&self.config, serde_yaml_ng::to_string(&config)?)?;
         Ok(())
     }
@@ -3053,5 +3055,285 @@ async fn credentials_e2e(capture: LogCapture) -> Result<()> {
     for k in [&key1, &key2] {
         ensure!(!logs.contains(k.as_str()), "a key reached the log");
     }
+    w.finish().await
+}
+
+// ============================================ plugin startup, diagnostics
+
+/// The Harness stand-in's Pod label that picks its startup status mode
+/// (e2e/pods `standin::harness`).
+const STARTUP_LABEL: &str = "standin.clawfed.test/startup";
+
+/// A tenant and an Agent of the stand-ins with plugin selections `alpha`
+/// and `beta`, whose Harness starts in startup mode `mode`; registered for
+/// cleanup.
+async fn startup_agent(w: &mut World, mode: &str) -> Result<(Namespace, Agent)> {
+    let tenant = format!("t{}", short_id());
+    let ns: Namespace = w
+        .rest
+        .call(Method::POST, "/namespaces", Some(json!({ "name": tenant })))
+        .await?;
+    let agent: Agent = w
+        .rest
+        .call(
+            Method::POST,
+            &format!("/namespaces/{tenant}/agents"),
+            Some(json!({
+                "name": format!("a{}", short_id()),
+                "spec": {
+                    // Dedicated: a Gateway of its own in the control
+                    // cluster, for diagnose to read too.
+                    "harnessKind": "dedicated-codex",
+                    "image": STANDIN_HARNESS,
+                    "gatewayImage": standin_gateway(),
+                    "placement": { "cluster": w.cluster_name },
+                    "requirementLabels": { STARTUP_LABEL: mode },
+                    "plugins": ["alpha", "beta"]
+                }
+            })),
+        )
+        .await?;
+    w.cleanup
+        .track(&w.control.admin(), &ns, &agent.name)
+        .await?;
+    w.cleanup
+        .workspace(&w.exec_a.admin(), &ns, &agent.name, 1)
+        .await?;
+    Ok((ns, agent))
+}
+
+/// The live Harness Pod of `agent` (name).
+async fn harness_pod(exec: &Client, dpns: &str, agent: &str) -> Result<String> {
+    until(WAIT, "a live Harness Pod", || async {
+        Ok(live_names::<Pod>(exec, dpns, agent)
+            .await?
+            .into_iter()
+            .next())
+    })
+    .await
+}
+
+/// Restarts the Harness stand-in of `agent` with startup mode `mode` for
+/// its next start (through the exec cluster's Pod proxy, as admin).
+async fn restart_harness(exec: &Client, dpns: &str, agent: &str, mode: &str) -> Result<()> {
+    let pod = harness_pod(exec, dpns, agent).await?;
+    let url =
+        format!("/api/v1/namespaces/{dpns}/pods/{pod}:8080/proxy/_standin/restart?startup={mode}");
+    exec.request_text(http::Request::post(&url).body(Vec::new())?)
+        .await
+        .with_context(|| format!("restarting {pod} with startup mode {mode}"))?;
+    Ok(())
+}
+
+/// Waits until the revision's readiness says `pred`; returns it.
+async fn wait_readiness(
+    rest: &Rest,
+    ns: &str,
+    agent: &str,
+    what: &str,
+    pred: impl Fn(&clawfed_hub::link::report::ReadinessReport) -> bool,
+) -> Result<AgentRevision> {
+    let last = Mutex::new(None);
+    until(WAIT, what, || async {
+        let r = rest.revision(ns, agent, 1).await?;
+        let hit = r.readiness.as_ref().is_some_and(&pred);
+        *last.lock().expect("last") = Some((r.phase, r.readiness.clone()));
+        Ok(hit.then_some(r))
+    })
+    .await
+    .with_context(|| format!("last seen: {:?}", last.lock().expect("last")))
+}
+
+/// `clawfed ARGS` (the CLI binary of the target dir) as the root token.
+fn cli(hub: &TestHub, args: &[&str]) -> Result<String> {
+    let out = Command::new(bin("clawfed")?)
+        .args(["--server", &hub.rest, "--token", &hub.root_token])
+        .args(args)
+        .output()
+        .context("running clawfed")?;
+    ensure!(
+        out.status.success(),
+        "clawfed {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Issue 12, plugin startup status, on the real clusters with the Harness
+/// stand-in read through exec-a's Pod proxy by the spoke: a missing,
+/// malformed, foreign-revision or unknown-code status keeps the revision
+/// waiting with the reason (each change arriving through a restart of the
+/// runtime, so a restart recomputes instead of keeping the first failure);
+/// a `PLUGIN_AUTH_REQUIRED` warning lets it activate with the warning shown
+/// by the API and the CLI; a later restart with a clean start replaces the
+/// warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_startup_status_gates_readiness_and_warnings_are_shown() -> Result<()> {
+    require_pod_network()?;
+    let mut w = World::start_with(|c| {
+        c.tunnel.addr = format!("{POD_NET_ROOT}:0").parse().expect("addr");
+        c.pipeline.path_probe = true;
+        c.pipeline.startup_status = true;
+        c.pipeline.ready_deadline_seconds = 240;
+    })
+    .await?;
+    let (ns, agent) = startup_agent(&mut w, "missing").await?;
+    let (exec, dpns, name) = (
+        w.exec_a.admin(),
+        ns.data_plane_namespace.clone(),
+        agent.name.clone(),
+    );
+    w.rest.deploy(&ns.name, &name).await?;
+
+    let r = wait_readiness(&w.rest, &ns.name, &name, "startup status missing", |r| {
+        r.startup_reason.as_deref() == Some("startup status missing")
+    })
+    .await?;
+    let readiness = r.readiness.clone().context("readiness")?;
+    ensure!(!readiness.ready, "{readiness:?}");
+    // Not active: the Gateway may still be prepared, then it waits.
+    let waiting =
+        |p: RevisionPhase| matches!(p, RevisionPhase::Preparing | RevisionPhase::WaitingReady);
+    ensure!(waiting(r.phase), "{:?} ({:?})", r.phase, r.reason);
+    assert_eq!(readiness.live_candidates, 1, "the Pod itself is Ready");
+
+    for (mode, says) in [
+        ("malformed", "startup status malformed"),
+        ("foreign", "startup status is for revision \"foreign-"),
+        ("unknown-code", "unknown code \"PLUGIN_EXPLODED\""),
+    ] {
+        restart_harness(&exec, &dpns, &name, mode).await?;
+        let r = wait_readiness(&w.rest, &ns.name, &name, mode, |r| {
+            r.startup_reason
+                .as_deref()
+                .is_some_and(|s| s.contains(says))
+        })
+        .await?;
+        ensure!(waiting(r.phase), "{mode}: {:?} ({:?})", r.phase, r.reason);
+        ensure!(!r.readiness.as_ref().is_some_and(|x| x.ready), "{mode}");
+    }
+
+    restart_harness(&exec, &dpns, &name, "auth-required").await?;
+    let r1 = w
+        .rest
+        .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
+        .await?;
+    let readiness = r1.readiness.context("readiness of the active revision")?;
+    ensure!(
+        readiness.ready && readiness.startup_reason.is_none(),
+        "{readiness:?}"
+    );
+    assert_eq!(
+        readiness.startup_warnings,
+        [clawfed_hub::link::report::StartupWarning {
+            selection: "beta".into(),
+            code: "PLUGIN_AUTH_REQUIRED".into(),
+        }]
+    );
+    let shown = cli(&w.hub, &["agents", "get", &name, "-n", &ns.name])?;
+    ensure!(
+        shown.contains("startup warnings: beta:PLUGIN_AUTH_REQUIRED"),
+        "agents get: {shown}"
+    );
+    let listed = cli(&w.hub, &["revisions", "list", "-a", &name, "-n", &ns.name])?;
+    ensure!(
+        listed.contains("beta:PLUGIN_AUTH_REQUIRED"),
+        "revisions list: {listed}"
+    );
+
+    restart_harness(&exec, &dpns, &name, "valid").await?;
+    let r = wait_readiness(&w.rest, &ns.name, &name, "a clean restart", |r| {
+        r.ready && r.startup_warnings.is_empty()
+    })
+    .await?;
+    assert_eq!(r.phase, RevisionPhase::Active);
+    w.finish().await
+}
+
+/// Issue 12, diagnostics: `agents diagnose` returns the Harness stand-in's
+/// checks (read by the spoke through exec-a's Pod proxy) and the Gateway
+/// stand-in's (read by the hub in control), while the revision waits and
+/// once it is active, without changing its phase; once the Agent is
+/// stopped (no Pods) both are `unknown`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diagnose_returns_checks_and_unknown_for_a_stopped_pod() -> Result<()> {
+    require_pod_network()?;
+    let mut w = World::start_with(|c| {
+        c.tunnel.addr = format!("{POD_NET_ROOT}:0").parse().expect("addr");
+        c.pipeline.startup_status = true;
+    })
+    .await?;
+    let (ns, agent) = startup_agent(&mut w, "install-failed").await?;
+    let (exec, dpns, name) = (
+        w.exec_a.admin(),
+        ns.data_plane_namespace.clone(),
+        agent.name.clone(),
+    );
+    w.rest.deploy(&ns.name, &name).await?;
+    w.rest
+        .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
+        .await?;
+    let path = format!("/namespaces/{}/agents/{name}/diagnose", ns.name);
+    // Activation may roll the Gateway's Pod; while no live one exists its
+    // checks are `unknown` by design, so wait for the Pod to be read.
+    let d = until(WAIT, "diagnose reading both Pods", || async {
+        let d: clawfed_hub::model::Diagnosis = w.rest.call(Method::GET, &path, None).await?;
+        Ok((d.gateway.pod.is_some() && d.harness.pod.is_some()).then_some(d))
+    })
+    .await?;
+    let status = |c: &clawfed_hub::model::ComponentDiagnosis, check: &str| {
+        c.checks
+            .iter()
+            .find(|k| k.name == check)
+            .map(|k| (k.status.clone(), k.detail.clone()))
+    };
+    assert_eq!(d.revision, 1);
+    assert_eq!(
+        d.harness.pod.as_deref(),
+        Some(harness_pod(&exec, &dpns, &name).await?.as_str())
+    );
+    assert_eq!(
+        status(&d.harness, "plugins"),
+        Some(("warn".into(), "1 of 2 selections enabled".into())),
+        "{d:?}"
+    );
+    assert_eq!(
+        status(&d.harness, "startup").map(|s| s.0).as_deref(),
+        Some("ok")
+    );
+    assert_eq!(
+        status(&d.gateway, "transport-credential")
+            .map(|s| s.0)
+            .as_deref(),
+        Some("ok"),
+        "{d:?}"
+    );
+    let shown = cli(&w.hub, &["agents", "diagnose", &name, "-n", &ns.name])?;
+    ensure!(
+        shown.contains("plugins") && shown.contains("1 of 2 selections enabled"),
+        "{shown}"
+    );
+    let r1 = w.rest.revision(&ns.name, &name, 1).await?;
+    assert_eq!(r1.phase, RevisionPhase::Active, "diagnose changes nothing");
+
+    w.rest
+        .call::<Agent>(
+            Method::POST,
+            &format!("/namespaces/{}/agents/{name}/stop", ns.name),
+            Some(json!({})),
+        )
+        .await?;
+    wait_no_harness(&exec, &dpns, &name).await?;
+    // The Pods go some time after their Deployments: until then the
+    // checks are still read; once both are gone every check is `unknown`.
+    let unknown = |c: &clawfed_hub::model::ComponentDiagnosis| {
+        c.pod.is_none() && !c.checks.is_empty() && c.checks.iter().all(|k| k.status == "unknown")
+    };
+    let d = until(WAIT, "diagnose of the stopped Agent", || async {
+        let d: clawfed_hub::model::Diagnosis = w.rest.call(Method::GET, &path, None).await?;
+        Ok((unknown(&d.harness) && unknown(&d.gateway)).then_some(d))
+    })
+    .await?;
+    assert_eq!(d.revision, 1, "the stopped revision is the one diagnosed");
     w.finish().await
 }

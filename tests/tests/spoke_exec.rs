@@ -164,6 +164,8 @@ impl Tenant {
             headless_service: false,
             seccomp_localhost_profile: None,
             service_principal: None,
+            plugin_selections: Vec::new(),
+            require_startup_status: false,
         }
     }
 

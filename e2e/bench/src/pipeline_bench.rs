@@ -1087,6 +1087,8 @@ async fn run(args: Args) -> Result<()> {
     config.link.addr = "127.0.0.1:0".parse()?;
     config.link.ca_dir = ca_dir.path().to_owned();
     config.pipeline.enabled = true;
+    // kwok Pods run no process, so none publishes a plugin startup status.
+    config.pipeline.startup_status = false;
     if let Some(ms) = args.worker_poll_ms {
         config.worker.poll_interval_ms = ms;
     }

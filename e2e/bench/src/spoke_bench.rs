@@ -192,6 +192,8 @@ fn harness(id: &str, ns: &str, i: usize) -> HarnessWork {
         headless_service: true,
         seccomp_localhost_profile: None,
         service_principal: None,
+        plugin_selections: Vec::new(),
+        require_startup_status: false,
     }
 }
 

@@ -262,7 +262,40 @@ fn revision_to_pb(r: model::AgentRevision) -> pb::AgentRevision {
             error: v.error.unwrap_or_default(),
             pod: v.pod.unwrap_or_default(),
             namespace: v.namespace,
+            startup_warnings: v
+                .startup_warnings
+                .into_iter()
+                .map(|w| pb::StartupWarning {
+                    selection: w.selection,
+                    code: w.code,
+                })
+                .collect(),
+            startup_reason: v.startup_reason.unwrap_or_default(),
         }),
+    }
+}
+
+fn diagnosis_to_pb(d: model::Diagnosis) -> pb::Diagnosis {
+    let component = |c: model::ComponentDiagnosis| pb::ComponentDiagnosis {
+        pod: c.pod.unwrap_or_default(),
+        checks: c
+            .checks
+            .into_iter()
+            .map(|k| pb::DiagnosticCheck {
+                name: k.name,
+                status: k.status,
+                detail: k.detail,
+            })
+            .collect(),
+    };
+    pb::Diagnosis {
+        namespace: d.namespace,
+        agent: d.agent,
+        revision: d.revision,
+        revision_id: d.revision_id,
+        cluster: d.cluster.unwrap_or_default(),
+        harness: Some(component(d.harness)),
+        gateway: Some(component(d.gateway)),
     }
 }
 
@@ -572,6 +605,20 @@ impl AdminService for AdminApi {
         Ok(Response::new(pb::ListRevisionsResponse {
             items: items.into_iter().map(revision_to_pb).collect(),
         }))
+    }
+
+    async fn diagnose_agent(&self, req: Request<pb::DiagnoseAgentRequest>) -> Reply<pb::Diagnosis> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let d = self
+            .service
+            .diagnose(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("name", &r.name)?,
+            )
+            .await?;
+        Ok(Response::new(diagnosis_to_pb(d)))
     }
 
     async fn get_revision(&self, req: Request<pb::GetRevisionRequest>) -> Reply<pb::AgentRevision> {

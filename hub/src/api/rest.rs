@@ -22,7 +22,8 @@ use crate::auth::Principal;
 use crate::model::{
     Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, Cluster, Configuration, CreateAgent,
     CreateBootstrapToken, CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest,
-    FleetSummary, List, Namespace, SetCredential, UpdateAgent, UpdateConfiguration, WorkItem,
+    Diagnosis, FleetSummary, List, Namespace, SetCredential, UpdateAgent, UpdateConfiguration,
+    WorkItem,
 };
 use crate::secrets::SecretValue;
 use crate::service::ServiceError;
@@ -74,6 +75,7 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(list_credentials))
         .routes(routes!(set_credential, delete_credential))
         .routes(routes!(list_revision_credentials))
+        .routes(routes!(diagnose))
         .routes(routes!(list_clusters))
         .routes(routes!(get_cluster))
         .routes(routes!(create_bootstrap_token))
@@ -640,6 +642,22 @@ async fn list_revision_credentials(
             .await?
             .into(),
     ))
+}
+
+/// Bounded diagnostics of the Agent's active (or latest) revision: its
+/// Harness Pod (read by the spoke) and its Gateway Pod (read by the hub).
+/// Missing Pods and unreachable endpoints are `unknown` checks; this never
+/// changes the deployment's status.
+#[utoipa::path(get, path = "/api/v1/namespaces/{ns}/agents/{name}/diagnose", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path)),
+    responses((status = 200, body = Diagnosis), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn diagnose(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    PathParams((ns, name)): PathParams<(String, String)>,
+) -> ApiResult<Json<Diagnosis>> {
+    Ok(Json(s.service.diagnose(&p, &ns, &name).await?))
 }
 
 // ---- clusters, fleet, audit, work ----------------------------------------------

@@ -16,7 +16,7 @@ use super::output::{self, Format, Tabular};
 use crate::api::error::ErrorBody;
 use crate::model::{
     Agent, AgentRevision, AgentSpec, AuditEvent, Cluster, Configuration, CreateAgent,
-    CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest, ExecutionMode,
+    CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest, Diagnosis, ExecutionMode,
     FleetSummary, HarnessKind, List, Namespace, RevisionPhase, UpdateAgent, UpdateConfiguration,
     WorkItem,
 };
@@ -202,6 +202,13 @@ enum AgentCommand {
         spec: Box<SpecArgs>,
     },
     Delete {
+        name: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+    },
+    /// Bounded checks of the active (or latest) revision's Harness and
+    /// Gateway Pods; `unknown` where a Pod is missing or does not answer.
+    Diagnose {
         name: String,
         #[arg(long, short = 'n')]
         namespace: String,
@@ -767,6 +774,23 @@ async fn run(cli: Cli) -> CliResult<String> {
                     Ok(format!("credential {kind} of agent {name} deleted\n"))
                 }
             },
+            AgentCommand::Diagnose { name, namespace } => {
+                let d = c
+                    .get::<Diagnosis>(&format!("/namespaces/{namespace}/agents/{name}/diagnose"))
+                    .await?;
+                if f != Format::Table {
+                    return one(f, d);
+                }
+                Ok(format!(
+                    "agent {name} revision {} on {}\n{}",
+                    d.revision,
+                    d.cluster.as_deref().unwrap_or("(not placed)"),
+                    output::table(
+                        <Diagnosis as Tabular>::headers(),
+                        &output::diagnosis_rows(&d)
+                    )
+                ))
+            }
         },
         Command::Revisions { command } => match command {
             RevisionCommand::List { agent, namespace } => list(
@@ -887,8 +911,13 @@ fn readiness_line(r: Option<&crate::link::report::ReadinessReport>) -> String {
     } else {
         format!(" — {}", r.reason)
     };
+    let startup = match (&r.startup_reason, output::startup_warnings(Some(r))) {
+        (Some(why), _) => format!("; {why}"),
+        (None, Some(w)) => format!("; startup warnings: {w}"),
+        (None, None) => String::new(),
+    };
     format!(
-        "{verdict} ({} live, {} ready candidates{pod}){reason}",
+        "{verdict} ({} live, {} ready candidates{pod}){reason}{startup}",
         r.live_candidates, r.ready_candidates
     )
 }

@@ -119,7 +119,14 @@ impl Tabular for Agent {
 impl Tabular for AgentRevision {
     fn headers() -> &'static [&'static str] {
         &[
-            "AGENT", "REVISION", "PHASE", "CLUSTER", "IMAGE", "REASON", "AGE",
+            "AGENT",
+            "REVISION",
+            "PHASE",
+            "CLUSTER",
+            "IMAGE",
+            "REASON",
+            "AGE",
+            "STARTUP WARNINGS",
         ]
     }
     fn row(&self) -> Vec<String> {
@@ -131,8 +138,55 @@ impl Tabular for AgentRevision {
             self.spec.image.clone(),
             opt(&self.reason),
             ago(self.created_at),
+            startup_warnings(self.readiness.as_ref()).unwrap_or_else(|| "-".into()),
         ]
     }
+}
+
+/// The plugin startup warnings of a readiness report, as
+/// `selection:CODE, ...`; `None` when there are none.
+pub fn startup_warnings(r: Option<&crate::link::report::ReadinessReport>) -> Option<String> {
+    let warnings = &r?.startup_warnings;
+    (!warnings.is_empty()).then(|| {
+        warnings
+            .iter()
+            .map(|w| format!("{}:{}", w.selection, w.code))
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
+}
+
+impl Tabular for crate::model::Diagnosis {
+    fn headers() -> &'static [&'static str] {
+        &["COMPONENT", "POD", "CHECK", "STATUS", "DETAIL"]
+    }
+    fn row(&self) -> Vec<String> {
+        // One row per check: see `diagnosis_rows`; a single-row view would
+        // hide all but one.
+        Vec::new()
+    }
+}
+
+/// The checks of a diagnosis as table rows, Harness first.
+pub fn diagnosis_rows(d: &crate::model::Diagnosis) -> Vec<Vec<String>> {
+    [("harness", &d.harness), ("gateway", &d.gateway)]
+        .into_iter()
+        .flat_map(|(component, c)| {
+            c.checks.iter().map(move |k| {
+                vec![
+                    component.to_owned(),
+                    opt(&c.pod),
+                    k.name.clone(),
+                    k.status.clone(),
+                    if k.detail.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        k.detail.clone()
+                    },
+                ]
+            })
+        })
+        .collect()
 }
 
 impl Tabular for Cluster {

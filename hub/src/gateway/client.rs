@@ -543,6 +543,79 @@ impl Gateways {
         Err(failed(&name, format!("HTTP {status}: {text}")))
     }
 
+    /// The diagnostics of the live Gateway Pod of `revision`, read from its
+    /// private path (`clawfed_proto::diagnostics::PATH`, answered by the
+    /// Gateway itself, not forwarded) through the control cluster's Pod
+    /// proxy: the Pod read and its bounded checks. A missing Pod or an
+    /// endpoint that does not answer is one `unknown` check.
+    pub async fn diagnose(
+        &self,
+        agent: &str,
+        revision: i64,
+    ) -> (Option<String>, Vec<clawfed_proto::diagnostics::Check>) {
+        use clawfed_proto::diagnostics;
+        let unknown = |pod: Option<String>, detail: &str| {
+            (pod, vec![diagnostics::unknown("gateway", detail)])
+        };
+        if objects::validate_names(agent, revision).is_err() {
+            return unknown(None, "invalid Agent name or revision");
+        }
+        let lp = ListParams::default().labels(&objects::revision_selector_string(agent, revision));
+        let pods = match self.api::<Pod>().list(&lp).await {
+            Ok(p) => p.items,
+            Err(e) => {
+                tracing::debug!(error = %e, "gateway.diagnose.pods_unreadable");
+                return unknown(None, "the Gateway Pods cannot be listed");
+            }
+        };
+        let Some(name) = pods
+            .iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none())
+            .and_then(|p| p.metadata.name.clone())
+        else {
+            return unknown(None, "no live Gateway Pod");
+        };
+        let url = format!(
+            "/api/v1/namespaces/{}/pods/{}:{}/proxy{}",
+            self.ns(),
+            name,
+            self.config.port,
+            diagnostics::PATH
+        );
+        let Ok(request) = http::Request::get(&url).body(Vec::new()) else {
+            return unknown(Some(name), "invalid diagnostics request");
+        };
+        let wait = std::time::Duration::from_millis(diagnostics::READ_TIMEOUT_MS);
+        let read = async {
+            let response = self
+                .client
+                .send(request.map(Into::into))
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = response.status();
+            if !status.is_success() {
+                return Err(format!("HTTP {status}"));
+            }
+            let limited =
+                http_body_util::Limited::new(response.into_body(), diagnostics::MAX_BODY_BYTES);
+            http_body_util::BodyExt::collect(limited)
+                .await
+                .map(|b| b.to_bytes())
+                .map_err(|e| e.to_string())
+        };
+        match tokio::time::timeout(wait, read).await {
+            Ok(Ok(body)) => (Some(name), diagnostics::bound(&body)),
+            Ok(Err(e)) => {
+                let detail = format!("diagnostics endpoint unreachable: {e}");
+                unknown(Some(name), &detail)
+            }
+            Err(_) => unknown(
+                Some(name),
+                &format!("diagnostics endpoint unreachable: no answer within {wait:?}"),
+            ),
+        }
+    }
+
     /// Checks that private routing can work: the route API is served
     /// (discovery) and the hub may get, create, patch and delete routes in
     /// the gateway namespace (SelfSubjectAccessReview). Returns false when

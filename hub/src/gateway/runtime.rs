@@ -60,6 +60,23 @@ pub trait GatewayRuntime: Send + Sync + 'static {
     async fn stop(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure>;
     /// Removes what only `revision` used.
     async fn retire(&self, tenant: &str, agent: &str, revision: i64) -> Result<(), GatewayFailure>;
+    /// The Gateway Pod's diagnostics for `revision`: the Pod read and its
+    /// bounded checks (`unknown` when there is nothing to read). A runtime
+    /// without Pods knows nothing.
+    async fn diagnose(
+        &self,
+        agent: &str,
+        revision: i64,
+    ) -> (Option<String>, Vec<clawfed_proto::diagnostics::Check>) {
+        let _ = (agent, revision);
+        (
+            None,
+            vec![clawfed_proto::diagnostics::unknown(
+                "gateway",
+                "this hub runs no control-cluster Gateways",
+            )],
+        )
+    }
 }
 
 /// The hub's Gateway room ([`crate::gateway::Gateways`]) as the runtime.
@@ -128,6 +145,14 @@ impl GatewayRuntime for crate::gateway::Gateways {
             .await
             .map(|_| ())
             .map_err(gateway_failure)
+    }
+
+    async fn diagnose(
+        &self,
+        agent: &str,
+        revision: i64,
+    ) -> (Option<String>, Vec<clawfed_proto::diagnostics::Check>) {
+        crate::gateway::Gateways::diagnose(self, agent, revision).await
     }
 }
 

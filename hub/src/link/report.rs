@@ -109,6 +109,23 @@ pub struct ReadinessReport {
     /// The physical namespace observed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace: String,
+    /// The ready Pod's plugin startup warnings: the selections its start
+    /// disabled, recorded with the verdict that completed the deployment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub startup_warnings: Vec<StartupWarning>,
+    /// Why the plugin startup status keeps the revision unready (missing,
+    /// malformed, foreign revision or instance, unknown selection or code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_reason: Option<String>,
+}
+
+/// A selection the runtime disabled at startup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StartupWarning {
+    pub selection: String,
+    /// `PLUGIN_INSTALL_FAILED` or `PLUGIN_AUTH_REQUIRED`.
+    pub code: String,
 }
 
 impl From<pb::ReadinessObservation> for ReadinessReport {
@@ -123,6 +140,15 @@ impl From<pb::ReadinessObservation> for ReadinessReport {
             error: non_empty(r.error),
             pod: non_empty(r.pod),
             namespace: r.namespace,
+            startup_warnings: r
+                .startup_warnings
+                .into_iter()
+                .map(|w| StartupWarning {
+                    selection: w.selection,
+                    code: w.code,
+                })
+                .collect(),
+            startup_reason: non_empty(r.startup_reason),
         }
     }
 }
@@ -142,12 +168,19 @@ mod tests {
             error: String::new(),
             pod: String::new(),
             namespace: "oce-legacy".into(),
+            startup_warnings: vec![pb::StartupWarning {
+                selection: "mail".into(),
+                code: "PLUGIN_AUTH_REQUIRED".into(),
+            }],
+            startup_reason: String::new(),
         });
         let back: ReadinessReport =
             serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
         assert_eq!(back, r);
         assert_eq!(back.ready_candidates, 1);
         assert_eq!(back.namespace, "oce-legacy");
+        assert_eq!(back.startup_warnings[0].code, "PLUGIN_AUTH_REQUIRED");
+        assert_eq!(back.startup_reason, None);
         // An error is never a ready verdict, whatever the flag says.
         let e = ReadinessReport::from(pb::ReadinessObservation {
             ready: true,

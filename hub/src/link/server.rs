@@ -208,6 +208,7 @@ pub async fn start_with_ca(
         registry,
         deny,
         tunnels,
+        diagnose: Arc::default(),
         metrics,
         config: config.clone(),
         shutdown: shutdown.clone(),

@@ -476,6 +476,14 @@ impl Session {
                 }
                 Ok(())
             }
+            Some(spoke_message::Body::DiagnoseResult(result)) => {
+                // A late answer (its request timed out) or one for another
+                // cluster's request is dropped, never handed over.
+                if !self.state.diagnose.deliver(&id, result) {
+                    tracing::debug!(cluster = %self.cluster.name, "link.diagnose_result_dropped");
+                }
+                Ok(())
+            }
             Some(spoke_message::Body::Hello(_)) => Err(Status::invalid_argument(
                 "Hello may only be the first message of a stream",
             )),

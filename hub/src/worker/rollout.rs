@@ -91,6 +91,8 @@ pub struct RolloutConfig {
     /// The installation's Harness and namespace settings (the Compute
     /// Driver section) every work item carries.
     pub workload: crate::compute_driver::WorkloadSettings,
+    /// The spoke requires a valid plugin startup status before ready.
+    pub startup_status: bool,
 }
 
 impl Default for RolloutConfig {
@@ -104,6 +106,7 @@ impl Default for RolloutConfig {
             tunnel: None,
             path_probe: false,
             workload: crate::compute_driver::WorkloadSettings::default(),
+            startup_status: false,
         }
     }
 }
@@ -462,6 +465,7 @@ impl Rollout {
                     &same_cluster,
                     self.config.require_immutable_digest,
                     &self.config.workload,
+                    self.config.startup_status,
                 );
                 if let wire::WorkSpec::HarnessApply(h) = &mut work {
                     h.credential = credential;

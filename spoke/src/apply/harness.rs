@@ -9,13 +9,15 @@ use clawfed_kube::security;
 use clawfed_proto::labels;
 use clawfed_proto::naming::validate_agent_name;
 use clawfed_proto::readiness::{HARNESS_ROLE, ReadinessQuery, required_labels};
+use clawfed_proto::startup;
 use clawfed_proto::work::{HarnessWork, check_image_digest};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec,
-    ResourceRequirements, Secret, SecretEnvSource, Service, ServiceAccount, ServicePort,
-    ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource,
+    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements, Secret,
+    SecretEnvSource, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -28,6 +30,28 @@ use super::{Error, Result, owner_labels, work_annotations};
 pub const REQUIREMENTS_ANNOTATION: &str = "clawfed.io/requirement-labels";
 /// Annotation on the Harness Service: the execution mode.
 pub const EXECUTION_ANNOTATION: &str = "clawfed.io/execution";
+/// Annotation on the Harness Service, present when readiness requires a
+/// plugin startup status: [`StartupAnnotation`] (JSON), so a restarted
+/// spoke keeps requiring it.
+pub const STARTUP_ANNOTATION: &str = "clawfed.io/startup-status";
+
+/// What a restarted spoke needs to check a revision's startup status.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartupAnnotation {
+    /// The admitted plugin selections.
+    pub selections: Vec<String>,
+    /// The Harness port the status is served on.
+    pub port: i32,
+}
+
+/// The startup-status requirement of a Harness work, when it has one.
+pub fn startup_requirement(h: &HarnessWork) -> Option<StartupAnnotation> {
+    h.require_startup_status.then(|| StartupAnnotation {
+        selections: h.plugin_selections.clone(),
+        port: h.port,
+    })
+}
 /// The non-root uid/gid the Harness runs as.
 pub const HARNESS_UID: i64 = 65532;
 
@@ -128,6 +152,14 @@ pub fn validate(h: &HarnessWork) -> Result<()> {
         }
         clawfed_kube::token::check_expiration(sp.expiration_seconds)
             .map_err(|e| Error::Invalid(format!("servicePrincipal.expirationSeconds: {e}")))?;
+    }
+    let mut selections = std::collections::BTreeSet::new();
+    for s in &h.plugin_selections {
+        if s.is_empty() || !selections.insert(s) {
+            return Err(Error::Invalid(format!(
+                "plugin selection {s:?} is empty or given twice"
+            )));
+        }
     }
     if let Some(p) = h.predecessors.iter().find(|p| p.revision >= h.revision) {
         return Err(Error::Invalid(format!(
@@ -239,6 +271,7 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
     let mut env: Vec<EnvVar> = h
         .env
         .iter()
+        .filter(|(k, _)| !startup_env_names().contains(&k.as_str()))
         .map(|(k, v)| EnvVar {
             name: k.clone(),
             value: Some(v.clone()),
@@ -268,6 +301,7 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
         pod_security.seccomp_profile = Some(security::localhost_seccomp(path));
         container_security.seccomp_profile = Some(security::localhost_seccomp(path));
     }
+    env.extend(startup_env(h));
     PodSpec {
         service_account_name: Some(n.harness.clone()),
         automount_service_account_token: Some(false),
@@ -283,7 +317,7 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
                 protocol: Some("TCP".into()),
                 ..Default::default()
             }]),
-            env: (!env.is_empty()).then_some(env),
+            env: Some(env),
             env_from: Some(vec![EnvFromSource {
                 secret_ref: Some(SecretEnvSource {
                     name: n.credentials.clone(),
@@ -303,6 +337,46 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
         volumes: Some(volumes),
         ..Default::default()
     }
+}
+
+fn startup_env_names() -> [&'static str; 3] {
+    [
+        startup::SELECTIONS_ENV,
+        startup::REVISION_ID_ENV,
+        startup::RUNTIME_INSTANCE_ENV,
+    ]
+}
+
+/// What the runtime needs to publish its plugin startup status: its
+/// admitted selections, its revision id and its runtime instance (the Pod
+/// uid, through the downward API). These names are the spoke's; the same
+/// keys in the work's `env` are ignored.
+pub fn startup_env(h: &HarnessWork) -> Vec<EnvVar> {
+    vec![
+        EnvVar {
+            name: startup::SELECTIONS_ENV.into(),
+            value: Some(
+                serde_json::to_string(&h.plugin_selections).unwrap_or_else(|_| "[]".into()),
+            ),
+            ..Default::default()
+        },
+        EnvVar {
+            name: startup::REVISION_ID_ENV.into(),
+            value: Some(h.revision_id.clone()),
+            ..Default::default()
+        },
+        EnvVar {
+            name: startup::RUNTIME_INSTANCE_ENV.into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: startup::RUNTIME_INSTANCE_FIELD.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    ]
 }
 
 /// The ordinary Harness Deployment: one replica, `Recreate` (the workspace is
@@ -357,6 +431,12 @@ pub fn service(h: &HarnessWork, target: &str, generation: i64) -> Service {
             clawfed_proto::work::ExecutionMode::Provider => "provider".into(),
         },
     );
+    if let Some(startup) = startup_requirement(h) {
+        ann.insert(
+            STARTUP_ANNOTATION.into(),
+            serde_json::to_string(&startup).unwrap_or_default(),
+        );
+    }
     Service {
         metadata: m,
         spec: Some(ServiceSpec {
@@ -411,6 +491,8 @@ mod tests {
             headless_service: false,
             seccomp_localhost_profile: None,
             service_principal: None,
+            plugin_selections: Vec::new(),
+            require_startup_status: false,
         }
     }
 
@@ -550,6 +632,43 @@ mod tests {
         let mut h = harness();
         h.agent = "A".repeat(41);
         assert!(validate(&h).is_err());
+    }
+
+    /// Issue 12: the runtime learns its selections, revision and instance
+    /// (the Pod uid, by the downward API); the Service keeps the startup
+    /// requirement for a restarted spoke, and only when it is required.
+    #[test]
+    fn startup_env_and_annotation() {
+        let mut h = harness();
+        h.plugin_selections = vec!["search".into(), "mail".into()];
+        h.require_startup_status = true;
+        h.env
+            .insert(startup::REVISION_ID_ENV.into(), "spoofed".into());
+        let pod = pod_spec(&h);
+        let env = pod.containers[0].env.clone().expect("env");
+        let get = |n: &str| env.iter().filter(|e| e.name == n).collect::<Vec<_>>();
+        assert_eq!(
+            get(startup::SELECTIONS_ENV)[0].value.as_deref(),
+            Some(r#"["search","mail"]"#)
+        );
+        let rev = get(startup::REVISION_ID_ENV);
+        assert_eq!(rev.len(), 1, "the work's env cannot override it");
+        assert_eq!(rev[0].value.as_deref(), Some("rev-3"));
+        let instance = get(startup::RUNTIME_INSTANCE_ENV)[0]
+            .value_from
+            .as_ref()
+            .and_then(|v| v.field_ref.as_ref())
+            .map(|f| f.field_path.clone());
+        assert_eq!(instance.as_deref(), Some("metadata.uid"));
+        let ann = service(&h, "t", 1).metadata.annotations.expect("ann");
+        let back: StartupAnnotation = serde_json::from_str(&ann[STARTUP_ANNOTATION]).expect("json");
+        assert_eq!(back.selections, h.plugin_selections);
+        assert_eq!(back.port, 8080);
+        h.require_startup_status = false;
+        let ann = service(&h, "t", 1).metadata.annotations.expect("ann");
+        assert!(!ann.contains_key(STARTUP_ANNOTATION));
+        h.plugin_selections = vec!["a".into(), "a".into()];
+        assert!(validate(&h).is_err(), "a selection given twice");
     }
 
     #[test]

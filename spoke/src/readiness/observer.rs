@@ -8,15 +8,24 @@
 //! sends a `Report` with a `ReadinessObservation` to the hub whenever a
 //! revision's observation changes. Verdicts are computed only once the
 //! watcher's initial list is complete.
+//!
+//! A revision tracked with a [`StartupCheck`] is ready only once the Ready
+//! Pod's plugin startup status (`clawfed_proto::startup`) is valid: the
+//! observer reads it for that exact Pod through the apiserver's Pod proxy
+//! after every change of the Pod (a restarted runtime is a change, so its
+//! new status replaces the old result) and again, with a bounded backoff,
+//! while it is not valid.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use clawfed_proto::labels;
-use clawfed_proto::link::v1::{ReadinessObservation, Report, report};
+use clawfed_proto::link::v1::{ReadinessObservation, Report, StartupWarning, report};
 use clawfed_proto::readiness::{
     HARNESS_ROLE, PodListObservation, PodObservation, ReadinessQuery, evaluate,
 };
+use clawfed_proto::startup::{self, Accepted, StartupError};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -29,6 +38,50 @@ use super::observe;
 /// Agent and revision of a Pod group.
 type GroupKey = (String, String);
 
+/// One incarnation of a Pod: name, uid, resourceVersion. A startup status
+/// read is for exactly one; any change of the Pod asks for a new read.
+type PodKey = (String, String, String);
+
+/// `reason` of a ready Pod whose startup status is still being read.
+pub const STARTUP_PENDING: &str = "startup status pending";
+/// `reason` of a ready Pod whose startup status is not valid (the why is in
+/// `startup_reason`).
+pub const STARTUP_NOT_VALID: &str = "startup status not valid";
+/// Reads of one Pod incarnation's startup status while it is not valid.
+const STARTUP_MAX_READS: u32 = 120;
+/// Backoff between those reads: doubling from the first, at most the cap.
+const STARTUP_RETRY_FIRST: Duration = Duration::from_millis(500);
+const STARTUP_RETRY_CAP: Duration = Duration::from_secs(5);
+/// How long one read may take.
+const STARTUP_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a revision's plugin startup status must satisfy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartupCheck {
+    /// The admitted selections.
+    pub selections: Vec<String>,
+    /// The Harness port the status is served on.
+    pub port: i32,
+}
+
+/// The startup status read of one Pod incarnation.
+#[derive(Debug, Clone)]
+struct StartupRead {
+    key: PodKey,
+    /// `None` until the first read finished.
+    result: Option<Result<Accepted, StartupError>>,
+}
+
+/// A read to start (outside the state lock).
+#[derive(Debug, Clone)]
+struct ReadJob {
+    namespace: String,
+    group: GroupKey,
+    key: PodKey,
+    revision_id: String,
+    check: StartupCheck,
+}
+
 /// A revision whose readiness is reported.
 #[derive(Debug, Clone)]
 struct Tracked {
@@ -37,12 +90,16 @@ struct Tracked {
     generation: i64,
     revision_id: String,
     last: Option<ReadinessObservation>,
+    startup: Option<StartupCheck>,
+    read: Option<StartupRead>,
 }
 
 #[derive(Debug)]
 struct NsState {
     synced: bool,
     pods: HashMap<String, PodObservation>,
+    /// uid and resourceVersion of each Pod in `pods`.
+    meta: HashMap<String, (String, String)>,
     groups: HashMap<GroupKey, BTreeSet<String>>,
     init: Option<HashMap<String, PodObservation>>,
     tracked: HashMap<GroupKey, Tracked>,
@@ -83,6 +140,7 @@ impl NsState {
         NsState {
             synced: false,
             pods: HashMap::new(),
+            meta: HashMap::new(),
             groups: HashMap::new(),
             init: None,
             tracked: HashMap::new(),
@@ -109,6 +167,7 @@ impl NsState {
     }
 
     fn remove(&mut self, name: &str) -> Vec<GroupKey> {
+        self.meta.remove(name);
         let Some(old) = self.pods.remove(name) else {
             return Vec::new();
         };
@@ -128,20 +187,22 @@ impl NsState {
         for (_, p) in pods {
             self.upsert(p);
         }
+        self.meta.retain(|name, _| self.pods.contains_key(name));
         self.synced = true;
     }
 
     /// Re-evaluates the tracked revisions in `keys`; returns reports for those
-    /// whose observation changed.
+    /// whose observation changed, and the startup status reads to start.
     fn evaluate(
         &mut self,
         keys: impl IntoIterator<Item = GroupKey>,
         cancelled: bool,
-    ) -> Vec<Report> {
+    ) -> (Vec<Report>, Vec<ReadJob>) {
         if !self.synced {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
         let mut out = Vec::new();
+        let mut jobs = Vec::new();
         for key in keys {
             let Some(t) = self.tracked.get_mut(&key) else {
                 continue;
@@ -157,7 +218,37 @@ impl NsState {
                 items,
                 ..Default::default()
             };
-            let obs = observation(&t.query, &t.revision_id, &list, cancelled);
+            let mut obs = observation(&t.query, &t.revision_id, &list, cancelled);
+            if let Some(check) = &t.startup {
+                if obs.ready {
+                    let (uid, rv) = self.meta.get(&obs.pod).cloned().unwrap_or_default();
+                    let pod_key = (obs.pod.clone(), uid, rv);
+                    if t.read.as_ref().is_none_or(|r| r.key != pod_key) {
+                        t.read = Some(StartupRead {
+                            key: pod_key.clone(),
+                            result: None,
+                        });
+                        jobs.push(ReadJob {
+                            namespace: t.query.namespace.clone(),
+                            group: key.clone(),
+                            key: pod_key,
+                            revision_id: t.revision_id.clone(),
+                            check: check.clone(),
+                        });
+                    }
+                    let result = t.read.as_ref().and_then(|r| r.result.as_ref());
+                    // A re-read of the Pod that was ready a moment ago is
+                    // not news: its verdict stands until the read answers.
+                    let rereading = result.is_none()
+                        && t.last.as_ref().is_some_and(|l| l.ready && l.pod == obs.pod);
+                    if rereading {
+                        continue;
+                    }
+                    obs = gate(obs, result);
+                } else {
+                    t.read = None;
+                }
+            }
             if t.last.as_ref() != Some(&obs) {
                 t.last = Some(obs.clone());
                 out.push(Report {
@@ -167,8 +258,87 @@ impl NsState {
                 });
             }
         }
-        out
+        (out, jobs)
     }
+}
+
+/// Gates a contract verdict on the startup status read of its ready Pod:
+/// `None` while the read is pending. A valid status keeps it ready and adds
+/// its warnings; pending or not valid makes it not ready, with the reason.
+pub fn gate(
+    obs: ReadinessObservation,
+    read: Option<&Result<Accepted, StartupError>>,
+) -> ReadinessObservation {
+    if !obs.ready {
+        return obs;
+    }
+    match read {
+        Some(Ok(accepted)) => ReadinessObservation {
+            startup_warnings: accepted
+                .warnings
+                .iter()
+                .map(|w| StartupWarning {
+                    selection: w.selection.clone(),
+                    code: w.code.as_str().to_owned(),
+                })
+                .collect(),
+            ..obs
+        },
+        Some(Err(e)) => ReadinessObservation {
+            ready: false,
+            reason: STARTUP_NOT_VALID.into(),
+            startup_reason: e.to_string(),
+            ..obs
+        },
+        None => ReadinessObservation {
+            ready: false,
+            reason: STARTUP_PENDING.into(),
+            ..obs
+        },
+    }
+}
+
+/// Reads the startup status of Pod `pod` through the apiserver's Pod proxy
+/// and validates it for the exact Pod (`uid`) and revision.
+async fn read_startup(
+    client: &Client,
+    namespace: &str,
+    key: &PodKey,
+    port: i32,
+    revision_id: &str,
+    selections: &[String],
+) -> Result<Accepted, StartupError> {
+    use crate::podproxy::{self, ProxyError};
+    let (pod, uid, _) = key;
+    let body = podproxy::get(
+        client,
+        namespace,
+        pod,
+        port,
+        startup::PATH,
+        startup::MAX_BODY_BYTES,
+        STARTUP_READ_TIMEOUT,
+    )
+    .await
+    .map_err(|e| match e {
+        ProxyError::Status(404) => StartupError::Missing,
+        ProxyError::Request(ref source) => StartupError::Unreadable(format!("{e}: {source}")),
+        e => StartupError::Unreadable(e.to_string()),
+    })?;
+    startup::parse(
+        &body,
+        &startup::Expected {
+            revision_id,
+            runtime_instance: uid,
+            admitted: selections,
+        },
+    )
+}
+
+fn retry_delay(read: u32) -> Duration {
+    STARTUP_RETRY_FIRST
+        .saturating_mul(1u32 << read.min(8))
+        .min(STARTUP_RETRY_CAP)
 }
 
 /// Runs the pure contract and shapes its result as a report body.
@@ -267,6 +437,20 @@ impl Observer {
         generation: i64,
         revision_id: &str,
     ) {
+        self.track_with_startup(query, target, generation, revision_id, None)
+            .await;
+    }
+
+    /// As [`Self::track`]; with `startup`, ready also needs a valid plugin
+    /// startup status of the ready Pod.
+    pub async fn track_with_startup(
+        &self,
+        query: ReadinessQuery,
+        target: &str,
+        generation: i64,
+        revision_id: &str,
+        startup: Option<StartupCheck>,
+    ) {
         self.watch_namespace(&query.namespace);
         let key = (query.agent.clone(), query.revision.clone());
         let reports = {
@@ -274,11 +458,14 @@ impl Observer {
             let Some(ns) = st.namespaces.get_mut(&query.namespace) else {
                 return;
             };
-            let keep_last = ns
-                .tracked
-                .get(&key)
-                .filter(|t| t.target == target && t.generation == generation && t.query == query)
-                .and_then(|t| t.last.clone());
+            let same = ns.tracked.get(&key).filter(|t| {
+                t.target == target
+                    && t.generation == generation
+                    && t.query == query
+                    && t.startup == startup
+            });
+            let keep_last = same.and_then(|t| t.last.clone());
+            let keep_read = same.and_then(|t| t.read.clone());
             ns.tracked.insert(
                 key.clone(),
                 Tracked {
@@ -287,11 +474,90 @@ impl Observer {
                     generation,
                     revision_id: revision_id.to_string(),
                     last: keep_last,
+                    startup,
+                    read: keep_read,
                 },
             );
             ns.evaluate([key], self.inner.cancel.is_cancelled())
         };
+        self.finish(reports).await;
+    }
+
+    /// Sends the reports and starts the reads of one evaluation.
+    async fn finish(&self, (reports, jobs): (Vec<Report>, Vec<ReadJob>)) {
+        for job in jobs {
+            self.spawn_read(job);
+        }
         self.send(reports).await;
+    }
+
+    /// Reads one Pod incarnation's startup status, and again with backoff
+    /// while it is not valid; stops when the Pod changed (a newer read took
+    /// over), the revision is no longer tracked, or the namespace's watch
+    /// ends.
+    fn spawn_read(&self, job: ReadJob) {
+        let Some(stop) = self
+            .lock()
+            .namespaces
+            .get(&job.namespace)
+            .map(|n| n.stop.clone())
+        else {
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            for attempt in 0..STARTUP_MAX_READS {
+                if attempt > 0 {
+                    tokio::select! {
+                        () = tokio::time::sleep(retry_delay(attempt - 1)) => {}
+                        () = stop.cancelled() => return,
+                    }
+                }
+                let result = tokio::select! {
+                    r = read_startup(
+                        &this.inner.client,
+                        &job.namespace,
+                        &job.key,
+                        job.check.port,
+                        &job.revision_id,
+                        &job.check.selections,
+                    ) => r,
+                    () = stop.cancelled() => return,
+                };
+                let valid = result.is_ok();
+                if let Err(e) = &result {
+                    tracing::debug!(namespace = %job.namespace, pod = %job.key.0, attempt, error = %e, "spoke.readiness.startup_not_valid");
+                }
+                let evaluated = {
+                    let cancelled = this.inner.cancel.is_cancelled();
+                    let mut st = this.lock();
+                    let Some(ns) = st.namespaces.get_mut(&job.namespace) else {
+                        return;
+                    };
+                    let Some(t) = ns.tracked.get_mut(&job.group) else {
+                        return;
+                    };
+                    match t.read.as_mut() {
+                        Some(r) if r.key == job.key => r.result = Some(result),
+                        _ => return,
+                    }
+                    ns.evaluate([job.group.clone()], cancelled)
+                };
+                this.finish_boxed(evaluated).await;
+                if valid {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// [`Self::finish`] behind a box: a read's evaluation may start reads
+    /// itself, and an async fn cannot contain its own future.
+    fn finish_boxed(
+        &self,
+        evaluated: (Vec<Report>, Vec<ReadJob>),
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(self.finish(evaluated))
     }
 
     /// Stops reporting a revision.
@@ -373,14 +639,18 @@ impl Observer {
                 match ev {
                     watcher::Event::Init => {
                         ns.init = Some(HashMap::new());
-                        Vec::new()
+                        (Vec::new(), Vec::new())
                     }
                     watcher::Event::InitApply(pod) => {
+                        ns.meta.insert(
+                            pod.metadata.name.clone().unwrap_or_default(),
+                            pod_meta(&pod),
+                        );
                         let o = observe(&pod);
                         if let Some(buf) = ns.init.as_mut() {
                             buf.insert(o.name.clone().unwrap_or_default(), o);
                         }
-                        Vec::new()
+                        (Vec::new(), Vec::new())
                     }
                     watcher::Event::InitDone => {
                         let buf = ns.init.take().unwrap_or_default();
@@ -389,6 +659,10 @@ impl Observer {
                         ns.evaluate(keys, cancelled)
                     }
                     watcher::Event::Apply(pod) => {
+                        ns.meta.insert(
+                            pod.metadata.name.clone().unwrap_or_default(),
+                            pod_meta(&pod),
+                        );
                         let keys = ns.upsert(observe(&pod));
                         ns.evaluate(keys, cancelled)
                     }
@@ -398,7 +672,89 @@ impl Observer {
                     }
                 }
             };
-            self.send(reports).await;
+            self.finish(reports).await;
         }
+    }
+}
+
+fn pod_meta(pod: &Pod) -> (String, String) {
+    (
+        pod.metadata.uid.clone().unwrap_or_default(),
+        pod.metadata.resource_version.clone().unwrap_or_default(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clawfed_proto::startup::{Warning, WarningCode};
+
+    fn ready() -> ReadinessObservation {
+        ReadinessObservation {
+            revision_id: "rev-1".into(),
+            ready: true,
+            live_candidates: 1,
+            ready_candidates: 1,
+            reason: "ready".into(),
+            pod: "p-1".into(),
+            ..Default::default()
+        }
+    }
+
+    /// Issue 12: only a valid startup status lets a ready verdict through;
+    /// its warnings travel with it; pending and invalid keep it unready
+    /// with the reason; a not-ready verdict is never made ready.
+    #[test]
+    fn startup_status_gates_a_ready_verdict() {
+        let accepted = Accepted {
+            successful: vec!["alpha".into()],
+            warnings: vec![Warning {
+                selection: "beta".into(),
+                code: WarningCode::PluginAuthRequired,
+            }],
+        };
+        let ok = gate(ready(), Some(&Ok(accepted.clone())));
+        assert!(ok.ready);
+        assert_eq!(
+            ok.startup_warnings,
+            [StartupWarning {
+                selection: "beta".into(),
+                code: "PLUGIN_AUTH_REQUIRED".into()
+            }]
+        );
+        let pending = gate(ready(), None);
+        assert!(!pending.ready);
+        assert_eq!(pending.reason, STARTUP_PENDING);
+        for e in [
+            StartupError::Missing,
+            StartupError::Malformed("expected value".into()),
+            StartupError::ForeignRevision {
+                got: "rev-0".into(),
+                want: "rev-1".into(),
+            },
+            StartupError::UnknownCode {
+                selection: "beta".into(),
+                code: "PLUGIN_EXPLODED".into(),
+            },
+        ] {
+            let bad = gate(ready(), Some(&Err(e.clone())));
+            assert!(!bad.ready, "{e}");
+            assert_eq!(bad.reason, STARTUP_NOT_VALID);
+            assert_eq!(bad.startup_reason, e.to_string());
+            assert!(bad.startup_warnings.is_empty());
+        }
+        let not_ready = ReadinessObservation {
+            ready: false,
+            reason: "candidate not ready".into(),
+            ..ready()
+        };
+        assert_eq!(gate(not_ready.clone(), Some(&Ok(accepted))), not_ready);
+    }
+
+    #[test]
+    fn startup_retries_back_off_to_a_cap() {
+        assert_eq!(retry_delay(0), STARTUP_RETRY_FIRST);
+        assert!(retry_delay(1) > retry_delay(0));
+        assert_eq!(retry_delay(30), STARTUP_RETRY_CAP);
     }
 }

@@ -11,10 +11,10 @@ async fn main() -> Result<()> {
         .with_ansi(false)
         .with_env_filter("info")
         .init();
-    let h = Arc::new(Harness::from_env(std::env::vars().collect()));
-    let listener = standin::bind_from_env().await?;
-    tracing::info!(addr = %listener.local_addr()?, startup = %h.identity.startup_id, "harness-standin serving");
     let shutdown = standin::shutdown_on_signal();
+    let h = Arc::new(Harness::from_env(std::env::vars().collect()).with_restart(shutdown.clone()));
+    let listener = standin::bind_from_env().await?;
+    tracing::info!(addr = %listener.local_addr()?, startup = %h.identity.startup_id, mode = h.startup.as_str(), "harness-standin serving");
     standin::serve(listener, standin::harness::router(h), shutdown).await?;
     Ok(())
 }

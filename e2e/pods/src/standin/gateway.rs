@@ -17,6 +17,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use clawfed_proto::diagnostics::{DiagnosticsBody, PublishedCheck};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -317,9 +318,43 @@ async fn handle(State(g): State<Arc<Gateway>>, req: Request) -> Response {
     }
 }
 
+/// The Gateway's own diagnostics (never forwarded): generic checks of its
+/// configuration, no credential value.
+async fn diagnostics(State(g): State<Arc<Gateway>>) -> axum::Json<DiagnosticsBody> {
+    let check = |name: &str, ok: bool, detail: String| PublishedCheck {
+        name: name.into(),
+        status: if ok { "ok" } else { "fail" }.into(),
+        detail,
+    };
+    axum::Json(DiagnosticsBody {
+        checks: vec![
+            check(
+                "harness-endpoint",
+                true,
+                format!("{}:{}", g.harness.host, g.harness.port),
+            ),
+            check(
+                "tunnel",
+                true,
+                if g.proxy.is_some() {
+                    "through the hub's tunnel ingress".into()
+                } else {
+                    "direct".into()
+                },
+            ),
+            {
+                let mounted = g.token_file.is_file();
+                let detail = if mounted { "mounted" } else { "not mounted" };
+                check("transport-credential", mounted, detail.into())
+            },
+        ],
+    })
+}
+
 pub fn router(g: Arc<Gateway>) -> axum::Router {
     axum::Router::new()
         .route("/_gateway/healthz", get(|| async { "ok" }))
+        .route(clawfed_proto::diagnostics::PATH, get(diagnostics))
         .fallback(handle)
         .with_state(g)
 }

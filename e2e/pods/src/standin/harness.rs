@@ -1,7 +1,19 @@
 //! The Harness stand-in: an HTTP API that says who answered (agent,
 //! revision, Pod, startup), echoes bodies of any size as a stream, answers
 //! slowly, streams, sends and swallows bulk bytes, and serves the private
-//! startup status endpoint.
+//! plugin startup status and diagnostics endpoints.
+//!
+//! Plugin startup status (`clawfed_proto::startup`): by default a valid
+//! status of this start, every admitted selection (`CLAWFED_PLUGIN_SELECTIONS`)
+//! successful, for `CLAWFED_REVISION_ID` and `CLAWFED_RUNTIME_INSTANCE` (the
+//! Pod uid by the downward API). A test picks another [`StartupMode`] with
+//! the Pod label `standin.clawfed.test/startup` (a requirement label of the
+//! Agent), or for the next start with `POST /_standin/restart?startup=MODE`:
+//! that writes the mode to `standin-startup-mode` beside the container root
+//! (the Pod's state dir, which outlives process restarts, unlike the root)
+//! and ends the process, which the pod runner starts again; the file wins
+//! over the label. The mode is read once per start: a status belongs to its
+//! start.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -14,6 +26,8 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
+use clawfed_proto::diagnostics::{self, DiagnosticsBody, PublishedCheck};
+use clawfed_proto::startup::{self, PublishedWarning, StartupStatus, WarningCode};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
@@ -29,12 +43,75 @@ pub struct Identity {
     pub started_at_unix_ms: u64,
 }
 
+/// What `/_clawfed/startup` answers in this start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartupMode {
+    /// A valid status: every admitted selection successful.
+    Valid,
+    /// The last admitted selection warned `PLUGIN_AUTH_REQUIRED`.
+    AuthRequired,
+    /// The last admitted selection warned `PLUGIN_INSTALL_FAILED`.
+    InstallFailed,
+    /// 404: no status.
+    Missing,
+    /// 200 with a body that is not a status.
+    Malformed,
+    /// A status of another revision.
+    Foreign,
+    /// A status of another runtime instance.
+    ForeignInstance,
+    /// The last admitted selection warned with a code outside the set.
+    UnknownCode,
+}
+
+impl StartupMode {
+    const ALL: [StartupMode; 8] = [
+        StartupMode::Valid,
+        StartupMode::AuthRequired,
+        StartupMode::InstallFailed,
+        StartupMode::Missing,
+        StartupMode::Malformed,
+        StartupMode::Foreign,
+        StartupMode::ForeignInstance,
+        StartupMode::UnknownCode,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartupMode::Valid => "valid",
+            StartupMode::AuthRequired => "auth-required",
+            StartupMode::InstallFailed => "install-failed",
+            StartupMode::Missing => "missing",
+            StartupMode::Malformed => "malformed",
+            StartupMode::Foreign => "foreign",
+            StartupMode::ForeignInstance => "foreign-instance",
+            StartupMode::UnknownCode => "unknown-code",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<StartupMode> {
+        StartupMode::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+}
+
+/// The Pod label that picks the startup mode of every start.
+pub const STARTUP_LABEL: &str = "standin.clawfed.test/startup";
+/// The file (beside the container root) that picks the next starts' mode.
+pub const STARTUP_MODE_FILE: &str = "standin-startup-mode";
+
 #[derive(Debug)]
 pub struct Harness {
     pub identity: Identity,
     /// `STANDIN_NOT_READY=1`: /healthz answers 503.
     pub not_ready: bool,
     pub env: BTreeMap<String, String>,
+    /// This start's startup mode.
+    pub startup: StartupMode,
+    /// The admitted plugin selections.
+    pub selections: Vec<String>,
+    /// Cancelled by `POST /_standin/restart`: the process ends (and the
+    /// runner starts it again).
+    pub restart: tokio_util::sync::CancellationToken,
 }
 
 impl Harness {
@@ -63,12 +140,72 @@ impl Harness {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis().try_into().unwrap_or(u64::MAX)),
         };
+        let startup = mode_file(&env)
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|m| StartupMode::parse(m.trim()))
+            .or_else(|| {
+                labels
+                    .get(STARTUP_LABEL)
+                    .and_then(|m| StartupMode::parse(m))
+            })
+            .unwrap_or(StartupMode::Valid);
+        let selections = env
+            .get(startup::SELECTIONS_ENV)
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_default();
         Self {
             identity,
             not_ready: env.get("STANDIN_NOT_READY").is_some_and(|v| v == "1"),
             env,
+            startup,
+            selections,
+            restart: tokio_util::sync::CancellationToken::new(),
         }
     }
+
+    /// Ends the process through `token` on `POST /_standin/restart`.
+    pub fn with_restart(mut self, token: tokio_util::sync::CancellationToken) -> Self {
+        self.restart = token;
+        self
+    }
+
+    /// This start's plugin startup status body (`None`: 404).
+    pub fn startup_body(&self) -> Option<Vec<u8>> {
+        let get = |k: &str| self.env.get(k).cloned().unwrap_or_default();
+        let mut status = StartupStatus {
+            revision_id: get(startup::REVISION_ID_ENV),
+            runtime_instance: get(startup::RUNTIME_INSTANCE_ENV),
+            successful: self.selections.clone(),
+            warnings: Vec::new(),
+        };
+        let mut warn_last = |code: &str| {
+            if let Some(last) = status.successful.pop() {
+                status.warnings.push(PublishedWarning {
+                    selection: last,
+                    code: code.into(),
+                });
+            }
+        };
+        match self.startup {
+            StartupMode::Valid => {}
+            StartupMode::AuthRequired => warn_last(WarningCode::PluginAuthRequired.as_str()),
+            StartupMode::InstallFailed => warn_last(WarningCode::PluginInstallFailed.as_str()),
+            StartupMode::UnknownCode => warn_last("PLUGIN_EXPLODED"),
+            StartupMode::Missing => return None,
+            StartupMode::Malformed => return Some(br#"{"revisionId": "#.to_vec()),
+            StartupMode::Foreign => status.revision_id = format!("foreign-{}", status.revision_id),
+            StartupMode::ForeignInstance => {
+                status.runtime_instance = format!("previous-{}", status.runtime_instance)
+            }
+        }
+        serde_json::to_vec(&status).ok()
+    }
+}
+
+/// `standin-startup-mode` beside the container root.
+fn mode_file(env: &BTreeMap<String, String>) -> Option<std::path::PathBuf> {
+    let root = std::path::Path::new(env.get("CLAWFED_STANDIN_ROOT")?);
+    Some(root.parent()?.join(STARTUP_MODE_FILE))
 }
 
 pub fn router(h: Arc<Harness>) -> axum::Router {
@@ -81,7 +218,9 @@ pub fn router(h: Arc<Harness>) -> axum::Router {
         .route("/bytes", get(bytes))
         .route("/sink", post(sink))
         .route("/env/{name}", get(env_var))
-        .route("/_clawfed/startup", get(startup))
+        .route(startup::PATH, get(startup_status))
+        .route(diagnostics::PATH, get(diagnostics_checks))
+        .route("/_standin/restart", post(restart))
         .with_state(h)
 }
 
@@ -198,8 +337,71 @@ async fn env_var(State(h): State<Arc<Harness>>, Path(name): Path<String>) -> Res
     }
 }
 
-async fn startup() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ready", "plugins": [] }))
+async fn startup_status(State(h): State<Arc<Harness>>) -> Response {
+    match h.startup_body() {
+        Some(body) => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, "no startup status\n").into_response(),
+    }
+}
+
+/// Generic checks of this start: whether a valid startup status is served
+/// and how many selections it enabled.
+async fn diagnostics_checks(State(h): State<Arc<Harness>>) -> Json<DiagnosticsBody> {
+    let (status, enabled) = match h.startup {
+        StartupMode::Valid => ("ok", h.selections.len()),
+        StartupMode::AuthRequired | StartupMode::InstallFailed => {
+            ("warn", h.selections.len().saturating_sub(1))
+        }
+        _ => ("fail", 0),
+    };
+    Json(DiagnosticsBody {
+        checks: vec![
+            PublishedCheck {
+                name: "startup".into(),
+                status: if status == "fail" { "fail" } else { "ok" }.into(),
+                detail: format!("startup status: {}", h.startup.as_str()),
+            },
+            PublishedCheck {
+                name: "plugins".into(),
+                status: status.into(),
+                detail: format!("{enabled} of {} selections enabled", h.selections.len()),
+            },
+        ],
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct RestartQuery {
+    startup: String,
+}
+
+/// Persists the startup mode of the next starts and ends this process.
+async fn restart(State(h): State<Arc<Harness>>, Query(q): Query<RestartQuery>) -> Response {
+    let Some(mode) = StartupMode::parse(&q.startup) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("startup: unknown mode {:?}\n", q.startup),
+        )
+            .into_response();
+    };
+    let Some(file) = mode_file(&h.env) else {
+        return (StatusCode::CONFLICT, "CLAWFED_STANDIN_ROOT is not set\n").into_response();
+    };
+    if let Err(e) = std::fs::write(&file, mode.as_str()) {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("writing {}: {e}\n", file.display()),
+        )
+            .into_response();
+    }
+    tracing::info!(mode = mode.as_str(), "restart requested");
+    // Graceful: this answer is sent before the process ends.
+    h.restart.cancel();
+    "restarting\n".into_response()
 }
 
 #[cfg(test)]
@@ -230,5 +432,83 @@ mod tests {
             Harness::from_env(env).identity.startup_id,
             "a new id per start"
         );
+    }
+
+    fn standin(mode: Option<&str>, root: Option<&std::path::Path>) -> Harness {
+        let mut env: BTreeMap<String, String> = [
+            (startup::SELECTIONS_ENV, r#"["alpha","beta"]"#),
+            (startup::REVISION_ID_ENV, "rev-1"),
+            (startup::RUNTIME_INSTANCE_ENV, "uid-1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        if let Some(m) = mode {
+            env.insert(
+                "CLAWFED_POD_LABELS".into(),
+                serde_json::json!({ STARTUP_LABEL: m }).to_string(),
+            );
+        }
+        if let Some(r) = root {
+            env.insert("CLAWFED_STANDIN_ROOT".into(), r.display().to_string());
+        }
+        Harness::from_env(env)
+    }
+
+    /// The default status is valid for the spoke's own rule; each test mode
+    /// is refused by it for the reason it stands for.
+    #[test]
+    fn startup_modes_against_the_contract() {
+        let admitted = vec!["alpha".to_string(), "beta".to_string()];
+        let expected = startup::Expected {
+            revision_id: "rev-1",
+            runtime_instance: "uid-1",
+            admitted: &admitted,
+        };
+        let check = |mode: Option<&str>| {
+            let body = standin(mode, None).startup_body().unwrap_or_default();
+            startup::parse(&body, &expected)
+        };
+        let ok = check(None).expect("default is valid");
+        assert_eq!(ok.successful, admitted);
+        let warned = check(Some("auth-required")).expect("a warning is valid");
+        assert_eq!(warned.warnings[0].selection, "beta");
+        assert_eq!(warned.warnings[0].code, WarningCode::PluginAuthRequired);
+        assert_eq!(check(Some("missing")), Err(startup::StartupError::Missing));
+        assert!(matches!(
+            check(Some("malformed")),
+            Err(startup::StartupError::Malformed(_))
+        ));
+        assert!(matches!(
+            check(Some("foreign")),
+            Err(startup::StartupError::ForeignRevision { .. })
+        ));
+        assert!(matches!(
+            check(Some("foreign-instance")),
+            Err(startup::StartupError::ForeignInstance { .. })
+        ));
+        assert!(matches!(
+            check(Some("unknown-code")),
+            Err(startup::StartupError::UnknownCode { .. })
+        ));
+    }
+
+    /// The mode file beside the root wins over the label, for every later
+    /// start.
+    #[test]
+    fn the_mode_file_outlives_the_root_and_wins() {
+        let dir = std::env::temp_dir().join(format!("standin-{}", rand::random::<u64>()));
+        let root = dir.join("root");
+        std::fs::create_dir_all(&root).expect("root");
+        assert_eq!(
+            standin(Some("missing"), Some(&root)).startup,
+            StartupMode::Missing
+        );
+        std::fs::write(dir.join(STARTUP_MODE_FILE), "auth-required\n").expect("write");
+        assert_eq!(
+            standin(Some("missing"), Some(&root)).startup,
+            StartupMode::AuthRequired
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

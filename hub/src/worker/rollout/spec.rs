@@ -74,6 +74,10 @@ fn harness_resources(rev: &AgentRevision, settings: &WorkloadSettings) -> spec::
 /// cluster (a dedicated Harness stops them first). `require_digest` is the
 /// installation's digest policy, which the spoke enforces on its own too;
 /// `settings` the installation's Harness settings.
+/// installation's digest policy, which the spoke enforces on its own too.
+/// `startup_status` (`pipeline.startupStatus`) makes the spoke require a
+/// valid plugin startup status of the revision's admitted selections
+/// before it reports the Harness ready.
 pub fn harness_work(
     ns: &Namespace,
     data_plane_namespace: &str,
@@ -81,6 +85,7 @@ pub fn harness_work(
     same_cluster_predecessors: &[AgentRevision],
     require_digest: bool,
     settings: &WorkloadSettings,
+    startup_status: bool,
 ) -> spec::WorkSpec {
     let kind = rev.spec.harness_kind;
     let mut env = BTreeMap::new();
@@ -132,6 +137,8 @@ pub fn harness_work(
             .then(|| settings.codex_seccomp_profile.clone())
             .flatten(),
         service_principal: settings.service_principal.clone(),
+        plugin_selections: rev.spec.plugins.clone(),
+        require_startup_status: startup_status,
     }))
 }
 
@@ -265,6 +272,29 @@ mod tests {
         assert!(!format!("{c:?}").contains("mk"));
     }
 
+    /// Issue 12: the admitted selections and the startup-status setting
+    /// reach the spoke; the setting is the installation's, not the spec's.
+    #[test]
+    fn harness_work_carries_plugin_selections_and_the_startup_setting() {
+        let mut rev = revision("reg.example/harness:1.0");
+        rev.spec.plugins = vec!["search".into(), "mail".into()];
+        for required in [true, false] {
+            let spec::WorkSpec::HarnessApply(work) = harness_work(
+                &namespace(),
+                "oce-x",
+                &rev,
+                &[],
+                false,
+                &WorkloadSettings::default(),
+                required,
+            ) else {
+                panic!("not harness.apply");
+            };
+            assert_eq!(work.plugin_selections, ["search", "mail"]);
+            assert_eq!(work.require_startup_status, required);
+        }
+    }
+
     /// Issue 9, defect 7: the spoke's digest gate is the installation
     /// policy, not a consequence of whether the images happen to be pinned.
     #[test]
@@ -279,6 +309,7 @@ mod tests {
                     &[],
                     policy,
                     &WorkloadSettings::default(),
+                    true,
                 ) else {
                     panic!("not harness.apply");
                 };
@@ -335,7 +366,7 @@ mod settings_tests {
     }
 
     fn harness(rev: &AgentRevision, settings: &WorkloadSettings) -> spec::HarnessWork {
-        match harness_work(&namespace(), "oce-x", rev, &[], false, settings) {
+        match harness_work(&namespace(), "oce-x", rev, &[], false, settings, false) {
             spec::WorkSpec::HarnessApply(w) => *w,
             other => panic!("not harness.apply: {other:?}"),
         }
