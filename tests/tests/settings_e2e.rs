@@ -324,7 +324,7 @@ async fn check(
     // Neither Agent names an image: the installation's images are used.
     for (name, kind, resources) in [
         (codex, "dedicated-codex", json!({ "memoryLimit": "2Gi" })),
-        (native, "dedicated-openclaw", json!({})),
+        (native, "embedded-openclaw", json!({})),
     ] {
         let _: Agent = rest
             .call(
