@@ -236,6 +236,11 @@ pub struct PipelineSettings {
     /// revision's readiness. Off only for Harness images that publish no
     /// status (never in production).
     pub startup_status: bool,
+    /// Deleting an Agent keeps its revision history and audit either way.
+    /// Its runtime state in both clusters (workspace PVCs and credential
+    /// Secrets of its revisions, the Gateway's storage and transport
+    /// Secret) is destroyed by default; true keeps it as the stop left it.
+    pub retain_on_agent_delete: bool,
 }
 
 impl Default for PipelineSettings {
@@ -246,6 +251,7 @@ impl Default for PipelineSettings {
             phase_deadline_seconds: 300,
             path_probe: true,
             startup_status: true,
+            retain_on_agent_delete: false,
         }
     }
 }

@@ -23,8 +23,9 @@ use crate::gateway::TransportCredentials;
 use crate::service::Service;
 use crate::store::{self, Store};
 use crate::worker::rollout::{
-    AGENT_STOP, GatewayRuntime, GatewaysDisabled, NAMESPACE_TEARDOWN, REVISION_ROLLOUT, Rollout,
-    RolloutConfig, RolloutHandler, RolloutTrigger, StopHandler, TeardownHandler,
+    AGENT_DELETE, AGENT_STOP, DeleteHandler, GatewayRuntime, GatewaysDisabled, NAMESPACE_TEARDOWN,
+    REVISION_ROLLOUT, Rollout, RolloutConfig, RolloutHandler, RolloutTrigger, StopHandler,
+    TeardownHandler,
 };
 use crate::worker::{Handlers, Worker};
 
@@ -272,6 +273,7 @@ pub async fn start_with_parts(
                 path_probe: config.pipeline.path_probe,
                 workload: config.workload_settings(),
                 startup_status: config.pipeline.startup_status,
+                retain_on_agent_delete: config.pipeline.retain_on_agent_delete,
                 ..RolloutConfig::default()
             },
         )
@@ -280,6 +282,7 @@ pub async fn start_with_parts(
         if config.pipeline_enabled() {
             handlers.register(REVISION_ROLLOUT, RolloutHandler(rollout.clone()));
             handlers.register(AGENT_STOP, StopHandler(rollout.clone()));
+            handlers.register(AGENT_DELETE, DeleteHandler(rollout.clone()));
             handlers.register(NAMESPACE_TEARDOWN, TeardownHandler(rollout));
         }
         Some(link)

@@ -533,7 +533,18 @@ impl Service {
         let what = "agent.delete";
         self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
             .await?;
-        let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+        let mut fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+        if self.policy.pipeline {
+            // Its history stays in the store; its runtime state in the
+            // clusters follows pipeline.retainOnAgentDelete.
+            let namespace = self.store.get_namespace(ns).await?;
+            fx.work.push(crate::worker::kinds::delete_work(
+                name,
+                &namespace.id,
+                Some(p.token_id.clone()),
+                self.policy.work_max_attempts,
+            ));
+        }
         let result = self
             .store
             .delete_agent(ns, name, &fx)

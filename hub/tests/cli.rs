@@ -266,7 +266,14 @@ fn clawfed_drives_a_real_hub() {
     let rows = table(&out);
     assert_eq!(
         rows[0],
-        ["NAME", "STATE", "DATA-PLANE NAMESPACE", "ADOPTED", "AGE"]
+        [
+            "NAME",
+            "STATE",
+            "DATA-PLANE NAMESPACE",
+            "ADOPTED",
+            "CLUSTERS",
+            "AGE"
+        ]
     );
     assert_eq!(rows.len(), 2, "{out}");
     assert_eq!(rows[1][0], "team-a");

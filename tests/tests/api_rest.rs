@@ -581,9 +581,16 @@ async fn agents_crud(backend: Backend) {
     c.get("/namespaces/team/agents/helper")
         .await
         .expect_error(404, "not_found");
-    c.get("/namespaces/team/agents/helper/revisions")
-        .await
-        .expect_error(404, "not_found");
+    // Issue 12: its revision history stays readable, and its name stays
+    // with it.
+    let history = c.get("/namespaces/team/agents/helper/revisions").await;
+    assert_eq!(history.items().len(), 1, "{}", history.text);
+    c.post(
+        "/namespaces/team/agents",
+        json!({ "name": "helper", "spec": spec("x:1") }),
+    )
+    .await
+    .expect_error(409, "already_exists");
 
     // Never deployed: deletable right away.
     c.delete("/namespaces/team/agents/coder").await.expect(204);

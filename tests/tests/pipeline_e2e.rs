@@ -42,7 +42,9 @@ use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env::{self, TestCluster};
 use clawfed_tests::{db, spoke_env};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
@@ -3335,5 +3337,192 @@ async fn diagnose_returns_checks_and_unknown_for_a_stopped_pod() -> Result<()> {
     })
     .await?;
     assert_eq!(d.revision, 1, "the stopped revision is the one diagnosed");
+    w.finish().await
+}
+
+// ============================================================ deletion
+
+/// Deploys, stops and deletes a dedicated Agent; returns its names once the
+/// hub ran the `agent.delete` work.
+async fn deploy_stop_delete(w: &mut World) -> Result<(Namespace, String)> {
+    let (ns, agent) = w.agent("dedicated-codex").await?;
+    let exec = w.exec_a.admin();
+    w.cleanup.workspace(&exec, &ns, &agent.name, 1).await?;
+    let name = agent.name.clone();
+    w.rest.deploy(&ns.name, &name).await?;
+    w.rest
+        .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
+        .await?;
+    let _: Agent = w
+        .rest
+        .call(
+            Method::POST,
+            &format!("/namespaces/{}/agents/{name}/stop", ns.name),
+            Some(json!({})),
+        )
+        .await?;
+    w.rest
+        .wait_phase(&ns.name, &name, 1, RevisionPhase::Stopped)
+        .await?;
+    // A stop keeps the workspace and the credential Secret.
+    let dpns = ns.data_plane_namespace.clone();
+    ensure!(
+        Api::<PersistentVolumeClaim>::namespaced(exec.clone(), &dpns)
+            .get_opt(&format!("{name}-r1-workspace"))
+            .await?
+            .is_some(),
+        "the stop kept the workspace"
+    );
+    let (status, body) = w
+        .rest
+        .send(
+            Method::DELETE,
+            &format!("/namespaces/{}/agents/{name}", ns.name),
+            None,
+        )
+        .await?;
+    ensure!(status == StatusCode::NO_CONTENT, "delete: {status} {body}");
+    until(WAIT, "the agent.delete work done", || async {
+        let work: serde_json::Value = w
+            .rest
+            .call(
+                Method::GET,
+                &format!("/work?namespace={}&limit=50", ns.name),
+                None,
+            )
+            .await?;
+        let item = work["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|i| i["kind"] == "agent.delete" && i["target"] == name.as_str())
+            .cloned();
+        match item {
+            Some(i) if i["state"] == "done" => Ok(Some(())),
+            Some(i) if i["state"] == "failed" => bail!("agent.delete failed: {i}"),
+            _ => Ok(None),
+        }
+    })
+    .await?;
+    // The history stays readable under its name; the Agent is gone.
+    let history: serde_json::Value = w
+        .rest
+        .call(
+            Method::GET,
+            &format!("/namespaces/{}/agents/{name}/revisions", ns.name),
+            None,
+        )
+        .await?;
+    ensure!(
+        history["items"].as_array().map(Vec::len) == Some(1),
+        "history: {history}"
+    );
+    let (status, _) = w
+        .rest
+        .send(
+            Method::GET,
+            &format!("/namespaces/{}/agents/{name}", ns.name),
+            None,
+        )
+        .await?;
+    ensure!(status == StatusCode::NOT_FOUND, "deleted Agent: {status}");
+    Ok((ns, name))
+}
+
+/// Issue 12, lifecycle: deleting an Agent keeps its revision history and
+/// audit, and by default (`pipeline.retainOnAgentDelete: false`) destroys
+/// its runtime state in both clusters: each revision is retired on its
+/// cluster (workspace PVC and credential Secret gone in exec-a), and the
+/// Gateway's storage, transport Secret and ServiceAccount go in control.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_agent_keeps_its_history_and_removes_its_state_in_both_clusters() -> Result<()>
+{
+    let mut w = World::start().await?;
+    let (control, exec) = (w.control.admin(), w.exec_a.admin());
+    let (ns, name) = deploy_stop_delete(&mut w).await?;
+    let dpns = ns.data_plane_namespace.clone();
+    until(WAIT, "the Harness state gone in exec-a", || async {
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(exec.clone(), &dpns)
+            .get_opt(&format!("{name}-r1-workspace"))
+            .await?;
+        let secret = Api::<Secret>::namespaced(exec.clone(), &dpns)
+            .get_opt(&format!("{name}-r1-credentials"))
+            .await?;
+        Ok((going(pvc.as_ref().map(|p| &p.metadata)) && secret.is_none()).then_some(()))
+    })
+    .await?;
+    // PVCs may still be terminating (their Pods go first): live ones count.
+    for (kind, live) in [
+        (
+            "Deployment",
+            live_names::<Deployment>(&control, GW_NS, &name).await?,
+        ),
+        (
+            "Service",
+            live_names::<Service>(&control, GW_NS, &name).await?,
+        ),
+        (
+            "Secret",
+            live_names::<Secret>(&control, GW_NS, &name).await?,
+        ),
+        (
+            "ServiceAccount",
+            live_names::<ServiceAccount>(&control, GW_NS, &name).await?,
+        ),
+        (
+            "PersistentVolumeClaim",
+            live_names::<PersistentVolumeClaim>(&control, GW_NS, &name).await?,
+        ),
+    ] {
+        ensure!(live.is_empty(), "control still has {kind}s {live:?}");
+    }
+    let r1 = w.rest.revision(&ns.name, &name, 1).await?;
+    assert_eq!(r1.phase, RevisionPhase::Retired);
+    assert_eq!(r1.reason.as_deref(), Some("agent deleted"));
+    let audit: serde_json::Value = w
+        .rest
+        .call(Method::GET, &format!("/audit?namespace={}", ns.name), None)
+        .await?;
+    ensure!(
+        audit["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["action"] == "agent.delete"),
+        "audit: {audit}"
+    );
+    w.finish().await
+}
+
+/// Issue 12, lifecycle: with `pipeline.retainOnAgentDelete: true` the
+/// deleted Agent's runtime state is kept as the stop left it, in both
+/// clusters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retain_on_agent_delete_keeps_its_state_in_both_clusters() -> Result<()> {
+    let mut w = World::start_with(|c| c.pipeline.retain_on_agent_delete = true).await?;
+    let (control, exec) = (w.control.admin(), w.exec_a.admin());
+    let (ns, name) = deploy_stop_delete(&mut w).await?;
+    let dpns = ns.data_plane_namespace.clone();
+    ensure!(
+        !live_names::<PersistentVolumeClaim>(&exec, &dpns, &name)
+            .await?
+            .is_empty(),
+        "the workspace was kept"
+    );
+    ensure!(
+        Api::<Secret>::namespaced(exec.clone(), &dpns)
+            .get_opt(&format!("{name}-r1-credentials"))
+            .await?
+            .is_some(),
+        "the credential Secret was kept"
+    );
+    ensure!(
+        !live_names::<PersistentVolumeClaim>(&control, GW_NS, &name)
+            .await?
+            .is_empty(),
+        "the Gateway's storage was kept"
+    );
+    let r1 = w.rest.revision(&ns.name, &name, 1).await?;
+    assert_eq!(r1.phase, RevisionPhase::Stopped, "not retired");
     w.finish().await
 }

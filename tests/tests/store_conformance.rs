@@ -391,7 +391,9 @@ mod cases {
                 .iter()
                 .any(|e| e.action == "agent.deploy" && e.detail.as_deref() == Some("revision 2"))
         );
-        // Stop, then delete takes the revisions with it.
+        // Stop, then delete. Issue 12: the revision history stays (and the
+        // audit); the Agent is gone from every live view, and its name stays
+        // with its history.
         assert!(matches!(
             s.delete_agent("team-a", "bot", &fx("d")).await,
             Err(StoreError::FailedPrecondition(_))
@@ -399,9 +401,65 @@ mod cases {
         s.set_desired_state("team-a", "bot", DesiredState::Stopped, &fx("stop"))
             .await
             .unwrap();
-        s.delete_agent("team-a", "bot", &fx("d")).await.unwrap();
-        agent(s.as_ref(), "team-a", "bot").await;
-        assert!(s.list_revisions("team-a", "bot").await.unwrap().is_empty());
+        s.delete_agent("team-a", "bot", &fx("agent.delete"))
+            .await
+            .unwrap();
+        let kept: Vec<_> = s
+            .list_revisions("team-a", "bot")
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.number)
+            .collect();
+        assert_eq!(kept, [1, 2, 3], "history kept");
+        assert_eq!(s.get_revision("team-a", "bot", 2).await.unwrap().number, 2);
+        assert!(matches!(
+            s.get_agent("team-a", "bot").await,
+            Err(StoreError::NotFound { .. })
+        ));
+        assert!(s.list_agents("team-a").await.unwrap().is_empty());
+        assert_eq!(s.fleet_summary(Some("team-a")).await.unwrap().agents, 0);
+        assert!(matches!(
+            s.delete_agent("team-a", "bot", &fx("d")).await,
+            Err(StoreError::NotFound { .. })
+        ));
+        assert!(matches!(
+            s.set_desired_state("team-a", "bot", DesiredState::Running, &fx("x"))
+                .await,
+            Err(StoreError::NotFound { .. })
+        ));
+        assert!(matches!(
+            s.deploy(&revision("team-a", "bot", 4, "img:1"), &fx("agent.deploy"))
+                .await,
+            Err(StoreError::NotFound { .. })
+        ));
+        let again = s
+            .create_agent(
+                &NewAgent {
+                    namespace: "team-a".into(),
+                    name: "bot".into(),
+                    spec: spec("img:1"),
+                },
+                &fx("agent.create"),
+            )
+            .await;
+        match again {
+            Err(StoreError::AlreadyExists { name, .. }) => {
+                assert!(name.contains("history"), "{name}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let events = s.list_audit(Some("team-a"), 100).await.unwrap();
+        assert!(events.iter().any(|e| e.action == "agent.delete"));
+        assert!(events.iter().any(|e| e.action == "agent.deploy"));
+        // The tenant goes, and the history with it.
+        s.delete_namespace("team-a", &fx("namespace.delete"))
+            .await
+            .unwrap();
+        assert!(matches!(
+            s.list_revisions("team-a", "bot").await,
+            Err(StoreError::NotFound { .. })
+        ));
     }
 
     pub async fn deploy_is_idempotent_per_key(s: Arc<dyn Store>) {

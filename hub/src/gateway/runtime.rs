@@ -58,6 +58,9 @@ pub trait GatewayRuntime: Send + Sync + 'static {
     async fn activate(&self, target: &GatewayTarget) -> Result<(), GatewayFailure>;
     /// Deletes the route, then the Gateway runtime (keeps its storage).
     async fn stop(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure>;
+    /// Destructive: stops the Gateway, then deletes its storage, transport
+    /// Secret, ServiceAccount and NetworkPolicy (a deleted Agent).
+    async fn delete(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure>;
     /// Removes what only `revision` used.
     async fn retire(&self, tenant: &str, agent: &str, revision: i64) -> Result<(), GatewayFailure>;
     /// The Gateway Pod's diagnostics for `revision`: the Pod read and its
@@ -140,6 +143,13 @@ impl GatewayRuntime for crate::gateway::Gateways {
             .map_err(gateway_failure)
     }
 
+    async fn delete(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure> {
+        crate::gateway::Gateways::delete(self, tenant, agent)
+            .await
+            .map(|_| ())
+            .map_err(gateway_failure)
+    }
+
     async fn retire(&self, tenant: &str, agent: &str, revision: i64) -> Result<(), GatewayFailure> {
         crate::gateway::Gateways::retire_revision(self, tenant, agent, revision)
             .await
@@ -186,6 +196,9 @@ impl GatewayRuntime for GatewaysDisabled {
         Ok(())
     }
     async fn stop(&self, _tenant: &str, _agent: &str) -> Result<(), GatewayFailure> {
+        Ok(())
+    }
+    async fn delete(&self, _tenant: &str, _agent: &str) -> Result<(), GatewayFailure> {
         Ok(())
     }
     async fn retire(

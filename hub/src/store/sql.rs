@@ -106,7 +106,12 @@ impl SqlStore {
         expected: i64,
     ) -> StoreError {
         let exists = sqlx::query(AssertSqlSafe(format!(
-            "SELECT 1 FROM {table} WHERE namespace_id = $1 AND name = $2"
+            "SELECT 1 FROM {table} WHERE namespace_id = $1 AND name = $2{}",
+            if table == "agents" {
+                " AND deleted_at IS NULL"
+            } else {
+                ""
+            }
         )))
         .bind(ns_id)
         .bind(name.to_owned())
@@ -199,7 +204,7 @@ impl SqlStore {
     async fn fetch_agent(&self, namespace: &str, name: &str) -> Result<Agent> {
         let sql = format!(
             "SELECT {AGENT_COLS} FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
-             WHERE n.name = $1 AND a.name = $2"
+             WHERE n.name = $1 AND a.name = $2 AND a.deleted_at IS NULL"
         );
         let row = sqlx::query(AssertSqlSafe(sql))
             .bind(namespace.to_owned())
@@ -257,7 +262,8 @@ impl SqlStore {
             }
         }
         let agent = sqlx::query(
-            "SELECT id, version, latest_revision FROM agents WHERE namespace_id = $1 AND name = $2",
+            "SELECT id, version, latest_revision FROM agents \
+             WHERE namespace_id = $1 AND name = $2 AND deleted_at IS NULL",
         )
         .bind(ns_id.clone())
         .bind(rev.agent.clone())
@@ -518,16 +524,37 @@ impl Store for SqlStore {
         let now = Utc::now();
         let mut tx = self.begin().await?;
         let id = self.namespace_id(&mut tx, name).await?;
-        let agents: i64 = sqlx::query("SELECT COUNT(*) FROM agents WHERE namespace_id = $1")
-            .bind(id.clone())
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?
-            .get(0);
+        let agents: i64 = sqlx::query(
+            "SELECT COUNT(*) FROM agents WHERE namespace_id = $1 AND deleted_at IS NULL",
+        )
+        .bind(id.clone())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .get(0);
         if agents > 0 {
             return Err(StoreError::FailedPrecondition(format!(
                 "namespace {name:?} still has {agents} agent(s); delete them first"
             )));
+        }
+        // Deleted Agents' history lives as long as its tenant.
+        for sql in [
+            "DELETE FROM gateway_transport WHERE revision_id IN (SELECT r.id FROM agent_revisions r \
+             JOIN agents a ON a.id = r.agent_id WHERE a.namespace_id = $1)",
+            "DELETE FROM revision_credentials WHERE revision_id IN (SELECT r.id FROM agent_revisions r \
+             JOIN agents a ON a.id = r.agent_id WHERE a.namespace_id = $1)",
+            "DELETE FROM idempotency_keys WHERE namespace_id = $1",
+            "DELETE FROM agent_revisions WHERE agent_id IN \
+             (SELECT id FROM agents WHERE namespace_id = $1)",
+            "DELETE FROM agent_credentials WHERE agent_id IN \
+             (SELECT id FROM agents WHERE namespace_id = $1)",
+            "DELETE FROM agents WHERE namespace_id = $1",
+        ] {
+            sqlx::query(sql)
+                .bind(id.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?;
         }
         for table in ["configurations", "idempotency_keys", "api_tokens"] {
             sqlx::query(AssertSqlSafe(format!(
@@ -708,6 +735,23 @@ impl Store for SqlStore {
         let now = Utc::now();
         let mut tx = self.begin().await?;
         let ns_id = self.namespace_id(&mut tx, &agent.namespace).await?;
+        let kept = sqlx::query(
+            "SELECT 1 FROM agents WHERE namespace_id = $1 AND name = $2 AND deleted_at IS NOT NULL",
+        )
+        .bind(ns_id.clone())
+        .bind(agent.name.clone())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        if kept.is_some() {
+            return Err(StoreError::AlreadyExists {
+                kind: "agent",
+                name: format!(
+                    "{} (a deleted Agent's revision history keeps the name)",
+                    agent.name
+                ),
+            });
+        }
         sqlx::query(
             "INSERT INTO agents (id, namespace_id, name, spec, desired_state, active_revision, \
              latest_revision, version, created_at, updated_at) \
@@ -734,7 +778,7 @@ impl Store for SqlStore {
     async fn list_agents(&self, namespace: &str) -> Result<Vec<Agent>> {
         let sql = format!(
             "SELECT {AGENT_COLS} FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
-             WHERE n.name = $1 ORDER BY a.name"
+             WHERE n.name = $1 AND a.deleted_at IS NULL ORDER BY a.name"
         );
         let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(namespace.to_owned())
@@ -757,7 +801,7 @@ impl Store for SqlStore {
         let ns_id = self.namespace_id(&mut tx, namespace).await?;
         let updated = sqlx::query(
             "UPDATE agents SET spec = $1, version = version + 1, updated_at = $2 \
-             WHERE namespace_id = $3 AND name = $4 AND version = $5",
+             WHERE namespace_id = $3 AND name = $4 AND version = $5 AND deleted_at IS NULL",
         )
         .bind(to_json(spec)?)
         .bind(ms(now))
@@ -783,7 +827,8 @@ impl Store for SqlStore {
         let mut tx = self.begin().await?;
         let ns_id = self.namespace_id(&mut tx, namespace).await?;
         let row = sqlx::query(
-            "SELECT id, desired_state FROM agents WHERE namespace_id = $1 AND name = $2",
+            "SELECT id, desired_state FROM agents \
+             WHERE namespace_id = $1 AND name = $2 AND deleted_at IS NULL",
         )
         .bind(ns_id)
         .bind(name.to_owned())
@@ -797,26 +842,31 @@ impl Store for SqlStore {
             )));
         }
         let id: String = row.get(0);
-        // Revisions go with their Agent; SQLite needs no foreign-key cascade
-        // support for this because it is done explicitly.
-        sqlx::query(
-            "DELETE FROM idempotency_keys WHERE revision_id IN \
+        // The Agent's revision history stays (marked deleted; its name stays
+        // taken); its secrets do not: managed credentials, the revisions'
+        // sealed snapshots and the Gateways' transport credentials go now.
+        for sql in [
+            "DELETE FROM agent_credentials WHERE agent_id = $1",
+            "DELETE FROM revision_credentials WHERE revision_id IN \
              (SELECT id FROM agent_revisions WHERE agent_id = $1)",
+            "DELETE FROM gateway_transport WHERE revision_id IN \
+             (SELECT id FROM agent_revisions WHERE agent_id = $1)",
+        ] {
+            sqlx::query(sql)
+                .bind(id.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?;
+        }
+        sqlx::query(
+            "UPDATE agents SET deleted_at = $1, active_revision = NULL, updated_at = $1 \
+             WHERE id = $2",
         )
-        .bind(id.clone())
+        .bind(ms(now))
+        .bind(id)
         .execute(&mut *tx)
         .await
         .map_err(|e| self.classify(e))?;
-        sqlx::query("DELETE FROM agent_revisions WHERE agent_id = $1")
-            .bind(id.clone())
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?;
-        sqlx::query("DELETE FROM agents WHERE id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?;
         self.write_effects(&mut tx, fx, now).await?;
         self.commit(tx).await
     }
@@ -833,7 +883,7 @@ impl Store for SqlStore {
         let ns_id = self.namespace_id(&mut tx, namespace).await?;
         let updated = sqlx::query(
             "UPDATE agents SET desired_state = $1, updated_at = $2 \
-             WHERE namespace_id = $3 AND name = $4",
+             WHERE namespace_id = $3 AND name = $4 AND deleted_at IS NULL",
         )
         .bind(state.as_str())
         .bind(ms(now))
@@ -872,8 +922,18 @@ impl Store for SqlStore {
     }
 
     async fn list_revisions(&self, namespace: &str, agent: &str) -> Result<Vec<AgentRevision>> {
-        // Distinguish "no such agent" from "no revisions yet".
-        self.fetch_agent(namespace, agent).await?;
+        // Distinguish "no such agent" from "no revisions yet". A deleted
+        // Agent's history is still listed.
+        sqlx::query(
+            "SELECT 1 FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
+             WHERE n.name = $1 AND a.name = $2",
+        )
+        .bind(namespace.to_owned())
+        .bind(agent.to_owned())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?
+        .ok_or_else(|| not_found("agent", agent))?;
         let sql = format!(
             "SELECT {REVISION_COLS} FROM {REVISION_FROM} WHERE n.name = $1 AND a.name = $2 \
              ORDER BY r.number"
@@ -1395,9 +1455,10 @@ impl Store for SqlStore {
             "SELECT \
                (SELECT COUNT(*) FROM namespaces WHERE $1 IS NULL OR name = $1), \
                (SELECT COUNT(*) FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
-                  WHERE $1 IS NULL OR n.name = $1), \
+                  WHERE ($1 IS NULL OR n.name = $1) AND a.deleted_at IS NULL), \
                (SELECT COUNT(*) FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
-                  WHERE ($1 IS NULL OR n.name = $1) AND a.desired_state = 'running'), \
+                  WHERE ($1 IS NULL OR n.name = $1) AND a.desired_state = 'running' \
+                  AND a.deleted_at IS NULL), \
                (SELECT COUNT(*) FROM clusters WHERE $1 IS NULL OR name IN ({PLACED})), \
                (SELECT COUNT(*) FROM clusters WHERE ($1 IS NULL OR name IN ({PLACED})) \
                   AND connection_state = 'online'), \

@@ -46,7 +46,7 @@ impl CredentialStore for SqlStore {
     ) -> Result<CredentialMeta> {
         let now = Utc::now();
         let mut tx = self.begin().await?;
-        sqlx::query("SELECT 1 FROM agents WHERE id = $1")
+        sqlx::query("SELECT 1 FROM agents WHERE id = $1 AND deleted_at IS NULL")
             .bind(agent_id.to_owned())
             .fetch_optional(&mut *tx)
             .await

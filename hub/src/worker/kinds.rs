@@ -44,6 +44,10 @@ pub const REVISION_ROLLOUT: &str = "revision.rollout";
 /// Stops an Agent: route and Gateway first, then the Harness via the spoke
 /// (target: the Agent name).
 pub const AGENT_STOP: &str = "agent.stop";
+/// The destructive cleanup of a deleted Agent in both clusters (target:
+/// the Agent name): its Gateway's objects, and every revision's Harness
+/// retired on its own cluster (workspace PVC and credential Secret go).
+pub const AGENT_DELETE: &str = "agent.delete";
 /// Tears a tenant down in every cluster it was provisioned in (the spoke
 /// runs the provider's namespace cleanup first), then deletes it (target:
 /// the namespace id).
@@ -83,6 +87,19 @@ pub fn stop_work(
         requested_by,
         max_attempts,
         run_at: Utc::now(),
+    }
+}
+
+/// Cleaning up deleted Agent `agent` of `namespace_id`.
+pub fn delete_work(
+    agent: &str,
+    namespace_id: &str,
+    requested_by: Option<String>,
+    max_attempts: i32,
+) -> NewWork {
+    NewWork {
+        kind: AGENT_DELETE.into(),
+        ..stop_work(agent, namespace_id, requested_by, max_attempts)
     }
 }
 

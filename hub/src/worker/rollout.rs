@@ -20,6 +20,7 @@
 //! - [`trigger`]: spoke reports → passes.
 //! - [`metrics`]: operation durations.
 
+mod deletion;
 mod facts;
 pub mod metrics;
 pub mod spec;
@@ -48,10 +49,11 @@ use spec::{
     namespace_work, revision_work,
 };
 
-pub use super::kinds::{AGENT_STOP, NAMESPACE_TEARDOWN, REVISION_ROLLOUT};
+pub use super::kinds::{AGENT_DELETE, AGENT_STOP, NAMESPACE_TEARDOWN, REVISION_ROLLOUT};
 pub use crate::gateway::runtime::{
     GatewayFailure, GatewayRuntime, GatewayTarget, GatewaysDisabled, TunnelEndpoint,
 };
+pub use deletion::DeleteHandler;
 pub use metrics::{OperationLabels, PipelineMetrics};
 pub use teardown::TeardownHandler;
 pub use trigger::RolloutTrigger;
@@ -93,6 +95,9 @@ pub struct RolloutConfig {
     pub workload: crate::compute_driver::WorkloadSettings,
     /// The spoke requires a valid plugin startup status before ready.
     pub startup_status: bool,
+    /// A deleted Agent's PVCs, credential Secrets and Gateway storage are
+    /// kept (`pipeline.retainOnAgentDelete`) instead of destroyed.
+    pub retain_on_agent_delete: bool,
 }
 
 impl Default for RolloutConfig {
@@ -107,6 +112,7 @@ impl Default for RolloutConfig {
             path_probe: false,
             workload: crate::compute_driver::WorkloadSettings::default(),
             startup_status: false,
+            retain_on_agent_delete: false,
         }
     }
 }
@@ -277,10 +283,13 @@ impl Rollout {
             Err(StoreError::NotFound { .. }) => return Ok(()), // Agent deleted
             Err(e) => return Err(store_err(e)),
         };
-        let agent = store
-            .get_agent(&rev.namespace, &rev.agent)
-            .await
-            .map_err(store_err)?;
+        let agent = match store.get_agent(&rev.namespace, &rev.agent).await {
+            Ok(a) => a,
+            // Deleted: its history stays, nothing of it is driven any more
+            // (`agent.delete` cleans up).
+            Err(StoreError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(store_err(e)),
+        };
         let ran = self
             .with_agent_lease(store, &agent.id, self.advance_held(store, revision_id))
             .await?;

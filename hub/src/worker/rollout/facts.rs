@@ -117,6 +117,20 @@ impl Rollout {
         }
     }
 
+    /// The physical namespace of `ns` on `cluster_id` (see
+    /// [`Self::physical_namespace`]).
+    pub(super) async fn physical_namespace_name(
+        &self,
+        store: &dyn Store,
+        ns: &Namespace,
+        cluster_id: &str,
+    ) -> Result<String, WorkError> {
+        Ok(self
+            .physical_namespace(store, ns, Some(cluster_id))
+            .await?
+            .0)
+    }
+
     /// The physical namespace of `ns` on `cluster_id`: what its spoke
     /// reported ensuring, else the `oce-` name.
     async fn physical_namespace(
