@@ -266,8 +266,10 @@ async fn grpc_and_rest_share_one_state(backend: Backend) {
 
     // Agent with every spec field.
     let full = pb::AgentSpec {
-        harness_kind: "dedicated-openclaw".into(),
-        execution_mode: "provider".into(),
+        // Ordinary execution: the test's spoke advertises no provisioning
+        // SandboxDriver (dedicated native OpenClaw would be refused there).
+        harness_kind: "dedicated-codex".into(),
+        execution_mode: "ordinary".into(),
         image: format!("ghcr.io/openclaw/openclaw@sha256:{}", "b".repeat(64)),
         gateway_image: "ghcr.io/openclaw/gateway:2".into(),
         configuration: "cfg".into(),
@@ -303,8 +305,8 @@ async fn grpc_and_rest_share_one_state(backend: Backend) {
     assert_eq!(
         body["spec"],
         json!({
-            "harnessKind": "dedicated-openclaw",
-            "executionMode": "provider",
+            "harnessKind": "dedicated-codex",
+            "executionMode": "ordinary",
             "image": full.image,
             "gatewayImage": "ghcr.io/openclaw/gateway:2",
             "configuration": "cfg",

@@ -590,7 +590,7 @@ async fn agents_crud(backend: Backend) {
         json!({ "name": "helper", "spec": spec("x:1") }),
     )
     .await
-    .expect_error(409, "already_exists");
+    .expect_error(409, "failed_precondition");
 
     // Never deployed: deletable right away.
     c.delete("/namespaces/team/agents/coder").await.expect(204);
@@ -1687,23 +1687,24 @@ async fn audit_records_every_mutation(backend: Backend) {
     assert_eq!(c.audit("?limit=2").await.len(), 2);
     assert_eq!(c.audit("?limit=2").await[..], all[..2]);
 
-    // A denied mutation is audited as denied.
-    c.create_agent("team", "bot", spec("img:1")).await;
+    // A denied mutation is audited as denied. (A deleted Agent's name
+    // stays with its history: a new one.)
+    c.create_agent("team", "bot2", spec("img:1")).await;
     let viewer = Client::new(&hub, &hub.token("peek", Some("team"), Role::Viewer).await);
     viewer
-        .deploy("team", "bot", None, None)
+        .deploy("team", "bot2", None, None)
         .await
         .expect_error(403, "permission_denied");
     let latest = c.audit("?limit=1").await;
     assert_eq!(latest[0]["action"], "agent.deploy");
     assert_eq!(latest[0]["actor"], "token:peek");
     assert_eq!(latest[0]["result"], "denied");
-    assert_eq!(latest[0]["target"], "agents/bot");
+    assert_eq!(latest[0]["target"], "agents/bot2");
     assert_eq!(latest[0]["namespace"], "team");
 
     // A failed mutation (a stale version) is audited as an error.
     c.put(
-        "/namespaces/team/agents/bot",
+        "/namespaces/team/agents/bot2",
         json!({ "spec": spec("img:3"), "version": 99 }),
     )
     .await
@@ -1732,7 +1733,7 @@ async fn audit_records_every_mutation(backend: Backend) {
 
     // Reads are not audited.
     let count = c.audit("?limit=1000").await.len();
-    c.get("/namespaces/team/agents/bot").await.expect(200);
+    c.get("/namespaces/team/agents/bot2").await.expect(200);
     c.get("/namespaces").await.expect(200);
     assert_eq!(c.audit("?limit=1000").await.len(), count);
     hub.stop().await;

@@ -444,9 +444,7 @@ mod cases {
             )
             .await;
         match again {
-            Err(StoreError::AlreadyExists { name, .. }) => {
-                assert!(name.contains("history"), "{name}")
-            }
+            Err(StoreError::FailedPrecondition(why)) => assert!(why.contains("history"), "{why}"),
             other => panic!("{other:?}"),
         }
         let events = s.list_audit(Some("team-a"), 100).await.unwrap();

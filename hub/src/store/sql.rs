@@ -744,13 +744,11 @@ impl Store for SqlStore {
         .await
         .map_err(|e| self.classify(e))?;
         if kept.is_some() {
-            return Err(StoreError::AlreadyExists {
-                kind: "agent",
-                name: format!(
-                    "{} (a deleted Agent's revision history keeps the name)",
-                    agent.name
-                ),
-            });
+            return Err(StoreError::FailedPrecondition(format!(
+                "agent name {:?} belongs to a deleted Agent whose revision history is kept: \
+                 choose another name",
+                agent.name
+            )));
         }
         sqlx::query(
             "INSERT INTO agents (id, namespace_id, name, spec, desired_state, active_revision, \
