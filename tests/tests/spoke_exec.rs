@@ -1072,3 +1072,60 @@ async fn spoke_service_account_is_denied_outside_its_grant() -> Result<()> {
     assert!(is_forbidden(&err), "{err}");
     other.delete().await
 }
+
+/// Issue 12: an adopted (operator-named) namespace longer than a
+/// provider's workspace limit is refused for provider work, naming the
+/// limit, and nothing of the provider is created; ordinary work there is
+/// unaffected.
+#[tokio::test]
+async fn provider_work_in_a_namespace_longer_than_its_workspace_limit_is_refused() -> Result<()> {
+    use clawfed_spoke::provider::crd::WORKSPACE_NAMESPACE_LIMIT;
+    let e = env().await?;
+    let admin = e.cluster.admin();
+    let (tx, _reports) = Reports::new();
+    let driver = Arc::new(CrdSandboxDriver::new(e.spoke.clone()));
+    let exec = Executor::with_driver(e.spoke.clone(), config(), tx, driver);
+    let t = Tenant::new("long");
+    let chosen = format!(
+        "ops-{}",
+        "a".repeat(WORKSPACE_NAMESPACE_LIMIT + 1 - "ops-".len())
+    );
+    assert!(chosen.len() > WORKSPACE_NAMESPACE_LIMIT);
+    let namespaces = Api::<Namespace>::all(admin.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &typed(&serde_json::json!({"metadata": {"name": chosen,
+                "labels": {labels::ADOPTABLE: "true"}}}))?,
+        )
+        .await?;
+    let mut nw = t.namespace_work();
+    nw.adopt = Some(chosen.clone());
+    let r = exec
+        .apply(&t.work(target::namespace(&t.id), 1, WorkSpec::NamespaceEnsure(nw)))
+        .await?;
+    assert_applied(&r, "adopt the long namespace");
+    let mut h = t.harness("boxed", 1);
+    h.data_plane_namespace = chosen.clone();
+    h.execution = ExecutionMode::Provider;
+    let r = exec.apply(&t.apply(&h, 1)).await?;
+    assert!(
+        !r.applied && r.reason.contains("workspace limit"),
+        "{}",
+        r.reason
+    );
+    let ar: ApiResource = clawfed_spoke::provider::crd::api_resource();
+    let crs = Api::<DynamicObject>::namespaced_with(admin.clone(), &chosen, &ar);
+    assert!(
+        crs.get_opt("boxed-r1-harness").await?.is_none(),
+        "no SandboxHarness"
+    );
+    let mut plain = t.harness("plain", 1);
+    plain.data_plane_namespace = chosen.clone();
+    assert_applied(&exec.apply(&t.apply(&plain, 1)).await?, "ordinary harness");
+    exec.shutdown();
+    let _ = namespaces
+        .delete(&chosen, &DeleteParams::background())
+        .await;
+    Ok(())
+}
