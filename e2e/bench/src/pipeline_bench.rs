@@ -46,7 +46,7 @@ use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
 use clawfed_hub::auth::{self, Role};
 use clawfed_hub::config::Config as HubConfig;
-use clawfed_hub::gateway::Gateways;
+use clawfed_hub::gateway::{Gateways, TransportCredentials};
 use clawfed_hub::model::{
     Agent, AgentRevision, BootstrapTokenCreated, Cluster, ConnectionState, List, Namespace,
     RevisionPhase,
@@ -62,17 +62,12 @@ use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
 use clawfed_tests::control_env;
 use clawfed_tests::kube_env::{self, TestCluster};
 use futures::StreamExt;
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace as KubeNamespace, Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
+use k8s_openapi::api::core::v1::{Namespace as KubeNamespace, Pod};
+use kube::api::DeleteParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use sqlx::Connection;
@@ -122,9 +117,6 @@ enum GatewayMode {
     Off,
 }
 
-const SPOKE_NAMESPACE: &str = "clawfed-system";
-const SPOKE_SERVICE_ACCOUNT: &str = "clawfed-spoke";
-const FIELD_MANAGER: &str = "clawfed-bench";
 const IMAGE: &str = "ghcr.io/openclaw/openclaw:1.0";
 /// Gateway image: the control cluster's Gateway config requires a digest;
 /// kwok runs nothing, so the registry is never asked.
@@ -172,7 +164,6 @@ fn clusters_dir() -> PathBuf {
 
 struct ExecCluster {
     name: String,
-    admin_config: kube::Config,
     admin: Client,
 }
 
@@ -187,108 +178,22 @@ async fn exec_cluster(name: &str) -> Result<ExecCluster> {
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
     cfg.connect_timeout = Some(Duration::from_secs(5));
     cfg.read_timeout = Some(Duration::from_secs(60));
-    let admin = Client::try_from(cfg.clone())?;
+    let admin = Client::try_from(cfg)?;
     tokio::time::timeout(Duration::from_secs(10), admin.apiserver_version())
         .await
         .with_context(|| format!("cluster {name}: /version timed out"))?
         .with_context(|| format!("cluster {name} does not answer"))?;
     Ok(ExecCluster {
         name: name.to_owned(),
-        admin_config: cfg,
         admin,
     })
 }
 
-fn typed<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T> {
-    Ok(serde_json::from_value(v.clone())?)
-}
-
-async fn apply_all<K>(client: &Client, obj: K) -> Result<()>
-where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
-        + serde::Serialize
-        + DeserializeOwned
-        + Clone
-        + std::fmt::Debug,
-{
-    Api::<K>::all(client.clone())
-        .patch(
-            &obj.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&obj),
-        )
-        .await?;
-    Ok(())
-}
-
-/// Installs deploy/spoke/{namespace,rbac,admission}.yaml as the admin (the
-/// same objects, parsed the same way, as tests/src/spoke_env.rs).
-async fn install_spoke_rbac(admin: &Client) -> Result<()> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/spoke/");
-    for file in ["namespace.yaml", "rbac.yaml", "admission.yaml"] {
-        let text = std::fs::read_to_string(format!("{dir}{file}"))
-            .with_context(|| format!("reading deploy/spoke/{file}"))?;
-        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-            let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
-            if v.is_null() {
-                continue;
-            }
-            match v["kind"].as_str().unwrap_or_default() {
-                "Namespace" => apply_all(admin, typed::<KubeNamespace>(&v)?).await?,
-                "ServiceAccount" => {
-                    let sa: ServiceAccount = typed(&v)?;
-                    let ns = sa.namespace().context("serviceaccount namespace")?;
-                    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
-                        .patch(
-                            &sa.name_any(),
-                            &PatchParams::apply(FIELD_MANAGER).force(),
-                            &Patch::Apply(&sa),
-                        )
-                        .await?;
-                }
-                "ClusterRole" => apply_all(admin, typed::<ClusterRole>(&v)?).await?,
-                "ClusterRoleBinding" => apply_all(admin, typed::<ClusterRoleBinding>(&v)?).await?,
-                "ValidatingAdmissionPolicy" => {
-                    apply_all(admin, typed::<ValidatingAdmissionPolicy>(&v)?).await?
-                }
-                "ValidatingAdmissionPolicyBinding" => {
-                    apply_all(admin, typed::<ValidatingAdmissionPolicyBinding>(&v)?).await?
-                }
-                other => bail!("unexpected kind {other} in deploy/spoke/{file}"),
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A client acting as the spoke's ServiceAccount (TokenRequest).
+/// A client acting as the spoke's ServiceAccount, after deploy/spoke is
+/// installed (the tests' own helper: one parser of those manifests).
 async fn spoke_client(c: &ExecCluster) -> Result<Client> {
-    install_spoke_rbac(&c.admin).await?;
-    let sas: Api<ServiceAccount> = Api::namespaced(c.admin.clone(), SPOKE_NAMESPACE);
-    let req = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let token = sas
-        .create_token_request(SPOKE_SERVICE_ACCOUNT, &PostParams::default(), &req)
-        .await
-        .context("TokenRequest for the spoke ServiceAccount")?
-        .status
-        .and_then(|s| s.token)
-        .context("TokenRequest returned no token")?;
-    let mut cfg = kube::Config::new(c.admin_config.cluster_url.clone());
-    cfg.root_cert = c.admin_config.root_cert.clone();
-    cfg.connect_timeout = c.admin_config.connect_timeout;
-    cfg.read_timeout = c.admin_config.read_timeout;
-    cfg.default_namespace = SPOKE_NAMESPACE.into();
-    cfg.auth_info = AuthInfo {
-        token: Some(token.into()),
-        ..Default::default()
-    };
-    Ok(Client::try_from(cfg)?)
+    let cluster = kube_env::cluster(&c.name).await?;
+    clawfed_tests::spoke_env::spoke_client(&cluster).await
 }
 
 // ------------------------------------------------------- Kubernetes timing
@@ -472,8 +377,11 @@ impl Rest {
         cluster: &str,
         gateways: bool,
     ) -> Result<()> {
+        // Embedded OpenClaw has no control-cluster Gateway: with Gateways
+        // on, the Agents are dedicated (Gateway in control, a workspace
+        // PVC in the execution cluster).
         let mut spec = json!({
-            "harnessKind": "embedded-openclaw",
+            "harnessKind": if gateways { "dedicated-codex" } else { "embedded-openclaw" },
             "image": IMAGE,
             "placement": { "cluster": cluster },
         });
@@ -543,6 +451,13 @@ struct Bench {
     gateways: Option<Arc<GatewayWorld>>,
     /// Agent -> index of the cluster its Harness is placed on.
     placed: Arc<Mutex<HashMap<String, usize>>>,
+    /// Admin clients of the execution clusters, by index of `args.clusters`.
+    exec_admins: Vec<Client>,
+    /// The tenant's data-plane namespace.
+    data_plane: String,
+    /// Gateways on: the pre-bound PVs of the dedicated Harnesses'
+    /// workspaces (cluster index, PV name), removed after the run.
+    workspace_pvs: Arc<Mutex<Vec<(usize, String)>>>,
 }
 
 impl Bench {
@@ -605,6 +520,19 @@ impl Bench {
             .insert(agent.to_owned(), cluster);
         if let Some(g) = &self.gateways {
             g.prepare(&self.tenant, agent).await?;
+            // The execution clusters have no provisioner either.
+            let pv = control_env::pre_bound_volume(
+                &self.exec_admins[cluster],
+                &format!("pbws-{agent}"),
+                None,
+                &self.data_plane,
+                &format!("{agent}-r1-workspace"),
+            )
+            .await?;
+            self.workspace_pvs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((cluster, pv));
         }
         self.rest
             .create_agent(
@@ -994,7 +922,7 @@ impl GatewayWorld {
     /// Installs deploy/hub (RBAC, the tests' StorageClass, the edge Gateway)
     /// in `control` and returns the world and the hub's Gateway runtime,
     /// acting as the hub's ServiceAccount.
-    async fn start(control: &str) -> Result<(Arc<Self>, Arc<dyn GatewayRuntime>)> {
+    async fn start(control: &str) -> Result<(Arc<Self>, Gateways)> {
         let control = kube_env::cluster(control)
             .await
             .with_context(|| format!("control cluster {control} (e2e/cluster.sh up {control})"))?;
@@ -1010,7 +938,7 @@ impl GatewayWorld {
             made: Mutex::default(),
             pvs: Mutex::default(),
         });
-        Ok((world, Arc::new(runtime)))
+        Ok((world, runtime))
     }
 
     /// The PV the Agent's Gateway PVC binds to (the test clusters have no
@@ -1063,14 +991,13 @@ async fn run(args: Args) -> Result<()> {
     }
     // Before the database: a control cluster that is not there fails the
     // run before anything needs removing.
-    let (gateway_world, runtime): (Option<Arc<GatewayWorld>>, Arc<dyn GatewayRuntime>) =
-        match args.gateways {
-            GatewayMode::On => {
-                let (world, runtime) = GatewayWorld::start(&args.control).await?;
-                (Some(world), runtime)
-            }
-            GatewayMode::Off => (None, Arc::new(GatewaysDisabled)),
-        };
+    let (gateway_world, gateways) = match args.gateways {
+        GatewayMode::On => {
+            let (world, gateways) = GatewayWorld::start(&args.control).await?;
+            (Some(world), Some(gateways))
+        }
+        GatewayMode::Off => (None, None),
+    };
     let db = database(args.postgres).await?;
     let backend = if args.postgres {
         "PostgreSQL"
@@ -1078,6 +1005,12 @@ async fn run(args: Args) -> Result<()> {
         "SQLite"
     };
     let store: Arc<dyn Store> = Arc::new(store::connect(&db.url).await?);
+    // The hub's Gateways derive each revision's transport credential from a
+    // key kept in the store (as `clawfed-hub serve` sets them up).
+    let runtime: Arc<dyn GatewayRuntime> = match gateways {
+        Some(g) => Arc::new(g.with_transport(TransportCredentials::load(store.clone()).await?)),
+        None => Arc::new(GatewaysDisabled),
+    };
     let ca_dir = tempfile::tempdir()?;
     let mut config = HubConfig::default();
     config.database.url = db.url.clone();
@@ -1087,8 +1020,11 @@ async fn run(args: Args) -> Result<()> {
     config.link.addr = "127.0.0.1:0".parse()?;
     config.link.ca_dir = ca_dir.path().to_owned();
     config.pipeline.enabled = true;
-    // kwok Pods run no process, so none publishes a plugin startup status.
+    // kwok Pods run no process: none publishes a plugin startup status or
+    // answers a data path probe (tunnel-bench measures that path).
     config.pipeline.startup_status = false;
+    config.pipeline.path_probe = false;
+    config.tunnel.addr = "127.0.0.1:0".parse()?;
     if let Some(ms) = args.worker_poll_ms {
         config.worker.poll_interval_ms = ms;
     }
@@ -1132,6 +1068,7 @@ async fn run(args: Args) -> Result<()> {
     let mut watches = Vec::new();
     let mut data_plane = None;
     let placed: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let workspace_pvs: Arc<Mutex<Vec<(usize, String)>>> = Arc::default();
     let suffix = &uuid::Uuid::new_v4().simple().to_string()[..6];
     let tenant = format!("pb{suffix}");
     let hub_clusters: Vec<String> = args
@@ -1252,6 +1189,9 @@ async fn run(args: Args) -> Result<()> {
             suffix: suffix.to_owned(),
             gateways: gateway_world.clone(),
             placed: placed.clone(),
+            exec_admins: clusters.iter().map(|c| c.admin.clone()).collect(),
+            data_plane: ns.data_plane_namespace.clone(),
+            workspace_pvs: workspace_pvs.clone(),
         };
         let (warm, lat) = bench.latency().await?;
         println!("latency phase done ({} revisions)", lat.len());
@@ -1284,6 +1224,10 @@ async fn run(args: Args) -> Result<()> {
         .ok();
     if let Some(g) = &gateway_world {
         g.cleanup().await;
+    }
+    let pvs = std::mem::take(&mut *workspace_pvs.lock().unwrap_or_else(|p| p.into_inner()));
+    for (cluster, pv) in pvs {
+        control_env::delete_volume(&clusters[cluster].admin, &pv).await;
     }
     if let Some(ns) = &data_plane {
         for c in &clusters {
