@@ -1086,9 +1086,11 @@ async fn provider_work_in_a_namespace_longer_than_its_workspace_limit_is_refused
     let driver = Arc::new(CrdSandboxDriver::new(e.spoke.clone()));
     let exec = Executor::with_driver(e.spoke.clone(), config(), tx, driver);
     let t = Tenant::new("long");
+    // Unique per run (a namespace of an earlier run may still terminate).
+    let id = uuid::Uuid::new_v4().simple().to_string();
     let chosen = format!(
-        "ops-{}",
-        "a".repeat(WORKSPACE_NAMESPACE_LIMIT + 1 - "ops-".len())
+        "ops-{id}-{}",
+        "a".repeat(WORKSPACE_NAMESPACE_LIMIT.saturating_sub("ops--".len() + id.len()) + 1)
     );
     assert!(chosen.len() > WORKSPACE_NAMESPACE_LIMIT);
     let namespaces = Api::<Namespace>::all(admin.clone());
