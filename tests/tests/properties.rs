@@ -92,8 +92,8 @@ fn every_property_has_a_suite_test() {
 }
 
 /// A runner for the broken-rule tests: enough cases that the defect is
-/// found from any seed (each was, from 20 of 20 seeds tried at these
-/// counts); the fixed seed only keeps the test stable.
+/// found from any seed (each was, from 20 of 20 seeds tried at 512
+/// cases); the fixed seed only keeps the test stable.
 fn mutant_runner(cases: u32) -> TestRunner {
     TestRunner::new(Config {
         cases,
