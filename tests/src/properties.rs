@@ -68,6 +68,9 @@ pub struct Outcome {
     pub seed: u64,
     /// The minimal failing input and why, when the property failed.
     pub failure: Option<String>,
+    /// Why the run could not start (a panic outside the cases, e.g. the
+    /// PostgreSQL test server unreachable): no verdict on the property.
+    pub setup_error: Option<String>,
     /// Wall time.
     pub elapsed: std::time::Duration,
 }
@@ -87,11 +90,31 @@ pub fn run(property: &Property, cases: u32, seed: Option<u64>) -> Outcome {
     };
     let mut runner = TestRunner::new(config);
     let started = Instant::now();
-    let result = (property.run)(&mut runner);
+    // The runner turns a panic inside a case into a failure; one that
+    // escapes it comes from the property's setup.
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (property.run)(&mut runner)));
+    let (failure, setup_error) = match result {
+        Ok(Ok(())) => (None, None),
+        Ok(Err(failure)) => (Some(failure), None),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "setup panicked".to_owned());
+            (None, Some(why))
+        }
+    };
     Outcome {
-        cases: if result.is_ok() { cases } else { 0 },
+        cases: if failure.is_none() && setup_error.is_none() {
+            cases
+        } else {
+            0
+        },
         seed,
-        failure: result.err(),
+        failure,
+        setup_error,
         elapsed: started.elapsed(),
     }
 }

@@ -15,6 +15,9 @@ fn suite(property: Property) {
         properties::suite_cases(&property),
         properties::suite_seed(),
     );
+    if let Some(error) = outcome.setup_error {
+        panic!("property {} could not run: {error}", property.name);
+    }
     if let Some(failure) = outcome.failure {
         panic!(
             "property {} failed (PROPTEST_RNG_SEED={} reproduces it):\n{failure}",

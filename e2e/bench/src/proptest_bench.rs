@@ -7,8 +7,10 @@
 //! clawfed-tests --test properties <name>`).
 //!
 //! The outbox properties run on SQLite and, when
-//! `CLAWFED_TEST_DATABASE_URL` is set, on PostgreSQL. Exits 1 when any
-//! property failed.
+//! `CLAWFED_TEST_DATABASE_URL` is set, on PostgreSQL. A batch that cannot
+//! start (PostgreSQL unreachable) is a setup error, not a verdict: counted,
+//! and the next batch tries again. Exits 1 when any property failed or ran
+//! no case.
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +44,7 @@ struct Figures {
     batches: u32,
     cases: u64,
     failures: Vec<(u64, u32, String)>,
+    setup_errors: u32,
     elapsed: Duration,
 }
 
@@ -101,6 +104,7 @@ fn main() -> Result<()> {
             batches: 0,
             cases: 0,
             failures: Vec::new(),
+            setup_errors: 0,
             elapsed: Duration::ZERO,
         };
         // Bounded: stops once its share of time is spent.
@@ -109,6 +113,13 @@ fn main() -> Result<()> {
             seed = seed.wrapping_add(1);
             f.batches += 1;
             f.cases += u64::from(outcome.cases);
+            if let Some(error) = outcome.setup_error {
+                // E.g. PostgreSQL restarted under us: no verdict; try the
+                // next batch after a pause (the loop ends with the share).
+                println!("SETUP {} seed {}: {error}", p.name, outcome.seed);
+                f.setup_errors += 1;
+                std::thread::sleep(Duration::from_secs(1));
+            }
             if let Some(failure) = outcome.failure {
                 println!("FAIL {} seed {}:\n{failure}", p.name, outcome.seed);
                 f.failures.push((outcome.seed, batch, failure));
@@ -116,19 +127,23 @@ fn main() -> Result<()> {
         }
         f.elapsed = started.elapsed();
         println!(
-            "{:<32} {:>10} cases {:>6} batches {:>9.0} cases/s {:>3} failures",
+            "{:<32} {:>10} cases {:>6} batches {:>9.0} cases/s {:>3} failures {:>3} setup errors",
             f.name,
             f.cases,
             f.batches,
             f.cases as f64 / f.elapsed.as_secs_f64(),
-            f.failures.len()
+            f.failures.len(),
+            f.setup_errors
         );
         all.push(f);
     }
     let cases: u64 = all.iter().map(|f| f.cases).sum();
     let failures: usize = all.iter().map(|f| f.failures.len()).sum();
     let wall: f64 = all.iter().map(|f| f.elapsed.as_secs_f64()).sum();
-    println!("total: {cases} cases in {wall:.0} s, {failures} failures");
+    let setup: u32 = all.iter().map(|f| f.setup_errors).sum();
+    println!(
+        "total: {cases} cases in {wall:.0} s, {failures} failures, {setup} batches without a verdict (setup errors)"
+    );
     for f in &all {
         for (seed, batch, _) in &f.failures {
             println!(
@@ -139,6 +154,9 @@ fn main() -> Result<()> {
     }
     if failures > 0 {
         bail!("{failures} property failures");
+    }
+    if let Some(f) = all.iter().find(|f| f.cases == 0) {
+        bail!("property {} ran no case (setup errors)", f.name);
     }
     Ok(())
 }
