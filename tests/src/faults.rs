@@ -21,8 +21,8 @@
 //! identity), SIGSTOP of a spoke past two heartbeats then SIGCONT, an
 //! immediate-mode PostgreSQL restart, a network partition of a spoke, a
 //! partition across the spoke's certificate renewal (`link.certTtlSeconds`
-//! 20: renewal at two thirds, the partition starts just before it and ends
-//! before the certificate expires, so the renewal fails and must be
+//! 45: renewal at two thirds, the partition starts just before it and ends
+//! 4 s before the certificate expires, so the renewal fails and must be
 //! retried in time), and, only with [`Options::apiserver_faults`], kill -9
 //! and restart of exec-b's kube-apiserver (`e2e/cluster.sh restart`).
 
@@ -41,11 +41,13 @@ use clawfed_hub::model::{
 };
 use clawfed_hub::store::NewToken;
 use clawfed_proto::labels;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
+    Container, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec, Secret,
+    Service, ServiceAccount,
 };
-use kube::api::{DeleteParams, DynamicObject, ListParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, SliceRandom};
@@ -64,8 +66,11 @@ use crate::spoke_env;
 
 const HARNESS_IMAGE: &str = "ghcr.io/openclaw/openclaw";
 const HEARTBEAT: Duration = Duration::from_secs(1);
-/// Short, so renewals (at two thirds) happen during the run and its faults.
-const CERT_TTL_SECONDS: u64 = 20;
+/// Short, so renewals (at two thirds) happen during the run and its faults,
+/// yet with a renewal window (a third: 15 s) longer than a few back-to-back
+/// outages: a certificate that expires while the hub is unreachable needs a
+/// new enrollment, by design.
+const CERT_TTL_SECONDS: u64 = 45;
 const EXEC: [&str; 2] = ["exec-a", "exec-b"];
 
 fn gateway_image() -> String {
@@ -94,6 +99,9 @@ pub struct Options {
     pub converge_within: Duration,
     /// Keep the run's directory (logs, configs) instead of removing it.
     pub keep_dir: bool,
+    /// After the final check, plant an extra Harness Deployment for one
+    /// Agent and see the checker report it (proof it can fail).
+    pub self_check: bool,
 }
 
 impl Default for Options {
@@ -106,6 +114,7 @@ impl Default for Options {
             round: 10,
             converge_within: Duration::from_secs(180),
             keep_dir: false,
+            self_check: false,
         }
     }
 }
@@ -135,6 +144,9 @@ pub struct Report {
     pub converge: Vec<Duration>,
     pub elapsed: Duration,
     pub dir: Option<PathBuf>,
+    /// With [`Options::self_check`]: whether the planted extra object was
+    /// reported (`None`: no Agent to plant it for).
+    pub self_check: Option<bool>,
 }
 
 impl Report {
@@ -162,11 +174,7 @@ impl Report {
             s += &format!("  {k:<22} {v}\n");
         }
         let frac = |x: usize| {
-            if n == 0 {
-                0.0
-            } else {
-                x as f64 / n as f64
-            }
+            if n == 0 { 0.0 } else { x as f64 / n as f64 }
         };
         s += &format!(
             "timed within 100 ms after a workload call: {}/{n} ({:.0} %)\n",
@@ -174,7 +182,7 @@ impl Report {
             100.0 * frac(self.timed)
         );
         s += &format!(
-            "caught a revision mid-pipeline: {}/{n} ({:.0} %); work in flight: {}/{n} ({:.0} %)\n",
+            "caught a revision mid-pipeline: {}/{n} ({:.0} %); work items pending or claimed: {}/{n} ({:.0} %)\n",
             self.mid_pipeline,
             100.0 * frac(self.mid_pipeline),
             self.mid_work,
@@ -188,7 +196,10 @@ impl Report {
             .collect::<Vec<_>>()
             .join(", ");
         s += "\n";
-        match (self.converge_percentile(50.0), self.converge_percentile(99.0)) {
+        match (
+            self.converge_percentile(50.0),
+            self.converge_percentile(99.0),
+        ) {
             (Some(p50), Some(p99)) => {
                 s += &format!(
                     "converged after the last fault: p50 {:.2} s  p99 {:.2} s  ({} samples)\n",
@@ -199,13 +210,19 @@ impl Report {
             }
             _ => s += "converged after the last fault: no samples\n",
         }
-        s += &format!("failed revisions (with reason): {}\n", self.failed_revisions.len());
+        s += &format!(
+            "failed revisions (with reason): {}\n",
+            self.failed_revisions.len()
+        );
         for f in &self.failed_revisions {
             s += &format!("  {f}\n");
         }
         s += &format!("invariant violations: {}\n", self.violations.len());
         for v in &self.violations {
             s += &format!("  {v}\n");
+        }
+        if let Some(found) = self.self_check {
+            s += &format!("self-check (planted extra Harness reported): {found}\n");
         }
         if let Some(d) = &self.dir {
             s += &format!("logs: {}\n", d.display());
@@ -349,7 +366,11 @@ impl PgCluster {
             if ok {
                 return Ok(());
             }
-            ensure!(Instant::now() < deadline, "PostgreSQL {} not ready", self.name);
+            ensure!(
+                Instant::now() < deadline,
+                "PostgreSQL {} not ready",
+                self.name
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -651,7 +672,11 @@ impl SpokeProc {
                 None,
             )
             .await?;
-        ensure!(created.status.is_success(), "bootstrap token: {}", created.body);
+        ensure!(
+            created.status.is_success(),
+            "bootstrap token: {}",
+            created.body
+        );
         let body: serde_json::Value = serde_json::from_str(&created.body)?;
         let token_file = dir.join(format!("{exec}.bootstrap-token"));
         std::fs::write(&token_file, body["token"].as_str().context("token")?)?;
@@ -849,7 +874,9 @@ pub async fn run(opts: Options) -> Result<Report> {
         kube_env::cluster("exec-a").await?,
         kube_env::cluster("exec-b").await?,
     ];
-    let tmp = tempfile::Builder::new().prefix("clawfed-faults-").tempdir()?;
+    let tmp = tempfile::Builder::new()
+        .prefix("clawfed-faults-")
+        .tempdir()?;
     let dir = tmp.path().to_path_buf();
     std::fs::create_dir_all(dir.join("logs"))?;
     let pg = tokio::task::spawn_blocking(PgCluster::create).await??;
@@ -974,7 +1001,64 @@ impl World {
             self.converge(opts.converge_within).await?;
         }
         self.check_audit().await?;
+        if opts.self_check {
+            self.report.self_check = self.plant_and_detect().await?;
+        }
         Ok(())
+    }
+
+    /// Plants a Harness Deployment no revision asked for beside one Agent
+    /// and returns whether [`Self::check_agent`] reports it; removes it.
+    async fn plant_and_detect(&mut self) -> Result<Option<bool>> {
+        let Some(i) =
+            (0..self.agents.len()).find(|&i| !self.tenants[self.agents[i].tenant].torn_down)
+        else {
+            return Ok(None);
+        };
+        let a = self.agents[i].clone();
+        let dpns = self.tenants[a.tenant].ns.data_plane_namespace.clone();
+        let name = format!("{}-r999-harness", a.name);
+        let labels = BTreeMap::from([
+            (labels::AGENT.to_owned(), a.name.clone()),
+            ("app".to_owned(), name.clone()),
+        ]);
+        let d = Deployment {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(labels.clone()),
+                ..Default::default()
+            },
+            spec: DeploymentSpec {
+                replicas: Some(0),
+                selector: LabelSelector {
+                    match_labels: Some(labels.clone()),
+                    ..Default::default()
+                },
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(labels),
+                        ..Default::default()
+                    }),
+                    spec: Some(PodSpec {
+                        containers: vec![Container {
+                            name: "planted".into(),
+                            image: Some("registry.invalid/planted:1".into()),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }),
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api = Api::<Deployment>::namespaced(self.execs[a.exec].admin(), &dpns);
+        api.create(&PostParams::default(), &d).await?;
+        let problems = self.check_agent(i).await;
+        let _ = api.delete(&name, &DeleteParams::background()).await;
+        let problems = problems?;
+        eprintln!("fault run: self-check on {dpns}/{name}: {problems:?}");
+        Ok(Some(problems.iter().any(|p| p.contains(&name))))
     }
 
     async fn online(&self, cluster: &str) -> Result<Option<()>> {
@@ -1187,7 +1271,10 @@ impl World {
                     .await?
                     .is_some_and(|now| now.spec.image.ends_with(&format!(":1.{}", a.tag + 1))));
         if !applied {
-            eprintln!("fault run: change {ns}/{}: {} {}", a.name, out.status, out.body);
+            eprintln!(
+                "fault run: change {ns}/{}: {} {}",
+                a.name, out.status, out.body
+            );
             return Ok(());
         }
         if out.status.is_success() {
@@ -1359,12 +1446,26 @@ impl World {
         let timed = self.last_call.elapsed() < Duration::from_millis(100);
         let (mid, work) = self.in_flight().await;
         self.count(Fault::CertRenewalPartition, timed, mid, work);
+        let before = self.spokes[spoke].not_after();
         let s = &self.spokes[spoke];
         s.proxy.partition(true);
-        // A third of the life left at renewal: heal with 2 s to spare.
-        let hold = Duration::from_secs(CERT_TTL_SECONDS / 3).saturating_sub(Duration::from_secs(2));
+        // A third of the life is left at renewal: heal with 4 s to spare.
+        let hold = Duration::from_secs(CERT_TTL_SECONDS / 3).saturating_sub(Duration::from_secs(4));
         tokio::time::sleep(hold + Duration::from_millis(500)).await;
         s.proxy.partition(false);
+        // Healed once the spoke holds a renewed certificate.
+        let renewed = until(
+            Duration::from_secs(4),
+            "the renewal after the partition",
+            || async { Ok((self.spokes[spoke].not_after() > before).then_some(())) },
+        )
+        .await;
+        if renewed.is_err() {
+            let name = self.spokes[spoke].cluster_name.clone();
+            self.violation(format!(
+                "spoke {name}: no renewed certificate 4 s after a partition across its renewal (notAfter {before:?})"
+            ));
+        }
         Ok(())
     }
 
@@ -1388,14 +1489,24 @@ impl World {
                 }
                 spokes_online = all;
             }
-            for i in 0..self.agents.len() {
-                if done.contains(&i) {
-                    continue;
-                }
-                match self.check_agent(i).await {
+            let pending: Vec<usize> = (0..self.agents.len())
+                .filter(|i| !done.contains(i))
+                .collect();
+            let results =
+                futures::future::join_all(pending.iter().map(|&i| self.check_agent(i))).await;
+            for (i, result) in pending.into_iter().zip(results) {
+                match result {
                     Ok(problems) if problems.is_empty() => {
                         done.insert(i);
-                        self.report.converge.push(start.elapsed());
+                        let took = start.elapsed();
+                        self.report.converge.push(took);
+                        if took > Duration::from_secs(5) {
+                            eprintln!(
+                                "fault run: {} converged after {took:?}; last seen: {:?}",
+                                self.agents[i].name,
+                                last.get(&i)
+                            );
+                        }
                     }
                     Ok(problems) => {
                         last.insert(i, problems);
@@ -1411,9 +1522,21 @@ impl World {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         if !spokes_online {
-            self.violation(format!(
-                "the spokes were not both online {within:?} after the last fault"
-            ));
+            for i in 0..2 {
+                let name = self.spokes[i].cluster_name.clone();
+                if matches!(self.online(&name).await, Ok(Some(()))) {
+                    continue;
+                }
+                let why = match self.spokes[i].not_after() {
+                    Some(t) if t < Utc::now() => format!(
+                        "its certificate expired at {t} while it could not reach the hub (renewal failed; it needs a new enrollment)"
+                    ),
+                    other => format!("certificate valid until {other:?}"),
+                };
+                self.violation(format!(
+                    "spoke {name} not online {within:?} after the last fault: {why}"
+                ));
+            }
         }
         for i in 0..self.agents.len() {
             if !done.contains(&i) {
@@ -1424,7 +1547,11 @@ impl World {
         }
         // Converged once must stay so.
         for i in done {
-            for p in self.check_agent(i).await.unwrap_or_else(|e| vec![format!("{e:#}")]) {
+            for p in self
+                .check_agent(i)
+                .await
+                .unwrap_or_else(|e| vec![format!("{e:#}")])
+            {
                 self.violation(format!("changed after converging: {p}"));
             }
         }
@@ -1439,7 +1566,10 @@ impl World {
             let ns = self.tenants[a.tenant].ns.name.clone();
             let list: Option<serde_json::Value> = self
                 .rest
-                .get(&format!("/namespaces/{ns}/agents/{}/revisions?limit=1000", a.name))
+                .get(&format!(
+                    "/namespaces/{ns}/agents/{}/revisions?limit=1000",
+                    a.name
+                ))
                 .await
                 .or_else(|_| Ok::<_, anyhow::Error>(None))?;
             let Some(list) = list else {
@@ -1470,7 +1600,10 @@ impl World {
                             .report
                             .failed_revisions
                             .push(format!("{ns}/{} r{}: {reason}", a.name, r.number)),
-                        None => found.push(format!("{ns}/{} r{}: failed without a reason", a.name, r.number)),
+                        None => found.push(format!(
+                            "{ns}/{} r{}: failed without a reason",
+                            a.name, r.number
+                        )),
                     }
                 }
             }
@@ -1508,7 +1641,10 @@ impl World {
             .await?;
         let revisions: Vec<AgentRevision> = match self
             .rest
-            .get::<serde_json::Value>(&format!("/namespaces/{ns}/agents/{}/revisions?limit=1000", a.name))
+            .get::<serde_json::Value>(&format!(
+                "/namespaces/{ns}/agents/{}/revisions?limit=1000",
+                a.name
+            ))
             .await?
         {
             Some(v) => serde_json::from_value(v["items"].clone())?,
@@ -1560,12 +1696,20 @@ impl World {
                     p.push(format!("{who}: deleted Agent still readable"));
                 }
                 if !harness_names.is_empty() {
-                    p.push(format!("{who}: deleted Agent has Harness {harness_names:?}"));
+                    p.push(format!(
+                        "{who}: deleted Agent has Harness {harness_names:?}"
+                    ));
                 }
                 for (kind, names) in [
                     ("Deployment", gw_deployments.clone()),
-                    ("Service", live_names::<Service>(&control, GW_NS, &a.name).await?),
-                    ("Secret", live_names::<Secret>(&control, GW_NS, &a.name).await?),
+                    (
+                        "Service",
+                        live_names::<Service>(&control, GW_NS, &a.name).await?,
+                    ),
+                    (
+                        "Secret",
+                        live_names::<Secret>(&control, GW_NS, &a.name).await?,
+                    ),
                     (
                         "ServiceAccount",
                         live_names::<ServiceAccount>(&control, GW_NS, &a.name).await?,
@@ -1576,14 +1720,17 @@ impl World {
                     ),
                 ] {
                     if !names.is_empty() {
-                        p.push(format!("{who}: deleted Agent has control {kind}s {names:?}"));
+                        p.push(format!(
+                            "{who}: deleted Agent has control {kind}s {names:?}"
+                        ));
                     }
                 }
                 if route.is_some() {
                     p.push(format!("{who}: deleted Agent has a route"));
                 }
                 if t.torn_down {
-                    let tenant: Option<Namespace> = self.rest.get(&format!("/namespaces/{ns}")).await?;
+                    let tenant: Option<Namespace> =
+                        self.rest.get(&format!("/namespaces/{ns}")).await?;
                     if tenant.is_some() {
                         p.push(format!("{who}: torn-down tenant {ns} still readable"));
                     }
@@ -1593,7 +1740,9 @@ impl World {
                         .await?
                         .is_some_and(|n| n.metadata.deletion_timestamp.is_none())
                     {
-                        p.push(format!("{who}: torn-down tenant's namespace {dpns} is live"));
+                        p.push(format!(
+                            "{who}: torn-down tenant's namespace {dpns} is live"
+                        ));
                     }
                 }
             }
@@ -1603,7 +1752,10 @@ impl World {
                     return Ok(p);
                 };
                 if a.desired == Desired::Stopped && agent.desired_state != DesiredState::Stopped {
-                    p.push(format!("{who}: desired {:?}, wanted stopped", agent.desired_state));
+                    p.push(format!(
+                        "{who}: desired {:?}, wanted stopped",
+                        agent.desired_state
+                    ));
                 }
                 if let Some(r) = revisions.iter().find(|r| r.phase == RevisionPhase::Active) {
                     p.push(format!("{who}: stopped, yet r{} is active", r.number));
@@ -1618,12 +1770,17 @@ impl World {
                     p.push(format!("{who}: stopped, yet a route"));
                 }
                 // A stop keeps the Gateway's storage.
-                let gateway_made = revisions.iter().any(|r| r.progress.gateway_applied_at.is_some());
+                let gateway_made = revisions
+                    .iter()
+                    .any(|r| r.progress.gateway_applied_at.is_some());
                 if a.dedicated && gateway_made {
-                    let pvcs = live_names::<PersistentVolumeClaim>(&control, GW_NS, &a.name).await?;
+                    let pvcs =
+                        live_names::<PersistentVolumeClaim>(&control, GW_NS, &a.name).await?;
                     let want = format!("{}-gateway-data", a.name);
                     if !pvcs.contains(&want) {
-                        p.push(format!("{who}: stopped, the Gateway PVC {want} is gone ({pvcs:?})"));
+                        p.push(format!(
+                            "{who}: stopped, the Gateway PVC {want} is gone ({pvcs:?})"
+                        ));
                     }
                 }
             }
@@ -1646,7 +1803,10 @@ impl World {
                     Some(latest)
                 };
                 if agent.desired_state != DesiredState::Running {
-                    p.push(format!("{who}: desired {:?}, wanted running", agent.desired_state));
+                    p.push(format!(
+                        "{who}: desired {:?}, wanted running",
+                        agent.desired_state
+                    ));
                 }
                 if active.len() > 1 {
                     p.push(format!("{who}: several active revisions {active:?}"));
@@ -1662,7 +1822,9 @@ impl World {
                 };
                 let want_harness = format!("{}-r{n}-harness", a.name);
                 if harness_names != [want_harness.clone()] {
-                    p.push(format!("{who}: Harness {harness_names:?}, wanted [{want_harness}]"));
+                    p.push(format!(
+                        "{who}: Harness {harness_names:?}, wanted [{want_harness}]"
+                    ));
                 }
                 for d in &harness {
                     // Applied once: the spec never changed after creation.
@@ -1673,7 +1835,11 @@ impl World {
                             d.metadata.generation
                         ));
                     }
-                    let ready = d.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+                    let ready = d
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.ready_replicas)
+                        .unwrap_or(0);
                     if ready < 1 {
                         p.push(format!("{who}: Harness {} not ready", d.name_any()));
                     }
@@ -1685,21 +1851,21 @@ impl World {
                 if a.dedicated {
                     let want_gw = format!("{}-gateway", a.name);
                     if gw_deployments != [want_gw.clone()] {
-                        p.push(format!("{who}: Gateway {gw_deployments:?}, wanted [{want_gw}]"));
+                        p.push(format!(
+                            "{who}: Gateway {gw_deployments:?}, wanted [{want_gw}]"
+                        ));
                     }
-                    let backend = route
-                        .as_ref()
-                        .map(route_spec)
-                        .transpose()?
-                        .and_then(|s| {
-                            s.rules
-                                .first()
-                                .and_then(|r| r.backend_refs.first())
-                                .map(|b| b.name.clone())
-                        });
+                    let backend = route.as_ref().map(route_spec).transpose()?.and_then(|s| {
+                        s.rules
+                            .first()
+                            .and_then(|r| r.backend_refs.first())
+                            .map(|b| b.name.clone())
+                    });
                     let want_backend = format!("{}-r{n}-gateway", a.name);
                     if backend.as_deref() != Some(&want_backend) {
-                        p.push(format!("{who}: route backend {backend:?}, wanted {want_backend}"));
+                        p.push(format!(
+                            "{who}: route backend {backend:?}, wanted {want_backend}"
+                        ));
                     }
                 } else {
                     if !gw_deployments.is_empty() {
@@ -1721,7 +1887,8 @@ impl World {
         for m in &self.mutations {
             *want.entry(m.clone()).or_default() += 1;
         }
-        let namespaces: BTreeSet<String> = self.mutations.iter().map(|m| m.namespace.clone()).collect();
+        let namespaces: BTreeSet<String> =
+            self.mutations.iter().map(|m| m.namespace.clone()).collect();
         let mut have: BTreeMap<Mutation, usize> = BTreeMap::new();
         for ns in namespaces {
             let Some(list) = self

@@ -35,13 +35,24 @@ async fn short_fault_run_converges_without_violations() -> Result<()> {
         round: 10,
         converge_within: Duration::from_secs(120),
         keep_dir: false,
+        self_check: true,
     })
     .await?;
     eprintln!("{}", report.render());
-    ensure!(report.total_faults() == 10, "{} faults", report.total_faults());
+    ensure!(
+        report.total_faults() == 10,
+        "{} faults",
+        report.total_faults()
+    );
     // Every kind of the short run was injected.
     ensure!(report.faults.len() == 6, "{:?}", report.faults);
     ensure!(!report.converge.is_empty(), "no Agent was checked");
+    // The checker reports a planted extra Harness: it can fail.
+    ensure!(
+        report.self_check == Some(true),
+        "self-check: {:?}",
+        report.self_check
+    );
     ensure!(
         report.violations.is_empty(),
         "{} violations (seed {seed}):\n{}",

@@ -48,6 +48,7 @@ async fn main() -> Result<()> {
         round: a.round,
         converge_within: Duration::from_secs(a.converge_seconds),
         keep_dir: a.keep_dir,
+        self_check: false,
     })
     .await?;
     print!("{}", report.render());
