@@ -1431,7 +1431,8 @@ impl World {
         self.report.mid_pipeline += usize::from(mid);
         self.report.mid_work += usize::from(work);
         eprintln!(
-            "fault run: {} (timed {timed}, revision in flight {mid}, work in flight {work})",
+            "fault run: {} {} (timed {timed}, revision in flight {mid}, work in flight {work})",
+            Utc::now().format("%H:%M:%S%.3f"),
             fault.name()
         );
     }
