@@ -868,6 +868,10 @@ struct World {
     /// Agents that did not converge in a round (reported then): later
     /// rounds do not wait for them again.
     broken: BTreeSet<usize>,
+    /// Spokes whose certificate expired while offline (reported then):
+    /// they cannot come back without a new enrollment, so later rounds
+    /// do not wait for them.
+    expired: BTreeSet<usize>,
     last_call: Instant,
 }
 
@@ -935,6 +939,7 @@ pub async fn run(opts: Options) -> Result<Report> {
         },
         pvs: Vec::new(),
         broken: BTreeSet::new(),
+        expired: BTreeSet::new(),
         last_call: Instant::now(),
     };
     let result = w.drive(&opts).await;
@@ -1468,7 +1473,7 @@ impl World {
             || async { Ok((self.spokes[spoke].not_after() > before).then_some(())) },
         )
         .await;
-        if renewed.is_err() {
+        if renewed.is_err() && !self.expired.contains(&spoke) {
             let name = self.spokes[spoke].cluster_name.clone();
             self.violation(format!(
                 "spoke {name}: no renewed certificate 4 s after a partition across its renewal (notAfter {before:?})"
@@ -1493,7 +1498,8 @@ impl World {
                 let mut all = true;
                 for i in 0..2 {
                     let name = self.spokes[i].cluster_name.clone();
-                    all &= matches!(self.online(&name).await, Ok(Some(())));
+                    all &= self.expired.contains(&i)
+                        || matches!(self.online(&name).await, Ok(Some(())));
                 }
                 spokes_online = all;
             }
@@ -1532,13 +1538,16 @@ impl World {
         if !spokes_online {
             for i in 0..2 {
                 let name = self.spokes[i].cluster_name.clone();
-                if matches!(self.online(&name).await, Ok(Some(()))) {
+                if self.expired.contains(&i) || matches!(self.online(&name).await, Ok(Some(()))) {
                     continue;
                 }
                 let why = match self.spokes[i].not_after() {
-                    Some(t) if t < Utc::now() => format!(
-                        "its certificate expired at {t} while it could not reach the hub (renewal failed; it needs a new enrollment)"
-                    ),
+                    Some(t) if t < Utc::now() => {
+                        self.expired.insert(i);
+                        format!(
+                            "its certificate expired at {t} while it could not reach the hub (renewal failed; it needs a new enrollment)"
+                        )
+                    }
                     other => format!("certificate valid until {other:?}"),
                 };
                 self.violation(format!(
