@@ -490,6 +490,19 @@ impl Rest {
         Ok(Some(serde_json::from_str(&text)?))
     }
 
+    /// [`Self::get`], retried (bounded) while the hub gives no answer or a
+    /// 5xx (a fault was just healed).
+    async fn get_retry<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match self.get(path).await {
+                Ok(v) => return Ok(v),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
     /// Retries (bounded) while the hub gives no answer or a 5xx.
     async fn mutate(
         &self,
@@ -1260,7 +1273,7 @@ impl World {
     /// Change: a new image in the draft, then deploy it.
     async fn change(&mut self, i: usize) -> Result<()> {
         let (ns, path) = self.agent_path(i);
-        let Some(agent) = self.rest.get::<Agent>(&path).await? else {
+        let Some(agent) = self.rest.get_retry::<Agent>(&path).await? else {
             bail!("{path} is missing");
         };
         let a = self.agents[i].clone();
@@ -1279,7 +1292,7 @@ impl World {
                 && out.status == StatusCode::CONFLICT
                 && self
                     .rest
-                    .get::<Agent>(&path)
+                    .get_retry::<Agent>(&path)
                     .await?
                     .is_some_and(|now| now.spec.image.ends_with(&format!(":1.{}", a.tag + 1))));
         if !applied {
@@ -1587,12 +1600,11 @@ impl World {
             let ns = self.tenants[a.tenant].ns.name.clone();
             let list: Option<serde_json::Value> = self
                 .rest
-                .get(&format!(
+                .get_retry(&format!(
                     "/namespaces/{ns}/agents/{}/revisions?limit=1000",
                     a.name
                 ))
-                .await
-                .or_else(|_| Ok::<_, anyhow::Error>(None))?;
+                .await?;
             let Some(list) = list else {
                 if !self.tenants[a.tenant].torn_down {
                     found.push(format!("{ns}/{}: revision history missing", a.name));
@@ -1914,7 +1926,7 @@ impl World {
         for ns in namespaces {
             let Some(list) = self
                 .rest
-                .get::<serde_json::Value>(&format!("/audit?namespace={ns}&limit=1000"))
+                .get_retry::<serde_json::Value>(&format!("/audit?namespace={ns}&limit=1000"))
                 .await?
             else {
                 continue;
