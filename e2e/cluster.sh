@@ -10,6 +10,7 @@
 #   e2e/cluster.sh status [NAME...]        print state (exit 1 if a NAME is not running)
 #   e2e/cluster.sh kubectl NAME ARGS...    kubectl against NAME as admin
 #   e2e/cluster.sh env    NAME             print KUBECONFIG=... for NAME
+#   e2e/cluster.sh restart NAME COMPONENT  kill -9 COMPONENT, start it again with the same flags (fault runs)
 #
 # NAME is control, exec-a or exec-b (fixed ports, see ports() below).
 # Cluster dirs live under ${CLAWFED_CLUSTERS_DIR:-${CLAWFED_CACHE:-$HOME/.cache/clawfed}/clusters}/NAME:
@@ -443,6 +444,24 @@ case "$cmd" in
   kubectl)
     (( $# > 0 )) || die "usage: cluster.sh kubectl NAME ARGS..."
     setup_vars "$1"; shift; bin_dir; kc "$@" ;;
+  restart)
+    # restart NAME COMPONENT: kill -9 one running component and start it
+    # again with the exact command line it ran with (read from /proc), for
+    # fault runs; waits for /readyz after an apiserver restart.
+    (( $# == 2 )) || die "usage: cluster.sh restart NAME COMPONENT"
+    setup_vars "$1"; c="$2"
+    alive "$c" || die "[$NAME] $c is not running"
+    pid="$(cat "$DIR/pids/$c.pid")"
+    mapfile -d '' argv < "/proc/$pid/cmdline"
+    kill -KILL "$pid"
+    for _ in $(seq 1 100); do
+      [[ -r "/proc/$pid/cmdline" && -s "/proc/$pid/cmdline" ]] || break
+      sleep 0.1
+    done
+    echo "cluster.sh: restarted after kill -9 at $(date -u +%FT%TZ)" >> "$DIR/logs/$c.log"
+    setsid "${argv[@]}" >> "$DIR/logs/$c.log" 2>&1 < /dev/null &
+    echo $! > "$DIR/pids/$c.pid"
+    if [[ "$c" == kube-apiserver ]]; then wait_for "kube-apiserver /readyz" 60 kube-apiserver ready_ok; fi ;;
   env)
     (( $# == 1 )) || die "usage: cluster.sh env NAME"
     setup_vars "$1"; echo "export KUBECONFIG=$KUBECONFIG_ADMIN" ;;

@@ -13,8 +13,8 @@
 //! Every test cleans up what it made (tenant namespaces in exec-a, Gateway
 //! objects in control, PVs), also when it fails.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,6 +40,7 @@ use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
 use clawfed_tests::control_env::{self, GW_NS};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env::{self, TestCluster};
+use clawfed_tests::procs::{Proc, bin, free_port};
 use clawfed_tests::{db, spoke_env};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
@@ -1348,102 +1349,6 @@ async fn a_tenant_token_cannot_deploy_into_another_tenant() -> Result<()> {
 }
 
 // ======================================================= hub processes
-
-fn bin(name: &str) -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .context("target directory")?;
-    let path = dir.join(name);
-    ensure!(
-        path.exists(),
-        "{} is missing: build it first with `cargo build -p clawfed-hub -p clawfed-spoke --bins`",
-        path.display()
-    );
-    Ok(path)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
-/// A child process, killed (SIGKILL) and reaped when dropped.
-struct Proc {
-    tag: String,
-    child: Option<Child>,
-    stdout: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Proc {
-    fn spawn(tag: &str, command: &mut Command, logs: &Path) -> Result<Self> {
-        let stdout = logs.join(format!("{tag}.out"));
-        let stderr = logs.join(format!("{tag}.err"));
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&stdout)?)
-            .stderr(std::fs::File::create(&stderr)?)
-            .spawn()
-            .with_context(|| format!("spawn {tag}"))?;
-        Ok(Self {
-            tag: tag.to_owned(),
-            child: Some(child),
-            stdout,
-            stderr,
-        })
-    }
-
-    fn text(path: &Path) -> String {
-        std::fs::read_to_string(path).unwrap_or_default()
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
-    }
-
-    /// `kill -9`, then reap.
-    fn kill9(&mut self) -> Result<()> {
-        let mut child = self.child.take().context("not running")?;
-        child.kill()?;
-        child.wait()?;
-        Ok(())
-    }
-
-    /// SIGTERM, then a bounded wait (SIGKILL after it).
-    async fn terminate(&mut self) {
-        let Some(child) = self.child.as_mut() else {
-            return;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if matches!(child.try_wait(), Ok(Some(_))) {
-                self.child = None;
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        eprintln!("{} did not exit on SIGTERM; killing", self.tag);
-        let _ = self.kill9();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
 
 /// A `clawfed-hub serve` child on PostgreSQL with the pipeline and the
 /// control-cluster Gateways on (YAML config; `gateway.kubeconfig` is a

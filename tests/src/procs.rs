@@ -1,0 +1,129 @@
+//! Real `clawfed-hub` and `clawfed-spoke` processes for tests and the fault
+//! runner: the binaries of the target dir, children killed when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+
+/// A binary of this target dir (`target/debug/<name>`), found from a test
+/// binary (`target/debug/deps/`) or a program beside it.
+pub fn bin(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let here = exe.parent().context("target directory")?;
+    let candidates = [Some(here), here.parent()];
+    let path = candidates
+        .into_iter()
+        .flatten()
+        .map(|d| d.join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| here.join(name));
+    ensure!(
+        path.exists(),
+        "{} is missing: build it first with `cargo build -p clawfed-hub -p clawfed-spoke --bins`",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// A child process, killed (SIGKILL) and reaped when dropped.
+pub struct Proc {
+    pub tag: String,
+    child: Option<Child>,
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(tag: &str, command: &mut Command, logs: &Path) -> Result<Self> {
+        let stdout = logs.join(format!("{tag}.out"));
+        let stderr = logs.join(format!("{tag}.err"));
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout)?)
+            .stderr(std::fs::File::create(&stderr)?)
+            .spawn()
+            .with_context(|| format!("spawn {tag}"))?;
+        Ok(Self {
+            tag: tag.to_owned(),
+            child: Some(child),
+            stdout,
+            stderr,
+        })
+    }
+
+    pub fn text(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    /// The process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// `kill -9`, then reap.
+    pub fn kill9(&mut self) -> Result<()> {
+        let mut child = self.child.take().context("not running")?;
+        child.kill()?;
+        child.wait()?;
+        Ok(())
+    }
+
+    /// Sends `signal` (e.g. `-STOP`, `-CONT`) with kill(1).
+    pub fn signal(&self, signal: &str) -> Result<()> {
+        let pid = self.pid().context("not running")?;
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()?;
+        ensure!(status.success(), "kill {signal} {pid}: {status}");
+        Ok(())
+    }
+
+    /// SIGTERM, then a bounded wait (SIGKILL after it).
+    pub async fn terminate(&mut self) {
+        let Some(child) = self.child.as_mut() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                self.child = None;
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!("{} did not exit on SIGTERM; killing", self.tag);
+        let _ = self.kill9();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // A stopped child must run again to die of SIGKILL promptly.
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
