@@ -20,7 +20,7 @@ pub mod hub;
 pub mod kube_env;
 pub mod link;
 pub mod netns;
-pub mod properties;
 pub mod procs;
+pub mod properties;
 pub mod spoke_env;
 pub mod tunnel;
