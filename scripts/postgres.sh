@@ -28,14 +28,16 @@ ensure_installed() {
 }
 
 cluster() {
-  # The newest installed version's first cluster, e.g. "15 main".
+  # The newest installed version's cluster "main", e.g. "15 main 5432
+  # online". Always that one: other clusters (the fault run makes and
+  # restarts its own) are not the tests' server.
   local version
   version=$(ls /usr/lib/postgresql | sort -V | tail -n 1)
-  if ! pg_lsclusters -h | awk -v v="$version" '$1 == v' | grep -q .; then
+  if ! pg_lsclusters -h | awk -v v="$version" '$1 == v && $2 == "main"' | grep -q .; then
     log "creating cluster $version main"
     pg_createcluster "$version" main >&2
   fi
-  pg_lsclusters -h | awk -v v="$version" '$1 == v { print $1, $2, $3, $4; exit }'
+  pg_lsclusters -h | awk -v v="$version" '$1 == v && $2 == "main" { print $1, $2, $3, $4; exit }'
 }
 
 start() {
