@@ -413,6 +413,17 @@ pub trait Store: LinkStore + CredentialStore + Send + Sync + 'static {
         error: &str,
         now: DateTime<Utc>,
     ) -> Result<bool>;
+    /// Gives a claimed item back to pending, due at `run_at`, without
+    /// counting the attempt (the work was busy, not failing), keeping
+    /// `reason` as its last error.
+    async fn defer_work(
+        &self,
+        worker: &str,
+        id: &str,
+        run_at: DateTime<Utc>,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
     /// Gives a claimed item back untouched (shutdown interrupted it): it is
     /// pending again, due now, and the attempt is not counted.
     async fn release_work(&self, worker: &str, id: &str, now: DateTime<Utc>) -> Result<bool>;

@@ -39,6 +39,11 @@ pub enum WorkError {
     /// Shutdown interrupted the handler; the item is released untouched.
     #[error("cancelled by shutdown")]
     Cancelled,
+    /// The work cannot run now because other work holds what it needs (an
+    /// Agent's pass lease): tried again shortly, and the attempt is not
+    /// counted, so a busy Agent never exhausts a stop's attempts.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl WorkError {
@@ -158,7 +163,12 @@ enum Outcome {
     Retry(String),
     Fail(String),
     Release,
+    /// Not now (busy); tried again after a short delay, attempt not counted.
+    Defer(String),
 }
+
+/// How long busy work waits before it is tried again.
+const BUSY_DELAY: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl Worker {
     /// A worker running `handlers` over `store`.
@@ -301,6 +311,16 @@ impl Worker {
                     );
                     totals.failed += 1;
                 }
+                Outcome::Defer(reason) => {
+                    let run_at = now + chrono::Duration::from_std(BUSY_DELAY).unwrap_or_default();
+                    tracing::info!(worker = %self.config.id, workId = %item.id, kind = %item.kind, attempt = item.attempts, reason = %reason, "worker.deferred");
+                    self.settle(
+                        self.store
+                            .defer_work(&self.config.id, &item.id, run_at, &reason, now)
+                            .await,
+                        item,
+                    );
+                }
                 Outcome::Release => {
                     // Put back for another worker (or this one after restart).
                     self.settle(
@@ -340,13 +360,14 @@ impl Worker {
         let outcome = match self.handlers.0.get(&item.kind) {
             None => Outcome::Fail(format!("no handler for work kind {:?}", item.kind)),
             Some(handler) => match self.recheck(item, handler.required_action()).await {
-                Err(WorkError::Retryable(e)) => Outcome::Retry(e),
+                Err(WorkError::Retryable(e) | WorkError::Busy(e)) => Outcome::Retry(e),
                 Err(e) => Outcome::Fail(e.to_string()),
                 Ok(()) => match handler.handle(self.store.as_ref(), item, shutdown).await {
                     Ok(()) => Outcome::Done,
                     Err(WorkError::Retryable(e)) => Outcome::Retry(e),
                     Err(WorkError::Permanent(e)) => Outcome::Fail(e),
                     Err(WorkError::Cancelled) => Outcome::Release,
+                    Err(WorkError::Busy(e)) => Outcome::Defer(e),
                 },
             },
         };

@@ -60,6 +60,7 @@ on_both_backends!(
     retryable_failures_back_off_then_succeed,
     gives_up_after_max_attempts,
     permanent_failure_fails_at_once,
+    busy_work_waits_without_using_its_attempts,
     recheck_refuses_revoked_tokens_wrong_scopes_and_lost_owners,
     expired_leases_are_recovered_and_fenced,
     concurrent_workers_complete_each_item_once,
@@ -260,6 +261,35 @@ impl WorkHandler for Flaky {
         if call <= self.fails {
             return Err(WorkError::Retryable(format!(
                 "flaky dependency unavailable (call {call})"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Busy (another pass holds what it needs) on its first `busy` calls for
+/// an item, then succeeds.
+struct Busy {
+    busy: usize,
+    calls: Calls,
+}
+
+#[async_trait]
+impl WorkHandler for Busy {
+    fn required_action(&self) -> Action {
+        Action::Installation
+    }
+
+    async fn handle(
+        &self,
+        _store: &dyn Store,
+        item: &WorkItem,
+        _cancel: &CancellationToken,
+    ) -> Result<(), WorkError> {
+        let call = self.calls.record(item);
+        if call <= self.busy {
+            return Err(WorkError::Busy(format!(
+                "lease held elsewhere (call {call})"
             )));
         }
         Ok(())
@@ -511,6 +541,36 @@ async fn permanent_failure_fails_at_once(backend: Backend) {
     let shown = rest_get(&hub, &format!("/work/{id}")).await;
     assert_eq!(shown["state"], "failed");
     assert_eq!(shown["attempts"], 1);
+}
+
+/// Issue 10 (fault run, seed 1): work that finds another pass holding the
+/// Agent's lease is busy, not failing: it is tried again shortly and the
+/// attempt is not counted, so it outlasts any number of busy rounds (a stop
+/// used to exhaust its attempts and be lost).
+async fn busy_work_waits_without_using_its_attempts(backend: Backend) {
+    let calls = Calls::default();
+    let handlers = handlers_with(
+        "test.busy",
+        Busy {
+            busy: 4,
+            calls: calls.clone(),
+        },
+    );
+    let hub = TestHub::start_with(backend, |_| {}, handlers).await;
+    let store = hub.store();
+    let id = store
+        .enqueue_work(&[work("test.busy", 2)])
+        .await
+        .expect("enqueue")
+        .remove(0);
+    let item = settled(store.as_ref(), &id).await;
+    assert_eq!(item.state, WorkState::Done, "{item:?}");
+    assert_eq!(item.attempts, 1, "busy rounds are not attempts: {item:?}");
+    assert_eq!(
+        calls.of(&id).len(),
+        5,
+        "4 busy calls, then the one that ran"
+    );
 }
 
 /// 5. Before any effect the worker re-checks who asked and what the work

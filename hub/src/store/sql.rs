@@ -1218,6 +1218,32 @@ impl Store for SqlStore {
             .await
     }
 
+    async fn defer_work(
+        &self,
+        worker: &str,
+        id: &str,
+        run_at: DateTime<Utc>,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE work_items SET state = 'pending', run_at = $1, updated_at = $2, \
+             attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, last_error = $3, \
+             lease_owner = NULL, lease_expires_at = NULL \
+             WHERE id = $4 AND lease_owner = $5 AND state = 'claimed'",
+        )
+        .bind(ms(run_at))
+        .bind(ms(now))
+        .bind(reason.to_owned())
+        .bind(id.to_owned())
+        .bind(worker.to_owned())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        Ok(done == 1)
+    }
+
     async fn release_work(&self, worker: &str, id: &str, now: DateTime<Utc>) -> Result<bool> {
         let done = sqlx::query(
             "UPDATE work_items SET state = 'pending', run_at = $1, updated_at = $1, \

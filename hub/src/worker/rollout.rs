@@ -845,7 +845,7 @@ impl Rollout {
             )
             .await?;
         if ran.is_none() {
-            return Err(WorkError::Retryable(
+            return Err(WorkError::Busy(
                 "another pipeline pass of this Agent is running".into(),
             ));
         }
