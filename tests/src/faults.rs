@@ -32,6 +32,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+
+use crate::until;
 use chrono::{DateTime, Utc};
 use clawfed_hub::auth::{self, Role};
 use clawfed_hub::gateway::Gateways;
@@ -239,30 +241,6 @@ fn percentile(samples: &[Duration], p: f64) -> Option<Duration> {
     v.sort();
     let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
     v.get(i.min(v.len() - 1)).copied()
-}
-
-/// Polls `f` every 50 ms until it yields `Some`, failing after `within`.
-async fn until<T, F, Fut>(within: Duration, what: &str, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let deadline = Instant::now() + within;
-    let mut last = None;
-    loop {
-        match f().await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last = Some(e),
-        }
-        if Instant::now() >= deadline {
-            return Err(match last {
-                Some(e) => e.context(format!("timed out after {within:?} waiting for {what}")),
-                None => anyhow::anyhow!("timed out after {within:?} waiting for {what}"),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn short_id() -> String {

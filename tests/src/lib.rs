@@ -12,6 +12,7 @@
 //! - [`spoke_env`]: the spoke's own RBAC and ServiceAccount client in a test cluster.
 //! - [`tunnel`]: a Gateway's CONNECT to the hub's tunnel ingress.
 //! - [`kube_env`]: attach to the real Kubernetes test clusters (`e2e/cluster.sh`).
+//! - [`until`]: poll a fallible condition with a deadline.
 
 pub mod control_env;
 pub mod db;
@@ -24,3 +25,32 @@ pub mod procs;
 pub mod properties;
 pub mod spoke_env;
 pub mod tunnel;
+
+/// Polls `f` every 20 ms until it yields `Some`, failing after `within`
+/// with the last error `f` returned.
+pub async fn until<T, F, Fut>(
+    within: std::time::Duration,
+    what: &str,
+    mut f: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = std::time::Instant::now() + within;
+    let mut last = None;
+    loop {
+        match f().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = Some(e),
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(match last {
+                Some(e) => e.context(format!("timed out after {within:?} waiting for {what}")),
+                None => anyhow::anyhow!("timed out after {within:?} waiting for {what}"),
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

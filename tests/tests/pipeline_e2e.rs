@@ -41,6 +41,7 @@ use clawfed_tests::control_env::{self, GW_NS};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env::{self, TestCluster};
 use clawfed_tests::procs::{Proc, bin, free_port};
+use clawfed_tests::until;
 use clawfed_tests::{db, spoke_env};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
@@ -67,31 +68,6 @@ fn gateway_image() -> String {
 
 fn short_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
-}
-
-/// Polls `f` every 20 ms until it yields `Some`, failing after `within`
-/// with the last error.
-async fn until<T, F, Fut>(within: Duration, what: &str, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let deadline = Instant::now() + within;
-    let mut last = None;
-    loop {
-        match f().await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last = Some(e),
-        }
-        if Instant::now() >= deadline {
-            return Err(match last {
-                Some(e) => e.context(format!("timed out after {within:?} waiting for {what}")),
-                None => anyhow::anyhow!("timed out after {within:?} waiting for {what}"),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 // ------------------------------------------------------------------ REST
