@@ -210,7 +210,7 @@ pub fn gateway_target(
 mod tests {
     use super::*;
 
-    fn namespace() -> Namespace {
+    pub(super) fn namespace() -> Namespace {
         serde_json::from_value(serde_json::json!({
             "id": "0190a0b0-0000-7000-8000-000000000001",
             "name": "team",
@@ -326,24 +326,9 @@ mod tests {
 
 #[cfg(test)]
 mod settings_tests {
+    use super::tests::namespace;
     use super::*;
     use crate::compute_driver::ComputeDriverConfig;
-
-    fn namespace() -> Namespace {
-        serde_json::from_value(serde_json::json!({
-            "id": "0190a0b0-0000-7000-8000-000000000001",
-            "name": "team",
-            "displayName": "team",
-            "dataPlaneNamespace": "oce-0123456789abcde",
-            "adopted": false,
-            "state": "active",
-            "provisionedAt": null,
-            "version": 1,
-            "createdAt": "2025-01-01T00:00:00Z",
-            "updatedAt": "2025-01-01T00:00:00Z",
-        }))
-        .expect("namespace")
-    }
 
     fn revision(kind: &str, resources: serde_json::Value) -> AgentRevision {
         serde_json::from_value(serde_json::json!({
