@@ -145,7 +145,7 @@ struct TargetLocks {
 }
 
 /// Holds one target's lock; removes the map entry when no one else waits.
-struct TargetGuard<'a> {
+pub struct TargetGuard<'a> {
     owner: &'a TargetLocks,
     target: String,
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
@@ -205,6 +205,9 @@ pub struct Executor {
     results: Mutex<HashMap<String, (i64, WorkResult)>>,
     locks: TargetLocks,
     rebuilt: OnceCell<()>,
+    /// Namespaces a `namespace.delete` is tearing down right now: drift
+    /// repair leaves them alone.
+    closing: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -256,6 +259,7 @@ impl Executor {
             results: Mutex::new(HashMap::new()),
             locks: TargetLocks::default(),
             rebuilt: OnceCell::new(),
+            closing: Mutex::new(HashSet::new()),
         }
     }
 
@@ -277,6 +281,45 @@ impl Executor {
     /// for `target`, if it did (the tunnel checks it manages a Harness).
     pub fn recorded(&self, target: &str) -> Option<(String, i64)> {
         self.recorded_lock().get(target).cloned()
+    }
+
+    /// The execution cluster's client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The execution settings.
+    pub fn config(&self) -> &SpokeConfig {
+        &self.config
+    }
+
+    /// Serializes with work on `target` (drift repair holds it while it
+    /// re-reads the record and re-applies).
+    pub async fn lock_target(&self, target: &str) -> TargetGuard<'_> {
+        self.locks.lock(target).await
+    }
+
+    /// True while a `namespace.delete` tears `namespace` down.
+    pub fn namespace_closing(&self, namespace: &str) -> bool {
+        self.closing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(namespace)
+    }
+
+    /// Durably records the desired state `work` applied (drift repair's
+    /// source), before the ledger entry and the ack.
+    async fn record_desired(
+        &self,
+        work: &Work,
+        namespace: &str,
+        tenant: &str,
+        adopted: bool,
+    ) -> Result<(), Failure> {
+        let record = crate::drift::desired::from_work(work, namespace, adopted)?;
+        let secrets = Api::<Secret>::namespaced(self.client.clone(), namespace);
+        crate::drift::desired::record(&secrets, tenant, &record).await?;
+        Ok(())
     }
 
     /// Targets with a lock entry right now (work in progress or waiting).
@@ -501,6 +544,7 @@ impl Executor {
             .ensure_namespace(&ctx, &self.cancel.child_token())
             .await?;
         self.observer.watch_namespace(&name);
+        self.record_desired(work, &name, &w.tenant, adopted).await?;
         // Record last: the generation is on the cluster before the ack.
         let patch = Namespace {
             metadata: ObjectMeta {
@@ -568,6 +612,7 @@ impl Executor {
             .labels()
             .get(labels::ADOPTED)
             .is_some_and(|v| v == "true");
+        let _closing = Closing::new(&self.closing, name);
         let ops = NamespaceOps {
             exec: self,
             ctx: NamespaceContext {
@@ -641,6 +686,21 @@ impl Executor {
                     revision_id: p.revision_id.clone(),
                     execution: p.execution,
                 };
+                // The predecessor's record says stopped before its objects
+                // go, under its lock, so drift repair does not put them back.
+                let pt =
+                    clawfed_proto::work::target::harness(&h.namespace_id, &h.agent, p.revision);
+                let _pred = self.locks.lock(&pt).await;
+                if let Some((_, generation)) = self.recorded(&pt) {
+                    let stop = Work {
+                        sequence: 0,
+                        target: pt.clone(),
+                        generation,
+                        kind: WorkKind::HarnessStop.as_str().into(),
+                        spec: WorkSpec::HarnessStop(r.clone()).encode(),
+                    };
+                    self.record_desired(&stop, ns, &h.tenant, false).await?;
+                }
                 let ops = RevisionOps::new(self, &r);
                 run_plan(&ops, STOP).await?;
                 self.observer.untrack(ns, &h.agent, p.revision);
@@ -678,6 +738,7 @@ impl Executor {
             }
             return Err(f);
         }
+        self.record_desired(work, ns, &h.tenant, false).await?;
         let cms = Api::<ConfigMap>::namespaced(self.client.clone(), ns);
         ledger::record(&cms, &h.tenant, &work.target, work.generation).await?;
         self.recorded_lock()
@@ -760,6 +821,7 @@ impl Executor {
         }
         run_plan(&RevisionOps::new(self, r), plan).await?;
         self.observer.untrack(ns, &r.agent, r.revision);
+        self.record_desired(work, ns, &r.tenant, false).await?;
         let cms = Api::<ConfigMap>::namespaced(self.client.clone(), ns);
         ledger::record(&cms, &r.tenant, &work.target, work.generation).await?;
         self.recorded_lock()
@@ -918,6 +980,33 @@ impl Executor {
             "spoke.exec.rebuilt"
         );
         Ok(())
+    }
+}
+
+/// Marks a namespace as being torn down while it lives.
+struct Closing<'a> {
+    set: &'a Mutex<HashSet<String>>,
+    name: String,
+}
+
+impl<'a> Closing<'a> {
+    fn new(set: &'a Mutex<HashSet<String>>, name: &str) -> Self {
+        set.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_string());
+        Closing {
+            set,
+            name: name.to_string(),
+        }
+    }
+}
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.name);
     }
 }
 

@@ -14,6 +14,8 @@
 //!   and a CRD-backed driver that owns its Harness through a custom resource.
 //! - [`cleanup`]: stop / retire / namespace teardown ordering (pure plans and
 //!   their runner).
+//! - [`drift`]: watches what the spoke manages and re-applies its fields
+//!   on drift, from the durable desired-state records.
 //! - [`config`]: the spoke's execution settings.
 //! - [`link`]: the hub link: enrollment, the mTLS stream, renewal, reconnects.
 //! - [`podproxy`]: bounded reads of Pod-private paths (startup status,
@@ -24,6 +26,7 @@
 pub mod apply;
 pub mod cleanup;
 pub mod config;
+pub mod drift;
 pub mod exec;
 pub mod link;
 pub mod podproxy;

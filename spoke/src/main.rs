@@ -172,6 +172,8 @@ async fn main() -> anyhow::Result<()> {
     // With a Kubernetes applier the spoke also serves the data path: the
     // hub's tunnel opens resolve to the Harness endpoints it applied.
     let mut tunnels = None;
+    let mut repairer = None;
+    let drift_metrics = clawfed_spoke::drift::DriftMetrics::default();
     let mut capabilities = vec![format!("applier:{:?}", args.applier).to_lowercase()];
     let applier: Arc<dyn WorkApplier> = match (args.applier, &kube) {
         (Applier::Kube, Some(client)) => {
@@ -197,6 +199,12 @@ async fn main() -> anyhow::Result<()> {
                 reports_tx,
                 driver,
             ));
+            repairer = Some(clawfed_spoke::drift::Repairer::new(
+                executor.clone(),
+                drift_metrics.clone(),
+                clawfed_spoke::drift::limit::Budget::default(),
+                CancellationToken::new(),
+            ));
             tunnels = Some(Arc::new(Tunnels::new(
                 Arc::new(KubeHarnessDialer::new(client.clone(), executor.clone())),
                 TunnelSettings::default(),
@@ -216,8 +224,18 @@ async fn main() -> anyhow::Result<()> {
 
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = SpokeMetrics::register(&mut registry);
+    drift_metrics.register_into(&mut registry);
     let registry = Arc::new(registry);
     let shutdown = CancellationToken::new();
+    let drift_task = repairer.map(|r| {
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = r.run() => {}
+            }
+        })
+    });
     let metrics_listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .with_context(|| format!("--metrics-addr {}", args.metrics_addr))?;
@@ -252,6 +270,9 @@ async fn main() -> anyhow::Result<()> {
     let result = link.run(reports_rx, shutdown.clone()).await;
     shutdown.cancel();
     let _ = metrics_task.await;
+    if let Some(t) = drift_task {
+        let _ = t.await;
+    }
     tracing::info!("spoke.stopped");
     result.map_err(Into::into)
 }

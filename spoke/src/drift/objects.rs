@@ -1,0 +1,281 @@
+//! The desired objects of a [`Record`]: the same pure builders the executor
+//! applies with, so a repair writes exactly what the work wrote. Their JSON
+//! (in the form the apiserver returns it) feeds [`super::check`].
+
+use std::collections::BTreeMap;
+
+use clawfed_proto::work::{ExecutionMode, HarnessWork, NamespaceWork, WorkKind};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, LimitRange, Namespace, ResourceQuota, Secret, Service, ServiceAccount,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::Patch;
+use kube::{Api, Client, ResourceExt};
+use serde_json::Value;
+
+use super::desired::Record;
+use crate::apply::namespace as nsapply;
+use crate::apply::{self, harness, ledger, merge_params, ssa, work_annotations};
+use crate::config::SpokeConfig;
+
+/// One desired object.
+#[derive(Debug, Clone)]
+pub enum Desired {
+    Namespace(Box<Namespace>),
+    Deployment(Box<Deployment>),
+    Service(Box<Service>),
+    Secret(Box<Secret>),
+    ServiceAccount(Box<ServiceAccount>),
+    ConfigMap(Box<ConfigMap>),
+    NetworkPolicy(Box<NetworkPolicy>),
+    ResourceQuota(Box<ResourceQuota>),
+    LimitRange(Box<LimitRange>),
+    RoleBinding(Box<RoleBinding>),
+}
+
+/// The kinds drift watches (the `kind` label of the repair metric).
+pub const KINDS: [&str; 10] = [
+    "Namespace",
+    "Deployment",
+    "Service",
+    "Secret",
+    "ServiceAccount",
+    "ConfigMap",
+    "NetworkPolicy",
+    "ResourceQuota",
+    "LimitRange",
+    "RoleBinding",
+];
+
+macro_rules! each {
+    ($self:expr, $o:ident => $e:expr) => {
+        match $self {
+            Desired::Namespace($o) => $e,
+            Desired::Deployment($o) => $e,
+            Desired::Service($o) => $e,
+            Desired::Secret($o) => $e,
+            Desired::ServiceAccount($o) => $e,
+            Desired::ConfigMap($o) => $e,
+            Desired::NetworkPolicy($o) => $e,
+            Desired::ResourceQuota($o) => $e,
+            Desired::LimitRange($o) => $e,
+            Desired::RoleBinding($o) => $e,
+        }
+    };
+}
+
+macro_rules! namespaced {
+    ($self:expr, $client:expr, $ns:expr, |$api:ident, $o:ident| $e:expr) => {
+        match $self {
+            Desired::Namespace(_) => unreachable!("cluster-scoped"),
+            Desired::Deployment($o) => {
+                let $api = Api::<Deployment>::namespaced($client, $ns);
+                $e
+            }
+            Desired::Service($o) => {
+                let $api = Api::<Service>::namespaced($client, $ns);
+                $e
+            }
+            Desired::Secret($o) => {
+                let $api = Api::<Secret>::namespaced($client, $ns);
+                $e
+            }
+            Desired::ServiceAccount($o) => {
+                let $api = Api::<ServiceAccount>::namespaced($client, $ns);
+                $e
+            }
+            Desired::ConfigMap($o) => {
+                let $api = Api::<ConfigMap>::namespaced($client, $ns);
+                $e
+            }
+            Desired::NetworkPolicy($o) => {
+                let $api = Api::<NetworkPolicy>::namespaced($client, $ns);
+                $e
+            }
+            Desired::ResourceQuota($o) => {
+                let $api = Api::<ResourceQuota>::namespaced($client, $ns);
+                $e
+            }
+            Desired::LimitRange($o) => {
+                let $api = Api::<LimitRange>::namespaced($client, $ns);
+                $e
+            }
+            Desired::RoleBinding($o) => {
+                let $api = Api::<RoleBinding>::namespaced($client, $ns);
+                $e
+            }
+        }
+    };
+}
+
+fn json<T: serde::Serialize>(o: &T) -> Value {
+    serde_json::to_value(o).unwrap_or(Value::Null)
+}
+
+impl Desired {
+    /// The object's kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Desired::Namespace(_) => "Namespace",
+            Desired::Deployment(_) => "Deployment",
+            Desired::Service(_) => "Service",
+            Desired::Secret(_) => "Secret",
+            Desired::ServiceAccount(_) => "ServiceAccount",
+            Desired::ConfigMap(_) => "ConfigMap",
+            Desired::NetworkPolicy(_) => "NetworkPolicy",
+            Desired::ResourceQuota(_) => "ResourceQuota",
+            Desired::LimitRange(_) => "LimitRange",
+            Desired::RoleBinding(_) => "RoleBinding",
+        }
+    }
+
+    /// The object's name.
+    pub fn name(&self) -> String {
+        each!(self, o => o.name_any())
+    }
+
+    /// The JSON to compare a live object with. A Secret's `stringData` is
+    /// compared as the `data` the apiserver stores; a Namespace also holds
+    /// the work annotations the executor records on it.
+    pub fn value(&self) -> Value {
+        match self {
+            Desired::Secret(s) => {
+                let mut s = (**s).clone();
+                if let Some(sd) = s.string_data.take() {
+                    let data = s.data.get_or_insert_with(BTreeMap::new);
+                    for (k, v) in sd {
+                        data.insert(k, ByteString(v.into_bytes()));
+                    }
+                }
+                json(&s)
+            }
+            other => each!(other, o => json(o)),
+        }
+    }
+
+    /// Reads the live object (JSON), `None` when it is gone.
+    pub async fn live(&self, client: &Client, namespace: &str) -> apply::Result<Option<Value>> {
+        let name = self.name();
+        let err = |source| apply::Error::Kube {
+            action: "get",
+            kind: self.kind(),
+            namespace: namespace.into(),
+            name: name.clone(),
+            source: Box::new(source),
+        };
+        if let Desired::Namespace(_) = self {
+            let api = Api::<Namespace>::all(client.clone());
+            return Ok(api.get_opt(&name).await.map_err(err)?.map(|o| json(&o)));
+        }
+        namespaced!(self, client.clone(), namespace, |api, _o| Ok(api
+            .get_opt(&name)
+            .await
+            .map_err(err)?
+            .map(|o| json(&o))))
+    }
+
+    /// Re-applies the object: server-side apply, forced, as the spoke's
+    /// field manager (fields it does not own stay as they are).
+    pub async fn apply(&self, client: &Client, namespace: &str) -> apply::Result<()> {
+        if let Desired::Namespace(ns) = self {
+            let name = ns.name_any();
+            let api = Api::<Namespace>::all(client.clone());
+            let mut applied = (**ns).clone();
+            // The work annotations are the executor's merge-patched record;
+            // keep them out of the applied set, as the executor does.
+            let record = applied.metadata.annotations.as_mut().map(|a| {
+                let keep: BTreeMap<String, String> = a
+                    .iter()
+                    .filter(|(k, _)| {
+                        *k == clawfed_proto::labels::GENERATION_ANNOTATION
+                            || *k == clawfed_proto::labels::WORK_TARGET_ANNOTATION
+                    })
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                a.retain(|k, _| !keep.contains_key(k));
+                keep
+            });
+            let kube = |action, source| apply::Error::Kube {
+                action,
+                kind: "Namespace",
+                namespace: String::new(),
+                name: name.clone(),
+                source: Box::new(source),
+            };
+            api.patch(&name, &apply::apply_params(), &Patch::Apply(&applied))
+                .await
+                .map_err(|e| kube("apply", e))?;
+            if let Some(record) = record.filter(|r| !r.is_empty()) {
+                let patch = Namespace {
+                    metadata: ObjectMeta {
+                        annotations: Some(record),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                api.patch(&name, &merge_params(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| kube("patch", e))?;
+            }
+            return Ok(());
+        }
+        namespaced!(self, client.clone(), namespace, |api, o| ssa(&api, &**o)
+            .await
+            .map(|_| ()))
+    }
+}
+
+/// The desired objects of `record` (none for work that leaves nothing
+/// behind: stop, retire, namespace delete, or an unreadable spec).
+pub fn desired(record: &Record, config: &SpokeConfig) -> Vec<Desired> {
+    match WorkKind::parse(&record.kind) {
+        Some(WorkKind::HarnessApply) => serde_json::from_value::<HarnessWork>(record.spec.clone())
+            .map(|h| harness_objects(&h, record))
+            .unwrap_or_default(),
+        Some(WorkKind::NamespaceEnsure) => {
+            serde_json::from_value::<NamespaceWork>(record.spec.clone())
+                .map(|w| namespace_objects(&w, record, config))
+                .unwrap_or_default()
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn harness_objects(h: &HarnessWork, r: &Record) -> Vec<Desired> {
+    let (t, g) = (r.target.as_str(), r.generation);
+    let mut out = vec![
+        Desired::ServiceAccount(Box::new(harness::service_account(h, t, g))),
+        Desired::Secret(Box::new(harness::credential_secret(h, t, g))),
+    ];
+    if h.execution == ExecutionMode::Ordinary {
+        out.push(Desired::Deployment(Box::new(harness::deployment(h, t, g))));
+    }
+    out.push(Desired::Service(Box::new(harness::service(h, t, g))));
+    out
+}
+
+fn namespace_objects(w: &NamespaceWork, r: &Record, config: &SpokeConfig) -> Vec<Desired> {
+    let name = r.namespace.as_str();
+    let mut ns = nsapply::namespace_object(w, name, r.adopted, config);
+    ns.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .extend(work_annotations(&r.target, r.generation));
+    let mut out = vec![
+        Desired::Namespace(Box::new(ns)),
+        Desired::RoleBinding(Box::new(nsapply::spoke_binding(name, &w.tenant, config))),
+        Desired::ResourceQuota(Box::new(nsapply::quota(w, name))),
+        Desired::LimitRange(Box::new(nsapply::limit_range(w, name))),
+        Desired::ConfigMap(Box::new(ledger::ledger_object(name, &w.tenant))),
+    ];
+    out.extend(
+        nsapply::network_policies(w, name, config)
+            .into_iter()
+            .map(|p| Desired::NetworkPolicy(Box::new(p))),
+    );
+    out
+}

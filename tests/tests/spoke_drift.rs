@@ -1,0 +1,455 @@
+//! Drift repair against a real execution cluster (`e2e/cluster.sh up
+//! exec-a`), with the spoke as its own ServiceAccount (the RBAC of
+//! deploy/spoke): what someone else deletes or changes among the objects the
+//! spoke applied is put back and reported; fields the spoke does not own
+//! stay; a controller fighting the spoke is rate-limited and reported.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clawfed_proto::labels;
+use clawfed_proto::link::v1::{Report, Work};
+use clawfed_proto::naming::data_plane_namespace;
+use clawfed_proto::work::{
+    ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, target,
+};
+use clawfed_spoke::apply::namespace as nsapply;
+use clawfed_spoke::config::SpokeConfig;
+use clawfed_spoke::drift::limit::Budget;
+use clawfed_spoke::drift::{DriftMetrics, ObjectKey, Repairer};
+use clawfed_spoke::exec::Executor;
+use clawfed_tests::kube_env::{self, TestCluster, eventually};
+use clawfed_tests::spoke_env::{
+    SPOKE_NAMESPACE as SPOKE_NS, SPOKE_SERVICE_ACCOUNT as SPOKE_SA, install_spoke_rbac,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(30);
+const IMAGE: &str = "registry.invalid/openclaw@sha256:abababababababababababababababababababababababababababababababab";
+
+struct Tenant {
+    tenant: String,
+    id: String,
+    ns: String,
+}
+
+impl Tenant {
+    fn new(prefix: &str) -> Self {
+        let u = uuid::Uuid::new_v4().simple().to_string();
+        let id = format!("{prefix}-{u}");
+        Tenant {
+            tenant: format!("{prefix}-{}", &u[..8]),
+            ns: data_plane_namespace(&id),
+            id,
+        }
+    }
+
+    fn work(target: String, generation: i64, spec: WorkSpec) -> Work {
+        Work {
+            sequence: 1,
+            target,
+            generation,
+            kind: spec.kind().as_str().into(),
+            spec: spec.encode(),
+        }
+    }
+
+    fn ensure(&self) -> Work {
+        Self::work(
+            target::namespace(&self.id),
+            1,
+            WorkSpec::NamespaceEnsure(NamespaceWork {
+                tenant: self.tenant.clone(),
+                namespace_id: self.id.clone(),
+                quota: BTreeMap::from([("pods".into(), "20".into())]),
+                ..Default::default()
+            }),
+        )
+    }
+
+    fn harness(&self, agent: &str) -> HarnessWork {
+        HarnessWork {
+            tenant: self.tenant.clone(),
+            namespace_id: self.id.clone(),
+            data_plane_namespace: self.ns.clone(),
+            agent: agent.into(),
+            revision: 1,
+            revision_id: "rev-1".into(),
+            harness_kind: "openclaw-native".into(),
+            image: IMAGE.into(),
+            require_digest: true,
+            requirement_labels: BTreeMap::new(),
+            resources: Default::default(),
+            port: 8080,
+            env: BTreeMap::new(),
+            workspace: None,
+            credential: SecretData(BTreeMap::from([(
+                "MODEL_API_KEY".into(),
+                "sk-test-not-real".into(),
+            )])),
+            dedicated: true,
+            predecessors: vec![],
+            execution: ExecutionMode::Ordinary,
+            node_selector: BTreeMap::from([(
+                "kubernetes.io/hostname".into(),
+                "kwok-node-0".into(),
+            )]),
+            headless_service: false,
+            seccomp_localhost_profile: None,
+            service_principal: None,
+            plugin_selections: Vec::new(),
+            require_startup_status: false,
+        }
+    }
+
+    fn apply(&self, h: &HarnessWork) -> Work {
+        Self::work(
+            target::harness(&self.id, &h.agent, h.revision),
+            2,
+            WorkSpec::HarnessApply(Box::new(h.clone())),
+        )
+    }
+}
+
+struct Spoke {
+    cluster: TestCluster,
+    exec: Arc<Executor>,
+    repairer: Repairer,
+    cancel: CancellationToken,
+    _reports: mpsc::Receiver<Report>,
+}
+
+impl Drop for Spoke {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        self.exec.shutdown();
+    }
+}
+
+/// A spoke (executor and repairer, as its ServiceAccount) that has applied
+/// `t`'s namespace and the Harness `h`, its repairer running on `t`'s
+/// namespace only.
+async fn spoke(t: &Tenant, h: &HarnessWork, budget: Budget) -> Result<Spoke> {
+    clawfed_tests::link::init_test_logging();
+    let cluster = kube_env::cluster("exec-a").await?;
+    install_spoke_rbac(&cluster).await?;
+    let client = cluster
+        .service_account_client(SPOKE_NS, SPOKE_SA, None)
+        .await?;
+    let (tx, rx) = mpsc::channel(4096);
+    let exec = Arc::new(Executor::new(client, SpokeConfig::default(), tx));
+    for w in [t.ensure(), t.apply(h)] {
+        let r = exec.apply(&w).await?;
+        anyhow::ensure!(r.applied, "{}: {}", w.kind, r.reason);
+    }
+    let cancel = CancellationToken::new();
+    let repairer = Repairer::scoped(
+        exec.clone(),
+        DriftMetrics::default(),
+        budget,
+        cancel.clone(),
+        Some(HashSet::from([t.ns.clone()])),
+    );
+    let r = repairer.clone();
+    tokio::spawn(async move { r.run().await });
+    Ok(Spoke {
+        cluster,
+        exec,
+        repairer,
+        cancel,
+        _reports: rx,
+    })
+}
+
+fn by(manager: &str) -> PatchParams {
+    PatchParams {
+        field_manager: Some(manager.into()),
+        ..Default::default()
+    }
+}
+
+fn replicas(d: &Deployment) -> Option<i32> {
+    d.spec.replicas
+}
+
+fn image(d: &Deployment) -> Option<String> {
+    d.spec.template.spec.as_ref()?.containers[0].image.clone()
+}
+
+/// Waits until the repairer has counted `n` repairs of `target` and
+/// returns the last reason.
+async fn repairs(s: &Spoke, target: &str, n: u64) -> Result<String> {
+    eventually(WAIT, &format!("{n} repairs of {target}"), || async {
+        Ok(s.repairer
+            .status(target)
+            .filter(|st| st.repairs >= n)
+            .map(|st| st.last_reason))
+    })
+    .await
+}
+
+async fn deployment_where(
+    api: &Api<Deployment>,
+    name: &str,
+    what: &str,
+    f: impl Fn(&Deployment) -> bool,
+) -> Result<Deployment> {
+    eventually(WAIT, what, || async {
+        Ok(api.get_opt(name).await?.filter(|d| f(d)))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn deleted_and_changed_objects_are_repaired_and_reported_foreign_fields_stay() -> Result<()> {
+    let t = Tenant::new("drift");
+    let h = t.harness("drifty");
+    // Room for every repair below (the fight test covers the budget).
+    let budget = Budget {
+        burst: 20,
+        ..Budget::default()
+    };
+    let s = spoke(&t, &h, budget).await?;
+    let admin = s.cluster.admin();
+    let harness_target = target::harness(&t.id, &h.agent, 1);
+    let ns_target = target::namespace(&t.id);
+    let name = clawfed_proto::work::harness::object_name(&h.agent, 1);
+    let deployments = Api::<Deployment>::namespaced(admin.clone(), &t.ns);
+    let mut n = 0;
+
+    // 1. The Harness Deployment is deleted: recreated.
+    let uid = deployments.get(&name).await?.uid();
+    deployments
+        .delete(&name, &DeleteParams::background())
+        .await?;
+    deployment_where(&deployments, &name, "Deployment recreated", |d| {
+        d.uid() != uid
+    })
+    .await?;
+    n += 1;
+    let reason = repairs(&s, &harness_target, n).await?;
+    assert!(
+        reason.contains("Deployment") && reason.contains("deleted"),
+        "{reason}"
+    );
+
+    // A field clawfed does not own: an extra annotation stays through
+    // every repair below.
+    deployments
+        .patch(
+            &name,
+            &by("drift-test-annotate"),
+            &Patch::Merge(
+                serde_json::json!({"metadata": {"annotations": {"example.com/note": "keep"}}}),
+            ),
+        )
+        .await?;
+
+    // 2. Scaled to 0: back to 1, and the scaler is named.
+    deployments
+        .patch(
+            &name,
+            &by("drift-test-scale"),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 0}})),
+        )
+        .await?;
+    deployment_where(&deployments, &name, "replicas back to 1", |d| {
+        replicas(d) == Some(1)
+    })
+    .await?;
+    n += 1;
+    let reason = repairs(&s, &harness_target, n).await?;
+    assert!(
+        reason.contains("spec.replicas") && reason.contains("drift-test-scale"),
+        "{reason}"
+    );
+
+    // 3. Its image changed: the applied image is back.
+    deployments
+        .patch(
+            &name,
+            &by("drift-test-image"),
+            &Patch::Json::<()>(serde_json::from_value(serde_json::json!([{
+                "op": "replace", "path": "/spec/template/spec/containers/0/image",
+                "value": "registry.invalid/other:latest"}]))?),
+        )
+        .await?;
+    deployment_where(&deployments, &name, "image restored", |d| {
+        image(d).as_deref() == Some(IMAGE)
+    })
+    .await?;
+    n += 1;
+    let reason = repairs(&s, &harness_target, n).await?;
+    assert!(
+        reason.contains("image") && reason.contains("drift-test-image"),
+        "{reason}"
+    );
+
+    // 4. Another field manager takes the replica count (server-side
+    // apply, forced): the spoke takes it back and owns it again.
+    let grab = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name}, "spec": {"replicas": 2}});
+    deployments
+        .patch(
+            &name,
+            &PatchParams::apply("other-controller").force(),
+            &Patch::Apply(&grab),
+        )
+        .await?;
+    let d = deployment_where(&deployments, &name, "replica count taken back", |d| {
+        replicas(d) == Some(1)
+            && d.managed_fields().iter().any(|m| {
+                m.manager.as_deref() == Some("clawfed-spoke")
+                    && m.operation.as_deref() == Some("Apply")
+                    && m.fields_v1
+                        .as_ref()
+                        .is_some_and(|f| f.0.pointer("/f:spec/f:replicas").is_some())
+            })
+    })
+    .await?;
+    n += 1;
+    let reason = repairs(&s, &harness_target, n).await?;
+    assert!(reason.contains("other-controller"), "{reason}");
+    assert_eq!(
+        d.annotations().get("example.com/note").map(String::as_str),
+        Some("keep"),
+        "a field clawfed does not own was changed"
+    );
+    assert_eq!(s.repairer.metrics().repairs_of("Deployment"), n);
+
+    // 5. Its credential Secret is deleted: recreated with the credential.
+    let secrets = Api::<Secret>::namespaced(admin.clone(), &t.ns);
+    let cred = clawfed_proto::work::harness::credentials_name(&h.agent, 1);
+    secrets.delete(&cred, &DeleteParams::background()).await?;
+    let back = eventually(WAIT, "credential Secret recreated", || async {
+        Ok(secrets.get_opt(&cred).await?)
+    })
+    .await?;
+    let key = back
+        .data
+        .unwrap_or_default()
+        .get("MODEL_API_KEY")
+        .map(|b| b.0.clone());
+    assert_eq!(key.as_deref(), Some(&b"sk-test-not-real"[..]));
+    n += 1;
+    let reason = repairs(&s, &harness_target, n).await?;
+    assert!(
+        reason.starts_with("Secret") && !reason.contains("sk-test"),
+        "{reason}"
+    );
+    assert_eq!(s.repairer.metrics().repairs_of("Secret"), 1);
+
+    // 6. Its NetworkPolicy is deleted: recreated (a namespace object, so
+    // counted on the namespace target).
+    let policies = Api::<NetworkPolicy>::namespaced(admin.clone(), &t.ns);
+    let uid = policies.get(nsapply::DENY_ALL).await?.uid();
+    policies
+        .delete(nsapply::DENY_ALL, &DeleteParams::background())
+        .await?;
+    eventually(WAIT, "default-deny NetworkPolicy recreated", || async {
+        Ok(policies
+            .get_opt(nsapply::DENY_ALL)
+            .await?
+            .filter(|p| p.uid() != uid))
+    })
+    .await?;
+    let reason = repairs(&s, &ns_target, 1).await?;
+    assert!(reason.contains("NetworkPolicy"), "{reason}");
+
+    // 7. The tenant label is removed from the namespace: put back.
+    let namespaces = Api::<Namespace>::all(admin.clone());
+    namespaces
+        .patch(
+            &t.ns,
+            &by("drift-test-relabel"),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {labels::TENANT: null}}})),
+        )
+        .await?;
+    eventually(WAIT, "tenant label restored", || async {
+        let ns = namespaces.get(&t.ns).await?;
+        Ok((ns.labels().get(labels::TENANT) == Some(&t.tenant)).then_some(()))
+    })
+    .await?;
+    let reason = repairs(&s, &ns_target, 2).await?;
+    // (A patch that only removes a field leaves its manager no entry in
+    // managedFields, so the log can name no one here.)
+    assert!(
+        reason.contains("Namespace") && reason.contains(labels::TENANT),
+        "{reason}"
+    );
+    assert_eq!(s.repairer.metrics().repairs_of("Namespace"), 1);
+
+    // Every Deployment repair so far is one write: none for the annotation.
+    assert_eq!(s.repairer.metrics().repairs_of("Deployment"), 4);
+    let _ = namespaces.delete(&t.ns, &DeleteParams::background()).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fighting_controller_is_rate_limited_and_reported() -> Result<()> {
+    let t = Tenant::new("fight");
+    let h = t.harness("fought");
+    let budget = Budget {
+        burst: 3,
+        refill: Duration::from_secs(3600),
+        backoff: Duration::from_millis(200),
+        max_backoff: Duration::from_secs(2),
+    };
+    let s = spoke(&t, &h, budget).await?;
+    let admin = s.cluster.admin();
+    let name = clawfed_proto::work::harness::object_name(&h.agent, 1);
+    let deployments = Api::<Deployment>::namespaced(admin.clone(), &t.ns);
+    // The fighter scales to 0 each time the spoke has put 1 back; it gives
+    // up once the spoke stops answering (bounded: at most 10 rounds).
+    let mut restores = 0;
+    for _ in 0..10 {
+        deployments
+            .patch(
+                &name,
+                &by("fighter"),
+                &Patch::Merge(serde_json::json!({"spec": {"replicas": 0}})),
+            )
+            .await?;
+        let restored = eventually(Duration::from_secs(5), "spoke restores", || async {
+            Ok(deployments
+                .get_opt(&name)
+                .await?
+                .filter(|d| replicas(d) == Some(1)))
+        })
+        .await;
+        if restored.is_err() {
+            break;
+        }
+        restores += 1;
+    }
+    assert_eq!(restores, 3, "the spoke kept fighting past its budget");
+    let target = target::harness(&t.id, &h.agent, 1);
+    let status = s.repairer.status(&target).context("drift status")?;
+    assert_eq!(status.repairs, 3);
+    assert!(status.contested >= 1, "{status:?}");
+    assert!(status.last_reason.contains("fighter"), "{status:?}");
+    let key = ObjectKey {
+        kind: "Deployment",
+        namespace: t.ns.clone(),
+        name: name.clone(),
+    };
+    assert!(s.repairer.contested(&key));
+    assert_eq!(s.repairer.metrics().repairs_of("Deployment"), 3);
+    // Backed off, not looping: still 0 replicas, still 3 writes, a while
+    // after (the rechecks at 0.2, 0.4, 0.8, 1.6 s have run by then).
+    let d = deployments.get(&name).await?;
+    assert_eq!(replicas(&d), Some(0));
+    let _ = Api::<Namespace>::all(admin.clone())
+        .delete(&t.ns, &DeleteParams::background())
+        .await;
+    let _: &Client = &admin;
+    Ok(())
+}
