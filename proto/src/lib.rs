@@ -16,11 +16,14 @@
 //! - [`startup`]: the plugin startup status a Harness publishes and the
 //!   rule that lets it establish readiness.
 //! - [`diagnostics`]: the runtime Pods' diagnostics endpoint and its bounds.
+//! - [`digest`]: the applied-state digest of the heartbeat, computed the
+//!   same way by spoke and hub.
 //!
 //! Nothing here performs I/O.
 
 pub mod capability;
 pub mod diagnostics;
+pub mod digest;
 pub mod labels;
 pub mod naming;
 pub mod readiness;

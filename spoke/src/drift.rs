@@ -258,6 +258,33 @@ impl Repairer {
         self.lock().status.get(target).cloned()
     }
 
+    /// The applied digest (`clawfed_proto::digest`, wire form) over the
+    /// desired-state records, as the watches see them; `None` until every
+    /// managed namespace's records are listed. Records in a namespace being
+    /// deleted no longer count (the hub counts its deletion).
+    pub fn applied_digest(&self) -> Option<String> {
+        let st = self.lock();
+        if !st.namespaces_synced
+            || st
+                .namespaces
+                .values()
+                .any(|ns| !ns.synced.contains("Secret"))
+        {
+            return None;
+        }
+        let entries = st.namespaces.iter().flat_map(|(name, ns)| {
+            let terminating = ns
+                .live
+                .get(&("Namespace", name.clone()))
+                .is_some_and(|v| v.pointer("/metadata/deletionTimestamp").is_some());
+            ns.records
+                .values()
+                .filter(move |_| !terminating)
+                .map(|r| (r.target.as_str(), r.kind.as_str(), r.generation))
+        });
+        Some(clawfed_proto::digest::AppliedDigest::compute(entries).to_wire())
+    }
+
     /// Whether `key` is contested right now.
     pub fn contested(&self, key: &ObjectKey) -> bool {
         self.lock().limiter.contested(key)
@@ -639,6 +666,7 @@ fn reindex(
             },
         );
     }
+    tracing::debug!(namespace = %key.namespace, target = %record.target, generation = record.generation, "spoke.drift.record_indexed");
     ns.record_names
         .insert(key.name.clone(), record.target.clone());
     ns.records.insert(record.target.clone(), record);
@@ -705,6 +733,7 @@ async fn watch_kind<K>(
                 tracing::debug!(kind, namespace = ?namespace, error = %e, "spoke.drift.watch_error");
                 continue;
             }
+
             Ok(watcher::Event::Init) => Observed::Init {
                 kind,
                 namespace: namespace.clone(),

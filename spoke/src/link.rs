@@ -209,7 +209,14 @@ pub struct Link {
     status: watch::Sender<LinkStatus>,
     /// Tunneled connections the hub asks for (the data path).
     tunnels: Arc<Tunnels>,
+    /// The heartbeat's applied digest from durable records (see
+    /// [`Link::with_applied_digest`]); without one, the digest of what
+    /// this process acked.
+    applied_digest: Option<AppliedDigestSource>,
 }
+
+/// Computes `Heartbeat.applied_digest` (`None` while not known yet).
+pub type AppliedDigestSource = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
 /// The dialer of a spoke that serves no Harness (the file ledger in link
 /// tests): every tunnel is refused, with the reason, at once.
@@ -325,7 +332,16 @@ impl Link {
             metrics,
             status: watch::Sender::new(LinkStatus::default()),
             tunnels: Arc::new(Tunnels::new(Arc::new(NoHarness), TunnelSettings::default())),
+            applied_digest: None,
         }
+    }
+
+    /// Heartbeats carry `source`'s digest (`clawfed_proto::digest`) of
+    /// the durable applied records; advertise
+    /// `clawfed_proto::digest::CAPABILITY` with it so the hub compares.
+    pub fn with_applied_digest(mut self, source: AppliedDigestSource) -> Self {
+        self.applied_digest = Some(source);
+        self
     }
 
     /// Serves the hub's tunnel opens with `tunnels`.
@@ -751,7 +767,10 @@ impl Link {
                     self.metrics.certificate_expiry_seconds.set(expiry as f64);
                     let msg = pb::Heartbeat {
                         unix_millis: chrono::Utc::now().timestamp_millis() as u64,
-                        applied_digest: digest(&applied),
+                        applied_digest: match &self.applied_digest {
+                            Some(source) => source().unwrap_or_default(),
+                            None => digest(&applied),
+                        },
                     };
                     if out.send(send(spoke_message::Body::Heartbeat(msg))).await.is_err() {
                         return SessionEnd::Failed("outbound stream closed".into());

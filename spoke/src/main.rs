@@ -199,6 +199,7 @@ async fn main() -> anyhow::Result<()> {
                 reports_tx,
                 driver,
             ));
+            capabilities.push(clawfed_proto::digest::CAPABILITY.to_string());
             repairer = Some(clawfed_spoke::drift::Repairer::new(
                 executor.clone(),
                 drift_metrics.clone(),
@@ -227,7 +228,7 @@ async fn main() -> anyhow::Result<()> {
     drift_metrics.register_into(&mut registry);
     let registry = Arc::new(registry);
     let shutdown = CancellationToken::new();
-    let drift_task = repairer.map(|r| {
+    let drift_task = repairer.clone().map(|r| {
         let stop = shutdown.clone();
         tokio::spawn(async move {
             tokio::select! {
@@ -258,6 +259,13 @@ async fn main() -> anyhow::Result<()> {
     );
     let link = match tunnels {
         Some(t) => link.with_tunnels(t),
+        None => link,
+    };
+    let link = match &repairer {
+        Some(r) => {
+            let r = r.clone();
+            link.with_applied_digest(Arc::new(move || r.applied_digest()))
+        }
         None => link,
     };
     let stop = shutdown.clone();

@@ -453,3 +453,150 @@ async fn a_fighting_controller_is_rate_limited_and_reported() -> Result<()> {
     let _: &Client = &admin;
     Ok(())
 }
+
+/// Drift the spoke cannot repair by itself (its record of the Harness was
+/// deleted along with the Deployment): the heartbeat digest no longer
+/// matches what the hub saw acked, and the hub resends that target.
+#[tokio::test]
+async fn a_hub_side_digest_mismatch_resends_the_affected_target() -> Result<()> {
+    use clawfed_hub::store::Store;
+    use clawfed_spoke::link::identity::FileIdentityStore;
+    use clawfed_spoke::link::tls::HubAddress;
+    use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
+    use clawfed_tests::hub::{Backend, TestHub};
+    use clawfed_tests::link::{bootstrap_token, hub_ca, hub_url};
+
+    clawfed_tests::link::init_test_logging();
+    let t = Tenant::new("digest");
+    let mut h = t.harness("digested");
+    // No credential: the outbox would hold it sealed, which this test's
+    // hand-written outbox item does not.
+    h.credential = SecretData(BTreeMap::new());
+    let cluster = kube_env::cluster("exec-a").await?;
+    install_spoke_rbac(&cluster).await?;
+    let admin = cluster.admin();
+    let client = cluster
+        .service_account_client(SPOKE_NS, SPOKE_SA, None)
+        .await?;
+
+    let mut hub = TestHub::start(Backend::Sqlite).await;
+    let name = format!("exec-digest-{}", &t.id[t.id.len() - 8..]);
+    let token = bootstrap_token(&hub, &name, false).await;
+    let dir = tempfile::tempdir()?;
+    let (reports_tx, reports_rx) = mpsc::channel(4096);
+    let exec = Arc::new(Executor::new(client, SpokeConfig::default(), reports_tx));
+    let cancel = CancellationToken::new();
+    let repairer = Repairer::scoped(
+        exec.clone(),
+        DriftMetrics::default(),
+        Budget::default(),
+        cancel.clone(),
+        Some(HashSet::from([t.ns.clone()])),
+    );
+    let r = repairer.clone();
+    tokio::spawn(async move { r.run().await });
+    let digest_source = repairer.clone();
+    let link = Link::new(
+        LinkConfig {
+            hub: HubAddress::parse(&hub_url(&hub)).map_err(anyhow::Error::msg)?,
+            ca_pem: hub_ca(&hub),
+            cluster_name: name.clone(),
+            bootstrap_token: Some(token),
+            version: "test".into(),
+            capabilities: vec![
+                "applier:kube".into(),
+                clawfed_proto::digest::CAPABILITY.into(),
+            ],
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(500),
+        },
+        Arc::new(FileIdentityStore::new(dir.path())),
+        exec.clone(),
+        SpokeMetrics::default(),
+    )
+    .with_applied_digest(Arc::new(move || digest_source.applied_digest()));
+    let link_task = tokio::spawn(link.run(reports_rx, cancel.clone()));
+
+    let store: Arc<dyn Store> = hub.store();
+    let cluster_id = eventually(WAIT, "spoke enrolled", || async {
+        Ok(clawfed_tests::link::cluster(&hub, &name)
+            .await
+            .map(|c| c.id))
+    })
+    .await?;
+    let ensure = t.ensure();
+    let apply = t.apply(&h);
+    // One at a time: the spoke applies different targets concurrently.
+    for w in [&ensure, &apply] {
+        store
+            .outbox_put(
+                &cluster_id,
+                &w.target,
+                &w.kind,
+                w.generation,
+                std::str::from_utf8(&w.spec)?,
+            )
+            .await?;
+        eventually(WAIT, &format!("{} acked", w.kind), || async {
+            Ok(store
+                .outbox_pending(&cluster_id, 0, 10)
+                .await?
+                .is_empty()
+                .then_some(()))
+        })
+        .await?;
+    }
+    let deployments = Api::<Deployment>::namespaced(admin.clone(), &t.ns);
+    let object = clawfed_proto::work::harness::object_name(&h.agent, 1);
+    let uid = eventually(WAIT, "Harness Deployment applied", || async {
+        Ok(deployments.get_opt(&object).await?.map(|d| d.uid()))
+    })
+    .await?;
+
+    // The record and the Deployment go: the repairer has nothing to
+    // repair from, the digest no longer matches.
+    let secrets = Api::<Secret>::namespaced(admin.clone(), &t.ns);
+    let record = clawfed_spoke::drift::desired::name(&apply.target);
+    secrets.delete(&record, &DeleteParams::background()).await?;
+    eventually(WAIT, "the record gone from the repairer's view", || async {
+        Ok(secrets.get_opt(&record).await?.is_none().then_some(()))
+    })
+    .await?;
+    deployments
+        .delete(&object, &DeleteParams::background())
+        .await?;
+
+    // The hub resends the target (same generation): the spoke re-applies it.
+    eventually(WAIT, "Deployment back through a resend", || async {
+        Ok(deployments
+            .get_opt(&object)
+            .await?
+            .filter(|d| d.uid() != uid))
+    })
+    .await?;
+    eventually(WAIT, "the record written again", || async {
+        Ok(secrets.get_opt(&record).await?)
+    })
+    .await?;
+    assert_eq!(
+        repairer
+            .status(&apply.target)
+            .map(|s| s.repairs)
+            .unwrap_or(0),
+        0,
+        "the repairer had no record to repair from: the resend did it"
+    );
+    let acked = store.outbox_acked_latest(&cluster_id).await?;
+    assert!(
+        acked.contains(&(apply.target.clone(), "harness.apply".into(), 2)),
+        "{acked:?}"
+    );
+    cancel.cancel();
+    exec.shutdown();
+    let _ = link_task.await;
+    hub.stop().await;
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&t.ns, &DeleteParams::background())
+        .await;
+    Ok(())
+}

@@ -1005,6 +1005,85 @@ mod cases {
         );
     }
 
+    /// Issue 13: the hub's side of the applied digest is the latest acked
+    /// generation per target, and a resend queues that item again (not
+    /// when something newer is queued already).
+    pub async fn outbox_acked_latest_and_resend(s: Arc<dyn Store>) {
+        use clawfed_hub::store::ClusterRecord;
+        let c = s
+            .upsert_cluster(&ClusterRecord {
+                name: "exec-digest".into(),
+                labels: Default::default(),
+                capabilities: vec![],
+                certificate_serials: vec![],
+                connection_state: clawfed_hub::model::ConnectionState::Online,
+                last_seen: None,
+                version: "test".into(),
+            })
+            .await
+            .unwrap();
+        let (a, b) = ("harness/ns-1/a/1", "harness/ns-1/b/1");
+        let now = chrono::Utc::now();
+        let sa = s
+            .outbox_put(&c.id, a, "harness.apply", 1, "{\"v\":1}")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(s.outbox_ack(&c.id, sa, a, 1, now).await.unwrap());
+        let sb = s
+            .outbox_put(&c.id, b, "harness.apply", 1, "{}")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            s.outbox_acked_latest(&c.id).await.unwrap().len() == 1,
+            "b is not acked yet"
+        );
+        assert!(s.outbox_ack(&c.id, sb, b, 1, now).await.unwrap());
+        let sa2 = s
+            .outbox_put(&c.id, a, "harness.stop", 2, "{\"v\":2}")
+            .await
+            .unwrap()
+            .unwrap();
+        // a's newer generation is in flight: the acked one still counts.
+        assert_eq!(
+            s.outbox_acked_latest(&c.id).await.unwrap(),
+            vec![
+                (a.to_string(), "harness.apply".to_string(), 1),
+                (b.to_string(), "harness.apply".to_string(), 1)
+            ]
+        );
+        // a has a newer item queued: nothing to resend for it.
+        let resent = s
+            .outbox_resend(&c.id, &[a.to_string(), b.to_string()])
+            .await
+            .unwrap();
+        assert_eq!(resent.len(), 1);
+        let pending = s.outbox_pending(&c.id, 0, 10).await.unwrap();
+        let got: Vec<_> = pending
+            .iter()
+            .map(|p| (p.target.as_str(), p.generation, p.sequence))
+            .collect();
+        assert_eq!(got, vec![(a, 2, sa2), (b, 1, resent[0])]);
+        assert!(resent[0] > sa2, "a resend gets a new sequence");
+        assert!(s.outbox_ack(&c.id, resent[0], b, 1, now).await.unwrap());
+        assert!(s.outbox_ack(&c.id, sa2, a, 2, now).await.unwrap());
+        assert_eq!(
+            s.outbox_acked_latest(&c.id).await.unwrap(),
+            vec![
+                (a.to_string(), "harness.stop".to_string(), 2),
+                (b.to_string(), "harness.apply".to_string(), 1)
+            ]
+        );
+        // Resending a target never sent does nothing.
+        assert!(
+            s.outbox_resend(&c.id, &["harness/x/y/1".to_string()])
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+
     pub async fn outbox_supersedes_and_reports_keep_the_newest(s: Arc<dyn Store>) {
         use clawfed_hub::store::ClusterRecord;
         let c = s
@@ -1343,5 +1422,6 @@ suite!(
     agent_pass_lease_is_exclusive_until_it_expires,
     activation_lands_only_while_the_agent_wants_the_revision,
     outbox_supersedes_and_reports_keep_the_newest,
+    outbox_acked_latest_and_resend,
     transport_key_is_shared_and_only_hashes_are_kept,
 );

@@ -27,6 +27,7 @@ use super::metrics::ClusterLabel;
 use super::registry::{CloseReason, Outbound, SessionHandle};
 use super::tls::PeerIdentity;
 use crate::model::{Cluster, ConnectionState};
+use clawfed_proto::digest::AppliedDigest;
 
 /// How long a new stream may take to send its Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -154,6 +155,26 @@ struct Session {
     in_flight: HashMap<i64, (Instant, String, i64)>,
     last_sent: i64,
     last_seen_written: Instant,
+    /// The applied-digest comparison of this session.
+    digest: DigestCheck,
+}
+
+/// The hub's side of `Heartbeat.applied_digest` for one session.
+#[derive(Debug, Default)]
+struct DigestCheck {
+    /// The spoke advertised [`clawfed_proto::digest::CAPABILITY`].
+    enabled: bool,
+    /// The spoke's last digest that matched the hub's records: while it
+    /// stays the same and nothing was acked since, nothing is read from
+    /// the store.
+    matched: Option<AppliedDigest>,
+    /// A mismatch seen once (spoke's, hub's): acted on only when the next
+    /// heartbeat shows the same pair (acks and records cross on the wire).
+    pending: Option<(AppliedDigest, AppliedDigest)>,
+    /// `(target, generation)` resent on this session: each at most once,
+    /// so work the spoke refused (acked, never recorded) is not resent in
+    /// a loop.
+    resent: std::collections::HashSet<(String, i64)>,
 }
 
 async fn run(
@@ -211,6 +232,13 @@ async fn run(
         in_flight: HashMap::new(),
         last_sent: 0,
         last_seen_written: Instant::now(),
+        digest: DigestCheck {
+            enabled: hello
+                .capabilities
+                .iter()
+                .any(|c| c == clawfed_proto::digest::CAPABILITY),
+            ..Default::default()
+        },
     };
     let end = match session.open(&hello).await {
         Ok(()) => session.serve(&mut inbound, &identity).await,
@@ -228,6 +256,63 @@ impl Session {
     fn store_err(e: crate::store::StoreError) -> Status {
         tracing::error!(error = %e, "link.store_error");
         Status::unavailable("hub store unavailable")
+    }
+
+    /// Compares the spoke's applied digest with the acked work of this
+    /// cluster; a mismatch seen on two heartbeats in a row resends the
+    /// targets of the differing buckets (the same generation again: the
+    /// spoke re-applies it, level-based).
+    async fn compare_digest(&mut self, wire: &str) -> Result<(), Status> {
+        use clawfed_proto::digest;
+        if !self.digest.enabled {
+            return Ok(());
+        }
+        // An empty or older-form digest: the spoke has not read its records yet.
+        let Some(theirs) = AppliedDigest::parse(wire) else {
+            return Ok(());
+        };
+        if self.digest.matched == Some(theirs) {
+            return Ok(());
+        }
+        let acked = self
+            .state
+            .store
+            .outbox_acked_latest(&self.cluster.id)
+            .await
+            .map_err(Self::store_err)?;
+        let entries = || acked.iter().map(|(t, k, g)| (t.as_str(), k.as_str(), *g));
+        let ours = AppliedDigest::compute(entries());
+        let differing = ours.differing(&theirs);
+        tracing::debug!(cluster = %self.cluster.name, differing = differing.len(), acked = acked.len(), "link.digest_compared");
+        if differing.is_empty() {
+            self.digest.matched = Some(theirs);
+            self.digest.pending = None;
+            return Ok(());
+        }
+        self.digest.matched = None;
+        if self.digest.pending != Some((theirs, ours)) {
+            self.digest.pending = Some((theirs, ours));
+            return Ok(());
+        }
+        self.digest.pending = None;
+        let targets: Vec<String> = digest::counted(entries())
+            .into_iter()
+            .filter(|(t, _)| differing.contains(&digest::bucket(t)))
+            .filter(|(t, g)| self.digest.resent.insert((t.to_string(), *g)))
+            .map(|(t, _)| t.to_string())
+            .collect();
+        let resent = self
+            .state
+            .store
+            .outbox_resend(&self.cluster.id, &targets)
+            .await
+            .map_err(Self::store_err)?;
+        tracing::info!(cluster = %self.cluster.name, buckets = differing.len(),
+            targets = targets.len(), resent = resent.len(), "link.digest_mismatch");
+        if resent.is_empty() {
+            return Ok(());
+        }
+        self.dispatch().await
     }
 
     /// Marks the cluster online, acks what the spoke already applied and
@@ -430,6 +515,8 @@ impl Session {
         let id = self.cluster.id.clone();
         match message.body {
             Some(spoke_message::Body::Ack(ack)) => {
+                // The acked state changes: compare the next digest again.
+                self.digest.matched = None;
                 let sequence = i64::try_from(ack.sequence)
                     .map_err(|_| Status::invalid_argument("ack.sequence out of range"))?;
                 if let Some((sent, _, _)) = self.in_flight.remove(&sequence) {
@@ -465,7 +552,7 @@ impl Session {
                 self.dispatch().await
             }
             Some(spoke_message::Body::Report(report)) => self.on_report(report).await,
-            Some(spoke_message::Body::Heartbeat(_)) => {
+            Some(spoke_message::Body::Heartbeat(beat)) => {
                 if self.last_seen_written.elapsed() >= LAST_SEEN_WRITE_INTERVAL {
                     self.last_seen_written = Instant::now();
                     self.state
@@ -474,7 +561,7 @@ impl Session {
                         .await
                         .map_err(Self::store_err)?;
                 }
-                Ok(())
+                self.compare_digest(&beat.applied_digest).await
             }
             Some(spoke_message::Body::DiagnoseResult(result)) => {
                 // A late answer (its request timed out) or one for another

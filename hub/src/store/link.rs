@@ -227,6 +227,16 @@ pub trait LinkStore: Send + Sync {
     /// Unacked depth and head per cluster.
     async fn outbox_summary(&self) -> Result<Vec<OutboxSummary>>;
 
+    /// What the cluster acked: the latest acked `(target, kind,
+    /// generation)` per target (the hub's side of the applied digest).
+    async fn outbox_acked_latest(&self, cluster_id: &str) -> Result<Vec<(String, String, i64)>>;
+
+    /// Queues the latest acked item of each of `targets` again (a copy
+    /// with a new sequence), unless a newer item of the target is already
+    /// queued: drift the spoke could not repair is repaired by re-applying
+    /// the same generation. Returns the new sequences.
+    async fn outbox_resend(&self, cluster_id: &str, targets: &[String]) -> Result<Vec<i64>>;
+
     /// Stores a report, replacing the previous one of that target and kind
     /// unless it is for an older generation.
     async fn put_report(

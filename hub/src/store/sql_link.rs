@@ -556,6 +556,90 @@ impl LinkStore for SqlStore {
         )
     }
 
+    async fn outbox_acked_latest(&self, cluster_id: &str) -> Result<Vec<(String, String, i64)>> {
+        let rows = sqlx::query(
+            "SELECT o.target, o.kind, o.generation FROM outbox o \
+             WHERE o.cluster_id = $1 AND o.acked_at IS NOT NULL \
+             AND o.generation = (SELECT MAX(i.generation) FROM outbox i \
+               WHERE i.cluster_id = o.cluster_id AND i.target = o.target \
+               AND i.acked_at IS NOT NULL) \
+             ORDER BY o.target, o.sequence",
+        )
+        .bind(cluster_id.to_owned())
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        let mut out: Vec<(String, String, i64)> = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let target: String = r.get(0);
+            // A resent copy shares the generation: one entry per target.
+            if out.last().is_some_and(|(t, _, _)| *t == target) {
+                continue;
+            }
+            out.push((target, r.get(1), r.get(2)));
+        }
+        Ok(out)
+    }
+
+    async fn outbox_resend(&self, cluster_id: &str, targets: &[String]) -> Result<Vec<i64>> {
+        let mut sequences = Vec::new();
+        for target in targets {
+            let now = Utc::now();
+            let mut tx = self.begin().await?;
+            // The counter bump first: it serialises puts to this cluster.
+            let sequence: i64 = sqlx::query(
+                "UPDATE clusters SET next_sequence = next_sequence + 1 WHERE id = $1 \
+                 RETURNING next_sequence",
+            )
+            .bind(cluster_id.to_owned())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| not_found("cluster", cluster_id))?
+            .get(0);
+            let queued = sqlx::query(
+                "SELECT 1 FROM outbox WHERE cluster_id = $1 AND target = $2 AND acked_at IS NULL",
+            )
+            .bind(cluster_id.to_owned())
+            .bind(target.clone())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?
+            .is_some();
+            if queued {
+                continue;
+            }
+            let latest = sqlx::query(AssertSqlSafe(format!(
+                "SELECT {OUTBOX_COLS} FROM outbox WHERE cluster_id = $1 AND target = $2 \
+                 AND acked_at IS NOT NULL ORDER BY generation DESC, sequence DESC LIMIT 1"
+            )))
+            .bind(cluster_id.to_owned())
+            .bind(target.clone())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?;
+            let Some(item) = latest.as_ref().map(outbox_from_row).transpose()? else {
+                continue;
+            };
+            sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO outbox ({OUTBOX_COLS}, acked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)"
+            )))
+            .bind(cluster_id.to_owned())
+            .bind(sequence)
+            .bind(item.target)
+            .bind(item.kind)
+            .bind(item.generation)
+            .bind(item.spec)
+            .bind(ms(now))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?;
+            self.commit(tx).await?;
+            sequences.push(sequence);
+        }
+        Ok(sequences)
+    }
+
     async fn outbox_summary(&self) -> Result<Vec<OutboxSummary>> {
         let rows = sqlx::query(
             "SELECT o.cluster_id, c.name, COUNT(*), MAX(o.sequence) FROM outbox o \
