@@ -491,6 +491,9 @@ pub struct AgentRevision {
     /// reason (or the error that kept it from a verdict), when one came.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<crate::link::report::ReadinessReport>,
+    /// Drift the spoke repaired on this revision's objects, when any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<crate::link::report::DriftReport>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

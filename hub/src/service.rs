@@ -795,6 +795,11 @@ impl Service {
                 .await?
                 .and_then(|r| serde_json::from_value::<ReadinessReport>(r.body).ok())
                 .filter(|r| r.revision_id.is_empty() || r.revision_id == rev.id);
+            rev.drift = self
+                .store
+                .get_report(cluster_id, &target, crate::link::report::DRIFT)
+                .await?
+                .and_then(|r| serde_json::from_value(r.body).ok());
         }
         Ok(())
     }

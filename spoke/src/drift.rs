@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use clawfed_proto::labels;
+use clawfed_proto::link::v1::{DriftReport, Report, report};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
@@ -579,13 +580,10 @@ impl Repairer {
             "{} {}/{}: {} (field manager {manager})",
             key.kind, key.namespace, key.name, drift.reason
         );
-        self.note(target, &reason, |s| {
-            if let Verdict::Contested { first: true, .. } = verdict {
-                s.contested += 1;
-            }
-        });
         if let Verdict::Contested { retry_after, first } = verdict {
             if first {
+                self.note(target, record.generation, &reason, |s| s.contested += 1)
+                    .await;
                 self.inner
                     .metrics
                     .contested
@@ -605,7 +603,8 @@ impl Repairer {
                     .repairs
                     .get_or_create(&DriftMetrics::kind(key.kind))
                     .inc();
-                self.note(target, &reason, |s| s.repairs += 1);
+                self.note(target, record.generation, &reason, |s| s.repairs += 1)
+                    .await;
                 tracing::info!(kind = key.kind, namespace = %key.namespace, name = %key.name,
                     target_ = %target, generation = record.generation, reason = %drift.reason,
                     field_manager = %manager, "spoke.drift.repaired");
@@ -618,12 +617,38 @@ impl Repairer {
         }
     }
 
-    fn note(&self, target: &str, reason: &str, f: impl FnOnce(&mut DriftStatus)) {
-        let mut st = self.lock();
-        let s = st.status.entry(target.to_string()).or_default();
-        s.last_drift_unix_millis = chrono::Utc::now().timestamp_millis();
-        s.last_reason = reason.to_string();
-        f(s);
+    /// Records drift on `target` and reports it to the hub (typed
+    /// `DriftReport`, at the record's generation).
+    async fn note(
+        &self,
+        target: &str,
+        generation: i64,
+        reason: &str,
+        f: impl FnOnce(&mut DriftStatus),
+    ) {
+        let status = {
+            let mut st = self.lock();
+            let s = st.status.entry(target.to_string()).or_default();
+            s.last_drift_unix_millis = chrono::Utc::now().timestamp_millis();
+            s.last_reason = reason.to_string();
+            f(s);
+            s.clone()
+        };
+        let report = Report {
+            target: target.to_string(),
+            generation,
+            body: Some(report::Body::Drift(DriftReport {
+                repairs: status.repairs,
+                contested: status.contested,
+                last_drift_unix_millis: status.last_drift_unix_millis,
+                last_reason: status.last_reason,
+            })),
+        };
+        // Never blocks a repair on a slow link: a full channel drops this
+        // report; the next drift report carries the totals.
+        if self.inner.exec.reports().try_send(report).is_err() {
+            tracing::debug!(target_ = %target, "spoke.drift.report_dropped");
+        }
     }
 }
 

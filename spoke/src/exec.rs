@@ -288,6 +288,11 @@ impl Executor {
         &self.client
     }
 
+    /// The channel reports go to the hub on (drift repair sends its own).
+    pub fn reports(&self) -> &mpsc::Sender<Report> {
+        &self.reports
+    }
+
     /// The execution settings.
     pub fn config(&self) -> &SpokeConfig {
         &self.config

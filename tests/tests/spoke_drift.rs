@@ -586,6 +586,25 @@ async fn a_hub_side_digest_mismatch_resends_the_affected_target() -> Result<()> 
         0,
         "the repairer had no record to repair from: the resend did it"
     );
+    // Drift the spoke repairs itself is reported to the hub, stored with
+    // the revision's target.
+    deployments
+        .patch(
+            &object,
+            &by("drift-test-scale"),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 0}})),
+        )
+        .await?;
+    let stored = eventually(WAIT, "drift report stored on the hub", || async {
+        Ok(store
+            .get_report(&cluster_id, &apply.target, "drift")
+            .await?
+            .filter(|r| r.body["repairs"] == 1))
+    })
+    .await?;
+    let reason = stored.body["lastReason"].as_str().unwrap_or_default();
+    assert!(reason.contains("drift-test-scale"), "{reason}");
+    assert!(stored.body["lastDriftAt"].is_string(), "{:?}", stored.body);
     let acked = store.outbox_acked_latest(&cluster_id).await?;
     assert!(
         acked.contains(&(apply.target.clone(), "harness.apply".into(), 2)),

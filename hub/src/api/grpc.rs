@@ -272,6 +272,12 @@ fn revision_to_pb(r: model::AgentRevision) -> pb::AgentRevision {
                 .collect(),
             startup_reason: v.startup_reason.unwrap_or_default(),
         }),
+        drift: r.drift.map(|d| pb::Drift {
+            repairs: d.repairs,
+            contested: d.contested,
+            last_drift_at: d.last_drift_at.map(time).unwrap_or_default(),
+            last_reason: d.last_reason,
+        }),
     }
 }
 

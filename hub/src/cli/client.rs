@@ -701,11 +701,12 @@ async fn run(cli: Cli) -> CliResult<String> {
                             ))
                             .await?;
                         format!(
-                            "\nrevision {n}: {} on {}{}\nreadiness: {}\n",
+                            "\nrevision {n}: {} on {}{}\nreadiness: {}\ndrift: {}\n",
                             rev.phase.as_str(),
                             rev.resolved_cluster.as_deref().unwrap_or("(not placed)"),
                             rev.reason.map(|r| format!(" — {r}")).unwrap_or_default(),
                             readiness_line(rev.readiness.as_ref()),
+                            output::drift(rev.drift.as_ref()),
                         )
                     }
                     _ => String::new(),

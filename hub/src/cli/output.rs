@@ -127,6 +127,7 @@ impl Tabular for AgentRevision {
             "REASON",
             "AGE",
             "STARTUP WARNINGS",
+            "DRIFT",
         ]
     }
     fn row(&self) -> Vec<String> {
@@ -139,8 +140,23 @@ impl Tabular for AgentRevision {
             opt(&self.reason),
             ago(self.created_at),
             startup_warnings(self.readiness.as_ref()).unwrap_or_else(|| "-".into()),
+            drift(self.drift.as_ref()),
         ]
     }
+}
+
+/// A revision's drift as `N repaired[, contested], last <age> ago: <reason>`,
+/// `-` when none was reported.
+pub fn drift(d: Option<&crate::link::report::DriftReport>) -> String {
+    let Some(d) = d else {
+        return "-".into();
+    };
+    let contested = if d.contested > 0 { ", contested" } else { "" };
+    let when = d.last_drift_at.map(ago).unwrap_or_else(|| "-".into());
+    format!(
+        "{} repaired{contested}, last {when}: {}",
+        d.repairs, d.last_reason
+    )
 }
 
 /// The plugin startup warnings of a readiness report, as
@@ -338,6 +354,24 @@ pub fn print_one<T: Tabular + Serialize>(format: Format, item: &T) -> anyhow::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 13: a revision's drift, as the spoke reported it, in one cell.
+    #[test]
+    fn drift_cell_names_count_contest_and_reason() {
+        use clawfed_proto::link::v1 as pb;
+        assert_eq!(drift(None), "-");
+        let d = crate::link::report::DriftReport::from(pb::DriftReport {
+            repairs: 3,
+            contested: 1,
+            last_drift_unix_millis: chrono::Utc::now().timestamp_millis(),
+            last_reason: "Deployment ns/h: value of spec.replicas changed (field manager fighter)"
+                .into(),
+        });
+        assert!(d.last_drift_at.is_some());
+        let cell = drift(Some(&d));
+        assert!(cell.starts_with("3 repaired, contested, last "), "{cell}");
+        assert!(cell.ends_with("(field manager fighter)"), "{cell}");
+    }
 
     #[test]
     fn tables_align_columns() {

@@ -9,6 +9,36 @@ use serde::{Deserialize, Serialize};
 pub const WORK_RESULT: &str = "work-result";
 /// `spoke_reports.kind` of a readiness observation.
 pub const READINESS: &str = "readiness";
+/// `spoke_reports.kind` of a drift report.
+pub const DRIFT: &str = "drift";
+
+/// Drift the spoke repaired on a target's objects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftReport {
+    /// Repairs written.
+    pub repairs: u64,
+    /// Times an object became contested (another writer kept changing it;
+    /// the spoke backed off).
+    #[serde(default)]
+    pub contested: u64,
+    /// When drift was last seen.
+    pub last_drift_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// What drifted last: kind, object, reason, field manager.
+    #[serde(default)]
+    pub last_reason: String,
+}
+
+impl From<pb::DriftReport> for DriftReport {
+    fn from(r: pb::DriftReport) -> Self {
+        DriftReport {
+            repairs: r.repairs,
+            contested: r.contested,
+            last_drift_at: chrono::DateTime::from_timestamp_millis(r.last_drift_unix_millis),
+            last_reason: r.last_reason,
+        }
+    }
+}
 
 /// A spoke's answer to one piece of work.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -623,6 +623,10 @@ impl Session {
                     r,
                 )))?,
             ),
+            Some(report::Body::Drift(r)) => (
+                super::report::DRIFT,
+                to_json(serde_json::to_value(super::report::DriftReport::from(r)))?,
+            ),
             None => return Err(Status::invalid_argument("report.body: required")),
         };
         self.state

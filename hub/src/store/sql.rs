@@ -1731,6 +1731,7 @@ fn revision_from_row(r: &AnyRow) -> Result<AgentRevision> {
         version: get(r, W, "version")?,
         requested_by: get(r, W, "requested_by")?,
         readiness: None,
+        drift: None,
         created_at: from_ms(get(r, W, "created_at")?),
         updated_at: from_ms(get(r, W, "updated_at")?),
     })
