@@ -392,6 +392,9 @@ impl Executor {
             };
             return Ok(result);
         }
+        if let Some(settled) = self.settled_otherwise(work, recorded).await {
+            return Ok(settled);
+        }
         let outcome = match &spec {
             WorkSpec::NamespaceEnsure(w) => self.ensure_namespace(w, work).await,
             WorkSpec::NamespaceDelete(w) => self.delete_namespace(w, work).await,
@@ -400,6 +403,36 @@ impl Executor {
             WorkSpec::HarnessRetire(r) => self.stop_revision(r, work, RETIRE).await,
         };
         self.finish(work, outcome).await
+    }
+
+    /// A Harness apply delivered again at the generation already recorded,
+    /// whose durable record says that generation ended otherwise (a
+    /// successor's dedicated replacement stopped it): answered applied
+    /// without starting it again. A hub resend after a digest mismatch is
+    /// the usual case.
+    async fn settled_otherwise(&self, work: &Work, recorded: Option<i64>) -> Option<WorkResult> {
+        if recorded != Some(work.generation) || work.kind != WorkKind::HarnessApply.as_str() {
+            return None;
+        }
+        let (ns, _) = self.recorded(&work.target)?;
+        let secrets = Api::<Secret>::namespaced(self.client.clone(), &ns);
+        let record = crate::drift::desired::load(&secrets, &work.target)
+            .await
+            .ok()
+            .flatten()?;
+        (record.generation == work.generation && record.kind != work.kind).then(|| {
+            tracing::info!(target_ = %work.target, generation = work.generation, settled = %record.kind, "spoke.work.settled_otherwise");
+            WorkResult {
+                applied: true,
+                reason: format!(
+                    "generation {} already settled as {}",
+                    work.generation, record.kind
+                ),
+                kind: work.kind.clone(),
+                namespace: ns,
+                retrying: false,
+            }
+        })
     }
 
     async fn finish(
@@ -824,9 +857,11 @@ impl Executor {
                 namespace: ns.into(),
             });
         }
+        // The record says stopped before anything goes, so no drift repair
+        // (of this spoke or one sharing the cluster) puts the objects back.
+        self.record_desired(work, ns, &r.tenant, false).await?;
         run_plan(&RevisionOps::new(self, r), plan).await?;
         self.observer.untrack(ns, &r.agent, r.revision);
-        self.record_desired(work, ns, &r.tenant, false).await?;
         let cms = Api::<ConfigMap>::namespaced(self.client.clone(), ns);
         ledger::record(&cms, &r.tenant, &work.target, work.generation).await?;
         self.recorded_lock()
@@ -1148,6 +1183,20 @@ impl NamespaceOps<'_> {
                     .map_err(|e| kube_err("deletecollection", $kind, ns, "", e))?;
             };
         }
+        // The desired-state records first: nothing is repaired once its
+        // record is gone.
+        Api::<Secret>::namespaced(c.clone(), ns)
+            .delete_collection(
+                &dp,
+                &ListParams::default().labels(&format!(
+                    "{}={},{}=true",
+                    labels::MANAGED_BY,
+                    labels::MANAGER,
+                    crate::drift::desired::LABEL
+                )),
+            )
+            .await
+            .map_err(|e| kube_err("deletecollection", "Secret", ns, "", e))?;
         purge!(Deployment, "Deployment");
         purge!(Service, "Service");
         purge!(ServiceAccount, "ServiceAccount");

@@ -619,3 +619,48 @@ async fn a_hub_side_digest_mismatch_resends_the_affected_target() -> Result<()> 
         .await;
     Ok(())
 }
+
+/// A hub resend (same generation) of a revision a successor's dedicated
+/// replacement stopped does not start it again: its record says that
+/// generation ended stopped.
+#[tokio::test]
+async fn a_resent_apply_of_a_replaced_revision_stays_stopped() -> Result<()> {
+    use clawfed_proto::work::Predecessor;
+    let t = Tenant::new("replaced");
+    let h1 = t.harness("succeeded");
+    let s = spoke(&t, &h1, Budget::default()).await?;
+    let admin = s.cluster.admin();
+    let mut h2 = h1.clone();
+    h2.revision = 2;
+    h2.revision_id = "rev-2".into();
+    h2.predecessors = vec![Predecessor {
+        revision: 1,
+        revision_id: "rev-1".into(),
+        execution: ExecutionMode::Ordinary,
+    }];
+    let r = s.exec.apply(&t.apply(&h2)).await?;
+    anyhow::ensure!(r.applied, "revision 2: {}", r.reason);
+    let deployments = Api::<Deployment>::namespaced(admin.clone(), &t.ns);
+    let first = clawfed_proto::work::harness::object_name(&h1.agent, 1);
+    eventually(WAIT, "revision 1 stopped", || async {
+        Ok(deployments.get_opt(&first).await?.is_none().then_some(()))
+    })
+    .await?;
+    let again = s.exec.apply(&t.apply(&h1)).await?;
+    assert!(again.applied, "{}", again.reason);
+    assert!(
+        again.reason.contains("settled as harness.stop"),
+        "{}",
+        again.reason
+    );
+    assert!(
+        deployments.get_opt(&first).await?.is_none(),
+        "revision 1 started again"
+    );
+    let second = clawfed_proto::work::harness::object_name(&h2.agent, 2);
+    assert!(deployments.get_opt(&second).await?.is_some());
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&t.ns, &DeleteParams::background())
+        .await;
+    Ok(())
+}
