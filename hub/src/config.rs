@@ -168,8 +168,11 @@ pub struct WorkerSettings {
     pub enabled: bool,
     pub batch_size: u32,
     pub lease_seconds: u64,
-    /// Sleep when no work is due. A pipeline pass queued by a spoke report
-    /// waits for it, so it adds up to this per step to deploy → Active.
+    /// The worker's safety poll (`safetyPollMs`; the old key
+    /// `pollIntervalMs` is accepted): work queued in this process wakes the
+    /// worker at once and it wakes itself when retries fall due, so this
+    /// only bounds how late it sees work queued by another process.
+    #[serde(alias = "safetyPollMs")]
     pub poll_interval_ms: u64,
     pub max_attempts: i32,
     pub backoff_base_ms: u64,
@@ -183,7 +186,7 @@ impl Default for WorkerSettings {
             enabled: true,
             batch_size: 32,
             lease_seconds: 30,
-            poll_interval_ms: 50,
+            poll_interval_ms: crate::worker::DEFAULT_SAFETY_POLL.as_millis() as u64,
             max_attempts: 8,
             backoff_base_ms: 1000,
             backoff_cap_ms: 300_000,
@@ -275,6 +278,9 @@ pub struct LinkSettings {
     /// TLS handshakes in progress from one source address at most.
     pub max_handshakes_per_source: usize,
     pub max_message_bytes: usize,
+    /// The safety poll (ms) for revocations and outbox writes made by other
+    /// processes; those made by this hub wake the link at once.
+    pub safety_poll_ms: u64,
 }
 
 impl Default for LinkSettings {
@@ -291,6 +297,7 @@ impl Default for LinkSettings {
             max_concurrent_handshakes: d.max_concurrent_handshakes,
             max_handshakes_per_source: d.max_handshakes_per_source,
             max_message_bytes: d.max_message_bytes,
+            safety_poll_ms: d.poll_interval.as_millis() as u64,
         }
     }
 }
@@ -702,6 +709,9 @@ impl Config {
         if self.link.cert_ttl_seconds < 10 {
             return Err(invalid("link.certTtlSeconds", "must be at least 10"));
         }
+        if self.link.safety_poll_ms == 0 {
+            return Err(invalid("link.safetyPollMs", "must be at least 1"));
+        }
         if self.tunnel.max_per_revision == 0 || self.tunnel.max_per_cluster == 0 {
             return Err(invalid(
                 "tunnel.maxPerRevision",
@@ -846,6 +856,7 @@ impl Config {
             max_concurrent_handshakes: self.link.max_concurrent_handshakes,
             max_handshakes_per_source: self.link.max_handshakes_per_source,
             max_message_bytes: self.link.max_message_bytes,
+            poll_interval: Duration::from_millis(self.link.safety_poll_ms),
             tunnel: self.tunnel_config(),
             ..crate::link::LinkConfig::default()
         }
@@ -936,6 +947,31 @@ mod tests {
         assert!(!c.worker.enabled);
         assert_eq!(c.worker_config().batch_size, 8);
         assert_eq!(c.api.rest_addr.port(), 9000);
+    }
+
+    /// Issue 17: the polls are safety polls now; the old worker key still
+    /// works, the new ones are read, and a zero link poll is refused.
+    #[test]
+    fn safety_poll_keys_old_and_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        let c = Config::load(None, &env(&[])).unwrap();
+        assert_eq!(c.worker_config().poll_interval, Duration::from_secs(2));
+        assert_eq!(c.link_config().poll_interval, Duration::from_secs(2));
+        std::fs::write(&path, "worker:\n  pollIntervalMs: 70\n").unwrap();
+        let c = Config::load(Some(&path), &env(&[])).unwrap();
+        assert_eq!(c.worker_config().poll_interval, Duration::from_millis(70));
+        std::fs::write(
+            &path,
+            "worker:\n  safetyPollMs: 60000\nlink:\n  safetyPollMs: 30000\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&path), &env(&[])).unwrap();
+        assert_eq!(c.worker_config().poll_interval, Duration::from_secs(60));
+        assert_eq!(c.link_config().poll_interval, Duration::from_secs(30));
+        std::fs::write(&path, "link:\n  safetyPollMs: 0\n").unwrap();
+        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("link.safetyPollMs"), "{err}");
     }
 
     #[test]
