@@ -1,5 +1,5 @@
-//! Group commit of the link's hot writes: outbox puts, acks and spoke
-//! reports. On SQLite every write goes through one connection and each
+//! Group commit of the link's hot writes on SQLite: outbox puts, acks and
+//! spoke reports. On SQLite every write goes through one connection and each
 //! commit appends the touched pages to the WAL, so one transaction per ack
 //! makes the single writer the bottleneck under load. Here writers that
 //! arrive while a commit is in progress queue up, and the next one to get
@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use tokio::sync::oneshot::error::TryRecvError;
 
 use super::sql::{SqlStore, Tx, ms, not_found};
-use super::{Result, StoreError};
+use super::{Backend, Result, Store, StoreError};
 
 /// Writes committed together at most (bounds one transaction's time).
 const MAX_GROUP: usize = 256;
@@ -89,8 +89,19 @@ fn interrupted() -> StoreError {
 }
 
 impl SqlStore {
-    /// Commits `write`, grouped with the writes queued beside it.
+    /// Commits `write`: on SQLite grouped with the writes queued beside
+    /// it, on PostgreSQL in a transaction of its own.
     pub(super) async fn link_write(&self, write: LinkWrite) -> Result<Written> {
+        if self.backend() == Backend::Postgres {
+            // PostgreSQL commits concurrent transactions on the pool's
+            // connections in parallel and flushes its WAL for all of them
+            // at once; funnelling them through one connection here made
+            // link-bench's dispatch→ack p50 12.7 s (652 of 1000 items/s).
+            return self
+                .apply_writes(&[&write])
+                .await
+                .map(|mut written| written.remove(0));
+        }
         let group: Arc<GroupCommit> = self.group_commit();
         let (reply, mut answer) = oneshot::channel();
         lock(&group.queue).push(Pending { write, reply });
