@@ -158,7 +158,8 @@ pub async fn start_with_parts(
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
-    let rest_app = rest_app(state);
+    // Requests finish even when their client goes away (see api::detach).
+    let rest_app = rest_app(state).layer(crate::api::detach::RunToCompletionLayer);
     let token = shutdown.clone();
     tasks.spawn(async move {
         tracing::info!(addr = %rest_addr, "rest.listening");
@@ -191,6 +192,7 @@ pub async fn start_with_parts(
     tasks.spawn(async move {
         tracing::info!(addr = %grpc_addr, "grpc.listening");
         let served = tonic::transport::Server::builder()
+            .layer(crate::api::detach::RunToCompletionLayer)
             .add_service(grpc)
             .serve_with_incoming_shutdown(
                 TcpListenerStream::new(grpc_listener),
