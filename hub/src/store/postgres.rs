@@ -16,7 +16,6 @@ pub(super) async fn connect(url: &str) -> Result<SqlStore> {
     let pool = AnyPoolOptions::new()
         .max_connections(16)
         .acquire_timeout(Duration::from_secs(10))
-        .after_release(|conn, _| Box::pin(release_check(conn)))
         .connect(url)
         .await
         .map_err(classify)?;
@@ -24,27 +23,6 @@ pub(super) async fn connect(url: &str) -> Result<SqlStore> {
     // together apply each migration once.
     MIGRATOR.run(&pool).await?;
     Ok(SqlStore::new(pool, Backend::Postgres))
-}
-
-/// How long a released connection may take to answer before it is dropped.
-const RELEASE_PING_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// sqlx pings each released connection before pooling it again, with no
-/// deadline; a connection left mid-protocol (a call dropped part-way, as
-/// around a database restart) can leave that ping waiting forever while it
-/// holds a pool slot, and enough of them starve the pool. A connection that
-/// does not answer a ping within [`RELEASE_PING_TIMEOUT`] is dropped
-/// instead (sqlx then opens a fresh one on demand).
-async fn release_check(conn: &mut sqlx::AnyConnection) -> Result<bool, sqlx::Error> {
-    use sqlx::Connection;
-    match tokio::time::timeout(RELEASE_PING_TIMEOUT, conn.ping()).await {
-        Ok(Ok(())) => Ok(true),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "no answer to the release ping",
-        ))),
-    }
 }
 
 /// The claim: due pending items in order, skipping rows another worker has
