@@ -843,3 +843,202 @@ fn generated_requests_keep_the_served_openapi_document_honest() {
     );
     eprintln!("answers by operation and status: {seen:#?}");
 }
+
+// ---- REST/gRPC parity ------------------------------------------------------------------------
+
+/// Every REST operation and its `clawfed.admin.v1.AdminService` twin.
+const TWINS: &[(&str, &str)] = &[
+    ("get /api/v1/namespaces", "ListNamespaces"),
+    ("post /api/v1/namespaces", "CreateNamespace"),
+    ("get /api/v1/namespaces/{ns}", "GetNamespace"),
+    ("delete /api/v1/namespaces/{ns}", "DeleteNamespace"),
+    (
+        "get /api/v1/namespaces/{ns}/configurations",
+        "ListConfigurations",
+    ),
+    (
+        "post /api/v1/namespaces/{ns}/configurations",
+        "CreateConfiguration",
+    ),
+    (
+        "get /api/v1/namespaces/{ns}/configurations/{name}",
+        "GetConfiguration",
+    ),
+    (
+        "put /api/v1/namespaces/{ns}/configurations/{name}",
+        "UpdateConfiguration",
+    ),
+    (
+        "delete /api/v1/namespaces/{ns}/configurations/{name}",
+        "DeleteConfiguration",
+    ),
+    ("get /api/v1/namespaces/{ns}/agents", "ListAgents"),
+    ("post /api/v1/namespaces/{ns}/agents", "CreateAgent"),
+    ("get /api/v1/namespaces/{ns}/agents/{name}", "GetAgent"),
+    ("put /api/v1/namespaces/{ns}/agents/{name}", "UpdateAgent"),
+    (
+        "delete /api/v1/namespaces/{ns}/agents/{name}",
+        "DeleteAgent",
+    ),
+    (
+        "post /api/v1/namespaces/{ns}/agents/{name}/deploy",
+        "Deploy",
+    ),
+    ("post /api/v1/namespaces/{ns}/agents/{name}/stop", "Stop"),
+    (
+        "get /api/v1/namespaces/{ns}/agents/{name}/revisions",
+        "ListRevisions",
+    ),
+    (
+        "get /api/v1/namespaces/{ns}/agents/{name}/revisions/{number}",
+        "GetRevision",
+    ),
+    (
+        "get /api/v1/namespaces/{ns}/agents/{name}/credentials",
+        "ListAgentCredentials",
+    ),
+    (
+        "put /api/v1/namespaces/{ns}/agents/{name}/credentials/{kind}",
+        "SetAgentCredential",
+    ),
+    (
+        "delete /api/v1/namespaces/{ns}/agents/{name}/credentials/{kind}",
+        "DeleteAgentCredential",
+    ),
+    (
+        "get /api/v1/namespaces/{ns}/agents/{name}/revisions/{number}/credentials",
+        "ListRevisionCredentials",
+    ),
+    (
+        "get /api/v1/namespaces/{ns}/agents/{name}/diagnose",
+        "DiagnoseAgent",
+    ),
+    ("get /api/v1/clusters", "ListClusters"),
+    ("get /api/v1/clusters/{name}", "GetCluster"),
+    (
+        "post /api/v1/clusters/{name}/bootstrap-tokens",
+        "CreateBootstrapToken",
+    ),
+    ("post /api/v1/clusters/{name}/revoke", "RevokeCluster"),
+    ("post /api/v1/clusters/{name}/approve", "ApproveCluster"),
+    ("get /api/v1/fleet", "GetFleetSummary"),
+    ("get /api/v1/audit", "ListAuditEvents"),
+    ("get /api/v1/work", "ListWork"),
+    ("get /api/v1/work/{id}", "GetWork"),
+];
+
+/// The methods of `clawfed.admin.v1.AdminService`, from the descriptors
+/// the proto crate was generated from.
+fn admin_methods() -> Vec<String> {
+    let set: prost_types::FileDescriptorSet =
+        prost::Message::decode(clawfed_proto::FILE_DESCRIPTOR_SET).expect("descriptor set");
+    set.file
+        .iter()
+        .filter(|f| f.package() == "clawfed.admin.v1")
+        .flat_map(|f| &f.service)
+        .filter(|s| s.name() == "AdminService")
+        .flat_map(|s| &s.method)
+        .map(|m| m.name().to_owned())
+        .collect()
+}
+
+/// Every REST operation the hub serves has a gRPC twin and every gRPC
+/// method a REST twin: the served OpenAPI operations and the service
+/// descriptor are both checked against one table, both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rest_operation_has_a_grpc_twin_and_back() {
+    let mut hub = TestHub::start(Backend::Sqlite).await;
+    let doc = served_document(&hub).await;
+    hub.stop().await;
+    let twins: BTreeMap<&str, &str> = TWINS.iter().copied().collect();
+    assert_eq!(
+        twins.len(),
+        TWINS.len(),
+        "the table lists an operation twice"
+    );
+    let rest: Vec<String> = openapi::operations(&doc)
+        .iter()
+        .map(|o| format!("{} {}", o.method, o.path))
+        .collect();
+    let grpc = admin_methods();
+    assert!(grpc.len() >= 30, "descriptor lists only {grpc:?}");
+
+    let rest_only: Vec<&String> = rest
+        .iter()
+        .filter(|r| !twins.contains_key(r.as_str()))
+        .collect();
+    assert!(
+        rest_only.is_empty(),
+        "REST operations without a gRPC twin: {rest_only:?}"
+    );
+    let grpc_only: Vec<&String> = grpc
+        .iter()
+        .filter(|m| !twins.values().any(|t| t == m))
+        .collect();
+    assert!(
+        grpc_only.is_empty(),
+        "gRPC methods without a REST twin: {grpc_only:?}"
+    );
+    for (op, method) in &twins {
+        assert!(
+            rest.iter().any(|r| r == op),
+            "{op} (twin of {method}) is not served"
+        );
+        assert!(
+            grpc.iter().any(|m| m == method),
+            "{method} (twin of {op}) is not in AdminService"
+        );
+    }
+    assert_eq!(rest.len(), twins.len(), "a REST operation is listed twice");
+    assert_eq!(grpc.len(), twins.len(), "a gRPC method is listed twice");
+}
+
+/// Cluster approval over gRPC answers like REST: unknown names are
+/// NOT_FOUND, tenants are denied, a name is required.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_approve_cluster_is_the_rest_twin() {
+    let mut hub = TestHub::start(Backend::Sqlite).await;
+    let mut g = hub.grpc().await;
+    let with = |token: &str, name: &str| {
+        let mut r = tonic::Request::new(pb::ApproveClusterRequest { name: name.into() });
+        r.metadata_mut()
+            .insert("authorization", bearer(token).parse().expect("metadata"));
+        r
+    };
+    let root = hub.root_token.clone();
+    let status = g
+        .approve_cluster(with(&root, "ghost"))
+        .await
+        .expect_err("unknown");
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    let status = g
+        .approve_cluster(with(&root, ""))
+        .await
+        .expect_err("no name");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let created = call(
+        &hub,
+        "post",
+        "/api/v1/namespaces",
+        Some(&bearer(&root)),
+        Some(br#"{"name":"team"}"#.to_vec()),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let viewer = hub.token("viewer", Some("team"), Role::Viewer).await;
+    let status = g
+        .approve_cluster(with(&viewer, "ghost"))
+        .await
+        .expect_err("viewer");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    let rest = call(
+        &hub,
+        "post",
+        "/api/v1/clusters/ghost/approve",
+        Some(&bearer(&root)),
+        None,
+    )
+    .await;
+    assert_eq!(rest.status, 404, "{}", rest.text);
+    hub.stop().await;
+}

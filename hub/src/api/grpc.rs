@@ -725,6 +725,18 @@ impl AdminService for AdminApi {
         Ok(Response::new(cluster_to_pb(c)))
     }
 
+    async fn approve_cluster(
+        &self,
+        req: Request<pb::ApproveClusterRequest>,
+    ) -> Reply<pb::ApproveClusterResponse> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        self.service
+            .approve_cluster(&p, required("name", &r.name)?)
+            .await?;
+        Ok(Response::new(pb::ApproveClusterResponse {}))
+    }
+
     async fn get_fleet_summary(
         &self,
         req: Request<pb::GetFleetSummaryRequest>,
