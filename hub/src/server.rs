@@ -158,7 +158,8 @@ pub async fn start_with_parts(
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
-    let rest_app = rest_app(state);
+    // Requests finish even when their client goes away (see api::detach).
+    let rest_app = rest_app(state).layer(crate::api::detach::RunToCompletionLayer);
     let token = shutdown.clone();
     tasks.spawn(async move {
         tracing::info!(addr = %rest_addr, "rest.listening");
@@ -194,6 +195,7 @@ pub async fn start_with_parts(
             .layer(tower::util::MapResponseLayer::new(
                 crate::api::grpc::codec_status_codes::<tonic::body::Body>,
             ))
+            .layer(crate::api::detach::RunToCompletionLayer)
             .add_service(grpc)
             .serve_with_incoming_shutdown(
                 TcpListenerStream::new(grpc_listener),
