@@ -192,6 +192,9 @@ pub async fn start_with_parts(
     tasks.spawn(async move {
         tracing::info!(addr = %grpc_addr, "grpc.listening");
         let served = tonic::transport::Server::builder()
+            .layer(tower::util::MapResponseLayer::new(
+                crate::api::grpc::codec_status_codes::<tonic::body::Body>,
+            ))
             .layer(crate::api::detach::RunToCompletionLayer)
             .add_service(grpc)
             .serve_with_incoming_shutdown(
