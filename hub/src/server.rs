@@ -104,7 +104,8 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Serve
 
 /// Opens the configured store and starts the hub.
 pub async fn start(config: &Config) -> Result<Hub, ServerError> {
-    let store: Arc<dyn Store> = Arc::new(store::connect(&config.database.url).await?);
+    let store: Arc<dyn Store> =
+        Arc::new(store::connect_with(&config.database.url, config.pool_settings()).await?);
     start_with_store(config, store, Handlers::builtin()).await
 }
 
