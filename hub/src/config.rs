@@ -127,12 +127,22 @@ fn one() -> u32 {
 pub struct DatabaseConfig {
     /// `sqlite://path` (embedded default) or `postgres://…`.
     pub url: String,
+    /// PostgreSQL connections this replica holds at most. Unset: the
+    /// worker's batch plus 16, so a full batch of pipeline passes never
+    /// leaves the link sessions, lease heartbeats and API without one.
+    /// SQLite always uses one (a single writer).
+    pub max_connections: Option<u32>,
+    /// How long a call waits for a pooled connection before it fails as
+    /// "database unavailable".
+    pub acquire_timeout_seconds: u64,
 }
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
             url: "sqlite://./clawfed.db".into(),
+            max_connections: None,
+            acquire_timeout_seconds: 10,
         }
     }
 }
@@ -689,6 +699,17 @@ impl Config {
     }
 
     /// Checks ranges and that the settings agree with each other.
+    /// The store's pool settings (see [`DatabaseConfig`]).
+    pub fn pool_settings(&self) -> crate::store::PoolSettings {
+        crate::store::PoolSettings {
+            max_connections: self
+                .database
+                .max_connections
+                .unwrap_or(self.worker.batch_size.saturating_add(16)),
+            acquire_timeout: Duration::from_secs(self.database.acquire_timeout_seconds),
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field: &str, reason: &str| ConfigError::Invalid {
             field: field.into(),
@@ -696,6 +717,15 @@ impl Config {
         };
         if self.version != 1 {
             return Err(invalid("version", "only version 1 is supported"));
+        }
+        if self.database.max_connections.is_some_and(|n| n < 2) {
+            return Err(invalid("database.maxConnections", "must be at least 2"));
+        }
+        if self.database.acquire_timeout_seconds == 0 {
+            return Err(invalid(
+                "database.acquireTimeoutSeconds",
+                "must be at least 1",
+            ));
         }
         if self.worker.batch_size == 0 || self.worker.batch_size > 1000 {
             return Err(invalid("worker.batchSize", "must be between 1 and 1000"));
@@ -986,6 +1016,32 @@ mod tests {
         std::fs::write(&path, "version: 2\n").unwrap();
         let err = Config::load(Some(&path), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("version"), "{err}");
+    }
+
+    /// Issue 17, part 4: the pool outgrows a full worker batch, so a batch
+    /// of pipeline passes cannot take every connection from the link
+    /// sessions, lease heartbeats and API.
+    #[test]
+    fn the_pool_holds_a_full_batch_and_room_beside_it() {
+        let c = Config::load(None, &env(&[])).unwrap();
+        let pool = c.pool_settings();
+        assert_eq!(pool.max_connections, c.worker.batch_size + 16);
+        assert_eq!(pool, crate::store::PoolSettings::default());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        std::fs::write(
+            &path,
+            "database:\n  url: postgres://x/y\n  maxConnections: 20\n  acquireTimeoutSeconds: 3\n",
+        )
+        .unwrap();
+        let pool = Config::load(Some(&path), &env(&[]))
+            .unwrap()
+            .pool_settings();
+        assert_eq!(pool.max_connections, 20);
+        assert_eq!(pool.acquire_timeout, Duration::from_secs(3));
+        std::fs::write(&path, "database:\n  maxConnections: 1\n").unwrap();
+        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("database.maxConnections"), "{err}");
     }
 
     fn pinned(name: &str) -> String {

@@ -491,9 +491,33 @@ pub trait Store: LinkStore + CredentialStore + Send + Sync + 'static {
 
 /// Opens the store a database URL names (`postgres://…`, `sqlite://…`) and
 /// applies pending migrations.
+/// Connection pool settings (PostgreSQL; SQLite always holds one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// Connections held at most.
+    pub max_connections: u32,
+    /// How long a call waits for a connection.
+    pub acquire_timeout: std::time::Duration,
+}
+
+impl Default for PoolSettings {
+    /// The hub's defaults with the default worker batch (32 + 16).
+    fn default() -> Self {
+        Self {
+            max_connections: 48,
+            acquire_timeout: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
 pub async fn connect(url: &str) -> Result<SqlStore> {
+    connect_with(url, PoolSettings::default()).await
+}
+
+/// [`connect`] with explicit pool settings.
+pub async fn connect_with(url: &str, pool: PoolSettings) -> Result<SqlStore> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        postgres::connect(url).await
+        postgres::connect(url, pool).await
     } else if url.starts_with("sqlite:") {
         sqlite::connect(url).await
     } else {

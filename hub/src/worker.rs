@@ -322,19 +322,30 @@ impl Worker {
     ) {
         let ids: Vec<String> = batch.iter().map(|i| i.id.clone()).collect();
         let work = join_all(batch.iter().map(|item| self.run_one(item, shutdown)));
-        tokio::pin!(work);
-        let mut heartbeat = tokio::time::interval(self.config.lease / 3);
-        heartbeat.tick().await; // the first tick is immediate
-        let outcomes = loop {
-            tokio::select! {
-                outcomes = &mut work => break outcomes,
-                _ = heartbeat.tick() => {
-                    let until = Utc::now() + chrono::Duration::from_std(self.config.lease).unwrap_or_default();
-                    if let Err(e) = self.store.heartbeat_work(&self.config.id, &ids, until).await {
-                        tracing::warn!(worker = %self.config.id, error = %e, "worker.error");
-                    }
+        // The heartbeats are a future of their own, polled beside the
+        // handlers: awaited in a `select!` branch body, a heartbeat waiting
+        // for a pooled connection stopped the handlers from being polled
+        // while their in-flight queries held those connections, and the
+        // batch stalled for the pool's acquire timeout (fault run finding 3).
+        let heartbeats = async {
+            let mut heartbeat = tokio::time::interval(self.config.lease / 3);
+            heartbeat.tick().await; // the first tick is immediate
+            loop {
+                heartbeat.tick().await;
+                let until =
+                    Utc::now() + chrono::Duration::from_std(self.config.lease).unwrap_or_default();
+                if let Err(e) = self
+                    .store
+                    .heartbeat_work(&self.config.id, &ids, until)
+                    .await
+                {
+                    tracing::warn!(worker = %self.config.id, error = %e, "worker.error");
                 }
             }
+        };
+        let outcomes = tokio::select! {
+            outcomes = work => outcomes,
+            never = heartbeats => match never {},
         };
         let now = Utc::now();
         let mut done = Vec::new();

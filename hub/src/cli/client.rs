@@ -22,9 +22,12 @@ use crate::model::{
 };
 use std::time::Duration;
 
-/// clawfed: run OpenClaw agents across Kubernetes clusters.
+/// clawfed: the command line of a clawfed hub. Manage tenants, Agents,
+/// their revisions and credentials, and see the fleet, over the hub's REST
+/// API (`--server`, `--token`).
+// A bare `about` would show the hub crate's description instead of this.
 #[derive(Debug, Parser)]
-#[command(name = "clawfed", version, about)]
+#[command(name = "clawfed", version)]
 struct Cli {
     /// Hub REST endpoint.
     #[arg(
