@@ -758,6 +758,8 @@ impl AdminService for AdminApi {
             clusters_online: f.clusters_online,
             work_pending: f.work_pending,
             work_failed: f.work_failed,
+            agents_desired_running: f.agents_desired_running,
+            agents_not_running: f.agents_not_running,
         }))
     }
 

@@ -100,7 +100,10 @@ enum Command {
         #[arg(long, short = 'n')]
         namespace: String,
     },
-    /// Fleet-wide status.
+    /// Fleet-wide status. DESIRED RUNNING counts Agents asked to run,
+    /// RUNNING those with an active revision on a cluster, NOT RUNNING the
+    /// gap (asked to run, not yet placed, applied or Ready, or failed) and
+    /// STOPPED those asked to stop.
     Fleet,
     /// Audit events, newest first.
     Audit {

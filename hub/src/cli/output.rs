@@ -252,7 +252,9 @@ impl Tabular for FleetSummary {
         &[
             "NAMESPACES",
             "AGENTS",
+            "DESIRED RUNNING",
             "RUNNING",
+            "NOT RUNNING",
             "STOPPED",
             "CLUSTERS",
             "ONLINE",
@@ -271,7 +273,9 @@ impl Tabular for FleetSummary {
         vec![
             self.namespaces.to_string(),
             self.agents.to_string(),
+            self.agents_desired_running.to_string(),
             self.agents_running.to_string(),
+            self.agents_not_running.to_string(),
             self.agents_stopped.to_string(),
             self.clusters.to_string(),
             self.clusters_online.to_string(),

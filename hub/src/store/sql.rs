@@ -52,6 +52,12 @@ const REVISION_FROM: &str = "agent_revisions r JOIN agents a ON a.id = r.agent_i
 const PLACED: &str = "SELECT DISTINCT r.resolved_cluster FROM agent_revisions r \
      JOIN agents a ON a.id = r.agent_id JOIN namespaces n ON n.id = a.namespace_id \
      WHERE n.name = $1 AND r.resolved_cluster IS NOT NULL";
+/// Whether Agent `a` has a revision that actually runs. By phase, not by
+/// `a.active_revision`: that pointer moves to a new revision before it
+/// enters `active` (its predecessor still serves) and is cleared on a stop
+/// before the Harness is gone.
+const ACTIVE_REVISION: &str =
+    "SELECT 1 FROM agent_revisions ar WHERE ar.agent_id = a.id AND ar.phase = 'active'";
 pub(super) const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
      connection_state, last_seen, version, created_at";
 pub(super) const WORK_COLS: &str = "id, kind, namespace, namespace_id, target, payload, \
@@ -1560,7 +1566,13 @@ impl Store for SqlStore {
                   AND state IN ('pending', 'claimed')), \
                (SELECT COUNT(*) FROM work_items WHERE ($1 IS NULL OR namespace_id IN \
                   (SELECT id FROM namespaces WHERE name = $1)) \
-                  AND state = 'failed')"
+                  AND state = 'failed'), \
+               (SELECT COUNT(*) FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
+                  WHERE ($1 IS NULL OR n.name = $1) AND a.deleted_at IS NULL \
+                  AND EXISTS ({ACTIVE_REVISION})), \
+               (SELECT COUNT(*) FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
+                  WHERE ($1 IS NULL OR n.name = $1) AND a.desired_state = 'running' \
+                  AND a.deleted_at IS NULL AND NOT EXISTS ({ACTIVE_REVISION}))"
         );
         let counts = sqlx::query(AssertSqlSafe(sql))
             .bind(ns.clone())
@@ -1576,12 +1588,14 @@ impl Store for SqlStore {
         .await
         .map_err(|e| self.classify(e))?;
         let agents: i64 = counts.get(1);
-        let running: i64 = counts.get(2);
+        let desired_running: i64 = counts.get(2);
         Ok(FleetSummary {
             namespaces: counts.get(0),
             agents,
-            agents_running: running,
-            agents_stopped: agents - running,
+            agents_running: counts.get(7),
+            agents_stopped: agents - desired_running,
+            agents_desired_running: desired_running,
+            agents_not_running: counts.get(8),
             revisions_by_phase: phases
                 .iter()
                 .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
