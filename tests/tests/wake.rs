@@ -31,28 +31,7 @@ const SAFETY_POLL: Duration = Duration::from_secs(60);
 const PROMPT: Duration = Duration::from_secs(1);
 const WAIT: Duration = Duration::from_secs(20);
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await
-                }
-            )*
-        }
-    };
-}
-
-on_both_backends!(
+clawfed_tests::on_both_backends!(
     the_worker_wakes_on_enqueue_and_when_work_falls_due,
     a_deploy_starts_without_waiting_for_the_poll,
     outbox_writes_and_revocations_reach_the_session_without_the_poll,

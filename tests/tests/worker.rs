@@ -33,29 +33,8 @@ use tracing::instrument::WithSubscriber;
 /// Upper bound of every wait; generous for a loaded 2-core machine.
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Runs each scenario once per backend: `sqlite::NAME` and `postgres::NAME`.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await
-                }
-            )*
-        }
-    };
-}
-
-on_both_backends!(
+// Runs each scenario once per backend: `sqlite::NAME` and `postgres::NAME`.
+clawfed_tests::on_both_backends!(
     namespace_provision_marks_the_namespace_active,
     retryable_failures_back_off_then_succeed,
     gives_up_after_max_attempts,
