@@ -211,7 +211,7 @@ async fn run(a: Args) -> anyhow::Result<bool> {
     println!(
         "idle benchmark: {} ({}), database {database}, worker + link + pipeline + tunnel on, no spoke, {} cores",
         hub_bin.display(),
-        profile_of(&hub_bin),
+        clawfed_bench::profile_of(&hub_bin),
         std::thread::available_parallelism().map_or(0, |p| p.get()),
     );
     println!(
@@ -253,17 +253,5 @@ async fn drop_database(name: &str) {
         )))
         .execute(&mut admin)
         .await;
-    }
-}
-
-fn profile_of(bin: &Path) -> &'static str {
-    match bin
-        .parent()
-        .and_then(|d| d.file_name())
-        .and_then(|n| n.to_str())
-    {
-        Some("release") => "release",
-        Some("debug") => "debug",
-        _ => "custom build",
     }
 }

@@ -1,5 +1,20 @@
 //! What the benchmark programs share.
 
+use std::path::Path;
+
+/// "release", "debug" or "custom" for a binary in a cargo target dir.
+pub fn profile_of(bin: &Path) -> &'static str {
+    match bin
+        .parent()
+        .and_then(|d| d.file_name())
+        .and_then(|n| n.to_str())
+    {
+        Some("release") => "release",
+        Some("debug") => "debug",
+        _ => "custom",
+    }
+}
+
 /// Per-process figures read from `/proc`.
 pub mod procfs {
     use anyhow::Context;
