@@ -42,7 +42,14 @@ async fn store_answers_again_promptly_after_an_immediate_postgres_restart() -> R
                         .await
                     {
                         Ok(r) => r,
-                        Err(_) => continue,
+                        Err(_) => {
+                            // Paced like a client's retry: a caller that
+                            // cancelled every few milliseconds without a pause
+                            // would only storm the server with handshakes
+                            // it never lets finish (~100 ms each with TLS).
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
                     }
                 } else {
                     call.await
