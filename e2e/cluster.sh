@@ -459,8 +459,17 @@ case "$cmd" in
       sleep 0.1
     done
     echo "cluster.sh: restarted after kill -9 at $(date -u +%FT%TZ)" >> "$DIR/logs/$c.log"
-    setsid "${argv[@]}" >> "$DIR/logs/$c.log" 2>&1 < /dev/null &
-    echo $! > "$DIR/pids/$c.pid"
+    # The killed process may still hold its listening port for a moment
+    # ("bind: address already in use"): a start that exits at once is
+    # tried again, so a restart never leaves the component down.
+    for attempt in 1 2 3 4 5 6 7 8 9 10; do
+      setsid "${argv[@]}" >> "$DIR/logs/$c.log" 2>&1 < /dev/null &
+      echo $! > "$DIR/pids/$c.pid"
+      sleep 1
+      alive "$c" && break
+      echo "cluster.sh: $c exited at once (attempt $attempt), starting it again" >> "$DIR/logs/$c.log"
+      (( attempt < 10 )) || die "[$NAME] $c does not start again"
+    done
     if [[ "$c" == kube-apiserver ]]; then wait_for "kube-apiserver /readyz" 60 kube-apiserver ready_ok; fi ;;
   env)
     (( $# == 1 )) || die "usage: cluster.sh env NAME"

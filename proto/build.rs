@@ -7,6 +7,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed=proto/{file}");
     }
     let descriptors = protox::compile(files, ["proto"])?;
+    // The encoded descriptors, so tests can walk the services' methods
+    // (REST/gRPC parity) without a reflection service.
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out.join("clawfed_descriptors.bin"),
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)

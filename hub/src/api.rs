@@ -8,6 +8,7 @@
 //! - `metrics.rs`: Prometheus metrics and the ops listener (`/metrics`,
 //!   `/healthz`, `/readyz`).
 
+pub mod detach;
 pub mod error;
 pub mod grpc;
 pub mod metrics;

@@ -127,12 +127,22 @@ fn one() -> u32 {
 pub struct DatabaseConfig {
     /// `sqlite://path` (embedded default) or `postgres://…`.
     pub url: String,
+    /// PostgreSQL connections this replica holds at most. Unset: the
+    /// worker's batch plus 16, so a full batch of pipeline passes never
+    /// leaves the link sessions, lease heartbeats and API without one.
+    /// SQLite always uses one (a single writer).
+    pub max_connections: Option<u32>,
+    /// How long a call waits for a pooled connection before it fails as
+    /// "database unavailable".
+    pub acquire_timeout_seconds: u64,
 }
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
             url: "sqlite://./clawfed.db".into(),
+            max_connections: None,
+            acquire_timeout_seconds: 10,
         }
     }
 }
@@ -168,8 +178,11 @@ pub struct WorkerSettings {
     pub enabled: bool,
     pub batch_size: u32,
     pub lease_seconds: u64,
-    /// Sleep when no work is due. A pipeline pass queued by a spoke report
-    /// waits for it, so it adds up to this per step to deploy → Active.
+    /// The worker's safety poll (`safetyPollMs`; the old key
+    /// `pollIntervalMs` is accepted): work queued in this process wakes the
+    /// worker at once and it wakes itself when retries fall due, so this
+    /// only bounds how late it sees work queued by another process.
+    #[serde(alias = "safetyPollMs")]
     pub poll_interval_ms: u64,
     pub max_attempts: i32,
     pub backoff_base_ms: u64,
@@ -183,7 +196,7 @@ impl Default for WorkerSettings {
             enabled: true,
             batch_size: 32,
             lease_seconds: 30,
-            poll_interval_ms: 50,
+            poll_interval_ms: crate::worker::DEFAULT_SAFETY_POLL.as_millis() as u64,
             max_attempts: 8,
             backoff_base_ms: 1000,
             backoff_cap_ms: 300_000,
@@ -275,6 +288,9 @@ pub struct LinkSettings {
     /// TLS handshakes in progress from one source address at most.
     pub max_handshakes_per_source: usize,
     pub max_message_bytes: usize,
+    /// The safety poll (ms) for revocations and outbox writes made by other
+    /// processes; those made by this hub wake the link at once.
+    pub safety_poll_ms: u64,
 }
 
 impl Default for LinkSettings {
@@ -291,6 +307,7 @@ impl Default for LinkSettings {
             max_concurrent_handshakes: d.max_concurrent_handshakes,
             max_handshakes_per_source: d.max_handshakes_per_source,
             max_message_bytes: d.max_message_bytes,
+            safety_poll_ms: d.poll_interval.as_millis() as u64,
         }
     }
 }
@@ -682,6 +699,17 @@ impl Config {
     }
 
     /// Checks ranges and that the settings agree with each other.
+    /// The store's pool settings (see [`DatabaseConfig`]).
+    pub fn pool_settings(&self) -> crate::store::PoolSettings {
+        crate::store::PoolSettings {
+            max_connections: self
+                .database
+                .max_connections
+                .unwrap_or(self.worker.batch_size.saturating_add(16)),
+            acquire_timeout: Duration::from_secs(self.database.acquire_timeout_seconds),
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field: &str, reason: &str| ConfigError::Invalid {
             field: field.into(),
@@ -689,6 +717,15 @@ impl Config {
         };
         if self.version != 1 {
             return Err(invalid("version", "only version 1 is supported"));
+        }
+        if self.database.max_connections.is_some_and(|n| n < 2) {
+            return Err(invalid("database.maxConnections", "must be at least 2"));
+        }
+        if self.database.acquire_timeout_seconds == 0 {
+            return Err(invalid(
+                "database.acquireTimeoutSeconds",
+                "must be at least 1",
+            ));
         }
         if self.worker.batch_size == 0 || self.worker.batch_size > 1000 {
             return Err(invalid("worker.batchSize", "must be between 1 and 1000"));
@@ -701,6 +738,9 @@ impl Config {
         }
         if self.link.cert_ttl_seconds < 10 {
             return Err(invalid("link.certTtlSeconds", "must be at least 10"));
+        }
+        if self.link.safety_poll_ms == 0 {
+            return Err(invalid("link.safetyPollMs", "must be at least 1"));
         }
         if self.tunnel.max_per_revision == 0 || self.tunnel.max_per_cluster == 0 {
             return Err(invalid(
@@ -846,6 +886,7 @@ impl Config {
             max_concurrent_handshakes: self.link.max_concurrent_handshakes,
             max_handshakes_per_source: self.link.max_handshakes_per_source,
             max_message_bytes: self.link.max_message_bytes,
+            poll_interval: Duration::from_millis(self.link.safety_poll_ms),
             tunnel: self.tunnel_config(),
             ..crate::link::LinkConfig::default()
         }
@@ -938,6 +979,31 @@ mod tests {
         assert_eq!(c.api.rest_addr.port(), 9000);
     }
 
+    /// Issue 17: the polls are safety polls now; the old worker key still
+    /// works, the new ones are read, and a zero link poll is refused.
+    #[test]
+    fn safety_poll_keys_old_and_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        let c = Config::load(None, &env(&[])).unwrap();
+        assert_eq!(c.worker_config().poll_interval, Duration::from_secs(2));
+        assert_eq!(c.link_config().poll_interval, Duration::from_secs(2));
+        std::fs::write(&path, "worker:\n  pollIntervalMs: 70\n").unwrap();
+        let c = Config::load(Some(&path), &env(&[])).unwrap();
+        assert_eq!(c.worker_config().poll_interval, Duration::from_millis(70));
+        std::fs::write(
+            &path,
+            "worker:\n  safetyPollMs: 60000\nlink:\n  safetyPollMs: 30000\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&path), &env(&[])).unwrap();
+        assert_eq!(c.worker_config().poll_interval, Duration::from_secs(60));
+        assert_eq!(c.link_config().poll_interval, Duration::from_secs(30));
+        std::fs::write(&path, "link:\n  safetyPollMs: 0\n").unwrap();
+        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("link.safetyPollMs"), "{err}");
+    }
+
     #[test]
     fn unknown_fields_and_bad_values_are_errors() {
         let dir = tempfile::tempdir().unwrap();
@@ -950,6 +1016,32 @@ mod tests {
         std::fs::write(&path, "version: 2\n").unwrap();
         let err = Config::load(Some(&path), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("version"), "{err}");
+    }
+
+    /// Issue 17, part 4: the pool outgrows a full worker batch, so a batch
+    /// of pipeline passes cannot take every connection from the link
+    /// sessions, lease heartbeats and API.
+    #[test]
+    fn the_pool_holds_a_full_batch_and_room_beside_it() {
+        let c = Config::load(None, &env(&[])).unwrap();
+        let pool = c.pool_settings();
+        assert_eq!(pool.max_connections, c.worker.batch_size + 16);
+        assert_eq!(pool, crate::store::PoolSettings::default());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        std::fs::write(
+            &path,
+            "database:\n  url: postgres://x/y\n  maxConnections: 20\n  acquireTimeoutSeconds: 3\n",
+        )
+        .unwrap();
+        let pool = Config::load(Some(&path), &env(&[]))
+            .unwrap()
+            .pool_settings();
+        assert_eq!(pool.max_connections, 20);
+        assert_eq!(pool.acquire_timeout, Duration::from_secs(3));
+        std::fs::write(&path, "database:\n  maxConnections: 1\n").unwrap();
+        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("database.maxConnections"), "{err}");
     }
 
     fn pinned(name: &str) -> String {

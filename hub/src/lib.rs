@@ -14,6 +14,7 @@
 //! - [`gateway`]: each Agent's Gateway in the control cluster (kube).
 //! - [`link`]: the spoke link (CA, enrollment, mTLS stream, outbox delivery).
 //! - [`server`]: wires everything together and runs until shutdown.
+//! - [`wake`]: in-process wake-ups from the store to the loops waiting on it.
 //! - [`cli`]: the `clawfed` command-line client.
 
 #![forbid(unsafe_code)]
@@ -32,4 +33,5 @@ pub mod server;
 pub mod service;
 pub mod store;
 pub mod tunnel;
+pub mod wake;
 pub mod worker;

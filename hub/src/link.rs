@@ -63,8 +63,9 @@ pub struct LinkConfig {
     pub max_message_bytes: usize,
     /// Unacked items sent ahead of acks on one stream.
     pub send_window: usize,
-    /// How often revocations and outbox changes from other processes are
-    /// picked up from the store.
+    /// The safety poll: how often revocations and outbox changes made by
+    /// other processes are picked up from the store. Those made in this
+    /// process wake the watcher and the sessions at once.
     pub poll_interval: Duration,
     /// Limits and timeouts of tunneled connections (the data path).
     pub tunnel: crate::tunnel::TunnelConfig,
@@ -87,7 +88,7 @@ impl Default for LinkConfig {
             handshake_timeout: Duration::from_secs(5),
             max_message_bytes: 4 * 1024 * 1024,
             send_window: 256,
-            poll_interval: Duration::from_millis(300),
+            poll_interval: Duration::from_secs(2),
             tunnel: crate::tunnel::TunnelConfig::default(),
         }
     }

@@ -5,10 +5,47 @@
 //! unknown fields so a typo is an error, not a silently ignored setting.
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::de::{MapAccess, Visitor, value::MapAccessDeserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
+
+/// A request struct that must arrive as a JSON object. serde's derived
+/// structs also accept a sequence and fill the fields by position
+/// (`["x"]` would create namespace `x`); this accepts only a map.
+#[derive(Debug)]
+pub struct Object<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        object(d).map(Object)
+    }
+}
+
+/// `deserialize_with` for a struct field that must be a JSON object.
+pub fn object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    struct OnlyMaps<T>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for OnlyMaps<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(MapAccessDeserializer::new(map))
+        }
+    }
+    d.deserialize_map(OnlyMaps(PhantomData))
+}
+
+/// `deserialize_with` for a list whose items must be JSON objects.
+pub fn objects<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+    Ok(Vec::<Object<T>>::deserialize(d)?
+        .into_iter()
+        .map(|o| o.0)
+        .collect())
+}
 
 /// A tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -119,13 +156,25 @@ impl NamespaceState {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateNamespace {
     /// DNS-1123 label, unique across the installation.
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    )]
     pub name: String,
+    /// Free text: at most 256 characters, no control characters.
     #[serde(default)]
+    #[schema(max_length = 256)]
     pub display_name: Option<String>,
     /// Adopt this operator-chosen Kubernetes namespace instead of `oce-<hash>`.
     /// It must already exist in the execution clusters and carry the label
     /// `clawfed.io/adoptable=true`, which only an operator sets.
     #[serde(default)]
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    )]
     pub adopt_namespace: Option<String>,
 }
 
@@ -148,6 +197,12 @@ pub struct Configuration {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateConfiguration {
+    /// DNS-1123 label, unique in the namespace.
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    )]
     pub name: String,
     #[schema(value_type = Object)]
     pub data: serde_json::Value,
@@ -277,18 +332,22 @@ pub struct AgentSpec {
     /// Name of a Configuration in the same namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub configuration: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object")]
     pub resources: Resources,
     /// Labels the Harness Pod must carry (readiness checks every one).
     #[serde(default)]
     pub requirement_labels: BTreeMap<String, String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object")]
     pub placement: Placement,
     #[serde(default)]
     pub plugins: Vec<String>,
     /// External messaging channels (e.g. `slack`, `telegram`); an enabled
     /// one needs a dedicated harness kind.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "objects"
+    )]
     pub channels: Vec<Channel>,
 }
 
@@ -297,6 +356,11 @@ pub struct AgentSpec {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Channel {
     /// DNS-1123 label, unique in the Agent.
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    )]
     pub name: String,
     #[serde(default = "enabled_by_default")]
     pub enabled: bool,
@@ -324,6 +388,7 @@ pub struct CredentialMeta {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SetCredential {
     /// The secret value (at most 16 KiB, no NUL characters).
+    #[schema(min_length = 1, max_length = 16384)]
     pub value: String,
 }
 
@@ -374,7 +439,14 @@ pub struct Agent {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateAgent {
+    /// DNS-1123 label of at most 40 characters, unique in the namespace.
+    #[schema(
+        min_length = 1,
+        max_length = 40,
+        pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    )]
     pub name: String,
+    #[serde(deserialize_with = "object")]
     pub spec: AgentSpec,
 }
 
@@ -382,6 +454,7 @@ pub struct CreateAgent {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpdateAgent {
+    #[serde(deserialize_with = "object")]
     pub spec: AgentSpec,
     /// The version last read; a stale version is a conflict.
     pub version: i64,
@@ -393,6 +466,7 @@ pub struct UpdateAgent {
 pub struct DeployRequest {
     /// Rollback: make the new revision from this earlier revision's snapshot.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub from_revision: Option<i64>,
 }
 
@@ -469,7 +543,7 @@ pub struct AgentRevision {
     pub number: i64,
     pub spec: AgentSpec,
     /// The configuration document frozen at deploy (`null` when none).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub configuration: serde_json::Value,
     pub images: Vec<ImageRef>,
     /// The cluster placement resolved to, when known.
@@ -579,6 +653,7 @@ pub struct Cluster {
 pub struct CreateBootstrapToken {
     /// Lifetime in seconds (default 3600, at most 7 days).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 604800)]
     pub ttl_seconds: Option<i64>,
     /// Allow re-enrolling an already enrolled cluster name.
     #[serde(default)]
@@ -676,14 +751,25 @@ pub struct AuditEvent {
     pub detail: Option<String>,
 }
 
-/// Fleet-wide counts, scoped to what the caller may read.
+/// Fleet-wide counts, scoped to what the caller may read. Agent counts
+/// keep desired state (what was asked for) apart from actual state (what
+/// runs), so an Agent that is wanted but not placed anywhere shows as a gap
+/// (`agentsNotRunning`) instead of as running.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FleetSummary {
     pub namespaces: i64,
     pub agents: i64,
+    /// Actual: Agents with an `active` revision (placed, applied and Ready
+    /// on a cluster), whatever their desired state.
     pub agents_running: i64,
+    /// Desired: Agents whose desired state is `stopped`.
     pub agents_stopped: i64,
+    /// Desired: Agents whose desired state is `running`, placed or not.
+    pub agents_desired_running: i64,
+    /// The gap: Agents whose desired state is `running` but that have no
+    /// `active` revision (not yet placed, applied or Ready, or failed).
+    pub agents_not_running: i64,
     pub revisions_by_phase: BTreeMap<String, i64>,
     pub clusters: i64,
     pub clusters_online: i64,

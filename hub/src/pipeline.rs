@@ -256,6 +256,43 @@ pub fn choose_cluster<'a>(
     }
 }
 
+/// Why no cluster can take a revision whose placement selector is
+/// `selector` (for [`Placement::Unavailable`]), so the revision says so
+/// instead of an unexplained `pending`: none enrolled, none matching the
+/// selector, or the matching ones offline, revoked or not connected yet.
+pub fn unplaced_reason(
+    clusters: &[crate::model::Cluster],
+    selector: &std::collections::BTreeMap<String, String>,
+) -> String {
+    use crate::model::ConnectionState as S;
+    if clusters.is_empty() {
+        return "waiting for placement: no execution cluster is enrolled".into();
+    }
+    let matching: Vec<_> = clusters
+        .iter()
+        .filter(|c| selector.iter().all(|(k, v)| c.labels.get(k) == Some(v)))
+        .collect();
+    if matching.is_empty() {
+        let wanted: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        return format!(
+            "waiting for placement: none of the {} enrolled clusters carries the labels {}",
+            clusters.len(),
+            wanted.join(",")
+        );
+    }
+    let states: Vec<String> = matching
+        .iter()
+        .map(|c| match c.connection_state {
+            S::Pending => format!("{} has not connected yet", c.name),
+            state => format!("{} is {}", c.name, state.as_str()),
+        })
+        .collect();
+    format!(
+        "waiting for placement: no matching cluster is online ({})",
+        states.join(", ")
+    )
+}
+
 /// Decides the next step from the facts.
 pub fn decide(f: &Facts) -> Step {
     use RevisionPhase as P;
@@ -636,6 +673,26 @@ mod tests {
         assert_eq!(
             choose_cluster(&clusters, &none, any),
             Placement::Unavailable
+        );
+
+        // Why nothing was chosen, in each case.
+        assert_eq!(
+            unplaced_reason(&[], &gpu),
+            "waiting for placement: no execution cluster is enrolled"
+        );
+        let why = unplaced_reason(&clusters, &none);
+        assert!(
+            why.contains("none of the 3 enrolled clusters carries the labels pool=tpu"),
+            "{why}"
+        );
+        let mut offline = clusters.clone();
+        offline[2].connection_state = ConnectionState::Revoked;
+        offline[1].labels = gpu.clone();
+        offline[1].connection_state = ConnectionState::Pending;
+        let why = unplaced_reason(&offline, &gpu);
+        assert!(
+            why.contains("a is offline, b has not connected yet, c is revoked"),
+            "{why}"
         );
     }
 

@@ -104,7 +104,8 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Serve
 
 /// Opens the configured store and starts the hub.
 pub async fn start(config: &Config) -> Result<Hub, ServerError> {
-    let store: Arc<dyn Store> = Arc::new(store::connect(&config.database.url).await?);
+    let store: Arc<dyn Store> =
+        Arc::new(store::connect_with(&config.database.url, config.pool_settings()).await?);
     start_with_store(config, store, Handlers::builtin()).await
 }
 
@@ -158,7 +159,8 @@ pub async fn start_with_parts(
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
-    let rest_app = rest_app(state);
+    // Requests finish even when their client goes away (see api::detach).
+    let rest_app = rest_app(state).layer(crate::api::detach::RunToCompletionLayer);
     let token = shutdown.clone();
     tasks.spawn(async move {
         tracing::info!(addr = %rest_addr, "rest.listening");
@@ -191,6 +193,10 @@ pub async fn start_with_parts(
     tasks.spawn(async move {
         tracing::info!(addr = %grpc_addr, "grpc.listening");
         let served = tonic::transport::Server::builder()
+            .layer(tower::util::MapResponseLayer::new(
+                crate::api::grpc::codec_status_codes::<tonic::body::Body>,
+            ))
+            .layer(crate::api::detach::RunToCompletionLayer)
             .add_service(grpc)
             .serve_with_incoming_shutdown(
                 TcpListenerStream::new(grpc_listener),

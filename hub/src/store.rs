@@ -6,6 +6,8 @@
 //!   driver with `$N` placeholders (SQLite accepts them too).
 //! - `link.rs`, `sql_link.rs`: the spoke link's part (bootstrap tokens,
 //!   certificates, the durable per-cluster outbox, reports).
+//! - `group.rs`: group commit of the link's hot writes (outbox puts, acks,
+//!   reports): one transaction for the writes that queue up together.
 //! - `credentials.rs`, `sql_credentials.rs`: managed Agent credentials,
 //!   sealed (the store never sees a plaintext), and the copies deploys
 //!   freeze into revisions.
@@ -17,6 +19,7 @@
 //! record or a work item can never be lost or be left without its change.
 
 mod credentials;
+mod group;
 mod link;
 mod postgres;
 mod sql;
@@ -256,11 +259,25 @@ pub struct Recovered {
     pub failed: u64,
 }
 
+/// When the queue next has something for a worker, as far as the store
+/// can tell cheaply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkDue {
+    /// The earliest `run_at` of a pending item (may be in the past).
+    pub next_run_at: Option<DateTime<Utc>>,
+    /// The earliest lease expiry of a claimed item (then it is recovered).
+    pub next_lease_expiry: Option<DateTime<Utc>>,
+}
+
 /// The desired-state store.
 #[async_trait]
 pub trait Store: LinkStore + CredentialStore + Send + Sync + 'static {
     /// Which backend this is.
     fn backend(&self) -> Backend;
+    /// What this store signals after its commits, so waiting loops in this
+    /// process wake at once (writes by other processes are only seen by
+    /// their safety polls).
+    fn signals(&self) -> crate::wake::StoreSignals;
     /// Checks the database answers (for `/readyz`).
     async fn ping(&self) -> Result<()>;
 
@@ -433,6 +450,9 @@ pub trait Store: LinkStore + CredentialStore + Send + Sync + 'static {
     async fn get_work(&self, id: &str) -> Result<WorkItem>;
     async fn list_work(&self, filter: &WorkFilter) -> Result<Vec<WorkItem>>;
     async fn work_stats(&self, now: DateTime<Utc>) -> Result<WorkStats>;
+    /// When pending work falls due next and when the first claim expires:
+    /// how long an idle worker may sleep.
+    async fn next_work_due(&self) -> Result<WorkDue>;
 
     // Audit.
     async fn append_audit(&self, event: &NewAudit) -> Result<()>;
@@ -471,9 +491,33 @@ pub trait Store: LinkStore + CredentialStore + Send + Sync + 'static {
 
 /// Opens the store a database URL names (`postgres://…`, `sqlite://…`) and
 /// applies pending migrations.
+/// Connection pool settings (PostgreSQL; SQLite always holds one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// Connections held at most.
+    pub max_connections: u32,
+    /// How long a call waits for a connection.
+    pub acquire_timeout: std::time::Duration,
+}
+
+impl Default for PoolSettings {
+    /// The hub's defaults with the default worker batch (32 + 16).
+    fn default() -> Self {
+        Self {
+            max_connections: 48,
+            acquire_timeout: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
 pub async fn connect(url: &str) -> Result<SqlStore> {
+    connect_with(url, PoolSettings::default()).await
+}
+
+/// [`connect`] with explicit pool settings.
+pub async fn connect_with(url: &str, pool: PoolSettings) -> Result<SqlStore> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        postgres::connect(url).await
+        postgres::connect(url, pool).await
     } else if url.starts_with("sqlite:") {
         sqlite::connect(url).await
     } else {

@@ -82,7 +82,10 @@ pub struct WorkerConfig {
     pub batch_size: u32,
     /// How long a claim is held without a heartbeat.
     pub lease: Duration,
-    /// Sleep when no work is due.
+    /// The safety poll: the longest an idle worker sleeps. Work queued in
+    /// this process wakes it at once and it wakes itself when the next
+    /// item falls due or a lease expires, so this only bounds how late it
+    /// sees work queued by another process.
     pub poll_interval: Duration,
     pub backoff: Backoff,
     /// How often `worker.health` is logged.
@@ -95,7 +98,7 @@ impl Default for WorkerConfig {
             id: format!("worker-{}", uuid::Uuid::new_v4()),
             batch_size: 32,
             lease: Duration::from_secs(30),
-            poll_interval: Duration::from_millis(50),
+            poll_interval: DEFAULT_SAFETY_POLL,
             backoff: Backoff {
                 base: Duration::from_secs(1),
                 cap: Duration::from_secs(300),
@@ -167,6 +170,18 @@ enum Outcome {
     Defer(String),
 }
 
+/// The default safety poll of an idle worker (see
+/// [`WorkerConfig::poll_interval`]).
+pub const DEFAULT_SAFETY_POLL: Duration = Duration::from_secs(2);
+
+/// How soon the claim is tried again after a store error (at most the
+/// safety poll).
+const ERROR_RETRY: Duration = Duration::from_millis(500);
+
+/// The shortest sleep of an idle worker whose next item is already due (on
+/// PostgreSQL another worker may hold it locked): no busy loop.
+const MIN_IDLE: Duration = Duration::from_millis(5);
+
 /// How long busy work waits before it is tried again.
 const BUSY_DELAY: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -189,7 +204,11 @@ impl Worker {
         let mut totals = WorkerTotals::default();
         let mut last_health = Instant::now();
         let mut last_recovery: Option<Instant> = None;
+        let mut woken = self.store.signals().work.subscribe();
         while !shutdown.is_cancelled() {
+            // Before looking at the queue: work queued from here on wakes
+            // the wait below even if this claim misses it.
+            woken.mark_seen();
             // Expired claims of crashed workers go back to pending; checking
             // every half lease keeps recovery within 1.5 leases.
             if last_recovery.is_none_or(|t| t.elapsed() >= self.config.lease / 2) {
@@ -214,12 +233,20 @@ impl Worker {
                 Ok(batch) => batch,
                 Err(e) => {
                     tracing::warn!(worker = %id, error = %e, "worker.error");
-                    sleep_or_shutdown(self.config.poll_interval, &shutdown).await;
+                    sleep_or_shutdown(self.config.poll_interval.min(ERROR_RETRY), &shutdown).await;
                     continue;
                 }
             };
             if batch.is_empty() {
-                sleep_or_shutdown(self.config.poll_interval, &shutdown).await;
+                let (wait, recover) = self.idle_wait().await;
+                if recover {
+                    last_recovery = None;
+                }
+                tokio::select! {
+                    _ = woken.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.cancelled() => {}
+                }
                 continue;
             }
             totals.batches += 1;
@@ -236,6 +263,40 @@ impl Worker {
             "worker.stopped"
         );
         totals
+    }
+
+    /// How long the idle worker sleeps unless woken: until the next pending
+    /// item falls due or the first claim's lease expires, at most the
+    /// safety poll. The flag says the wait ends at a lease expiry, so the
+    /// next round recovers expired claims whenever it last did.
+    async fn idle_wait(&self) -> (Duration, bool) {
+        let safety = self.config.poll_interval;
+        let due = match self.store.next_work_due().await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::warn!(worker = %self.config.id, error = %e, "worker.error");
+                return (safety.min(ERROR_RETRY), false);
+            }
+        };
+        let now = Utc::now();
+        let until = |at: chrono::DateTime<Utc>| (at - now).to_std().unwrap_or_default();
+        let run = due.next_run_at.map(until);
+        // A lease is recoverable once strictly past its expiry (ms clock).
+        let lease = due
+            .next_lease_expiry
+            .map(|at| until(at + chrono::Duration::milliseconds(1)));
+        let mut wait = safety;
+        let mut recover = false;
+        if let Some(d) = run {
+            wait = wait.min(d.max(MIN_IDLE));
+        }
+        if let Some(d) = lease
+            && d.max(MIN_IDLE) <= wait
+        {
+            wait = d.max(MIN_IDLE);
+            recover = true;
+        }
+        (wait, recover)
     }
 
     async fn log_health(&self, totals: &WorkerTotals) {
@@ -261,19 +322,30 @@ impl Worker {
     ) {
         let ids: Vec<String> = batch.iter().map(|i| i.id.clone()).collect();
         let work = join_all(batch.iter().map(|item| self.run_one(item, shutdown)));
-        tokio::pin!(work);
-        let mut heartbeat = tokio::time::interval(self.config.lease / 3);
-        heartbeat.tick().await; // the first tick is immediate
-        let outcomes = loop {
-            tokio::select! {
-                outcomes = &mut work => break outcomes,
-                _ = heartbeat.tick() => {
-                    let until = Utc::now() + chrono::Duration::from_std(self.config.lease).unwrap_or_default();
-                    if let Err(e) = self.store.heartbeat_work(&self.config.id, &ids, until).await {
-                        tracing::warn!(worker = %self.config.id, error = %e, "worker.error");
-                    }
+        // The heartbeats are a future of their own, polled beside the
+        // handlers: awaited in a `select!` branch body, a heartbeat waiting
+        // for a pooled connection stopped the handlers from being polled
+        // while their in-flight queries held those connections, and the
+        // batch stalled for the pool's acquire timeout (fault run finding 3).
+        let heartbeats = async {
+            let mut heartbeat = tokio::time::interval(self.config.lease / 3);
+            heartbeat.tick().await; // the first tick is immediate
+            loop {
+                heartbeat.tick().await;
+                let until =
+                    Utc::now() + chrono::Duration::from_std(self.config.lease).unwrap_or_default();
+                if let Err(e) = self
+                    .store
+                    .heartbeat_work(&self.config.id, &ids, until)
+                    .await
+                {
+                    tracing::warn!(worker = %self.config.id, error = %e, "worker.error");
                 }
             }
+        };
+        let outcomes = tokio::select! {
+            outcomes = work => outcomes,
+            never = heartbeats => match never {},
         };
         let now = Utc::now();
         let mut done = Vec::new();

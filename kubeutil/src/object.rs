@@ -46,6 +46,11 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// True when the apiserver answered 403 Forbidden.
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self, Error::Kube { source, .. } if crate::classify::is_forbidden(source))
+    }
+
     /// True when retrying later may succeed (see [`is_transient`]); an
     /// object still going away is always worth waiting for again.
     pub fn is_transient(&self) -> bool {

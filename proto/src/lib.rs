@@ -31,6 +31,11 @@ pub mod startup;
 pub mod tunnel;
 pub mod work;
 
+/// The encoded `FileDescriptorSet` of `clawfed.admin.v1` and
+/// `clawfed.link.v1` (decode with `prost_types::FileDescriptorSet`).
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/clawfed_descriptors.bin"));
+
 /// `clawfed.admin.v1`: the admin API, same semantics as REST `/api/v1`.
 pub mod admin {
     pub mod v1 {

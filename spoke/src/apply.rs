@@ -61,6 +61,15 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// True when the apiserver answered 403 Forbidden.
+    pub fn is_forbidden(&self) -> bool {
+        match self {
+            Error::Kube { source, .. } => is_forbidden(source),
+            Error::Object(e) => e.is_forbidden(),
+            _ => false,
+        }
+    }
+
     /// True when retrying the same work later may succeed (apiserver
     /// unavailable, throttled, conflicts, timeouts); false when the work
     /// itself is refused.

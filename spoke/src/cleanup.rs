@@ -85,6 +85,8 @@ pub struct StepFailed {
     pub reason: String,
     /// True when retrying may succeed.
     pub transient: bool,
+    /// True when the apiserver answered 403 Forbidden.
+    pub forbidden: bool,
 }
 
 /// Executes cleanup steps (the I/O side).
@@ -125,6 +127,7 @@ mod tests {
                     step: format!("{step:?}"),
                     reason: "injected".into(),
                     transient: false,
+                    forbidden: false,
                 });
             }
             Ok(())

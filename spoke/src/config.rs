@@ -43,6 +43,11 @@ pub struct SpokeConfig {
     /// How long the spoke retries `Forbidden` right after binding its tenant
     /// role in a new namespace (the authorizer's cache catches up).
     pub rbac_settle_timeout: Duration,
+    /// How long work answered `Forbidden` keeps being retried before the
+    /// refusal is reported as final: a kube-apiserver that just restarted
+    /// answers 403 until its authorizer's informers have synced, even
+    /// after `/readyz` is ok.
+    pub forbidden_retry_window: Duration,
     /// Label put on every data-plane namespace for Pod Security admission
     /// (`pod-security.kubernetes.io/enforce`); `None` leaves it unset.
     pub pod_security_level: Option<String>,
@@ -58,6 +63,7 @@ impl Default for SpokeConfig {
             dns: DnsTarget::default(),
             delete_timeout: Duration::from_secs(60),
             rbac_settle_timeout: Duration::from_secs(10),
+            forbidden_retry_window: Duration::from_secs(30),
             pod_security_level: Some("restricted".into()),
         }
     }

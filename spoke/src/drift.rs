@@ -114,6 +114,9 @@ pub struct DriftStatus {
     pub last_drift_unix_millis: i64,
     /// What drifted last: kind, name, reason and field manager.
     pub last_reason: String,
+    /// Resends of the target's work asked of the hub (drift of an object the
+    /// record cannot restore: the credential Secret).
+    pub resends: u64,
 }
 
 /// One managed object.
@@ -197,6 +200,9 @@ impl Debug for Repairer {
 
 /// Retry delay after a failed read or write of a repair.
 const RETRY: Duration = Duration::from_secs(1);
+/// How long a resend the spoke asked for may take before it asks again
+/// (the link may have been down; the per-object budget still applies).
+const RESEND_RECHECK: Duration = Duration::from_secs(30);
 
 fn strip(mut v: Value) -> Value {
     if let Some(o) = v.as_object_mut() {
@@ -257,6 +263,19 @@ impl Repairer {
     /// The drift seen on `target` so far.
     pub fn status(&self, target: &str) -> Option<DriftStatus> {
         self.lock().status.get(target).cloned()
+    }
+
+    /// Whether every watch has listed once: from then on, drift of any
+    /// managed object is seen.
+    pub fn synced(&self) -> bool {
+        let st = self.lock();
+        st.namespaces_synced
+            && st.namespaces.values().all(|ns| {
+                objects::KINDS
+                    .iter()
+                    .filter(|k| **k != "Namespace")
+                    .all(|k| ns.synced.contains(k))
+            })
     }
 
     /// The applied digest (`clawfed_proto::digest`, wire form) over the
@@ -564,6 +583,7 @@ impl Repairer {
             self.forget_namespace(&key.namespace);
             return;
         }
+        let live = live.map(|v| object.observe(v));
         let now = tokio::time::Instant::now();
         let Some(drift) = check::check(key.kind, FIELD_MANAGER, &object.value(), live.as_ref())
         else {
@@ -582,8 +602,10 @@ impl Repairer {
         );
         if let Verdict::Contested { retry_after, first } = verdict {
             if first {
-                self.note(target, record.generation, &reason, |s| s.contested += 1)
-                    .await;
+                self.note(target, record.generation, &reason, false, |s| {
+                    s.contested += 1
+                })
+                .await;
                 self.inner
                     .metrics
                     .contested
@@ -596,6 +618,18 @@ impl Repairer {
             self.recheck_after(key, retry_after);
             return;
         }
+        if !object.restorable() {
+            // Only the hub holds the value: ask it to resend the work, and
+            // look again later in case the request or the resend was lost.
+            let reason = format!("{reason}; resend requested from the hub");
+            self.note(target, record.generation, &reason, true, |s| s.resends += 1)
+                .await;
+            tracing::info!(kind = key.kind, namespace = %key.namespace, name = %key.name,
+                target_ = %target, generation = record.generation, reason = %drift.reason,
+                field_manager = %manager, "spoke.drift.resend_requested");
+            self.recheck_after(key, RESEND_RECHECK);
+            return;
+        }
         match object.apply(&client, &key.namespace).await {
             Ok(()) => {
                 self.inner
@@ -603,8 +637,10 @@ impl Repairer {
                     .repairs
                     .get_or_create(&DriftMetrics::kind(key.kind))
                     .inc();
-                self.note(target, record.generation, &reason, |s| s.repairs += 1)
-                    .await;
+                self.note(target, record.generation, &reason, false, |s| {
+                    s.repairs += 1
+                })
+                .await;
                 tracing::info!(kind = key.kind, namespace = %key.namespace, name = %key.name,
                     target_ = %target, generation = record.generation, reason = %drift.reason,
                     field_manager = %manager, "spoke.drift.repaired");
@@ -624,6 +660,7 @@ impl Repairer {
         target: &str,
         generation: i64,
         reason: &str,
+        resend: bool,
         f: impl FnOnce(&mut DriftStatus),
     ) {
         let status = {
@@ -642,6 +679,8 @@ impl Repairer {
                 contested: status.contested,
                 last_drift_unix_millis: status.last_drift_unix_millis,
                 last_reason: status.last_reason,
+                resend,
+                resends: status.resends,
             })),
         };
         // Never blocks a repair on a slow link: a full channel drops this
@@ -714,12 +753,11 @@ fn verdict(
     } else {
         ns.synced.contains(k.0)
     };
-    let live = ns.live.get(k);
+    let live = ns.live.get(k).map(|v| ix.object.observe(v.clone()));
     if live.is_none() && !synced {
         return None;
     }
-    let _ = &ix.object;
-    let drift = check::check(k.0, FIELD_MANAGER, &ix.value, live)?;
+    let drift = check::check(k.0, FIELD_MANAGER, &ix.value, live.as_ref())?;
     Some((
         ObjectKey {
             kind: k.0,

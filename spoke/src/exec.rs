@@ -23,6 +23,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use clawfed_proto::labels;
@@ -82,12 +83,16 @@ pub enum ExecError {
 struct Failure {
     reason: String,
     transient: bool,
+    /// The apiserver answered 403: final only once it persists (see
+    /// [`SpokeConfig::forbidden_retry_window`]).
+    forbidden: bool,
 }
 
 impl From<apply::Error> for Failure {
     fn from(e: apply::Error) -> Self {
         Failure {
             transient: e.is_transient(),
+            forbidden: e.is_forbidden(),
             reason: e.to_string(),
         }
     }
@@ -97,6 +102,7 @@ impl From<NamespaceError> for Failure {
     fn from(e: NamespaceError) -> Self {
         Failure {
             transient: false,
+            forbidden: false,
             reason: e.to_string(),
         }
     }
@@ -106,6 +112,7 @@ impl From<crate::provider::ProviderError> for Failure {
     fn from(e: crate::provider::ProviderError) -> Self {
         Failure {
             transient: e.is_transient(),
+            forbidden: e.is_forbidden(),
             reason: e.to_string(),
         }
     }
@@ -115,6 +122,7 @@ impl From<StepFailed> for Failure {
     fn from(e: StepFailed) -> Self {
         Failure {
             transient: e.transient,
+            forbidden: e.forbidden,
             reason: e.to_string(),
         }
     }
@@ -124,6 +132,7 @@ fn refuse(reason: impl Into<String>) -> Failure {
     Failure {
         reason: reason.into(),
         transient: false,
+        forbidden: false,
     }
 }
 
@@ -208,6 +217,9 @@ pub struct Executor {
     /// Namespaces a `namespace.delete` is tearing down right now: drift
     /// repair leaves them alone.
     closing: Mutex<HashSet<String>>,
+    /// Per target: the generation and when its work was first answered
+    /// `Forbidden` in the current run of refusals.
+    forbidden_since: Mutex<HashMap<String, (i64, Instant)>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -260,6 +272,7 @@ impl Executor {
             locks: TargetLocks::default(),
             rebuilt: OnceCell::new(),
             closing: Mutex::new(HashSet::new()),
+            forbidden_since: Mutex::new(HashMap::new()),
         }
     }
 
@@ -440,6 +453,16 @@ impl Executor {
         work: &Work,
         outcome: Result<Done, Failure>,
     ) -> Result<WorkResult, ExecError> {
+        let outcome = match outcome {
+            Ok(done) => {
+                self.forbidden_since
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&work.target);
+                Ok(done)
+            }
+            Err(f) => Err(self.hold_forbidden(work, f)),
+        };
         let (result, err) = match outcome {
             Ok(done) => (
                 WorkResult {
@@ -492,6 +515,42 @@ impl Executor {
             Some(e) => Err(e),
             None => Ok(result),
         }
+    }
+
+    /// A 403 is retried (reported transient, `retrying`) until the same
+    /// target's work has been refused for [`SpokeConfig::forbidden_retry_window`]:
+    /// a restarted apiserver refuses until its authorizer has synced, and a
+    /// refusal taken as final then loses the work for good. Any other
+    /// outcome ends the run of refusals.
+    fn hold_forbidden(&self, work: &Work, mut f: Failure) -> Failure {
+        let mut since = self
+            .forbidden_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !f.forbidden || f.transient {
+            since.remove(&work.target);
+            return f;
+        }
+        let now = Instant::now();
+        let first = match since.get(&work.target) {
+            Some((generation, at)) if *generation == work.generation => *at,
+            _ => {
+                since.insert(work.target.clone(), (work.generation, now));
+                now
+            }
+        };
+        let window = self.config.forbidden_retry_window;
+        if now.duration_since(first) < window {
+            f.transient = true;
+            f.reason = format!(
+                "{} (retrying for up to {}s: an apiserver that just restarted refuses until its authorizer has synced)",
+                f.reason,
+                window.as_secs()
+            );
+        } else {
+            since.remove(&work.target);
+        }
+        f
     }
 
     // ------------------------------------------------------------ namespaces
@@ -772,6 +831,7 @@ impl Executor {
                 return Err(Failure {
                     reason: format!("{}; cleanup hooks: {hook}", f.reason),
                     transient: f.transient,
+                    forbidden: f.forbidden,
                 });
             }
             return Err(f);
@@ -1075,6 +1135,7 @@ fn step_failed(step: impl std::fmt::Debug, e: impl Into<Failure>) -> StepFailed 
         step: format!("{step:?}"),
         reason: f.reason,
         transient: f.transient,
+        forbidden: f.forbidden,
     }
 }
 

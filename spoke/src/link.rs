@@ -551,7 +551,19 @@ impl Link {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(wait) => {}
             }
-            match self.renew(mtls.clone(), &current).await {
+            // Each attempt gets a deadline well inside the remaining
+            // lifetime: one call hanging through a hub stall must not
+            // outlive the certificate (fault run finding 3).
+            let left = (current.not_after - chrono::Utc::now())
+                .to_std()
+                .unwrap_or(Duration::ZERO);
+            let attempt = renew_attempt_timeout(left);
+            let outcome =
+                match tokio::time::timeout(attempt, self.renew(mtls.clone(), &current)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(format!("no answer within {attempt:?}")),
+                };
+            match outcome {
                 Ok(renewed) => {
                     if let Err(e) = self.identities.save(&renewed).await {
                         tracing::error!(error = %e, "link.renew_store_failed");
@@ -847,6 +859,13 @@ impl Link {
     }
 }
 
+/// How long one renewal attempt may take: a quarter of the certificate's
+/// remaining lifetime, between 1 s and 30 s, so several attempts fit in
+/// the renewal window (a third of the lifetime).
+fn renew_attempt_timeout(left: Duration) -> Duration {
+    (left / 4).clamp(Duration::from_secs(1), Duration::from_secs(30))
+}
+
 /// Why a session ended, from the status it ended with: the hub's typed
 /// close reason (status metadata), or the TLS `certificate_revoked` alert
 /// the hub sent on the connection when the call failed in the transport.
@@ -903,6 +922,22 @@ mod tests {
         assert_eq!(digest(&a), digest(&b));
         let c: HashMap<_, _> = [("y".to_string(), 3), ("x".to_string(), 1)].into();
         assert_ne!(digest(&a), digest(&c));
+    }
+
+    #[test]
+    fn renewal_attempts_fit_several_times_in_the_renewal_window() {
+        // A 45 s certificate renews with 15 s left: each attempt gets 3.75 s.
+        let left = Duration::from_secs(15);
+        assert!(renew_attempt_timeout(left) * 3 < left);
+        // A day's certificate (8 h window): 30 s attempts.
+        assert_eq!(
+            renew_attempt_timeout(Duration::from_secs(8 * 3600)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            renew_attempt_timeout(Duration::ZERO),
+            Duration::from_secs(1)
+        );
     }
 
     fn classify_alone(status: tonic::Status) -> SessionEnd {

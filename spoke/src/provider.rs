@@ -36,6 +36,11 @@ pub enum ProviderError {
 }
 
 impl ProviderError {
+    /// True when the apiserver answered 403 Forbidden.
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self, ProviderError::Kube(e) if e.is_forbidden())
+    }
+
     /// True when retrying the same work later may succeed.
     pub fn is_transient(&self) -> bool {
         match self {

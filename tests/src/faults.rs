@@ -251,7 +251,7 @@ fn short_id() -> String {
 
 /// A PostgreSQL cluster of the run's own (Debian's `pg_createcluster`), on
 /// a free port, with the clawfed role and one database. Dropped at the end.
-struct PgCluster {
+pub struct PgCluster {
     version: String,
     name: String,
     port: u16,
@@ -275,7 +275,9 @@ fn as_postgres(args: &[&str]) -> Command {
 }
 
 impl PgCluster {
-    fn create() -> Result<Self> {
+    /// A new cluster on a free port, started, with role and database
+    /// `clawfed`/`faults`.
+    pub fn create() -> Result<Self> {
         let mut versions: Vec<String> = std::fs::read_dir("/usr/lib/postgresql")
             .context("PostgreSQL is not installed (scripts/postgres.sh installs it)")?
             .filter_map(|e| e.ok())
@@ -322,11 +324,13 @@ impl PgCluster {
         Ok(me)
     }
 
-    fn url(&self) -> String {
+    /// The run database's URL.
+    pub fn url(&self) -> String {
         format!("postgres://clawfed:clawfed@127.0.0.1:{}/faults", self.port)
     }
 
-    fn ctl(&self, args: &[&str]) -> Result<()> {
+    /// `pg_ctlcluster VERSION NAME args…`.
+    pub fn ctl(&self, args: &[&str]) -> Result<()> {
         run_cmd(
             Command::new("pg_ctlcluster")
                 .args([&self.version, &self.name])
@@ -335,7 +339,8 @@ impl PgCluster {
         Ok(())
     }
 
-    fn wait_ready(&self, within: Duration) -> Result<()> {
+    /// Waits until `pg_isready` answers.
+    pub fn wait_ready(&self, within: Duration) -> Result<()> {
         let deadline = Instant::now() + within;
         loop {
             let ok = as_postgres(&["pg_isready", "-q", "-p", &self.port.to_string()])

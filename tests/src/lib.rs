@@ -7,6 +7,7 @@
 //! - [`hub`]: an in-process hub on `127.0.0.1:0` with its REST and gRPC clients.
 //! - [`link`]: in-process spokes that enroll with and connect to a test hub.
 //! - [`netns`]: a network namespace with a veth pair, for partitions.
+//! - [`openapi`]: the served OpenAPI document as an oracle: operations and a schema validator.
 //! - [`properties`]: property-based tests of the pure cores (suite and bench).
 //! - [`procs`]: `clawfed-hub` / `clawfed-spoke` child processes.
 //! - [`spoke_env`]: the spoke's own RBAC and ServiceAccount client in a test cluster.
@@ -21,6 +22,7 @@ pub mod hub;
 pub mod kube_env;
 pub mod link;
 pub mod netns;
+pub mod openapi;
 pub mod procs;
 pub mod properties;
 pub mod spoke_env;
@@ -53,4 +55,29 @@ where
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// Runs each named scenario `async fn name(backend: Backend)` (a `Backend`
+/// in scope at the call site) as a test on SQLite and on PostgreSQL, in
+/// modules `sqlite` and `postgres`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Postgres).await
+                }
+            )*
+        }
+    };
 }

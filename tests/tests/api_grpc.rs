@@ -434,13 +434,21 @@ async fn grpc_and_rest_share_one_state(backend: Backend) {
         .await);
     assert_eq!(fleet.namespaces, 2);
     assert_eq!(fleet.agents, 2);
-    assert_eq!(fleet.agents_running, 1);
+    // Placed but still pending: wanted running, not running yet.
+    assert_eq!(fleet.agents_desired_running, 1);
+    assert_eq!(fleet.agents_running, 0);
+    assert_eq!(fleet.agents_not_running, 1);
     assert_eq!(fleet.agents_stopped, 1);
     assert_eq!(fleet.revisions_by_phase.get("pending"), Some(&1));
     assert_eq!(fleet.clusters, 1);
     assert_eq!(fleet.clusters_online, 1);
     let (_, rest_fleet) = rest_get(&hub, &root, "/fleet").await;
     assert_eq!(rest_fleet["agents"], fleet.agents);
+    assert_eq!(
+        rest_fleet["agentsDesiredRunning"],
+        fleet.agents_desired_running
+    );
+    assert_eq!(rest_fleet["agentsNotRunning"], fleet.agents_not_running);
     assert_eq!(rest_fleet["workPending"], fleet.work_pending);
 
     // Work and audit.
@@ -1362,6 +1370,7 @@ async fn grpc_tenant_isolation(backend: Backend) {
     assert_eq!(fleet.namespaces, 1);
     assert_eq!(fleet.agents, 1);
     assert_eq!(fleet.agents_running, 0);
+    assert_eq!(fleet.agents_desired_running, 0);
     assert!(fleet.revisions_by_phase.is_empty());
 
     // B is untouched and visible to the installation admin.
@@ -1375,7 +1384,10 @@ async fn grpc_tenant_isolation(backend: Backend) {
         .await);
     assert_eq!(fleet.namespaces, 2);
     assert_eq!(fleet.agents, 3);
-    assert_eq!(fleet.agents_running, 1);
+    // b1 is deployed with no cluster enrolled: wanted, not running.
+    assert_eq!(fleet.agents_desired_running, 1);
+    assert_eq!(fleet.agents_running, 0);
+    assert_eq!(fleet.agents_not_running, 1);
     hub.stop().await;
 }
 

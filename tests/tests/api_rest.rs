@@ -793,7 +793,10 @@ async fn clusters_and_fleet_summary(backend: Backend) {
     let fleet = c.get("/fleet").await.expect(200).clone();
     assert_eq!(fleet["namespaces"], 2);
     assert_eq!(fleet["agents"], 4);
-    assert_eq!(fleet["agentsRunning"], 2);
+    // Placed but still pending: wanted running, none running yet.
+    assert_eq!(fleet["agentsDesiredRunning"], 2);
+    assert_eq!(fleet["agentsRunning"], 0);
+    assert_eq!(fleet["agentsNotRunning"], 2);
     assert_eq!(fleet["agentsStopped"], 2);
     assert_eq!(fleet["revisionsByPhase"]["pending"], 3);
     assert_eq!(fleet["clusters"], 2);
@@ -808,7 +811,9 @@ async fn clusters_and_fleet_summary(backend: Backend) {
     let fleet = v.get("/fleet").await.expect(200).clone();
     assert_eq!(fleet["namespaces"], 1);
     assert_eq!(fleet["agents"], 2);
-    assert_eq!(fleet["agentsRunning"], 2);
+    assert_eq!(fleet["agentsDesiredRunning"], 2);
+    assert_eq!(fleet["agentsRunning"], 0);
+    assert_eq!(fleet["agentsNotRunning"], 2);
     assert_eq!(fleet["revisionsByPhase"]["pending"], 3);
     assert_eq!(fleet["clusters"], 1);
     assert_eq!(v.get("/clusters").await.items().len(), 1);
@@ -1542,6 +1547,7 @@ async fn tenant_isolation(backend: Backend) {
     assert_eq!(fleet["namespaces"], 1);
     assert_eq!(fleet["agents"], 1);
     assert_eq!(fleet["agentsRunning"], 0);
+    assert_eq!(fleet["agentsDesiredRunning"], 0);
     assert_eq!(fleet["revisionsByPhase"].get("pending"), None);
 
     // The installation admin sees everything.
@@ -1549,7 +1555,10 @@ async fn tenant_isolation(backend: Backend) {
     let fleet = c.get("/fleet").await.expect(200).clone();
     assert_eq!(fleet["namespaces"], 2);
     assert_eq!(fleet["agents"], 3);
-    assert_eq!(fleet["agentsRunning"], 1);
+    // b1 is deployed with no cluster enrolled: wanted, not running.
+    assert_eq!(fleet["agentsDesiredRunning"], 1);
+    assert_eq!(fleet["agentsRunning"], 0);
+    assert_eq!(fleet["agentsNotRunning"], 1);
     c.get("/namespaces/ns-b/agents/b1").await.expect(200);
     let all_work = c.get("/work").await;
     let spaces: BTreeSet<&str> = all_work

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clawfed_proto::labels;
-use clawfed_proto::link::v1::{Report, Work};
+use clawfed_proto::link::v1::{Report, Work, report};
 use clawfed_proto::naming::data_plane_namespace;
 use clawfed_proto::work::{
     ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, target,
@@ -124,7 +124,7 @@ struct Spoke {
     exec: Arc<Executor>,
     repairer: Repairer,
     cancel: CancellationToken,
-    _reports: mpsc::Receiver<Report>,
+    reports: std::sync::Mutex<mpsc::Receiver<Report>>,
 }
 
 impl Drop for Spoke {
@@ -165,7 +165,7 @@ async fn spoke(t: &Tenant, h: &HarnessWork, budget: Budget) -> Result<Spoke> {
         exec,
         repairer,
         cancel,
-        _reports: rx,
+        reports: std::sync::Mutex::new(rx),
     })
 }
 
@@ -325,27 +325,67 @@ async fn deleted_and_changed_objects_are_repaired_and_reported_foreign_fields_st
     );
     assert_eq!(s.repairer.metrics().repairs_of("Deployment"), n);
 
-    // 5. Its credential Secret is deleted: recreated with the credential.
+    // 5. Its credential Secret is deleted. The spoke keeps no copy of a
+    // credential (its record holds a digest), so it asks the hub to resend
+    // the work; the resend (here the same work delivered again, as the
+    // hub's resend does) writes the credential back.
     let secrets = Api::<Secret>::namespaced(admin.clone(), &t.ns);
+    let record = secrets
+        .get(&clawfed_spoke::drift::desired::name(&harness_target))
+        .await?;
+    let stored = record.data.unwrap_or_default();
+    let stored = String::from_utf8_lossy(&stored[clawfed_spoke::drift::desired::KEY].0);
+    assert!(
+        !stored.contains("sk-test-not-real"),
+        "the record holds the credential"
+    );
     let cred = clawfed_proto::work::harness::credentials_name(&h.agent, 1);
     secrets.delete(&cred, &DeleteParams::background()).await?;
-    let back = eventually(WAIT, "credential Secret recreated", || async {
-        Ok(secrets.get_opt(&cred).await?)
+    let asked = eventually(WAIT, "a resend asked of the hub", || async {
+        let mut reports = s.reports.lock().unwrap_or_else(|p| p.into_inner());
+        while let Ok(r) = reports.try_recv() {
+            if let Some(report::Body::Drift(d)) = r.body
+                && r.target == harness_target
+                && d.resend
+            {
+                return Ok(Some(d));
+            }
+        }
+        Ok(None)
     })
     .await?;
+    assert!(
+        asked.last_reason.starts_with("Secret")
+            && asked.last_reason.contains("deleted")
+            && !asked.last_reason.contains("sk-test"),
+        "{}",
+        asked.last_reason
+    );
+    assert_eq!(asked.resends, 1);
+    assert_eq!(s.repairer.metrics().repairs_of("Secret"), 0);
+    let again = s.exec.apply(&t.apply(&h)).await?;
+    assert!(again.applied, "{}", again.reason);
+    let back = secrets.get(&cred).await?;
     let key = back
         .data
         .unwrap_or_default()
         .get("MODEL_API_KEY")
         .map(|b| b.0.clone());
     assert_eq!(key.as_deref(), Some(&b"sk-test-not-real"[..]));
-    n += 1;
-    let reason = repairs(&s, &harness_target, n).await?;
-    assert!(
-        reason.starts_with("Secret") && !reason.contains("sk-test"),
-        "{reason}"
-    );
-    assert_eq!(s.repairer.metrics().repairs_of("Secret"), 1);
+    // Someone else changes the value: noticed by digest, resend asked.
+    secrets
+        .patch(
+            &cred,
+            &by("drift-test-rekey"),
+            &Patch::Merge(serde_json::json!({"stringData": {"MODEL_API_KEY": "sk-other"}})),
+        )
+        .await?;
+    eventually(WAIT, "a second resend asked", || async {
+        Ok(s.repairer
+            .status(&harness_target)
+            .filter(|st| st.resends >= 2))
+    })
+    .await?;
 
     // 6. Its NetworkPolicy is deleted: recreated (a namespace object, so
     // counted on the namespace target).
@@ -610,6 +650,28 @@ async fn a_hub_side_digest_mismatch_resends_the_affected_target() -> Result<()> 
         acked.contains(&(apply.target.clone(), "harness.apply".into(), 2)),
         "{acked:?}"
     );
+
+    // The credential Secret goes: the spoke cannot write it from its record
+    // and asks; the hub resends the work, which writes it again.
+    let cred = clawfed_proto::work::harness::credentials_name(&h.agent, 1);
+    let cred_uid = secrets.get(&cred).await?.uid();
+    secrets.delete(&cred, &DeleteParams::background()).await?;
+    eventually(WAIT, "credential Secret back through a resend", || async {
+        Ok(secrets
+            .get_opt(&cred)
+            .await?
+            .filter(|s| s.uid() != cred_uid))
+    })
+    .await?;
+    let stored = eventually(WAIT, "the resend request stored on the hub", || async {
+        Ok(store
+            .get_report(&cluster_id, &apply.target, "drift")
+            .await?
+            .filter(|r| r.body["resends"] == 1))
+    })
+    .await?;
+    let reason = stored.body["lastReason"].as_str().unwrap_or_default();
+    assert!(reason.contains("resend requested"), "{reason}");
     cancel.cancel();
     exec.shutdown();
     let _ = link_task.await;

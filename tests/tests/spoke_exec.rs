@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use async_trait::async_trait;
@@ -1129,5 +1129,82 @@ async fn provider_work_in_a_namespace_longer_than_its_workspace_limit_is_refused
     let _ = namespaces
         .delete(&chosen, &DeleteParams::background())
         .await;
+    Ok(())
+}
+
+/// Fault run finding 2 (seed 1, `--apiserver`): right after an apiserver
+/// restart the spoke's ServiceAccount is refused (403) until the
+/// authorizer has synced; a refusal taken as final at once lost a
+/// retire for good. A 403 is retried for `forbidden_retry_window` and
+/// final only when it persists. The spoke's tenant binding is removed to
+/// get a real 403 from the real apiserver.
+#[tokio::test]
+async fn forbidden_is_retried_for_its_window_then_final() -> Result<()> {
+    let e = env().await?;
+    let admin = e.cluster.admin();
+    let t = Tenant::new("forbid");
+    let (tx, _reports) = Reports::new();
+    let window = Duration::from_secs(3);
+    let exec = Executor::new(
+        e.spoke.clone(),
+        SpokeConfig {
+            forbidden_retry_window: window,
+            rbac_settle_timeout: Duration::ZERO,
+            ..config()
+        },
+        tx,
+    );
+    assert_applied(&exec.apply(&t.ensure(1)).await?, "ensure");
+    let h = t.harness("held", 1);
+    assert_applied(&exec.apply(&t.apply(&h, 1)).await?, "apply");
+
+    // The authorizer now refuses the spoke in the tenant's namespace.
+    let bindings = Api::<RoleBinding>::namespaced(admin.clone(), &t.ns);
+    for b in bindings.list(&ListParams::default()).await?.items {
+        bindings
+            .delete(&b.name_any(), &DeleteParams::default())
+            .await?;
+    }
+    let r = t.revision("held", 1, ExecutionMode::Ordinary);
+    let first = Instant::now();
+    let retire = t.retire(&r, 2);
+    let err = exec
+        .apply(&retire)
+        .await
+        .expect_err("a fresh 403 is retried, not a final refusal");
+    assert!(
+        err.to_string().contains("retrying for up to 3s"),
+        "transient with its window named: {err}"
+    );
+    // Still refused within the window: still retrying (same generation).
+    if first.elapsed() < window - Duration::from_millis(500) {
+        exec.apply(&retire)
+            .await
+            .expect_err("refused again inside the window: still retrying");
+    }
+    // Past the window the refusal is final, and names the 403.
+    // (The spoke's window starts at its first answer, a little after `first`.)
+    tokio::time::sleep_until((first + window + Duration::from_millis(500)).into()).await;
+    let last = exec.apply(&retire).await?;
+    assert!(!last.applied && !last.retrying, "final refusal: {last:?}");
+    assert!(last.reason.contains("forbidden"), "{}", last.reason);
+
+    // A new generation starts a new window; once the authorizer allows
+    // the spoke again (re-ensuring the namespace re-binds it), the retire
+    // goes through.
+    let again = t.retire(&r, 3);
+    exec.apply(&again)
+        .await
+        .expect_err("a new generation's first 403 is retried again");
+    assert_applied(&exec.apply(&t.ensure(4)).await?, "ensure rebinds");
+    // The authorizer sees the new binding a moment later: meanwhile the
+    // retire stays transient (as the link would retry it), then applies.
+    let done = eventually(WAIT, "retire after the authorizer allows it", || async {
+        Ok(exec.apply(&again).await.ok())
+    })
+    .await?;
+    assert_applied(&done, "retire after the authorizer allows it");
+    exec.shutdown();
+    t.cleanup(&admin).await;
     Ok(())
 }

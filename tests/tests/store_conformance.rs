@@ -833,16 +833,97 @@ mod cases {
             .await
             .unwrap();
         let all = s.fleet_summary(None).await.unwrap();
-        assert_eq!((all.namespaces, all.agents, all.agents_running), (2, 3, 1));
+        assert_eq!(
+            (all.namespaces, all.agents, all.agents_desired_running),
+            (2, 3, 1)
+        );
         assert_eq!(all.revisions_by_phase.get("pending"), Some(&1));
         let a = s.fleet_summary(Some("team-a")).await.unwrap();
         assert_eq!(
-            (a.namespaces, a.agents, a.agents_running, a.agents_stopped),
+            (
+                a.namespaces,
+                a.agents,
+                a.agents_desired_running,
+                a.agents_stopped
+            ),
             (1, 2, 1, 1)
         );
         let b = s.fleet_summary(Some("team-b")).await.unwrap();
-        assert_eq!((b.agents, b.agents_running), (1, 0));
+        assert_eq!((b.agents, b.agents_desired_running), (1, 0));
         assert!(b.revisions_by_phase.is_empty());
+    }
+
+    /// RUNNING is actual state: an Agent deployed with no cluster enrolled
+    /// is wanted running (desired) but runs nowhere until a revision of it
+    /// is `active`; a stopped Agent runs until its revision leaves `active`.
+    pub async fn fleet_summary_separates_desired_from_actual(s: Arc<dyn Store>) {
+        use clawfed_hub::model::{RevisionPhase, RevisionProgress};
+        namespace(s.as_ref(), "team-a").await;
+        namespace(s.as_ref(), "team-b").await;
+        agent(s.as_ref(), "team-a", "one").await;
+        agent(s.as_ref(), "team-b", "two").await;
+        // No cluster is enrolled: the revision is placed nowhere.
+        let rev = s
+            .deploy(&revision("team-a", "one", 1, "img:1"), &fx("agent.deploy"))
+            .await
+            .unwrap()
+            .revision;
+        assert_eq!(rev.resolved_cluster, None);
+        let counts = |f: clawfed_hub::model::FleetSummary| {
+            (
+                f.agents_desired_running,
+                f.agents_running,
+                f.agents_not_running,
+                f.agents_stopped,
+            )
+        };
+        assert_eq!(counts(s.fleet_summary(None).await.unwrap()), (1, 0, 1, 1));
+        assert_eq!(
+            counts(s.fleet_summary(Some("team-a")).await.unwrap()),
+            (1, 0, 1, 0)
+        );
+
+        // Placed, applied and Ready: now it runs.
+        s.place_revision(&rev.id, "exec-a").await.unwrap();
+        let rev = s
+            .update_revision(
+                &rev.id,
+                rev.version,
+                RevisionPhase::Active,
+                None,
+                &RevisionProgress::default(),
+            )
+            .await
+            .unwrap();
+        assert!(s.activate_revision("team-a", "one", 1).await.unwrap());
+        assert_eq!(counts(s.fleet_summary(None).await.unwrap()), (1, 1, 0, 1));
+        assert_eq!(
+            counts(s.fleet_summary(Some("team-a")).await.unwrap()),
+            (1, 1, 0, 0)
+        );
+        // Another tenant's running Agent is not counted for team-b.
+        assert_eq!(
+            counts(s.fleet_summary(Some("team-b")).await.unwrap()),
+            (0, 0, 0, 1)
+        );
+
+        // Asked to stop, its Harness still runs until the revision leaves
+        // `active`, even once the Agent's active pointer is cleared.
+        s.set_desired_state("team-a", "one", DesiredState::Stopped, &fx("agent.stop"))
+            .await
+            .unwrap();
+        s.clear_active_revision("team-a", "one").await.unwrap();
+        assert_eq!(counts(s.fleet_summary(None).await.unwrap()), (0, 1, 0, 2));
+        s.update_revision(
+            &rev.id,
+            rev.version,
+            RevisionPhase::Stopped,
+            Some("agent stopped"),
+            &RevisionProgress::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(counts(s.fleet_summary(None).await.unwrap()), (0, 0, 0, 2));
     }
 
     pub async fn revision_updates_are_compare_and_swap(s: Arc<dyn Store>) {
@@ -1418,6 +1499,7 @@ suite!(
     audit_lists_newest_first_per_namespace,
     tokens_are_stored_hashed_and_revocable,
     fleet_summary_is_scoped,
+    fleet_summary_separates_desired_from_actual,
     revision_updates_are_compare_and_swap,
     agent_pass_lease_is_exclusive_until_it_expires,
     activation_lands_only_while_the_agent_wants_the_revision,

@@ -33,34 +33,14 @@ use tracing::instrument::WithSubscriber;
 /// Upper bound of every wait; generous for a loaded 2-core machine.
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Runs each scenario once per backend: `sqlite::NAME` and `postgres::NAME`.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await
-                }
-            )*
-        }
-    };
-}
-
-on_both_backends!(
+// Runs each scenario once per backend: `sqlite::NAME` and `postgres::NAME`.
+clawfed_tests::on_both_backends!(
     namespace_provision_marks_the_namespace_active,
     retryable_failures_back_off_then_succeed,
     gives_up_after_max_attempts,
     permanent_failure_fails_at_once,
     busy_work_waits_without_using_its_attempts,
+    lease_heartbeats_never_stall_a_batch_holding_the_pool,
     recheck_refuses_revoked_tokens_wrong_scopes_and_lost_owners,
     expired_leases_are_recovered_and_fenced,
     concurrent_workers_complete_each_item_once,
@@ -291,6 +271,35 @@ impl WorkHandler for Busy {
             return Err(WorkError::Busy(format!(
                 "lease held elsewhere (call {call})"
             )));
+        }
+        Ok(())
+    }
+}
+
+/// Keeps calling the store for `busy_for`, so the batch's handlers hold or
+/// wait for every pooled connection.
+struct StoreBound {
+    busy_for: Duration,
+}
+
+#[async_trait]
+impl WorkHandler for StoreBound {
+    fn required_action(&self) -> Action {
+        Action::Installation
+    }
+
+    async fn handle(
+        &self,
+        store: &dyn Store,
+        _item: &WorkItem,
+        _cancel: &CancellationToken,
+    ) -> Result<(), WorkError> {
+        let until = Instant::now() + self.busy_for;
+        while Instant::now() < until {
+            store
+                .work_stats(Utc::now())
+                .await
+                .map_err(WorkError::from_store)?;
         }
         Ok(())
     }
@@ -570,6 +579,46 @@ async fn busy_work_waits_without_using_its_attempts(backend: Backend) {
         calls.of(&id).len(),
         5,
         "4 busy calls, then the one that ran"
+    );
+}
+
+/// Fault run finding 3: the lease heartbeat of a batch ran in a `select!`
+/// branch body, so while it waited for a pooled connection the batch's
+/// handlers were not polled, and their queries held the connections it
+/// waited for: the worker stalled for the pool's acquire timeout (10 s on
+/// PostgreSQL, 30 s on SQLite) at each heartbeat. A batch of store-bound
+/// handlers (more than the pool holds) with heartbeats every 100 ms must
+/// finish in about the time its handlers take.
+async fn lease_heartbeats_never_stall_a_batch_holding_the_pool(backend: Backend) {
+    let db = open(backend).await;
+    let store = db.dyn_store();
+    let handlers = handlers_with(
+        "test.storebound",
+        StoreBound {
+            busy_for: Duration::from_secs(1),
+        },
+    );
+    let items: Vec<NewWork> = (0..32).map(|_| work("test.storebound", 3)).collect();
+    let ids = store.enqueue_work(&items).await.expect("enqueue");
+    let started = Instant::now();
+    let worker = RunningWorker::spawn(
+        store.clone(),
+        handlers,
+        WorkerConfig {
+            batch_size: 32,
+            ..worker_config("storebound", Duration::from_millis(300))
+        },
+    );
+    for id in &ids {
+        let item = settled(store.as_ref(), id).await;
+        assert_eq!(item.state, WorkState::Done, "{item:?}");
+    }
+    let took = started.elapsed();
+    worker.stop().await;
+    // Handlers take 1 s; a stall lasts an acquire timeout (>= 10 s).
+    assert!(
+        took < Duration::from_secs(8),
+        "32 store-bound items took {took:?}: the heartbeat stalled the batch"
     );
 }
 

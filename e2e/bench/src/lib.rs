@@ -1,5 +1,29 @@
 //! What the benchmark programs share.
 
+use std::path::Path;
+
+/// "release", "debug" or "custom" for a binary in a cargo target dir.
+pub fn profile_of(bin: &Path) -> &'static str {
+    match bin
+        .parent()
+        .and_then(|d| d.file_name())
+        .and_then(|n| n.to_str())
+    {
+        Some("release") => "release",
+        Some("debug") => "debug",
+        _ => "custom",
+    }
+}
+
+/// The `p`th percentile (0-100) of `sorted` (nearest rank); NaN when empty.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
 /// Per-process figures read from `/proc`.
 pub mod procfs {
     use anyhow::Context;
@@ -29,5 +53,137 @@ pub mod procfs {
                 .unwrap_or(f64::NAN)
         };
         (tick(11) + tick(12)) / 100.0
+    }
+}
+
+/// The e2e test clusters' kube clients, and a count of the requests a
+/// client sends (by verb: the benchmarks' LIST and write figures).
+pub mod kubeapi {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use anyhow::{Context, Result};
+    use kube::client::ClientBuilder;
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    use kube::{Client, Config};
+
+    /// `admin.kubeconfig` of the e2e cluster `cluster` (`e2e/cluster.sh`).
+    pub fn kubeconfig_path(cluster: &str) -> Result<PathBuf> {
+        let dir = match std::env::var_os("CLAWFED_CLUSTERS_DIR") {
+            Some(d) => PathBuf::from(d),
+            None => {
+                let cache =
+                    match std::env::var_os("CLAWFED_CACHE") {
+                        Some(c) => PathBuf::from(c),
+                        None => PathBuf::from(std::env::var_os("HOME").context(
+                            "HOME is not set: set CLAWFED_CACHE or CLAWFED_CLUSTERS_DIR",
+                        )?)
+                        .join(".cache/clawfed"),
+                    };
+                cache.join("clusters")
+            }
+        };
+        Ok(dir.join(cluster).join("admin.kubeconfig"))
+    }
+
+    /// The admin config of the e2e cluster `cluster`.
+    pub async fn config(cluster: &str) -> Result<Config> {
+        let path = kubeconfig_path(cluster)?;
+        let kc = Kubeconfig::read_from(&path).with_context(|| {
+            format!(
+                "{} (is `e2e/cluster.sh up {cluster}` running?)",
+                path.display()
+            )
+        })?;
+        Ok(Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?)
+    }
+
+    /// Request counters of one client.
+    #[derive(Default, Debug)]
+    pub struct Counts {
+        writes: AtomicU64,
+        lists: AtomicU64,
+        watches: AtomicU64,
+        gets: AtomicU64,
+        by_verb: std::sync::Mutex<BTreeMap<String, u64>>,
+    }
+
+    /// A snapshot of [`Counts`].
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct Snapshot {
+        pub writes: u64,
+        pub lists: u64,
+        pub watches: u64,
+        pub gets: u64,
+    }
+
+    impl Counts {
+        /// Counts one request.
+        pub fn observe(&self, req: &http::Request<kube::client::Body>) {
+            let path = req.uri().path();
+            let query = req.uri().query().unwrap_or_default();
+            let verb = match req.method().as_str() {
+                "GET" if query.contains("watch=true") || query.contains("watch=1") => "watch",
+                "GET" if is_collection(path) => "list",
+                "GET" => "get",
+                "POST" => "create",
+                "PATCH" => "patch",
+                "PUT" => "update",
+                "DELETE" => "delete",
+                _ => "other",
+            };
+            match verb {
+                "watch" => self.watches.fetch_add(1, Ordering::Relaxed),
+                "list" => self.lists.fetch_add(1, Ordering::Relaxed),
+                "get" => self.gets.fetch_add(1, Ordering::Relaxed),
+                _ => self.writes.fetch_add(1, Ordering::Relaxed),
+            };
+            if let Ok(mut m) = self.by_verb.lock() {
+                *m.entry(verb.to_string()).or_default() += 1;
+            }
+        }
+
+        /// The counters now.
+        pub fn snapshot(&self) -> Snapshot {
+            Snapshot {
+                writes: self.writes.load(Ordering::Relaxed),
+                lists: self.lists.load(Ordering::Relaxed),
+                watches: self.watches.load(Ordering::Relaxed),
+                gets: self.gets.load(Ordering::Relaxed),
+            }
+        }
+
+        /// Requests so far by verb.
+        pub fn by_verb(&self) -> BTreeMap<String, u64> {
+            self.by_verb.lock().map(|m| m.clone()).unwrap_or_default()
+        }
+
+        /// A client of `config` whose every request is counted here.
+        pub fn client(self: &Arc<Self>, config: Config) -> Result<Client> {
+            let counts = self.clone();
+            let layer =
+                tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+                    counts.observe(&req);
+                    req
+                });
+            Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())
+        }
+    }
+
+    /// True when `path` names a collection (a LIST), not one object.
+    pub fn is_collection(path: &str) -> bool {
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let rest: &[&str] = match segs.first() {
+            Some(&"api") if segs.len() >= 2 => &segs[2..],
+            Some(&"apis") if segs.len() >= 3 => &segs[3..],
+            _ => return false,
+        };
+        if rest.first() == Some(&"namespaces") && rest.len() >= 3 {
+            rest.len() == 3
+        } else {
+            rest.len() == 1
+        }
     }
 }

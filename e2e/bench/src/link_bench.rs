@@ -769,19 +769,6 @@ fn verdict(ok: bool, at_goal_scale: bool) -> &'static str {
     }
 }
 
-/// "release", "debug" or "custom" for a binary in a cargo target dir.
-fn profile_of(bin: &Path) -> &'static str {
-    match bin
-        .parent()
-        .and_then(|d| d.file_name())
-        .and_then(|n| n.to_str())
-    {
-        Some("release") => "release",
-        Some("debug") => "debug",
-        _ => "custom",
-    }
-}
-
 async fn run(a: RunArgs) -> anyhow::Result<bool> {
     let phase = Duration::from_secs(a.phase_timeout_seconds);
     let tmp;
@@ -869,7 +856,7 @@ async fn run(a: RunArgs) -> anyhow::Result<bool> {
     );
     let setup = t.elapsed();
     let n = spokes.len();
-    let hub_profile = profile_of(&hub_bin);
+    let hub_profile = clawfed_bench::profile_of(&hub_bin);
     let gen_profile = if cfg!(debug_assertions) {
         "debug"
     } else {

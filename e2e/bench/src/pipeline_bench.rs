@@ -134,13 +134,7 @@ fn chrono_ms(t: chrono::DateTime<chrono::Utc>) -> f64 {
     t.timestamp_micros() as f64 / 1000.0
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
+use clawfed_bench::percentile as pct;
 
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(|a, b| a.total_cmp(b));

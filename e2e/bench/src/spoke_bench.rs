@@ -17,11 +17,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use clawfed_bench::kubeapi::{Counts, config};
 use clawfed_proto::link::v1::{Report, Work, report};
 use clawfed_proto::naming::data_plane_namespace;
 use clawfed_proto::work::{
@@ -32,10 +32,8 @@ use clawfed_spoke::exec::Executor;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::DeleteParams;
-use kube::client::ClientBuilder;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -61,101 +59,6 @@ fn now_nanos() -> u128 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or_default()
-}
-
-fn kubeconfig_path(cluster: &str) -> std::path::PathBuf {
-    let cache = std::env::var_os("CLAWFED_CACHE")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
-                .join(".cache/clawfed")
-        });
-    let dir = std::env::var_os("CLAWFED_CLUSTERS_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| cache.join("clusters"));
-    dir.join(cluster).join("admin.kubeconfig")
-}
-
-async fn config(cluster: &str) -> Result<Config> {
-    let path = kubeconfig_path(cluster);
-    let kc = Kubeconfig::read_from(&path).with_context(|| {
-        format!(
-            "{} (is `e2e/cluster.sh up {cluster}` running?)",
-            path.display()
-        )
-    })?;
-    Ok(Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?)
-}
-
-/// Request counters of the spoke's client.
-#[derive(Default, Debug)]
-struct Counts {
-    writes: AtomicU64,
-    lists: AtomicU64,
-    watches: AtomicU64,
-    gets: AtomicU64,
-    by_verb: std::sync::Mutex<BTreeMap<String, u64>>,
-}
-
-impl Counts {
-    fn observe(&self, req: &http::Request<kube::client::Body>) {
-        let method = req.method().as_str().to_string();
-        let path = req.uri().path();
-        let query = req.uri().query().unwrap_or_default();
-        let verb = match method.as_str() {
-            "GET" if query.contains("watch=true") || query.contains("watch=1") => "watch",
-            "GET" if is_collection(path) => "list",
-            "GET" => "get",
-            "POST" => "create",
-            "PATCH" => "patch",
-            "PUT" => "update",
-            "DELETE" => "delete",
-            _ => "other",
-        };
-        match verb {
-            "watch" => self.watches.fetch_add(1, Ordering::Relaxed),
-            "list" => self.lists.fetch_add(1, Ordering::Relaxed),
-            "get" => self.gets.fetch_add(1, Ordering::Relaxed),
-            _ => self.writes.fetch_add(1, Ordering::Relaxed),
-        };
-        if let Ok(mut m) = self.by_verb.lock() {
-            *m.entry(verb.to_string()).or_default() += 1;
-        }
-    }
-
-    fn snapshot(&self) -> (u64, u64, u64, u64) {
-        (
-            self.writes.load(Ordering::Relaxed),
-            self.lists.load(Ordering::Relaxed),
-            self.watches.load(Ordering::Relaxed),
-            self.gets.load(Ordering::Relaxed),
-        )
-    }
-}
-
-/// True when `path` names a collection (a LIST), not one object.
-fn is_collection(path: &str) -> bool {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let rest: &[&str] = match segs.first() {
-        Some(&"api") if segs.len() >= 2 => &segs[2..],
-        Some(&"apis") if segs.len() >= 3 => &segs[3..],
-        _ => return false,
-    };
-    if rest.first() == Some(&"namespaces") && rest.len() >= 3 {
-        rest.len() == 3
-    } else {
-        rest.len() == 1
-    }
-}
-
-fn rss_kib(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 /// A tenant name unique to the run (a deleting namespace of an earlier run
@@ -202,12 +105,7 @@ fn harness(id: &str, ns: &str, i: usize) -> HarnessWork {
 async fn child(args: &Args, id: &str) -> Result<()> {
     let counts = Arc::new(Counts::default());
     let cfg = config(&args.cluster).await?;
-    let c2 = counts.clone();
-    let layer = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
-        c2.observe(&req);
-        req
-    });
-    let client = ClientBuilder::try_from(cfg)?.with_layer(&layer).build();
+    let client = counts.client(cfg)?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Report>(8192);
     let exec = Arc::new(Executor::new(client, SpokeConfig::default(), tx));
     let ns = data_plane_namespace(id);
@@ -302,16 +200,16 @@ async fn child(args: &Args, id: &str) -> Result<()> {
     let at_ready = counts.snapshot();
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
     let idle = counts.snapshot();
-    let verbs = counts.by_verb.lock().map(|m| m.clone()).unwrap_or_default();
+    let verbs = counts.by_verb();
     if let Ok(mut w) = out.lock() {
         let _ = writeln!(w, "APPLIED_SECONDS {:.2}", applied_in.as_secs_f64());
         let _ = writeln!(w, "READY_SECONDS {:.2}", ready_in.as_secs_f64());
-        let _ = writeln!(w, "WRITES_HARNESS {}", after_apply.0 - before.0);
-        let _ = writeln!(w, "GETS_HARNESS {}", after_apply.3 - before.3);
-        let _ = writeln!(w, "LISTS_STARTUP {}", before.1);
-        let _ = writeln!(w, "LISTS_RUN {}", at_ready.1 - before.1);
-        let _ = writeln!(w, "LISTS_IDLE {}", idle.1 - at_ready.1);
-        let _ = writeln!(w, "WATCHES {}", idle.2);
+        let _ = writeln!(w, "WRITES_HARNESS {}", after_apply.writes - before.writes);
+        let _ = writeln!(w, "GETS_HARNESS {}", after_apply.gets - before.gets);
+        let _ = writeln!(w, "LISTS_STARTUP {}", before.lists);
+        let _ = writeln!(w, "LISTS_RUN {}", at_ready.lists - before.lists);
+        let _ = writeln!(w, "LISTS_IDLE {}", idle.lists - at_ready.lists);
+        let _ = writeln!(w, "WATCHES {}", idle.watches);
         let _ = writeln!(w, "VERBS {verbs:?}");
         let _ = writeln!(w, "WATCHED_PODS {}", exec.observer().watched_pods());
         let _ = writeln!(w, "DONE");
@@ -325,14 +223,6 @@ async fn child(args: &Args, id: &str) -> Result<()> {
     .await;
     exec.shutdown();
     Ok(())
-}
-
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 async fn parent(args: &Args) -> Result<()> {
@@ -406,7 +296,7 @@ async fn parent(args: &Args) -> Result<()> {
         v
     })
     .await?;
-    let rss = rss_kib(pid);
+    let rss = clawfed_bench::procfs::rss_kib(pid).ok();
     drop(child.stdin.take());
     let _ = child.wait();
     watch.abort();
@@ -476,8 +366,8 @@ async fn parent(args: &Args) -> Result<()> {
     );
     println!(
         "  readiness report latency after Pod Ready: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} samples; goal p99 <= 100 ms)",
-        pct(&lat, 50.0),
-        pct(&lat, 99.0),
+        clawfed_bench::percentile(&lat, 50.0),
+        clawfed_bench::percentile(&lat, 99.0),
         lat.last().copied().unwrap_or(f64::NAN),
         lat.len()
     );

@@ -50,6 +50,35 @@ impl AdminApi {
 
 type Reply<T> = Result<Response<T>, Status>;
 
+/// tonic's codec answers a request message over the size limit with
+/// `OUT_OF_RANGE` and one that does not decode with `INTERNAL`, before any
+/// handler runs; the error table (`api::error`) says `RESOURCE_EXHAUSTED`
+/// (like REST's 413) and `INVALID_ARGUMENT` (like REST's 400). This maps
+/// those answers (trailers-only, so the status is in the headers), as a
+/// `MapResponse` layer on the admin server. No handler answers
+/// `OUT_OF_RANGE`, and handlers' `INTERNAL` says only "internal error", so
+/// nothing of theirs is changed.
+pub fn codec_status_codes<B>(mut response: http::Response<B>) -> http::Response<B> {
+    let Some(status) = Status::from_header_map(response.headers()) else {
+        return response;
+    };
+    let message = status.message();
+    let code = match status.code() {
+        tonic::Code::OutOfRange => tonic::Code::ResourceExhausted,
+        tonic::Code::Internal
+            if message.starts_with("failed to decode Protobuf message")
+                || message == "Missing request message." =>
+        {
+            tonic::Code::InvalidArgument
+        }
+        _ => return response,
+    };
+    let mapped = Status::new(code, format!("request message refused: {message}"));
+    // The message is percent-encoded, so writing the headers cannot fail.
+    let _ = mapped.add_header(response.headers_mut());
+    response
+}
+
 fn invalid(field: &str, reason: impl Into<String>) -> Status {
     ServiceError::InvalidArgument {
         field: field.into(),
@@ -277,6 +306,7 @@ fn revision_to_pb(r: model::AgentRevision) -> pb::AgentRevision {
             contested: d.contested,
             last_drift_at: d.last_drift_at.map(time).unwrap_or_default(),
             last_reason: d.last_reason,
+            resends: d.resends,
         }),
     }
 }
@@ -702,6 +732,18 @@ impl AdminService for AdminApi {
         Ok(Response::new(cluster_to_pb(c)))
     }
 
+    async fn approve_cluster(
+        &self,
+        req: Request<pb::ApproveClusterRequest>,
+    ) -> Reply<pb::ApproveClusterResponse> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        self.service
+            .approve_cluster(&p, required("name", &r.name)?)
+            .await?;
+        Ok(Response::new(pb::ApproveClusterResponse {}))
+    }
+
     async fn get_fleet_summary(
         &self,
         req: Request<pb::GetFleetSummaryRequest>,
@@ -723,6 +765,8 @@ impl AdminService for AdminApi {
             clusters_online: f.clusters_online,
             work_pending: f.work_pending,
             work_failed: f.work_failed,
+            agents_desired_running: f.agents_desired_running,
+            agents_not_running: f.agents_not_running,
         }))
     }
 

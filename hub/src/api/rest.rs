@@ -22,8 +22,8 @@ use crate::auth::Principal;
 use crate::model::{
     Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, Cluster, Configuration, CreateAgent,
     CreateBootstrapToken, CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest,
-    Diagnosis, FleetSummary, List, Namespace, SetCredential, UpdateAgent, UpdateConfiguration,
-    WorkItem,
+    Diagnosis, FleetSummary, List, Namespace, Object, SetCredential, UpdateAgent,
+    UpdateConfiguration, WorkItem,
 };
 use crate::secrets::SecretValue;
 use crate::service::ServiceError;
@@ -55,9 +55,81 @@ impl Modify for BearerAuth {
     }
 }
 
+/// The error answers every operation can give, so the document lists them
+/// without each handler repeating them: 401 and 403 everywhere (every
+/// operation needs a token with a permission), 400 where there is a
+/// parameter or a body to refuse, 404 where a path names something, 413
+/// where there is a body. Answers a handler documents itself (409, or a
+/// 400 with its own description) are kept.
+struct ErrorResponses;
+
+impl Modify for ErrorResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::{Operation, ParameterIn};
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+
+        let answer = |description: &str| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(description)
+                    .content(
+                        "application/json",
+                        ContentBuilder::new()
+                            .schema(Some(Ref::from_schema_name("ErrorBody")))
+                            .build(),
+                    )
+                    .build(),
+            )
+        };
+        let add = |op: &mut Operation| {
+            let params = op.parameters.as_deref().unwrap_or_default();
+            let in_path = params
+                .iter()
+                .any(|p| matches!(p, RefOr::T(p) if p.parameter_in == ParameterIn::Path));
+            let has_body = op.request_body.is_some();
+            let mut wanted = vec![
+                ("401", "No token, or an unknown, expired or revoked one"),
+                ("403", "The token lacks the permission"),
+            ];
+            if !params.is_empty() || has_body {
+                wanted.push((
+                    "400",
+                    "A parameter or the body is invalid (`error.field` names it)",
+                ));
+            }
+            if in_path {
+                wanted.push(("404", "What the path names does not exist"));
+            }
+            if has_body {
+                wanted.push(("413", "The body is larger than `api.maxBodyBytes`"));
+            }
+            for (status, description) in wanted {
+                op.responses
+                    .responses
+                    .entry(status.to_owned())
+                    .or_insert_with(|| answer(description));
+            }
+        };
+        for item in openapi.paths.paths.values_mut() {
+            for op in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                add(op);
+            }
+        }
+    }
+}
+
 /// The REST router (without state) and its OpenAPI document.
 pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let router = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(list_namespaces, create_namespace))
         .routes(routes!(get_namespace, delete_namespace))
         .routes(routes!(list_configurations, create_configuration))
@@ -84,8 +156,12 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(fleet))
         .routes(routes!(list_audit))
         .routes(routes!(list_work))
-        .routes(routes!(get_work))
-        .split_for_parts()
+        .routes(routes!(get_work));
+    // After the routes: a modifier in `#[openapi]` runs before any path
+    // is in the document.
+    let (router, mut doc) = router.split_for_parts();
+    ErrorResponses.modify(&mut doc);
+    (router, doc)
 }
 
 // ---- extractors ------------------------------------------------------------
@@ -154,20 +230,24 @@ async fn read_body(req: Request, state: &AppState) -> Result<Bytes, BodyRejectio
         .map_err(|_| BodyRejection::TooLarge(limit))
 }
 
+/// Every body is a JSON object: [`Object`] refuses an array that serde
+/// would otherwise fill into the struct's fields by position.
 fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyRejection> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(&mut de).map_err(|err| {
-        let path = err.path().to_string();
-        let field = if path == "." { "body".to_owned() } else { path };
-        let inner = err.into_inner();
-        let reason = match inner.classify() {
-            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
-                format!("malformed JSON: {inner}")
-            }
-            _ => inner.to_string(),
-        };
-        BodyRejection::Invalid(ApiError(ServiceError::InvalidArgument { field, reason }))
-    })
+    serde_path_to_error::deserialize(&mut de)
+        .map(|Object(v)| v)
+        .map_err(|err| {
+            let path = err.path().to_string();
+            let field = if path == "." { "body".to_owned() } else { path };
+            let inner = err.into_inner();
+            let reason = match inner.classify() {
+                serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                    format!("malformed JSON: {inner}")
+                }
+                _ => inner.to_string(),
+            };
+            BodyRejection::Invalid(ApiError(ServiceError::InvalidArgument { field, reason }))
+        })
 }
 
 impl<T: DeserializeOwned> FromRequest<AppState> for Body<T> {
@@ -205,7 +285,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for SecretBody<T> {
         let bytes = read_body(req, state).await?;
         let mut de = serde_json::Deserializer::from_slice(&bytes);
         serde_path_to_error::deserialize(&mut de)
-            .map(SecretBody)
+            .map(|Object(v)| SecretBody(v))
             .map_err(|err| {
                 let path = err.path().to_string();
                 let field = if path == "." { "body".to_owned() } else { path };
@@ -563,7 +643,7 @@ async fn list_revisions(
 
 /// Get one revision.
 #[utoipa::path(get, path = "/api/v1/namespaces/{ns}/agents/{name}/revisions/{number}", tag = "agents",
-    params(("ns" = String, Path), ("name" = String, Path), ("number" = i64, Path)),
+    params(("ns" = String, Path), ("name" = String, Path), ("number" = i64, Path, minimum = 1)),
     responses((status = 200, body = AgentRevision), (status = 404, body = ErrorBody)))]
 async fn get_revision(
     State(s): State<AppState>,
@@ -628,7 +708,7 @@ async fn delete_credential(
 
 /// The credentials a revision froze at deploy (metadata only).
 #[utoipa::path(get, path = "/api/v1/namespaces/{ns}/agents/{name}/revisions/{number}/credentials", tag = "agents",
-    params(("ns" = String, Path), ("name" = String, Path), ("number" = i64, Path)),
+    params(("ns" = String, Path), ("name" = String, Path), ("number" = i64, Path, minimum = 1)),
     responses((status = 200, body = List<CredentialMeta>), (status = 404, body = ErrorBody)))]
 async fn list_revision_credentials(
     State(s): State<AppState>,
@@ -742,6 +822,8 @@ async fn fleet(State(s): State<AppState>, Caller(p): Caller) -> ApiResult<Json<F
 #[into_params(parameter_in = Query)]
 struct AuditParams {
     namespace: Option<String>,
+    /// At most this many events (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
@@ -768,7 +850,10 @@ async fn list_audit(
 struct WorkParams {
     namespace: Option<String>,
     /// pending, claimed, done or failed.
+    #[param(value_type = Option<crate::model::WorkState>)]
     state: Option<String>,
+    /// At most this many items (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 

@@ -22,9 +22,12 @@ use crate::model::{
 };
 use std::time::Duration;
 
-/// clawfed: run OpenClaw agents across Kubernetes clusters.
+/// clawfed: the command line of a clawfed hub. Manage tenants, Agents,
+/// their revisions and credentials, and see the fleet, over the hub's REST
+/// API (`--server`, `--token`).
+// A bare `about` would show the hub crate's description instead of this.
 #[derive(Debug, Parser)]
-#[command(name = "clawfed", version, about)]
+#[command(name = "clawfed", version)]
 struct Cli {
     /// Hub REST endpoint.
     #[arg(
@@ -97,7 +100,10 @@ enum Command {
         #[arg(long, short = 'n')]
         namespace: String,
     },
-    /// Fleet-wide status.
+    /// Fleet-wide status. DESIRED RUNNING counts Agents asked to run,
+    /// RUNNING those with an active revision on a cluster, NOT RUNNING the
+    /// gap (asked to run, not yet placed, applied or Ready, or failed) and
+    /// STOPPED those asked to stop.
     Fleet,
     /// Audit events, newest first.
     Audit {

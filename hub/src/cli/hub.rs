@@ -191,7 +191,7 @@ fn redact_url(url: &str) -> String {
 }
 
 async fn migrate(config: &Config) -> anyhow::Result<()> {
-    store::connect(&config.database.url)
+    store::connect_with(&config.database.url, config.pool_settings())
         .await
         .context("applying migrations")?;
     println!("migrations applied");
@@ -199,7 +199,7 @@ async fn migrate(config: &Config) -> anyhow::Result<()> {
 }
 
 async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<()> {
-    let store = store::connect(&config.database.url).await?;
+    let store = store::connect_with(&config.database.url, config.pool_settings()).await?;
     match command {
         TokenCommand::Create {
             name,
@@ -255,8 +255,9 @@ async fn cluster(config: &Config, command: ClusterCommand) -> anyhow::Result<()>
         print!("{}", ca.ca_pem());
         return Ok(());
     }
-    let store: std::sync::Arc<dyn Store> =
-        std::sync::Arc::new(store::connect(&config.database.url).await?);
+    let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(
+        store::connect_with(&config.database.url, config.pool_settings()).await?,
+    );
     let service = crate::service::Service::new(store, config.policy());
     let operator = auth::Principal::system("cli");
     match command {

@@ -152,9 +152,14 @@ pub fn drift(d: Option<&crate::link::report::DriftReport>) -> String {
         return "-".into();
     };
     let contested = if d.contested > 0 { ", contested" } else { "" };
+    let resent = if d.resends > 0 {
+        format!(", {} resent by the hub", d.resends)
+    } else {
+        String::new()
+    };
     let when = d.last_drift_at.map(ago).unwrap_or_else(|| "-".into());
     format!(
-        "{} repaired{contested}, last {when}: {}",
+        "{} repaired{contested}{resent}, last {when}: {}",
         d.repairs, d.last_reason
     )
 }
@@ -268,7 +273,9 @@ impl Tabular for FleetSummary {
         &[
             "NAMESPACES",
             "AGENTS",
+            "DESIRED RUNNING",
             "RUNNING",
+            "NOT RUNNING",
             "STOPPED",
             "CLUSTERS",
             "ONLINE",
@@ -287,7 +294,9 @@ impl Tabular for FleetSummary {
         vec![
             self.namespaces.to_string(),
             self.agents.to_string(),
+            self.agents_desired_running.to_string(),
             self.agents_running.to_string(),
+            self.agents_not_running.to_string(),
             self.agents_stopped.to_string(),
             self.clusters.to_string(),
             self.clusters_online.to_string(),
@@ -366,6 +375,7 @@ mod tests {
             last_drift_unix_millis: chrono::Utc::now().timestamp_millis(),
             last_reason: "Deployment ns/h: value of spec.replicas changed (field manager fighter)"
                 .into(),
+            ..Default::default()
         });
         assert!(d.last_drift_at.is_some());
         let cell = drift(Some(&d));

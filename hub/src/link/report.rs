@@ -27,6 +27,10 @@ pub struct DriftReport {
     /// What drifted last: kind, object, reason, field manager.
     #[serde(default)]
     pub last_reason: String,
+    /// Resends of the target's work the spoke asked for (drift it cannot
+    /// restore alone, such as a deleted credential Secret).
+    #[serde(default)]
+    pub resends: u64,
 }
 
 impl From<pb::DriftReport> for DriftReport {
@@ -36,6 +40,7 @@ impl From<pb::DriftReport> for DriftReport {
             contested: r.contested,
             last_drift_at: chrono::DateTime::from_timestamp_millis(r.last_drift_unix_millis),
             last_reason: r.last_reason,
+            resends: r.resends,
         }
     }
 }

@@ -440,12 +440,17 @@ impl Handshake {
 /// cluster's live stream is closed.
 async fn revocation_watcher(state: Arc<LinkState>) {
     let mut since = Utc::now() - chrono::Duration::seconds(5);
+    // A revocation committed in this process wakes the watcher at once; the
+    // tick is the safety poll for revocations by other processes.
+    let mut revoked_here = state.store.signals().revocations.subscribe();
     let mut tick = tokio::time::interval(state.config.poll_interval);
     loop {
         tokio::select! {
             _ = state.shutdown.cancelled() => return,
             _ = tick.tick() => {}
+            _ = revoked_here.notified() => {}
         }
+        revoked_here.mark_seen();
         let checked_at = Utc::now();
         match state.store.revoked_since(Some(since)).await {
             Ok(revoked) => {
@@ -464,8 +469,9 @@ async fn revocation_watcher(state: Arc<LinkState>) {
     }
 }
 
-/// Wakes sessions whose outbox grew from outside this process, and keeps
-/// the per-cluster gauges current.
+/// Wakes sessions whose outbox grew from outside this process (puts in
+/// this process wake their session directly), and keeps the per-cluster
+/// gauges current: a safety poll.
 async fn outbox_poller(state: Arc<LinkState>) {
     let mut heads: HashMap<String, i64> = HashMap::new();
     let mut tick =

@@ -610,6 +610,7 @@ impl Session {
         let to_json = |v: serde_json::Result<serde_json::Value>| {
             v.map_err(|e| Status::internal(format!("encoding report: {e}")))
         };
+        let resend = matches!(&report.body, Some(report::Body::Drift(d)) if d.resend);
         let (kind, body) = match report.body {
             Some(report::Body::WorkResult(r)) => (
                 super::report::WORK_RESULT,
@@ -644,7 +645,28 @@ impl Session {
         if let Some(listener) = &self.state.listener {
             listener.on_report(&id, &report.target, kind).await;
         }
+        if resend {
+            self.resend_on_request(&report.target).await?;
+        }
         Ok(())
+    }
+
+    /// The spoke asked for `target`'s latest work again (drift it cannot
+    /// restore alone): queued once more at its acked generation, unless a
+    /// copy is still unacked. The spoke's per-object budget bounds how often
+    /// it asks.
+    async fn resend_on_request(&mut self, target: &str) -> Result<(), Status> {
+        let resent = self
+            .state
+            .store
+            .outbox_resend(&self.cluster.id, &[target.to_string()])
+            .await
+            .map_err(Self::store_err)?;
+        tracing::info!(cluster = %self.cluster.name, target = %target, resent = resent.len(), "link.resend_requested");
+        if resent.is_empty() {
+            return Ok(());
+        }
+        self.dispatch().await
     }
 
     async fn close(self, end: End) {

@@ -2,7 +2,6 @@
 //! SQLSTATE classification.
 
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use sqlx::any::AnyPoolOptions;
 
@@ -11,11 +10,11 @@ use super::{Backend, Result, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
-pub(super) async fn connect(url: &str) -> Result<SqlStore> {
+pub(super) async fn connect(url: &str, settings: super::PoolSettings) -> Result<SqlStore> {
     sqlx::any::install_default_drivers();
     let pool = AnyPoolOptions::new()
-        .max_connections(16)
-        .acquire_timeout(Duration::from_secs(10))
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.acquire_timeout)
         .connect(url)
         .await
         .map_err(classify)?;

@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use super::{
     ApiToken, Backend, ClusterRecord, Deployed, Effects, NewAgent, NewAudit, NewNamespace,
-    NewRevision, NewToken, NewWork, Recovered, Result, Store, StoreError, WorkFilter, WorkStats,
-    postgres, sqlite,
+    NewRevision, NewToken, NewWork, Recovered, Result, Store, StoreError, WorkDue, WorkFilter,
+    WorkStats, postgres, sqlite,
 };
 use crate::auth::Role;
 use crate::model::{
@@ -28,6 +28,11 @@ use crate::model::{
 pub struct SqlStore {
     pool: AnyPool,
     backend: Backend,
+    /// Raised after commits that queue work or revoke a cluster; shared by
+    /// every clone of this store.
+    signals: crate::wake::StoreSignals,
+    /// Outbox puts, acks and reports waiting for their group commit.
+    group: std::sync::Arc<super::group::GroupCommit>,
 }
 
 pub(super) type Tx = Transaction<'static, Any>;
@@ -47,6 +52,12 @@ const REVISION_FROM: &str = "agent_revisions r JOIN agents a ON a.id = r.agent_i
 const PLACED: &str = "SELECT DISTINCT r.resolved_cluster FROM agent_revisions r \
      JOIN agents a ON a.id = r.agent_id JOIN namespaces n ON n.id = a.namespace_id \
      WHERE n.name = $1 AND r.resolved_cluster IS NOT NULL";
+/// Whether Agent `a` has a revision that actually runs. By phase, not by
+/// `a.active_revision`: that pointer moves to a new revision before it
+/// enters `active` (its predecessor still serves) and is cleared on a stop
+/// before the Harness is gone.
+const ACTIVE_REVISION: &str =
+    "SELECT 1 FROM agent_revisions ar WHERE ar.agent_id = a.id AND ar.phase = 'active'";
 pub(super) const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
      connection_state, last_seen, version, created_at";
 pub(super) const WORK_COLS: &str = "id, kind, namespace, namespace_id, target, payload, \
@@ -58,7 +69,21 @@ const TOKEN_FROM: &str = "api_tokens t LEFT JOIN namespaces n ON n.id = t.namesp
 
 impl SqlStore {
     pub(super) fn new(pool: AnyPool, backend: Backend) -> Self {
-        Self { pool, backend }
+        Self {
+            pool,
+            backend,
+            signals: crate::wake::StoreSignals::default(),
+            group: std::sync::Arc::default(),
+        }
+    }
+
+    pub(super) fn group_commit(&self) -> std::sync::Arc<super::group::GroupCommit> {
+        self.group.clone()
+    }
+
+    /// The wake-up signals of this store (shared by its clones).
+    pub(super) fn store_signals(&self) -> &crate::wake::StoreSignals {
+        &self.signals
     }
 
     /// The underlying pool (benchmarks and tests).
@@ -72,6 +97,17 @@ impl SqlStore {
 
     pub(super) async fn commit(&self, tx: Tx) -> Result<()> {
         tx.commit().await.map_err(|e| self.classify(e))
+    }
+
+    /// Commits a transaction that wrote `fx`, then wakes the workers when
+    /// it queued work. After the commit, not before: a worker woken earlier
+    /// could look before the rows are visible and go back to sleep.
+    pub(super) async fn commit_effects(&self, tx: Tx, fx: &Effects) -> Result<()> {
+        self.commit(tx).await?;
+        if !fx.work.is_empty() {
+            self.signals.work.notify();
+        }
+        Ok(())
     }
 
     pub(super) fn classify(&self, err: sqlx::Error) -> StoreError {
@@ -363,7 +399,7 @@ impl SqlStore {
             .get_or_insert_with(|| format!("revision {number}"));
         self.write_effects(&mut tx, &fx, now).await?;
         let revision = self.revision_by_id(&mut tx, &rev_id).await?;
-        self.commit(tx).await?;
+        self.commit_effects(tx, &fx).await?;
         Ok(Some(Deployed {
             revision,
             created: true,
@@ -397,6 +433,15 @@ impl SqlStore {
             .await
             .map_err(|e| self.classify(e))?
             .rows_affected())
+    }
+
+    /// The result of putting a claimed item back to pending: when it was
+    /// (the caller still held it), workers are woken for it.
+    fn put_back(&self, done: bool) -> Result<bool> {
+        if done {
+            self.signals.work.notify();
+        }
+        Ok(done)
     }
 
     /// Moves one claimed item held by `worker` to `state`.
@@ -440,6 +485,10 @@ impl Store for SqlStore {
         self.backend
     }
 
+    fn signals(&self) -> crate::wake::StoreSignals {
+        self.signals.clone()
+    }
+
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1")
             .execute(&self.pool)
@@ -476,7 +525,7 @@ impl Store for SqlStore {
             }
         })?;
         self.write_effects(&mut tx, fx, now).await?;
-        self.commit(tx).await?;
+        self.commit_effects(tx, fx).await?;
         self.get_namespace(&ns.name).await
     }
 
@@ -571,7 +620,7 @@ impl Store for SqlStore {
             .await
             .map_err(|e| self.classify(e))?;
         self.write_effects(&mut tx, fx, now).await?;
-        self.commit(tx).await
+        self.commit_effects(tx, fx).await
     }
 
     async fn set_namespace_state(
@@ -598,7 +647,7 @@ impl Store for SqlStore {
             return Err(not_found("namespace", id));
         }
         self.write_effects(&mut tx, fx, now).await?;
-        self.commit(tx).await?;
+        self.commit_effects(tx, fx).await?;
         self.get_namespace_by_id(id).await
     }
 
@@ -639,7 +688,7 @@ impl Store for SqlStore {
         .await
         .map_err(|e| self.exists_or(e, "configuration", name))?;
         self.write_effects(&mut tx, fx, now).await?;
-        self.commit(tx).await?;
+        self.commit_effects(tx, fx).await?;
         self.get_configuration(namespace, name).await
     }
 
@@ -708,7 +757,7 @@ impl Store for SqlStore {
                 .await);
         }
         self.write_effects(&mut tx, fx, now).await?;
-        self.commit(tx).await?;
+        self.commit_effects(tx, fx).await?;
         self.get_configuration(namespace, name).await
     }
 
@@ -728,7 +777,7 @@ impl Store for SqlStore {
             return Err(not_found("configuration", name));
         }
         self.write_effects(&mut tx, fx, now).await?;
-        self.commit(tx).await
+        self.commit_effects(tx, fx).await
     }
 
     async fn create_agent(&self, agent: &NewAgent, fx: &Effects) -> Result<Agent> {
@@ -765,7 +814,7 @@ impl Store for SqlStore {
         .await
         .map_err(|e| self.exists_or(e, "agent", &agent.name))?;
         self.write_effects(&mut tx, fx, now).await?;
-        self.commit(tx).await?;
+        self.commit_effects(tx, fx).await?;
         self.fetch_agent(&agent.namespace, &agent.name).await
     }
 
@@ -816,7 +865,7 @@ impl Store for SqlStore {
                 .await);
         }
         self.write_effects(&mut tx, fx, now).await?;
-        self.commit(tx).await?;
+        self.commit_effects(tx, fx).await?;
         self.fetch_agent(namespace, name).await
     }
 
@@ -866,7 +915,7 @@ impl Store for SqlStore {
         .await
         .map_err(|e| self.classify(e))?;
         self.write_effects(&mut tx, fx, now).await?;
-        self.commit(tx).await
+        self.commit_effects(tx, fx).await
     }
 
     async fn set_desired_state(
@@ -895,7 +944,7 @@ impl Store for SqlStore {
             return Err(not_found("agent", name));
         }
         self.write_effects(&mut tx, fx, now).await?;
-        self.commit(tx).await?;
+        self.commit_effects(tx, fx).await?;
         self.fetch_agent(namespace, name).await
     }
 
@@ -1144,6 +1193,9 @@ impl Store for SqlStore {
             ids.push(self.insert_work(&mut tx, item, now).await?);
         }
         self.commit(tx).await?;
+        if !ids.is_empty() {
+            self.signals.work.notify();
+        }
         Ok(ids)
     }
 
@@ -1203,8 +1255,10 @@ impl Store for SqlStore {
         error: &str,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        self.settle_claim(worker, id, WorkState::Pending, Some(run_at), error, now)
-            .await
+        let done = self
+            .settle_claim(worker, id, WorkState::Pending, Some(run_at), error, now)
+            .await?;
+        self.put_back(done)
     }
 
     async fn fail_work(
@@ -1241,7 +1295,7 @@ impl Store for SqlStore {
         .await
         .map_err(|e| self.classify(e))?
         .rows_affected();
-        Ok(done == 1)
+        self.put_back(done == 1)
     }
 
     async fn release_work(&self, worker: &str, id: &str, now: DateTime<Utc>) -> Result<bool> {
@@ -1258,7 +1312,7 @@ impl Store for SqlStore {
         .await
         .map_err(|e| self.classify(e))?
         .rows_affected();
-        Ok(done == 1)
+        self.put_back(done == 1)
     }
 
     async fn recover_expired_work(&self, now: DateTime<Utc>) -> Result<Recovered> {
@@ -1285,6 +1339,9 @@ impl Store for SqlStore {
         .map_err(|e| self.classify(e))?
         .rows_affected();
         self.commit(tx).await?;
+        if requeued > 0 {
+            self.signals.work.notify();
+        }
         Ok(Recovered { requeued, failed })
     }
 
@@ -1348,6 +1405,24 @@ impl Store for SqlStore {
             pending: row.get(0),
             oldest_pending_age: oldest
                 .map(|due| Duration::from_millis(u64::try_from(ms(now) - due).unwrap_or(0))),
+        })
+    }
+
+    async fn next_work_due(&self) -> Result<WorkDue> {
+        // Two MINs over the partial indexes on pending run_at and claimed
+        // lease expiry: cheap however long the queue's history is.
+        let row = sqlx::query(
+            "SELECT (SELECT MIN(run_at) FROM work_items WHERE state = 'pending'), \
+             (SELECT MIN(lease_expires_at) FROM work_items WHERE state = 'claimed')",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?;
+        let next_run_at: Option<i64> = row.get(0);
+        let next_lease_expiry: Option<i64> = row.get(1);
+        Ok(WorkDue {
+            next_run_at: next_run_at.map(from_ms),
+            next_lease_expiry: next_lease_expiry.map(from_ms),
         })
     }
 
@@ -1491,7 +1566,13 @@ impl Store for SqlStore {
                   AND state IN ('pending', 'claimed')), \
                (SELECT COUNT(*) FROM work_items WHERE ($1 IS NULL OR namespace_id IN \
                   (SELECT id FROM namespaces WHERE name = $1)) \
-                  AND state = 'failed')"
+                  AND state = 'failed'), \
+               (SELECT COUNT(*) FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
+                  WHERE ($1 IS NULL OR n.name = $1) AND a.deleted_at IS NULL \
+                  AND EXISTS ({ACTIVE_REVISION})), \
+               (SELECT COUNT(*) FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
+                  WHERE ($1 IS NULL OR n.name = $1) AND a.desired_state = 'running' \
+                  AND a.deleted_at IS NULL AND NOT EXISTS ({ACTIVE_REVISION}))"
         );
         let counts = sqlx::query(AssertSqlSafe(sql))
             .bind(ns.clone())
@@ -1507,12 +1588,14 @@ impl Store for SqlStore {
         .await
         .map_err(|e| self.classify(e))?;
         let agents: i64 = counts.get(1);
-        let running: i64 = counts.get(2);
+        let desired_running: i64 = counts.get(2);
         Ok(FleetSummary {
             namespaces: counts.get(0),
             agents,
-            agents_running: running,
-            agents_stopped: agents - running,
+            agents_running: counts.get(7),
+            agents_stopped: agents - desired_running,
+            agents_desired_running: desired_running,
+            agents_not_running: counts.get(8),
             revisions_by_phase: phases
                 .iter()
                 .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))

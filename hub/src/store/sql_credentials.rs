@@ -78,7 +78,7 @@ impl CredentialStore for SqlStore {
             .detail
             .get_or_insert_with(|| format!("version {version}"));
         self.write_effects(&mut tx, &fx, now).await?;
-        self.commit(tx).await?;
+        self.commit_effects(tx, &fx).await?;
         Ok(CredentialMeta {
             kind: kind.as_str().to_owned(),
             version,
@@ -107,7 +107,7 @@ impl CredentialStore for SqlStore {
             return Err(not_found("credential", kind.as_str()));
         }
         self.write_effects(&mut tx, fx, now).await?;
-        self.commit(tx).await
+        self.commit_effects(tx, fx).await
     }
 
     async fn list_agent_credentials(&self, agent_id: &str) -> Result<Vec<StoredCredential>> {

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
+use super::group::{LinkWrite, Written};
 use super::link::{
     BootstrapToken, CertificateStatus, EnrollRejected, LinkStore, NewBootstrapToken, OutboxItem,
     OutboxSummary, RevokedCertificate, SpokeReport,
@@ -13,7 +14,8 @@ use super::sql::{CLUSTER_COLS, SqlStore, cluster_from_row, from_ms, ms, not_foun
 use super::{Effects, Result, StoreError};
 use crate::model::{Cluster, ConnectionState};
 
-const OUTBOX_COLS: &str = "cluster_id, sequence, target, kind, generation, spec, created_at";
+pub(super) const OUTBOX_COLS: &str =
+    "cluster_id, sequence, target, kind, generation, spec, created_at";
 
 fn outbox_from_row(r: &sqlx::any::AnyRow) -> Result<OutboxItem> {
     let corrupt = |e: sqlx::Error| StoreError::Corrupt {
@@ -70,7 +72,7 @@ impl LinkStore for SqlStore {
         .await
         .map_err(|e| self.classify(e))?;
         self.write_effects(&mut tx, fx, now).await?;
-        self.commit(tx).await?;
+        self.commit_effects(tx, fx).await?;
         Ok(BootstrapToken {
             id,
             cluster_name: token.cluster_name.clone(),
@@ -228,7 +230,7 @@ impl LinkStore for SqlStore {
             return Ok(false);
         }
         self.write_effects(&mut tx, fx, now).await?;
-        self.commit(tx).await?;
+        self.commit_effects(tx, fx).await?;
         Ok(true)
     }
 
@@ -323,7 +325,9 @@ impl LinkStore for SqlStore {
         .await
         .map_err(|e| self.classify(e))?;
         self.write_effects(&mut tx, fx, at).await?;
-        self.commit(tx).await?;
+        self.commit_effects(tx, fx).await?;
+        // The link closes the cluster's session on this, not on its poll.
+        self.store_signals().revocations.notify();
         self.get_cluster_by_id(&id).await
     }
 
@@ -397,57 +401,20 @@ impl LinkStore for SqlStore {
         generation: i64,
         spec: &str,
     ) -> Result<Option<i64>> {
-        let now = Utc::now();
-        let mut tx = self.begin().await?;
-        // Bumping the counter first also takes the cluster row's lock on
-        // PostgreSQL, so puts to one cluster serialise and sequences are
-        // dense and increasing.
-        let sequence: i64 = sqlx::query(
-            "UPDATE clusters SET next_sequence = next_sequence + 1 WHERE id = $1 \
-             RETURNING next_sequence",
-        )
-        .bind(cluster_id.to_owned())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?
-        .ok_or_else(|| not_found("cluster", cluster_id))?
-        .get(0);
-        let newest: Option<i64> =
-            sqlx::query("SELECT MAX(generation) FROM outbox WHERE cluster_id = $1 AND target = $2")
-                .bind(cluster_id.to_owned())
-                .bind(target.to_owned())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(|e| self.classify(e))?
-                .get(0);
-        if newest.is_some_and(|g| g >= generation) {
-            // Already holds this generation or a newer one; leave the
-            // counter bump uncommitted.
-            return Ok(None);
+        let written = self
+            .link_write(LinkWrite::Put {
+                cluster_id: cluster_id.to_owned(),
+                target: target.to_owned(),
+                kind: kind.to_owned(),
+                generation,
+                spec: spec.to_owned(),
+                now: Utc::now(),
+            })
+            .await?;
+        match written {
+            Written::Put(sequence) => Ok(sequence),
+            other => Err(mismatch(other)),
         }
-        sqlx::query(
-            "DELETE FROM outbox WHERE cluster_id = $1 AND target = $2 AND acked_at IS NULL",
-        )
-        .bind(cluster_id.to_owned())
-        .bind(target.to_owned())
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?;
-        sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO outbox ({OUTBOX_COLS}, acked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)"
-        )))
-        .bind(cluster_id.to_owned())
-        .bind(sequence)
-        .bind(target.to_owned())
-        .bind(kind.to_owned())
-        .bind(generation)
-        .bind(spec.to_owned())
-        .bind(ms(now))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?;
-        self.commit(tx).await?;
-        Ok(Some(sequence))
     }
 
     async fn outbox_pending(
@@ -477,20 +444,19 @@ impl LinkStore for SqlStore {
         generation: i64,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        Ok(sqlx::query(
-            "UPDATE outbox SET acked_at = $1 WHERE cluster_id = $2 AND sequence = $3 \
-             AND target = $4 AND generation = $5 AND acked_at IS NULL",
-        )
-        .bind(ms(now))
-        .bind(cluster_id.to_owned())
-        .bind(sequence)
-        .bind(target.to_owned())
-        .bind(generation)
-        .execute(self.pool())
-        .await
-        .map_err(|e| self.classify(e))?
-        .rows_affected()
-            == 1)
+        let written = self
+            .link_write(LinkWrite::Ack {
+                cluster_id: cluster_id.to_owned(),
+                sequence,
+                target: target.to_owned(),
+                generation,
+                now,
+            })
+            .await?;
+        match written {
+            Written::Ack(acked) => Ok(acked),
+            other => Err(mismatch(other)),
+        }
     }
 
     async fn outbox_ack_applied(
@@ -669,22 +635,20 @@ impl LinkStore for SqlStore {
         body: &serde_json::Value,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO spoke_reports (cluster_id, target, kind, generation, body, received_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (cluster_id, target, kind) DO UPDATE SET generation = $4, body = $5, \
-             received_at = $6 WHERE spoke_reports.generation <= $4",
-        )
-        .bind(cluster_id.to_owned())
-        .bind(target.to_owned())
-        .bind(kind.to_owned())
-        .bind(generation)
-        .bind(body.to_string())
-        .bind(ms(now))
-        .execute(self.pool())
-        .await
-        .map_err(|e| self.classify(e))?;
-        Ok(())
+        let written = self
+            .link_write(LinkWrite::Report {
+                cluster_id: cluster_id.to_owned(),
+                target: target.to_owned(),
+                kind: kind.to_owned(),
+                generation,
+                body: body.to_string(),
+                now,
+            })
+            .await?;
+        match written {
+            Written::Report => Ok(()),
+            other => Err(mismatch(other)),
+        }
     }
 
     async fn list_reports(&self, cluster_id: &str) -> Result<Vec<SpokeReport>> {
@@ -760,6 +724,14 @@ impl LinkStore for SqlStore {
         .await
         .map_err(|e| self.classify(e))?;
         row.as_ref().map(report_from_row).transpose()
+    }
+}
+
+/// A group commit answered a write with another kind's result (a bug).
+fn mismatch(written: Written) -> StoreError {
+    StoreError::Corrupt {
+        what: "group commit result",
+        detail: format!("unexpected {written:?}"),
     }
 }
 

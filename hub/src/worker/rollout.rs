@@ -40,7 +40,9 @@ use super::{WorkError, WorkHandler};
 use crate::auth::Action;
 use crate::link::server::LinkHandle;
 use crate::model::{Agent, AgentRevision, DesiredState, Namespace, RevisionPhase, WorkItem};
-use crate::pipeline::{Placement, Step, choose_cluster, decide, decide_stop, needs};
+use crate::pipeline::{
+    Placement, Step, choose_cluster, decide, decide_stop, needs, unplaced_reason,
+};
 use crate::secrets::SecretBox;
 use crate::store::{Store, StoreError};
 use facts::Gathered;
@@ -376,6 +378,12 @@ impl Rollout {
                             .await;
                     }
                     Placement::Unavailable => {
+                        // Say why in the revision, not just `pending`.
+                        let why = unplaced_reason(&clusters, &rev.spec.placement.cluster_selector);
+                        if rev.reason.as_deref() != Some(why.as_str()) {
+                            rev.reason = Some(why);
+                            self.save(store, &mut rev).await?;
+                        }
                         // The placement deadline ends this if none comes.
                         let at = now + chrono::Duration::from_std(PLACE_RETRY).unwrap_or_default();
                         self.requeue(store, &rev, ns, at).await?;
@@ -597,7 +605,16 @@ impl Rollout {
                 rev.progress.predecessors_retired_at = Some(now);
                 self.save(store, &mut rev).await?;
             }
-            Step::Fail(reason) => return self.fail(store, ns, g, rev, reason).await,
+            Step::Fail(reason) => {
+                // A placement deadline keeps the why the Place steps found.
+                let reason = match (&rev.resolved_cluster, &rev.reason) {
+                    (None, Some(why)) if why.starts_with("waiting for placement") => {
+                        format!("{reason} ({why})")
+                    }
+                    _ => reason,
+                };
+                return self.fail(store, ns, g, rev, reason).await;
+            }
         }
         Ok(Flow::Continue)
     }

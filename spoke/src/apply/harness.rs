@@ -27,6 +27,9 @@ use super::{Error, Result, owner_labels, work_annotations};
 
 /// Annotation on the Harness Service: the requirement labels (JSON object), so
 /// a restarted spoke can rebuild its readiness queries from the cluster.
+/// The Harness container's name in its Pod.
+pub const CONTAINER: &str = "harness";
+
 pub const REQUIREMENTS_ANNOTATION: &str = "clawfed.io/requirement-labels";
 /// Annotation on the Harness Service: the execution mode.
 pub const EXECUTION_ANNOTATION: &str = "clawfed.io/execution";
@@ -309,7 +312,7 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
         node_selector: (!h.node_selector.is_empty()).then(|| h.node_selector.clone()),
         security_context: Some(pod_security),
         containers: vec![Container {
-            name: "harness".into(),
+            name: CONTAINER.into(),
             image: Some(h.image.clone()),
             ports: Some(vec![ContainerPort {
                 name: Some("harness".into()),

@@ -1,10 +1,15 @@
 //! The durable record of the desired state the spoke applied: one Secret
 //! per work target in the target's data-plane namespace, written by the
 //! executor when the work succeeded (before the ledger entry and the ack),
-//! holding the work's kind, generation and full spec. A Secret because a
-//! Harness spec carries the model credential. Drift repair rebuilds the
+//! holding the work's kind, generation and spec. Drift repair rebuilds the
 //! desired objects from it, never from memory, and a restarted spoke reads
 //! it back through its watch.
+//!
+//! The spec is kept without the Harness credential: the credential Secret
+//! stays the only place a credential is written in the execution cluster.
+//! The record holds a SHA-256 digest per credential key instead, so drift of
+//! the credential Secret is still noticed; restoring it takes the hub's
+//! resend (the spoke asks for one, see `DriftReport.resend`).
 
 use std::collections::BTreeMap;
 
@@ -36,8 +41,21 @@ pub struct Record {
     /// For namespace work: the namespace was adopted (operator-named).
     #[serde(default)]
     pub adopted: bool,
-    /// The work spec (the JSON of `Work.spec`).
+    /// The work spec (the JSON of `Work.spec`), without a Harness
+    /// credential's values.
     pub spec: serde_json::Value,
+    /// Per key of the Harness credential: [`credential_digest`] of its value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub credential_digests: BTreeMap<String, String>,
+}
+
+/// The spec field holding the Harness credential (`HarnessWork.credential`).
+const CREDENTIAL_FIELD: &str = "credential";
+
+/// How a credential value is recorded: `sha256:<hex>`, never the value.
+pub fn credential_digest(value: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    format!("sha256:{}", hex::encode(Sha256::digest(value)))
 }
 
 /// The Secret name of `target`'s record.
@@ -71,19 +89,38 @@ pub fn parse(secret: &Secret) -> Option<Record> {
 }
 
 /// Builds a record from a piece of work.
+/// The credential is taken out of the spec and only its digests are kept.
 pub fn from_work(
     work: &clawfed_proto::link::v1::Work,
     namespace: &str,
     adopted: bool,
 ) -> Result<Record> {
+    let mut spec: serde_json::Value = serde_json::from_slice(&work.spec)
+        .map_err(|e| Error::Invalid(format!("work spec is not JSON: {e}")))?;
+    let credential = spec
+        .as_object_mut()
+        .and_then(|o| o.remove(CREDENTIAL_FIELD));
+    let credential_digests = match credential {
+        Some(serde_json::Value::Object(values)) => values
+            .into_iter()
+            .map(|(k, v)| {
+                let digest = match &v {
+                    serde_json::Value::String(s) => credential_digest(s.as_bytes()),
+                    other => credential_digest(other.to_string().as_bytes()),
+                };
+                (k, digest)
+            })
+            .collect(),
+        _ => BTreeMap::new(),
+    };
     Ok(Record {
         target: work.target.clone(),
         generation: work.generation,
         kind: work.kind.clone(),
         namespace: namespace.into(),
         adopted,
-        spec: serde_json::from_slice(&work.spec)
-            .map_err(|e| Error::Invalid(format!("work spec is not JSON: {e}")))?,
+        spec,
+        credential_digests,
     })
 }
 
@@ -120,10 +157,37 @@ mod tests {
             namespace: "oce-x".into(),
             adopted: false,
             spec: serde_json::json!({"agent": "a1"}),
+            credential_digests: BTreeMap::from([("K".into(), credential_digest(b"v"))]),
         };
         let s = object("t", &r).expect("object");
         assert_eq!(s.metadata.labels.as_ref().expect("labels")[LABEL], "true");
         assert!(s.metadata.name.as_deref().expect("name").len() <= 63);
         assert_eq!(parse(&s), Some(r));
+    }
+
+    /// A Harness credential never reaches the record: only its digest.
+    #[test]
+    fn a_harness_record_keeps_digests_of_the_credential_not_its_value() {
+        let spec = serde_json::json!({
+            "agent": "a1",
+            "credential": {"MODEL_API_KEY": "sk-live-secret-value"},
+        });
+        let work = clawfed_proto::link::v1::Work {
+            sequence: 1,
+            target: "harness/id/a1/1".into(),
+            generation: 1,
+            kind: "harness.apply".into(),
+            spec: serde_json::to_vec(&spec).expect("json"),
+        };
+        let r = from_work(&work, "oce-x", false).expect("record");
+        let secret = object("t", &r).expect("object");
+        let stored = String::from_utf8(secret.data.expect("data")[KEY].0.clone()).expect("utf8");
+        assert!(!stored.contains("sk-live-secret-value"), "{stored}");
+        assert!(r.spec.get("credential").is_none());
+        assert_eq!(
+            r.credential_digests["MODEL_API_KEY"],
+            credential_digest(b"sk-live-secret-value")
+        );
+        assert!(r.credential_digests["MODEL_API_KEY"].starts_with("sha256:"));
     }
 }

@@ -17,7 +17,7 @@ use kube::api::Patch;
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 
-use super::desired::Record;
+use super::desired::{self, Record};
 use crate::apply::namespace as nsapply;
 use crate::apply::{self, harness, ledger, merge_params, ssa, work_annotations};
 use crate::config::SpokeConfig;
@@ -29,6 +29,10 @@ pub enum Desired {
     Deployment(Box<Deployment>),
     Service(Box<Service>),
     Secret(Box<Secret>),
+    /// The Harness credential Secret as the record knows it: its metadata
+    /// and, in `stringData`, the digest of each value (never a value).
+    /// Compared by digest; restored only by the hub's resend.
+    Credential(Box<Secret>),
     ServiceAccount(Box<ServiceAccount>),
     ConfigMap(Box<ConfigMap>),
     NetworkPolicy(Box<NetworkPolicy>),
@@ -58,6 +62,7 @@ macro_rules! each {
             Desired::Deployment($o) => $e,
             Desired::Service($o) => $e,
             Desired::Secret($o) => $e,
+            Desired::Credential($o) => $e,
             Desired::ServiceAccount($o) => $e,
             Desired::ConfigMap($o) => $e,
             Desired::NetworkPolicy($o) => $e,
@@ -80,7 +85,7 @@ macro_rules! namespaced {
                 let $api = Api::<Service>::namespaced($client, $ns);
                 $e
             }
-            Desired::Secret($o) => {
+            Desired::Secret($o) | Desired::Credential($o) => {
                 let $api = Api::<Secret>::namespaced($client, $ns);
                 $e
             }
@@ -123,7 +128,7 @@ impl Desired {
             Desired::Namespace(_) => "Namespace",
             Desired::Deployment(_) => "Deployment",
             Desired::Service(_) => "Service",
-            Desired::Secret(_) => "Secret",
+            Desired::Secret(_) | Desired::Credential(_) => "Secret",
             Desired::ServiceAccount(_) => "ServiceAccount",
             Desired::ConfigMap(_) => "ConfigMap",
             Desired::NetworkPolicy(_) => "NetworkPolicy",
@@ -153,8 +158,45 @@ impl Desired {
                 }
                 json(&s)
             }
+            // The digests stand for the values: `observe` maps the live
+            // values to digests the same way.
+            Desired::Credential(s) => {
+                let mut s = (**s).clone();
+                let digests = s.string_data.take().unwrap_or_default();
+                s.data = Some(
+                    digests
+                        .into_iter()
+                        .map(|(k, d)| (k, ByteString(d.into_bytes())))
+                        .collect(),
+                );
+                json(&s)
+            }
             other => each!(other, o => json(o)),
         }
+    }
+
+    /// The live object as [`Desired::value`] is compared with it: a
+    /// credential Secret's values become their digests (a value is never
+    /// kept or compared in the clear); other objects as they are.
+    pub fn observe(&self, live: Value) -> Value {
+        let Desired::Credential(_) = self else {
+            return live;
+        };
+        let Ok(mut secret) = serde_json::from_value::<Secret>(live.clone()) else {
+            return live;
+        };
+        if let Some(data) = secret.data.as_mut() {
+            for v in data.values_mut() {
+                *v = ByteString(desired::credential_digest(&v.0).into_bytes());
+            }
+        }
+        json(&secret)
+    }
+
+    /// Whether a repair can write this object from the record alone. The
+    /// credential Secret cannot: the record holds digests, not values.
+    pub fn restorable(&self) -> bool {
+        !matches!(self, Desired::Credential(_))
     }
 
     /// Reads the live object (JSON), `None` when it is gone.
@@ -223,6 +265,12 @@ impl Desired {
             }
             return Ok(());
         }
+        if !self.restorable() {
+            return Err(apply::Error::Invalid(format!(
+                "Secret {namespace}/{}: restored by the hub's resend, not from the record",
+                self.name()
+            )));
+        }
         namespaced!(self, client.clone(), namespace, |api, o| ssa(&api, &**o)
             .await
             .map(|_| ()))
@@ -249,13 +297,21 @@ fn harness_objects(h: &HarnessWork, r: &Record) -> Vec<Desired> {
     let (t, g) = (r.target.as_str(), r.generation);
     let mut out = vec![
         Desired::ServiceAccount(Box::new(harness::service_account(h, t, g))),
-        Desired::Secret(Box::new(harness::credential_secret(h, t, g))),
+        Desired::Credential(Box::new(credential_secret(h, r))),
     ];
     if h.execution == ExecutionMode::Ordinary {
         out.push(Desired::Deployment(Box::new(harness::deployment(h, t, g))));
     }
     out.push(Desired::Service(Box::new(harness::service(h, t, g))));
     out
+}
+
+/// The credential Secret with the record's digests in place of the values
+/// (the record's spec has no credential).
+fn credential_secret(h: &HarnessWork, r: &Record) -> Secret {
+    let mut s = harness::credential_secret(h, &r.target, r.generation);
+    s.string_data = Some(r.credential_digests.clone());
+    s
 }
 
 fn namespace_objects(w: &NamespaceWork, r: &Record, config: &SpokeConfig) -> Vec<Desired> {

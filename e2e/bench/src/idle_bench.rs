@@ -1,0 +1,257 @@
+//! What an idle hub costs: the release `clawfed-hub serve` with the worker,
+//! the link and the pipeline on, no spoke and no load, watched for
+//! `--seconds` after a warm-up. Prints its CPU (utime + stime from
+//! `/proc/<pid>/stat`, as a share of one core) and RSS, and the database
+//! work it does while idle: on PostgreSQL the transactions committed in its
+//! database (`pg_stat_database.xact_commit`; every statement outside an
+//! explicit transaction is one), on SQLite the growth of the database and
+//! WAL files (an idle hub writes nothing).
+//!
+//! Goal (issue 17): at most 0.1% of a core. Compare builds with `--hub-bin`:
+//!
+//! `cargo build --release -p clawfed-hub -p clawfed-bench &&
+//!  "$CARGO_TARGET_DIR"/release/idle-bench [--postgres] [--hub-bin OLD]`
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use clawfed_bench::procfs::{cpu_secs, rss_kib};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+#[derive(Debug, Parser)]
+#[command(name = "idle-bench")]
+struct Args {
+    /// Seconds the idle hub is measured.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+    /// Seconds after start-up before the measurement (migrations, key and
+    /// CA creation are not idle work).
+    #[arg(long, default_value_t = 5)]
+    warmup_seconds: u64,
+    /// Use a fresh database on the PostgreSQL server at
+    /// CLAWFED_TEST_DATABASE_URL instead of SQLite.
+    #[arg(long)]
+    postgres: bool,
+    /// The hub binary (default: `clawfed-hub` next to this binary).
+    #[arg(long)]
+    hub_bin: Option<PathBuf>,
+    /// The goal, percent of one core.
+    #[arg(long, default_value_t = 0.1)]
+    goal_percent: f64,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> std::process::ExitCode {
+    match run(Args::parse()).await {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::from(1),
+        Err(e) => {
+            eprintln!("idle-bench: error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn config(dir: &Path, db_url: &str) -> anyhow::Result<PathBuf> {
+    let path = dir.join("hub.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "version: 1
+database:
+  url: \"{db_url}\"
+api:
+  restAddr: 127.0.0.1:0
+  grpcAddr: 127.0.0.1:0
+  metricsAddr: 127.0.0.1:0
+link:
+  enabled: true
+  addr: 127.0.0.1:0
+  caDir: \"{ca}\"
+tunnel:
+  enabled: true
+  addr: 127.0.0.1:0
+pipeline:
+  enabled: true
+log:
+  format: text
+  filter: warn
+",
+            ca = dir.join("ca").display()
+        ),
+    )?;
+    Ok(path)
+}
+
+/// A fresh database on the PostgreSQL server: (hub URL, admin URL, name).
+async fn postgres_database() -> anyhow::Result<(String, String)> {
+    use sqlx::Connection;
+    let base = std::env::var("CLAWFED_TEST_DATABASE_URL").context(
+        "--postgres needs CLAWFED_TEST_DATABASE_URL (eval \"$(scripts/postgres.sh env)\")",
+    )?;
+    let name = format!("idle_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(&base).await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await?;
+    let mut url = url::Url::parse(&base)?;
+    url.set_path(&format!("/{name}"));
+    Ok((url.to_string(), name))
+}
+
+async fn xact_commits(name: &str) -> anyhow::Result<i64> {
+    use sqlx::{Connection, Row};
+    let base = std::env::var("CLAWFED_TEST_DATABASE_URL")?;
+    let mut conn = sqlx::PgConnection::connect(&base).await?;
+    // The statistics snapshot is per transaction; a fresh connection sees
+    // the counters as the server last flushed them.
+    let row = sqlx::query("SELECT xact_commit FROM pg_stat_database WHERE datname = $1")
+        .bind(name)
+        .fetch_one(&mut conn)
+        .await?;
+    Ok(row.try_get::<i64, _>(0)?)
+}
+
+fn sqlite_bytes(dir: &Path) -> u64 {
+    ["hub.db", "hub.db-wal"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+async fn run(a: Args) -> anyhow::Result<bool> {
+    let hub_bin = match a.hub_bin.clone() {
+        Some(b) => b,
+        None => std::env::current_exe()?
+            .parent()
+            .context("bench dir")?
+            .join("clawfed-hub"),
+    };
+    if !hub_bin.exists() {
+        bail!(
+            "{} not found: cargo build --release -p clawfed-hub",
+            hub_bin.display()
+        );
+    }
+    let dir = tempfile::tempdir()?;
+    let (db_url, pg_name) = if a.postgres {
+        let (url, name) = postgres_database().await?;
+        (url, Some(name))
+    } else {
+        (
+            format!("sqlite://{}", dir.path().join("hub.db").display()),
+            None,
+        )
+    };
+    let config = config(dir.path(), &db_url)?;
+    let mut child = Command::new(&hub_bin)
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("spawn hub")?;
+    let pid = child.id().context("hub pid")?;
+    let mut stdout = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match stdout.next_line().await? {
+                Some(l) if l.starts_with("clawfed-hub listening:") => return anyhow::Ok(()),
+                Some(_) => continue,
+                None => bail!("hub exited before listening"),
+            }
+        }
+    })
+    .await
+    .context("hub did not start within 60 s")??;
+    // Keep draining its stdout so it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
+
+    tokio::time::sleep(Duration::from_secs(a.warmup_seconds)).await;
+    let rss_before = rss_kib(pid)?;
+    let cpu0 = cpu_secs(pid);
+    let commits0 = match &pg_name {
+        Some(n) => Some(xact_commits(n).await?),
+        None => None,
+    };
+    let bytes0 = sqlite_bytes(dir.path());
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(a.seconds)).await;
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_secs(pid) - cpu0;
+    let commits1 = match &pg_name {
+        Some(n) => Some(xact_commits(n).await?),
+        None => None,
+    };
+    let bytes1 = sqlite_bytes(dir.path());
+    let rss = rss_kib(pid)?;
+    let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .map(|v| v.trim().to_owned())
+        })
+        .unwrap_or_default();
+    let _ = child.start_kill();
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    if let Some(name) = &pg_name {
+        drop_database(name).await;
+    }
+
+    let percent = cpu / wall * 100.0;
+    let database = if a.postgres { "PostgreSQL" } else { "SQLite" };
+    println!(
+        "idle benchmark: {} ({}), database {database}, worker + link + pipeline + tunnel on, no spoke, {} cores",
+        hub_bin.display(),
+        clawfed_bench::profile_of(&hub_bin),
+        std::thread::available_parallelism().map_or(0, |p| p.get()),
+    );
+    println!(
+        "hub CPU idle: {cpu:.3} s in {wall:.1} s = {percent:.3}% of one core (clock ticks of 10 ms: ±{:.3}%)",
+        1.0 / wall
+    );
+    println!(
+        "    goal ≤ {}% of a core: {}",
+        a.goal_percent,
+        if percent <= a.goal_percent {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+    println!("hub RSS idle: {rss} KiB ({rss_before} KiB after warm-up; {threads} threads)");
+    match (commits0, commits1) {
+        (Some(c0), Some(c1)) => println!(
+            "database work idle: {} transactions committed in {wall:.1} s = {:.2}/s (pg_stat_database.xact_commit of the hub's database)",
+            c1 - c0,
+            (c1 - c0) as f64 / wall
+        ),
+        _ => println!(
+            "database work idle: SQLite files grew {} bytes in {wall:.1} s (reads are not counted)",
+            bytes1.saturating_sub(bytes0)
+        ),
+    }
+    Ok(percent <= a.goal_percent)
+}
+
+async fn drop_database(name: &str) {
+    use sqlx::Connection;
+    let Ok(base) = std::env::var("CLAWFED_TEST_DATABASE_URL") else {
+        return;
+    };
+    if let Ok(mut admin) = sqlx::PgConnection::connect(&base).await {
+        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&mut admin)
+        .await;
+    }
+}
