@@ -46,6 +46,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -58,16 +59,32 @@ use crate::exec::Executor;
 use check::Drift;
 use desired::Record;
 use limit::{Budget, Limiter, Verdict};
-use objects::Desired;
 
 /// Drift metrics.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct DriftMetrics {
     /// Repairs written, by kind.
     pub repairs: Family<Vec<(String, String)>, Counter>,
     /// Objects that became contested, by kind.
     pub contested: Family<Vec<(String, String)>, Counter>,
+    /// From the watch event that showed a drift to the repair's answer.
+    pub repair_seconds: Histogram,
 }
+
+impl Default for DriftMetrics {
+    fn default() -> Self {
+        DriftMetrics {
+            repairs: Family::default(),
+            contested: Family::default(),
+            repair_seconds: Histogram::new(REPAIR_BUCKETS),
+        }
+    }
+}
+
+/// Buckets of `clawfed_spoke_drift_repair_seconds` (5 ms to 30 s).
+pub const REPAIR_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0,
+];
 
 impl DriftMetrics {
     /// Registers `clawfed_spoke_drift_repairs_total{kind}` and
@@ -85,6 +102,11 @@ impl DriftMetrics {
             "clawfed_spoke_drift_repairs",
             "Managed objects re-applied after drift, by kind",
             m.repairs.clone(),
+        );
+        registry.register(
+            "clawfed_spoke_drift_repair_seconds",
+            "Time from the watch event showing a drift to the repair's answer",
+            m.repair_seconds.clone(),
         );
         registry.register(
             "clawfed_spoke_drift_contested",
@@ -139,6 +161,8 @@ enum Observed {
         key: ObjectKey,
         live: Option<Value>,
         initial: bool,
+        /// When the watch delivered it.
+        at: tokio::time::Instant,
     },
     Synced {
         kind: &'static str,
@@ -150,8 +174,23 @@ enum Observed {
 /// A desired object and the JSON it is compared by.
 struct Indexed {
     target: String,
-    object: Desired,
+    /// The desired JSON live copies are compared with.
     value: Value,
+    /// The credential Secret: its copy holds digests, never values.
+    credential: bool,
+}
+
+impl Indexed {
+    /// The copy of `live` the repairer keeps: cut down to what the verdict
+    /// reads (`check::compact`), a credential's values as digests.
+    fn keep(&self, kind: &str, live: Value) -> Value {
+        let live = if self.credential {
+            objects::observe_credential(live)
+        } else {
+            live
+        };
+        check::compact(kind, FIELD_MANAGER, live, &self.value)
+    }
 }
 
 #[derive(Default)]
@@ -348,6 +387,11 @@ impl Repairer {
     }
 
     fn handle(&self, ev: Observed) {
+        // Repair latency counts from the watch event that showed the drift.
+        let seen = match &ev {
+            Observed::Object { at, .. } => *at,
+            _ => tokio::time::Instant::now(),
+        };
         let mut due: Vec<(ObjectKey, String, Drift)> = Vec::new();
         {
             let mut st = self.lock();
@@ -384,7 +428,9 @@ impl Repairer {
                         }
                     }
                 }
-                Observed::Object { key, live, initial } => {
+                Observed::Object {
+                    key, live, initial, ..
+                } => {
                     if key.kind == "Namespace"
                         && live.is_some()
                         && !st.namespaces.contains_key(&key.namespace)
@@ -417,7 +463,13 @@ impl Repairer {
                             due.extend(reindex(&self.inner.exec, &key, live, ns, synced_all));
                         } else {
                             match live {
-                                Some(v) => ns.live.insert(k.clone(), v),
+                                Some(v) => {
+                                    let v = match ns.index.get(&k) {
+                                        Some(ix) => ix.keep(k.0, v),
+                                        None => v,
+                                    };
+                                    ns.live.insert(k.clone(), v)
+                                }
                                 None => ns.live.remove(&k),
                             };
                             let d = verdict(&key.namespace, ns, &k, synced_all);
@@ -445,7 +497,7 @@ impl Repairer {
             }
         }
         for (key, target, drift) in due {
-            self.spawn_repair(key, target, drift);
+            self.spawn_repair(key, target, drift, seen);
         }
     }
 
@@ -493,6 +545,46 @@ impl Repairer {
         })
     }
 
+    /// The watch's copy of `key`: `Some(None)` when the watch has listed
+    /// its kind and does not hold it (deleted); `None` when it cannot tell.
+    fn cached_live(&self, key: &ObjectKey) -> Option<Option<Value>> {
+        let st = self.lock();
+        let ns = st.namespaces.get(&key.namespace)?;
+        let synced = if key.kind == "Namespace" {
+            st.namespaces_synced
+        } else {
+            ns.synced.contains(key.kind)
+        };
+        let live = ns.live.get(&(key.kind, key.name.clone())).cloned();
+        (live.is_some() || synced).then_some(live)
+    }
+
+    /// Keeps `answered` (a repair's answer) as the copy of `key`, unless the
+    /// watch already holds a newer one.
+    fn cache_live(&self, key: &ObjectKey, answered: Value) {
+        let version = |v: &Value| {
+            v.pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse::<u64>().ok())
+        };
+        let mut st = self.lock();
+        let Some(ns) = st.namespaces.get_mut(&key.namespace) else {
+            return;
+        };
+        let k = (key.kind, key.name.clone());
+        let answered = match ns.index.get(&k) {
+            Some(ix) => ix.keep(key.kind, answered),
+            None => answered,
+        };
+        let newer = match (ns.live.get(&k).and_then(version), version(&answered)) {
+            (Some(have), Some(got)) => got > have,
+            _ => true,
+        };
+        if newer {
+            ns.live.insert(k, answered);
+        }
+    }
+
     fn cached_record(&self, namespace: &str, target: &str) -> Option<Record> {
         self.lock()
             .namespaces
@@ -500,7 +592,13 @@ impl Repairer {
             .and_then(|ns| ns.records.get(target).cloned())
     }
 
-    fn spawn_repair(&self, key: ObjectKey, target: String, hint: Drift) {
+    fn spawn_repair(
+        &self,
+        key: ObjectKey,
+        target: String,
+        hint: Drift,
+        seen: tokio::time::Instant,
+    ) {
         {
             let mut st = self.lock();
             if let Some(again) = st.inflight.get_mut(&key) {
@@ -512,7 +610,7 @@ impl Repairer {
         let this = self.clone();
         tokio::spawn(async move {
             loop {
-                this.repair(&key, &target, &hint).await;
+                this.repair(&key, &target, &hint, seen).await;
                 let mut st = this.lock();
                 match st.inflight.get_mut(&key) {
                     Some(again) if *again => *again = false,
@@ -537,15 +635,32 @@ impl Repairer {
         });
     }
 
-    async fn repair(&self, key: &ObjectKey, target: &str, hint: &Drift) {
+    async fn repair(
+        &self,
+        key: &ObjectKey,
+        target: &str,
+        hint: &Drift,
+        seen: tokio::time::Instant,
+    ) {
         let exec = &self.inner.exec;
         let client = exec.client().clone();
         let _guard = exec.lock_target(target).await;
         if exec.namespace_closing(&key.namespace) || self.terminating(&key.namespace) {
             return;
         }
+        // The watched record is current when it is of the generation the
+        // executor last applied (it writes the record before that, under
+        // the lock held here); otherwise it is read again.
+        let current = exec.recorded(target).map(|(_, g)| g);
+        let cached = self
+            .cached_record(&key.namespace, target)
+            .filter(|r| current == Some(r.generation));
         let secrets = Api::<Secret>::namespaced(client.clone(), &key.namespace);
-        let record = match desired::load(&secrets, target).await {
+        let loaded = match cached {
+            Some(r) => Ok(Some(r)),
+            None => desired::load(&secrets, target).await,
+        };
+        let record = match loaded {
             Ok(Some(r)) => r,
             Ok(None) => return,
             // The spoke's own RoleBinding is gone (so are its rights to read
@@ -569,13 +684,19 @@ impl Repairer {
         else {
             return;
         };
-        let live = match object.live(&client, &key.namespace).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(kind = key.kind, name = %key.name, error = %e, "spoke.drift.read_failed");
-                self.recheck_after(key, RETRY);
-                return;
-            }
+        // The watch's copy of the object: the event that brought this
+        // repair is at least as new. (A copy older than the apiserver's
+        // costs at most a write that changes nothing.)
+        let live = match self.cached_live(key) {
+            Some(l) => l,
+            None => match object.live(&client, &key.namespace).await {
+                Ok(l) => l.map(|v| object.observe(v)),
+                Err(e) => {
+                    tracing::warn!(kind = key.kind, name = %key.name, error = %e, "spoke.drift.read_failed");
+                    self.recheck_after(key, RETRY);
+                    return;
+                }
+            },
         };
         if key.kind == "Namespace" && live.is_none() {
             // Deleted with everything in it, its records included: the
@@ -583,7 +704,6 @@ impl Repairer {
             self.forget_namespace(&key.namespace);
             return;
         }
-        let live = live.map(|v| object.observe(v));
         let now = tokio::time::Instant::now();
         let Some(drift) = check::check(key.kind, FIELD_MANAGER, &object.value(), live.as_ref())
         else {
@@ -631,7 +751,14 @@ impl Repairer {
             return;
         }
         match object.apply(&client, &key.namespace).await {
-            Ok(()) => {
+            Ok(answered) => {
+                // What the write left, so a repair that runs again before
+                // the watch delivers it does not write twice.
+                self.cache_live(key, strip(answered));
+                self.inner
+                    .metrics
+                    .repair_seconds
+                    .observe(seen.elapsed().as_secs_f64());
                 self.inner
                     .metrics
                     .repairs
@@ -721,14 +848,15 @@ fn reindex(
     for object in objects::desired(&record, exec.config()) {
         let k = (object.kind(), object.name());
         keys.push(k.clone());
-        ns.index.insert(
-            k,
-            Indexed {
-                target: record.target.clone(),
-                value: object.value(),
-                object,
-            },
-        );
+        let ix = Indexed {
+            target: record.target.clone(),
+            value: object.value(),
+            credential: !object.restorable(),
+        };
+        if let Some(v) = ns.live.remove(&k) {
+            ns.live.insert(k.clone(), ix.keep(k.0, v));
+        }
+        ns.index.insert(k, ix);
     }
     tracing::debug!(namespace = %key.namespace, target = %record.target, generation = record.generation, "spoke.drift.record_indexed");
     ns.record_names
@@ -753,11 +881,11 @@ fn verdict(
     } else {
         ns.synced.contains(k.0)
     };
-    let live = ns.live.get(k).map(|v| ix.object.observe(v.clone()));
+    let live = ns.live.get(k);
     if live.is_none() && !synced {
         return None;
     }
-    let drift = check::check(k.0, FIELD_MANAGER, &ix.value, live.as_ref())?;
+    let drift = check::check(k.0, FIELD_MANAGER, &ix.value, live)?;
     Some((
         ObjectKey {
             kind: k.0,
@@ -805,16 +933,19 @@ async fn watch_kind<K>(
                 key: key(&o),
                 live: Some(strip(serde_json::to_value(&o).unwrap_or(Value::Null))),
                 initial: true,
+                at: tokio::time::Instant::now(),
             },
             Ok(watcher::Event::Apply(o)) => Observed::Object {
                 key: key(&o),
                 live: Some(strip(serde_json::to_value(&o).unwrap_or(Value::Null))),
                 initial: false,
+                at: tokio::time::Instant::now(),
             },
             Ok(watcher::Event::Delete(o)) => Observed::Object {
                 key: key(&o),
                 live: None,
                 initial: false,
+                at: tokio::time::Instant::now(),
             },
             Ok(watcher::Event::InitDone) => Observed::Synced {
                 kind,

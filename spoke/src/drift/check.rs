@@ -15,7 +15,7 @@
 //! A live object whose generation annotation is newer than the desired
 //! record is work in flight, not drift.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use clawfed_proto::labels;
 
@@ -105,6 +105,122 @@ pub fn check(kind: &str, manager: &str, desired: &Value, live: Option<&Value>) -
         }
     }
     None
+}
+
+/// What [`check`] needs of `live` against `desired`, and nothing more, so a
+/// spoke can keep a copy of every managed object: the fields `desired` sets
+/// (lists keep their length), the identity and deletion marks, and the
+/// `managedFields` entries the verdict reads, with the spoke's own entry cut
+/// down to [`owned_paths`] and status writers left out. `check` gives the
+/// same verdict on the result as on `live`.
+pub fn compact(kind: &str, manager: &str, live: Value, desired: &Value) -> Value {
+    let Value::Object(mut live) = live else {
+        return live;
+    };
+    let mut out = Map::new();
+    if let Some(Value::Object(mut meta)) = live.remove("metadata") {
+        let mut m = Map::new();
+        for key in [
+            "name",
+            "namespace",
+            "uid",
+            "resourceVersion",
+            "deletionTimestamp",
+        ] {
+            if let Some(v) = meta.remove(key) {
+                m.insert(key.into(), v);
+            }
+        }
+        for key in ["labels", "annotations"] {
+            if let (Some(v), Some(want)) = (
+                meta.remove(key),
+                desired.pointer(&format!("/metadata/{key}")),
+            ) {
+                m.insert(key.into(), project(v, want));
+            }
+        }
+        if let Some(Value::Array(entries)) = meta.remove("managedFields") {
+            let kept: Vec<Value> = entries
+                .into_iter()
+                .filter(|e| e.get("subresource").and_then(Value::as_str) != Some("status"))
+                .map(|mut e| {
+                    let own = e.get("manager").and_then(Value::as_str) == Some(manager)
+                        && e.get("operation").and_then(Value::as_str) == Some("Apply")
+                        && e.get("subresource").is_none();
+                    if own && let Some(fields) = e.get_mut("fieldsV1") {
+                        *fields = prune(fields, owned_paths(kind));
+                    }
+                    e
+                })
+                .collect();
+            m.insert("managedFields".into(), Value::Array(kept));
+        }
+        out.insert("metadata".into(), Value::Object(m));
+    }
+    if let Some(want) = desired.as_object() {
+        for (k, w) in want {
+            if matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind") {
+                continue;
+            }
+            if let Some(v) = live.remove(k) {
+                out.insert(k.clone(), project(v, w));
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+/// `live` cut down to the shape of `want` (maps: its keys; lists: the same
+/// length, elements cut down by position).
+fn project(live: Value, want: &Value) -> Value {
+    match (live, want) {
+        (Value::Object(mut l), Value::Object(w)) => Value::Object(
+            w.iter()
+                .filter_map(|(k, wv)| l.remove(k).map(|lv| (k.clone(), project(lv, wv))))
+                .collect(),
+        ),
+        (Value::Array(l), Value::Array(w)) => Value::Array(
+            l.into_iter()
+                .enumerate()
+                .map(|(i, lv)| match w.get(i) {
+                    Some(wv) => project(lv, wv),
+                    None => Value::Null,
+                })
+                .collect(),
+        ),
+        (live, _) => live,
+    }
+}
+
+/// A `fieldsV1` set holding only `paths` (where it holds them).
+fn prune(fields: &Value, paths: &[&[&str]]) -> Value {
+    let mut out = Value::Object(Map::new());
+    for path in paths {
+        let mut at = fields;
+        let mut found = true;
+        for step in *path {
+            match at.get(*step) {
+                Some(next) => at = next,
+                None => {
+                    found = false;
+                    break;
+                }
+            }
+        }
+        if !found {
+            continue;
+        }
+        let mut cursor = &mut out;
+        for step in *path {
+            cursor = cursor
+                .as_object_mut()
+                .expect("built as objects")
+                .entry(step.to_string())
+                .or_insert_with(|| Value::Object(Map::new()));
+        }
+        *cursor = at.clone();
+    }
+    out
 }
 
 /// One step of a field path.
@@ -308,6 +424,61 @@ mod tests {
         let mut l = live();
         l["metadata"]["managedFields"][0]["manager"] = json!("other");
         assert!(check("Deployment", "clawfed-spoke", &d, Some(&l)).is_some());
+    }
+
+    /// The compacted copy the repairer keeps gives the same verdicts.
+    #[test]
+    fn compact_keeps_every_verdict() {
+        let d = desired();
+        let same = |l: Value| {
+            let full = check("Deployment", "clawfed-spoke", &d, Some(&l));
+            let small = compact("Deployment", "clawfed-spoke", l, &d);
+            assert_eq!(check("Deployment", "clawfed-spoke", &d, Some(&small)), full);
+            small
+        };
+        let small = same(live());
+        assert!(small.get("status").is_none());
+        assert!(small.pointer("/spec/strategy").is_none(), "{small}");
+        assert!(
+            small
+                .pointer("/spec/template/spec/containers/0/imagePullPolicy")
+                .is_none()
+        );
+        assert_eq!(
+            small
+                .pointer("/metadata/managedFields")
+                .map(|m| m.as_array().map(Vec::len)),
+            Some(Some(2)),
+            "the status writer's entry is left out"
+        );
+        let mut l = live();
+        l["spec"]["replicas"] = json!(0);
+        same(l);
+        let mut l = live();
+        l["spec"]["template"]["spec"]["containers"][0]["image"] = json!("img:2");
+        same(l);
+        let mut l = live();
+        l["spec"]["template"]["spec"]["containers"]
+            .as_array_mut()
+            .expect("containers")
+            .push(json!({"name": "sidecar"}));
+        same(l);
+        let mut l = live();
+        l["metadata"]["labels"] = json!({"extra": "x"});
+        same(l);
+        let mut l = live();
+        l["metadata"]["managedFields"][0]["fieldsV1"] = json!({"f:spec": {"f:template": {}}});
+        same(l);
+        let mut l = live();
+        l["metadata"]["managedFields"][0]["manager"] = json!("other");
+        same(l);
+        let mut l = live();
+        l["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:10Z");
+        same(l);
+        let mut l = live();
+        l["metadata"]["annotations"][labels::GENERATION_ANNOTATION] = json!("3");
+        l["spec"]["replicas"] = json!(0);
+        same(l);
     }
 
     #[test]

@@ -179,18 +179,10 @@ impl Desired {
     /// credential Secret's values become their digests (a value is never
     /// kept or compared in the clear); other objects as they are.
     pub fn observe(&self, live: Value) -> Value {
-        let Desired::Credential(_) = self else {
-            return live;
-        };
-        let Ok(mut secret) = serde_json::from_value::<Secret>(live.clone()) else {
-            return live;
-        };
-        if let Some(data) = secret.data.as_mut() {
-            for v in data.values_mut() {
-                *v = ByteString(desired::credential_digest(&v.0).into_bytes());
-            }
+        match self {
+            Desired::Credential(_) => observe_credential(live),
+            _ => live,
         }
-        json(&secret)
     }
 
     /// Whether a repair can write this object from the record alone. The
@@ -221,8 +213,9 @@ impl Desired {
     }
 
     /// Re-applies the object: server-side apply, forced, as the spoke's
-    /// field manager (fields it does not own stay as they are).
-    pub async fn apply(&self, client: &Client, namespace: &str) -> apply::Result<()> {
+    /// field manager (fields it does not own stay as they are). Returns the
+    /// object as the apiserver answered (JSON).
+    pub async fn apply(&self, client: &Client, namespace: &str) -> apply::Result<Value> {
         if let Desired::Namespace(ns) = self {
             let name = ns.name_any();
             let api = Api::<Namespace>::all(client.clone());
@@ -248,7 +241,8 @@ impl Desired {
                 name: name.clone(),
                 source: Box::new(source),
             };
-            api.patch(&name, &apply::apply_params(), &Patch::Apply(&applied))
+            let mut answered = api
+                .patch(&name, &apply::apply_params(), &Patch::Apply(&applied))
                 .await
                 .map_err(|e| kube("apply", e))?;
             if let Some(record) = record.filter(|r| !r.is_empty()) {
@@ -259,11 +253,12 @@ impl Desired {
                     },
                     ..Default::default()
                 };
-                api.patch(&name, &merge_params(), &Patch::Merge(&patch))
+                answered = api
+                    .patch(&name, &merge_params(), &Patch::Merge(&patch))
                     .await
                     .map_err(|e| kube("patch", e))?;
             }
-            return Ok(());
+            return Ok(json(&answered));
         }
         if !self.restorable() {
             return Err(apply::Error::Invalid(format!(
@@ -273,8 +268,21 @@ impl Desired {
         }
         namespaced!(self, client.clone(), namespace, |api, o| ssa(&api, &**o)
             .await
-            .map(|_| ()))
+            .map(|answered| json(&answered)))
     }
+}
+
+/// A live credential Secret with each value replaced by its digest.
+pub fn observe_credential(live: Value) -> Value {
+    let Ok(mut secret) = serde_json::from_value::<Secret>(live.clone()) else {
+        return live;
+    };
+    if let Some(data) = secret.data.as_mut() {
+        for v in data.values_mut() {
+            *v = ByteString(desired::credential_digest(&v.0).into_bytes());
+        }
+    }
+    json(&secret)
 }
 
 /// The desired objects of `record` (none for work that leaves nothing
