@@ -193,9 +193,9 @@ mod tests {
         assert_eq!(l.admit(&"d", later), Verdict::Repair);
         assert!(matches!(l.admit(&"d", later), Verdict::Contested { .. }));
         // Settled and refilled: forgotten.
-        l.settled(&"d", later + b.refill * 3);
+        l.settled(&"d", later + b.refill * b.burst);
         assert!(!l.contested(&"d"));
-        l.settled(&"s", later + b.refill * 3);
+        l.settled(&"s", later + b.refill * b.burst);
         assert!(l.is_empty());
     }
 
