@@ -172,10 +172,26 @@ enum Observed {
 }
 
 /// A desired object and the JSON it is compared by.
+/// A JSON document kept as text: a thousand revisions' objects as parsed
+/// `Value` trees took several times the memory of their text, and each is
+/// read only when an event for its object comes.
+#[derive(Clone)]
+struct Json(Box<str>);
+
+impl Json {
+    fn new(v: &Value) -> Self {
+        Json(v.to_string().into_boxed_str())
+    }
+
+    fn value(&self) -> Value {
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
+    }
+}
+
 struct Indexed {
     target: String,
     /// The desired JSON live copies are compared with.
-    value: Value,
+    value: Json,
     /// The credential Secret: its copy holds digests, never values.
     credential: bool,
 }
@@ -189,7 +205,7 @@ impl Indexed {
         } else {
             live
         };
-        check::compact(kind, FIELD_MANAGER, live, &self.value)
+        check::compact(kind, FIELD_MANAGER, live, &self.value.value())
     }
 }
 
@@ -200,7 +216,7 @@ struct NsState {
     /// Record Secret name -> target.
     record_names: HashMap<String, String>,
     index: HashMap<(&'static str, String), Indexed>,
-    live: HashMap<(&'static str, String), Value>,
+    live: HashMap<(&'static str, String), Json>,
     synced: HashSet<&'static str>,
     listing: HashMap<&'static str, HashSet<String>>,
 }
@@ -335,7 +351,7 @@ impl Repairer {
             let terminating = ns
                 .live
                 .get(&("Namespace", name.clone()))
-                .is_some_and(|v| v.pointer("/metadata/deletionTimestamp").is_some());
+                .is_some_and(|v| v.value().pointer("/metadata/deletionTimestamp").is_some());
             ns.records
                 .values()
                 .filter(move |_| !terminating)
@@ -468,7 +484,7 @@ impl Repairer {
                                         Some(ix) => ix.keep(k.0, v),
                                         None => v,
                                     };
-                                    ns.live.insert(k.clone(), v)
+                                    ns.live.insert(k.clone(), Json::new(&v))
                                 }
                                 None => ns.live.remove(&k),
                             };
@@ -541,7 +557,7 @@ impl Repairer {
         self.lock().namespaces.get(namespace).is_some_and(|ns| {
             ns.live
                 .get(&("Namespace", namespace.to_string()))
-                .is_some_and(|v| v.pointer("/metadata/deletionTimestamp").is_some())
+                .is_some_and(|v| v.value().pointer("/metadata/deletionTimestamp").is_some())
         })
     }
 
@@ -555,7 +571,7 @@ impl Repairer {
         } else {
             ns.synced.contains(key.kind)
         };
-        let live = ns.live.get(&(key.kind, key.name.clone())).cloned();
+        let live = ns.live.get(&(key.kind, key.name.clone())).map(Json::value);
         (live.is_some() || synced).then_some(live)
     }
 
@@ -576,12 +592,13 @@ impl Repairer {
             Some(ix) => ix.keep(key.kind, answered),
             None => answered,
         };
-        let newer = match (ns.live.get(&k).and_then(version), version(&answered)) {
+        let have = ns.live.get(&k).map(Json::value);
+        let newer = match (have.as_ref().and_then(version), version(&answered)) {
             (Some(have), Some(got)) => got > have,
             _ => true,
         };
         if newer {
-            ns.live.insert(k, answered);
+            ns.live.insert(k, Json::new(&answered));
         }
     }
 
@@ -850,11 +867,12 @@ fn reindex(
         keys.push(k.clone());
         let ix = Indexed {
             target: record.target.clone(),
-            value: object.value(),
+            value: Json::new(&object.value()),
             credential: !object.restorable(),
         };
         if let Some(v) = ns.live.remove(&k) {
-            ns.live.insert(k.clone(), ix.keep(k.0, v));
+            ns.live
+                .insert(k.clone(), Json::new(&ix.keep(k.0, v.value())));
         }
         ns.index.insert(k, ix);
     }
@@ -881,11 +899,11 @@ fn verdict(
     } else {
         ns.synced.contains(k.0)
     };
-    let live = ns.live.get(k);
+    let live = ns.live.get(k).map(Json::value);
     if live.is_none() && !synced {
         return None;
     }
-    let drift = check::check(k.0, FIELD_MANAGER, &ix.value, live)?;
+    let drift = check::check(k.0, FIELD_MANAGER, &ix.value.value(), live.as_ref())?;
     Some((
         ObjectKey {
             kind: k.0,

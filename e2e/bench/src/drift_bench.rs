@@ -134,6 +134,8 @@ struct Pending {
     armed: bool,
     /// When the parent's watch delivered the drift itself.
     seen: Option<Instant>,
+    /// How long the apiserver took to answer the drift's write, ms.
+    write_ms: f64,
 }
 
 type Key = (&'static str, String);
@@ -144,6 +146,8 @@ struct Tracker {
     repaired: Vec<(DriftKind, f64)>,
     /// Drift write answered -> the parent's watch delivered the drift, ms.
     seen: Vec<(DriftKind, f64)>,
+    /// The drift writes' own answer times, ms.
+    writes: Vec<(DriftKind, f64)>,
 }
 
 /// A tenant name unique to the run (see spoke-bench).
@@ -418,6 +422,7 @@ where
             if let Some(p) = t.pending.remove(&key) {
                 let ms = |t: Instant| t.duration_since(p.at).as_secs_f64() * 1000.0;
                 t.repaired.push((p.kind, ms(now)));
+                t.writes.push((p.kind, p.write_ms));
                 if let Some(seen) = p.seen {
                     t.seen.push((p.kind, ms(seen)));
                 }
@@ -433,9 +438,15 @@ async fn drift(client: &Client, ns: &str, kind: DriftKind, name: &str) -> Result
         field_manager: Some("drift-bench".into()),
         ..Default::default()
     };
+    // When the drift's write went out (after any read before it).
+    let sent = Mutex::new(Instant::now());
     let at_answer = |uid: Option<String>, version: Option<u64>| Pending {
         kind,
         at: Instant::now(),
+        write_ms: Instant::now()
+            .duration_since(*sent.lock().unwrap_or_else(|p| p.into_inner()))
+            .as_secs_f64()
+            * 1000.0,
         uid,
         version,
         armed: true,
@@ -444,6 +455,7 @@ async fn drift(client: &Client, ns: &str, kind: DriftKind, name: &str) -> Result
     Ok(match kind {
         DriftKind::DeleteDeployment => {
             let uid = deployments.get(name).await?.uid();
+            *sent.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
             deployments
                 .delete(name, &DeleteParams::background())
                 .await?;
@@ -452,12 +464,14 @@ async fn drift(client: &Client, ns: &str, kind: DriftKind, name: &str) -> Result
         DriftKind::DeleteService => {
             let api: Api<Service> = Api::namespaced(client.clone(), ns);
             let uid = api.get(name).await?.uid();
+            *sent.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
             api.delete(name, &DeleteParams::background()).await?;
             at_answer(uid, None)
         }
         DriftKind::DeleteServiceAccount => {
             let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
             let uid = api.get(name).await?.uid();
+            *sent.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
             api.delete(name, &DeleteParams::background()).await?;
             at_answer(uid, None)
         }
@@ -545,6 +559,7 @@ async fn parent(args: &Args) -> Result<()> {
 
     writeln!(stdin, "START")?;
     stdin.flush()?;
+    let cpu_start = clawfed_bench::procfs::cpu_secs(pid);
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let interval = Duration::from_secs_f64(1.0 / f64::from(args.rate.max(1)));
     let mut tick = tokio::time::interval(interval);
@@ -568,7 +583,7 @@ async fn parent(args: &Args) -> Result<()> {
                     if !busy {
                         // Held until the write answers (a repair cannot
                         // come earlier); replaced then.
-                        t.pending.insert(key.clone(), Pending { kind, at: Instant::now(), uid: None, version: None, armed: false, seen: None });
+                        t.pending.insert(key.clone(), Pending { kind, at: Instant::now(), uid: None, version: None, armed: false, seen: None, write_ms: 0.0 });
                     }
                     busy
                 };
@@ -604,6 +619,7 @@ async fn parent(args: &Args) -> Result<()> {
         }
     }
     let window_secs = window.elapsed().as_secs_f64();
+    let spoke_cpu = clawfed_bench::procfs::cpu_secs(pid) - cpu_start;
     let grace = Instant::now() + Duration::from_secs(args.grace_seconds);
     while Instant::now() < grace {
         if tracker
@@ -636,6 +652,10 @@ async fn parent(args: &Args) -> Result<()> {
     let fig = |k: &str| figures.get(k).map_or("?".to_string(), Clone::clone);
     let num = |k: &str| fig(k).parse::<f64>().unwrap_or(f64::NAN);
     let p99 = percentile(&all, 99.0);
+    let mut writes: Vec<f64> = t.writes.iter().map(|(_, ms)| *ms).collect();
+    writes.sort_by(f64::total_cmp);
+    let mut seen_all: Vec<f64> = t.seen.iter().map(|(_, ms)| *ms).collect();
+    seen_all.sort_by(f64::total_cmp);
     let lists = num("WINDOW_LISTS");
     let rss_mib = rss.map_or(f64::NAN, |k| k as f64 / 1024.0);
     println!(
@@ -689,10 +709,22 @@ async fn parent(args: &Args) -> Result<()> {
         all.last().copied().unwrap_or(f64::NAN),
         verdict(p99 <= 1000.0 && t.pending.is_empty())
     );
+    println!(
+        "  Kubernetes alone, same load: the drift writes answered in p50 {:.1} ms, p99 {:.1} ms; the parent's watch delivered the drifts in p50 {:.1} ms, p99 {:.1} ms (a repair needs one delivery to the spoke, one write, one delivery back)",
+        percentile(&writes, 50.0),
+        percentile(&writes, 99.0),
+        percentile(&seen_all, 50.0),
+        percentile(&seen_all, 99.0)
+    );
     let spoke = fig("SPOKE_REPAIR");
     let (s50, s99) = spoke.split_once(' ').unwrap_or(("?", "?"));
     println!(
         "  the spoke's own share     p50 <= {s50} ms, p99 <= {s99} ms: clawfed_spoke_drift_repair_seconds, from the watch event showing the drift to the repair's answer (bucket bounds)"
+    );
+    println!(
+        "  spoke CPU in the window   {spoke_cpu:.1} s in {window_secs:.1} s ({:.0}% of one core; the machine has {})",
+        100.0 * spoke_cpu / window_secs,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
         "  spoke LISTs in the window {lists} (goal 0: {}); watches opened in all {}",
