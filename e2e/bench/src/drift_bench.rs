@@ -195,6 +195,14 @@ fn say(line: &str) {
 /// says `SYNCED` once its watches have listed, then answers `START` and
 /// `END` on stdin with its counters.
 async fn child(args: &Args, id: &str) -> Result<()> {
+    // The spoke's own log lines (`RUST_LOG`, e.g. `clawfed_spoke=info`) on
+    // stderr; stdout carries the figures.
+    if let Ok(filter) = std::env::var("RUST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let counts = Arc::new(Counts::default());
     let client = counts.client(config(&args.cluster).await?)?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Report>(8192);
