@@ -443,6 +443,16 @@ async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
 
     // Restarted without a token: it keeps its identity and resumes.
     let mut spoke = env.spoke(2, &spoke_dir, None);
+    // Its own session first: the outbox can drain and the cluster read
+    // online from what the killed spoke's last session settled, and the hub
+    // kill below must find this spoke connected (CI once killed the hub
+    // before it had dialled, so it connected only once).
+    wait_for(
+        Duration::from_secs(60),
+        "the restarted spoke connected",
+        || async { spoke.stderr_text().contains("link.connected").then_some(()) },
+    )
+    .await;
     wait_for(Duration::from_secs(60), "outbox drained", || async {
         (depth(&store, &id).await == 0).then_some(())
     })
