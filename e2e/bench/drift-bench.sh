@@ -1,17 +1,6 @@
 #!/usr/bin/env bash
-# Drift benchmark: starts exec-b (unless running), runs drift-bench (1,000
-# Harness revisions by default; BENCH_REVISIONS changes it), prints the
-# figures, and stops exec-b if it started it.
+# Drift benchmark: drift-bench the way spoke-bench.sh runs spoke-bench
+# (starts exec-b unless running, 1,000 Harness revisions by default,
+# BENCH_REVISIONS changes it; stops exec-b if it started it).
 set -euo pipefail
-# Build output outside the repository, shared by every run on this machine.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${CLAWFED_CACHE:-$HOME/.cache/clawfed}/target}"
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-CLUSTER="${BENCH_CLUSTER:-exec-b}"
-started=0
-if ! "$ROOT/e2e/cluster.sh" status "$CLUSTER" >/dev/null 2>&1; then
-  "$ROOT/e2e/cluster.sh" up "$CLUSTER"
-  started=1
-fi
-trap '[[ $started == 1 ]] && "$ROOT/e2e/cluster.sh" down "$CLUSTER"' EXIT
-cd "$ROOT"
-cargo run --release -q -p clawfed-bench --bin drift-bench -- --cluster "$CLUSTER" --revisions "${BENCH_REVISIONS:-1000}"
+BENCH_BIN=drift-bench exec "$(dirname "${BASH_SOURCE[0]}")/spoke-bench.sh"

@@ -26,20 +26,19 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use clawfed_bench::kubeapi::{Counts, config};
+use clawfed_bench::load::{self, IMAGE};
 use clawfed_bench::percentile;
 use clawfed_proto::labels;
-use clawfed_proto::link::v1::{Report, Work};
+use clawfed_proto::link::v1::Report;
 use clawfed_proto::naming::data_plane_namespace;
 use clawfed_proto::work::harness::object_name;
-use clawfed_proto::work::{
-    ContainerDefaults, ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, target,
-};
+use clawfed_proto::work::{WorkSpec, target};
 use clawfed_spoke::config::SpokeConfig;
 use clawfed_spoke::drift::limit::Budget;
 use clawfed_spoke::drift::objects::KINDS;
 use clawfed_spoke::drift::{DriftMetrics, Repairer};
 use clawfed_spoke::exec::Executor;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -49,7 +48,6 @@ use rand::{Rng, SeedableRng};
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
-const IMAGE: &str = "registry.invalid/openclaw@sha256:cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd";
 const DRIFTED_IMAGE: &str = "registry.invalid/someone-else:latest";
 
 #[derive(Debug, Parser)]
@@ -150,41 +148,6 @@ struct Tracker {
     writes: Vec<(DriftKind, f64)>,
 }
 
-/// A tenant name unique to the run (see spoke-bench).
-fn tenant_of(id: &str) -> String {
-    format!("drift-{}", &id[id.len().saturating_sub(8)..])
-}
-
-fn harness(id: &str, ns: &str, i: usize) -> HarnessWork {
-    HarnessWork {
-        tenant: tenant_of(id),
-        namespace_id: id.into(),
-        data_plane_namespace: ns.into(),
-        agent: format!("a{i:04}"),
-        revision: 1,
-        revision_id: format!("rev-{i}"),
-        harness_kind: "openclaw-native".into(),
-        image: IMAGE.into(),
-        require_digest: true,
-        requirement_labels: BTreeMap::new(),
-        resources: Default::default(),
-        port: 8080,
-        env: BTreeMap::new(),
-        workspace: None,
-        credential: SecretData(BTreeMap::from([("MODEL_API_KEY".into(), "bench".into())])),
-        dedicated: false,
-        predecessors: vec![],
-        execution: ExecutionMode::Ordinary,
-        node_selector: BTreeMap::new(),
-        // 1,000 ClusterIPs do not fit the test cluster's Service CIDR.
-        headless_service: true,
-        seccomp_localhost_profile: None,
-        service_principal: None,
-        plugin_selections: Vec::new(),
-        require_startup_status: false,
-    }
-}
-
 fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
@@ -211,52 +174,23 @@ async fn child(args: &Args, id: &str) -> Result<()> {
     let exec = Arc::new(Executor::new(client, SpokeConfig::default(), tx));
     let ns = data_plane_namespace(id);
     let n = args.revisions;
-    let work = |target: String, spec: WorkSpec| Work {
-        sequence: 1,
-        target,
-        generation: 1,
-        kind: spec.kind().as_str().into(),
-        spec: spec.encode(),
-    };
-    let nsw = NamespaceWork {
-        tenant: tenant_of(id),
-        namespace_id: id.into(),
-        quota: BTreeMap::from([("pods".into(), format!("{}", n * 3 + 10))]),
-        container_defaults: ContainerDefaults {
-            default_request: BTreeMap::from([
-                ("cpu".into(), "10m".into()),
-                ("memory".into(), "16Mi".into()),
-            ]),
-            default_limit: BTreeMap::new(),
-        },
-        ..Default::default()
-    };
+    let tenant = load::tenant_of("drift", id);
+    let nsw = load::namespace(&tenant, id, n * 3 + 10);
     let r = exec
-        .apply(&work(target::namespace(id), WorkSpec::NamespaceEnsure(nsw)))
+        .apply(&load::work(
+            1,
+            target::namespace(id),
+            WorkSpec::NamespaceEnsure(nsw),
+        ))
         .await?;
     if !r.applied {
         bail!("namespace.ensure: {}", r.reason);
     }
     let started = Instant::now();
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let exec = exec.clone();
-            let h = harness(id, &ns, i);
-            let w = work(
-                target::harness(id, &h.agent, 1),
-                WorkSpec::HarnessApply(Box::new(h)),
-            );
-            async move {
-                let r = exec.apply(&w).await?;
-                if !r.applied {
-                    bail!("{}: {}", w.target, r.reason);
-                }
-                Ok(())
-            }
-        })
-        .buffer_unordered(args.concurrency)
-        .try_collect::<Vec<()>>()
-        .await?;
+    let works = (0..n)
+        .map(|i| load::apply(i as u64 + 2, load::harness(&tenant, id, &ns, i)))
+        .collect();
+    load::apply_all(&exec, works, args.concurrency).await?;
     say(&format!(
         "APPLIED_SECONDS {:.1}",
         started.elapsed().as_secs_f64()

@@ -187,3 +187,120 @@ pub mod kubeapi {
         }
     }
 }
+
+/// The spoke benchmarks' load: one tenant namespace and N ordinary Harness
+/// revisions applied through the real `Executor`.
+pub mod load {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use anyhow::{Result, bail};
+    use clawfed_proto::link::v1::Work;
+    use clawfed_proto::work::{
+        ContainerDefaults, ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, target,
+    };
+    use clawfed_spoke::exec::Executor;
+    use futures::{StreamExt, TryStreamExt};
+
+    /// The Harness image (a digest the pod runner never starts: kwok Pods).
+    pub const IMAGE: &str = "registry.invalid/openclaw@sha256:cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd";
+
+    /// A tenant name unique to the run (a deleting namespace of an earlier
+    /// run still claims its own tenant, and the spoke fails closed on two
+    /// claims).
+    pub fn tenant_of(prefix: &str, id: &str) -> String {
+        format!("{prefix}-{}", &id[id.len().saturating_sub(8)..])
+    }
+
+    /// Revision 1 of Agent `a<i>` in namespace `ns` of tenant `tenant`.
+    pub fn harness(tenant: &str, id: &str, ns: &str, i: usize) -> HarnessWork {
+        HarnessWork {
+            tenant: tenant.into(),
+            namespace_id: id.into(),
+            data_plane_namespace: ns.into(),
+            agent: format!("a{i:04}"),
+            revision: 1,
+            revision_id: format!("rev-{i}"),
+            harness_kind: "openclaw-native".into(),
+            image: IMAGE.into(),
+            require_digest: true,
+            requirement_labels: BTreeMap::new(),
+            resources: Default::default(),
+            port: 8080,
+            env: BTreeMap::new(),
+            workspace: None,
+            credential: SecretData(BTreeMap::from([("MODEL_API_KEY".into(), "bench".into())])),
+            dedicated: false,
+            predecessors: vec![],
+            execution: ExecutionMode::Ordinary,
+            node_selector: BTreeMap::new(),
+            // 1,000 ClusterIPs do not fit the test cluster's Service CIDR.
+            headless_service: true,
+            seccomp_localhost_profile: None,
+            service_principal: None,
+            plugin_selections: Vec::new(),
+            require_startup_status: false,
+        }
+    }
+
+    /// The tenant's namespace work: room for `pods` Pods, small defaults.
+    pub fn namespace(tenant: &str, id: &str, pods: usize) -> NamespaceWork {
+        NamespaceWork {
+            tenant: tenant.into(),
+            namespace_id: id.into(),
+            quota: BTreeMap::from([("pods".into(), pods.to_string())]),
+            container_defaults: ContainerDefaults {
+                default_request: BTreeMap::from([
+                    ("cpu".into(), "10m".into()),
+                    ("memory".into(), "16Mi".into()),
+                ]),
+                default_limit: BTreeMap::new(),
+            },
+            ..Default::default()
+        }
+    }
+
+    /// A piece of work at generation 1.
+    pub fn work(sequence: u64, target: String, spec: WorkSpec) -> Work {
+        Work {
+            sequence,
+            target,
+            generation: 1,
+            kind: spec.kind().as_str().into(),
+            spec: spec.encode(),
+        }
+    }
+
+    /// The Harness apply of `h`.
+    pub fn apply(sequence: u64, h: HarnessWork) -> Work {
+        work(
+            sequence,
+            target::harness(&h.namespace_id, &h.agent, h.revision),
+            WorkSpec::HarnessApply(Box::new(h)),
+        )
+    }
+
+    /// Applies `works` through `exec`, `concurrency` at a time; an error
+    /// or a refusal ends it.
+    pub async fn apply_all(
+        exec: &Arc<Executor>,
+        works: Vec<Work>,
+        concurrency: usize,
+    ) -> Result<()> {
+        futures::stream::iter(works)
+            .map(|w| {
+                let exec = exec.clone();
+                async move {
+                    let r = exec.apply(&w).await?;
+                    if !r.applied {
+                        bail!("{}: {}", w.target, r.reason);
+                    }
+                    Ok(())
+                }
+            })
+            .buffer_unordered(concurrency)
+            .try_collect::<Vec<()>>()
+            .await
+            .map(|_| ())
+    }
+}

@@ -22,14 +22,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use clawfed_bench::kubeapi::{Counts, config};
+use clawfed_bench::load;
 use clawfed_proto::link::v1::{Report, Work, report};
 use clawfed_proto::naming::data_plane_namespace;
-use clawfed_proto::work::{
-    ContainerDefaults, ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, target,
-};
+use clawfed_proto::work::{WorkSpec, target};
 use clawfed_spoke::config::SpokeConfig;
 use clawfed_spoke::exec::Executor;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::DeleteParams;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -59,45 +58,6 @@ fn now_nanos() -> u128 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or_default()
-}
-
-/// A tenant name unique to the run (a deleting namespace of an earlier run
-/// still claims its own tenant, and the spoke fails closed on two claims).
-fn tenant_of(id: &str) -> String {
-    format!("bench-{}", &id[id.len().saturating_sub(8)..])
-}
-
-fn harness(id: &str, ns: &str, i: usize) -> HarnessWork {
-    HarnessWork {
-        tenant: tenant_of(id),
-        namespace_id: id.into(),
-        data_plane_namespace: ns.into(),
-        agent: format!("a{i:04}"),
-        revision: 1,
-        revision_id: format!("rev-{i}"),
-        harness_kind: "openclaw-native".into(),
-        image: format!("registry.invalid/openclaw@sha256:{}", "cd".repeat(32)),
-        require_digest: true,
-        requirement_labels: BTreeMap::from([(
-            "sandbox.clawfed.io/class".into(),
-            "standard".into(),
-        )]),
-        resources: Default::default(),
-        port: 8080,
-        env: BTreeMap::new(),
-        workspace: None,
-        credential: SecretData(BTreeMap::from([("MODEL_API_KEY".into(), "bench".into())])),
-        dedicated: false,
-        predecessors: vec![],
-        execution: ExecutionMode::Ordinary,
-        node_selector: BTreeMap::new(),
-        // 1,000 ClusterIPs do not fit the test cluster's Service CIDR.
-        headless_service: true,
-        seccomp_localhost_profile: None,
-        service_principal: None,
-        plugin_selections: Vec::new(),
-        require_startup_status: false,
-    }
 }
 
 /// The spoke: applies the work and prints `READY <agent> <nanos>` per first
@@ -136,32 +96,14 @@ async fn child(args: &Args, id: &str) -> Result<()> {
             }
         }
     });
-    let mut seq = 0u64;
-    let mut mk = |target: String, spec: WorkSpec| {
-        seq += 1;
-        Work {
-            sequence: seq,
-            target,
-            generation: 1,
-            kind: spec.kind().as_str().into(),
-            spec: spec.encode(),
-        }
-    };
-    let nsw = NamespaceWork {
-        tenant: tenant_of(id),
-        namespace_id: id.into(),
-        quota: BTreeMap::from([("pods".into(), format!("{}", n * 2 + 10))]),
-        container_defaults: ContainerDefaults {
-            default_request: BTreeMap::from([
-                ("cpu".into(), "10m".into()),
-                ("memory".into(), "16Mi".into()),
-            ]),
-            default_limit: BTreeMap::new(),
-        },
-        ..Default::default()
-    };
+    let tenant = load::tenant_of("bench", id);
+    let nsw = load::namespace(&tenant, id, n * 2 + 10);
     let r = exec
-        .apply(&mk(target::namespace(id), WorkSpec::NamespaceEnsure(nsw)))
+        .apply(&load::work(
+            1,
+            target::namespace(id),
+            WorkSpec::NamespaceEnsure(nsw),
+        ))
         .await?;
     if !r.applied {
         bail!("namespace.ensure: {}", r.reason);
@@ -169,28 +111,14 @@ async fn child(args: &Args, id: &str) -> Result<()> {
     let before = counts.snapshot();
     let works: Vec<Work> = (0..n)
         .map(|i| {
-            let h = harness(id, &ns, i);
-            mk(
-                target::harness(id, &h.agent, 1),
-                WorkSpec::HarnessApply(Box::new(h)),
-            )
+            let mut h = load::harness(&tenant, id, &ns, i);
+            h.requirement_labels =
+                BTreeMap::from([("sandbox.clawfed.io/class".into(), "standard".into())]);
+            load::apply(i as u64 + 2, h)
         })
         .collect();
     let start = Instant::now();
-    futures::stream::iter(works)
-        .map(|w| {
-            let exec = exec.clone();
-            async move {
-                let r = exec.apply(&w).await?;
-                if !r.applied {
-                    bail!("{}: {}", w.target, r.reason);
-                }
-                Ok(())
-            }
-        })
-        .buffer_unordered(args.concurrency)
-        .try_collect::<Vec<()>>()
-        .await?;
+    load::apply_all(&exec, works, args.concurrency).await?;
     let applied_in = start.elapsed();
     let after_apply = counts.snapshot();
     tokio::time::timeout(Duration::from_secs(600), all_ready_rx)
