@@ -200,12 +200,17 @@ impl Indexed {
     /// The copy of `live` the repairer keeps: cut down to what the verdict
     /// reads (`check::compact`), a credential's values as digests.
     fn keep(&self, kind: &str, live: Value) -> Value {
+        self.keep_against(kind, live, &self.value.value())
+    }
+
+    /// [`Indexed::keep`] with the desired JSON already parsed.
+    fn keep_against(&self, kind: &str, live: Value, desired: &Value) -> Value {
         let live = if self.credential {
             objects::observe_credential(live)
         } else {
             live
         };
-        check::compact(kind, FIELD_MANAGER, live, &self.value.value())
+        check::compact(kind, FIELD_MANAGER, live, desired)
     }
 }
 
@@ -478,17 +483,25 @@ impl Repairer {
                         if key.kind == "Secret" && record {
                             due.extend(reindex(&self.inner.exec, &key, live, ns, synced_all));
                         } else {
-                            match live {
-                                Some(v) => {
-                                    let v = match ns.index.get(&k) {
-                                        Some(ix) => ix.keep(k.0, v),
-                                        None => v,
-                                    };
-                                    ns.live.insert(k.clone(), Json::new(&v))
+                            // An indexed object is cut down and judged on the
+                            // value in hand (its desired JSON parsed once).
+                            let d = match (live, ns.index.get(&k)) {
+                                (Some(v), Some(ix)) => {
+                                    let desired = ix.value.value();
+                                    let kept = ix.keep_against(k.0, v, &desired);
+                                    let d = judge(&key.namespace, ix, &k, &desired, Some(&kept));
+                                    ns.live.insert(k.clone(), Json::new(&kept));
+                                    d
                                 }
-                                None => ns.live.remove(&k),
+                                (Some(v), None) => {
+                                    ns.live.insert(k.clone(), Json::new(&v));
+                                    None
+                                }
+                                (None, _) => {
+                                    ns.live.remove(&k);
+                                    verdict(&key.namespace, ns, &k, synced_all)
+                                }
                             };
-                            let d = verdict(&key.namespace, ns, &k, synced_all);
                             if d.is_none() && ns.index.contains_key(&k) {
                                 st.limiter.settled(&key, tokio::time::Instant::now());
                             }
@@ -903,7 +916,18 @@ fn verdict(
     if live.is_none() && !synced {
         return None;
     }
-    let drift = check::check(k.0, FIELD_MANAGER, &ix.value.value(), live.as_ref())?;
+    judge(namespace, ix, k, &ix.value.value(), live.as_ref())
+}
+
+/// The verdict on `live` (`None`: gone) against `desired`.
+fn judge(
+    namespace: &str,
+    ix: &Indexed,
+    k: &(&'static str, String),
+    desired: &Value,
+    live: Option<&Value>,
+) -> Option<(ObjectKey, String, Drift)> {
+    let drift = check::check(k.0, FIELD_MANAGER, desired, live)?;
     Some((
         ObjectKey {
             kind: k.0,
