@@ -6,13 +6,15 @@
 //!   generation twice is harmless) and durably records the applied generation
 //!   on the cluster BEFORE it returns `Ok` (the link acks only after that):
 //!   namespace targets in the namespace's `clawfed.io/generation` /
-//!   `clawfed.io/work-target` annotations, Harness targets in the namespace's
-//!   ledger ConfigMap (and as annotations on every object applied).
+//!   `clawfed.io/work-target` annotations, Harness targets in their own
+//!   desired-state record Secret (`drift::desired`; and as annotations on
+//!   every object applied).
 //! - Every outcome is also sent as a `Report` with a `WorkResult` on the
 //!   report channel; readiness observations follow on the same channel
 //!   whenever a revision's verdict changes.
 //! - [`Executor::applied`] rebuilds what is applied from the cluster's labels,
-//!   annotations and ledgers, never from memory, and (the first time) resumes
+//!   annotations and records (and the ledgers of older spokes), never from
+//!   memory, and (the first time) resumes
 //!   the readiness watchers and tracked revisions, so a restarted spoke
 //!   converges without duplicates.
 //!
@@ -220,7 +222,19 @@ pub struct Executor {
     /// Per target: the generation and when its work was first answered
     /// `Forbidden` in the current run of refusals.
     forbidden_since: Mutex<HashMap<String, (i64, Instant)>>,
+    /// Data-plane namespaces found to be the tenant's, by name: tenant,
+    /// namespace id and when (see [`NAMESPACE_RECHECK`]).
+    owned: Mutex<HashMap<String, (String, String, Instant)>>,
 }
+
+/// How long a namespace found to be the tenant's is taken as such by the
+/// Harness work that follows, without reading it again: a burst of applies
+/// into one namespace reads it once per interval, not once per apply. A
+/// namespace the spoke tears down is forgotten at once; one deleted or
+/// relabelled by someone else within the interval fails the writes into it
+/// (a terminating or missing namespace refuses them), and its next check
+/// reads it again.
+pub const NAMESPACE_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl std::fmt::Debug for Executor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -273,6 +287,7 @@ impl Executor {
             rebuilt: OnceCell::new(),
             closing: Mutex::new(HashSet::new()),
             forbidden_since: Mutex::new(HashMap::new()),
+            owned: Mutex::new(HashMap::new()),
         }
     }
 
@@ -326,15 +341,17 @@ impl Executor {
     }
 
     /// Durably records the desired state `work` applied (drift repair's
-    /// source), before the ledger entry and the ack.
+    /// source) and the generation whose effects are on the cluster
+    /// (`applied`), before the ack.
     async fn record_desired(
         &self,
         work: &Work,
         namespace: &str,
         tenant: &str,
         adopted: bool,
+        applied: Option<i64>,
     ) -> Result<(), Failure> {
-        let record = crate::drift::desired::from_work(work, namespace, adopted)?;
+        let record = crate::drift::desired::from_work(work, namespace, adopted, applied)?;
         let secrets = Api::<Secret>::namespaced(self.client.clone(), namespace);
         crate::drift::desired::record(&secrets, tenant, &record).await?;
         Ok(())
@@ -641,7 +658,8 @@ impl Executor {
             .ensure_namespace(&ctx, &self.cancel.child_token())
             .await?;
         self.observer.watch_namespace(&name);
-        self.record_desired(work, &name, &w.tenant, adopted).await?;
+        self.record_desired(work, &name, &w.tenant, adopted, Some(work.generation))
+            .await?;
         // Record last: the generation is on the cluster before the ack.
         let patch = Namespace {
             metadata: ObjectMeta {
@@ -660,6 +678,31 @@ impl Executor {
             reason: format!("namespace {name} ensured"),
             namespace: name,
         })
+    }
+
+    /// Whether `name` exists and is the tenant's, read again at most once
+    /// per [`NAMESPACE_RECHECK`] (see there); Harness work only.
+    async fn usable_namespace(&self, name: &str, tenant: &str, id: &str) -> Result<bool, Failure> {
+        let fresh = |(t, i, at): &(String, String, Instant)| {
+            t == tenant && i == id && at.elapsed() < NAMESPACE_RECHECK
+        };
+        if self
+            .owned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .is_some_and(fresh)
+        {
+            return Ok(true);
+        }
+        let found = self.owned_namespace(name, tenant, id).await?.is_some();
+        let mut owned = self.owned.lock().unwrap_or_else(PoisonError::into_inner);
+        if found {
+            owned.insert(name.into(), (tenant.into(), id.into(), Instant::now()));
+        } else {
+            owned.remove(name);
+        }
+        Ok(found)
     }
 
     /// Fetches `name` and checks it is the tenant's (all three markers).
@@ -709,6 +752,10 @@ impl Executor {
             .labels()
             .get(labels::ADOPTED)
             .is_some_and(|v| v == "true");
+        self.owned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
         let _closing = Closing::new(&self.closing, name);
         let ops = NamespaceOps {
             exec: self,
@@ -734,6 +781,10 @@ impl Executor {
     }
 
     fn forget_namespace(&self, name: &str) {
+        self.owned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
         self.observer.unwatch_namespace(name);
         self.recorded_lock().retain(|_, (ns, _)| ns != name);
     }
@@ -743,10 +794,9 @@ impl Executor {
     async fn apply_harness(&self, h: &HarnessWork, work: &Work) -> Result<Done, Failure> {
         harness::validate(h)?;
         let ns = h.data_plane_namespace.as_str();
-        if self
-            .owned_namespace(ns, &h.tenant, &h.namespace_id)
+        if !self
+            .usable_namespace(ns, &h.tenant, &h.namespace_id)
             .await?
-            .is_none()
         {
             return Err(refuse(format!(
                 "namespace {ns} does not exist (namespace.ensure first)"
@@ -796,7 +846,9 @@ impl Executor {
                         kind: WorkKind::HarnessStop.as_str().into(),
                         spec: WorkSpec::HarnessStop(r.clone()).encode(),
                     };
-                    self.record_desired(&stop, ns, &h.tenant, false).await?;
+                    // It stays applied at that generation (no ack follows).
+                    self.record_desired(&stop, ns, &h.tenant, false, Some(generation))
+                        .await?;
                 }
                 let ops = RevisionOps::new(self, &r);
                 run_plan(&ops, STOP).await?;
@@ -836,9 +888,10 @@ impl Executor {
             }
             return Err(f);
         }
-        self.record_desired(work, ns, &h.tenant, false).await?;
-        let cms = Api::<ConfigMap>::namespaced(self.client.clone(), ns);
-        ledger::record(&cms, &h.tenant, &work.target, work.generation).await?;
+        // One write, the target's own: its desired state and its applied
+        // generation.
+        self.record_desired(work, ns, &h.tenant, false, Some(work.generation))
+            .await?;
         self.recorded_lock()
             .insert(work.target.clone(), (ns.to_string(), work.generation));
         Ok(Done {
@@ -851,23 +904,33 @@ impl Executor {
         let c = &self.client;
         let ns = h.data_plane_namespace.as_str();
         let (t, g) = (work.target.as_str(), work.generation);
-        ssa(
-            &Api::<ServiceAccount>::namespaced(c.clone(), ns),
-            &harness::service_account(h, t, g),
-        )
-        .await?;
-        ssa(
-            &Api::<Secret>::namespaced(c.clone(), ns),
-            &harness::credential_secret(h, t, g),
-        )
-        .await?;
-        if let Some(pvc) = harness::workspace_claim(h, t, g) {
-            ssa(
-                &Api::<PersistentVolumeClaim>::namespaced(c.clone(), ns),
-                &pvc,
-            )
-            .await?;
-        }
+        // The objects the workload refers to are independent of each other:
+        // written at once, so an apply costs one round trip for them, not
+        // one each. The workload comes after them, so its Pods never start
+        // without their ServiceAccount, credential or claim.
+        let (sa, secret, service) = (
+            harness::service_account(h, t, g),
+            harness::credential_secret(h, t, g),
+            harness::service(h, t, g),
+        );
+        let claim = harness::workspace_claim(h, t, g);
+        let (sas, secrets, services, claims) = (
+            Api::<ServiceAccount>::namespaced(c.clone(), ns),
+            Api::<Secret>::namespaced(c.clone(), ns),
+            Api::<Service>::namespaced(c.clone(), ns),
+            Api::<PersistentVolumeClaim>::namespaced(c.clone(), ns),
+        );
+        tokio::try_join!(
+            ssa(&sas, &sa),
+            ssa(&secrets, &secret),
+            ssa(&services, &service),
+            async {
+                match &claim {
+                    Some(pvc) => ssa(&claims, pvc).await.map(Some),
+                    None => Ok(None),
+                }
+            },
+        )?;
         match h.execution {
             ExecutionMode::Ordinary => {
                 ssa(
@@ -891,11 +954,6 @@ impl Executor {
                     .await?;
             }
         }
-        ssa(
-            &Api::<Service>::namespaced(c.clone(), ns),
-            &harness::service(h, t, g),
-        )
-        .await?;
         Ok(())
     }
 
@@ -907,10 +965,9 @@ impl Executor {
     ) -> Result<Done, Failure> {
         let ns = r.data_plane_namespace.as_str();
         let what = if plan == RETIRE { "retired" } else { "stopped" };
-        if self
-            .owned_namespace(ns, &r.tenant, &r.namespace_id)
+        if !self
+            .usable_namespace(ns, &r.tenant, &r.namespace_id)
             .await?
-            .is_none()
         {
             return Ok(Done {
                 reason: format!("namespace {ns} gone; revision {} {what}", r.revision),
@@ -919,11 +976,13 @@ impl Executor {
         }
         // The record says stopped before anything goes, so no drift repair
         // (of this spoke or one sharing the cluster) puts the objects back.
-        self.record_desired(work, ns, &r.tenant, false).await?;
+        let before = self.recorded(&work.target).map(|(_, g)| g);
+        self.record_desired(work, ns, &r.tenant, false, before)
+            .await?;
         run_plan(&RevisionOps::new(self, r), plan).await?;
         self.observer.untrack(ns, &r.agent, r.revision);
-        let cms = Api::<ConfigMap>::namespaced(self.client.clone(), ns);
-        ledger::record(&cms, &r.tenant, &work.target, work.generation).await?;
+        self.record_desired(work, ns, &r.tenant, false, Some(work.generation))
+            .await?;
         self.recorded_lock()
             .insert(work.target.clone(), (ns.to_string(), work.generation));
         Ok(Done {
@@ -935,7 +994,8 @@ impl Executor {
     // --------------------------------------------------------------- rebuild
 
     /// What is applied (target -> generation), read from the cluster: the
-    /// generation annotations of managed namespaces and their ledgers.
+    /// generation annotations of managed namespaces, their records and
+    /// their ledgers.
     /// The first call also resumes the readiness watchers and tracked
     /// revisions (see [`Executor::resume`]).
     pub async fn applied(&self) -> Result<HashMap<String, i64>, ExecError> {
@@ -972,10 +1032,19 @@ impl Executor {
                 out.insert(t.clone(), (name.clone(), g));
             }
             let cms = Api::<ConfigMap>::namespaced(self.client.clone(), &name);
-            match ledger::load(&cms).await {
+            let secrets = Api::<Secret>::namespaced(self.client.clone(), &name);
+            // The records, and the ledger entries written before them.
+            let read = async {
+                let mut entries: Vec<(String, i64)> =
+                    ledger::load(&cms).await?.into_iter().collect();
+                entries.extend(crate::drift::desired::applied(&secrets).await?);
+                Ok::<_, apply::Error>(entries)
+            };
+            match read.await {
                 Ok(entries) => {
                     for (t, g) in entries {
-                        out.insert(t, (name.clone(), g));
+                        let newest = out.get(&t).map_or(g, |(_, have)| g.max(*have));
+                        out.insert(t, (name.clone(), newest));
                     }
                 }
                 // Labelled as managed but never provisioned by this spoke (no

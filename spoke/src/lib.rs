@@ -7,7 +7,7 @@
 //!   records the applied generation on the cluster, rebuilds after a restart.
 //! - [`apply`]: Kubernetes objects for namespace and Harness work (typed
 //!   k8s-openapi objects, server-side apply as `clawfed-spoke`), namespace
-//!   resolution, the applied-generation ledger.
+//!   resolution, the applied-generation ledger of older spokes.
 //! - [`readiness`]: the watch-driven observer feeding the pure contract in
 //!   `clawfed_proto::readiness`.
 //! - [`provider`]: the `SandboxDriver` trait, the ordinary Deployment driver
@@ -18,6 +18,8 @@
 //!   on drift, from the durable desired-state records.
 //! - [`config`]: the spoke's execution settings.
 //! - [`link`]: the hub link: enrollment, the mTLS stream, renewal, reconnects.
+//! - [`pressure`]: how many targets are applied at once, set by the
+//!   apiserver's throttling answers.
 //! - [`podproxy`]: bounded reads of Pod-private paths (startup status,
 //!   diagnostics) through the apiserver's Pod proxy.
 
@@ -30,6 +32,7 @@ pub mod drift;
 pub mod exec;
 pub mod link;
 pub mod podproxy;
+pub mod pressure;
 pub mod provider;
 pub mod readiness;
 pub mod tunnel;

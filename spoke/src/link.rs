@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use identity::{Identity, IdentityError, IdentityStore, new_key_and_csr};
 use tls::{HubAddress, SwappableCert};
 
+use crate::pressure::ApplyLimit;
 use crate::tunnel::{HarnessDialer, Refusal, TunnelSettings, Tunnels};
 
 /// An applier failed; the item is not acked and is retried.
@@ -213,6 +214,8 @@ pub struct Link {
     /// [`Link::with_applied_digest`]); without one, the digest of what
     /// this process acked.
     applied_digest: Option<AppliedDigestSource>,
+    /// How many targets are applied at once (see [`Link::with_apply_limit`]).
+    apply_limit: Arc<ApplyLimit>,
 }
 
 /// Computes `Heartbeat.applied_digest` (`None` while not known yet).
@@ -252,8 +255,6 @@ fn digest(applied: &HashMap<String, i64>) -> String {
     hex::encode(&h.finalize()[..16])
 }
 
-/// Most targets applied at once on one session.
-const MAX_CONCURRENT_APPLIES: usize = 16;
 /// How long a closing session waits for applies in flight to finish (and
 /// be acked) before it goes.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -261,11 +262,11 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 type AppliedItem = (pb::Work, Result<pb::WorkResult, ApplyError>, Duration);
 
 /// Applies in flight on a session: one per target at a time, so a target's
-/// generations apply in order, and up to [`MAX_CONCURRENT_APPLIES`] targets
-/// at once, so one slow Harness does not hold up the others (or the
-/// readiness reports behind them).
-#[derive(Default)]
+/// generations apply in order, and up to the [`ApplyLimit`] targets at
+/// once, so one slow Harness does not hold up the others (or the readiness
+/// reports behind them), and a throttling apiserver gets fewer.
 struct Applies {
+    limit: Arc<ApplyLimit>,
     running: tokio::task::JoinSet<AppliedItem>,
     busy: std::collections::HashSet<String>,
     /// The newest item waiting per target.
@@ -273,8 +274,17 @@ struct Applies {
 }
 
 impl Applies {
+    fn new(limit: Arc<ApplyLimit>) -> Self {
+        Self {
+            limit,
+            running: tokio::task::JoinSet::new(),
+            busy: Default::default(),
+            queued: BTreeMap::new(),
+        }
+    }
+
     fn submit(&mut self, applier: &Arc<dyn WorkApplier>, work: pb::Work) {
-        if self.busy.contains(&work.target) || self.busy.len() >= MAX_CONCURRENT_APPLIES {
+        if self.busy.contains(&work.target) || self.busy.len() >= self.limit.current() {
             let newer_waiting = self
                 .queued
                 .get(&work.target)
@@ -300,7 +310,7 @@ impl Applies {
     /// `target` finished: start what waits, targets not already running.
     fn finished(&mut self, applier: &Arc<dyn WorkApplier>, target: &str) {
         self.busy.remove(target);
-        let room = MAX_CONCURRENT_APPLIES.saturating_sub(self.busy.len());
+        let room = self.limit.current().saturating_sub(self.busy.len());
         let next: Vec<String> = self
             .queued
             .keys()
@@ -333,7 +343,16 @@ impl Link {
             status: watch::Sender::new(LinkStatus::default()),
             tunnels: Arc::new(Tunnels::new(Arc::new(NoHarness), TunnelSettings::default())),
             applied_digest: None,
+            apply_limit: Arc::new(ApplyLimit::default()),
         }
+    }
+
+    /// Applies up to `limit` targets at once; share it with the
+    /// Kubernetes client's [`crate::pressure::PressureLayer`] so the
+    /// apiserver's throttling sets it.
+    pub fn with_apply_limit(mut self, limit: Arc<ApplyLimit>) -> Self {
+        self.apply_limit = limit;
+        self
     }
 
     /// Heartbeats carry `source`'s digest (`clawfed_proto::digest`) of
@@ -703,7 +722,7 @@ impl Link {
         // Items whose apply failed, retried until applied or superseded.
         let mut failed: BTreeMap<String, pb::Work> = BTreeMap::new();
         let mut retry = tokio::time::interval(Duration::from_secs(2));
-        let mut applies = Applies::default();
+        let mut applies = Applies::new(self.apply_limit.clone());
         // The report channel closes for good when the applier has no
         // reports to send (the file ledger): a closed channel answers at
         // once, so polling it again would spin this loop.

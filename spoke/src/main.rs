@@ -11,6 +11,7 @@ use clawfed_spoke::link::identity::{FileIdentityStore, IdentityStore, SecretIden
 use clawfed_spoke::link::ledger::FileLedger;
 use clawfed_spoke::link::tls::HubAddress;
 use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics, WorkApplier};
+use clawfed_spoke::pressure::ApplyLimit;
 use clawfed_spoke::tunnel::resolve::KubeHarnessDialer;
 use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
 use tokio_util::sync::CancellationToken;
@@ -151,8 +152,10 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let needs_kube = args.applier == Applier::Kube || args.identity_secret.is_some();
+    // Set by the apiserver's answers to the spoke's client.
+    let apply_limit = Arc::new(ApplyLimit::default());
     let kube = if needs_kube {
-        Some(kube_client(args.kubeconfig.as_deref()).await?)
+        Some(kube_client(args.kubeconfig.as_deref(), apply_limit.clone()).await?)
     } else {
         None
     };
@@ -226,6 +229,7 @@ async fn main() -> anyhow::Result<()> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = SpokeMetrics::register(&mut registry);
     drift_metrics.register_into(&mut registry);
+    apply_limit.register(&mut registry);
     let registry = Arc::new(registry);
     let shutdown = CancellationToken::new();
     let drift_task = repairer.clone().map(|r| {
@@ -257,6 +261,7 @@ async fn main() -> anyhow::Result<()> {
         applier,
         metrics,
     );
+    let link = link.with_apply_limit(apply_limit.clone());
     let link = match tunnels {
         Some(t) => link.with_tunnels(t),
         None => link,
@@ -287,7 +292,10 @@ async fn main() -> anyhow::Result<()> {
 
 /// The execution cluster's client: the named kubeconfig, or in-cluster
 /// credentials; no fallback between them.
-async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+async fn kube_client(
+    kubeconfig: Option<&std::path::Path>,
+    apply_limit: Arc<ApplyLimit>,
+) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
@@ -300,7 +308,7 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kub
             "in-cluster credentials (the spoke's ServiceAccount) are not available; outside a cluster pass --kubeconfig FILE",
         )?,
     };
-    kube::Client::try_from(config).context("Kubernetes client")
+    clawfed_spoke::pressure::client(config, apply_limit).context("Kubernetes client")
 }
 
 async fn serve_metrics(

@@ -447,6 +447,34 @@ async fn enrollment_can_wait_for_manual_approval() {
     spoke.stop().await.unwrap();
 }
 
+/// A spoke link to `hub` as cluster exec-a, keeping its identity in `dir`.
+fn test_link(
+    hub: &TestHub,
+    dir: &std::path::Path,
+    token: String,
+    applier: std::sync::Arc<dyn clawfed_spoke::link::WorkApplier>,
+    capabilities: Vec<String>,
+) -> clawfed_spoke::link::Link {
+    use clawfed_spoke::link::identity::FileIdentityStore;
+    use clawfed_spoke::link::tls::HubAddress;
+    use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
+    Link::new(
+        LinkConfig {
+            hub: HubAddress::parse(&clawfed_tests::link::hub_url(hub)).unwrap(),
+            ca_pem: clawfed_tests::link::hub_ca(hub),
+            cluster_name: "exec-a".into(),
+            bootstrap_token: Some(token),
+            version: "test".into(),
+            capabilities,
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(500),
+        },
+        std::sync::Arc::new(FileIdentityStore::new(dir)),
+        applier,
+        SpokeMetrics::default(),
+    )
+}
+
 /// An applier that is slow for one target, over the durable ledger.
 struct SlowFor {
     target: String,
@@ -474,9 +502,6 @@ impl clawfed_spoke::link::WorkApplier for SlowFor {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_target_does_not_hold_up_the_others_and_each_target_stays_in_order() {
-    use clawfed_spoke::link::identity::FileIdentityStore;
-    use clawfed_spoke::link::tls::HubAddress;
-    use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
     let hub = TestHub::start(Backend::Sqlite).await;
     let link = hub.hub.as_ref().unwrap().link.clone().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -485,21 +510,7 @@ async fn a_slow_target_does_not_hold_up_the_others_and_each_target_stays_in_orde
         target: "ns/slow".into(),
         ledger: clawfed_spoke::link::ledger::FileLedger::open(dir.path()).unwrap(),
     });
-    let spoke = Link::new(
-        LinkConfig {
-            hub: HubAddress::parse(&clawfed_tests::link::hub_url(&hub)).unwrap(),
-            ca_pem: clawfed_tests::link::hub_ca(&hub),
-            cluster_name: "exec-a".into(),
-            bootstrap_token: Some(token),
-            version: "test".into(),
-            capabilities: vec![],
-            backoff_min: Duration::from_millis(50),
-            backoff_max: Duration::from_millis(500),
-        },
-        std::sync::Arc::new(FileIdentityStore::new(dir.path())),
-        applier.clone(),
-        SpokeMetrics::default(),
-    );
+    let spoke = test_link(&hub, dir.path(), token, applier.clone(), vec![]);
     let shutdown = tokio_util::sync::CancellationToken::new();
     let (_tx, rx) = tokio::sync::mpsc::channel(4);
     let task = tokio::spawn(spoke.run(rx, shutdown.clone()));
@@ -574,29 +585,18 @@ fn thread_cpu_secs(name: &str) -> Option<f64> {
 /// thread of its own, so that thread's CPU time is the session's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_without_a_report_sender_does_not_spin() {
-    use clawfed_spoke::link::identity::FileIdentityStore;
     use clawfed_spoke::link::ledger::FileLedger;
-    use clawfed_spoke::link::tls::HubAddress;
-    use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
 
     const THREAD: &str = "idle-spoke";
     let hub = TestHub::start(Backend::Sqlite).await;
     let dir = tempfile::tempdir().unwrap();
     let token = bootstrap_token(&hub, "exec-a", false).await;
-    let link = Link::new(
-        LinkConfig {
-            hub: HubAddress::parse(&clawfed_tests::link::hub_url(&hub)).unwrap(),
-            ca_pem: clawfed_tests::link::hub_ca(&hub),
-            cluster_name: "exec-a".into(),
-            bootstrap_token: Some(token),
-            version: "test".into(),
-            capabilities: vec!["applier:ledger".into()],
-            backoff_min: Duration::from_millis(50),
-            backoff_max: Duration::from_millis(500),
-        },
-        std::sync::Arc::new(FileIdentityStore::new(dir.path())),
+    let link = test_link(
+        &hub,
+        dir.path(),
+        token,
         std::sync::Arc::new(FileLedger::open(dir.path()).unwrap()),
-        SpokeMetrics::default(),
+        vec!["applier:ledger".into()],
     );
     let mut status = link.status();
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -630,4 +630,142 @@ async fn an_idle_session_without_a_report_sender_does_not_spin() {
         used < 0.25,
         "the idle session used {used:.2} s of CPU in {window:?}"
     );
+}
+
+/// An applier that records what runs at once: in flight per target and in
+/// all, and the generations each target saw, in order.
+#[derive(Default)]
+struct Concurrency {
+    state: std::sync::Mutex<ConcurrencyState>,
+}
+
+#[derive(Default)]
+struct ConcurrencyState {
+    in_flight: std::collections::HashMap<String, usize>,
+    total: usize,
+    max_total: usize,
+    max_per_target: usize,
+    seen: std::collections::HashMap<String, Vec<i64>>,
+}
+
+#[async_trait::async_trait]
+impl clawfed_spoke::link::WorkApplier for Concurrency {
+    async fn apply(
+        &self,
+        work: &clawfed_proto::link::v1::Work,
+    ) -> Result<clawfed_proto::link::v1::WorkResult, clawfed_spoke::link::ApplyError> {
+        {
+            let mut s = self.state.lock().unwrap();
+            let n = s.in_flight.entry(work.target.clone()).or_default();
+            *n += 1;
+            let n = *n;
+            s.max_per_target = s.max_per_target.max(n);
+            s.total += 1;
+            s.max_total = s.max_total.max(s.total);
+            s.seen
+                .entry(work.target.clone())
+                .or_default()
+                .push(work.generation);
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        {
+            let mut s = self.state.lock().unwrap();
+            *s.in_flight.entry(work.target.clone()).or_default() -= 1;
+            s.total -= 1;
+        }
+        Ok(clawfed_proto::link::v1::WorkResult {
+            applied: true,
+            reason: "applied".into(),
+            ..Default::default()
+        })
+    }
+
+    async fn applied(
+        &self,
+    ) -> Result<std::collections::HashMap<String, i64>, clawfed_spoke::link::ApplyError> {
+        Ok(Default::default())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_applies_keep_one_generation_at_a_time_per_target_within_the_limit() {
+    use clawfed_spoke::pressure::ApplyLimit;
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let link = hub.hub.as_ref().unwrap().link.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = bootstrap_token(&hub, "exec-a", false).await;
+    let applier = std::sync::Arc::new(Concurrency::default());
+    let limit = std::sync::Arc::new(ApplyLimit::new(6, 1, 6));
+    let spoke =
+        test_link(&hub, dir.path(), token, applier.clone(), vec![]).with_apply_limit(limit.clone());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (_tx, rx) = tokio::sync::mpsc::channel(4);
+    let task = tokio::spawn(spoke.run(rx, shutdown.clone()));
+    let id = cluster_id(&hub, "exec-a").await;
+    wait_state(&hub, "exec-a", ConnectionState::Online).await;
+    let store = hub.store();
+    // Generations of each target sent while earlier ones still run.
+    let send_round = |round: usize| {
+        let link = link.clone();
+        let id = id.clone();
+        async move {
+            for g in 1..=4i64 {
+                for t in 0..12 {
+                    let g = g + 4 * round as i64;
+                    link.send(
+                        &id,
+                        &format!("ns/t{t}"),
+                        "namespace.ensure",
+                        g,
+                        &json!({"g": g}),
+                    )
+                    .await
+                    .unwrap();
+                }
+            }
+        }
+    };
+    send_round(0).await;
+    eventually(WAIT, "round 0 acked", || async {
+        (depth(store.as_ref(), &id).await == 0).then_some(())
+    })
+    .await;
+    let check = |round: usize, bound: usize| {
+        let s = applier.state.lock().unwrap();
+        assert_eq!(s.max_per_target, 1, "two generations of one target at once");
+        assert!(
+            s.max_total <= bound,
+            "{} at once, limit {bound}",
+            s.max_total
+        );
+        assert!(s.max_total >= 2, "targets were not applied in parallel");
+        for (t, gens) in &s.seen {
+            assert!(
+                gens.windows(2).all(|w| w[0] < w[1]),
+                "{t} went back: {gens:?}"
+            );
+            assert_eq!(
+                gens.last(),
+                Some(&(4 + 4 * round as i64)),
+                "{t}: newest wins"
+            );
+        }
+    };
+    check(0, 6);
+    // The apiserver throttles: the limit halves and the next round keeps
+    // within it.
+    limit.on_throttled();
+    assert_eq!(limit.current(), 3);
+    {
+        let mut s = applier.state.lock().unwrap();
+        s.max_total = 0;
+    }
+    send_round(1).await;
+    eventually(WAIT, "round 1 acked", || async {
+        (depth(store.as_ref(), &id).await == 0).then_some(())
+    })
+    .await;
+    check(1, 3);
+    shutdown.cancel();
+    let _ = task.await;
 }

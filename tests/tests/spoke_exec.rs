@@ -1196,7 +1196,14 @@ async fn forbidden_is_retried_for_its_window_then_final() -> Result<()> {
     exec.apply(&again)
         .await
         .expect_err("a new generation's first 403 is retried again");
-    assert_applied(&exec.apply(&t.ensure(4)).await?, "ensure rebinds");
+    // The ensure re-binds the spoke; with no settle time here, its own
+    // next write may still be refused until the authorizer has seen the
+    // binding: transient, retried as the link would.
+    let ensured = eventually(WAIT, "ensure rebinds", || async {
+        Ok(exec.apply(&t.ensure(4)).await.ok())
+    })
+    .await?;
+    assert_applied(&ensured, "ensure rebinds");
     // The authorizer sees the new binding a moment later: meanwhile the
     // retire stays transient (as the link would retry it), then applies.
     let done = eventually(WAIT, "retire after the authorizer allows it", || async {

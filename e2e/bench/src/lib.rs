@@ -108,6 +108,8 @@ pub mod kubeapi {
         watches: AtomicU64,
         gets: AtomicU64,
         by_verb: std::sync::Mutex<BTreeMap<String, u64>>,
+        /// Answer times (ms) by [`timing_key`].
+        took: std::sync::Mutex<BTreeMap<String, Vec<f64>>>,
     }
 
     /// A snapshot of [`Counts`].
@@ -122,18 +124,7 @@ pub mod kubeapi {
     impl Counts {
         /// Counts one request.
         pub fn observe(&self, req: &http::Request<kube::client::Body>) {
-            let path = req.uri().path();
-            let query = req.uri().query().unwrap_or_default();
-            let verb = match req.method().as_str() {
-                "GET" if query.contains("watch=true") || query.contains("watch=1") => "watch",
-                "GET" if is_collection(path) => "list",
-                "GET" => "get",
-                "POST" => "create",
-                "PATCH" => "patch",
-                "PUT" => "update",
-                "DELETE" => "delete",
-                _ => "other",
-            };
+            let verb = verb_of(req);
             match verb {
                 "watch" => self.watches.fetch_add(1, Ordering::Relaxed),
                 "list" => self.lists.fetch_add(1, Ordering::Relaxed),
@@ -160,15 +151,144 @@ pub mod kubeapi {
             self.by_verb.lock().map(|m| m.clone()).unwrap_or_default()
         }
 
-        /// A client of `config` whose every request is counted here.
+        /// A client of `config` whose every request is counted and timed
+        /// here (from the request to its response's headers).
         pub fn client(self: &Arc<Self>, config: Config) -> Result<Client> {
             let counts = self.clone();
-            let layer =
-                tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
-                    counts.observe(&req);
-                    req
-                });
+            let layer = tower::layer::layer_fn(move |inner| Timed {
+                inner,
+                counts: counts.clone(),
+            });
             Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())
+        }
+
+        fn record(&self, key: String, took: std::time::Duration) {
+            if let Ok(mut m) = self.took.lock() {
+                m.entry(key).or_default().push(took.as_secs_f64() * 1e3);
+            }
+        }
+
+        /// Answered requests by "verb resource" (a record or ledger object
+        /// named apart): count, p50 and p99 in ms, and the sum in seconds.
+        pub fn timings(&self) -> Vec<Timing> {
+            let m = self.took.lock().map(|m| m.clone()).unwrap_or_default();
+            m.into_iter()
+                .map(|(key, mut ms)| {
+                    ms.sort_by(|a, b| a.total_cmp(b));
+                    Timing {
+                        count: ms.len(),
+                        p50_ms: crate::percentile(&ms, 50.0),
+                        p99_ms: crate::percentile(&ms, 99.0),
+                        total_s: ms.iter().sum::<f64>() / 1e3,
+                        key,
+                    }
+                })
+                .collect()
+        }
+
+        /// Forgets the timings so far.
+        pub fn reset_timings(&self) {
+            if let Ok(mut m) = self.took.lock() {
+                m.clear();
+            }
+        }
+    }
+
+    /// The answer times of one kind of request (see [`Counts::timings`]).
+    #[derive(Debug, Clone)]
+    pub struct Timing {
+        pub key: String,
+        pub count: usize,
+        pub p50_ms: f64,
+        pub p99_ms: f64,
+        pub total_s: f64,
+    }
+
+    /// "verb resource" of a request: `patch deployments`; the spoke's
+    /// desired-state records and ledger apart from other Secrets and
+    /// ConfigMaps. Watches are left out (they last as long as they watch).
+    fn timing_key(req: &http::Request<kube::client::Body>) -> Option<String> {
+        let path = req.uri().path();
+        if verb_of(req) == "watch" {
+            return None;
+        }
+        let collection = is_collection(path);
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (resource, name) = if collection {
+            (segs.last().copied().unwrap_or_default(), "")
+        } else {
+            let n = segs.len();
+            (
+                segs.get(n.wrapping_sub(2)).copied().unwrap_or_default(),
+                segs.last().copied().unwrap_or_default(),
+            )
+        };
+        let verb = verb_of(req);
+        let what = if name.starts_with("clawfed-desired-") {
+            "secrets (desired-state record)".to_string()
+        } else if name == "clawfed-ledger" {
+            "configmaps (ledger)".to_string()
+        } else {
+            resource.to_string()
+        };
+        Some(format!("{verb} {what}"))
+    }
+
+    /// The counting and timing layer's service.
+    #[derive(Clone)]
+    struct Timed<S> {
+        inner: S,
+        counts: Arc<Counts>,
+    }
+
+    impl<S, B> tower::Service<http::Request<kube::client::Body>> for Timed<S>
+    where
+        S: tower::Service<http::Request<kube::client::Body>, Response = http::Response<B>>,
+        S::Future: Send + 'static,
+        S::Error: 'static,
+        B: 'static,
+    {
+        type Response = S::Response;
+        type Error = S::Error;
+        type Future = std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>,
+        >;
+
+        fn poll_ready(
+            &mut self,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        fn call(&mut self, req: http::Request<kube::client::Body>) -> Self::Future {
+            self.counts.observe(&req);
+            let key = timing_key(&req);
+            let counts = self.counts.clone();
+            let start = std::time::Instant::now();
+            let answer = self.inner.call(req);
+            Box::pin(async move {
+                let r = answer.await;
+                if let Some(key) = key {
+                    counts.record(key, start.elapsed());
+                }
+                r
+            })
+        }
+    }
+
+    /// The Kubernetes verb of a request.
+    fn verb_of(req: &http::Request<kube::client::Body>) -> &'static str {
+        let query = req.uri().query().unwrap_or_default();
+        match req.method().as_str() {
+            "GET" if query.contains("watch=true") || query.contains("watch=1") => "watch",
+            "GET" if is_collection(req.uri().path()) => "list",
+            "GET" => "get",
+            "POST" => "create",
+            "PATCH" => "patch",
+            "PUT" => "update",
+            "DELETE" => "delete",
+            _ => "other",
         }
     }
 
@@ -281,26 +401,89 @@ pub mod load {
     }
 
     /// Applies `works` through `exec`, `concurrency` at a time; an error
-    /// or a refusal ends it.
+    /// or a refusal ends it. Returns each apply's time, ms.
     pub async fn apply_all(
         exec: &Arc<Executor>,
         works: Vec<Work>,
         concurrency: usize,
-    ) -> Result<()> {
+    ) -> Result<Vec<f64>> {
         futures::stream::iter(works)
             .map(|w| {
                 let exec = exec.clone();
                 async move {
+                    let start = std::time::Instant::now();
                     let r = exec.apply(&w).await?;
                     if !r.applied {
                         bail!("{}: {}", w.target, r.reason);
                     }
-                    Ok(())
+                    Ok(start.elapsed().as_secs_f64() * 1e3)
                 }
             })
             .buffer_unordered(concurrency)
-            .try_collect::<Vec<()>>()
+            .try_collect::<Vec<f64>>()
             .await
-            .map(|_| ())
+    }
+
+    /// Field manager of [`apply_direct`]'s writes.
+    pub const DIRECT_MANAGER: &str = "bench-direct";
+
+    /// Kubernetes alone, the reference: the objects of each Harness the
+    /// spoke writes for an ordinary revision (ServiceAccount, credential
+    /// Secret, Service, Deployment and, `with_record`, the desired-state
+    /// record Secret; built by the spoke's own builders), server-side
+    /// applied by a plain client one after another per Harness, as
+    /// `kubectl apply --server-side` would, `concurrency` Harnesses at a
+    /// time. Returns each Harness's time, ms.
+    pub async fn apply_direct(
+        client: &kube::Client,
+        harnesses: Vec<HarnessWork>,
+        concurrency: usize,
+        with_record: bool,
+    ) -> Result<Vec<f64>> {
+        use clawfed_spoke::apply::harness as build;
+        use clawfed_spoke::drift::desired;
+        use k8s_openapi::api::apps::v1::Deployment;
+        use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+        use kube::api::{Patch, PatchParams};
+        async fn put<K>(client: &kube::Client, ns: &str, obj: &K) -> Result<()>
+        where
+            K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+                + serde::Serialize
+                + serde::de::DeserializeOwned
+                + Clone
+                + std::fmt::Debug,
+            <K as kube::Resource>::DynamicType: Default,
+        {
+            let api: kube::Api<K> = kube::Api::namespaced(client.clone(), ns);
+            let name = obj.meta().name.clone().unwrap_or_default();
+            api.patch(
+                &name,
+                &PatchParams::apply(DIRECT_MANAGER).force(),
+                &Patch::Apply(obj),
+            )
+            .await?;
+            Ok(())
+        }
+        futures::stream::iter(harnesses)
+            .map(|h| async move {
+                let start = std::time::Instant::now();
+                let t = target::harness(&h.namespace_id, &h.agent, h.revision);
+                let ns = h.data_plane_namespace.clone();
+                let ns = ns.as_str();
+                put::<ServiceAccount>(client, ns, &build::service_account(&h, &t, 1)).await?;
+                put::<Secret>(client, ns, &build::credential_secret(&h, &t, 1)).await?;
+                put::<Service>(client, ns, &build::service(&h, &t, 1)).await?;
+                put::<Deployment>(client, ns, &build::deployment(&h, &t, 1)).await?;
+                if with_record {
+                    let tenant = h.tenant.clone();
+                    let work = apply(1, h);
+                    let record = desired::from_work(&work, ns, false, Some(1))?;
+                    put::<Secret>(client, ns, &desired::object(&tenant, &record)?).await?;
+                }
+                Ok(start.elapsed().as_secs_f64() * 1e3)
+            })
+            .buffer_unordered(concurrency)
+            .try_collect::<Vec<f64>>()
+            .await
     }
 }

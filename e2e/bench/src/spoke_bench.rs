@@ -9,9 +9,13 @@
 //!   process watches the Pods on its own connection and timestamps the event
 //!   in which each Pod turns Ready; the spoke child timestamps the moment its
 //!   ready report is on the report channel (goal p99 <= 100 ms),
-//! - spoke RSS at N watched Pods (the child process alone; goal <= 32 MiB).
+//! - spoke RSS at N watched Pods (the child process alone; goal <= 32 MiB),
+//! - where the spoke's requests went: answer times by verb and resource,
+//! - Kubernetes alone, first, in the same run: the same Harness objects
+//!   applied by a plain client at the same concurrency, timed to all Pods
+//!   Ready, and the ratio of the two rates (goal >= 0.8).
 //!
-//! Usage: `spoke-bench [--cluster exec-b] [--revisions 1000]`; the cluster
+//! Usage: `spoke-bench [--cluster exec-b] [--revisions 1000] [--no-direct]`; the cluster
 //! must be up (`e2e/bench/spoke-bench.sh` starts and stops exec-b around it).
 
 use std::collections::{BTreeMap, HashMap};
@@ -48,6 +52,9 @@ struct Args {
     /// Idle window after all are ready, in which LISTs are counted.
     #[arg(long, default_value_t = 10)]
     idle_seconds: u64,
+    /// Skip the "Kubernetes alone" reference runs.
+    #[arg(long)]
+    no_direct: bool,
     /// Run as the spoke child (internal).
     #[arg(long)]
     child: Option<String>,
@@ -117,9 +124,12 @@ async fn child(args: &Args, id: &str) -> Result<()> {
             load::apply(i as u64 + 2, h)
         })
         .collect();
+    counts.reset_timings();
     let start = Instant::now();
-    load::apply_all(&exec, works, args.concurrency).await?;
+    let mut apply_ms = load::apply_all(&exec, works, args.concurrency).await?;
     let applied_in = start.elapsed();
+    apply_ms.sort_by(|a, b| a.total_cmp(b));
+    let timings = counts.timings();
     let after_apply = counts.snapshot();
     tokio::time::timeout(Duration::from_secs(600), all_ready_rx)
         .await
@@ -131,6 +141,19 @@ async fn child(args: &Args, id: &str) -> Result<()> {
     let verbs = counts.by_verb();
     if let Ok(mut w) = out.lock() {
         let _ = writeln!(w, "APPLIED_SECONDS {:.2}", applied_in.as_secs_f64());
+        let _ = writeln!(
+            w,
+            "APPLY_MS p50 {:.1} ms, p99 {:.1} ms",
+            clawfed_bench::percentile(&apply_ms, 50.0),
+            clawfed_bench::percentile(&apply_ms, 99.0)
+        );
+        for t in &timings {
+            let _ = writeln!(
+                w,
+                "TIMING {:<40} {:>6} requests, p50 {:>6.1} ms, p99 {:>7.1} ms, sum {:>7.1} s",
+                t.key, t.count, t.p50_ms, t.p99_ms, t.total_s
+            );
+        }
         let _ = writeln!(w, "READY_SECONDS {:.2}", ready_in.as_secs_f64());
         let _ = writeln!(w, "WRITES_HARNESS {}", after_apply.writes - before.writes);
         let _ = writeln!(w, "GETS_HARNESS {}", after_apply.gets - before.gets);
@@ -153,7 +176,120 @@ async fn child(args: &Args, id: &str) -> Result<()> {
     Ok(())
 }
 
+/// What Kubernetes alone does with the same load (see [`load::apply_direct`]).
+struct Direct {
+    with_record: bool,
+    ready_in: Duration,
+    applied_in: Duration,
+    apply_ms: Vec<f64>,
+    writes: u64,
+}
+
+/// Kubernetes alone: a namespace set up like the spoke's (by an Executor
+/// that is then shut down), the same Harness objects applied directly by
+/// a plain client at the same concurrency, timed until every Pod is Ready.
+/// The namespace is deleted (and waited for) before clawfed's run.
+async fn direct(args: &Args, with_record: bool) -> Result<Direct> {
+    let id = format!("direct-{}", uuid::Uuid::new_v4().simple());
+    let ns = data_plane_namespace(&id);
+    let tenant = load::tenant_of("direct", &id);
+    let n = args.revisions;
+    let plain = Client::try_from(config(&args.cluster).await?)?;
+    {
+        let (tx, _rx) = tokio::sync::mpsc::channel::<Report>(16);
+        let setup = Executor::new(plain.clone(), SpokeConfig::default(), tx);
+        let r = setup
+            .apply(&load::work(
+                1,
+                target::namespace(&id),
+                WorkSpec::NamespaceEnsure(load::namespace(&tenant, &id, n * 2 + 10)),
+            ))
+            .await?;
+        if !r.applied {
+            bail!("direct namespace: {}", r.reason);
+        }
+        setup.shutdown();
+    }
+    let counts = Arc::new(Counts::default());
+    let client = counts.client(config(&args.cluster).await?)?;
+    let harnesses: Vec<_> = (0..n)
+        .map(|i| {
+            let mut h = load::harness(&tenant, &id, &ns, i);
+            h.requirement_labels =
+                BTreeMap::from([("sandbox.clawfed.io/class".into(), "standard".into())]);
+            h
+        })
+        .collect();
+    let pods: Api<Pod> = Api::namespaced(plain.clone(), &ns);
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let watch = tokio::spawn(async move {
+        let mut ready = std::collections::HashSet::new();
+        let mut stream = std::pin::pin!(ready_pods(pods));
+        while let Some(p) = stream.next().await {
+            ready.insert(p.metadata.name.unwrap_or_default());
+            if ready.len() >= n {
+                let _ = ready_tx.send(());
+                return;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let start = Instant::now();
+    let mut apply_ms =
+        load::apply_direct(&client, harnesses, args.concurrency, with_record).await?;
+    let applied_in = start.elapsed();
+    tokio::time::timeout(Duration::from_secs(600), ready_rx)
+        .await
+        .context("direct: all Pods Ready")??;
+    let ready_in = start.elapsed();
+    watch.abort();
+    apply_ms.sort_by(|a, b| a.total_cmp(b));
+    let writes = counts.snapshot().writes;
+    // Gone before clawfed's run, so both runs see the same cluster.
+    let namespaces: Api<Namespace> = Api::all(plain);
+    let _ = namespaces.delete(&ns, &DeleteParams::background()).await;
+    let gone = tokio::time::timeout(Duration::from_secs(300), async {
+        while namespaces.get_opt(&ns).await.ok().flatten().is_some() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    if gone.is_err() {
+        eprintln!("spoke-bench: namespace {ns} still terminating after 300 s; going on");
+    }
+    Ok(Direct {
+        with_record,
+        ready_in,
+        applied_in,
+        apply_ms,
+        writes,
+    })
+}
+
+/// The Pods of `pods`' namespace as the watch delivers them, Ready ones only.
+fn ready_pods(pods: Api<Pod>) -> impl futures::Stream<Item = Pod> {
+    watcher(pods, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .take_while(|r| std::future::ready(r.is_ok()))
+        .filter_map(|r| std::future::ready(r.ok().filter(pod_ready)))
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 async fn parent(args: &Args) -> Result<()> {
+    // Both references first, in the same cluster state clawfed gets.
+    let mut references = Vec::new();
+    if !args.no_direct {
+        references.push(direct(args, true).await?);
+        references.push(direct(args, false).await?);
+    }
     let client = Client::try_from(config(&args.cluster).await?)?;
     let id = format!("bench-{}", uuid::Uuid::new_v4().simple());
     let ns = data_plane_namespace(&id);
@@ -162,29 +298,18 @@ async fn parent(args: &Args) -> Result<()> {
     let s2 = seen.clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let watch = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(
-            watcher(pods, watcher::Config::default())
-                .default_backoff()
-                .applied_objects()
-        );
-        while let Some(Ok(p)) = stream.next().await {
-            let ready = p
-                .status
+        let mut stream = std::pin::pin!(ready_pods(pods));
+        while let Some(p) = stream.next().await {
+            let t = now_nanos();
+            let agent = p
+                .metadata
+                .labels
                 .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            if ready && p.metadata.deletion_timestamp.is_none() {
-                let t = now_nanos();
-                let agent = p
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("clawfed.io/agent"))
-                    .cloned()
-                    .unwrap_or_default();
-                if let Ok(mut m) = s2.lock() {
-                    m.entry(agent).or_insert(t);
-                }
+                .and_then(|l| l.get("clawfed.io/agent"))
+                .cloned()
+                .unwrap_or_default();
+            if let Ok(mut m) = s2.lock() {
+                m.entry(agent).or_insert(t);
             }
         }
     });
@@ -210,6 +335,7 @@ async fn parent(args: &Args) -> Result<()> {
     let pid = child.id();
     let stdout = child.stdout.take().context("child stdout")?;
     let mut reported: HashMap<String, u128> = HashMap::new();
+    let mut timing_lines: Vec<String> = Vec::new();
     let mut figures: BTreeMap<String, String> = BTreeMap::new();
     let lines = tokio::task::spawn_blocking(move || {
         let mut v = Vec::new();
@@ -233,6 +359,9 @@ async fn parent(args: &Args) -> Result<()> {
         match (parts.next(), parts.next(), parts.next()) {
             (Some("READY"), Some(agent), Some(t)) => {
                 reported.insert(agent.into(), t.parse().unwrap_or_default());
+            }
+            (Some("TIMING"), Some(v), rest) => {
+                timing_lines.push(rest.map_or(v.to_string(), |r| format!("{v} {r}")));
             }
             (Some(k), Some(v), rest) if k != "READY" => {
                 figures.insert(k.into(), rest.map_or(v.to_string(), |r| format!("{v} {r}")));
@@ -263,6 +392,10 @@ async fn parent(args: &Args) -> Result<()> {
     println!(
         "  all ready reported in           {} s",
         figures.get("READY_SECONDS").map_or("?", |s| s)
+    );
+    println!(
+        "  one apply (Executor::apply)     {}",
+        figures.get("APPLY_MS").map_or("?", |s| s)
     );
     println!(
         "  apiserver writes per revision   {:.2} ({} writes)",
@@ -304,6 +437,57 @@ async fn parent(args: &Args) -> Result<()> {
         figures.get("WATCHED_PODS").map_or("?", |s| s),
         rss.unwrap_or_default() as f64 / 1024.0
     );
+    println!("  where the spoke's requests went (request to answer, by verb and resource):");
+    for line in &timing_lines {
+        println!("    {line}");
+    }
+    let ready_s: f64 = figures
+        .get("READY_SECONDS")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN);
+    for d in &references {
+        let direct_s = d.ready_in.as_secs_f64();
+        println!(
+            "  Kubernetes alone, same run and cluster: the same {} Harnesses' objects ({}) server-side applied by a plain client, one object after another per Harness, concurrency {}:",
+            args.revisions,
+            if d.with_record {
+                "the five the spoke writes: ServiceAccount, Secret, Service, Deployment and the desired-state record Secret"
+            } else {
+                "the workload's four: ServiceAccount, Secret, Service, Deployment; no record"
+            },
+            args.concurrency
+        );
+        println!(
+            "    applied in {:.2} s, all Pods Ready in {:.2} s ({:.1} revisions/s); one Harness p50 {:.1} ms, p99 {:.1} ms; {:.2} writes per revision",
+            d.applied_in.as_secs_f64(),
+            direct_s,
+            n / direct_s,
+            clawfed_bench::percentile(&d.apply_ms, 50.0),
+            clawfed_bench::percentile(&d.apply_ms, 99.0),
+            d.writes as f64 / n
+        );
+        println!(
+            "    clawfed: all ready reported in {:.2} s ({:.1} revisions/s)",
+            ready_s,
+            n / ready_s
+        );
+        let ratio = direct_s / ready_s;
+        println!(
+            "  ratio: clawfed revisions/s / Kubernetes alone revisions/s ({} objects; each from its first write to all {} Ready) = {:.2}{}",
+            if d.with_record { 5 } else { 4 },
+            args.revisions,
+            ratio,
+            if d.with_record {
+                if ratio >= 0.8 {
+                    " (goal >= 0.8: met)"
+                } else {
+                    " (goal >= 0.8: NOT met)"
+                }
+            } else {
+                " (for reference: what the record costs)"
+            }
+        );
+    }
     let _ = Api::<Namespace>::all(client)
         .delete(&ns, &DeleteParams::background())
         .await;

@@ -27,6 +27,10 @@ use crate::model::{
 #[derive(Debug, Clone)]
 pub struct SqlStore {
     pool: AnyPool,
+    /// Reads outside a transaction: on SQLite, connections of their own
+    /// (WAL readers never wait for the one writer, nor it for them); on
+    /// PostgreSQL, the same pool.
+    reader: AnyPool,
     backend: Backend,
     /// Raised after commits that queue work or revoke a cluster; shared by
     /// every clone of this store.
@@ -70,6 +74,7 @@ const TOKEN_FROM: &str = "api_tokens t LEFT JOIN namespaces n ON n.id = t.namesp
 impl SqlStore {
     pub(super) fn new(pool: AnyPool, backend: Backend) -> Self {
         Self {
+            reader: pool.clone(),
             pool,
             backend,
             signals: crate::wake::StoreSignals::default(),
@@ -89,6 +94,18 @@ impl SqlStore {
     /// The underlying pool (benchmarks and tests).
     pub fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// Reads outside a transaction go to these connections; see
+    /// [`SqlStore::with_reader`].
+    pub(super) fn with_reader(mut self, reader: AnyPool) -> Self {
+        self.reader = reader;
+        self
+    }
+
+    /// The pool of reads outside a transaction.
+    pub(super) fn reader(&self) -> &AnyPool {
+        &self.reader
     }
 
     pub(super) async fn begin(&self) -> Result<Tx> {
@@ -245,7 +262,7 @@ impl SqlStore {
         let row = sqlx::query(AssertSqlSafe(sql))
             .bind(namespace.to_owned())
             .bind(name.to_owned())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.reader())
             .await
             .map_err(|e| self.classify(e))?
             .ok_or_else(|| not_found("agent", name))?;
@@ -533,7 +550,7 @@ impl Store for SqlStore {
         let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE name = $1");
         let row = sqlx::query(AssertSqlSafe(sql))
             .bind(name.to_owned())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.reader())
             .await
             .map_err(|e| self.classify(e))?
             .ok_or_else(|| not_found("namespace", name))?;
@@ -544,7 +561,7 @@ impl Store for SqlStore {
         let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE id = $1");
         let row = sqlx::query(AssertSqlSafe(sql))
             .bind(id.to_owned())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.reader())
             .await
             .map_err(|e| self.classify(e))?
             .ok_or_else(|| not_found("namespace", id))?;
@@ -557,12 +574,14 @@ impl Store for SqlStore {
                 let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE name = $1");
                 sqlx::query(AssertSqlSafe(sql))
                     .bind(name.to_owned())
-                    .fetch_all(&self.pool)
+                    .fetch_all(self.reader())
                     .await
             }
             None => {
                 let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces ORDER BY name");
-                sqlx::query(AssertSqlSafe(sql)).fetch_all(&self.pool).await
+                sqlx::query(AssertSqlSafe(sql))
+                    .fetch_all(self.reader())
+                    .await
             }
         }
         .map_err(|e| self.classify(e))?;
@@ -700,7 +719,7 @@ impl Store for SqlStore {
         let row = sqlx::query(AssertSqlSafe(sql))
             .bind(namespace.to_owned())
             .bind(name.to_owned())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.reader())
             .await
             .map_err(|e| self.classify(e))?
             .ok_or_else(|| not_found("configuration", name))?;
@@ -714,7 +733,7 @@ impl Store for SqlStore {
         );
         let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(namespace.to_owned())
-            .fetch_all(&self.pool)
+            .fetch_all(self.reader())
             .await
             .map_err(|e| self.classify(e))?;
         rows.iter().map(configuration_from_row).collect()
@@ -829,7 +848,7 @@ impl Store for SqlStore {
         );
         let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(namespace.to_owned())
-            .fetch_all(&self.pool)
+            .fetch_all(self.reader())
             .await
             .map_err(|e| self.classify(e))?;
         rows.iter().map(agent_from_row).collect()
@@ -977,7 +996,7 @@ impl Store for SqlStore {
         )
         .bind(namespace.to_owned())
         .bind(agent.to_owned())
-        .fetch_optional(&self.pool)
+        .fetch_optional(self.reader())
         .await
         .map_err(|e| self.classify(e))?
         .ok_or_else(|| not_found("agent", agent))?;
@@ -988,7 +1007,7 @@ impl Store for SqlStore {
         let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(namespace.to_owned())
             .bind(agent.to_owned())
-            .fetch_all(&self.pool)
+            .fetch_all(self.reader())
             .await
             .map_err(|e| self.classify(e))?;
         rows.iter().map(revision_from_row).collect()
@@ -998,7 +1017,7 @@ impl Store for SqlStore {
         let sql = format!("SELECT {REVISION_COLS} FROM {REVISION_FROM} WHERE r.id = $1");
         let row = sqlx::query(AssertSqlSafe(sql))
             .bind(id.to_owned())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.reader())
             .await
             .map_err(|e| self.classify(e))?
             .ok_or_else(|| not_found("revision", id))?;
@@ -1134,7 +1153,7 @@ impl Store for SqlStore {
             .bind(namespace.to_owned())
             .bind(agent.to_owned())
             .bind(number)
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.reader())
             .await
             .map_err(|e| self.classify(e))?
             .ok_or_else(|| not_found("revision", &format!("{agent}/{number}")))?;
@@ -1168,7 +1187,7 @@ impl Store for SqlStore {
     async fn list_clusters(&self) -> Result<Vec<Cluster>> {
         let sql = format!("SELECT {CLUSTER_COLS} FROM clusters ORDER BY name");
         let rows = sqlx::query(AssertSqlSafe(sql))
-            .fetch_all(&self.pool)
+            .fetch_all(self.reader())
             .await
             .map_err(|e| self.classify(e))?;
         rows.iter().map(cluster_from_row).collect()
@@ -1178,7 +1197,7 @@ impl Store for SqlStore {
         let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE name = $1");
         let row = sqlx::query(AssertSqlSafe(sql))
             .bind(name.to_owned())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.reader())
             .await
             .map_err(|e| self.classify(e))?
             .ok_or_else(|| not_found("cluster", name))?;
@@ -1349,7 +1368,7 @@ impl Store for SqlStore {
         let sql = format!("SELECT {WORK_COLS} FROM work_items WHERE id = $1");
         let row = sqlx::query(AssertSqlSafe(sql))
             .bind(id.to_owned())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.reader())
             .await
             .map_err(|e| self.classify(e))?
             .ok_or_else(|| not_found("work item", id))?;
@@ -1383,7 +1402,7 @@ impl Store for SqlStore {
         }
         let rows = query
             .bind(filter.limit)
-            .fetch_all(&self.pool)
+            .fetch_all(self.reader())
             .await
             .map_err(|e| self.classify(e))?;
         rows.iter().map(work_from_row).collect()
@@ -1397,7 +1416,7 @@ impl Store for SqlStore {
              WHERE state IN ('pending', 'claimed')",
         )
         .bind(ms(now))
-        .fetch_one(&self.pool)
+        .fetch_one(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
         let oldest: Option<i64> = row.get(1);
@@ -1415,7 +1434,7 @@ impl Store for SqlStore {
             "SELECT (SELECT MIN(run_at) FROM work_items WHERE state = 'pending'), \
              (SELECT MIN(lease_expires_at) FROM work_items WHERE state = 'claimed')",
         )
-        .fetch_one(&self.pool)
+        .fetch_one(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
         let next_run_at: Option<i64> = row.get(0);
@@ -1442,14 +1461,14 @@ impl Store for SqlStore {
                 sqlx::query(AssertSqlSafe(sql))
                     .bind(ns.to_owned())
                     .bind(limit)
-                    .fetch_all(&self.pool)
+                    .fetch_all(self.reader())
                     .await
             }
             None => {
                 let sql = format!("SELECT {COLS} FROM audit_events ORDER BY id DESC LIMIT $1");
                 sqlx::query(AssertSqlSafe(sql))
                     .bind(limit)
-                    .fetch_all(&self.pool)
+                    .fetch_all(self.reader())
                     .await
             }
         }
@@ -1509,7 +1528,7 @@ impl Store for SqlStore {
         let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.token_hash = $1");
         sqlx::query(AssertSqlSafe(sql))
             .bind(hash.to_owned())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.reader())
             .await
             .map_err(|e| self.classify(e))?
             .as_ref()
@@ -1521,7 +1540,7 @@ impl Store for SqlStore {
         let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.id = $1");
         let row = sqlx::query(AssertSqlSafe(sql))
             .bind(id.to_owned())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.reader())
             .await
             .map_err(|e| self.classify(e))?
             .ok_or_else(|| not_found("token", id))?;
@@ -1576,7 +1595,7 @@ impl Store for SqlStore {
         );
         let counts = sqlx::query(AssertSqlSafe(sql))
             .bind(ns.clone())
-            .fetch_one(&self.pool)
+            .fetch_one(self.reader())
             .await
             .map_err(|e| self.classify(e))?;
         let phases = sqlx::query(AssertSqlSafe(format!(
@@ -1584,7 +1603,7 @@ impl Store for SqlStore {
              GROUP BY r.phase"
         )))
         .bind(ns)
-        .fetch_all(&self.pool)
+        .fetch_all(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
         let agents: i64 = counts.get(1);
@@ -1611,7 +1630,7 @@ impl Store for SqlStore {
         let sql = format!("{PLACED} ORDER BY 1");
         let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(namespace.to_owned())
-            .fetch_all(&self.pool)
+            .fetch_all(self.reader())
             .await
             .map_err(|e| self.classify(e))?;
         Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
@@ -1660,7 +1679,7 @@ impl Store for SqlStore {
     async fn transport_token_hash(&self, revision_id: &str) -> Result<Option<String>> {
         let row = sqlx::query("SELECT token_hash FROM gateway_transport WHERE revision_id = $1")
             .bind(revision_id.to_owned())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.reader())
             .await
             .map_err(|e| self.classify(e))?;
         row.map(|r| get(&r, "gateway transport", "token_hash"))
@@ -1670,7 +1689,7 @@ impl Store for SqlStore {
     async fn revision_by_transport_hash(&self, token_hash: &str) -> Result<Option<String>> {
         let row = sqlx::query("SELECT revision_id FROM gateway_transport WHERE token_hash = $1")
             .bind(token_hash.to_owned())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.reader())
             .await
             .map_err(|e| self.classify(e))?;
         row.map(|r| get(&r, "gateway transport", "revision_id"))

@@ -115,7 +115,7 @@ impl CredentialStore for SqlStore {
             "SELECT {COLS} FROM agent_credentials WHERE agent_id = $1 ORDER BY kind"
         )))
         .bind(agent_id.to_owned())
-        .fetch_all(self.pool())
+        .fetch_all(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
         rows.iter().map(credential_from_row).collect()
@@ -126,7 +126,7 @@ impl CredentialStore for SqlStore {
             "SELECT {COLS} FROM revision_credentials WHERE revision_id = $1 ORDER BY kind"
         )))
         .bind(revision_id.to_owned())
-        .fetch_all(self.pool())
+        .fetch_all(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
         rows.iter().map(credential_from_row).collect()

@@ -275,7 +275,7 @@ impl LinkStore for SqlStore {
         let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE id = $1");
         let row = sqlx::query(AssertSqlSafe(sql))
             .bind(id.to_owned())
-            .fetch_optional(self.pool())
+            .fetch_optional(self.reader())
             .await
             .map_err(|e| self.classify(e))?
             .ok_or_else(|| not_found("cluster", id))?;
@@ -288,7 +288,7 @@ impl LinkStore for SqlStore {
              JOIN clusters k ON k.id = c.cluster_id WHERE c.serial = $1",
         )
         .bind(serial.to_owned())
-        .fetch_optional(self.pool())
+        .fetch_optional(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
         Ok(row.map(|r| CertificateStatus {
@@ -337,7 +337,7 @@ impl LinkStore for SqlStore {
              WHERE revoked_at IS NOT NULL AND revoked_at >= $1",
         )
         .bind(since.map_or(0, ms))
-        .fetch_all(self.pool())
+        .fetch_all(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
         Ok(rows
@@ -430,7 +430,7 @@ impl LinkStore for SqlStore {
         .bind(cluster_id.to_owned())
         .bind(after_sequence)
         .bind(limit)
-        .fetch_all(self.pool())
+        .fetch_all(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
         rows.iter().map(outbox_from_row).collect()
@@ -499,7 +499,7 @@ impl LinkStore for SqlStore {
         Ok(
             sqlx::query("SELECT 1 FROM outbox WHERE target = $1 LIMIT 1")
                 .bind(target.to_owned())
-                .fetch_optional(self.pool())
+                .fetch_optional(self.reader())
                 .await
                 .map_err(|e| self.classify(e))?
                 .is_some(),
@@ -515,7 +515,7 @@ impl LinkStore for SqlStore {
             sqlx::query("SELECT MAX(generation) FROM outbox WHERE cluster_id = $1 AND target = $2")
                 .bind(cluster_id.to_owned())
                 .bind(target.to_owned())
-                .fetch_one(self.pool())
+                .fetch_one(self.reader())
                 .await
                 .map_err(|e| self.classify(e))?
                 .get(0),
@@ -532,7 +532,7 @@ impl LinkStore for SqlStore {
              ORDER BY o.target, o.sequence",
         )
         .bind(cluster_id.to_owned())
-        .fetch_all(self.pool())
+        .fetch_all(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
         let mut out: Vec<(String, String, i64)> = Vec::with_capacity(rows.len());
@@ -612,7 +612,7 @@ impl LinkStore for SqlStore {
              JOIN clusters c ON c.id = o.cluster_id WHERE o.acked_at IS NULL \
              GROUP BY o.cluster_id, c.name",
         )
-        .fetch_all(self.pool())
+        .fetch_all(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
         Ok(rows
@@ -657,7 +657,7 @@ impl LinkStore for SqlStore {
              WHERE cluster_id = $1 ORDER BY target, kind",
         )
         .bind(cluster_id.to_owned())
-        .fetch_all(self.pool())
+        .fetch_all(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
         rows.iter().map(report_from_row).collect()
@@ -679,7 +679,7 @@ impl LinkStore for SqlStore {
         )
         .bind(target.to_owned())
         .bind(kind.to_owned())
-        .fetch_all(self.pool())
+        .fetch_all(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
         rows.iter()
@@ -720,7 +720,7 @@ impl LinkStore for SqlStore {
         .bind(cluster_id.to_owned())
         .bind(target.to_owned())
         .bind(kind.to_owned())
-        .fetch_optional(self.pool())
+        .fetch_optional(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
         row.as_ref().map(report_from_row).transpose()

@@ -1,4 +1,5 @@
-//! SQLite backend, the embedded default: one file, WAL, one connection.
+//! SQLite backend, the embedded default: one file, WAL, one writer
+//! connection and a few readers.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -11,6 +12,9 @@ use super::sql::{SqlStore, WORK_COLS};
 use super::{Backend, Result, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+/// Read connections beside the one writer.
+const READERS: u32 = 4;
 
 pub(super) async fn connect(url: &str) -> Result<SqlStore> {
     sqlx::any::install_default_drivers();
@@ -44,7 +48,28 @@ pub(super) async fn connect(url: &str) -> Result<SqlStore> {
         .await
         .map_err(classify)?;
     MIGRATOR.run(&pool).await?;
-    Ok(SqlStore::new(pool, Backend::Sqlite))
+    let store = SqlStore::new(pool, Backend::Sqlite);
+    // An in-memory database is private to its one connection.
+    if url.contains(":memory:") || url.contains("mode=memory") {
+        return Ok(store);
+    }
+    // Readers of their own: in WAL mode they read the last commit without
+    // waiting for the writer, so a burst of writes (outbox puts and acks)
+    // does not queue the reads that dispatch work behind it.
+    let reader = AnyPoolOptions::new()
+        .max_connections(READERS)
+        .acquire_timeout(Duration::from_secs(30))
+        .after_connect(|conn, _meta| {
+            Box::pin(async move {
+                conn.execute("PRAGMA query_only = ON; PRAGMA busy_timeout = 5000;")
+                    .await?;
+                Ok(())
+            })
+        })
+        .connect(&url)
+        .await
+        .map_err(classify)?;
+    Ok(store.with_reader(reader))
 }
 
 /// The claim: one UPDATE statement, atomic because SQLite serialises writers.

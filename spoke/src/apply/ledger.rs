@@ -1,29 +1,25 @@
 //! The applied-generation ledger of a data-plane namespace: one ConfigMap
 //! (`clawfed-ledger`) whose entries map a Harness work target to the
-//! generation the spoke applied. Stop and retire delete the objects that
-//! carry the generation annotations, so the ledger is what survives them; a
-//! restarted spoke reads it back (see `Executor::applied`).
-//!
-//! Entries are written with a JSON merge patch (field manager
-//! `clawfed-spoke`, operation Update) so concurrent entries never clobber
-//! each other and a later server-side apply of the (empty) ConfigMap never
-//! drops them.
+//! generation the spoke applied. Spokes before the desired-state records
+//! wrote it on every apply; the applied generation now lives in each
+//! target's own record (`drift::desired`). The ledger is still created and
+//! read back (see `Executor::applied`), so a cluster upgraded from an older
+//! spoke keeps what it recorded.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::Patch;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::{Error, Result, is_not_found, merge_params, owner_labels, ssa};
+use super::{Error, Result, owner_labels};
 
 /// Name of the ledger ConfigMap.
 pub const LEDGER: &str = "clawfed-ledger";
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Entry {
     target: String,
     generation: i64,
@@ -73,68 +69,10 @@ pub async fn load(api: &Api<ConfigMap>) -> Result<HashMap<String, i64>> {
     }
 }
 
-/// Durably records `target` at `generation` (creating the ledger if needed).
-pub async fn record(
-    api: &Api<ConfigMap>,
-    tenant: &str,
-    target: &str,
-    generation: i64,
-) -> Result<()> {
-    let value = serde_json::to_string(&Entry {
-        target: target.into(),
-        generation,
-    })
-    .map_err(|e| Error::Invalid(format!("ledger entry: {e}")))?;
-    let patch = ConfigMap {
-        data: Some(BTreeMap::from([(key(target), value)])),
-        ..Default::default()
-    };
-    let namespace = api.namespace().unwrap_or_default().to_string();
-    let kube_err = |source| Error::Kube {
-        action: "patch",
-        kind: "ConfigMap",
-        namespace: namespace.clone(),
-        name: LEDGER.into(),
-        source: Box::new(source),
-    };
-    match api
-        .patch(LEDGER, &merge_params(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if is_not_found(&e) => {
-            ssa(api, &ledger_object(&namespace, tenant)).await?;
-            api.patch(LEDGER, &merge_params(), &Patch::Merge(&patch))
-                .await
-                .map(|_| ())
-                .map_err(kube_err)
-        }
-        Err(e) => Err(kube_err(e)),
-    }
-}
-
-/// Removes `target`'s entry (merge patch with a null value); absent is fine.
-pub async fn forget(api: &Api<ConfigMap>, target: &str) -> Result<()> {
-    let patch = serde_json::json!({ "data": { key(target): null } });
-    match api
-        .patch(LEDGER, &merge_params(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if is_not_found(&e) => Ok(()),
-        Err(source) => Err(Error::Kube {
-            action: "patch",
-            kind: "ConfigMap",
-            namespace: api.namespace().unwrap_or_default().into(),
-            name: LEDGER.into(),
-            source: Box::new(source),
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn keys_are_configmap_safe_and_entries_round_trip() {

@@ -1,9 +1,14 @@
 //! The durable record of the desired state the spoke applied: one Secret
 //! per work target in the target's data-plane namespace, written by the
-//! executor when the work succeeded (before the ledger entry and the ack),
-//! holding the work's kind, generation and spec. Drift repair rebuilds the
-//! desired objects from it, never from memory, and a restarted spoke reads
-//! it back through its watch.
+//! executor when the work succeeded (before the ack), holding the work's
+//! kind, generation and spec, and the generation whose effects are on the
+//! cluster (what a restarted spoke reports applied). Drift repair rebuilds
+//! the desired objects from it, never from memory, and a restarted spoke
+//! reads it back through its watch.
+//!
+//! One Secret per target, not one shared ledger object: every concurrent
+//! apply wrote the namespace's ledger ConfigMap, which grew with each entry,
+//! so the applies queued on one object and each write copied all entries.
 //!
 //! The spec is kept without the Harness credential: the credential Secret
 //! stays the only place a credential is written in the execution cluster.
@@ -47,6 +52,12 @@ pub struct Record {
     /// Per key of the Harness credential: [`credential_digest`] of its value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub credential_digests: BTreeMap<String, String>,
+    /// The generation whose effects are on the cluster: `generation` once
+    /// the work has run; the earlier applied generation (or none) while a
+    /// stop that says "stopped" first is still running. Records written
+    /// before this field kept it in the namespace's ledger ConfigMap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_generation: Option<i64>,
 }
 
 /// The spec field holding the Harness credential (`HarnessWork.credential`).
@@ -90,10 +101,12 @@ pub fn parse(secret: &Secret) -> Option<Record> {
 
 /// Builds a record from a piece of work.
 /// The credential is taken out of the spec and only its digests are kept.
+/// `applied_generation`: see [`Record::applied_generation`].
 pub fn from_work(
     work: &clawfed_proto::link::v1::Work,
     namespace: &str,
     adopted: bool,
+    applied_generation: Option<i64>,
 ) -> Result<Record> {
     let mut spec: serde_json::Value = serde_json::from_slice(&work.spec)
         .map_err(|e| Error::Invalid(format!("work spec is not JSON: {e}")))?;
@@ -121,12 +134,32 @@ pub fn from_work(
         adopted,
         spec,
         credential_digests,
+        applied_generation,
     })
 }
 
 /// Durably writes `record` (server-side apply, so it replaces the last one).
 pub async fn record(api: &Api<Secret>, tenant: &str, record: &Record) -> Result<()> {
     ssa(api, &object(tenant, record)?).await.map(|_| ())
+}
+
+/// The applied generation of every record in `api`'s namespace (target ->
+/// generation); records that name none yet are left out.
+pub async fn applied(api: &Api<Secret>) -> Result<Vec<(String, i64)>> {
+    let lp = kube::api::ListParams::default().labels(&format!("{LABEL}=true"));
+    let list = api.list(&lp).await.map_err(|source| apply::Error::Kube {
+        action: "list",
+        kind: "Secret",
+        namespace: api.namespace().unwrap_or_default().into(),
+        name: String::new(),
+        source: Box::new(source),
+    })?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(parse)
+        .filter_map(|r| r.applied_generation.map(|g| (r.target, g)))
+        .collect())
 }
 
 /// Reads `target`'s record from the apiserver; `None` when there is none.
@@ -158,6 +191,7 @@ mod tests {
             adopted: false,
             spec: serde_json::json!({"agent": "a1"}),
             credential_digests: BTreeMap::from([("K".into(), credential_digest(b"v"))]),
+            applied_generation: Some(4),
         };
         let s = object("t", &r).expect("object");
         assert_eq!(s.metadata.labels.as_ref().expect("labels")[LABEL], "true");
@@ -179,7 +213,7 @@ mod tests {
             kind: "harness.apply".into(),
             spec: serde_json::to_vec(&spec).expect("json"),
         };
-        let r = from_work(&work, "oce-x", false).expect("record");
+        let r = from_work(&work, "oce-x", false, Some(1)).expect("record");
         let secret = object("t", &r).expect("object");
         let stored = String::from_utf8(secret.data.expect("data")[KEY].0.clone()).expect("utf8");
         assert!(!stored.contains("sk-live-secret-value"), "{stored}");
