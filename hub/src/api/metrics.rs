@@ -235,13 +235,14 @@ impl Metrics {
                 .get_or_create(&ClusterLabel { cluster: c.name })
                 .set(i64::from(c.connection_state == ConnectionState::Online));
         }
-        g.revisions.clear();
-        for (phase, n) in &fleet.revisions_by_phase {
+        // Every phase, 0 when it has no revision.
+        for phase in RevisionPhase::ALL {
+            let n = fleet.revisions_by_phase.get(phase.as_str()).copied();
             g.revisions
                 .get_or_create(&PhaseLabel {
-                    phase: phase.clone(),
+                    phase: phase.as_str().to_owned(),
                 })
-                .set(*n);
+                .set(n.unwrap_or(0));
         }
         g.revision_stale.clear();
         for s in stale {
