@@ -6,9 +6,11 @@
 #      (e2e/build.sh, cached outside the repo) and started as the `control`,
 #      `exec-a` and `exec-b` clusters (e2e/cluster.sh), each with its pod
 #      runner in the Pod network of e2e/podnet.sh (root, iproute2);
-#   3. every Rust test in the workspace (unit, store conformance on SQLite
+#   3. promtool (built from the Prometheus Go module, e2e/promtool.sh) checks
+#      deploy/monitoring/alerts.yaml and runs its alert unit tests;
+#   4. every Rust test in the workspace (unit, store conformance on SQLite
 #      and PostgreSQL, API, worker, CLI, cluster tests);
-#   4. the clusters this script started are stopped again, pass or fail.
+#   5. the clusters this script started are stopped again, pass or fail.
 # Exits non-zero on the first failure. Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -35,6 +37,14 @@ log "Kubernetes control planes (build once, cached by version)"
 start=$(date +%s)
 e2e/build.sh >/dev/null
 log "control planes built or reused in $(( $(date +%s) - start )) s"
+
+log "Prometheus rules: promtool (built once from the Prometheus Go module, cached by version)"
+start=$(date +%s)
+PROMTOOL="$(e2e/promtool.sh)"
+log "promtool built or reused in $(( $(date +%s) - start )) s"
+"$PROMTOOL" check rules deploy/monitoring/alerts.yaml
+# Rule files in the test file are relative to it.
+(cd deploy/monitoring && "$PROMTOOL" test rules alerts.test.yaml)
 
 CLUSTERS=(control exec-a exec-b)
 started=()

@@ -150,6 +150,10 @@ pub async fn start_with_parts(
     let link_metrics = crate::link::metrics::LinkMetrics::register(metrics.registry_mut());
     let pipeline_metrics =
         crate::worker::rollout::PipelineMetrics::register(metrics.registry_mut());
+    metrics.set_phase_deadlines(
+        std::time::Duration::from_secs(config.pipeline.phase_deadline_seconds),
+        std::time::Duration::from_secs(config.pipeline.ready_deadline_seconds),
+    );
     let metrics = Arc::new(metrics);
     let state = AppState {
         service: service.clone(),

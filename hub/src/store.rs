@@ -250,6 +250,20 @@ pub struct WorkStats {
     pub oldest_pending_age: Option<Duration>,
 }
 
+/// Revisions of one in-progress phase, for metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhaseStaleness {
+    /// The phase's wire spelling.
+    pub phase: String,
+    /// Revisions in the phase.
+    pub revisions: i64,
+    /// How long the least recently updated of them has gone without an
+    /// update. Every pass that decides a step writes the revision, and a pass
+    /// past the phase's deadline fails it, so an age past the deadline means
+    /// no pass has run since: the revision is stuck.
+    pub oldest_update_age: Duration,
+}
+
 /// What recovering expired leases did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovered {
@@ -473,6 +487,10 @@ pub trait Store: LinkStore + CredentialStore + Send + Sync + 'static {
     /// Names of the clusters `namespace`'s revisions are placed on (their
     /// resolved cluster), sorted.
     async fn placed_clusters(&self, namespace: &str) -> Result<Vec<String>>;
+    /// Per in-progress phase (pending, provisioning, preparing,
+    /// waiting-ready, stopping) that has revisions: their count and the age
+    /// of the least recently updated one at `now`.
+    async fn revision_staleness(&self, now: DateTime<Utc>) -> Result<Vec<PhaseStaleness>>;
 
     // Hub secrets and Gateway transport credentials.
     /// The hub secret `name`: the stored value, or `candidate` stored now

@@ -98,6 +98,12 @@ impl DriftMetrics {
     /// Registers these (already shared) metrics in `registry`.
     pub fn register_into(&self, registry: &mut Registry) {
         let m = self;
+        // Every watched kind at zero from the start, so `increase()` sees the
+        // first repair or contest and dashboards show 0 rather than no data.
+        for kind in objects::KINDS {
+            let _ = m.repairs.get_or_create(&Self::kind(kind));
+            let _ = m.contested.get_or_create(&Self::kind(kind));
+        }
         registry.register(
             "clawfed_spoke_drift_repairs",
             "Managed objects re-applied after drift, by kind",

@@ -926,6 +926,66 @@ mod cases {
         assert_eq!(counts(s.fleet_summary(None).await.unwrap()), (0, 0, 0, 2));
     }
 
+    /// Per in-progress phase, the count of revisions and how long the least
+    /// recently updated one has not moved (the `occ_revision_*` staleness
+    /// gauge behind the revision-stuck alert); settled phases are left out.
+    pub async fn revision_staleness_names_in_progress_phases(s: Arc<dyn Store>) {
+        use clawfed_hub::model::{RevisionPhase, RevisionProgress};
+        assert!(s.revision_staleness(Utc::now()).await.unwrap().is_empty());
+        namespace(s.as_ref(), "team-a").await;
+        agent(s.as_ref(), "team-a", "one").await;
+        agent(s.as_ref(), "team-a", "two").await;
+        agent(s.as_ref(), "team-a", "three").await;
+        let deploy = |name: &'static str| {
+            let s = s.clone();
+            async move {
+                s.deploy(&revision("team-a", name, 1, "img:1"), &fx("agent.deploy"))
+                    .await
+                    .unwrap()
+                    .revision
+            }
+        };
+        deploy("one").await;
+        let two = deploy("two").await;
+        let three = deploy("three").await;
+        s.update_revision(
+            &two.id,
+            two.version,
+            RevisionPhase::Preparing,
+            None,
+            &RevisionProgress::default(),
+        )
+        .await
+        .unwrap();
+        s.update_revision(
+            &three.id,
+            three.version,
+            RevisionPhase::Active,
+            None,
+            &RevisionProgress::default(),
+        )
+        .await
+        .unwrap();
+        let later = Utc::now() + chrono::Duration::seconds(600);
+        let stale = s.revision_staleness(later).await.unwrap();
+        let phases: Vec<(&str, i64)> = stale
+            .iter()
+            .map(|p| (p.phase.as_str(), p.revisions))
+            .collect();
+        assert_eq!(phases, [("pending", 1), ("preparing", 1)], "{stale:?}");
+        for p in &stale {
+            // Updated in the few seconds before `later` was taken, 600 s
+            // ahead of now.
+            assert!(
+                p.oldest_update_age >= Duration::from_secs(600)
+                    && p.oldest_update_age <= Duration::from_secs(630),
+                "{p:?}"
+            );
+        }
+        // The pending one is the older: it was written before `two` moved.
+        assert!(stale[0].oldest_update_age >= stale[1].oldest_update_age);
+    }
+
     pub async fn revision_updates_are_compare_and_swap(s: Arc<dyn Store>) {
         use clawfed_hub::model::{RevisionPhase, RevisionProgress};
         namespace(s.as_ref(), "team-a").await;
@@ -1501,6 +1561,7 @@ suite!(
     fleet_summary_is_scoped,
     fleet_summary_separates_desired_from_actual,
     revision_updates_are_compare_and_swap,
+    revision_staleness_names_in_progress_phases,
     agent_pass_lease_is_exclusive_until_it_expires,
     activation_lands_only_while_the_agent_wants_the_revision,
     outbox_supersedes_and_reports_keep_the_newest,

@@ -20,7 +20,17 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::link::metrics::ClusterLabel;
+use crate::model::{ConnectionState, RevisionPhase};
 use crate::store::Store;
+
+mod process;
+
+/// A revision phase label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: String,
+}
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -46,6 +56,49 @@ pub struct Metrics {
     agents: Gauge,
     work_pending: Gauge,
     work_oldest_age: Gauge<f64, AtomicU64>,
+    /// Store-backed fleet gauges, for dashboards and alerts.
+    fleet: FleetGauges,
+}
+
+/// Gauges read from the store at scrape time (clusters, revisions, failed
+/// work) plus the pipeline deadlines they are judged against.
+#[derive(Debug, Default)]
+struct FleetGauges {
+    cluster_online: Family<ClusterLabel, Gauge>,
+    revisions: Family<PhaseLabel, Gauge>,
+    revision_stale: Family<PhaseLabel, Gauge<f64, AtomicU64>>,
+    phase_deadline: Family<PhaseLabel, Gauge<f64, AtomicU64>>,
+    work_failed: Gauge,
+}
+
+impl FleetGauges {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "occ_cluster_online",
+            "1 while an enrolled, unrevoked cluster's spoke is connected, 0 while it is pending or offline",
+            self.cluster_online.clone(),
+        );
+        registry.register(
+            "occ_revisions",
+            "Agent revisions in the store by phase",
+            self.revisions.clone(),
+        );
+        registry.register(
+            "occ_revision_oldest_update_age_seconds",
+            "Per in-progress phase, seconds since its least recently updated revision was last updated",
+            self.revision_stale.clone(),
+        );
+        registry.register(
+            "occ_revision_phase_deadline_seconds",
+            "The pipeline's deadline for each phase that has one (a pass past it fails the revision)",
+            self.phase_deadline.clone(),
+        );
+        registry.register(
+            "occ_work_failed",
+            "Work items in the store that used their last attempt and failed",
+            self.work_failed.clone(),
+        );
+    }
 }
 
 impl Default for Metrics {
@@ -70,6 +123,9 @@ impl Metrics {
         let agents = Gauge::default();
         let work_pending = Gauge::default();
         let work_oldest_age = Gauge::<f64, AtomicU64>::default();
+        let fleet = FleetGauges::default();
+        fleet.register(&mut registry);
+        registry.register_collector(Box::new(process::ProcessCollector));
         registry.register(
             "occ_http_requests",
             "HTTP requests by method, route and status",
@@ -98,6 +154,27 @@ impl Metrics {
             agents,
             work_pending,
             work_oldest_age,
+            fleet,
+        }
+    }
+
+    /// Publishes the pipeline's phase deadlines (`pipeline.phaseDeadlineSeconds`
+    /// for pending, provisioning and preparing; `pipeline.readyDeadlineSeconds`
+    /// for waiting-ready), so an alert compares a revision's staleness with
+    /// the deadline this hub really applies.
+    pub fn set_phase_deadlines(&self, phase: std::time::Duration, ready: std::time::Duration) {
+        for (p, d) in [
+            (RevisionPhase::Pending, phase),
+            (RevisionPhase::Provisioning, phase),
+            (RevisionPhase::Preparing, phase),
+            (RevisionPhase::WaitingReady, ready),
+        ] {
+            self.fleet
+                .phase_deadline
+                .get_or_create(&PhaseLabel {
+                    phase: p.as_str().to_owned(),
+                })
+                .set(d.as_secs_f64());
         }
     }
 
@@ -125,6 +202,7 @@ impl Metrics {
         self.work_pending.set(work.pending);
         self.work_oldest_age
             .set(work.oldest_pending_age.map_or(0.0, |d| d.as_secs_f64()));
+        self.refresh_fleet(store, &fleet).await?;
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).map_err(|e| {
             crate::store::StoreError::Corrupt {
@@ -133,6 +211,46 @@ impl Metrics {
             }
         })?;
         Ok(out)
+    }
+}
+
+impl Metrics {
+    /// Refreshes the store-backed fleet gauges. Families are cleared first
+    /// so a deleted cluster or an emptied phase leaves no stale series.
+    async fn refresh_fleet(
+        &self,
+        store: &dyn Store,
+        fleet: &crate::model::FleetSummary,
+    ) -> Result<(), crate::store::StoreError> {
+        let clusters = store.list_clusters().await?;
+        let stale = store.revision_staleness(Utc::now()).await?;
+        let g = &self.fleet;
+        g.work_failed.set(fleet.work_failed);
+        g.cluster_online.clear();
+        for c in clusters {
+            if c.connection_state == ConnectionState::Revoked {
+                continue;
+            }
+            g.cluster_online
+                .get_or_create(&ClusterLabel { cluster: c.name })
+                .set(i64::from(c.connection_state == ConnectionState::Online));
+        }
+        // Every phase, 0 when it has no revision.
+        for phase in RevisionPhase::ALL {
+            let n = fleet.revisions_by_phase.get(phase.as_str()).copied();
+            g.revisions
+                .get_or_create(&PhaseLabel {
+                    phase: phase.as_str().to_owned(),
+                })
+                .set(n.unwrap_or(0));
+        }
+        g.revision_stale.clear();
+        for s in stale {
+            g.revision_stale
+                .get_or_create(&PhaseLabel { phase: s.phase })
+                .set(s.oldest_update_age.as_secs_f64());
+        }
+        Ok(())
     }
 }
 

@@ -30,6 +30,10 @@ pub struct LinkMetrics {
     pub ack_latency: Histogram,
     pub last_seen_age: Family<ClusterLabel, Gauge<f64, AtomicU64>>,
     pub certificate_expiry: Family<ClusterLabel, Gauge<f64, AtomicU64>>,
+    /// When each connected spoke's client certificate expires (Unix
+    /// seconds): unlike `certificate_expiry`, measured at session open, it
+    /// stays true while the session lasts, so `… - time()` is the time left.
+    pub certificate_not_after: Family<ClusterLabel, Gauge<f64, AtomicU64>>,
     pub enrollments: Family<ResultLabel, Counter>,
     /// The data path's metrics.
     pub tunnel: crate::tunnel::metrics::TunnelMetrics,
@@ -46,6 +50,7 @@ impl LinkMetrics {
             ack_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             last_seen_age: Family::default(),
             certificate_expiry: Family::default(),
+            certificate_not_after: Family::default(),
             enrollments: Family::default(),
             tunnel: crate::tunnel::metrics::TunnelMetrics::register(registry),
         };
@@ -83,6 +88,11 @@ impl LinkMetrics {
             "occ_link_certificate_expiry_seconds",
             "Seconds until the client certificate of each connected spoke expires",
             m.certificate_expiry.clone(),
+        );
+        registry.register(
+            "occ_link_certificate_not_after_timestamp_seconds",
+            "When the client certificate of each connected spoke expires (Unix seconds)",
+            m.certificate_not_after.clone(),
         );
         registry.register(
             "occ_link_enrollments",

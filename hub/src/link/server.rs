@@ -496,6 +496,14 @@ async fn outbox_poller(state: Arc<LinkState>) {
                         state.registry.wake(&s.cluster_id);
                     }
                 }
+                // A connected cluster with nothing unacked shows 0, not no
+                // data.
+                for (cluster, _) in state.registry.last_heard() {
+                    let _ = state
+                        .metrics
+                        .outbox_depth
+                        .get_or_create(&ClusterLabel { cluster });
+                }
             }
             Err(e) => tracing::warn!(error = %e, "link.store_error"),
         }

@@ -224,6 +224,13 @@ async fn run(
             cluster: cluster.name.clone(),
         })
         .set((identity.not_after - Utc::now()).num_seconds() as f64);
+    state
+        .metrics
+        .certificate_not_after
+        .get_or_create(&ClusterLabel {
+            cluster: cluster.name.clone(),
+        })
+        .set(identity.not_after.timestamp() as f64);
     let mut session = Session {
         state: state.clone(),
         handle: handle.clone(),
@@ -680,6 +687,15 @@ impl Session {
         };
         if let End::Status(status) = end {
             let _ = self.tx.send(Err(status)).await;
+        }
+        // Only a live session's certificate is worth an expiry alert.
+        if current {
+            self.state
+                .metrics
+                .certificate_not_after
+                .remove(&ClusterLabel {
+                    cluster: self.cluster.name.clone(),
+                });
         }
         // A replaced session leaves the state to its successor; a revoked
         // cluster keeps its revoked state.

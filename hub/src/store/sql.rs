@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use super::{
     ApiToken, Backend, ClusterRecord, Deployed, Effects, NewAgent, NewAudit, NewNamespace,
-    NewRevision, NewToken, NewWork, Recovered, Result, Store, StoreError, WorkDue, WorkFilter,
-    WorkStats, postgres, sqlite,
+    NewRevision, NewToken, NewWork, PhaseStaleness, Recovered, Result, Store, StoreError, WorkDue,
+    WorkFilter, WorkStats, postgres, sqlite,
 };
 use crate::auth::Role;
 use crate::model::{
@@ -1624,6 +1624,38 @@ impl Store for SqlStore {
             work_pending: counts.get(5),
             work_failed: counts.get(6),
         })
+    }
+
+    async fn revision_staleness(&self, now: DateTime<Utc>) -> Result<Vec<PhaseStaleness>> {
+        let in_progress = [
+            RevisionPhase::Pending,
+            RevisionPhase::Provisioning,
+            RevisionPhase::Preparing,
+            RevisionPhase::WaitingReady,
+            RevisionPhase::Stopping,
+        ];
+        let list = in_progress
+            .iter()
+            .map(|p| format!("'{}'", p.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT phase, COUNT(*), MIN(updated_at) FROM agent_revisions \
+             WHERE phase IN ({list}) GROUP BY phase ORDER BY phase"
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(rows
+            .iter()
+            .map(|r| PhaseStaleness {
+                phase: r.get(0),
+                revisions: r.get(1),
+                oldest_update_age: Duration::from_millis(
+                    u64::try_from(ms(now) - r.get::<i64, _>(2)).unwrap_or(0),
+                ),
+            })
+            .collect())
     }
 
     async fn placed_clusters(&self, namespace: &str) -> Result<Vec<String>> {

@@ -37,6 +37,16 @@ impl TunnelMetrics {
             failures: Family::default(),
             setup: Histogram::new(exponential_buckets(0.0002, 2.0, 16)),
         };
+        // Every series at zero from the start, so `increase()` sees the first
+        // failure and dashboards show 0 rather than no data.
+        for reason in clawfed_proto::tunnel::reason::ALL {
+            let _ = m.failures.get_or_create(&ReasonLabel {
+                reason: reason.to_owned(),
+            });
+        }
+        for direction in ["to-harness", "to-gateway"] {
+            let _ = m.bytes.get_or_create(&DirectionLabel { direction });
+        }
         registry.register(
             "occ_tunnel_open_connections",
             "Tunneled Gateway-to-Harness connections open now",

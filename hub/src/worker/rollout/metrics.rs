@@ -31,6 +31,16 @@ impl PipelineMetrics {
                     prometheus_client::metrics::histogram::exponential_buckets(0.01, 2.0, 16),
                 )
             });
+        // Every series from the start (empty histograms), so rates and
+        // quantiles have a series before the first operation ends.
+        for operation in ["deploy", "stop"] {
+            for result in ["ok", "failed"] {
+                let _ = operation_duration.get_or_create(&OperationLabels {
+                    operation: operation.to_owned(),
+                    result: result.to_owned(),
+                });
+            }
+        }
         registry.register(
             "occ_agent_operation_duration_seconds",
             "Agent operations: deploy (request to Active or Failed) and stop",
