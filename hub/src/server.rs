@@ -158,6 +158,13 @@ pub async fn start_with_parts(
     };
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
+    // Before the APIs serve: a watch never finds the feed missing.
+    service.set_watch(crate::watch::Feed::start(
+        store.clone(),
+        config.watch.clone(),
+        shutdown.clone(),
+        &mut tasks,
+    ));
 
     // Requests finish even when their client goes away (see api::detach).
     let rest_app = rest_app(state).layer(crate::api::detach::RunToCompletionLayer);
