@@ -596,9 +596,16 @@ async fn a_slow_consumer_is_cut_off_while_another_keeps_up() {
     let root = hub.root_token.clone();
     let total = 3000;
     let mut fast = SseStream::open(&hub.rest, &root, "").await.expect("watch");
-    let mut slow = hub
-        .grpc()
+    // A small HTTP/2 window (hyper's client default is 2 MiB): the hub
+    // feels the slow reader after a few dozen events, not thousands.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", hub.grpc_addr))
+        .unwrap()
+        .initial_stream_window_size(16 * 1024)
+        .initial_connection_window_size(16 * 1024)
+        .connect()
         .await
+        .expect("connect gRPC");
+    let mut slow = pb::admin_service_client::AdminServiceClient::new(channel)
         .watch(authed(&root, pb::WatchRequest::default()))
         .await
         .expect("grpc watch")
@@ -628,6 +635,7 @@ async fn a_slow_consumer_is_cut_off_while_another_keeps_up() {
         last < total as i64,
         "cut off before the end ({last} of {total})"
     );
+    eprintln!("the slow consumer was cut off after {last} of {total} events");
     assert!(slow.message().await.unwrap().is_none(), "the stream ends");
     hub.stop().await;
 }
