@@ -372,7 +372,8 @@ async fn control_cluster_client(config: &Config) -> Result<kube::Client, ServerE
     kube::Client::try_from(kube_config).map_err(|e| gateway(format!("control-cluster client: {e}")))
 }
 
-/// The REST application: `/api/v1`, `/openapi.json`, `/healthz`, `/readyz`.
+/// The REST application: `/api/v1`, `/openapi.json`, `/healthz`, `/readyz`,
+/// and the web fleet view at `/ui`.
 pub fn rest_app(state: AppState) -> Router {
     let (api, openapi) = rest::router();
     let openapi = Arc::new(openapi);
@@ -386,6 +387,7 @@ pub fn rest_app(state: AppState) -> Router {
     )
     .route("/healthz", get(metrics::healthz))
     .route("/readyz", get(readyz))
+    .merge(crate::api::ui::router())
     .route_layer(axum::middleware::from_fn_with_state(
         metrics_state,
         metrics::track,
