@@ -495,6 +495,13 @@ function timeline(r) {
   ];
 }
 
+function readinessText(v) {
+  if (!v) return '-';
+  if (v.error) return `error: ${v.error}`;
+  if (v.ready) return v.pod ? `ready (${v.pod})` : 'ready';
+  return `not ready: ${v.startupReason || v.reason}`;
+}
+
 function agentPage() {
   const d = state.detail;
   const parts = [el('p', {}, el('a', { href: '#/', 'data-key': 'back' }, '← Fleet overview'))];
@@ -517,7 +524,7 @@ function agentPage() {
       el('td', { class: 'num' }, r.number),
       el('td', { class: 'phase' }, phaseBadge(r.phase)),
       el('td', {}, r.resolvedCluster || '-'),
-      el('td', {}, r.readiness ? `${r.readiness.ready ? 'ready' : 'not ready'}: ${r.readiness.reason}` : '-'),
+      el('td', {}, readinessText(r.readiness)),
       el('td', { class: 'reason' }, r.reason || ''),
       el('td', {}, fmtTime(r.createdAt)),
       el('td', { class: 'timings' }, timeline(r)))),

@@ -256,6 +256,20 @@ impl Browser {
         .map(drop)
     }
 
+    /// Presses and releases `key` on whatever has the keyboard focus, as
+    /// a keyboard would (WebDriver actions).
+    pub async fn press(&self, key: &str) -> Result<()> {
+        let actions = json!({ "actions": [{
+            "type": "key", "id": "keyboard",
+            "actions": [{ "type": "keyDown", "value": key }, { "type": "keyUp", "value": key }]
+        }]});
+        self.command(reqwest::Method::POST, "/actions", actions)
+            .await?;
+        self.command(reqwest::Method::DELETE, "/actions", Value::Null)
+            .await
+            .map(drop)
+    }
+
     /// Clicks the element.
     pub async fn click(&self, element: &str) -> Result<()> {
         self.command(

@@ -3498,6 +3498,21 @@ async fn sign_in(browser: &Browser, token: &str) -> Result<()> {
     Ok(())
 }
 
+/// Moves the keyboard focus to the element `css` selects and checks it
+/// took it (a real link or button, not a bare element).
+async fn focus(browser: &Browser, css: &str) -> Result<()> {
+    let focused: bool = browser
+        .eval(
+            "const e = document.querySelector(arguments[0]); if (!e) return false; \
+             e.focus(); return document.activeElement === e && \
+             (e.tagName === 'A' && e.hasAttribute('href') || e.tagName === 'BUTTON');",
+            vec![json!(css)],
+        )
+        .await?;
+    ensure!(focused, "{css} cannot take the keyboard focus");
+    Ok(())
+}
+
 /// Polls Agent `key`'s phase on the page until it is `want` (or failed),
 /// returning the phases seen on the way.
 async fn phases_until(browser: &Browser, key: &str, want: &[&str]) -> Result<Vec<String>> {
@@ -3710,8 +3725,6 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
         "the page went straight to active: {phases:?}"
     );
     eprintln!("phases the page showed for {key_a}: {phases:?}");
-    let artifacts = artifacts_dir();
-    browser.screenshot(&artifacts.join("overview.png")).await?;
 
     // SIGSTOP: offline on the page within two heartbeats; SIGCONT: online.
     let stopped_ms = chrono::Utc::now().timestamp_millis();
@@ -3751,12 +3764,13 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
         )
         .await?;
     ensure!(expiry != "-", "no certificate expiry shown");
+    let artifacts = artifacts_dir();
+    browser.screenshot(&artifacts.join("overview.png")).await?;
 
-    // The Agent page, reached with the keyboard: Enter on the Agent's link.
-    let link = browser
-        .find(&format!("[data-key=\"agent:{key_a}\"]"))
-        .await?;
-    browser.send_keys(&link, webdriver::ENTER).await?;
+    // The Agent page, reached with the keyboard: the Agent's link focused
+    // (the page keeps focus across its live re-renders), then Enter.
+    focus(&browser, &format!("[data-key=\"agent:{key_a}\"]")).await?;
+    browser.press(webdriver::ENTER).await?;
     let (timings, tenant): (u32, String) = browser
         .wait_for(
             WAIT,
@@ -3780,8 +3794,8 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
     // Tenant A's token: its own Agent, never tenant B's, not even from
     // events B's stop makes while A's page watches.
     browser.goto(&ui).await?;
-    let out = browser.find("#signout").await?;
-    browser.send_keys(&out, webdriver::ENTER).await?;
+    focus(&browser, "#signout").await?;
+    browser.press(webdriver::ENTER).await?;
     let gone: Option<String> = browser
         .eval("return sessionStorage.getItem('clawfed.token')", vec![])
         .await?;
