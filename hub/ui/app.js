@@ -218,10 +218,13 @@ async function loadDetail() {
 /** Re-fetches parts of the state a little later, coalesced. */
 function scheduleRefresh(...what) {
   what.forEach((w) => state.refresh.add(w));
+  // Set while a refresh is due or running: the page has settled without it.
+  document.body.dataset.refreshing = '1';
   if (state.refreshTimer) return;
   const gen = state.gen;
   state.refreshTimer = setTimeout(async () => {
     state.refreshTimer = null;
+    if (gen !== state.gen) return;
     const parts = new Set(state.refresh);
     state.refresh.clear();
     try {
@@ -241,6 +244,7 @@ function scheduleRefresh(...what) {
       if (gen === state.gen) console.warn('clawfed: refresh failed:', e.message);
     }
     if (gen === state.gen) queueRender();
+    if (!state.refreshTimer && state.refresh.size === 0) delete document.body.dataset.refreshing;
   }, REFRESH_MS);
 }
 
@@ -607,6 +611,11 @@ function signOut(message) {
   state.token = null;
   state.gen += 1;
   if (state.abort) state.abort.abort();
+  // A refresh due for the old token must not run with none.
+  clearTimeout(state.refreshTimer);
+  state.refreshTimer = null;
+  state.refresh.clear();
+  delete document.body.dataset.refreshing;
   state.clusters.clear();
   state.tenants.clear();
   state.agents.clear();

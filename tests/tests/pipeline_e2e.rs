@@ -3498,6 +3498,20 @@ async fn sign_in(browser: &Browser, token: &str) -> Result<()> {
     Ok(())
 }
 
+/// Waits until the page has no refresh due or running (the counts and
+/// lists it re-reads after events are in).
+async fn settled(browser: &Browser) -> Result<()> {
+    browser
+        .wait_for::<bool>(
+            WAIT,
+            "the page to settle",
+            "return document.body.dataset.refreshing ? null : true",
+            vec![],
+        )
+        .await
+        .map(drop)
+}
+
 /// Moves the keyboard focus to the element `css` selects and checks it
 /// took it (a real link or button, not a bare element).
 async fn focus(browser: &Browser, css: &str) -> Result<()> {
@@ -3764,6 +3778,7 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
         )
         .await?;
     ensure!(expiry != "-", "no certificate expiry shown");
+    settled(&browser).await?;
     let artifacts = artifacts_dir();
     browser.screenshot(&artifacts.join("overview.png")).await?;
 
@@ -3789,6 +3804,7 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
     );
     let hash: String = browser.eval("return location.hash", vec![]).await?;
     ensure!(hash == format!("#/agent/{key_a}"), "{hash}");
+    settled(&browser).await?;
     browser.screenshot(&artifacts.join("agent.png")).await?;
 
     // Tenant A's token: its own Agent, never tenant B's, not even from
