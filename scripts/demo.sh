@@ -10,7 +10,7 @@
 #     applying work in the execution cluster as its own ServiceAccount
 #     (deploy/spoke),
 #   - a sample Agent deployed and followed until it is Active, then the
-#     fleet status, and one request through its route's backend (the
+#     fleet status (and the address of the web fleet view, /ui), and one request through its route's backend (the
 #     Gateway in control) answered by its Harness in exec-a, across the
 #     hub's tunnel and the spoke's outbound link. The test clusters' pod
 #     runner (e2e/pods) runs the stand-in images as real processes in the
@@ -224,6 +224,7 @@ echo "$answer"
 echo "$answer" | grep -q '"agent": *"hello"' || { echo "demo: the Harness did not answer as hello" >&2; exit 1; }
 echo
 echo "logs: $STATE/hub.log $STATE/spoke.log   token: $STATE/admin.token"
+echo "web fleet view: $CLAWFED_SERVER/ui/ (sign in with the token in $STATE/admin.token)"
 if [ "$ONCE" = 1 ]; then
   exit 0
 fi

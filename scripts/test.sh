@@ -28,6 +28,8 @@ need() { # command package
 need openssl openssl
 need curl curl
 need ip iproute2   # the Pod network (e2e/podnet.sh) and the partition test's namespaces
+need chromium chromium            # the web fleet view's browser test (headless)
+need chromedriver chromium-driver # ... driven over WebDriver
 
 log "PostgreSQL"
 eval "$(scripts/postgres.sh env)"

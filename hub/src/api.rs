@@ -7,12 +7,15 @@
 //! - `grpc.rs`: the `clawfed.admin.v1` gRPC service (tonic).
 //! - `metrics.rs`: Prometheus metrics and the ops listener (`/metrics`,
 //!   `/healthz`, `/readyz`).
+//! - `ui.rs`: the web fleet view's embedded assets at `/ui` (the page uses
+//!   the REST API and the SSE watch like any client).
 
 pub mod detach;
 pub mod error;
 pub mod grpc;
 pub mod metrics;
 pub mod rest;
+pub mod ui;
 
 use std::sync::Arc;
 

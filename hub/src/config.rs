@@ -95,6 +95,9 @@ pub struct Config {
     /// Kubernetes Compute Driver's).
     #[serde(default)]
     pub drivers: DriversConfig,
+    /// The watch API: event log retention and stream limits.
+    #[serde(default)]
+    pub watch: crate::watch::WatchSettings,
 }
 
 /// `drivers`.
@@ -447,6 +450,7 @@ impl Default for Config {
             log: LogConfig::default(),
             drivers: DriversConfig::default(),
             secrets: SecretsSettings::default(),
+            watch: crate::watch::WatchSettings::default(),
         }
     }
 }
@@ -717,6 +721,9 @@ impl Config {
         };
         if self.version != 1 {
             return Err(invalid("version", "only version 1 is supported"));
+        }
+        if let Some((field, reason)) = self.watch.invalid() {
+            return Err(invalid(field, reason));
         }
         if self.database.max_connections.is_some_and(|n| n < 2) {
             return Err(invalid("database.maxConnections", "must be at least 2"));

@@ -15,6 +15,7 @@
 //! - [`link`]: the spoke link (CA, enrollment, mTLS stream, outbox delivery).
 //! - [`server`]: wires everything together and runs until shutdown.
 //! - [`wake`]: in-process wake-ups from the store to the loops waiting on it.
+//! - [`watch`]: the watch API's fan-out of the store's event log to streams.
 //! - [`cli`]: the `clawfed` command-line client.
 
 #![forbid(unsafe_code)]
@@ -34,4 +35,5 @@ pub mod service;
 pub mod store;
 pub mod tunnel;
 pub mod wake;
+pub mod watch;
 pub mod worker;

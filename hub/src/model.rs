@@ -12,6 +12,8 @@ use serde::de::{MapAccess, Visitor, value::MapAccessDeserializer};
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
+pub mod event;
+
 /// A request struct that must arrive as a JSON object. serde's derived
 /// structs also accept a sequence and fill the fields by position
 /// (`["x"]` would create namespace `x`); this accepts only a map.

@@ -162,6 +162,13 @@ pub async fn start_with_parts(
     };
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
+    // Before the APIs serve: a watch never finds the feed missing.
+    service.set_watch(crate::watch::Feed::start(
+        store.clone(),
+        config.watch.clone(),
+        shutdown.clone(),
+        &mut tasks,
+    ));
 
     // Requests finish even when their client goes away (see api::detach).
     let rest_app = rest_app(state).layer(crate::api::detach::RunToCompletionLayer);
@@ -369,7 +376,8 @@ async fn control_cluster_client(config: &Config) -> Result<kube::Client, ServerE
     kube::Client::try_from(kube_config).map_err(|e| gateway(format!("control-cluster client: {e}")))
 }
 
-/// The REST application: `/api/v1`, `/openapi.json`, `/healthz`, `/readyz`.
+/// The REST application: `/api/v1`, `/openapi.json`, `/healthz`, `/readyz`,
+/// and the web fleet view at `/ui`.
 pub fn rest_app(state: AppState) -> Router {
     let (api, openapi) = rest::router();
     let openapi = Arc::new(openapi);
@@ -383,6 +391,7 @@ pub fn rest_app(state: AppState) -> Router {
     )
     .route("/healthz", get(metrics::healthz))
     .route("/readyz", get(readyz))
+    .merge(crate::api::ui::router())
     .route_layer(axum::middleware::from_fn_with_state(
         metrics_state,
         metrics::track,

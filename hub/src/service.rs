@@ -54,6 +54,10 @@ pub enum ServiceError {
     /// The store is unavailable; retrying later may succeed.
     #[error("{0}")]
     Unavailable(String),
+    /// A position outside what is kept (a watch cursor older than the
+    /// event log): re-list, then watch from the new cursor.
+    #[error("{0}")]
+    OutOfRange(String),
     /// A bug or corrupt data; details are in the hub's log.
     #[error("internal error")]
     Internal(String),
@@ -124,6 +128,9 @@ pub struct Service {
     /// Set once the link and the Gateways run (after the APIs started, so
     /// shared by every clone); unset, diagnose answers `unknown`.
     diagnostics: Arc<std::sync::OnceLock<Arc<dyn diagnose::DiagnosticsSource>>>,
+    /// The watch feed, set once the hub started it; unset, watching is
+    /// unavailable.
+    watch: Arc<std::sync::OnceLock<Arc<crate::watch::Feed>>>,
 }
 
 impl std::fmt::Debug for Service {
@@ -143,7 +150,13 @@ impl Service {
             policy,
             secrets: None,
             diagnostics: Arc::default(),
+            watch: Arc::default(),
         }
+    }
+
+    /// Where `watch` streams from (once; later calls are ignored).
+    pub fn set_watch(&self, feed: Arc<crate::watch::Feed>) {
+        let _ = self.watch.set(feed);
     }
 
     /// Where `diagnose` reads from (once; later calls are ignored).
@@ -1127,6 +1140,42 @@ impl Service {
             Some(p.namespace.as_deref().unwrap_or_default())
         };
         Ok(self.store.fleet_summary(scope).await?)
+    }
+
+    /// A stream of watch events after `cursor` (see
+    /// [`crate::watch::start_after`]) that the caller may see: everything
+    /// for installation admins; for a tenant token its own namespace's
+    /// events and those of the clusters its revisions are placed on. With
+    /// `follow` false the stream ends once it has caught up.
+    pub async fn watch(
+        &self,
+        p: &Principal,
+        cursor: Option<i64>,
+        follow: bool,
+    ) -> Result<crate::watch::Subscription> {
+        use crate::watch::{CursorError, Scope};
+        self.check_read(p, Action::Read, p.namespace.as_deref())?;
+        let feed = self
+            .watch
+            .get()
+            .ok_or_else(|| ServiceError::Unavailable("the watch feed is not running".into()))?;
+        let scope = if p.is_installation_admin() {
+            Scope::All
+        } else {
+            let own = self.own_namespace(p).await?;
+            Scope::tenant(own.name, own.id)
+        };
+        let bounds = self.store.event_bounds().await?;
+        let after = crate::watch::start_after(cursor, bounds).map_err(|e| match e {
+            CursorError::Negative(_) => ServiceError::InvalidArgument {
+                field: "cursor".into(),
+                reason: e.to_string(),
+            },
+            CursorError::TooOld { .. } | CursorError::Ahead { .. } => {
+                ServiceError::OutOfRange(e.to_string())
+            }
+        })?;
+        Ok(feed.open(scope, after, follow))
     }
 
     /// Audit events, newest first. Tenant admins read their own namespace.

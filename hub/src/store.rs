@@ -11,6 +11,8 @@
 //! - `credentials.rs`, `sql_credentials.rs`: managed Agent credentials,
 //!   sealed (the store never sees a plaintext), and the copies deploys
 //!   freeze into revisions.
+//! - `watch.rs`, `sql_watch.rs`: the watch API's durable, bounded, ordered
+//!   event log.
 //! - `postgres.rs`, `sqlite.rs`: what differs per backend: connecting,
 //!   migrations, the work-claim statement and error classification.
 //!
@@ -25,7 +27,9 @@ mod postgres;
 mod sql;
 mod sql_credentials;
 mod sql_link;
+mod sql_watch;
 mod sqlite;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -42,6 +46,7 @@ use crate::model::{
 pub use credentials::*;
 pub use link::*;
 pub use sql::SqlStore;
+pub use watch::*;
 
 /// Result type of the store.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -285,7 +290,7 @@ pub struct WorkDue {
 
 /// The desired-state store.
 #[async_trait]
-pub trait Store: LinkStore + CredentialStore + Send + Sync + 'static {
+pub trait Store: LinkStore + CredentialStore + WatchStore + Send + Sync + 'static {
     /// Which backend this is.
     fn backend(&self) -> Backend;
     /// What this store signals after its commits, so waiting loops in this

@@ -64,6 +64,8 @@ pub struct StoreSignals {
     pub work: Signal,
     /// A cluster was revoked: its certificates joined the deny-list.
     pub revocations: Signal,
+    /// Events were appended to the watch log.
+    pub events: Signal,
 }
 
 #[cfg(test)]

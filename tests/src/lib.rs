@@ -13,6 +13,7 @@
 //! - [`spoke_env`]: the spoke's own RBAC and ServiceAccount client in a test cluster.
 //! - [`tunnel`]: a Gateway's CONNECT to the hub's tunnel ingress.
 //! - [`kube_env`]: attach to the real Kubernetes test clusters (`e2e/cluster.sh`).
+//! - [`webdriver`]: headless Chromium over WebDriver (Debian's chromedriver), for the web view.
 //! - [`until`]: poll a fallible condition with a deadline.
 
 pub mod control_env;
@@ -27,6 +28,7 @@ pub mod procs;
 pub mod properties;
 pub mod spoke_env;
 pub mod tunnel;
+pub mod webdriver;
 
 /// Polls `f` every 20 ms until it yields `Some`, failing after `within`
 /// with the last error `f` returned.

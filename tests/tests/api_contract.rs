@@ -47,6 +47,19 @@ async fn call(
     }
     let response = req.send().await.expect("send request");
     let status = response.status().as_u16();
+    let event_stream = response
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if event_stream {
+        // A watch that follows never ends: its status and type are the
+        // answer (the event schemas are checked by tests/tests/watch.rs).
+        return Answer {
+            status,
+            body: Value::Null,
+            text: String::new(),
+        };
+    }
     let text = response.text().await.expect("read body");
     Answer {
         status,
@@ -922,6 +935,7 @@ const TWINS: &[(&str, &str)] = &[
     ("post /api/v1/clusters/{name}/revoke", "RevokeCluster"),
     ("post /api/v1/clusters/{name}/approve", "ApproveCluster"),
     ("get /api/v1/fleet", "GetFleetSummary"),
+    ("get /api/v1/watch", "Watch"),
     ("get /api/v1/audit", "ListAuditEvents"),
     ("get /api/v1/work", "ListWork"),
     ("get /api/v1/work/{id}", "GetWork"),

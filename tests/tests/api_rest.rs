@@ -2692,3 +2692,66 @@ async fn credentials_are_write_only(backend: Backend) {
     never_shows("the database", &raw);
     hub.stop().await;
 }
+
+/// The web fleet view's assets (`/ui`): served without a token, each with
+/// its type, the strict Content-Security-Policy, `nosniff` and
+/// `no-referrer`; the page names no other origin; the data behind it still
+/// needs a token. (The page itself runs in a browser in
+/// `pipeline_e2e::the_web_view_shows_the_fleet_live_in_a_browser`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_view_is_served_embedded_with_a_strict_policy() {
+    let mut hub = TestHub::start(Backend::Sqlite).await;
+    let http = reqwest::Client::new();
+    for (path, content_type) in [
+        ("/ui", "text/html"),
+        ("/ui/", "text/html"),
+        ("/ui/app.js", "text/javascript"),
+        ("/ui/app.css", "text/css"),
+        ("/ui/favicon.svg", "image/svg+xml"),
+    ] {
+        let resp = http
+            .get(format!("{}{path}", hub.rest))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let h = resp.headers();
+        let header = |name: &str| {
+            h.get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert!(
+            header("content-type").starts_with(content_type),
+            "{path}: {}",
+            header("content-type")
+        );
+        assert_eq!(
+            header("content-security-policy"),
+            clawfed_hub::api::ui::CONTENT_SECURITY_POLICY,
+            "{path}"
+        );
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(header("referrer-policy"), "no-referrer", "{path}");
+        let body = resp.text().await.unwrap();
+        // (The icon's XML namespace is a name, not a request.)
+        assert!(
+            path.ends_with(".svg") || !(body.contains("http://") || body.contains("https://")),
+            "{path} names another origin"
+        );
+    }
+    let missing = http
+        .get(format!("{}/ui/other.js", hub.rest))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let data = http
+        .get(format!("{}/api/v1/clusters", hub.rest))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(data.status(), 401, "the lists behind the page need a token");
+    hub.stop().await;
+}

@@ -3407,3 +3407,463 @@ async fn retain_on_agent_delete_keeps_its_state_in_both_clusters() -> Result<()>
     assert_eq!(r1.phase, RevisionPhase::Stopped, "not retired");
     w.finish().await
 }
+
+// ================================================ issue 15: the web fleet view
+
+use clawfed_tests::webdriver::{self, Browser};
+
+/// A display name that runs script if a page ever renders it as HTML.
+const HOSTILE_NAME: &str =
+    r#"<script>window.__xss=1</script> "double" & 'single' <img src=x onerror="window.__xss=2">"#;
+
+impl Rest {
+    /// A tenant with this display name and one Agent placed on `cluster`.
+    async fn tenant_displayed_as(
+        &self,
+        cluster: &str,
+        display_name: &str,
+    ) -> Result<(Namespace, Agent)> {
+        let tenant = format!("t{}", short_id());
+        let ns: Namespace = self
+            .call(
+                Method::POST,
+                "/namespaces",
+                Some(json!({ "name": tenant, "displayName": display_name })),
+            )
+            .await?;
+        let agent: Agent = self
+            .call(
+                Method::POST,
+                &format!("/namespaces/{tenant}/agents"),
+                Some(json!({
+                    "name": format!("a{}", short_id()),
+                    "spec": {
+                        "harnessKind": "dedicated-codex",
+                        "image": HARNESS_IMAGE,
+                        "gatewayImage": gateway_image(),
+                        "placement": { "cluster": cluster },
+                        "requirementLabels": { "example.com/pool": "general" }
+                    }
+                })),
+            )
+            .await?;
+        Ok((ns, agent))
+    }
+
+    async fn stop(&self, ns: &str, agent: &str) -> Result<()> {
+        let (status, text) = self
+            .send(
+                Method::POST,
+                &format!("/namespaces/{ns}/agents/{agent}/stop"),
+                None,
+            )
+            .await?;
+        ensure!(status.is_success(), "stop {ns}/{agent}: {status} {text}");
+        Ok(())
+    }
+}
+
+/// Where the web view test leaves its screenshots: `$CLAWFED_ARTIFACTS`,
+/// else `<target>/tmp/web-view`.
+fn artifacts_dir() -> PathBuf {
+    std::env::var_os("CLAWFED_ARTIFACTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-view"))
+}
+
+/// The `data-state` of cluster `name`'s row, and when the page applied
+/// its last change (the page's clock, ms since the epoch).
+const CLUSTER_ROW: &str = "const r = document.querySelector(`[data-cluster=\"${CSS.escape(arguments[0])}\"]`); \
+     return r && r.dataset.state === arguments[1] ? Number(r.dataset.changedAt || 0) : null;";
+
+/// The `data-phase` of Agent `ns/name`'s row ('' when not deployed).
+const AGENT_PHASE: &str = "const r = document.querySelector(`[data-agent=\"${CSS.escape(arguments[0])}\"]`); \
+     return r ? r.dataset.phase : null;";
+
+/// Signs in on the page shown (the sign-in form) by typing the token and
+/// Enter, and waits for the first render with data.
+async fn sign_in(browser: &Browser, token: &str) -> Result<()> {
+    let input = browser.find("#token").await?;
+    browser
+        .send_keys(&input, &format!("{token}{}", webdriver::ENTER))
+        .await?;
+    browser
+        .wait_for::<bool>(
+            WAIT,
+            "the overview after sign-in",
+            "return document.body.dataset.rendered === '1' && document.getElementById('live').textContent === 'live' ? true : null",
+            vec![],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Waits until the page has no refresh due or running (the counts and
+/// lists it re-reads after events are in).
+async fn settled(browser: &Browser) -> Result<()> {
+    browser
+        .wait_for::<bool>(
+            WAIT,
+            "the page to settle",
+            "return document.body.dataset.refreshing ? null : true",
+            vec![],
+        )
+        .await
+        .map(drop)
+}
+
+/// Moves the keyboard focus to the element `css` selects and checks it
+/// took it (a real link or button, not a bare element).
+async fn focus(browser: &Browser, css: &str) -> Result<()> {
+    let focused: bool = browser
+        .eval(
+            "const e = document.querySelector(arguments[0]); if (!e) return false; \
+             e.focus(); return document.activeElement === e && \
+             (e.tagName === 'A' && e.hasAttribute('href') || e.tagName === 'BUTTON');",
+            vec![json!(css)],
+        )
+        .await?;
+    ensure!(focused, "{css} cannot take the keyboard focus");
+    Ok(())
+}
+
+/// Polls Agent `key`'s phase on the page until it is `want` (or failed),
+/// returning the phases seen on the way.
+async fn phases_until(browser: &Browser, key: &str, want: &[&str]) -> Result<Vec<String>> {
+    let deadline = Instant::now() + WAIT;
+    let mut seen: Vec<String> = Vec::new();
+    loop {
+        let phase: Option<String> = browser.eval(AGENT_PHASE, vec![json!(key)]).await?;
+        if let Some(p) = phase
+            && seen.last() != Some(&p)
+        {
+            seen.push(p.clone());
+        }
+        match seen.last().map(String::as_str) {
+            Some(p) if want.contains(&p) => return Ok(seen),
+            Some("failed") => bail!("{key} failed on the page; phases seen {seen:?}"),
+            _ => {}
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{key} did not reach {want:?} on the page; phases seen {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Issue 15: the web fleet view at `/ui` in headless Chromium (Debian's
+/// chromium and chromedriver, over WebDriver) against a real hub process
+/// (PostgreSQL, Gateways in control, heartbeat 1 s) and a real spoke
+/// process on exec-a: the page signs in with a token it keeps in session
+/// storage only, shows the cluster online, offline within two heartbeats
+/// of the spoke's SIGSTOP and online again after SIGCONT, an Agent going
+/// to `active` live (no reload), a hostile tenant display name as text, an
+/// Agent page (reached with the keyboard) with its revisions and phase
+/// timings; a tenant's token shows none of another tenant's Agents or
+/// events. Prints the first-render timings and saves screenshots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
+    const HEARTBEAT: Duration = Duration::from_secs(1); // HubEnv: link.heartbeatSeconds
+    // The hub notices silence on a heartbeat tick; then the event's commit,
+    // the watch stream and the page's render.
+    const OFFLINE_MARGIN: Duration = Duration::from_millis(800);
+    const FIRST_RENDER_GOAL_MS: f64 = 200.0;
+    clawfed_tests::link::init_test_logging();
+    let control = control_env::control().await?;
+    let exec_a = kube_env::cluster("exec-a").await?;
+    let mut env = HubEnv::new(&control).await?;
+    let mut cleanup = Cleanup::default();
+    let mut hub = env.serve(1).await?;
+    let rest = env.rest().clone();
+    let ui = format!("{}/ui/", rest.base);
+
+    // The page's own answers: strict policy, no sniffing, no referrer.
+    for path in ["/ui", "/ui/", "/ui/app.js", "/ui/app.css"] {
+        let resp = reqwest::get(format!("{}{path}", rest.base)).await?;
+        ensure!(resp.status().is_success(), "{path}: {}", resp.status());
+        let h = resp.headers();
+        let csp = h
+            .get("content-security-policy")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        ensure!(
+            csp.starts_with("default-src 'self'")
+                && csp.contains("frame-ancestors 'none'")
+                && !csp.contains("unsafe-inline"),
+            "{path}: Content-Security-Policy {csp:?}"
+        );
+        ensure!(
+            h.get("x-content-type-options")
+                .is_some_and(|v| v == "nosniff")
+        );
+        ensure!(h.get("referrer-policy").is_some_and(|v| v == "no-referrer"));
+    }
+
+    let cluster_name = format!("exec-a-{}", &short_id()[..6]);
+    let spoke_env = SpokeEnv::new(&env, &exec_a, &cluster_name).await?;
+    let mut spoke = spoke_env.spawn(&env, 1, true)?;
+    rest.wait_online(&cluster_name, WAIT).await?;
+    let (ns_a, agent_a) = rest
+        .tenant_displayed_as(&cluster_name, HOSTILE_NAME)
+        .await?;
+    let (ns_b, agent_b) = rest
+        .tenant_with_agent(&cluster_name, "dedicated-codex")
+        .await?;
+    for (ns, agent) in [(&ns_a, &agent_a), (&ns_b, &agent_b)] {
+        cleanup.track(&control.admin(), ns, &agent.name).await?;
+        cleanup
+            .workspace(&exec_a.admin(), ns, &agent.name, 1)
+            .await?;
+    }
+    // Tenant B runs before anyone looks: its events are in the log.
+    rest.deploy(&ns_b.name, &agent_b.name).await?;
+    let key_a = format!("{}/{}", ns_a.name, agent_a.name);
+    let minted = auth::mint_token();
+    env.store
+        .create_token(&NewToken {
+            name: "viewer-a".into(),
+            namespace: Some(ns_a.name.clone()),
+            role: Role::Viewer,
+            hash: minted.hash,
+            expires_at: None,
+        })
+        .await?;
+    let token_a = minted.secret;
+
+    let browser = Browser::start(&env.logs(), 1280, 900).await?;
+    browser.goto(&ui).await?;
+    sign_in(&browser, &rest.token).await?;
+    browser
+        .wait_for::<f64>(
+            WAIT,
+            "the cluster online on the page",
+            CLUSTER_ROW,
+            vec![json!(cluster_name), json!("online")],
+        )
+        .await?;
+
+    // The token: in this tab's session storage, never in the URL, a
+    // cookie or local storage.
+    let (href, kept, cookie, local): (String, Option<String>, String, u32) = browser
+        .eval(
+            "return [location.href, sessionStorage.getItem('clawfed.token'), document.cookie, localStorage.length]",
+            vec![],
+        )
+        .await?;
+    ensure!(
+        !href.contains(&rest.token),
+        "the token is in the URL {href}"
+    );
+    ensure!(
+        kept.as_deref() == Some(rest.token.as_str()),
+        "the token is not in session storage"
+    );
+    ensure!(
+        cookie.is_empty() && local == 0,
+        "the token leaked to cookies or local storage"
+    );
+
+    // The hostile display name is text: exactly the string, nothing ran,
+    // no element was made of it.
+    let (text, xss, scripts, injected): (String, Option<i64>, u32, u32) = browser
+        .eval(
+            "const c = document.querySelector(`[data-tenant=\"${CSS.escape(arguments[0])}\"] .display-name`); \
+             return [c ? c.textContent : '', window.__xss, document.querySelectorAll('script').length, \
+                     document.querySelectorAll('#view img, #view script').length]",
+            vec![json!(ns_a.name)],
+        )
+        .await?;
+    ensure!(text == HOSTILE_NAME, "the display name reads {text:?}");
+    ensure!(
+        xss.is_none(),
+        "markup in a display name ran: __xss = {xss:?}"
+    );
+    ensure!(
+        scripts == 1 && injected == 0,
+        "{scripts} scripts, {injected} injected elements"
+    );
+
+    // First render on loopback (the token already in session storage):
+    // the browser's paint timing and the page's mark after the overview
+    // with data. Best of three loads: the machine is shared.
+    let mut renders = Vec::new();
+    for _ in 0..3 {
+        browser.refresh().await?;
+        let (fcp, overview): (f64, f64) = browser
+            .wait_for(
+                WAIT,
+                "the overview after a reload",
+                "if (document.body.dataset.rendered !== '1') return null; \
+                 const p = performance.getEntriesByName('first-contentful-paint')[0]; \
+                 const m = performance.getEntriesByName('clawfed:first-render')[0]; \
+                 return p && m ? [p.startTime, m.startTime] : null;",
+                vec![],
+            )
+            .await?;
+        renders.push((fcp, overview));
+    }
+    let best_fcp = renders.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
+    let best_overview = renders.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!(
+        "web view first render (ms, 3 loads): first contentful paint {:?}, overview with data {:?}; \
+         best {best_fcp:.0} / {best_overview:.0} ms, goal {FIRST_RENDER_GOAL_MS} ms: {} \
+         (debug hub, loopback, load average {})",
+        renders.iter().map(|r| r.0.round()).collect::<Vec<_>>(),
+        renders.iter().map(|r| r.1.round()).collect::<Vec<_>>(),
+        if best_fcp <= FIRST_RENDER_GOAL_MS {
+            "met"
+        } else {
+            "missed"
+        },
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    // A regression bound that a loaded 2-core machine still meets; the
+    // goal itself is printed above.
+    ensure!(best_fcp < 1000.0, "first contentful paint {best_fcp} ms");
+
+    // An Agent going to active, live: no reload (the marker survives).
+    browser
+        .eval::<serde_json::Value>("window.__sameDocument = 1; return null", vec![])
+        .await?;
+    rest.deploy(&ns_a.name, &agent_a.name).await?;
+    let phases = phases_until(&browser, &key_a, &["active"]).await?;
+    let same: Option<i64> = browser.eval("return window.__sameDocument", vec![]).await?;
+    ensure!(same == Some(1), "the page reloaded");
+    ensure!(
+        phases.len() >= 2,
+        "the page went straight to active: {phases:?}"
+    );
+    eprintln!("phases the page showed for {key_a}: {phases:?}");
+
+    // SIGSTOP: offline on the page within two heartbeats; SIGCONT: online.
+    let stopped_ms = chrono::Utc::now().timestamp_millis();
+    spoke.signal("-STOP")?;
+    let changed_ms: f64 = browser
+        .wait_for(
+            Duration::from_secs(15),
+            "the cluster offline on the page",
+            CLUSTER_ROW,
+            vec![json!(cluster_name), json!("offline")],
+        )
+        .await?;
+    let offline_after = Duration::from_millis((changed_ms as i64 - stopped_ms).max(0) as u64);
+    spoke.signal("-CONT")?;
+    let resumed_ms = chrono::Utc::now().timestamp_millis();
+    let online_ms: f64 = browser
+        .wait_for(
+            Duration::from_secs(15),
+            "the cluster online again on the page",
+            CLUSTER_ROW,
+            vec![json!(cluster_name), json!("online")],
+        )
+        .await?;
+    eprintln!(
+        "the page showed {cluster_name} offline {offline_after:?} after SIGSTOP (heartbeat {HEARTBEAT:?}), \
+         online {} ms after SIGCONT",
+        online_ms as i64 - resumed_ms
+    );
+    ensure!(
+        offline_after <= 2 * HEARTBEAT + OFFLINE_MARGIN,
+        "offline shown {offline_after:?} after SIGSTOP"
+    );
+    let expiry: String = browser
+        .eval(
+            "return document.querySelector(`[data-cluster=\"${CSS.escape(arguments[0])}\"] td:nth-child(5)`).textContent",
+            vec![json!(cluster_name)],
+        )
+        .await?;
+    ensure!(expiry != "-", "no certificate expiry shown");
+    settled(&browser).await?;
+    let artifacts = artifacts_dir();
+    browser.screenshot(&artifacts.join("overview.png")).await?;
+
+    // The Agent page, reached with the keyboard: the Agent's link focused
+    // (the page keeps focus across its live re-renders), then Enter.
+    focus(&browser, &format!("[data-key=\"agent:{key_a}\"]")).await?;
+    browser.press(webdriver::ENTER).await?;
+    let (timings, tenant): (u32, String) = browser
+        .wait_for(
+            WAIT,
+            "revision 1 active with its phase timings on the Agent page",
+            "const r = document.querySelector('[data-revision=\"1\"]'); \
+             if (!r || r.dataset.phase !== 'active') return null; \
+             const t = document.querySelector('dd.display-name'); \
+             return [r.querySelectorAll('.timings li').length, t ? t.textContent : ''];",
+            vec![],
+        )
+        .await?;
+    ensure!(timings >= 3, "{timings} phase timings");
+    ensure!(
+        tenant == HOSTILE_NAME,
+        "the Agent page shows the tenant as {tenant:?}"
+    );
+    let hash: String = browser.eval("return location.hash", vec![]).await?;
+    ensure!(hash == format!("#/agent/{key_a}"), "{hash}");
+    settled(&browser).await?;
+    browser.screenshot(&artifacts.join("agent.png")).await?;
+
+    // Tenant A's token: its own Agent, never tenant B's, not even from
+    // events B's stop makes while A's page watches.
+    browser.goto(&ui).await?;
+    focus(&browser, "#signout").await?;
+    browser.press(webdriver::ENTER).await?;
+    let gone: Option<String> = browser
+        .eval("return sessionStorage.getItem('clawfed.token')", vec![])
+        .await?;
+    ensure!(gone.is_none(), "sign-out kept the token");
+    sign_in(&browser, &token_a).await?;
+    phases_until(&browser, &key_a, &["active"]).await?;
+    rest.stop(&ns_b.name, &agent_b.name).await?;
+    until(WAIT, "tenant B's revision stopping", || async {
+        let r = rest.revision(&ns_b.name, &agent_b.name, 1).await?;
+        Ok(matches!(r.phase, RevisionPhase::Stopping | RevisionPhase::Stopped).then_some(()))
+    })
+    .await?;
+    // Events are ordered: once A's stop shows, B's earlier ones were sent
+    // to this page if they ever would be.
+    rest.stop(&ns_a.name, &agent_a.name).await?;
+    phases_until(&browser, &key_a, &["stopping", "stopped"]).await?;
+    let (body, seen): (String, String) = browser
+        .eval(
+            "return [document.body.innerText, document.body.dataset.eventNamespaces || '']",
+            vec![],
+        )
+        .await?;
+    ensure!(
+        !body.contains(&ns_b.name) && !body.contains(&agent_b.name),
+        "tenant A's page shows tenant B:\n{body}"
+    );
+    let seen: Vec<&str> = seen.split_whitespace().collect();
+    ensure!(
+        seen.contains(&ns_a.name.as_str()) && !seen.contains(&ns_b.name.as_str()),
+        "tenant A's page received events of {seen:?}"
+    );
+
+    let console = browser.console().await?;
+    ensure!(
+        !console
+            .iter()
+            .any(|l| l.starts_with("SEVERE") || l.contains("Content Security Policy")),
+        "the browser console:\n{}",
+        console.join("\n")
+    );
+    browser.close().await;
+    spoke.terminate().await;
+    hub.terminate().await;
+    for log in [&hub.stdout, &hub.stderr] {
+        let text = Proc::text(log);
+        ensure!(
+            !text.contains(&rest.token) && !text.contains(&token_a),
+            "a token reached the hub's log {}",
+            log.display()
+        );
+    }
+    eprintln!("screenshots: {}", artifacts.display());
+    cleanup.run().await?;
+    Ok(())
+}

@@ -32,6 +32,8 @@ pub enum ErrorCode {
     FailedPrecondition,
     PayloadTooLarge,
     Unavailable,
+    /// A watch cursor older than the kept log (HTTP 410 Gone).
+    OutOfRange,
     Internal,
 }
 
@@ -47,6 +49,7 @@ impl ErrorCode {
             ServiceError::Conflict(_) => Self::Conflict,
             ServiceError::FailedPrecondition(_) => Self::FailedPrecondition,
             ServiceError::Unavailable(_) => Self::Unavailable,
+            ServiceError::OutOfRange(_) => Self::OutOfRange,
             ServiceError::Internal(_) => Self::Internal,
         }
     }
@@ -63,6 +66,7 @@ impl ErrorCode {
             Self::FailedPrecondition => "failed_precondition",
             Self::PayloadTooLarge => "payload_too_large",
             Self::Unavailable => "unavailable",
+            Self::OutOfRange => "out_of_range",
             Self::Internal => "internal",
         }
     }
@@ -77,6 +81,7 @@ impl ErrorCode {
             Self::AlreadyExists | Self::Conflict | Self::FailedPrecondition => StatusCode::CONFLICT,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::OutOfRange => StatusCode::GONE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -93,6 +98,7 @@ impl ErrorCode {
             Self::FailedPrecondition => tonic::Code::FailedPrecondition,
             Self::PayloadTooLarge => tonic::Code::ResourceExhausted,
             Self::Unavailable => tonic::Code::Unavailable,
+            Self::OutOfRange => tonic::Code::OutOfRange,
             Self::Internal => tonic::Code::Internal,
         }
     }

@@ -370,8 +370,68 @@ fn limit(n: i64) -> Option<i64> {
     if n == 0 { None } else { Some(n) }
 }
 
+/// A frame of a watch stream as a gRPC message.
+fn watch_message(frame: crate::watch::Frame) -> pb::WatchEvent {
+    use crate::model::event::EventBody;
+    use crate::watch::Frame;
+    match frame {
+        Frame::Event(e) => pb::WatchEvent {
+            cursor: e.cursor,
+            at: e.at.to_rfc3339(),
+            kind: e.body.kind().to_owned(),
+            namespace: e.namespace.clone().unwrap_or_default(),
+            cluster: e.cluster.clone().unwrap_or_default(),
+            body_json: e.body.body_json().to_string(),
+        },
+        Frame::Relist(r) => {
+            let body = EventBody::Relist(r);
+            pb::WatchEvent {
+                cursor: 0,
+                at: Utc::now().to_rfc3339(),
+                kind: body.kind().to_owned(),
+                namespace: String::new(),
+                cluster: String::new(),
+                body_json: body.body_json().to_string(),
+            }
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl AdminService for AdminApi {
+    type WatchStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<pb::WatchEvent, Status>> + Send + 'static>,
+    >;
+
+    async fn watch(&self, req: Request<pb::WatchRequest>) -> Reply<Self::WatchStream> {
+        use crate::model::event::{RelistEvent, RelistReason};
+        use crate::watch::Frame;
+        use futures::StreamExt;
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        match self
+            .service
+            .watch(&p, r.cursor, r.follow.unwrap_or(true))
+            .await
+        {
+            Ok(subscription) => Ok(Response::new(Box::pin(
+                subscription.into_stream().map(|f| Ok(watch_message(f))),
+            ))),
+            // A terminal event, not OUT_OF_RANGE: the codec layer reserves
+            // that code's trailers-only answers (see `codec_status_codes`).
+            Err(ServiceError::OutOfRange(message)) => {
+                let relist = Frame::Relist(RelistEvent {
+                    reason: RelistReason::CursorTooOld,
+                    message,
+                });
+                Ok(Response::new(Box::pin(futures::stream::once(async move {
+                    Ok(watch_message(relist))
+                }))))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     async fn create_namespace(
         &self,
         req: Request<pb::CreateNamespaceRequest>,

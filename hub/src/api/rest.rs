@@ -39,7 +39,14 @@ type ApiResult<T> = Result<T, ApiError>;
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
-    components(schemas(ErrorBody))
+    components(schemas(
+        ErrorBody,
+        crate::model::event::ClusterEvent,
+        crate::model::event::RevisionPhaseEvent,
+        crate::model::event::ReadinessEvent,
+        crate::model::event::WorkFailedEvent,
+        crate::model::event::RelistEvent
+    ))
 )]
 struct ApiDoc;
 
@@ -154,6 +161,7 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(revoke_cluster))
         .routes(routes!(approve_cluster))
         .routes(routes!(fleet))
+        .routes(routes!(watch))
         .routes(routes!(list_audit))
         .routes(routes!(list_work))
         .routes(routes!(get_work));
@@ -814,6 +822,80 @@ async fn revoke_cluster(
     responses((status = 200, body = FleetSummary)))]
 async fn fleet(State(s): State<AppState>, Caller(p): Caller) -> ApiResult<Json<FleetSummary>> {
     Ok(Json(s.service.fleet_summary(&p).await?))
+}
+
+/// Where a watch starts and whether it follows.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct WatchParams {
+    /// Stream the events after this cursor (an event's `cursor`, or the
+    /// SSE `id`). Absent: only events from now on (or after the
+    /// `Last-Event-ID` header's cursor); `0`: every kept event. A cursor
+    /// older than the oldest kept event, or never given out, is a 410.
+    #[param(minimum = 0)]
+    cursor: Option<i64>,
+    /// `false`: end the stream once it has caught up with the log.
+    follow: Option<bool>,
+}
+
+/// Watch events as Server-Sent Events: each has `id` = its cursor,
+/// `event` = its kind (`cluster.connected`, `cluster.offline`,
+/// `cluster.revoked`, `revision.phase`, `readiness`, `work.failed`) and
+/// `data` = the event as JSON (`cursor`, `at`, `namespace`, `cluster`,
+/// `kind`, `body`; bodies: ClusterEvent, RevisionPhaseEvent,
+/// ReadinessEvent, WorkFailedEvent). A tenant token sees its own
+/// namespace's events and those of the clusters its revisions are placed
+/// on. A client that leaves its stream's buffer full is cut off with a
+/// final `relist` event (RelistEvent); it then re-lists, or watches again
+/// from the cursor of the last event it received.
+#[utoipa::path(get, path = "/api/v1/watch", tag = "watch", params(WatchParams),
+    responses(
+        (status = 200, description = "The event stream", content_type = "text/event-stream",
+            body = String),
+        (status = 410, description = "The cursor is older than the oldest kept event (or \
+            ahead of the log): re-list, then watch without a cursor", body = ErrorBody)))]
+async fn watch(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Params(q): Params<WatchParams>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    use crate::watch::Frame;
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let cursor = match (q.cursor, headers.get("last-event-id")) {
+        (Some(c), _) => Some(c),
+        (None, Some(v)) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .ok_or_else(|| ServiceError::InvalidArgument {
+                    field: "Last-Event-ID".into(),
+                    reason: "must be an event cursor (an integer)".into(),
+                })?,
+        ),
+        (None, None) => None,
+    };
+    let subscription = s
+        .service
+        .watch(&p, cursor, q.follow.unwrap_or(true))
+        .await?;
+    let events = futures::StreamExt::map(subscription.into_stream(), |frame| {
+        let event = match frame {
+            Frame::Event(e) => Event::default()
+                .id(e.cursor.to_string())
+                .event(e.body.kind())
+                .json_data(e.as_ref()),
+            Frame::Relist(r) => Event::default()
+                .event("relist")
+                .json_data(crate::model::event::EventBody::Relist(r)),
+        };
+        // Serializing these types cannot fail; an empty event if it did.
+        Ok::<_, std::convert::Infallible>(event.unwrap_or_default())
+    });
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }
 
 /// Filters of the audit listing.

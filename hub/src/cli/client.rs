@@ -104,7 +104,22 @@ enum Command {
     /// RUNNING those with an active revision on a cluster, NOT RUNNING the
     /// gap (asked to run, not yet placed, applied or Ready, or failed) and
     /// STOPPED those asked to stop.
-    Fleet,
+    Fleet {
+        /// Keep the table on screen and redraw it on every watch event.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Watch events (cluster connected/offline, revision phases, readiness
+    /// verdicts, work failures) that the token may see, oldest first.
+    Events {
+        /// Keep following new events (Ctrl-C ends).
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Start after this cursor (an event's CURSOR). Default: every
+        /// kept event, or with --follow only new ones.
+        #[arg(long)]
+        cursor: Option<i64>,
+    },
     /// Audit events, newest first.
     Audit {
         #[arg(long, short = 'n')]
@@ -419,6 +434,8 @@ type CliResult<T> = Result<T, CliError>;
 #[derive(Debug, Clone)]
 pub struct Client {
     http: reqwest::Client,
+    /// For event streams: no overall timeout (they last), a connect one.
+    watch_http: reqwest::Client,
     server: String,
     token: Option<String>,
 }
@@ -432,8 +449,13 @@ impl Client {
             .timeout(std::time::Duration::from_secs(30))
             .build()
             .map_err(|e| CliError::Other(format!("cannot build HTTP client: {e}")))?;
+        let watch_http = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|e| CliError::Other(format!("cannot build HTTP client: {e}")))?;
         Ok(Self {
             http,
+            watch_http,
             server: server.trim_end_matches('/').to_owned(),
             token,
         })
@@ -511,6 +533,46 @@ impl Client {
         self.send::<serde_json::Value>(self.http.delete(self.url(path)))
             .await
             .map(|_| ())
+    }
+
+    /// Opens the watch stream after `cursor` (see `GET /api/v1/watch`).
+    pub async fn watch(
+        &self,
+        cursor: Option<i64>,
+        follow: bool,
+    ) -> CliResult<super::watch::EventReader> {
+        let mut query = vec![format!("follow={follow}")];
+        if let Some(c) = cursor {
+            query.push(format!("cursor={c}"));
+        }
+        let mut req = self
+            .watch_http
+            .get(self.url(&format!("/watch?{}", query.join("&"))))
+            .header("accept", "text/event-stream");
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let response = req.send().await.map_err(|source| CliError::Unreachable {
+            server: self.server.clone(),
+            source,
+        })?;
+        let status = response.status();
+        if !status.is_success() {
+            let bytes = response.bytes().await.unwrap_or_default();
+            return Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
+                Ok(body) => CliError::Api {
+                    status: status.as_u16(),
+                    code: body.error.code,
+                    message: body.error.message,
+                },
+                Err(_) => CliError::Api {
+                    status: status.as_u16(),
+                    code: "unknown".into(),
+                    message: String::from_utf8_lossy(&bytes).trim().to_owned(),
+                },
+            });
+        }
+        Ok(super::watch::EventReader::new(response))
     }
 
     /// Deploys with an idempotency key, once.
@@ -847,7 +909,9 @@ async fn run(cli: Cli) -> CliResult<String> {
             )
             .await?,
         ),
-        Command::Fleet => {
+        Command::Fleet { watch: true } => watch_fleet(&c, f).await,
+        Command::Events { follow, cursor } => events(&c, f, follow, cursor).await,
+        Command::Fleet { watch: false } => {
             let summary = c.get::<FleetSummary>("/fleet").await?;
             if f != Format::Table {
                 return one(f, summary);
@@ -935,54 +999,178 @@ async fn wait_for_revision(
     agent: &str,
     timeout: Duration,
 ) -> CliResult<()> {
+    use super::watch::Frame;
     let started = std::time::Instant::now();
     let mut last: Option<(i64, RevisionPhase)> = None;
+    // Watch first, then look: a change between the look and the wait is
+    // an event on the stream, never missed.
+    let mut events = c.watch(None, true).await?;
     loop {
-        let a: Agent = c
-            .get(&format!("/namespaces/{namespace}/agents/{agent}"))
-            .await?;
-        let Some(number) = a.latest_revision else {
-            return Err(CliError::Usage(format!(
-                "agent {agent} has no revision to wait for; deploy it first"
-            )));
-        };
-        let rev: AgentRevision = c
-            .get(&format!(
-                "/namespaces/{namespace}/agents/{agent}/revisions/{number}"
-            ))
-            .await?;
-        if last != Some((number, rev.phase)) {
-            last = Some((number, rev.phase));
-            eprintln!(
-                "revision {number}: {} (+{:.1}s){}",
-                rev.phase.as_str(),
-                started.elapsed().as_secs_f64(),
-                rev.reason
-                    .as_deref()
-                    .map(|r| format!(" — {r}"))
-                    .unwrap_or_default()
-            );
+        if revision_settled(c, namespace, agent, started, &mut last).await? {
+            return Ok(());
         }
-        match rev.phase {
-            RevisionPhase::Active | RevisionPhase::Stopped | RevisionPhase::Retired => {
-                return Ok(());
-            }
-            RevisionPhase::Failed => {
+        // Until an event about this Agent's revisions (or a re-list).
+        loop {
+            let Some(remaining) = timeout.checked_sub(started.elapsed()) else {
+                let (number, phase) = last.unwrap_or((0, RevisionPhase::Pending));
                 return Err(CliError::Other(format!(
-                    "revision {number} failed: {}",
-                    rev.reason.unwrap_or_default()
+                    "revision {number} still {} after {}s",
+                    phase.as_str(),
+                    timeout.as_secs()
+                )));
+            };
+            match tokio::time::timeout(remaining, events.next()).await {
+                Err(_) => continue, // the deadline; reported above
+                Ok(Ok(Some(Frame::Event(e)))) => {
+                    let ours = e.namespace.as_deref() == Some(namespace)
+                        && matches!(&e.body, crate::model::event::EventBody::RevisionPhase(p) if p.agent == agent);
+                    if ours {
+                        break;
+                    }
+                }
+                // Cut off, ended or broken: watch again and look again.
+                Ok(Ok(Some(Frame::Relist(_)) | None) | Err(_)) => {
+                    events = c.watch(None, true).await?;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Looks at the Agent's latest revision once, printing a phase it has not
+/// printed yet; true when the revision settled (active, stopped, retired),
+/// an error when it failed.
+async fn revision_settled(
+    c: &Client,
+    namespace: &str,
+    agent: &str,
+    started: std::time::Instant,
+    last: &mut Option<(i64, RevisionPhase)>,
+) -> CliResult<bool> {
+    let a: Agent = c
+        .get(&format!("/namespaces/{namespace}/agents/{agent}"))
+        .await?;
+    let Some(number) = a.latest_revision else {
+        return Err(CliError::Usage(format!(
+            "agent {agent} has no revision to wait for; deploy it first"
+        )));
+    };
+    let rev: AgentRevision = c
+        .get(&format!(
+            "/namespaces/{namespace}/agents/{agent}/revisions/{number}"
+        ))
+        .await?;
+    if *last != Some((number, rev.phase)) {
+        *last = Some((number, rev.phase));
+        eprintln!(
+            "revision {number}: {} (+{:.1}s){}",
+            rev.phase.as_str(),
+            started.elapsed().as_secs_f64(),
+            rev.reason
+                .as_deref()
+                .map(|r| format!(" — {r}"))
+                .unwrap_or_default()
+        );
+    }
+    match rev.phase {
+        RevisionPhase::Active | RevisionPhase::Stopped | RevisionPhase::Retired => Ok(true),
+        RevisionPhase::Failed => Err(CliError::Other(format!(
+            "revision {number} failed: {}",
+            rev.reason.unwrap_or_default()
+        ))),
+        _ => Ok(false),
+    }
+}
+
+/// How many times in a row a live view opens its stream again before it
+/// gives up.
+const REOPEN_ATTEMPTS: u32 = 5;
+
+/// `clawfed events`: prints events as they come (table lines, or one JSON
+/// object per line with `-o json`).
+async fn events(c: &Client, f: Format, follow: bool, cursor: Option<i64>) -> CliResult<String> {
+    use super::watch::{Frame, header, line};
+    use std::io::Write;
+    // Without --follow the whole kept log is the default; following, the
+    // news.
+    let cursor = cursor.or(if follow { None } else { Some(0) });
+    let mut reader = c.watch(cursor, follow).await?;
+    let mut out = std::io::stdout();
+    if f == Format::Table {
+        let _ = writeln!(out, "{}", header());
+    }
+    loop {
+        match reader
+            .next()
+            .await
+            .map_err(|e| CliError::Other(e.to_string()))?
+        {
+            Some(Frame::Event(e)) => {
+                let text = match f {
+                    Format::Table => line(&e),
+                    _ => serde_json::to_string(&e).map_err(|e| CliError::Other(e.to_string()))?,
+                };
+                let _ = writeln!(out, "{text}");
+                let _ = out.flush();
+            }
+            Some(Frame::Relist(r)) => {
+                return Err(CliError::Other(format!(
+                    "the hub ended the stream: {}",
+                    r.message
                 )));
             }
-            _ => {}
+            None => return Ok(String::new()),
         }
-        if started.elapsed() > timeout {
-            return Err(CliError::Other(format!(
-                "revision {number} still {} after {}s",
-                rev.phase.as_str(),
-                timeout.as_secs()
-            )));
+    }
+}
+
+/// `clawfed fleet --watch`: the fleet table, redrawn after each burst of
+/// events (events arriving together make one redraw).
+async fn watch_fleet(c: &Client, f: Format) -> CliResult<String> {
+    use super::watch::Frame;
+    use std::io::Write;
+    let mut failures = 0;
+    loop {
+        // Watch first, then read the table: nothing between is missed.
+        let mut reader = match c.watch(None, true).await {
+            Ok(r) => r,
+            Err(e) if failures < REOPEN_ATTEMPTS && e.is_retryable() => {
+                failures += 1;
+                tokio::time::sleep(Duration::from_secs(1 << failures)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        failures = 0;
+        loop {
+            let summary = c.get::<FleetSummary>("/fleet").await?;
+            let clusters = c.get::<List<Cluster>>("/clusters").await?;
+            let table = if f == Format::Table {
+                format!("{}\n{}", one(f, summary)?, list(f, clusters)?)
+            } else {
+                one(f, summary)?
+            };
+            let mut out = std::io::stdout();
+            // Clear the screen and home the cursor, then the table.
+            let _ = write!(
+                out,
+                "\x1b[2J\x1b[H{table}\nupdated {} (watching; Ctrl-C ends)\n",
+                chrono::Utc::now().format("%H:%M:%S")
+            );
+            let _ = out.flush();
+            match reader.next().await {
+                Ok(Some(Frame::Event(_))) => {
+                    // Coalesce a burst: what else arrives within 200 ms.
+                    while let Ok(Ok(Some(Frame::Event(_)))) =
+                        tokio::time::timeout(Duration::from_millis(200), reader.next()).await
+                    {
+                    }
+                }
+                // Cut off, ended or broken: watch again, read again.
+                _ => break,
+            }
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

@@ -188,6 +188,63 @@ impl From<pb::ReadinessObservation> for ReadinessReport {
     }
 }
 
+/// The watch event a stored report makes, if any: a readiness verdict on
+/// a Harness target, or a work result the spoke gave up on (`applied`
+/// false, not retrying).
+pub fn watch_event(
+    cluster: &str,
+    target: &str,
+    kind: &str,
+    body: &serde_json::Value,
+) -> Option<crate::store::NewEvent> {
+    use crate::model::event::{EventBody, ReadinessEvent, WorkFailedEvent, WorkFailureSource};
+    use clawfed_proto::work::target::Target;
+    let parsed: Target = target.parse().ok()?;
+    let body = match kind {
+        READINESS => {
+            let Target::Harness {
+                agent, revision, ..
+            } = &parsed
+            else {
+                return None;
+            };
+            let r: ReadinessReport = serde_json::from_value(body.clone()).ok()?;
+            EventBody::Readiness(ReadinessEvent {
+                agent: agent.clone(),
+                number: *revision,
+                revision_id: r.revision_id,
+                ready: r.ready,
+                reason: r.reason,
+                error: r.error,
+                live_candidates: r.live_candidates,
+                ready_candidates: r.ready_candidates,
+                pod: r.pod,
+                startup_reason: r.startup_reason,
+            })
+        }
+        WORK_RESULT => {
+            let r: WorkResultReport = serde_json::from_value(body.clone()).ok()?;
+            if r.applied || r.retrying {
+                return None;
+            }
+            EventBody::WorkFailed(WorkFailedEvent {
+                source: WorkFailureSource::Spoke,
+                work_id: None,
+                work_kind: r.kind,
+                target: target.to_owned(),
+                error: r.reason,
+                attempts: None,
+            })
+        }
+        _ => return None,
+    };
+    Some(crate::store::NewEvent {
+        namespace_id: Some(parsed.namespace_id().to_owned()),
+        cluster: Some(cluster.to_owned()),
+        body,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

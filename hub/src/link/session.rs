@@ -649,6 +649,16 @@ impl Session {
             )
             .await
             .map_err(Self::store_err)?;
+        if let Some(event) =
+            super::report::watch_event(&self.cluster.name, &report.target, kind, &body)
+        {
+            // Right after the report (it goes through the group commit,
+            // which has no room for an event): a watcher may see the
+            // verdict a moment after it is stored, never before.
+            if let Err(e) = self.state.store.append_event(&event).await {
+                tracing::warn!(cluster = %self.cluster.name, error = %e, "link.watch_event_failed");
+            }
+        }
         if let Some(listener) = &self.state.listener {
             listener.on_report(&id, &report.target, kind).await;
         }

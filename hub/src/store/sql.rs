@@ -1032,30 +1032,78 @@ impl Store for SqlStore {
         reason: Option<&str>,
         progress: &crate::model::RevisionProgress,
     ) -> Result<AgentRevision> {
-        let updated = sqlx::query(
-            "UPDATE agent_revisions SET phase = $1, reason = $2, progress = $3, updated_at = $4, \
-             version = version + 1 WHERE id = $5 AND version = $6",
+        // One transaction: the phase change and its watch event commit
+        // together. The row is read first (at the expected version, so the
+        // compare-and-swap below sees the same state) to know whether the
+        // phase or reason changed.
+        let mut tx = self.begin().await?;
+        let before = sqlx::query(
+            "SELECT r.phase, r.reason, r.version, a.namespace_id FROM agent_revisions r \
+             JOIN agents a ON a.id = r.agent_id WHERE r.id = $1",
         )
-        .bind(phase.as_str())
-        .bind(reason.map(str::to_owned))
-        .bind(to_json(progress)?)
-        .bind(ms(Utc::now()))
         .bind(id.to_owned())
-        .bind(expected_version)
-        .execute(&self.pool)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(|e| self.classify(e))?
-        .rows_affected();
+        .ok_or_else(|| not_found("revision", id))?;
+        let (old_phase, old_reason, version, namespace_id): (String, Option<String>, i64, String) = (
+            get(&before, "revision", "phase")?,
+            get(&before, "revision", "reason")?,
+            get(&before, "revision", "version")?,
+            get(&before, "revision", "namespace_id")?,
+        );
+        let updated = if version == expected_version {
+            sqlx::query(
+                "UPDATE agent_revisions SET phase = $1, reason = $2, progress = $3, \
+                 updated_at = $4, version = version + 1 WHERE id = $5 AND version = $6",
+            )
+            .bind(phase.as_str())
+            .bind(reason.map(str::to_owned))
+            .bind(to_json(progress)?)
+            .bind(ms(Utc::now()))
+            .bind(id.to_owned())
+            .bind(expected_version)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?
+            .rows_affected()
+        } else {
+            0
+        };
         if updated == 0 {
-            // Missing, or someone else saved first: the caller's facts are stale.
-            self.get_revision_by_id(id).await?;
+            // Someone else saved first: the caller's facts are stale.
             return Err(StoreError::Conflict {
                 kind: "revision",
                 name: id.to_owned(),
                 expected: expected_version,
             });
         }
-        self.get_revision_by_id(id).await
+        let saved = self.revision_by_id(&mut tx, id).await?;
+        let changed = old_phase != phase.as_str() || old_reason.as_deref() != reason;
+        if changed {
+            let event = super::NewEvent {
+                namespace_id: Some(namespace_id),
+                cluster: saved.resolved_cluster.clone(),
+                body: crate::model::event::EventBody::RevisionPhase(
+                    crate::model::event::RevisionPhaseEvent {
+                        agent: saved.agent.clone(),
+                        number: saved.number,
+                        revision_id: saved.id.clone(),
+                        phase,
+                        previous_phase: RevisionPhase::parse(&old_phase),
+                        reason: reason.map(str::to_owned),
+                        phases: progress.phases.clone(),
+                        durations_ms: progress.durations_ms.clone(),
+                    },
+                ),
+            };
+            self.insert_event(&mut tx, &event, Utc::now()).await?;
+        }
+        self.commit(tx).await?;
+        if changed {
+            self.events_committed();
+        }
+        Ok(saved)
     }
 
     async fn begin_agent_pass(
@@ -1287,8 +1335,30 @@ impl Store for SqlStore {
         error: &str,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        self.settle_claim(worker, id, WorkState::Failed, None, error, now)
-            .await
+        let failed = self
+            .settle_claim(worker, id, WorkState::Failed, None, error, now)
+            .await?;
+        if failed {
+            // Right after the failure (settling has no transaction of its
+            // own to share): the item as it failed, for watchers.
+            let item = self.get_work(id).await?;
+            let event = super::NewEvent {
+                namespace_id: item.namespace_id.clone(),
+                cluster: None,
+                body: crate::model::event::EventBody::WorkFailed(
+                    crate::model::event::WorkFailedEvent {
+                        source: crate::model::event::WorkFailureSource::Queue,
+                        work_id: Some(item.id.clone()),
+                        work_kind: item.kind.clone(),
+                        target: item.target.clone(),
+                        error: error.to_owned(),
+                        attempts: Some(item.attempts),
+                    },
+                ),
+            };
+            super::WatchStore::append_event(self, &event).await?;
+        }
+        Ok(failed)
     }
 
     async fn defer_work(

@@ -325,7 +325,9 @@ impl LinkStore for SqlStore {
         .await
         .map_err(|e| self.classify(e))?;
         self.write_effects(&mut tx, fx, at).await?;
+        self.insert_cluster_event(&mut tx, &id, at).await?;
         self.commit_effects(tx, fx).await?;
+        self.events_committed();
         // The link closes the cluster's session on this, not on its poll.
         self.store_signals().revocations.notify();
         self.get_cluster_by_id(&id).await
@@ -364,7 +366,17 @@ impl LinkStore for SqlStore {
             ),
             None => (None, None),
         };
-        sqlx::query(
+        // With its watch event in one transaction: a Hello (connected) or a
+        // change of state is an event; a heartbeat's last_seen is not.
+        let mut tx = self.begin().await?;
+        let before: Option<String> =
+            sqlx::query("SELECT connection_state FROM clusters WHERE id = $1")
+                .bind(cluster_id.to_owned())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?
+                .map(|r| r.get(0));
+        let updated = sqlx::query(
             "UPDATE clusters SET connection_state = $1, last_seen = $2, \
              version = COALESCE($3, version), capabilities = COALESCE($4, capabilities) \
              WHERE id = $5 AND revoked_at IS NULL",
@@ -374,23 +386,54 @@ impl LinkStore for SqlStore {
         .bind(version)
         .bind(capabilities)
         .bind(cluster_id.to_owned())
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await
-        .map_err(|e| self.classify(e))?;
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        let changed = before.as_deref() != Some(state.as_str());
+        let event = updated == 1 && (hello.is_some() || changed);
+        if event {
+            self.insert_cluster_event(&mut tx, cluster_id, Utc::now())
+                .await?;
+        }
+        self.commit(tx).await?;
+        if event {
+            self.events_committed();
+        }
         Ok(())
     }
 
     async fn mark_stale_offline(&self, before: DateTime<Utc>) -> Result<u64> {
-        Ok(sqlx::query(
-            "UPDATE clusters SET connection_state = 'offline' \
-             WHERE connection_state = 'online' AND revoked_at IS NULL \
+        let mut tx = self.begin().await?;
+        let stale: Vec<String> = sqlx::query(
+            "SELECT id FROM clusters WHERE connection_state = 'online' AND revoked_at IS NULL \
              AND (last_seen IS NULL OR last_seen < $1)",
         )
         .bind(ms(before))
-        .execute(self.pool())
+        .fetch_all(&mut *tx)
         .await
         .map_err(|e| self.classify(e))?
-        .rows_affected())
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+        let mut marked = 0;
+        for id in &stale {
+            marked += sqlx::query(
+                "UPDATE clusters SET connection_state = 'offline' \
+                 WHERE id = $1 AND connection_state = 'online' AND revoked_at IS NULL",
+            )
+            .bind(id.clone())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?
+            .rows_affected();
+            self.insert_cluster_event(&mut tx, id, Utc::now()).await?;
+        }
+        self.commit(tx).await?;
+        if !stale.is_empty() {
+            self.events_committed();
+        }
+        Ok(marked)
     }
 
     async fn outbox_put(
@@ -747,4 +790,54 @@ fn report_from_row(r: &sqlx::any::AnyRow) -> Result<SpokeReport> {
         })?,
         received_at: from_ms(r.get(5)),
     })
+}
+
+impl SqlStore {
+    /// Appends a watch event with the cluster's state as `tx` sees it:
+    /// connected, offline or revoked, with last seen, version,
+    /// capabilities and the expiry of its newest unrevoked certificate.
+    async fn insert_cluster_event(
+        &self,
+        tx: &mut super::sql::Tx,
+        cluster_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        use crate::model::event::{ClusterEvent, EventBody};
+        let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE id = $1");
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(cluster_id.to_owned())
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(|e| self.classify(e))?;
+        let cluster = cluster_from_row(&row)?;
+        let expires: Option<i64> = sqlx::query(
+            "SELECT MAX(not_after) FROM cluster_certificates \
+             WHERE cluster_id = $1 AND revoked_at IS NULL",
+        )
+        .bind(cluster_id.to_owned())
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .try_get(0)
+        .map_err(|e| self.classify(e))?;
+        let state = ClusterEvent {
+            state: cluster.connection_state,
+            last_seen: cluster.last_seen,
+            version: cluster.version,
+            capabilities: cluster.capabilities,
+            certificate_expires_at: expires.map(from_ms),
+        };
+        let body = match cluster.connection_state {
+            ConnectionState::Online => EventBody::ClusterConnected(state),
+            ConnectionState::Revoked => EventBody::ClusterRevoked(state),
+            _ => EventBody::ClusterOffline(state),
+        };
+        let event = super::NewEvent {
+            namespace_id: None,
+            cluster: Some(cluster.name),
+            body,
+        };
+        self.insert_event(tx, &event, now).await?;
+        Ok(())
+    }
 }

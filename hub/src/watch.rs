@@ -1,0 +1,515 @@
+//! The watch API's in-process fan-out (issue 15).
+//!
+//! The store keeps the durable, ordered event log; this room streams it.
+//! One tail task per hub reads events appended after the last one it saw,
+//! woken by the store's `events` signal (commits in this process) or by a
+//! slow safety poll (commits by other replicas), and broadcasts them over
+//! one bounded ring shared by every stream. Each stream has its own task:
+//! it catches up from the store from its cursor, then follows the ring,
+//! and falls back to the store whenever the ring skipped ahead of it (it
+//! lagged, or events arrived out of reach), so a stream never has a gap
+//! or a duplicate. Its output is a bounded buffer: a consumer that leaves
+//! it full for `slowConsumerMs` is cut off with a final `relist` event, so
+//! no client can make the hub hold more than `bufferEvents` for it.
+//!
+//! Scoping (which events a caller sees) is decided per event by [`Scope`];
+//! which cursor a stream starts after, by [`start_after`]. Both are pure
+//! apart from the tenant's placed-cluster lookup.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::model::event::{RelistEvent, RelistReason, WatchEvent};
+use crate::store::{EventBounds, Store};
+
+/// Events read from the store per query.
+const PAGE: i64 = 512;
+
+/// `watch`: the event log's bound and the streams' limits.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+// Every field is optional: a partial section keeps the other defaults.
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct WatchSettings {
+    /// Events the log keeps (the newest); older ones are trimmed.
+    pub retention_events: i64,
+    /// How often the log is trimmed.
+    pub trim_interval_seconds: u64,
+    /// Events buffered per stream for its client.
+    pub buffer_events: usize,
+    /// A stream whose buffer stays full this long is cut off (`relist`).
+    pub slow_consumer_ms: u64,
+    /// Events the shared in-memory ring holds for streams that follow live.
+    pub ring_events: usize,
+    /// How often the tail looks for events other hub replicas wrote.
+    pub safety_poll_ms: u64,
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        Self {
+            retention_events: 100_000,
+            trim_interval_seconds: 60,
+            buffer_events: 256,
+            slow_consumer_ms: 2_000,
+            ring_events: 4_096,
+            safety_poll_ms: 2_000,
+        }
+    }
+}
+
+impl WatchSettings {
+    /// The first invalid field and why.
+    pub fn invalid(&self) -> Option<(&'static str, &'static str)> {
+        if self.retention_events < 1 {
+            return Some(("watch.retentionEvents", "must be at least 1"));
+        }
+        if self.trim_interval_seconds == 0 {
+            return Some(("watch.trimIntervalSeconds", "must be at least 1"));
+        }
+        if !(1..=65_536).contains(&self.buffer_events) {
+            return Some(("watch.bufferEvents", "must be between 1 and 65536"));
+        }
+        if self.slow_consumer_ms == 0 {
+            return Some(("watch.slowConsumerMs", "must be at least 1"));
+        }
+        if !(16..=1_048_576).contains(&self.ring_events) {
+            return Some(("watch.ringEvents", "must be between 16 and 1048576"));
+        }
+        if self.safety_poll_ms == 0 {
+            return Some(("watch.safetyPollMs", "must be at least 1"));
+        }
+        None
+    }
+}
+
+/// Why a stream cannot start at the cursor asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CursorError {
+    /// A negative cursor.
+    #[error("cursor must be 0 or more, got {0}")]
+    Negative(i64),
+    /// Events after the cursor were trimmed: the client missed them.
+    #[error(
+        "cursor {cursor} is older than the oldest kept event {oldest}: events after it were \
+         trimmed; re-list, then watch without a cursor"
+    )]
+    TooOld { cursor: i64, oldest: i64 },
+    /// The cursor was never given out by this log (it was reset).
+    #[error(
+        "cursor {cursor} is ahead of the log (newest event {head}): the hub's event log was \
+         reset; re-list, then watch without a cursor"
+    )]
+    Ahead { cursor: i64, head: i64 },
+}
+
+/// The cursor a stream starts after: without one, the newest event (only
+/// what happens from now on); `0`, everything kept; `N`, the events after
+/// N, which must all still be kept.
+pub fn start_after(cursor: Option<i64>, bounds: EventBounds) -> Result<i64, CursorError> {
+    let Some(cursor) = cursor else {
+        return Ok(bounds.head);
+    };
+    if cursor < 0 {
+        return Err(CursorError::Negative(cursor));
+    }
+    if cursor == 0 {
+        return Ok(0);
+    }
+    if cursor > bounds.head {
+        return Err(CursorError::Ahead {
+            cursor,
+            head: bounds.head,
+        });
+    }
+    // Event `cursor + 1` must be kept (or not exist yet).
+    match bounds.oldest {
+        Some(oldest) if cursor + 1 < oldest => Err(CursorError::TooOld { cursor, oldest }),
+        // Nothing kept although events were given out: all trimmed.
+        None if cursor < bounds.head => Err(CursorError::TooOld {
+            cursor,
+            oldest: bounds.head + 1,
+        }),
+        _ => Ok(cursor),
+    }
+}
+
+/// Which events a caller sees.
+#[derive(Debug, Clone)]
+pub enum Scope {
+    /// Installation admins: every event.
+    All,
+    /// A tenant: its own namespace's events, and events of the clusters
+    /// its revisions are placed on.
+    Tenant {
+        namespace: String,
+        namespace_id: String,
+        /// The clusters its work runs on, as last looked up.
+        clusters: HashSet<String>,
+    },
+}
+
+impl Scope {
+    /// A tenant's scope (its placed clusters are looked up on demand).
+    pub fn tenant(namespace: String, namespace_id: String) -> Self {
+        Self::Tenant {
+            namespace,
+            namespace_id,
+            clusters: HashSet::new(),
+        }
+    }
+
+    /// Whether the caller sees `event`. A cluster event of a cluster not
+    /// (yet) known as the tenant's looks its placements up again: the
+    /// tenant's work may have been placed there since.
+    pub async fn sees(&mut self, store: &dyn Store, event: &WatchEvent) -> bool {
+        let Self::Tenant {
+            namespace,
+            namespace_id,
+            clusters,
+        } = self
+        else {
+            return true;
+        };
+        if let Some(id) = &event.namespace_id {
+            return id == namespace_id;
+        }
+        let Some(cluster) = &event.cluster else {
+            return false;
+        };
+        if clusters.contains(cluster) {
+            return true;
+        }
+        match store.placed_clusters(namespace).await {
+            Ok(placed) => *clusters = placed.into_iter().collect(),
+            // Not shown when it cannot be checked (fail closed).
+            Err(e) => tracing::warn!(error = %e, "watch.scope_lookup_failed"),
+        }
+        clusters.contains(cluster)
+    }
+}
+
+/// What a stream yields.
+#[derive(Debug, Clone)]
+pub enum Frame {
+    Event(Arc<WatchEvent>),
+    /// The last frame: the client must re-list.
+    Relist(RelistEvent),
+}
+
+/// A caller's stream: the buffered events, then possibly a terminal
+/// `relist`. Dropping it stops its task.
+#[derive(Debug)]
+pub struct Subscription {
+    events: mpsc::Receiver<Arc<WatchEvent>>,
+    end: Option<oneshot::Receiver<RelistEvent>>,
+}
+
+impl Subscription {
+    /// The next frame; `None` when the stream ended.
+    pub async fn next(&mut self) -> Option<Frame> {
+        if let Some(event) = self.events.recv().await {
+            return Some(Frame::Event(event));
+        }
+        let end = self.end.take()?;
+        end.await.ok().map(Frame::Relist)
+    }
+
+    /// As a `futures` stream.
+    pub fn into_stream(self) -> impl futures::Stream<Item = Frame> + Send + 'static {
+        futures::stream::unfold(self, |mut s| async move { s.next().await.map(|f| (f, s)) })
+    }
+}
+
+/// The hub's event feed: the tail task and the shared ring.
+pub struct Feed {
+    store: Arc<dyn Store>,
+    ring: broadcast::Sender<Arc<WatchEvent>>,
+    settings: WatchSettings,
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Feed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Feed")
+            .field("backend", &self.store.backend())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl Feed {
+    /// Starts the tail and the trim task (ending on `shutdown`).
+    pub fn start(
+        store: Arc<dyn Store>,
+        settings: WatchSettings,
+        shutdown: CancellationToken,
+        tasks: &mut JoinSet<()>,
+    ) -> Arc<Self> {
+        let (ring, _) = broadcast::channel(settings.ring_events);
+        let feed = Arc::new(Self {
+            store,
+            ring,
+            settings,
+            shutdown,
+        });
+        tasks.spawn(feed.clone().tail());
+        tasks.spawn(feed.clone().trim());
+        feed
+    }
+
+    /// Reads what is appended to the log and broadcasts it, in order.
+    async fn tail(self: Arc<Self>) {
+        let poll = Duration::from_millis(self.settings.safety_poll_ms);
+        let mut waiter = self.store.signals().events.subscribe();
+        let mut last = None;
+        tracing::info!("watch.tail_started");
+        loop {
+            waiter.mark_seen();
+            let caught_up = match last {
+                // Streams read history from the store; the ring only
+                // carries what comes after the tail started.
+                None => match self.store.event_bounds().await {
+                    Ok(b) => {
+                        last = Some(b.head);
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "watch.tail_error");
+                        true
+                    }
+                },
+                Some(after) => match self.store.events_after(after, PAGE).await {
+                    Ok(batch) => {
+                        let full = batch.len() as i64 == PAGE;
+                        for event in batch {
+                            last = Some(event.cursor);
+                            // No receiver is fine: nobody follows live now.
+                            let _ = self.ring.send(Arc::new(event));
+                        }
+                        !full
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "watch.tail_error");
+                        true
+                    }
+                },
+            };
+            if !caught_up {
+                continue;
+            }
+            tokio::select! {
+                _ = waiter.notified() => {}
+                _ = tokio::time::sleep(poll) => {}
+                _ = self.shutdown.cancelled() => break,
+            }
+        }
+        tracing::info!("watch.tail_stopped");
+    }
+
+    /// Keeps the newest `retentionEvents` events.
+    async fn trim(self: Arc<Self>) {
+        let every = Duration::from_secs(self.settings.trim_interval_seconds);
+        loop {
+            match self.store.trim_events(self.settings.retention_events).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(trimmed = n, "watch.trimmed"),
+                Err(e) => tracing::warn!(error = %e, "watch.trim_error"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = self.shutdown.cancelled() => break,
+            }
+        }
+    }
+
+    /// A stream of the events after `after` that `scope` sees; with
+    /// `follow` false it ends once it has caught up with the log.
+    pub fn open(self: &Arc<Self>, scope: Scope, after: i64, follow: bool) -> Subscription {
+        let (tx, events) = mpsc::channel(self.settings.buffer_events);
+        let (end_tx, end) = oneshot::channel();
+        // Subscribed before the first read of the store, so nothing
+        // committed after that read can be missed.
+        let live = self.ring.subscribe();
+        let stream = Stream {
+            feed: self.clone(),
+            scope,
+            last: after,
+            tx,
+        };
+        tokio::spawn(stream.run(live, follow, end_tx));
+        Subscription {
+            events,
+            end: Some(end),
+        }
+    }
+}
+
+/// One stream's producer.
+struct Stream {
+    feed: Arc<Feed>,
+    scope: Scope,
+    /// The cursor of the last event passed (delivered or not visible).
+    last: i64,
+    tx: mpsc::Sender<Arc<WatchEvent>>,
+}
+
+/// Why a stream's producer stops.
+enum Stop {
+    /// The client went away, the hub shuts down, or the store failed (the
+    /// client resumes from its cursor).
+    Quiet,
+    /// The client did not keep up.
+    Slow,
+}
+
+impl Stream {
+    async fn run(
+        mut self,
+        mut live: broadcast::Receiver<Arc<WatchEvent>>,
+        follow: bool,
+        end: oneshot::Sender<RelistEvent>,
+    ) {
+        let stop = self.produce(&mut live, follow).await;
+        if let Err(Stop::Slow) = stop {
+            tracing::info!(cursor = self.last, "watch.slow_consumer_cut_off");
+            let _ = end.send(RelistEvent {
+                reason: RelistReason::SlowConsumer,
+                message: format!(
+                    "the stream's buffer stayed full for {} ms: re-list, or watch again from \
+                     the cursor of the last event received",
+                    self.feed.settings.slow_consumer_ms
+                ),
+            });
+        }
+    }
+
+    async fn produce(
+        &mut self,
+        live: &mut broadcast::Receiver<Arc<WatchEvent>>,
+        follow: bool,
+    ) -> Result<(), Stop> {
+        loop {
+            self.catch_up().await?;
+            if !follow {
+                return Ok(());
+            }
+            // Live: the ring, while it continues exactly after `last`.
+            loop {
+                let received = tokio::select! {
+                    r = live.recv() => r,
+                    _ = self.tx.closed() => return Err(Stop::Quiet),
+                    _ = self.feed.shutdown.cancelled() => return Err(Stop::Quiet),
+                };
+                match received {
+                    Ok(event) if event.cursor <= self.last => {}
+                    Ok(event) if event.cursor == self.last + 1 => self.pass(event).await?,
+                    // Ahead of `last` (the ring began after it) or lagged:
+                    // the store has what was skipped.
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => return Err(Stop::Quiet),
+                }
+            }
+        }
+    }
+
+    /// Passes everything the store has after `last`.
+    async fn catch_up(&mut self) -> Result<(), Stop> {
+        loop {
+            let page = match self.feed.store.events_after(self.last, PAGE).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watch.read_error");
+                    return Err(Stop::Quiet);
+                }
+            };
+            let n = page.len() as i64;
+            for event in page {
+                self.pass(Arc::new(event)).await?;
+            }
+            if n < PAGE {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Delivers `event` when the caller sees it; advances `last` either way.
+    async fn pass(&mut self, event: Arc<WatchEvent>) -> Result<(), Stop> {
+        self.last = event.cursor;
+        if !self.scope.sees(self.feed.store.as_ref(), &event).await {
+            return Ok(());
+        }
+        let grace = Duration::from_millis(self.feed.settings.slow_consumer_ms);
+        tokio::select! {
+            sent = tokio::time::timeout(grace, self.tx.send(event)) => match sent {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(_)) => Err(Stop::Quiet),
+                Err(_) => Err(Stop::Slow),
+            },
+            _ = self.feed.shutdown.cancelled() => Err(Stop::Quiet),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds(oldest: Option<i64>, head: i64) -> EventBounds {
+        EventBounds { oldest, head }
+    }
+
+    #[test]
+    fn where_a_stream_starts() {
+        // No cursor: from now on.
+        assert_eq!(start_after(None, bounds(Some(5), 9)), Ok(9));
+        // 0: everything kept, even after trimming.
+        assert_eq!(start_after(Some(0), bounds(Some(5), 9)), Ok(0));
+        // A kept position, including "just before the oldest".
+        assert_eq!(start_after(Some(4), bounds(Some(5), 9)), Ok(4));
+        assert_eq!(start_after(Some(9), bounds(Some(5), 9)), Ok(9));
+        assert_eq!(start_after(Some(3), bounds(None, 3)), Ok(3));
+        assert_eq!(start_after(Some(0), bounds(None, 0)), Ok(0));
+        // Events after 3 were trimmed (5 is the oldest): a gap.
+        assert_eq!(
+            start_after(Some(3), bounds(Some(5), 9)),
+            Err(CursorError::TooOld {
+                cursor: 3,
+                oldest: 5
+            })
+        );
+        assert_eq!(
+            start_after(Some(2), bounds(None, 7)),
+            Err(CursorError::TooOld {
+                cursor: 2,
+                oldest: 8
+            })
+        );
+        assert_eq!(
+            start_after(Some(10), bounds(Some(5), 9)),
+            Err(CursorError::Ahead {
+                cursor: 10,
+                head: 9
+            })
+        );
+        assert_eq!(
+            start_after(Some(-1), bounds(None, 0)),
+            Err(CursorError::Negative(-1))
+        );
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        assert_eq!(WatchSettings::default().invalid(), None);
+        let zero = WatchSettings {
+            buffer_events: 0,
+            ..WatchSettings::default()
+        };
+        assert_eq!(zero.invalid().map(|(f, _)| f), Some("watch.bufferEvents"));
+    }
+}
