@@ -347,6 +347,8 @@ fn cluster_to_pb(c: model::Cluster) -> pb::Cluster {
         version: c.version,
         created_at: time(c.created_at),
         outbox_depth: c.outbox_depth,
+        provider: c.provider,
+        certificate_expires_at: c.certificate_expires_at.map(time),
     }
 }
 
