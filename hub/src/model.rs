@@ -647,6 +647,15 @@ pub struct Cluster {
     /// only: absent for tenant tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outbox_depth: Option<i64>,
+    /// The SandboxDriver the spoke runs, from its `sandbox-driver:<name>`
+    /// capability; null when it advertises none.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// When the cluster's newest unrevoked client certificate expires (the
+    /// spoke renews before then). Installation admins only: absent for
+    /// tenant tokens, and when no unrevoked certificate is left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_expires_at: Option<DateTime<Utc>>,
 }
 
 /// Body of `POST /api/v1/clusters/{name}/bootstrap-tokens`.

@@ -653,6 +653,8 @@ mod tests {
             version: String::new(),
             created_at: chrono::Utc::now(),
             outbox_depth: None,
+            provider: None,
+            certificate_expires_at: None,
         };
         let clusters = vec![
             cluster("a", ConnectionState::Offline, "gpu"),
@@ -713,6 +715,8 @@ mod tests {
             version: String::new(),
             created_at: chrono::Utc::now(),
             outbox_depth: None,
+            provider: None,
+            certificate_expires_at: None,
         };
         let native = Needs {
             provisioning_driver: true,

@@ -1041,8 +1041,17 @@ impl Service {
             .into_iter()
             .map(|s| (s.cluster_id, s.depth))
             .collect();
-        for c in clusters {
+        for c in clusters.iter_mut() {
             c.outbox_depth = Some(depths.get(&c.id).copied().unwrap_or(0));
+        }
+        self.with_certificate_expiry(clusters).await
+    }
+
+    /// Fills the installation-admin view's certificate expiry.
+    async fn with_certificate_expiry(&self, clusters: &mut [Cluster]) -> Result<()> {
+        let expiry = self.store.certificate_expiry().await?;
+        for c in clusters {
+            c.certificate_expires_at = expiry.get(&c.id).copied();
         }
         Ok(())
     }
@@ -1288,6 +1297,7 @@ impl Service {
 fn tenant_view(c: &mut Cluster) {
     c.certificate_serials.clear();
     c.outbox_depth = None;
+    c.certificate_expires_at = None;
 }
 
 fn list_limit(limit: Option<i64>) -> Result<i64> {

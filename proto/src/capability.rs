@@ -29,6 +29,15 @@ pub fn sandbox_driver(name: &str) -> String {
     format!("{SANDBOX_DRIVER_PREFIX}{name}")
 }
 
+/// The SandboxDriver (provider) name among `advertised` capabilities, if
+/// the spoke runs one (the first when it says several).
+pub fn sandbox_driver_of<S: AsRef<str>>(advertised: &[S]) -> Option<&str> {
+    advertised
+        .iter()
+        .find_map(|c| c.as_ref().strip_prefix(SANDBOX_DRIVER_PREFIX))
+        .filter(|name| !name.is_empty())
+}
+
 /// What a revision's Harness needs of its cluster's spoke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Needs {
@@ -64,6 +73,18 @@ impl Needs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_provider_is_the_sandbox_driver_capability() {
+        assert_eq!(sandbox_driver_of::<&str>(&[]), None);
+        assert_eq!(
+            sandbox_driver_of(&["applier:kube", SANDBOX_PROVISIONS]),
+            None
+        );
+        assert_eq!(sandbox_driver_of(&["sandbox-driver:"]), None);
+        let advertised = ["applier:kube".to_owned(), sandbox_driver("kata")];
+        assert_eq!(sandbox_driver_of(&advertised), Some("kata"));
+    }
 
     #[test]
     fn missing_names_what_a_cluster_lacks() {

@@ -124,6 +124,35 @@ pub fn start_spoke_with_tunnels(
     dir: &Path,
     tunnels: Option<Arc<clawfed_spoke::tunnel::Tunnels>>,
 ) -> TestSpoke {
+    spawn_spoke(
+        hub,
+        cluster,
+        token,
+        dir,
+        tunnels,
+        vec!["applier:ledger".into()],
+    )
+}
+
+/// As [`start_spoke`], advertising `capabilities` in its Hello.
+pub fn start_spoke_advertising(
+    hub: &TestHub,
+    cluster: &str,
+    token: Option<String>,
+    dir: &Path,
+    capabilities: Vec<String>,
+) -> TestSpoke {
+    spawn_spoke(hub, cluster, token, dir, None, capabilities)
+}
+
+fn spawn_spoke(
+    hub: &TestHub,
+    cluster: &str,
+    token: Option<String>,
+    dir: &Path,
+    tunnels: Option<Arc<clawfed_spoke::tunnel::Tunnels>>,
+    capabilities: Vec<String>,
+) -> TestSpoke {
     init_test_logging();
     let ledger = Arc::new(FileLedger::open(dir).expect("ledger"));
     let mut registry = prometheus_client_registry();
@@ -135,7 +164,7 @@ pub fn start_spoke_with_tunnels(
             cluster_name: cluster.to_owned(),
             bootstrap_token: token,
             version: "test".into(),
-            capabilities: vec!["applier:ledger".into()],
+            capabilities,
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_millis(500),
         },

@@ -347,6 +347,8 @@ fn cluster_to_pb(c: model::Cluster) -> pb::Cluster {
         version: c.version,
         created_at: time(c.created_at),
         outbox_depth: c.outbox_depth,
+        provider: c.provider,
+        certificate_expires_at: c.certificate_expires_at.map(time),
     }
 }
 
@@ -375,13 +377,14 @@ fn watch_message(frame: crate::watch::Frame) -> pb::WatchEvent {
     use crate::model::event::EventBody;
     use crate::watch::Frame;
     match frame {
+        // Encoded once per event for every stream (`SharedEvent`).
         Frame::Event(e) => pb::WatchEvent {
             cursor: e.cursor,
-            at: e.at.to_rfc3339(),
+            at: e.at_rfc3339().to_owned(),
             kind: e.body.kind().to_owned(),
             namespace: e.namespace.clone().unwrap_or_default(),
             cluster: e.cluster.clone().unwrap_or_default(),
-            body_json: e.body.body_json().to_string(),
+            body_json: e.body_json().to_owned(),
         },
         Frame::Relist(r) => {
             let body = EventBody::Relist(r);

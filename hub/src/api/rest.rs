@@ -882,16 +882,18 @@ async fn watch(
         .await?;
     let events = futures::StreamExt::map(subscription.into_stream(), |frame| {
         let event = match frame {
+            // Encoded once per event for every stream (`SharedEvent`).
             Frame::Event(e) => Event::default()
                 .id(e.cursor.to_string())
                 .event(e.body.kind())
-                .json_data(e.as_ref()),
+                .data(e.json()),
+            // Serializing these types cannot fail; an empty event if it did.
             Frame::Relist(r) => Event::default()
                 .event("relist")
-                .json_data(crate::model::event::EventBody::Relist(r)),
+                .json_data(crate::model::event::EventBody::Relist(r))
+                .unwrap_or_default(),
         };
-        // Serializing these types cannot fail; an empty event if it did.
-        Ok::<_, std::convert::Infallible>(event.unwrap_or_default())
+        Ok::<_, std::convert::Infallible>(event)
     });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())

@@ -334,7 +334,11 @@ enum RevisionCommand {
 #[derive(Debug, Subcommand)]
 enum ClusterCommand {
     List,
-    Get { name: String },
+    /// A cluster in detail (every cluster without NAME): state, version,
+    /// provider, capabilities, certificate expiry, last seen, outbox.
+    Get {
+        name: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -883,8 +887,20 @@ async fn run(cli: Cli) -> CliResult<String> {
         },
         Command::Clusters { command } => match command {
             ClusterCommand::List => list(f, c.get::<List<Cluster>>("/clusters").await?),
-            ClusterCommand::Get { name } => {
-                one(f, c.get::<Cluster>(&format!("/clusters/{name}")).await?)
+            ClusterCommand::Get { name: Some(name) } => one(
+                f,
+                output::ClusterDetail(c.get::<Cluster>(&format!("/clusters/{name}")).await?),
+            ),
+            ClusterCommand::Get { name: None } => {
+                let all = c.get::<List<Cluster>>("/clusters").await?;
+                output::print_list(
+                    f,
+                    &all.items
+                        .into_iter()
+                        .map(output::ClusterDetail)
+                        .collect::<Vec<_>>(),
+                )
+                .map_err(|e| CliError::Other(e.to_string()))
             }
         },
         Command::Deploy {

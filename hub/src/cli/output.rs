@@ -227,6 +227,69 @@ impl Tabular for Cluster {
     }
 }
 
+/// A cluster as `clusters get` shows it: what its spoke said of itself
+/// and when its certificate expires.
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct ClusterDetail(pub Cluster);
+
+impl Tabular for ClusterDetail {
+    fn headers() -> &'static [&'static str] {
+        &[
+            "NAME",
+            "STATE",
+            "VERSION",
+            "PROVIDER",
+            "CAPABILITIES",
+            "CERTIFICATE EXPIRES",
+            "LAST SEEN",
+            "OUTBOX",
+        ]
+    }
+    fn row(&self) -> Vec<String> {
+        let c = &self.0;
+        vec![
+            c.name.clone(),
+            c.connection_state.as_str().into(),
+            if c.version.is_empty() {
+                "-".into()
+            } else {
+                c.version.clone()
+            },
+            opt(&c.provider),
+            if c.capabilities.is_empty() {
+                "-".into()
+            } else {
+                c.capabilities.join(",")
+            },
+            expiry(c.certificate_expires_at, chrono::Utc::now()),
+            c.last_seen
+                .map_or_else(|| "-".into(), |t| format!("{} ago", ago(t))),
+            c.outbox_depth.map_or_else(|| "-".into(), |d| d.to_string()),
+        ]
+    }
+}
+
+/// A certificate expiry as a time and how far it is from `now`.
+fn expiry(at: Option<chrono::DateTime<chrono::Utc>>, now: chrono::DateTime<chrono::Utc>) -> String {
+    let Some(at) = at else {
+        return "-".into();
+    };
+    let span = |secs: i64| match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    };
+    let secs = (at - now).num_seconds();
+    let when = at.format("%Y-%m-%dT%H:%M:%SZ");
+    if secs >= 0 {
+        format!("{when} (in {})", span(secs))
+    } else {
+        format!("{when} (EXPIRED {} ago)", span(-secs))
+    }
+}
+
 impl Tabular for AuditEvent {
     fn headers() -> &'static [&'static str] {
         &[
@@ -381,6 +444,21 @@ mod tests {
         let cell = drift(Some(&d));
         assert!(cell.starts_with("3 repaired, contested, last "), "{cell}");
         assert!(cell.ends_with("(field manager fighter)"), "{cell}");
+    }
+
+    #[test]
+    fn certificate_expiry_cell_says_when_and_how_far() {
+        let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        assert_eq!(expiry(None, now), "-");
+        let soon = now + chrono::Duration::hours(30);
+        assert_eq!(expiry(Some(soon), now), "2027-01-16T14:00:00Z (in 30h)");
+        let week = now + chrono::Duration::days(7);
+        assert!(expiry(Some(week), now).ends_with("(in 7d)"));
+        let gone = now - chrono::Duration::minutes(5);
+        assert_eq!(
+            expiry(Some(gone), now),
+            "2027-01-15T07:55:00Z (EXPIRED 5m ago)"
+        );
     }
 
     #[test]

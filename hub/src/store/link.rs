@@ -149,6 +149,10 @@ pub trait LinkStore: Send + Sync {
 
     async fn get_cluster_by_id(&self, id: &str) -> Result<Cluster>;
 
+    /// When each cluster's newest unrevoked certificate expires, by
+    /// cluster id (clusters with none left are absent).
+    async fn certificate_expiry(&self) -> Result<std::collections::HashMap<String, DateTime<Utc>>>;
+
     /// A certificate's standing, `None` when the hub never issued it.
     async fn certificate_status(&self, serial: &str) -> Result<Option<CertificateStatus>>;
 

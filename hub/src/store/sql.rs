@@ -1944,17 +1944,20 @@ fn revision_from_row(r: &AnyRow) -> Result<AgentRevision> {
 pub(super) fn cluster_from_row(r: &AnyRow) -> Result<Cluster> {
     const W: &str = "cluster";
     let state: String = get(r, W, "connection_state")?;
+    let capabilities: Vec<String> = from_json(W, &get::<String>(r, W, "capabilities")?)?;
     Ok(Cluster {
         id: get(r, W, "id")?,
         name: get(r, W, "name")?,
         labels: from_json(W, &get::<String>(r, W, "labels")?)?,
-        capabilities: from_json(W, &get::<String>(r, W, "capabilities")?)?,
+        provider: clawfed_proto::capability::sandbox_driver_of(&capabilities).map(str::to_owned),
+        capabilities,
         certificate_serials: from_json(W, &get::<String>(r, W, "certificate_serials")?)?,
         connection_state: parse_enum(W, &state, ConnectionState::parse)?,
         last_seen: get::<Option<i64>>(r, W, "last_seen")?.map(from_ms),
         version: get(r, W, "version")?,
         created_at: from_ms(get(r, W, "created_at")?),
         outbox_depth: None,
+        certificate_expires_at: None,
     })
 }
 

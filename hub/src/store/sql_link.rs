@@ -271,6 +271,23 @@ impl LinkStore for SqlStore {
         self.commit(tx).await
     }
 
+    async fn certificate_expiry(&self) -> Result<std::collections::HashMap<String, DateTime<Utc>>> {
+        let rows = sqlx::query(
+            "SELECT cluster_id, MAX(not_after) FROM cluster_certificates \
+             WHERE revoked_at IS NULL GROUP BY cluster_id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.try_get(0).map_err(|e| self.classify(e))?;
+                let not_after: i64 = r.try_get(1).map_err(|e| self.classify(e))?;
+                Ok((id, from_ms(not_after)))
+            })
+            .collect()
+    }
+
     async fn get_cluster_by_id(&self, id: &str) -> Result<Cluster> {
         let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE id = $1");
         let row = sqlx::query(AssertSqlSafe(sql))

@@ -1,0 +1,967 @@
+//! The watch API under load (issue 15): `--watchers` concurrent watchers
+//! (Server-Sent Events over loopback, `--grpc-percent` of them gRPC
+//! `AdminService.Watch` streams, each watcher on its own connection) while
+//! events flow at `--rate` per second. The hub is the release
+//! `clawfed-hub serve`, a child process, so its RSS and CPU are its own.
+//!
+//! The events are real: readiness verdicts that `--spokes` spokes send
+//! over the link. Every spoke is the product's own
+//! `clawfed_spoke::link::Link` (enrolled with a bootstrap token, mTLS,
+//! Hello, heartbeats); this program feeds readiness observations into
+//! its report channel, as the spoke's executor does. The hub stores each
+//! report, appends its `readiness` event to the durable log and fans it
+//! out; the targets the reports name are Harness work put in the
+//! clusters' outboxes first (the hub refuses reports on work it never
+//! sent). Each observation's reason carries its send time, so a watcher
+//! measures send (into the spoke's link) -> received latency; a tenth of
+//! the watchers also measure the event's commit time (`at`, taken in the
+//! transaction that appends it) -> received.
+//!
+//! Phases: warm-up under load; the same load with no watcher (hub CPU and
+//! RSS: the baseline); the watchers connect, settle, and the same load is
+//! measured again. RSS per watcher is (RSS with the watchers - baseline)
+//! / watchers; CPU per 1,000 events delivered is the hub's CPU in the
+//! measured window over the events all watchers received in it (and, net
+//! of the baseline, what delivery alone costs). The generator and the
+//! watchers run in this process on the same cores: their CPU is printed.
+//!
+//! `cargo build --release -p clawfed-bench --bin watch-bench -p clawfed-hub --bin clawfed-hub &&
+//!  "$CARGO_TARGET_DIR"/release/watch-bench [--postgres]`
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use async_trait::async_trait;
+use chrono::Utc;
+use clap::Parser;
+use clawfed_bench::procfs::{cpu_secs, rss_kib};
+use clawfed_hub::store::{self, Effects, NewAudit, NewBootstrapToken, NewToken, Store};
+use clawfed_proto::admin::v1 as admin;
+use clawfed_proto::link::v1 as pb;
+use clawfed_spoke::link::identity::MemoryIdentityStore;
+use clawfed_spoke::link::tls::HubAddress;
+use clawfed_spoke::link::{ApplyError, Link, LinkConfig, SpokeMetrics, WorkApplier};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// What an observation's reason starts with; its send time follows.
+const MARK: &str = "watch-bench ";
+
+#[derive(Debug, Parser)]
+#[command(name = "watch-bench")]
+struct Args {
+    /// Concurrent watchers.
+    #[arg(long, default_value_t = 1_000)]
+    watchers: usize,
+    /// Percent of the watchers that use gRPC `Watch` (the rest SSE).
+    #[arg(long, default_value_t = 20)]
+    grpc_percent: usize,
+    /// Offered events per second.
+    #[arg(long, default_value_t = 1_000)]
+    rate: u64,
+    /// Seconds each phase is measured.
+    #[arg(long, default_value_t = 20)]
+    seconds: u64,
+    /// Seconds of load before the first measurement.
+    #[arg(long, default_value_t = 5)]
+    warmup_seconds: u64,
+    /// Seconds between the last watcher connecting and the measurement.
+    #[arg(long, default_value_t = 3)]
+    settle_seconds: u64,
+    /// Spokes sending the reports.
+    #[arg(long, default_value_t = 4)]
+    spokes: usize,
+    /// Harness targets the reports are about (spread over the spokes).
+    #[arg(long, default_value_t = 100)]
+    targets: usize,
+    /// Use a fresh database on the PostgreSQL server at
+    /// CLAWFED_TEST_DATABASE_URL instead of SQLite.
+    #[arg(long)]
+    postgres: bool,
+    /// The hub binary (default: `clawfed-hub` next to this binary).
+    #[arg(long)]
+    hub_bin: Option<PathBuf>,
+    /// The hub's `watch.batchMs` (unset: the hub's default; 0 turns the
+    /// gathering of commits into bursts off).
+    #[arg(long)]
+    batch_ms: Option<u64>,
+    /// Goal: hub RSS per watcher, KiB.
+    #[arg(long, default_value_t = 32.0)]
+    goal_rss_kib: f64,
+    /// Goal: p99 delivery latency, ms.
+    #[arg(long, default_value_t = 100.0)]
+    goal_p99_ms: f64,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    match run(Args::parse()).await {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::from(1),
+        Err(e) => {
+            eprintln!("watch-bench: error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+// ---------------------------------------------------------------------------
+// Latency histogram: 100 µs buckets up to 10 s, the last one open.
+
+const BUCKET_US: u64 = 100;
+const BUCKETS: usize = 100_001;
+
+struct Histogram {
+    counts: Vec<u64>,
+    total: u64,
+    max_us: u64,
+}
+
+impl Histogram {
+    fn new() -> Self {
+        Self {
+            counts: vec![0; BUCKETS],
+            total: 0,
+            max_us: 0,
+        }
+    }
+
+    fn add_all(&mut self, samples: &[u64]) {
+        for &us in samples {
+            self.counts[((us / BUCKET_US) as usize).min(BUCKETS - 1)] += 1;
+            self.max_us = self.max_us.max(us);
+        }
+        self.total += samples.len() as u64;
+    }
+
+    /// The `p`th percentile, ms (the upper edge of its bucket).
+    fn percentile_ms(&self, p: f64) -> f64 {
+        if self.total == 0 {
+            return f64::NAN;
+        }
+        let rank = ((p / 100.0) * self.total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return ((i as u64 + 1) * BUCKET_US) as f64 / 1000.0;
+            }
+        }
+        self.max_us as f64 / 1000.0
+    }
+}
+
+// ---------------------------------------------------------------------------
+// What the watchers share.
+
+#[derive(Default)]
+struct Tally {
+    /// Set while a phase is measured: watchers count and time only then.
+    measuring: AtomicBool,
+    delivered: AtomicU64,
+    connected: AtomicU64,
+    /// Events whose cursor was not the previous one + 1.
+    gaps: AtomicU64,
+    /// Streams cut off with `relist`.
+    relists: AtomicU64,
+    /// Streams that ended or failed before the end.
+    ended: AtomicU64,
+    send_latency: Mutex<Option<Histogram>>,
+    commit_latency: Mutex<Option<Histogram>>,
+    first_error: Mutex<Option<String>>,
+}
+
+impl Tally {
+    fn error(&self, e: String) {
+        self.ended.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut f) = self.first_error.lock()
+            && f.is_none()
+        {
+            *f = Some(e);
+        }
+    }
+
+    fn flush(&self, send: &mut Vec<u64>, commit: &mut Vec<u64>) {
+        for (samples, into) in [(send, &self.send_latency), (commit, &self.commit_latency)] {
+            if samples.is_empty() {
+                continue;
+            }
+            if let Ok(mut h) = into.lock() {
+                h.get_or_insert_with(Histogram::new).add_all(samples);
+            }
+            samples.clear();
+        }
+    }
+}
+
+/// One watcher's view: order check and latency samples, flushed in batches.
+struct Seen {
+    tally: Arc<Tally>,
+    /// Also time commit -> received (a sample of the watchers).
+    commit_sample: bool,
+    last: Option<i64>,
+    send: Vec<u64>,
+    commit: Vec<u64>,
+}
+
+impl Seen {
+    fn new(tally: Arc<Tally>, commit_sample: bool) -> Self {
+        Self {
+            tally,
+            commit_sample,
+            last: None,
+            send: Vec::with_capacity(256),
+            commit: Vec::new(),
+        }
+    }
+
+    /// An event with cursor `cursor`, its JSON text (SSE data or gRPC body)
+    /// and its commit time (RFC 3339).
+    fn event(&mut self, cursor: i64, text: &str, at: Option<&str>) {
+        let now = unix_micros();
+        if let Some(last) = self.last
+            && cursor != last + 1
+        {
+            self.tally.gaps.fetch_add(1, Ordering::Relaxed);
+        }
+        self.last = Some(cursor);
+        if !self.tally.measuring.load(Ordering::Relaxed) {
+            return;
+        }
+        self.tally.delivered.fetch_add(1, Ordering::Relaxed);
+        if let Some(sent) = sent_at(text) {
+            self.send.push(now.saturating_sub(sent));
+        }
+        if self.commit_sample
+            && let Some(at) = at.and_then(|a| chrono::DateTime::parse_from_rfc3339(a).ok())
+        {
+            let at = at.timestamp_micros().max(0) as u64;
+            self.commit.push(now.saturating_sub(at));
+        }
+        if self.send.len() >= 256 {
+            self.tally.flush(&mut self.send, &mut self.commit);
+        }
+    }
+}
+
+impl Drop for Seen {
+    fn drop(&mut self) {
+        self.tally.flush(&mut self.send, &mut self.commit);
+    }
+}
+
+/// The send time in an observation's reason.
+fn sent_at(text: &str) -> Option<u64> {
+    let rest = &text[text.find(MARK)? + MARK.len()..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// A JSON string field's raw value (no escapes in the fields read here).
+fn json_str<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let pat = format!("\"{key}\":\"");
+    let rest = &text[text.find(&pat)? + pat.len()..];
+    Some(&rest[..rest.find('"')?])
+}
+
+// ---------------------------------------------------------------------------
+// Watchers.
+
+/// An SSE watcher: `GET /api/v1/watch` on its own connection.
+async fn sse_watcher(
+    rest: String,
+    token: String,
+    tally: Arc<Tally>,
+    commit_sample: bool,
+    stop: CancellationToken,
+) {
+    let client = match reqwest::Client::builder().pool_max_idle_per_host(0).build() {
+        Ok(c) => c,
+        Err(e) => return tally.error(format!("sse client: {e}")),
+    };
+    let response = client
+        .get(format!("{rest}/api/v1/watch"))
+        .bearer_auth(&token)
+        .send()
+        .await;
+    let mut response = match response {
+        Ok(r) if r.status().is_success() => r,
+        Ok(r) => return tally.error(format!("sse: HTTP {}", r.status())),
+        Err(e) => return tally.error(format!("sse: {e}")),
+    };
+    tally.connected.fetch_add(1, Ordering::Relaxed);
+    let mut seen = Seen::new(tally.clone(), commit_sample);
+    let mut buf: Vec<u8> = Vec::with_capacity(8192);
+    loop {
+        let chunk = tokio::select! {
+            c = response.chunk() => c,
+            _ = stop.cancelled() => return,
+        };
+        let chunk = match chunk {
+            Ok(Some(c)) => c,
+            Ok(None) => return tally.error("sse: stream ended".into()),
+            Err(e) => return tally.error(format!("sse: {e}")),
+        };
+        buf.extend_from_slice(&chunk);
+        let mut start = 0;
+        while let Some(end) = buf[start..].windows(2).position(|w| w == b"\n\n") {
+            let block = &buf[start..start + end];
+            start += end + 2;
+            let Ok(text) = std::str::from_utf8(block) else {
+                continue;
+            };
+            let (mut id, mut kind, mut data) = (None, "", "");
+            for line in text.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().parse::<i64>().ok();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    kind = v.trim();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data = v;
+                }
+            }
+            if kind == "relist" {
+                tally.relists.fetch_add(1, Ordering::Relaxed);
+                return tally.error(format!("sse: relist: {data}"));
+            }
+            if let Some(id) = id {
+                seen.event(id, data, json_str(data, "at"));
+            }
+        }
+        buf.drain(..start);
+    }
+}
+
+/// A gRPC watcher: `AdminService.Watch` on its own connection.
+async fn grpc_watcher(
+    grpc: String,
+    token: String,
+    tally: Arc<Tally>,
+    commit_sample: bool,
+    stop: CancellationToken,
+) {
+    let channel = match tonic::transport::Endpoint::from_shared(grpc) {
+        Ok(e) => e.connect().await,
+        Err(e) => return tally.error(format!("grpc endpoint: {e}")),
+    };
+    let mut client = match channel {
+        Ok(c) => admin::admin_service_client::AdminServiceClient::new(c),
+        Err(e) => return tally.error(format!("grpc connect: {e}")),
+    };
+    let mut req = tonic::Request::new(admin::WatchRequest {
+        cursor: None,
+        follow: Some(true),
+    });
+    match format!("Bearer {token}").parse() {
+        Ok(v) => {
+            req.metadata_mut().insert("authorization", v);
+        }
+        Err(e) => return tally.error(format!("grpc metadata: {e}")),
+    }
+    let mut stream = match client.watch(req).await {
+        Ok(r) => r.into_inner(),
+        Err(e) => return tally.error(format!("grpc watch: {e}")),
+    };
+    tally.connected.fetch_add(1, Ordering::Relaxed);
+    let mut seen = Seen::new(tally.clone(), commit_sample);
+    loop {
+        let msg = tokio::select! {
+            m = stream.message() => m,
+            _ = stop.cancelled() => return,
+        };
+        match msg {
+            Ok(Some(e)) if e.kind == "relist" => {
+                tally.relists.fetch_add(1, Ordering::Relaxed);
+                return tally.error(format!("grpc: relist: {}", e.body_json));
+            }
+            Ok(Some(e)) => seen.event(e.cursor, &e.body_json, Some(&e.at)),
+            Ok(None) => return tally.error("grpc: stream ended".into()),
+            Err(e) => return tally.error(format!("grpc: {e}")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The spokes and the load.
+
+/// Acks whatever the hub sends (the targets' outbox items).
+struct AckAll;
+
+#[async_trait]
+impl WorkApplier for AckAll {
+    async fn apply(&self, work: &pb::Work) -> Result<pb::WorkResult, ApplyError> {
+        Ok(pb::WorkResult {
+            applied: true,
+            reason: String::new(),
+            kind: work.kind.clone(),
+            namespace: String::new(),
+            retrying: false,
+        })
+    }
+
+    async fn applied(&self) -> Result<std::collections::HashMap<String, i64>, ApplyError> {
+        Ok(Default::default())
+    }
+}
+
+/// Sends `rate` readiness observations a second, round robin over the
+/// targets (target i goes through spoke i % spokes), until `stop`.
+async fn generate(
+    rate: u64,
+    targets: Vec<String>,
+    reports: Vec<mpsc::Sender<pb::Report>>,
+    sent: Arc<AtomicU64>,
+    stop: CancellationToken,
+) {
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(2));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut n: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.cancelled() => return,
+        }
+        let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
+        while n < due {
+            let t = (n % targets.len() as u64) as usize;
+            let ready = (n / targets.len() as u64).is_multiple_of(2);
+            let report = pb::Report {
+                target: targets[t].clone(),
+                generation: 1,
+                body: Some(pb::report::Body::Readiness(pb::ReadinessObservation {
+                    revision_id: format!("rev-{t}"),
+                    ready,
+                    live_candidates: 1,
+                    ready_candidates: u32::from(ready),
+                    reason: format!("{MARK}{}", unix_micros()),
+                    ..Default::default()
+                })),
+            };
+            if reports[t % reports.len()].send(report).await.is_err() {
+                return;
+            }
+            n += 1;
+            sent.store(n, Ordering::Relaxed);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The hub process.
+
+fn hub_config(dir: &Path, db_url: &str, batch_ms: Option<u64>) -> anyhow::Result<PathBuf> {
+    let path = dir.join("hub.yaml");
+    let watch = batch_ms.map_or_else(String::new, |ms| format!("watch:\n  batchMs: {ms}\n"));
+    std::fs::write(
+        &path,
+        format!(
+            "version: 1
+database:
+  url: \"{db_url}\"
+api:
+  restAddr: 127.0.0.1:0
+  grpcAddr: 127.0.0.1:0
+  metricsAddr: 127.0.0.1:0
+link:
+  enabled: true
+  addr: 127.0.0.1:0
+  caDir: \"{ca}\"
+  serverNames: [localhost, 127.0.0.1]
+tunnel:
+  enabled: false
+pipeline:
+  enabled: false
+log:
+  format: text
+  filter: warn
+{watch}",
+            ca = dir.join("ca").display()
+        ),
+    )?;
+    Ok(path)
+}
+
+struct Hub {
+    child: Child,
+    pid: u32,
+    rest: String,
+    grpc: String,
+    link: String,
+}
+
+async fn spawn_hub(bin: &Path, config: &Path, log: &Path) -> anyhow::Result<Hub> {
+    let log = std::fs::File::create(log)?;
+    let mut child = Command::new(bin)
+        .arg("--config")
+        .arg(config)
+        .arg("serve")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true)
+        .spawn()
+        .context("spawn hub")?;
+    let pid = child.id().context("hub pid")?;
+    let mut stdout = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match stdout.next_line().await? {
+                Some(l) if l.starts_with("clawfed-hub listening:") => return anyhow::Ok(l),
+                Some(_) => continue,
+                None => bail!("hub exited before listening (see its log)"),
+            }
+        }
+    })
+    .await
+    .context("hub did not start within 60 s")??;
+    // Keep draining its stdout so it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
+    let field = |key: &str| -> anyhow::Result<String> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .map(str::to_owned)
+            .with_context(|| format!("no {key} in {line:?}"))
+    };
+    Ok(Hub {
+        pid,
+        rest: field("rest=")?,
+        grpc: field("grpc=")?,
+        link: field("link=")?,
+        child,
+    })
+}
+
+/// A fresh database on the PostgreSQL server: (hub URL, database name).
+async fn postgres_database() -> anyhow::Result<(String, String)> {
+    use sqlx::Connection;
+    let base = std::env::var("CLAWFED_TEST_DATABASE_URL").context(
+        "--postgres needs CLAWFED_TEST_DATABASE_URL (eval \"$(scripts/postgres.sh env)\")",
+    )?;
+    let name = format!("watch_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(&base).await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await?;
+    let mut url = url::Url::parse(&base)?;
+    url.set_path(&format!("/{name}"));
+    Ok((url.to_string(), name))
+}
+
+async fn drop_database(name: &str) {
+    use sqlx::Connection;
+    let Ok(base) = std::env::var("CLAWFED_TEST_DATABASE_URL") else {
+        return;
+    };
+    if let Ok(mut admin) = sqlx::PgConnection::connect(&base).await {
+        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&mut admin)
+        .await;
+    }
+}
+
+fn audit(target: &str) -> Effects {
+    Effects::audit(NewAudit {
+        actor: "watch-bench".into(),
+        action: "bench.setup".into(),
+        namespace: None,
+        target: target.into(),
+        result: "ok".into(),
+        detail: None,
+    })
+}
+
+/// Polls `done` every 50 ms until it holds or `within` passes.
+async fn wait_for(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while !done() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
+/// One measured window: the hub's CPU seconds, the events the log got, the
+/// wall time.
+struct Window {
+    cpu: f64,
+    events: i64,
+    wall: f64,
+    bench_cpu: f64,
+}
+
+async fn measure(store: &dyn Store, pid: u32, seconds: u64) -> anyhow::Result<Window> {
+    let me = std::process::id();
+    let (cpu0, bench0, head0) = (
+        cpu_secs(pid),
+        cpu_secs(me),
+        store.event_bounds().await?.head,
+    );
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let (cpu1, bench1, head1) = (
+        cpu_secs(pid),
+        cpu_secs(me),
+        store.event_bounds().await?.head,
+    );
+    Ok(Window {
+        cpu: cpu1 - cpu0,
+        events: head1 - head0,
+        wall: t0.elapsed().as_secs_f64(),
+        bench_cpu: bench1 - bench0,
+    })
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok { "met" } else { "NOT met" }
+}
+
+async fn run(a: Args) -> anyhow::Result<bool> {
+    if a.watchers == 0 || a.targets == 0 || a.spokes == 0 || a.rate == 0 {
+        bail!("--watchers, --targets, --spokes and --rate must be at least 1");
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let hub_bin = match a.hub_bin.clone() {
+        Some(b) => b,
+        None => std::env::current_exe()?
+            .parent()
+            .context("bench dir")?
+            .join("clawfed-hub"),
+    };
+    if !hub_bin.exists() {
+        bail!(
+            "{} not found: cargo build --release -p clawfed-hub --bin clawfed-hub",
+            hub_bin.display()
+        );
+    }
+    let dir = tempfile::tempdir()?;
+    let (db_url, pg_name) = if a.postgres {
+        let (url, name) = postgres_database().await?;
+        (url, Some(name))
+    } else {
+        (
+            format!("sqlite://{}", dir.path().join("hub.db").display()),
+            None,
+        )
+    };
+    let result = bench(&a, &hub_bin, dir.path(), &db_url).await;
+    if let Some(name) = &pg_name {
+        drop_database(name).await;
+    }
+    result
+}
+
+async fn bench(a: &Args, hub_bin: &Path, dir: &Path, db_url: &str) -> anyhow::Result<bool> {
+    // Setup straight in the store, as `clawfed-hub token create` and
+    // `clawfed-hub cluster token create` do: an admin token, one bootstrap
+    // token per spoke, the CA.
+    let store: Arc<dyn Store> = Arc::new(store::connect(db_url).await?);
+    let minted = clawfed_hub::auth::mint_token();
+    store
+        .create_token(&NewToken {
+            name: "watch-bench".into(),
+            namespace: None,
+            role: clawfed_hub::auth::Role::InstallationAdmin,
+            hash: minted.hash,
+            expires_at: None,
+        })
+        .await?;
+    let token = minted.secret;
+    let ca = clawfed_hub::link::ca::CertificateAuthority::load_or_create(&dir.join("ca"))?;
+    let ca_pem = ca.ca_pem().to_owned();
+    drop(ca);
+    let names: Vec<String> = (0..a.spokes).map(|i| format!("watch-{i:02}")).collect();
+    let mut bootstrap = Vec::new();
+    for name in &names {
+        let (secret, hash) = clawfed_hub::link::enroll::mint_bootstrap_token();
+        store
+            .create_bootstrap_token(
+                &NewBootstrapToken {
+                    cluster_name: name.clone(),
+                    hash,
+                    reenroll: false,
+                    require_approval: false,
+                    created_by: "watch-bench".into(),
+                    expires_at: Utc::now() + chrono::Duration::hours(2),
+                },
+                &audit(name),
+            )
+            .await?;
+        bootstrap.push(secret);
+    }
+
+    let config = hub_config(dir, db_url, a.batch_ms)?;
+    let log = dir.join("hub.log");
+    let mut hub = spawn_hub(hub_bin, &config, &log).await?;
+    println!(
+        "watch-bench: hub pid {} rest {} grpc {} (log {})",
+        hub.pid,
+        hub.rest,
+        hub.grpc,
+        log.display()
+    );
+
+    // A tenant for the reports' events, through the REST API.
+    let http = reqwest::Client::new();
+    let ns: serde_json::Value = http
+        .post(format!("{}/api/v1/namespaces", hub.rest))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"name": "watch-bench"}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let ns_id = ns["id"].as_str().context("namespace id")?.to_owned();
+
+    // The spokes: real Links, enrolled with their bootstrap tokens.
+    let stop_links = CancellationToken::new();
+    let mut links = tokio::task::JoinSet::new();
+    let mut statuses = Vec::new();
+    let mut reports = Vec::new();
+    for (name, secret) in names.iter().zip(bootstrap) {
+        let link = Link::new(
+            LinkConfig {
+                hub: HubAddress::parse(&hub.link).map_err(anyhow::Error::msg)?,
+                ca_pem: ca_pem.clone(),
+                cluster_name: name.clone(),
+                bootstrap_token: Some(secret),
+                version: "watch-bench".into(),
+                capabilities: vec!["applier:bench".into()],
+                backoff_min: Duration::from_millis(100),
+                backoff_max: Duration::from_secs(2),
+            },
+            Arc::new(MemoryIdentityStore::new()),
+            Arc::new(AckAll),
+            SpokeMetrics::default(),
+        );
+        statuses.push(link.status());
+        let (tx, rx) = mpsc::channel(4096);
+        reports.push(tx);
+        let stop = stop_links.clone();
+        links.spawn(async move {
+            if let Err(e) = link.run(rx, stop).await {
+                eprintln!("watch-bench: link ended: {e}");
+            }
+        });
+    }
+    if !wait_for(Duration::from_secs(60), || {
+        statuses.iter().all(|s| s.borrow().connected)
+    })
+    .await
+    {
+        bail!(
+            "the spokes did not all connect within 60 s (see {})",
+            log.display()
+        );
+    }
+
+    // The Harness targets the reports are about, put in the spokes'
+    // outboxes (the hub's own dispatch path then sends them).
+    let mut targets = Vec::with_capacity(a.targets);
+    for i in 0..a.targets {
+        let cluster = store.get_cluster(&names[i % a.spokes]).await?;
+        let target = clawfed_proto::work::target::harness(&ns_id, &format!("w{i:04}"), 1);
+        store
+            .outbox_put(&cluster.id, &target, "bench.noop", 1, "{}")
+            .await?;
+        targets.push(target);
+    }
+
+    let sent = Arc::new(AtomicU64::new(0));
+    let stop_load = CancellationToken::new();
+    let load = tokio::spawn(generate(
+        a.rate,
+        targets,
+        reports,
+        sent.clone(),
+        stop_load.clone(),
+    ));
+
+    // Warm-up, then the baseline: the same load, no watcher.
+    tokio::time::sleep(Duration::from_secs(a.warmup_seconds)).await;
+    let base = measure(store.as_ref(), hub.pid, a.seconds).await?;
+    let rss0 = rss_kib(hub.pid)?;
+    println!(
+        "watch-bench: baseline done: {:.0} events/s, hub RSS {rss0} KiB",
+        base.events as f64 / base.wall
+    );
+
+    // The watchers, opened 50 at a time.
+    let tally = Arc::new(Tally::default());
+    let stop_watch = CancellationToken::new();
+    let mut watchers = tokio::task::JoinSet::new();
+    let grpc_n = a.watchers * a.grpc_percent.min(100) / 100;
+    let t_open = Instant::now();
+    for i in 0..a.watchers {
+        let (t, stop, token) = (tally.clone(), stop_watch.clone(), token.clone());
+        let commit_sample = i % 10 == 0;
+        if i < grpc_n {
+            watchers.spawn(grpc_watcher(
+                hub.grpc.clone(),
+                token,
+                t,
+                commit_sample,
+                stop,
+            ));
+        } else {
+            watchers.spawn(sse_watcher(hub.rest.clone(), token, t, commit_sample, stop));
+        }
+        if i % 50 == 49 {
+            let want = i as u64 + 1;
+            let t = tally.clone();
+            wait_for(Duration::from_secs(30), || {
+                t.connected.load(Ordering::Relaxed) + t.ended.load(Ordering::Relaxed) >= want
+            })
+            .await;
+        }
+    }
+    let all = a.watchers as u64;
+    wait_for(Duration::from_secs(60), || {
+        tally.connected.load(Ordering::Relaxed) + tally.ended.load(Ordering::Relaxed) >= all
+    })
+    .await;
+    let opened = t_open.elapsed();
+    let connected = tally.connected.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(a.settle_seconds)).await;
+
+    tally.measuring.store(true, Ordering::Relaxed);
+    let with = measure(store.as_ref(), hub.pid, a.seconds).await?;
+    tally.measuring.store(false, Ordering::Relaxed);
+    let rss1 = rss_kib(hub.pid)?;
+    let threads = std::fs::read_to_string(format!("/proc/{}/status", hub.pid))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .map(|v| v.trim().to_owned())
+        })
+        .unwrap_or_default();
+
+    // Stop: watchers flush their samples as they end.
+    stop_watch.cancel();
+    while watchers.join_next().await.is_some() {}
+    stop_load.cancel();
+    let _ = load.await;
+    stop_links.cancel();
+    while links.join_next().await.is_some() {}
+    let _ = hub.child.start_kill();
+    let _ = tokio::time::timeout(Duration::from_secs(10), hub.child.wait()).await;
+
+    // The figures.
+    let delivered = tally.delivered.load(Ordering::Relaxed);
+    let take = |h: &Mutex<Option<Histogram>>| h.lock().ok().and_then(|mut h| h.take());
+    let send = take(&tally.send_latency).unwrap_or_else(Histogram::new);
+    let commit = take(&tally.commit_latency).unwrap_or_else(Histogram::new);
+    let backend = if a.postgres { "PostgreSQL" } else { "SQLite" };
+    let cores = std::thread::available_parallelism().map_or(0, |p| p.get());
+    let rate_with = with.events as f64 / with.wall;
+    let conditions = format!(
+        "{backend}, hub {}, {cores} cores shared with the generator and watchers, {} watchers ({} SSE, {grpc_n} gRPC), {rate_with:.0} events/s committed of {} offered",
+        clawfed_bench::profile_of(hub_bin),
+        a.watchers,
+        a.watchers - grpc_n,
+        a.rate
+    );
+    let per_watcher = (rss1 as f64 - rss0 as f64) / a.watchers as f64;
+    let p99 = send.percentile_ms(99.0);
+    let cpu_per_k = with.cpu * 1000.0 / (delivered.max(1) as f64 / 1000.0);
+    let base_cpu_rate = base.cpu / base.wall;
+    let delivery_cpu = with.cpu - base_cpu_rate * with.wall;
+    let lost = tally.ended.load(Ordering::Relaxed);
+    let relists = tally.relists.load(Ordering::Relaxed);
+    let gaps = tally.gaps.load(Ordering::Relaxed);
+    let expected = with.events as u64 * connected;
+
+    println!();
+    println!(
+        "watch benchmark: hub {} ({}), database {backend}, {cores} cores, watch settings: bufferEvents 256, slowConsumerMs 2000, ringEvents 4096 (defaults), batchMs {}",
+        hub_bin.display(),
+        clawfed_bench::profile_of(hub_bin),
+        a.batch_ms
+            .map_or_else(|| "default".to_owned(), |ms| ms.to_string()),
+    );
+    println!(
+        "load: readiness observations from {} spokes (real Links, mTLS) over {} Harness targets, {} offered/s: {:.0} events/s committed (baseline), {rate_with:.0}/s (with watchers)",
+        a.spokes,
+        a.targets,
+        a.rate,
+        base.events as f64 / base.wall
+    );
+    println!(
+        "watchers: {connected} of {} connected in {:.1} s ({} SSE, {grpc_n} gRPC, each on its own connection); during the measured {:.1} s: {relists} cut off (relist), {lost} ended early, {gaps} cursor gaps",
+        a.watchers,
+        opened.as_secs_f64(),
+        a.watchers - grpc_n,
+        with.wall,
+    );
+    println!(
+        "delivered: {delivered} events ({:.0}/s; {:.1}% of events committed x watchers connected)",
+        delivered as f64 / with.wall,
+        delivered as f64 * 100.0 / expected.max(1) as f64
+    );
+    println!(
+        "hub RSS: {rss0} KiB with 0 watchers, {rss1} KiB with {connected} ({threads} threads): {per_watcher:.1} KiB per watcher"
+    );
+    println!(
+        "    goal <= {} KiB per watcher: {} ({conditions})",
+        a.goal_rss_kib,
+        met(per_watcher <= a.goal_rss_kib)
+    );
+    println!(
+        "latency send (into the spoke's link) -> received: p50 {:.1} ms, p99 {p99:.1} ms, max {:.1} ms ({} samples)",
+        send.percentile_ms(50.0),
+        send.max_us as f64 / 1000.0,
+        send.total
+    );
+    println!(
+        "    goal p99 <= {} ms: {} ({conditions})",
+        a.goal_p99_ms,
+        met(p99 <= a.goal_p99_ms)
+    );
+    println!(
+        "latency commit (event `at`) -> received: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} samples, every 10th watcher)",
+        commit.percentile_ms(50.0),
+        commit.percentile_ms(99.0),
+        commit.max_us as f64 / 1000.0,
+        commit.total
+    );
+    println!(
+        "hub CPU: {:.1}% of a core with 0 watchers, {:.1}% with {connected}: {cpu_per_k:.2} ms per 1,000 events delivered (all hub work), {:.2} ms net of the baseline (delivery alone)",
+        base_cpu_rate * 100.0,
+        with.cpu / with.wall * 100.0,
+        delivery_cpu * 1000.0 / (delivered.max(1) as f64 / 1000.0),
+    );
+    println!(
+        "bench process CPU (generator, spokes, watchers): {:.1}% of a core with 0 watchers, {:.1}% with {connected}",
+        base.bench_cpu / base.wall * 100.0,
+        with.bench_cpu / with.wall * 100.0
+    );
+    if let Ok(Some(e)) = tally.first_error.lock().map(|e| e.clone()) {
+        println!("first watcher error: {e}");
+    }
+    let sent = sent.load(Ordering::Relaxed);
+    println!("reports sent: {sent}");
+    Ok(per_watcher <= a.goal_rss_kib
+        && p99 <= a.goal_p99_ms
+        && connected == a.watchers as u64
+        && lost == 0
+        && gaps == 0)
+}
