@@ -958,7 +958,15 @@ async fn bench(a: &Args, hub_bin: &Path, dir: &Path, db_url: &str) -> anyhow::Re
         println!("first watcher error: {e}");
     }
     let sent = sent.load(Ordering::Relaxed);
-    println!("reports sent: {sent}");
+    println!(
+        "reports sent: {sent}; machine load average (1, 5, 15 min) at the end: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     Ok(per_watcher <= a.goal_rss_kib
         && p99 <= a.goal_p99_ms
         && connected == a.watchers as u64
