@@ -1188,7 +1188,12 @@ async fn run(a: RunArgs) -> anyhow::Result<bool> {
                 None => format!("0 (reused {n} from --state-dir)"),
             },
             goal: "-".into(),
-            limit: "single-connection SQLite: 4 write txns per spoke (token, enrollment, certificate, state)".into(),
+            limit: if a.postgres {
+                "PostgreSQL: 4 write txns per spoke (token, enrollment, certificate, state)"
+            } else {
+                "single-writer SQLite: 4 write txns per spoke (token, enrollment, certificate, state)"
+            }
+            .into(),
         },
         Row {
             what: "max concurrent connected spokes held".into(),
@@ -1256,7 +1261,12 @@ async fn run(a: RunArgs) -> anyhow::Result<bool> {
                 "p99 ≤ 50 ms: {} [{conditions}, {offered:.0}/s over {m} Links]",
                 verdict(e2e_p99 <= 50 && unacked == 0, full_scale && a.rate >= 1000 && m >= 1000)
             ),
-            limit: "SQLite single writer: put + ack + the Link's work-result report per item".into(),
+            limit: if a.postgres {
+                "PostgreSQL commits: put, ack and the Link's work-result report, a transaction each per item"
+            } else {
+                "SQLite single writer: put + ack + the Link's work-result report per item (grouped commits)"
+            }
+            .into(),
         },
         Row {
             what: format!("  offered {offered:.0}/s over {m} spokes for {} s", a.load_seconds),
