@@ -483,18 +483,7 @@ impl Client {
                 source,
             })?;
         if !status.is_success() {
-            return Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
-                Ok(body) => CliError::Api {
-                    status: status.as_u16(),
-                    code: body.error.code,
-                    message: body.error.message,
-                },
-                Err(_) => CliError::Api {
-                    status: status.as_u16(),
-                    code: "unknown".into(),
-                    message: String::from_utf8_lossy(&bytes).trim().to_owned(),
-                },
-            });
+            return Err(api_error(status, &bytes));
         }
         let bytes = if bytes.is_empty() {
             &b"null"[..]
@@ -563,18 +552,7 @@ impl Client {
         let status = response.status();
         if !status.is_success() {
             let bytes = response.bytes().await.unwrap_or_default();
-            return Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
-                Ok(body) => CliError::Api {
-                    status: status.as_u16(),
-                    code: body.error.code,
-                    message: body.error.message,
-                },
-                Err(_) => CliError::Api {
-                    status: status.as_u16(),
-                    code: "unknown".into(),
-                    message: String::from_utf8_lossy(&bytes).trim().to_owned(),
-                },
-            });
+            return Err(api_error(status, &bytes));
         }
         Ok(super::watch::EventReader::new(response))
     }
@@ -1309,6 +1287,23 @@ impl SpecArgs {
             }
         }
         Ok(spec)
+    }
+}
+
+/// The CLI error of a non-success answer: the API's error body, or the
+/// body's text when it is not one.
+fn api_error(status: reqwest::StatusCode, bytes: &[u8]) -> CliError {
+    match serde_json::from_slice::<ErrorBody>(bytes) {
+        Ok(body) => CliError::Api {
+            status: status.as_u16(),
+            code: body.error.code,
+            message: body.error.message,
+        },
+        Err(_) => CliError::Api {
+            status: status.as_u16(),
+            code: "unknown".into(),
+            message: String::from_utf8_lossy(bytes).trim().to_owned(),
+        },
     }
 }
 
