@@ -143,7 +143,18 @@ start() {
 start_exe() {
   local c="$1" exe="$2"; shift 2
   setsid "$exe" "$@" > "$DIR/logs/$c.log" 2>&1 < /dev/null &
-  echo $! > "$DIR/pids/$c.pid"
+  local pid=$!
+  echo "$pid" > "$DIR/pids/$c.pid"
+  # Until the forked shell has exec'd, /proc/PID/cmdline is this script's,
+  # and `alive` would call the component dead (on a loaded machine this
+  # window is long enough to fail a start whose log is still empty). Wait
+  # for the exec, or for the process to be gone.
+  local i
+  for i in $(seq 1 100); do
+    [[ -r "/proc/$pid/cmdline" ]] || break
+    alive "$c" && break
+    sleep 0.05
+  done
 }
 
 # ------------------------------------------------ pod runner and stages ----
