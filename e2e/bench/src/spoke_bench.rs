@@ -185,84 +185,36 @@ struct Direct {
     writes: u64,
 }
 
-/// Kubernetes alone: a namespace set up like the spoke's (by an Executor
-/// that is then shut down), the same Harness objects applied directly by
-/// a plain client at the same concurrency, timed until every Pod is Ready.
-/// The namespace is deleted (and waited for) before clawfed's run.
+/// Kubernetes alone ([`load::DirectRun`]): the same Harness objects applied
+/// by a plain client at the same concurrency, timed until every Pod is
+/// Ready; the namespace is gone before clawfed's run.
 async fn direct(args: &Args, with_record: bool) -> Result<Direct> {
-    let id = format!("direct-{}", uuid::Uuid::new_v4().simple());
-    let ns = data_plane_namespace(&id);
-    let tenant = load::tenant_of("direct", &id);
-    let n = args.revisions;
     let plain = Client::try_from(config(&args.cluster).await?)?;
-    {
-        let (tx, _rx) = tokio::sync::mpsc::channel::<Report>(16);
-        let setup = Executor::new(plain.clone(), SpokeConfig::default(), tx);
-        let r = setup
-            .apply(&load::work(
-                1,
-                target::namespace(&id),
-                WorkSpec::NamespaceEnsure(load::namespace(&tenant, &id, n * 2 + 10)),
-            ))
-            .await?;
-        if !r.applied {
-            bail!("direct namespace: {}", r.reason);
-        }
-        setup.shutdown();
-    }
+    let mut run = load::DirectRun::prepare(
+        plain,
+        "direct",
+        args.revisions,
+        BTreeMap::from([("sandbox.clawfed.io/class".into(), "standard".into())]),
+    )
+    .await?;
     let counts = Arc::new(Counts::default());
     let client = counts.client(config(&args.cluster).await?)?;
-    let harnesses: Vec<_> = (0..n)
-        .map(|i| {
-            let mut h = load::harness(&tenant, &id, &ns, i);
-            h.requirement_labels =
-                BTreeMap::from([("sandbox.clawfed.io/class".into(), "standard".into())]);
-            h
-        })
-        .collect();
-    let pods: Api<Pod> = Api::namespaced(plain.clone(), &ns);
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let watch = tokio::spawn(async move {
-        let mut ready = std::collections::HashSet::new();
-        let mut stream = std::pin::pin!(ready_pods(pods));
-        while let Some(p) = stream.next().await {
-            ready.insert(p.metadata.name.unwrap_or_default());
-            if ready.len() >= n {
-                let _ = ready_tx.send(());
-                return;
-            }
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let start = Instant::now();
-    let mut apply_ms =
-        load::apply_direct(&client, harnesses, args.concurrency, with_record).await?;
-    let applied_in = start.elapsed();
-    tokio::time::timeout(Duration::from_secs(600), ready_rx)
-        .await
-        .context("direct: all Pods Ready")??;
-    let ready_in = start.elapsed();
-    watch.abort();
-    apply_ms.sort_by(|a, b| a.total_cmp(b));
-    let writes = counts.snapshot().writes;
-    // Gone before clawfed's run, so both runs see the same cluster.
-    let namespaces: Api<Namespace> = Api::all(plain);
-    let _ = namespaces.delete(&ns, &DeleteParams::background()).await;
-    let gone = tokio::time::timeout(Duration::from_secs(300), async {
-        while namespaces.get_opt(&ns).await.ok().flatten().is_some() {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-    .await;
-    if gone.is_err() {
-        eprintln!("spoke-bench: namespace {ns} still terminating after 300 s; going on");
-    }
+    let times = run
+        .run(
+            &client,
+            args.concurrency,
+            with_record,
+            Duration::from_secs(600),
+        )
+        .await;
+    run.cleanup().await;
+    let times = times?;
     Ok(Direct {
         with_record,
-        ready_in,
-        applied_in,
-        apply_ms,
-        writes,
+        ready_in: times.ready_in,
+        applied_in: times.applied_in,
+        apply_ms: times.apply_ms,
+        writes: counts.snapshot().writes,
     })
 }
 
@@ -272,15 +224,7 @@ fn ready_pods(pods: Api<Pod>) -> impl futures::Stream<Item = Pod> {
         .default_backoff()
         .applied_objects()
         .take_while(|r| std::future::ready(r.is_ok()))
-        .filter_map(|r| std::future::ready(r.ok().filter(pod_ready)))
-}
-
-fn pod_ready(p: &Pod) -> bool {
-    p.metadata.deletion_timestamp.is_none()
-        && p.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        .filter_map(|r| std::future::ready(r.ok().filter(load::pod_ready)))
 }
 
 async fn parent(args: &Args) -> Result<()> {
