@@ -1284,6 +1284,98 @@ mod cases {
         assert!(s.get_report(&c.id, t, "readiness").await.unwrap().is_none());
     }
 
+    /// Concurrent puts to one cluster (on PostgreSQL through the
+    /// `clawfed_outbox_put` function, issue 17): sequences stay dense and
+    /// distinct, each (target, generation) is queued once, a newer
+    /// generation supersedes the unacked older one, and an unknown cluster
+    /// is NotFound.
+    pub async fn outbox_concurrent_puts_are_dense_and_once(s: Arc<dyn Store>) {
+        use clawfed_hub::store::ClusterRecord;
+        let c = s
+            .upsert_cluster(&ClusterRecord {
+                name: "exec-a".into(),
+                labels: Default::default(),
+                capabilities: vec![],
+                certificate_serials: vec![],
+                connection_state: clawfed_hub::model::ConnectionState::Online,
+                last_seen: None,
+                version: "test".into(),
+            })
+            .await
+            .unwrap();
+        // 4 targets x generations 1..=3, each put twice, all at once.
+        let mut set = tokio::task::JoinSet::new();
+        for round in 0..2 {
+            for t in 0..4 {
+                for g in 1..=3i64 {
+                    let (s, id) = (s.clone(), c.id.clone());
+                    set.spawn(async move {
+                        let target = format!("harness/ns-1/a{t}/1");
+                        let r = s
+                            .outbox_put(&id, &target, "harness.apply", g, &format!("{{\"g\":{g}}}"))
+                            .await;
+                        (round, target, g, r)
+                    });
+                }
+            }
+        }
+        let mut sequences = Vec::new();
+        for (_, _, _, r) in set.join_all().await {
+            if let Some(seq) = r.unwrap() {
+                sequences.push(seq);
+            }
+        }
+        sequences.sort_unstable();
+        let n = sequences.len() as i64;
+        assert!(
+            n >= 4,
+            "every target was queued at least once: {sequences:?}"
+        );
+        assert_eq!(
+            sequences,
+            (1..=n).collect::<Vec<_>>(),
+            "sequences are dense and distinct"
+        );
+        // One unacked item per target, each at the newest generation.
+        let pending = s.outbox_pending(&c.id, 0, 100).await.unwrap();
+        assert_eq!(pending.len(), 4, "{pending:?}");
+        for item in &pending {
+            assert_eq!(item.generation, 3, "{item:?}");
+            assert_eq!(
+                s.outbox_latest_generation(&c.id, &item.target)
+                    .await
+                    .unwrap(),
+                Some(3)
+            );
+        }
+        // An older generation after the newest is refused, and so is a
+        // repeat of it.
+        for g in [2, 3] {
+            assert_eq!(
+                s.outbox_put(&c.id, "harness/ns-1/a0/1", "harness.apply", g, "{}")
+                    .await
+                    .unwrap(),
+                None
+            );
+        }
+        let next = s
+            .outbox_put(&c.id, "harness/ns-1/a0/1", "harness.apply", 4, "{}")
+            .await
+            .unwrap();
+        assert_eq!(next, Some(n + 1), "a refused put leaves no gap");
+        assert!(matches!(
+            s.outbox_put(
+                "no-such-cluster",
+                "harness/ns-1/a0/1",
+                "harness.apply",
+                1,
+                "{}"
+            )
+            .await,
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
     /// Issue 9, defect 8: one transport key per installation (first writer
     /// wins, so replicas agree), and per revision only the token's hash.
     pub async fn transport_key_is_shared_and_only_hashes_are_kept(s: Arc<dyn Store>) {
@@ -1566,5 +1658,6 @@ suite!(
     activation_lands_only_while_the_agent_wants_the_revision,
     outbox_supersedes_and_reports_keep_the_newest,
     outbox_acked_latest_and_resend,
+    outbox_concurrent_puts_are_dense_and_once,
     transport_key_is_shared_and_only_hashes_are_kept,
 );

@@ -97,10 +97,10 @@ impl SqlStore {
             // connections in parallel and flushes its WAL for all of them
             // at once; funnelling them through one connection here made
             // link-bench's dispatch→ack p50 12.7 s (652 of 1000 items/s).
-            return self
-                .apply_writes(&[&write])
-                .await
-                .map(|mut written| written.remove(0));
+            // Each write is one statement in its own implicit transaction:
+            // no connection waits "idle in transaction" for the hub's next
+            // statement.
+            return self.write_autocommit(&write).await;
         }
         let group: Arc<GroupCommit> = self.group_commit();
         let (reply, mut answer) = oneshot::channel();
@@ -153,6 +153,69 @@ impl SqlStore {
                         .map(|mut r| r.remove(0));
                     let _ = pending.reply.send(result);
                 }
+            }
+        }
+    }
+
+    /// One write as one statement (PostgreSQL): the put through the
+    /// `clawfed_outbox_put` function (migration 0011), the ack and the
+    /// report as they are in a group.
+    async fn write_autocommit(&self, write: &LinkWrite) -> Result<Written> {
+        match write {
+            LinkWrite::Put {
+                cluster_id,
+                target,
+                kind,
+                generation,
+                spec,
+                now,
+            } => {
+                let sequence: Option<i64> =
+                    sqlx::query("SELECT clawfed_outbox_put($1, $2, $3, $4, $5, $6)")
+                        .bind(cluster_id.clone())
+                        .bind(target.clone())
+                        .bind(kind.clone())
+                        .bind(*generation)
+                        .bind(spec.clone())
+                        .bind(ms(*now))
+                        .fetch_one(self.pool())
+                        .await
+                        .map_err(|e| match &e {
+                            sqlx::Error::Database(db) if db.code().as_deref() == Some("P0002") => {
+                                not_found("cluster", cluster_id)
+                            }
+                            _ => self.classify(e),
+                        })?
+                        .get(0);
+                Ok(Written::Put(sequence))
+            }
+            LinkWrite::Ack {
+                cluster_id,
+                sequence,
+                target,
+                generation,
+                now,
+            } => {
+                let acked = ack_statement(cluster_id, *sequence, target, *generation, *now)
+                    .execute(self.pool())
+                    .await
+                    .map_err(|e| self.classify(e))?
+                    .rows_affected();
+                Ok(Written::Ack(acked == 1))
+            }
+            LinkWrite::Report {
+                cluster_id,
+                target,
+                kind,
+                generation,
+                body,
+                now,
+            } => {
+                report_statement(cluster_id, target, kind, *generation, body, *now)
+                    .execute(self.pool())
+                    .await
+                    .map_err(|e| self.classify(e))?;
+                Ok(Written::Report)
             }
         }
     }
@@ -244,19 +307,11 @@ impl SqlStore {
                 generation,
                 now,
             } => {
-                let acked = sqlx::query(
-                    "UPDATE outbox SET acked_at = $1 WHERE cluster_id = $2 AND sequence = $3 \
-                     AND target = $4 AND generation = $5 AND acked_at IS NULL",
-                )
-                .bind(ms(*now))
-                .bind(cluster_id.clone())
-                .bind(*sequence)
-                .bind(target.clone())
-                .bind(*generation)
-                .execute(&mut **tx)
-                .await
-                .map_err(|e| self.classify(e))?
-                .rows_affected();
+                let acked = ack_statement(cluster_id, *sequence, target, *generation, *now)
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(|e| self.classify(e))?
+                    .rows_affected();
                 Ok(Written::Ack(acked == 1))
             }
             LinkWrite::Report {
@@ -267,25 +322,60 @@ impl SqlStore {
                 body,
                 now,
             } => {
-                sqlx::query(
-                    "INSERT INTO spoke_reports (cluster_id, target, kind, generation, body, \
-                     received_at) VALUES ($1, $2, $3, $4, $5, $6) \
-                     ON CONFLICT (cluster_id, target, kind) DO UPDATE SET generation = $4, \
-                     body = $5, received_at = $6 WHERE spoke_reports.generation <= $4",
-                )
-                .bind(cluster_id.clone())
-                .bind(target.clone())
-                .bind(kind.clone())
-                .bind(*generation)
-                .bind(body.clone())
-                .bind(ms(*now))
-                .execute(&mut **tx)
-                .await
-                .map_err(|e| self.classify(e))?;
+                report_statement(cluster_id, target, kind, *generation, body, *now)
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(|e| self.classify(e))?;
                 Ok(Written::Report)
             }
         }
     }
+}
+
+type Statement = sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments>;
+
+/// The UPDATE of an ack: only the item of this cluster, sequence, target
+/// and generation, and only while unacked.
+fn ack_statement(
+    cluster_id: &str,
+    sequence: i64,
+    target: &str,
+    generation: i64,
+    now: DateTime<Utc>,
+) -> Statement {
+    sqlx::query(
+        "UPDATE outbox SET acked_at = $1 WHERE cluster_id = $2 AND sequence = $3 \
+         AND target = $4 AND generation = $5 AND acked_at IS NULL",
+    )
+    .bind(ms(now))
+    .bind(cluster_id.to_owned())
+    .bind(sequence)
+    .bind(target.to_owned())
+    .bind(generation)
+}
+
+/// The upsert of a report, unless the stored one is for a newer
+/// generation.
+fn report_statement(
+    cluster_id: &str,
+    target: &str,
+    kind: &str,
+    generation: i64,
+    body: &str,
+    now: DateTime<Utc>,
+) -> Statement {
+    sqlx::query(
+        "INSERT INTO spoke_reports (cluster_id, target, kind, generation, body, \
+         received_at) VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (cluster_id, target, kind) DO UPDATE SET generation = $4, \
+         body = $5, received_at = $6 WHERE spoke_reports.generation <= $4",
+    )
+    .bind(cluster_id.to_owned())
+    .bind(target.to_owned())
+    .bind(kind.to_owned())
+    .bind(generation)
+    .bind(body.to_owned())
+    .bind(ms(now))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
