@@ -332,7 +332,7 @@ async fn kube_client(
     kubeconfig: Option<&std::path::Path>,
     apply_limit: Arc<ApplyLimit>,
 ) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("--kubeconfig {}", path.display()))?;
@@ -344,6 +344,11 @@ async fn kube_client(
             "in-cluster credentials (the spoke's ServiceAccount) are not available; outside a cluster pass --kubeconfig FILE",
         )?,
     };
+    // HTTPS_PROXY is for the link to the hub (see --hub-proxy); the
+    // apiserver is the execution cluster's own. kube would take the proxy
+    // from the environment and then refuse it (its proxy feature is not
+    // built), printing the URL with its password.
+    config.proxy_url = None;
     clawfed_spoke::pressure::client(config, apply_limit).context("Kubernetes client")
 }
 

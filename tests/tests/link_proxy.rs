@@ -8,6 +8,9 @@
 //! 127.0.0.1 is its own). So the spoke gets to the hub through the proxy
 //! or not at all, with mTLS end to end inside the tunnel.
 //!
+//! With the `exec-a` test cluster up, a spoke with the Kubernetes applier
+//! behind the proxy applies a Harness there.
+//!
 //! Needs root and iproute2 (the namespace) and tinyproxy
 //! (`apt-get install tinyproxy`; scripts/test.sh installs it), and the
 //! spoke binary of this target dir (`cargo build -p clawfed-spoke --bins`).
@@ -17,10 +20,15 @@ use std::process::Command;
 use std::time::Duration;
 
 use clawfed_hub::model::ConnectionState;
+use clawfed_proto::work::{
+    ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, target,
+};
 use clawfed_tests::hub::{Backend, TestHub};
+use clawfed_tests::kube_env;
 use clawfed_tests::link::{bootstrap_token, cluster, eventually, hub_ca, hub_url};
 use clawfed_tests::netns::Netns;
 use clawfed_tests::procs::{self, Proc};
+use clawfed_tests::{control_env, spoke_env};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -217,13 +225,15 @@ impl Setup {
             .args(["--cluster-name", cluster_name])
             .arg("--state-dir")
             .arg(&state)
-            .args(["--applier", "ledger"])
             .args(["--metrics-addr", "127.0.0.1:0"])
             .args(["--backoff-max-seconds", "1"])
             .arg("--bootstrap-token-file")
             .arg(token_file)
             .args(args)
             .env("CLAWFED_LOG", "info");
+        if !args.contains(&"--applier") {
+            c.args(["--applier", "ledger"]);
+        }
         for var in [
             "HTTPS_PROXY",
             "https_proxy",
@@ -522,4 +532,196 @@ async fn a_proxy_that_refuses_is_named_with_its_status_and_the_spoke_keeps_retry
         "{log}"
     );
     assert!(!log.contains("secret-pw"), "{log}");
+}
+
+/// Forwards connections from `listen:port` to `to` (the host's loopback),
+/// until dropped.
+struct Forwarder {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Forwarder {
+    async fn start(listen: &str, to: String) -> Self {
+        let listener = tokio::net::TcpListener::bind((listen, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let to = to.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Self { port, task }
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spoke_behind_the_proxy_applies_a_harness_in_a_real_cluster() {
+    let Some(exec_a) = kube_env::cluster_or_skip("exec-a").await.unwrap() else {
+        return;
+    };
+    let setup = Setup::new("k", [198, 18, 251, 9], [198, 18, 251, 10]).await;
+    let password = format!("pw-{}", uuid::Uuid::new_v4().simple());
+    let mut proxy = Tinyproxy::configure(
+        setup.dir.path(),
+        &setup.netns.host_addr,
+        &setup.netns.ns_addr,
+        &password,
+        setup.link_port(),
+    );
+    proxy.start().await;
+
+    // The spoke acts as its ServiceAccount. In an air-gapped cluster the
+    // apiserver is local to it; this one is on the host's loopback, so a
+    // forwarder on the pair's host end carries apiserver traffic only (the
+    // hub's link stays out of reach), and the kubeconfig names `localhost`
+    // for the apiserver's certificate.
+    spoke_env::install_spoke_rbac(&exec_a).await.unwrap();
+    let kubeconfig = setup.dir.path().join("spoke.kubeconfig");
+    control_env::write_service_account_kubeconfig(
+        &exec_a,
+        spoke_env::SPOKE_NAMESPACE,
+        spoke_env::SPOKE_SERVICE_ACCOUNT,
+        3600,
+        &kubeconfig,
+    )
+    .await
+    .unwrap();
+    let api = exec_a
+        .server_url()
+        .trim_start_matches("https://")
+        .trim_end_matches('/')
+        .to_owned();
+    assert!(api.starts_with("127.0.0.1:"), "{api}");
+    let forwarder = Forwarder::start(&setup.netns.host_addr, api).await;
+    let mut doc: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&kubeconfig).unwrap()).unwrap();
+    let cluster_entry = &mut doc["clusters"][0]["cluster"];
+    cluster_entry["server"] =
+        format!("https://{}:{}", setup.netns.host_addr, forwarder.port).into();
+    cluster_entry["tls-server-name"] = "localhost".into();
+    std::fs::write(&kubeconfig, serde_yaml_ng::to_string(&doc).unwrap()).unwrap();
+
+    let name = format!(
+        "air-gapped-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..6]
+    );
+    let token = setup.token_file(&name).await;
+    let spoke = setup.spoke(
+        "kube",
+        &name,
+        &token,
+        &[(
+            "HTTPS_PROXY",
+            &proxy.url(Some(&format!("{USER}:{password}"))),
+        )],
+        &[
+            "--applier",
+            "kube",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+        ],
+    );
+    setup
+        .wait_state(&name, ConnectionState::Online, &spoke)
+        .await;
+    let id = cluster(&setup.hub, &name).await.expect("cluster").id;
+
+    // A namespace and a Harness, sent down the proxied link.
+    let u = uuid::Uuid::new_v4().simple().to_string();
+    let tenant = format!("px-{}", &u[..8]);
+    let namespace_id = format!("px-{u}");
+    let ns = clawfed_proto::naming::data_plane_namespace(&namespace_id);
+    let harness = HarnessWork {
+        tenant: tenant.clone(),
+        namespace_id: namespace_id.clone(),
+        data_plane_namespace: ns.clone(),
+        agent: "scout".into(),
+        revision: 1,
+        revision_id: "rev-1".into(),
+        harness_kind: "openclaw-native".into(),
+        image: format!("registry.invalid/openclaw@sha256:{}", "ab".repeat(32)),
+        require_digest: true,
+        requirement_labels: Default::default(),
+        resources: Default::default(),
+        port: 8080,
+        env: Default::default(),
+        workspace: None,
+        credential: SecretData(Default::default()),
+        dedicated: true,
+        predecessors: vec![],
+        execution: ExecutionMode::Ordinary,
+        node_selector: Default::default(),
+        headless_service: false,
+        seccomp_localhost_profile: None,
+        service_principal: None,
+        plugin_selections: Vec::new(),
+        require_startup_status: false,
+    };
+    let link = setup.hub.hub.as_ref().unwrap().link.clone().unwrap();
+    let harness_target = target::harness(&namespace_id, "scout", 1);
+    for (t, spec) in [
+        (
+            target::namespace(&namespace_id),
+            WorkSpec::NamespaceEnsure(NamespaceWork {
+                tenant,
+                namespace_id: namespace_id.clone(),
+                quota: [("pods".to_owned(), "20".to_owned())].into(),
+                network: clawfed_proto::work::HarnessNetwork {
+                    ingress_from_spoke: true,
+                    ingress_from_cidrs: vec![],
+                    harness_port: 8080,
+                    egress: vec![],
+                    dns: None,
+                },
+                ..Default::default()
+            }),
+        ),
+        (
+            harness_target.clone(),
+            WorkSpec::HarnessApply(Box::new(harness)),
+        ),
+    ] {
+        let body: serde_json::Value = serde_json::from_slice(&spec.encode()).unwrap();
+        link.send(&id, &t, spec.kind().as_str(), 1, &body)
+            .await
+            .unwrap()
+            .expect("queued");
+    }
+    let store = setup.hub.store();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let report = loop {
+        if let Some(r) = store
+            .get_report(&id, &harness_target, "work-result")
+            .await
+            .unwrap()
+        {
+            break r;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Harness work result within 60 s; spoke log:\n{}",
+            spoke.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(report.body["applied"], json!(true), "{:?}", report.body);
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(exec_a.admin(), &ns);
+    let listed = deployments.list(&Default::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1, "the Harness Deployment in {ns}");
+
+    let _ = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(exec_a.admin())
+        .delete(&ns, &Default::default())
+        .await;
 }
