@@ -30,6 +30,7 @@ need curl curl
 need ip iproute2   # the Pod network (e2e/podnet.sh) and the partition test's namespaces
 need chromium chromium            # the web fleet view's browser test (headless)
 need chromedriver chromium-driver # ... driven over WebDriver
+need tinyproxy tinyproxy          # the spoke's HTTP CONNECT proxy test (tests/tests/link_proxy.rs)
 
 log "PostgreSQL"
 eval "$(scripts/postgres.sh env)"

@@ -9,12 +9,15 @@
 //! - `identity.rs`: key, CSR, certificate; file, Secret or memory storage.
 //! - `tls.rs`: TLS 1.3 client configs, the swappable client certificate.
 //! - `ledger.rs`: a file-backed [`WorkApplier`] for runs without Kubernetes.
+//! - `proxy.rs`: the HTTP CONNECT proxy every connection to the hub may
+//!   go through (air-gapped clusters), with `HTTPS_PROXY` / `NO_PROXY`.
 //!
 //! Autonomy: losing the hub never changes a running workload. The loop
 //! only reconnects; nothing here deletes or rolls back anything.
 
 pub mod identity;
 pub mod ledger;
+pub mod proxy;
 pub mod tls;
 
 use std::collections::{BTreeMap, HashMap};
@@ -528,7 +531,7 @@ impl Link {
         let (key_pem, csr_pem) = new_key_and_csr().map_err(|e| Err(e.into()))?;
         let channel = tls::channel(&self.config.hub, tls)
             .await
-            .map_err(|e| Ok(format!("cannot reach the hub: {e}")))?;
+            .map_err(|e| Ok(tls::connect_failure(&e)))?;
         let response = EnrollmentClient::new(channel)
             .enroll(pb::EnrollRequest {
                 bootstrap_token: token.to_owned(),
@@ -616,7 +619,7 @@ impl Link {
         let (key_pem, csr_pem) = new_key_and_csr().map_err(|e| e.to_string())?;
         let channel = tls::channel(&self.config.hub, mtls)
             .await
-            .map_err(|e| format!("cannot reach the hub: {e}"))?;
+            .map_err(|e| tls::connect_failure(&e))?;
         let response = SpokeLinkClient::new(channel)
             .renew(pb::RenewRequest { csr_pem })
             .await
@@ -647,7 +650,7 @@ impl Link {
                 Err(_) if alert.revoked() => {
                     return SessionEnd::Revoked(REFUSED_IN_HANDSHAKE.into());
                 }
-                Err(e) => return SessionEnd::Failed(format!("cannot reach the hub: {e}")),
+                Err(e) => return SessionEnd::Failed(tls::connect_failure(&e)),
             };
         // Tunnels ride a connection of their own (made on first use): a
         // stalled tunnel never holds up this session's stream.

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use clawfed_spoke::link::identity::{FileIdentityStore, IdentityStore, SecretIdentityStore};
 use clawfed_spoke::link::ledger::FileLedger;
+use clawfed_spoke::link::proxy;
 use clawfed_spoke::link::tls::HubAddress;
 use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics, WorkApplier};
 use clawfed_spoke::pressure::ApplyLimit;
@@ -115,6 +116,16 @@ struct Args {
     /// Reconnect backoff cap in seconds.
     #[arg(long, default_value_t = 30)]
     backoff_max_seconds: u64,
+    /// HTTP CONNECT proxy for every connection to the hub,
+    /// `http://[user:password@]host:port`, or `direct` for none. Overrides
+    /// HTTPS_PROXY / https_proxy and NO_PROXY / no_proxy, which apply
+    /// without it. mTLS stays end to end, inside the tunnel.
+    #[arg(long, env = "CLAWFED_HUB_PROXY")]
+    hub_proxy: Option<String>,
+    /// File holding the proxy's Basic credentials as `user:password` (e.g.
+    /// a mounted Secret key); overrides credentials in the proxy URL.
+    #[arg(long, env = "CLAWFED_HUB_PROXY_CREDENTIALS_FILE")]
+    hub_proxy_credentials_file: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -132,6 +143,7 @@ async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
 
     let hub = HubAddress::parse(&args.hub_url).map_err(|e| anyhow::anyhow!("--hub-url: {e}"))?;
+    let hub = with_proxy(hub, &args)?;
     let ca_pem = std::fs::read_to_string(&args.ca_file)
         .with_context(|| format!("--ca-file {}", args.ca_file.display()))?;
     let bootstrap_token = match &args.bootstrap_token_file {
@@ -290,13 +302,37 @@ async fn main() -> anyhow::Result<()> {
     result.map_err(Into::into)
 }
 
+/// The hub reached through the proxy `--hub-proxy` or the environment
+/// names (see `clawfed_spoke::link::proxy`), logged without credentials.
+fn with_proxy(hub: HubAddress, args: &Args) -> anyhow::Result<HubAddress> {
+    let (host, port) = hub.host_port();
+    let proxy = proxy::select(
+        host,
+        port,
+        args.hub_proxy.as_deref(),
+        "--hub-proxy",
+        &|name| std::env::var(name).ok(),
+    )?;
+    let proxy = match (proxy, &args.hub_proxy_credentials_file) {
+        (Some(p), Some(file)) => {
+            Some(p.with_credentials_file(file, "--hub-proxy-credentials-file")?)
+        }
+        (proxy, _) => proxy,
+    };
+    match &proxy {
+        Some(p) => tracing::info!(proxy = %p, credentials = p.has_credentials(), "link.proxy"),
+        None => tracing::info!(proxy = "direct", "link.proxy"),
+    }
+    Ok(hub.with_proxy(proxy))
+}
+
 /// The execution cluster's client: the named kubeconfig, or in-cluster
 /// credentials; no fallback between them.
 async fn kube_client(
     kubeconfig: Option<&std::path::Path>,
     apply_limit: Arc<ApplyLimit>,
 ) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("--kubeconfig {}", path.display()))?;
@@ -308,6 +344,11 @@ async fn kube_client(
             "in-cluster credentials (the spoke's ServiceAccount) are not available; outside a cluster pass --kubeconfig FILE",
         )?,
     };
+    // HTTPS_PROXY is for the link to the hub (see --hub-proxy); the
+    // apiserver is the execution cluster's own. kube would take the proxy
+    // from the environment and then refuse it (its proxy feature is not
+    // built), printing the URL with its password.
+    config.proxy_url = None;
     clawfed_spoke::pressure::client(config, apply_limit).context("Kubernetes client")
 }
 

@@ -17,6 +17,7 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 use super::identity::Identity;
+use super::proxy::{Proxy, ProxyError};
 
 /// Errors of TLS set-up.
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +109,9 @@ pub struct HubAddress {
     pub authority: String,
     /// The name checked against the hub's certificate.
     pub server_name: ServerName<'static>,
+    /// The HTTP CONNECT proxy every connection to the hub goes through
+    /// (see [`super::proxy`]); `None` dials directly.
+    pub proxy: Option<Arc<Proxy>>,
 }
 
 impl HubAddress {
@@ -127,16 +131,77 @@ impl HubAddress {
         Ok(Self {
             authority,
             server_name,
+            proxy: None,
         })
+    }
+
+    /// The same hub, reached through `proxy` (`None`: directly).
+    pub fn with_proxy(mut self, proxy: Option<Proxy>) -> Self {
+        self.proxy = proxy.map(Arc::new);
+        self
+    }
+
+    /// The host (without IPv6 brackets) and port of [`Self::authority`],
+    /// as `NO_PROXY` rules match them.
+    pub fn host_port(&self) -> (&str, u16) {
+        match self.authority.rsplit_once(':') {
+            Some((host, port)) => (
+                host.trim_start_matches('[').trim_end_matches(']'),
+                port.parse().unwrap_or(0),
+            ),
+            None => (&self.authority, 0),
+        }
     }
 }
 
-/// Dials the hub and completes a TLS handshake.
+/// Why a channel to the hub could not be opened, in words: the proxy's
+/// error when the proxy failed (`proxy 127.0.0.1:3128 unreachable:
+/// connection refused`), else `cannot reach the hub: ...`.
+pub fn connect_failure(error: &tonic::transport::Error) -> String {
+    match find_proxy_error(error) {
+        Some(proxy) => proxy.report(),
+        None => format!("cannot reach the hub: {error}"),
+    }
+}
+
+/// The [`ProxyError`] somewhere in `error`'s chain. The connector returns
+/// it inside an `io::Error`, whose `source()` skips the error it wraps, so
+/// each `io::Error` on the way is looked into as well.
+pub fn find_proxy_error<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a ProxyError> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(p) = e.downcast_ref::<ProxyError>() {
+            return Some(p);
+        }
+        if let Some(p) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<ProxyError>())
+        {
+            return Some(p);
+        }
+        next = e.source();
+    }
+    None
+}
+
+/// Dials the hub (through its proxy, if it has one) and completes a TLS
+/// handshake with the hub. A proxy failure is a [`ProxyError`] inside the
+/// `io::Error` (see [`find_proxy_error`]).
 pub async fn dial(
     hub: &HubAddress,
     config: Arc<ClientConfig>,
 ) -> std::io::Result<TlsStream<TcpStream>> {
-    let tcp = TcpStream::connect(&hub.authority).await?;
+    let tcp = match &hub.proxy {
+        // The proxy only relays: TLS below is with the hub, end to end.
+        Some(proxy) => proxy
+            .connect(&hub.authority)
+            .await
+            .map_err(std::io::Error::other)?,
+        None => TcpStream::connect(&hub.authority).await?,
+    };
     let _ = tcp.set_nodelay(true);
     TlsConnector::from(config)
         .connect(hub.server_name.clone(), tcp)
@@ -358,11 +423,34 @@ mod tests {
     }
 
     #[test]
+    fn a_proxy_error_is_found_inside_io_errors_and_sources() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("transport error")]
+        struct Outer(#[source] std::io::Error);
+        let refused = || super::super::proxy::ProxyError::Unreachable {
+            proxy: "127.0.0.1:3128".into(),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        };
+        // As the connector returns it, under a wrapper as tonic's errors.
+        let wrapped = Outer(std::io::Error::other(refused()));
+        assert_eq!(
+            find_proxy_error(&wrapped).map(|p| p.report()),
+            Some("proxy 127.0.0.1:3128 unreachable: connection refused".into())
+        );
+        let plain = Outer(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(find_proxy_error(&plain).is_none());
+    }
+
+    #[test]
     fn hub_urls() {
         let a = HubAddress::parse("https://127.0.0.1:8443").unwrap();
         assert_eq!(a.authority, "127.0.0.1:8443");
         assert!(HubAddress::parse("https://hub.example:8443/").is_ok());
         assert!(HubAddress::parse("http://hub:8443").is_err());
         assert!(HubAddress::parse("https://hub").is_err());
+        assert_eq!(a.host_port(), ("127.0.0.1", 8443));
+        assert!(a.proxy.is_none());
+        let v6 = HubAddress::parse("https://[::1]:8443").unwrap();
+        assert_eq!(v6.host_port(), ("::1", 8443));
     }
 }
