@@ -8,9 +8,11 @@
 #      runner in the Pod network of e2e/podnet.sh (root, iproute2);
 #   3. promtool (built from the Prometheus Go module, e2e/promtool.sh) checks
 #      deploy/monitoring/alerts.yaml and runs its alert unit tests;
-#   4. every Rust test in the workspace (unit, store conformance on SQLite
+#   4. helm (built once from the helm.sh/helm/v3 Go module, e2e/helm.sh),
+#      its path in CLAWFED_HELM for the chart tests (tests/tests/helm_charts.rs);
+#   5. every Rust test in the workspace (unit, store conformance on SQLite
 #      and PostgreSQL, API, worker, CLI, cluster tests);
-#   5. the clusters this script started are stopped again, pass or fail.
+#   6. the clusters this script started are stopped again, pass or fail.
 # Exits non-zero on the first failure. Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -48,6 +50,12 @@ log "promtool built or reused in $(( $(date +%s) - start )) s"
 "$PROMTOOL" check rules deploy/monitoring/alerts.yaml
 # Rule files in the test file are relative to it.
 (cd deploy/monitoring && "$PROMTOOL" test rules alerts.test.yaml)
+
+log "Helm: helm (built once from the helm.sh/helm/v3 Go module, cached by version)"
+start=$(date +%s)
+CLAWFED_HELM="$(e2e/helm.sh)"
+export CLAWFED_HELM
+log "helm built or reused in $(( $(date +%s) - start )) s"
 
 CLUSTERS=(control exec-a exec-b)
 started=()

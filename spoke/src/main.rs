@@ -126,6 +126,29 @@ struct Args {
     /// a mounted Secret key); overrides credentials in the proxy URL.
     #[arg(long, env = "CLAWFED_HUB_PROXY_CREDENTIALS_FILE")]
     hub_proxy_credentials_file: Option<PathBuf>,
+    /// Namespace of the spoke's own ServiceAccount: each data-plane
+    /// namespace binds --tenant-cluster-role to it (a Helm release names it).
+    #[arg(
+        long,
+        env = "CLAWFED_SERVICE_ACCOUNT_NAMESPACE",
+        default_value = "clawfed-system"
+    )]
+    service_account_namespace: String,
+    /// Name of the spoke's own ServiceAccount.
+    #[arg(
+        long,
+        env = "CLAWFED_SERVICE_ACCOUNT_NAME",
+        default_value = "clawfed-spoke"
+    )]
+    service_account_name: String,
+    /// The ClusterRole the spoke binds in each data-plane namespace (its
+    /// rights there; deploy/spoke/rbac.yaml or the chart installs it).
+    #[arg(
+        long,
+        env = "CLAWFED_TENANT_CLUSTER_ROLE",
+        default_value = "clawfed-spoke-tenant"
+    )]
+    tenant_cluster_role: String,
 }
 
 #[tokio::main]
@@ -210,7 +233,12 @@ async fn main() -> anyhow::Result<()> {
             capabilities.extend(clawfed_spoke::provider::capabilities(driver.as_ref()));
             let executor = Arc::new(clawfed_spoke::exec::Executor::with_driver(
                 client.clone(),
-                clawfed_spoke::config::SpokeConfig::default(),
+                clawfed_spoke::config::SpokeConfig {
+                    service_account_namespace: args.service_account_namespace.clone(),
+                    service_account_name: args.service_account_name.clone(),
+                    tenant_cluster_role: args.tenant_cluster_role.clone(),
+                    ..Default::default()
+                },
                 reports_tx,
                 driver,
             ));

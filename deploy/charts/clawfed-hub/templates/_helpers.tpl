@@ -1,0 +1,62 @@
+{{/* The release's full name: the release name when it contains the chart name. */}}
+{{- define "clawfed-hub.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "clawfed-hub.serviceAccountName" -}}
+{{- default (include "clawfed-hub.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* Selector labels: also the hub peer the Gateways' NetworkPolicies admit. */}}
+{{- define "clawfed-hub.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "clawfed-hub.labels" -}}
+{{ include "clawfed-hub.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* repository@digest when a digest is set, else repository:tag. */}}
+{{- define "clawfed-hub.image" -}}
+{{- if .Values.image.digest -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .Values.image.digest) -}}
+{{- fail "image.digest must be sha256:<64 lowercase hex>" -}}
+{{- end -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The hub config file (hub.yaml). Secrets stay out of it. */}}
+{{- define "clawfed-hub.config" -}}
+{{- $full := include "clawfed-hub.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $svcNames := list -}}
+{{- range $svc := list (printf "%s-link" $full) (printf "%s-tunnel" $full) -}}
+{{- $svcNames = concat $svcNames (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) -}}
+{{- end -}}
+{{- $advertise := default (printf "https://%s-tunnel.%s.svc:%v" $full $ns .Values.tunnel.port) .Values.tunnel.advertiseUrl -}}
+{{- $hubPeer := dict "namespace" $ns "podLabels" (include "clawfed-hub.selectorLabels" . | fromYaml) "port" (int .Values.tunnel.port) -}}
+{{- $gwOptions := mergeOverwrite (deepCopy .Values.gateway.options) (dict "namespace" .Values.gateway.namespace "hub" $hubPeer) -}}
+{{- $cfg := dict "version" 1
+  "api" (dict "restAddr" (printf "0.0.0.0:%v" .Values.api.restPort) "grpcAddr" (printf "0.0.0.0:%v" .Values.api.grpcPort) "metricsAddr" (printf "0.0.0.0:%v" .Values.metrics.port) "maxBodyBytes" (int .Values.api.maxBodyBytes))
+  "link" (dict "enabled" true "addr" (printf "0.0.0.0:%v" .Values.link.port) "caDir" "/etc/clawfed/ca" "serverNames" (concat $svcNames .Values.link.serverNames | uniq) "certTtlSeconds" (int .Values.link.certTtlSeconds) "heartbeatSeconds" (int .Values.link.heartbeatSeconds) "maxSessions" (int .Values.link.maxSessions))
+  "tunnel" (dict "enabled" .Values.tunnel.enabled "addr" (printf "0.0.0.0:%v" .Values.tunnel.port) "advertiseUrl" $advertise "serverNames" $svcNames)
+  "gateway" (dict "enabled" .Values.gateway.enabled "options" $gwOptions)
+  "secrets" (dict "keyFile" "/etc/clawfed/secrets/key")
+-}}
+{{- if .Values.database.maxConnections -}}
+{{- $_ := set $cfg "database" (dict "maxConnections" (int .Values.database.maxConnections)) -}}
+{{- end -}}
+{{- $cfg = mergeOverwrite $cfg (deepCopy .Values.config) -}}
+{{- toYaml $cfg -}}
+{{- end -}}
