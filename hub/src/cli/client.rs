@@ -543,22 +543,21 @@ impl TlsOptions {
     }
 }
 
-/// The rustls error somewhere in `e`'s causes (an `io::Error` hides its
-/// inner error from `source()`, so it is looked into too).
+/// The rustls error somewhere in `e`'s causes. An `io::Error`'s
+/// `source()` skips the error it wraps (and connectors wrap one io::Error
+/// in another), so into those the walk goes through `get_ref()`.
 fn rustls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
     let mut next = Some(e);
     while let Some(err) = next {
         if let Some(tls) = err.downcast_ref::<rustls::Error>() {
             return Some(tls);
         }
-        if let Some(tls) = err
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
-            return Some(tls);
-        }
-        next = err.source();
+        next = match err.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
     }
     None
 }
@@ -1499,6 +1498,16 @@ mod tests {
         assert!(err.to_string().contains("--idempotency-key k-123"), "{err}");
         assert_eq!(err.exit_code(), 1);
         assert!(!err.is_retryable());
+    }
+
+    #[test]
+    fn a_tls_error_is_found_inside_nested_io_errors() {
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let inner = std::io::Error::new(std::io::ErrorKind::InvalidData, tls.clone());
+        let outer = std::io::Error::other(inner);
+        assert_eq!(rustls_error(&outer), Some(&tls));
+        let plain = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(rustls_error(&plain), None);
     }
 
     #[test]
