@@ -233,7 +233,11 @@ impl ApiTls {
                 Err(e) => {
                     let text = error_chain(&e);
                     if last_error.as_ref() != Some(&text) {
-                        tracing::error!(error = %text, "api.tls.reload_failed: keeping the previous certificate");
+                        tracing::error!(
+                            error = %text,
+                            kept = "the previous certificate",
+                            "api.tls.reload_failed"
+                        );
                         last_error = Some(text);
                     }
                 }
