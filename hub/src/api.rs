@@ -7,6 +7,8 @@
 //! - `grpc.rs`: the `clawfed.admin.v1` gRPC service (tonic).
 //! - `metrics.rs`: Prometheus metrics and the ops listener (`/metrics`,
 //!   `/healthz`, `/readyz`).
+//! - `tls.rs`: TLS for REST and gRPC from certificate files reloaded on
+//!   change, and client-certificate authentication.
 //! - `ui.rs`: the web fleet view's embedded assets at `/ui` (the page uses
 //!   the REST API and the SSE watch like any client).
 
@@ -15,6 +17,7 @@ pub mod error;
 pub mod grpc;
 pub mod metrics;
 pub mod rest;
+pub mod tls;
 pub mod ui;
 
 use std::sync::Arc;

@@ -180,6 +180,35 @@ pub fn hash_token(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
+/// Why a verified client certificate names no API token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientCertError {
+    /// The certificate could not be parsed.
+    #[error("client certificate is malformed")]
+    Malformed,
+    /// Its subject has no (UTF-8) common name.
+    #[error("client certificate has no subject CN naming an API token")]
+    NoCommonName,
+}
+
+/// The API token a client certificate authenticates as: its subject CN
+/// names a token (`clawfed-hub token create --name <CN>`), whose role,
+/// namespace scope, expiry and revocation then apply exactly as to its
+/// bearer secret. The certificate is already verified against
+/// `api.tls.clientCaFile` by the TLS handshake; this only reads the name.
+pub fn client_cert_token_name(leaf: &[u8]) -> Result<String, ClientCertError> {
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(leaf).map_err(|_| ClientCertError::Malformed)?;
+    cert.subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(str::trim)
+        .filter(|cn| !cn.is_empty())
+        .map(str::to_owned)
+        .ok_or(ClientCertError::NoCommonName)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +255,35 @@ mod tests {
         }
         let root = principal(Role::InstallationAdmin, None);
         assert_eq!(root.permits(Action::Deploy, Some("b")), Decision::Allow);
+    }
+
+    #[test]
+    fn a_client_certificate_names_its_token_by_cn() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "ignored");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "ci-deployer");
+        let cert = params.self_signed(&key).unwrap();
+        assert_eq!(
+            client_cert_token_name(cert.der()).as_deref(),
+            Ok("ci-deployer")
+        );
+
+        let mut params = rcgen::CertificateParams::new(vec!["x.example".into()]).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        let cert = params.self_signed(&key).unwrap();
+        assert_eq!(
+            client_cert_token_name(cert.der()),
+            Err(ClientCertError::NoCommonName)
+        );
+        assert_eq!(
+            client_cert_token_name(b"not a certificate"),
+            Err(ClientCertError::Malformed)
+        );
     }
 
     #[test]

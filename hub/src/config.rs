@@ -160,6 +160,13 @@ pub struct ApiConfig {
     pub metrics_addr: SocketAddr,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
+    /// TLS for REST and gRPC.
+    pub tls: ApiTlsSettings,
+    /// Serve REST and gRPC as plain HTTP on an address that is not
+    /// loopback. Without TLS the hub refuses to start on such an address
+    /// unless this is set, and warns at every start when it is (local and
+    /// development setups only: tokens would cross the network in clear).
+    pub insecure: bool,
 }
 
 impl Default for ApiConfig {
@@ -169,6 +176,41 @@ impl Default for ApiConfig {
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
             metrics_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
             max_body_bytes: 1024 * 1024,
+            tls: ApiTlsSettings::default(),
+            insecure: false,
+        }
+    }
+}
+
+/// `api.tls`: the admin API's certificate (PEM files, e.g. a cert-manager
+/// Secret mounted as a volume), read again when they change.
+#[derive(Debug, Clone, Deserialize)]
+// Every field is optional: a partial section keeps the other defaults.
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ApiTlsSettings {
+    /// The serving certificate chain, leaf first. With `keyFile`, REST and
+    /// gRPC speak TLS 1.3 and 1.2 only.
+    pub cert_file: Option<std::path::PathBuf>,
+    /// The certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: Option<std::path::PathBuf>,
+    /// CA certificates for client certificates. A client presenting one
+    /// signed by this CA authenticates as the API token its subject CN
+    /// names (role, namespace, expiry and revocation of that token apply);
+    /// bearer tokens keep working. A certificate from another CA fails the
+    /// handshake.
+    pub client_ca_file: Option<std::path::PathBuf>,
+    /// How often the files are read again (ms); a changed pair serves from
+    /// the next connection on, a broken one is logged and not used.
+    pub reload_interval_ms: u64,
+}
+
+impl Default for ApiTlsSettings {
+    fn default() -> Self {
+        Self {
+            cert_file: None,
+            key_file: None,
+            client_ca_file: None,
+            reload_interval_ms: 10_000,
         }
     }
 }
@@ -512,7 +554,8 @@ impl Config {
     /// `CLAWFED_DATABASE_URL`, `CLAWFED_REST_ADDR`, `CLAWFED_GRPC_ADDR`,
     /// `CLAWFED_METRICS_ADDR`, `CLAWFED_WORKER_ENABLED`,
     /// `CLAWFED_REQUIRE_IMMUTABLE_DIGEST`, `CLAWFED_LOG_FORMAT`,
-    /// `CLAWFED_LOG`.
+    /// `CLAWFED_LOG`, `CLAWFED_API_TLS_CERT_FILE`, `CLAWFED_API_TLS_KEY_FILE`,
+    /// `CLAWFED_API_TLS_CLIENT_CA_FILE`, `CLAWFED_API_INSECURE`.
     pub fn load(path: Option<&Path>, env: &HashMap<String, String>) -> Result<Self, ConfigError> {
         let mut config = match path {
             Some(path) => {
@@ -696,6 +739,12 @@ impl Config {
                 }
                 "CLAWFED_LOG" => self.log.filter = value.clone(),
                 "CLAWFED_SECRETS_KEY_FILE" => self.secrets.key_file = Some(value.into()),
+                "CLAWFED_API_TLS_CERT_FILE" => self.api.tls.cert_file = Some(value.into()),
+                "CLAWFED_API_TLS_KEY_FILE" => self.api.tls.key_file = Some(value.into()),
+                "CLAWFED_API_TLS_CLIENT_CA_FILE" => {
+                    self.api.tls.client_ca_file = Some(value.into())
+                }
+                "CLAWFED_API_INSECURE" => self.api.insecure = parse(name, value)?,
                 _ => {}
             }
         }
@@ -808,6 +857,7 @@ impl Config {
         if self.api.max_body_bytes < 1024 {
             return Err(invalid("api.maxBodyBytes", "must be at least 1024"));
         }
+        self.validate_api_tls()?;
         if self.policy.require_immutable_digest {
             // The defaults are admitted into every revision that names no
             // image of its own: a tagged one would make every such deploy
@@ -841,6 +891,96 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// `api.tls` and `api.insecure`: a pair or nothing, and plain HTTP
+    /// beyond loopback only when asked for.
+    fn validate_api_tls(&self) -> Result<(), ConfigError> {
+        let invalid = |field: &str, reason: String| ConfigError::Invalid {
+            field: field.into(),
+            reason,
+        };
+        let tls = &self.api.tls;
+        match (&tls.cert_file, &tls.key_file) {
+            (Some(_), None) => {
+                return Err(invalid(
+                    "api.tls.keyFile",
+                    "is required with api.tls.certFile".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "api.tls.certFile",
+                    "is required with api.tls.keyFile".into(),
+                ));
+            }
+            _ => {}
+        }
+        if tls.client_ca_file.is_some() && tls.cert_file.is_none() {
+            return Err(invalid(
+                "api.tls.clientCaFile",
+                "needs api.tls.certFile and api.tls.keyFile (client certificates are only \
+                 asked for over TLS)"
+                    .into(),
+            ));
+        }
+        if tls.reload_interval_ms < 100 {
+            return Err(invalid(
+                "api.tls.reloadIntervalMs",
+                "must be at least 100".into(),
+            ));
+        }
+        if self.api.insecure && tls.cert_file.is_some() {
+            return Err(invalid(
+                "api.insecure",
+                "contradicts api.tls.certFile: the API serves TLS; remove one of them".into(),
+            ));
+        }
+        if tls.cert_file.is_none()
+            && !self.api.insecure
+            && let Some(addr) = self.exposed_api_addr()
+        {
+            return Err(invalid(
+                "api.tls",
+                format!(
+                    "REST and gRPC would serve plain HTTP on {addr}, which is not a loopback \
+                     address: set api.tls.certFile and api.tls.keyFile, or api.insecure: true \
+                     (CLAWFED_API_INSECURE=true) to accept plain HTTP there (local/dev only)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The first admin API address that is not loopback.
+    fn exposed_api_addr(&self) -> Option<SocketAddr> {
+        [self.api.rest_addr, self.api.grpc_addr]
+            .into_iter()
+            .find(|a| !a.ip().is_loopback())
+    }
+
+    /// The admin API's TLS files, when TLS is configured.
+    pub fn api_tls_files(&self) -> Option<crate::api::tls::TlsFiles> {
+        let tls = &self.api.tls;
+        Some(crate::api::tls::TlsFiles {
+            cert_file: tls.cert_file.clone()?,
+            key_file: tls.key_file.clone()?,
+            client_ca_file: tls.client_ca_file.clone(),
+        })
+    }
+
+    /// The warning the hub logs at every start when the admin API speaks
+    /// plain HTTP beyond loopback (`api.insecure`).
+    pub fn plain_http_warning(&self) -> Option<String> {
+        if self.api.tls.cert_file.is_some() {
+            return None;
+        }
+        let addr = self.exposed_api_addr()?;
+        Some(format!(
+            "INSECURE: the admin API serves plain HTTP on {addr} (api.insecure: true); bearer \
+             tokens cross the network unencrypted. Configure api.tls.certFile and \
+             api.tls.keyFile for anything but local development"
+        ))
     }
 
     /// The Gateway settings with the installation policy applied: the
@@ -1579,5 +1719,97 @@ mod tests {
         assert_eq!(w.workspace.size, "1Gi");
         assert_eq!(c.gateway_options().transport_secret_prefix, None);
         assert_eq!(c.policy().default_agent_image, None);
+    }
+
+    /// Issue 16: TLS is a pair; plain HTTP beyond loopback needs
+    /// `api.insecure` and is then warned about; loopback stays plain.
+    #[test]
+    fn api_tls_and_plain_http_beyond_loopback() {
+        let load = |pairs: &[(&str, &str)]| Config::load(None, &env(pairs));
+        // The default (loopback, plain) starts quietly.
+        let c = load(&[]).unwrap();
+        assert!(c.api_tls_files().is_none());
+        assert_eq!(c.plain_http_warning(), None);
+
+        let err = load(&[("CLAWFED_REST_ADDR", "0.0.0.0:8080")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("api.tls"), "{err}");
+        assert!(err.contains("0.0.0.0:8080"), "{err}");
+        assert!(err.contains("api.insecure: true"), "{err}");
+        let err = load(&[("CLAWFED_GRPC_ADDR", "[::]:8081")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("[::]:8081"), "{err}");
+
+        let c = load(&[
+            ("CLAWFED_REST_ADDR", "0.0.0.0:8080"),
+            ("CLAWFED_API_INSECURE", "true"),
+        ])
+        .unwrap();
+        let warning = c.plain_http_warning().expect("a warning");
+        assert!(warning.contains("INSECURE"), "{warning}");
+        assert!(warning.contains("0.0.0.0:8080"), "{warning}");
+
+        let c = load(&[
+            ("CLAWFED_REST_ADDR", "0.0.0.0:8080"),
+            ("CLAWFED_API_TLS_CERT_FILE", "/tls/tls.crt"),
+            ("CLAWFED_API_TLS_KEY_FILE", "/tls/tls.key"),
+            ("CLAWFED_API_TLS_CLIENT_CA_FILE", "/tls/ca.crt"),
+        ])
+        .unwrap();
+        let files = c.api_tls_files().expect("tls files");
+        assert_eq!(files.cert_file, std::path::Path::new("/tls/tls.crt"));
+        assert_eq!(files.key_file, std::path::Path::new("/tls/tls.key"));
+        assert_eq!(
+            files.client_ca_file.as_deref(),
+            Some(std::path::Path::new("/tls/ca.crt"))
+        );
+        assert_eq!(c.plain_http_warning(), None);
+
+        for (pairs, field) in [
+            (
+                &[("CLAWFED_API_TLS_CERT_FILE", "/c")][..],
+                "api.tls.keyFile",
+            ),
+            (
+                &[("CLAWFED_API_TLS_KEY_FILE", "/k")][..],
+                "api.tls.certFile",
+            ),
+            (
+                &[("CLAWFED_API_TLS_CLIENT_CA_FILE", "/ca")][..],
+                "api.tls.clientCaFile",
+            ),
+            (
+                &[
+                    ("CLAWFED_API_TLS_CERT_FILE", "/c"),
+                    ("CLAWFED_API_TLS_KEY_FILE", "/k"),
+                    ("CLAWFED_API_INSECURE", "true"),
+                ][..],
+                "api.insecure",
+            ),
+        ] {
+            let err = load(pairs).unwrap_err().to_string();
+            assert!(err.contains(field), "{field}: {err}");
+        }
+        let err = load(&[("CLAWFED_API_INSECURE", "yes")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("CLAWFED_API_INSECURE"), "{err}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        std::fs::write(
+            &path,
+            "api:\n  restAddr: 0.0.0.0:8080\n  tls:\n    certFile: /c\n    keyFile: /k\n    reloadIntervalMs: 500\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&path), &env(&[])).unwrap();
+        assert_eq!(c.api.tls.reload_interval_ms, 500);
+        std::fs::write(&path, "api:\n  tls:\n    certfile: /c\n").unwrap();
+        let err = Config::load(Some(&path), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("api.tls.certfile"), "{err}");
     }
 }

@@ -11,8 +11,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use clawfed_proto::admin::v1::admin_service_server::AdminServiceServer;
 use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::error::{ApiError, ErrorCode};
@@ -58,6 +60,9 @@ pub enum ServerError {
     /// The key sealing Agent credentials could not be loaded or created.
     #[error(transparent)]
     Secrets(#[from] crate::secrets::SecretsError),
+    /// The admin API's certificate files could not be loaded.
+    #[error(transparent)]
+    ApiTls(#[from] crate::api::tls::ApiTlsError),
 }
 
 /// A running hub.
@@ -66,6 +71,8 @@ pub struct Hub {
     pub rest_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
+    /// Whether REST and gRPC speak TLS (`api.tls`).
+    pub api_tls: bool,
     /// The spoke link, when enabled.
     pub link: Option<crate::link::server::LinkHandle>,
     /// The tunnel ingress Gateways dial, when enabled (needs the link).
@@ -94,6 +101,39 @@ impl Hub {
     pub async fn wait(mut self) {
         while self.tasks.join_next().await.is_some() {}
     }
+}
+
+/// Where an admin API listener's connections come from: the socket
+/// itself, or the TLS handshakes of [`crate::api::tls::accept_loop`].
+enum Incoming {
+    Plain(TcpListener),
+    Tls(mpsc::Receiver<crate::api::tls::TlsConn>),
+}
+
+/// The connections of `listener`: plain, or through a TLS accept loop
+/// (spawned into `tasks`) when `tls` gives its configuration.
+fn incoming<F>(
+    listener: TcpListener,
+    tls: Option<F>,
+    what: &'static str,
+    shutdown: &CancellationToken,
+    tasks: &mut JoinSet<()>,
+) -> Incoming
+where
+    F: Fn() -> Arc<rustls::ServerConfig> + Send + 'static,
+{
+    let Some(config) = tls else {
+        return Incoming::Plain(listener);
+    };
+    let (tx, rx) = mpsc::channel(64);
+    tasks.spawn(crate::api::tls::accept_loop(
+        listener,
+        config,
+        what,
+        tx,
+        shutdown.clone(),
+    ));
+    Incoming::Tls(rx)
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, ServerError> {
@@ -142,6 +182,11 @@ pub async fn start_with_parts(
     let rest_addr = addr(&rest_listener, "rest")?;
     let grpc_addr = addr(&grpc_listener, "grpc")?;
     let metrics_addr = addr(&metrics_listener, "metrics")?;
+    if let Some(warning) = config.plain_http_warning() {
+        // At every start, on purpose: plain HTTP beyond loopback is a
+        // local/dev choice that must not go unnoticed in production.
+        tracing::warn!(%rest_addr, %grpc_addr, "{warning}");
+    }
 
     let secrets = Arc::new(load_secrets_key(config).await?);
     tracing::info!(key_id = %secrets.key_id(), "secrets.key_loaded");
@@ -154,6 +199,13 @@ pub async fn start_with_parts(
         std::time::Duration::from_secs(config.pipeline.phase_deadline_seconds),
         std::time::Duration::from_secs(config.pipeline.ready_deadline_seconds),
     );
+    let api_tls = match config.api_tls_files() {
+        Some(files) => {
+            let tls_metrics = crate::api::tls::TlsMetrics::register(metrics.registry_mut());
+            Some(Arc::new(crate::api::tls::ApiTls::load(files, tls_metrics)?))
+        }
+        None => None,
+    };
     let metrics = Arc::new(metrics);
     let state = AppState {
         service: service.clone(),
@@ -170,14 +222,50 @@ pub async fn start_with_parts(
         &mut tasks,
     ));
 
+    if let Some(tls) = &api_tls {
+        tasks.spawn(tls.clone().watch(
+            std::time::Duration::from_millis(config.api.tls.reload_interval_ms),
+            shutdown.clone(),
+        ));
+    }
+    let rest_incoming = incoming(
+        rest_listener,
+        api_tls.clone().map(|t| move || t.rest_config()),
+        "rest",
+        &shutdown,
+        &mut tasks,
+    );
+    let grpc_incoming = incoming(
+        grpc_listener,
+        api_tls.clone().map(|t| move || t.grpc_config()),
+        "grpc",
+        &shutdown,
+        &mut tasks,
+    );
+    let tls = api_tls.is_some();
+
     // Requests finish even when their client goes away (see api::detach).
     let rest_app = rest_app(state).layer(crate::api::detach::RunToCompletionLayer);
     let token = shutdown.clone();
     tasks.spawn(async move {
-        tracing::info!(addr = %rest_addr, "rest.listening");
-        let served = axum::serve(rest_listener, rest_app)
-            .with_graceful_shutdown(token.cancelled_owned())
-            .await;
+        tracing::info!(addr = %rest_addr, tls, "rest.listening");
+        let served = match rest_incoming {
+            Incoming::Plain(listener) => {
+                axum::serve(listener, rest_app)
+                    .with_graceful_shutdown(token.cancelled_owned())
+                    .await
+            }
+            Incoming::Tls(conns) => {
+                // The connection's peer (and client certificate) reaches
+                // the handlers as `ConnectInfo<TlsPeer>`.
+                axum::serve(
+                    crate::api::tls::TlsListener::new(conns, rest_addr),
+                    rest_app.into_make_service_with_connect_info::<crate::api::tls::TlsPeer>(),
+                )
+                .with_graceful_shutdown(token.cancelled_owned())
+                .await
+            }
+        };
         if let Err(e) = served {
             tracing::error!(error = %e, "rest.failed");
         }
@@ -202,18 +290,31 @@ pub async fn start_with_parts(
         .max_encoding_message_size(16 * 1024 * 1024);
     let token = shutdown.clone();
     tasks.spawn(async move {
-        tracing::info!(addr = %grpc_addr, "grpc.listening");
-        let served = tonic::transport::Server::builder()
+        tracing::info!(addr = %grpc_addr, tls, "grpc.listening");
+        let router = tonic::transport::Server::builder()
             .layer(tower::util::MapResponseLayer::new(
                 crate::api::grpc::codec_status_codes::<tonic::body::Body>,
             ))
             .layer(crate::api::detach::RunToCompletionLayer)
-            .add_service(grpc)
-            .serve_with_incoming_shutdown(
-                TcpListenerStream::new(grpc_listener),
-                token.cancelled_owned(),
-            )
-            .await;
+            .add_service(grpc);
+        let served = match grpc_incoming {
+            Incoming::Plain(listener) => {
+                router
+                    .serve_with_incoming_shutdown(
+                        TcpListenerStream::new(listener),
+                        token.cancelled_owned(),
+                    )
+                    .await
+            }
+            Incoming::Tls(conns) => {
+                router
+                    .serve_with_incoming_shutdown(
+                        ReceiverStream::new(conns).map(Ok::<_, std::io::Error>),
+                        token.cancelled_owned(),
+                    )
+                    .await
+            }
+        };
         if let Err(e) = served {
             tracing::error!(error = %e, "grpc.failed");
         }
@@ -319,6 +420,7 @@ pub async fn start_with_parts(
         rest_addr,
         grpc_addr,
         metrics_addr,
+        api_tls: tls,
         link,
         tunnel,
         shutdown,

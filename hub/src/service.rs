@@ -189,14 +189,31 @@ impl Service {
             .find_token(&auth::hash_token(secret))
             .await?
             .ok_or_else(|| ServiceError::Unauthenticated("unknown token".into()))?;
-        let now = Utc::now();
-        if token.revoked_at.is_some() {
-            return Err(ServiceError::Unauthenticated("token revoked".into()));
+        valid_token(token, "token")
+    }
+
+    /// Resolves a request's credentials: its bearer token when it sends
+    /// one (a bad one is refused, never passed over), else the API token
+    /// its verified client certificate names
+    /// ([`auth::client_cert_token_name`]).
+    pub async fn authenticate_request(
+        &self,
+        bearer: Option<&str>,
+        client_cert: Option<&std::result::Result<String, auth::ClientCertError>>,
+    ) -> Result<Principal> {
+        match (bearer, client_cert) {
+            (None, Some(Ok(name))) => {
+                let token = self.store.find_token_by_name(name).await?.ok_or_else(|| {
+                    ServiceError::Unauthenticated(format!(
+                        "client certificate CN {name:?} names no API token \
+                         (create it with clawfed-hub token create --name {name})"
+                    ))
+                })?;
+                valid_token(token, "the token the client certificate names")
+            }
+            (None, Some(Err(e))) => Err(ServiceError::Unauthenticated(e.to_string())),
+            (bearer, _) => self.authenticate(bearer).await,
         }
-        if token.expires_at.is_some_and(|at| at <= now) {
-            return Err(ServiceError::Unauthenticated("token expired".into()));
-        }
-        Ok(token.into())
     }
 
     /// Checks a read; reads are not audited.
@@ -1289,6 +1306,18 @@ impl Service {
             _ => Ok(own),
         }
     }
+}
+
+/// The caller a stored token stands for, unless it is revoked or expired;
+/// `what` names it in the refusal.
+fn valid_token(token: crate::store::ApiToken, what: &str) -> Result<Principal> {
+    if token.revoked_at.is_some() {
+        return Err(ServiceError::Unauthenticated(format!("{what} is revoked")));
+    }
+    if token.expires_at.is_some_and(|at| at <= Utc::now()) {
+        return Err(ServiceError::Unauthenticated(format!("{what} has expired")));
+    }
+    Ok(token.into())
 }
 
 /// A cluster as a tenant sees it: certificate serials and outbox depth are

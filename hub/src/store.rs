@@ -483,6 +483,9 @@ pub trait Store: LinkStore + CredentialStore + WatchStore + Send + Sync + 'stati
     /// Looks a token up by the hash of its secret.
     async fn find_token(&self, hash: &str) -> Result<Option<ApiToken>>;
     async fn get_token(&self, id: &str) -> Result<ApiToken>;
+    /// Looks a token up by its (unique) name: how a client certificate's
+    /// CN is resolved.
+    async fn find_token_by_name(&self, name: &str) -> Result<Option<ApiToken>>;
     async fn revoke_token(&self, name: &str, at: DateTime<Utc>) -> Result<()>;
 
     // Fleet.

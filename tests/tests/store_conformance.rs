@@ -793,6 +793,12 @@ mod cases {
             s.find_token(&auth::hash_token("cfd_wrong")).await.unwrap(),
             None
         );
+        // By name: how a client certificate's CN finds its token.
+        assert_eq!(
+            s.find_token_by_name("ci").await.unwrap(),
+            Some(created.clone())
+        );
+        assert_eq!(s.find_token_by_name("nobody").await.unwrap(), None);
         assert!(matches!(
             s.create_token(&NewToken {
                 name: "ci".into(),
@@ -817,6 +823,8 @@ mod cases {
         ));
         s.revoke_token("ci", Utc::now()).await.unwrap();
         assert!(s.get_token(&created.id).await.unwrap().revoked_at.is_some());
+        let by_name = s.find_token_by_name("ci").await.unwrap().expect("kept");
+        assert!(by_name.revoked_at.is_some());
         assert!(matches!(
             s.revoke_token("ghost", Utc::now()).await,
             Err(StoreError::NotFound { .. })

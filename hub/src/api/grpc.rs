@@ -1,6 +1,7 @@
 //! gRPC `clawfed.admin.v1.AdminService`: converts messages to the service
 //! layer's types and back. Credentials come from the `authorization:
-//! Bearer <token>` metadata, as on REST.
+//! Bearer <token>` metadata, or else the verified client certificate (TLS
+//! with `api.tls.clientCaFile`), as on REST.
 
 use std::collections::BTreeMap;
 
@@ -44,7 +45,15 @@ impl AdminApi {
                 }
             }
         };
-        Ok(self.service.authenticate(bearer.as_deref()).await?)
+        let client_cert = req.peer_certs().and_then(|certs| {
+            certs
+                .first()
+                .map(|leaf| crate::auth::client_cert_token_name(leaf))
+        });
+        Ok(self
+            .service
+            .authenticate_request(bearer.as_deref(), client_cert.as_ref())
+            .await?)
     }
 }
 

@@ -174,7 +174,9 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
 
 // ---- extractors ------------------------------------------------------------
 
-/// The authenticated caller, from `Authorization: Bearer <token>`.
+/// The authenticated caller, from `Authorization: Bearer <token>`, or else
+/// from the connection's verified client certificate (TLS with
+/// `api.tls.clientCaFile`).
 pub struct Caller(pub Principal);
 
 impl FromRequestParts<AppState> for Caller {
@@ -196,7 +198,16 @@ impl FromRequestParts<AppState> for Caller {
                 }
             }
         };
-        Ok(Caller(state.service.authenticate(bearer).await?))
+        let client_cert = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<super::tls::TlsPeer>>()
+            .and_then(|info| info.0.client_cert.as_ref());
+        Ok(Caller(
+            state
+                .service
+                .authenticate_request(bearer, client_cert)
+                .await?,
+        ))
     }
 }
 

@@ -40,6 +40,18 @@ struct Cli {
     /// Bearer token (`clawfed-hub token create`).
     #[arg(long, env = "CLAWFED_TOKEN", global = true, hide_env_values = true)]
     token: Option<String>,
+    /// CA certificate(s) (PEM) the hub's certificate must chain to, for an
+    /// https:// --server; only these are trusted then.
+    #[arg(long, env = "CLAWFED_CA_FILE", global = true)]
+    ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for a hub with api.tls.clientCaFile: it
+    /// authenticates as the API token its subject CN names (no --token
+    /// needed). Needs --client-key.
+    #[arg(long, env = "CLAWFED_CLIENT_CERT", global = true)]
+    client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "CLAWFED_CLIENT_KEY", global = true)]
+    client_key: Option<PathBuf>,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value = "table", global = true)]
     output: Format,
@@ -370,6 +382,10 @@ pub enum CliError {
     /// The command line or an input file is wrong.
     #[error("{0}")]
     Usage(String),
+    /// The TLS handshake with the hub failed: its certificate is not
+    /// trusted, or it refused ours.
+    #[error("TLS with the hub at {server} failed: {reason}")]
+    Tls { server: String, reason: String },
     /// The hub could not be reached.
     #[error("cannot reach the hub at {server}: {source}")]
     Unreachable {
@@ -399,7 +415,7 @@ impl CliError {
         match self {
             Self::Api { .. } | Self::Other(_) => 1,
             Self::Usage(_) => 2,
-            Self::Unreachable { .. } => 3,
+            Self::Unreachable { .. } | Self::Tls { .. } => 3,
             Self::GaveUp { last, .. } => last.exit_code(),
         }
     }
@@ -411,7 +427,8 @@ impl CliError {
         match self {
             Self::Unreachable { source, .. } => !source.is_builder(),
             Self::Api { status, .. } => matches!(status, 502..=504),
-            Self::Usage(_) | Self::Other(_) | Self::GaveUp { .. } => false,
+            // Retrying does not make a certificate trusted.
+            Self::Usage(_) | Self::Other(_) | Self::GaveUp { .. } | Self::Tls { .. } => false,
         }
     }
 }
@@ -434,6 +451,117 @@ fn deploy_backoff(retries: usize) -> backon::ExponentialBuilder {
 
 type CliResult<T> = Result<T, CliError>;
 
+/// How the CLI talks TLS to an https:// hub.
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// Trust only these CA certificates (`--ca-file`); else the system's.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate and key (`--client-cert`, `--client-key`).
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
+}
+
+impl TlsOptions {
+    /// Applies these options to `builder` for `server`; errors name the flag.
+    fn apply(
+        &self,
+        server: &str,
+        mut builder: reqwest::ClientBuilder,
+    ) -> CliResult<reqwest::ClientBuilder> {
+        let any = self.ca_file.is_some() || self.client_cert.is_some() || self.client_key.is_some();
+        if any && !server.starts_with("https://") {
+            // Never fall back to plain HTTP when TLS was asked for.
+            return Err(CliError::Usage(format!(
+                "--ca-file/--client-cert are for an https:// hub, but --server is {server}"
+            )));
+        }
+        let read = |flag: &str, path: &PathBuf| {
+            std::fs::read(path)
+                .map_err(|e| CliError::Usage(format!("{flag} {}: {e}", path.display())))
+        };
+        if let Some(path) = &self.ca_file {
+            let certs = reqwest::Certificate::from_pem_bundle(&read("--ca-file", path)?)
+                .map_err(|e| CliError::Usage(format!("--ca-file {}: {e}", path.display())))?;
+            if certs.is_empty() {
+                return Err(CliError::Usage(format!(
+                    "--ca-file {}: no PEM certificate in it",
+                    path.display()
+                )));
+            }
+            builder = builder.tls_certs_only(certs);
+        }
+        match (&self.client_cert, &self.client_key) {
+            (None, None) => {}
+            (Some(_), None) => {
+                return Err(CliError::Usage(
+                    "--client-key: required with --client-cert".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(CliError::Usage(
+                    "--client-cert: required with --client-key".into(),
+                ));
+            }
+            (Some(cert), Some(key)) => {
+                let mut pem = read("--client-cert", cert)?;
+                pem.push(b'\n');
+                pem.extend(read("--client-key", key)?);
+                let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                    CliError::Usage(format!(
+                        "--client-cert {} / --client-key {}: {e}",
+                        cert.display(),
+                        key.display()
+                    ))
+                })?;
+                builder = builder.identity(identity);
+            }
+        }
+        Ok(builder)
+    }
+
+    /// A readable reason for a failed request, when TLS is why.
+    fn failure(&self, e: &reqwest::Error) -> Option<String> {
+        let tls = rustls_error(e)?;
+        let trusted = match &self.ca_file {
+            Some(path) => format!("--ca-file {}", path.display()),
+            None => "the system's trusted roots (give the hub's CA with --ca-file)".to_owned(),
+        };
+        Some(match tls {
+            rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName
+                | rustls::CertificateError::NotValidForNameContext { .. },
+            ) => format!("the hub's certificate is not valid for the host of --server ({tls})"),
+            rustls::Error::InvalidCertificate(_) => {
+                format!("the hub's certificate does not chain to {trusted} ({tls})")
+            }
+            rustls::Error::AlertReceived(_) => format!(
+                "the hub refused the handshake ({tls}); a hub with api.tls.clientCaFile \
+                 accepts only client certificates signed by that CA"
+            ),
+            other => other.to_string(),
+        })
+    }
+}
+
+/// The rustls error somewhere in `e`'s causes. An `io::Error`'s
+/// `source()` skips the error it wraps (and connectors wrap one io::Error
+/// in another), so into those the walk goes through `get_ref()`.
+fn rustls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        next = match err.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    None
+}
+
 /// A REST client of the hub.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -442,27 +570,55 @@ pub struct Client {
     watch_http: reqwest::Client,
     server: String,
     token: Option<String>,
+    tls: TlsOptions,
 }
 
 impl Client {
     /// A client of the hub at `server` (e.g. `http://127.0.0.1:8080`).
     pub fn new(server: &str, token: Option<String>) -> CliResult<Self> {
+        Self::with_tls(server, token, TlsOptions::default())
+    }
+
+    /// A client of the hub at `server` with TLS `tls` (for https://).
+    pub fn with_tls(server: &str, token: Option<String>, tls: TlsOptions) -> CliResult<Self> {
         // One crypto provider for the process (ring); ignore "already set".
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(30))
+        let server = server.trim_end_matches('/').to_owned();
+        let http = tls
+            .apply(
+                &server,
+                reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)),
+            )?
             .build()
             .map_err(|e| CliError::Other(format!("cannot build HTTP client: {e}")))?;
-        let watch_http = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(10))
+        let watch_http = tls
+            .apply(
+                &server,
+                reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(10)),
+            )?
             .build()
             .map_err(|e| CliError::Other(format!("cannot build HTTP client: {e}")))?;
         Ok(Self {
             http,
             watch_http,
-            server: server.trim_end_matches('/').to_owned(),
+            server,
             token,
+            tls,
         })
+    }
+
+    /// The error of a request that got no answer: TLS named as such.
+    fn unreachable(&self, source: reqwest::Error) -> CliError {
+        match self.tls.failure(&source) {
+            Some(reason) => CliError::Tls {
+                server: self.server.clone(),
+                reason,
+            },
+            None => CliError::Unreachable {
+                server: self.server.clone(),
+                source,
+            },
+        }
     }
 
     async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> CliResult<T> {
@@ -470,10 +626,7 @@ impl Client {
             Some(t) => req.bearer_auth(t),
             None => req,
         };
-        let response = req.send().await.map_err(|source| CliError::Unreachable {
-            server: self.server.clone(),
-            source,
-        })?;
+        let response = req.send().await.map_err(|e| self.unreachable(e))?;
         let status = response.status();
         let bytes = response
             .bytes()
@@ -545,10 +698,7 @@ impl Client {
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
-        let response = req.send().await.map_err(|source| CliError::Unreachable {
-            server: self.server.clone(),
-            source,
-        })?;
+        let response = req.send().await.map_err(|e| self.unreachable(e))?;
         let status = response.status();
         if !status.is_success() {
             let bytes = response.bytes().await.unwrap_or_default();
@@ -647,7 +797,12 @@ fn one<T: Tabular + Serialize>(format: Format, item: T) -> CliResult<String> {
 }
 
 async fn run(cli: Cli) -> CliResult<String> {
-    let c = Client::new(&cli.server, cli.token.clone())?;
+    let tls = TlsOptions {
+        ca_file: cli.ca_file.clone(),
+        client_cert: cli.client_cert.clone(),
+        client_key: cli.client_key.clone(),
+    };
+    let c = Client::with_tls(&cli.server, cli.token.clone(), tls)?;
     let f = cli.output;
     match cli.command {
         Command::Namespaces { command } => match command {
@@ -1343,6 +1498,16 @@ mod tests {
         assert!(err.to_string().contains("--idempotency-key k-123"), "{err}");
         assert_eq!(err.exit_code(), 1);
         assert!(!err.is_retryable());
+    }
+
+    #[test]
+    fn a_tls_error_is_found_inside_nested_io_errors() {
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let inner = std::io::Error::new(std::io::ErrorKind::InvalidData, tls.clone());
+        let outer = std::io::Error::other(inner);
+        assert_eq!(rustls_error(&outer), Some(&tls));
+        let plain = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(rustls_error(&plain), None);
     }
 
     #[test]

@@ -158,8 +158,9 @@ async fn serve(config: &Config) -> anyhow::Result<()> {
         .tunnel
         .as_ref()
         .map_or_else(|| "off".to_owned(), |t| t.url.clone());
+    let api = if hub.api_tls { "https" } else { "http" };
     println!(
-        "clawfed-hub listening: rest=http://{} grpc=http://{} metrics=http://{}/metrics link={} tunnel={} database={}",
+        "clawfed-hub listening: rest={api}://{} grpc={api}://{} metrics=http://{}/metrics link={} tunnel={} database={}",
         hub.rest_addr,
         hub.grpc_addr,
         hub.metrics_addr,

@@ -1617,6 +1617,18 @@ impl Store for SqlStore {
         token_from_row(&row)
     }
 
+    async fn find_token_by_name(&self, name: &str) -> Result<Option<ApiToken>> {
+        let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.name = $1");
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(name.to_owned())
+            .fetch_optional(self.reader())
+            .await
+            .map_err(|e| self.classify(e))?
+            .as_ref()
+            .map(token_from_row)
+            .transpose()
+    }
+
     async fn revoke_token(&self, name: &str, at: DateTime<Utc>) -> Result<()> {
         let done = sqlx::query(
             "UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE name = $2",
