@@ -154,9 +154,9 @@ impl ImageRef {
         };
         let repository_ok = !repository.is_empty()
             && repository.split('/').all(|s| !s.is_empty())
-            && repository.bytes().all(|b| {
-                b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-/:".contains(&b)
-            });
+            && repository
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-/:".contains(&b));
         if !repository_ok {
             return Err(invalid(
                 "the repository must be lowercase letters, digits, '.', '_', '-', '/' (and a registry port)",
@@ -446,7 +446,10 @@ fn read_manifests(dir: &Path, files: &mut Vec<BundleFile>) -> Result<()> {
         let text = read_string(&path)?;
         check_manifest(&path, &text)?;
         let name = utf8_name(&path)?;
-        files.push(BundleFile::new(format!("manifests/{dir_name}/{name}"), text));
+        files.push(BundleFile::new(
+            format!("manifests/{dir_name}/{name}"),
+            text,
+        ));
         found = true;
     }
     if !found {
@@ -611,8 +614,18 @@ mod tests {
     #[test]
     fn image_references() {
         let cases: &[(&str, &str, Option<&str>, bool)] = &[
-            ("clawfed/clawfed-hub:0.1.0", "clawfed/clawfed-hub", Some("0.1.0"), false),
-            ("registry.local:5000/a/clawfed-spoke", "registry.local:5000/a/clawfed-spoke", None, false),
+            (
+                "clawfed/clawfed-hub:0.1.0",
+                "clawfed/clawfed-hub",
+                Some("0.1.0"),
+                false,
+            ),
+            (
+                "registry.local:5000/a/clawfed-spoke",
+                "registry.local:5000/a/clawfed-spoke",
+                None,
+                false,
+            ),
             ("localhost:5000/x:v1", "localhost:5000/x", Some("v1"), false),
         ];
         for (input, repository, tag, digest) in cases {
@@ -647,10 +660,13 @@ mod tests {
 
     #[test]
     fn production_requires_digests_and_dev_allows_tags() {
-        let list = format!("# built images\nr/clawfed-hub@{DIGEST}\n\nr/clawfed-spoke:dev # tag only\n");
+        let list =
+            format!("# built images\nr/clawfed-hub@{DIGEST}\n\nr/clawfed-spoke:dev # tag only\n");
         let images = parse_image_list(&list).unwrap();
         assert_eq!(images.len(), 2);
-        let err = check_profile(&images, Profile::Production).unwrap_err().to_string();
+        let err = check_profile(&images, Profile::Production)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("r/clawfed-spoke:dev"), "{err}");
         assert!(!err.contains("clawfed-hub"), "{err}");
         check_profile(&images, Profile::Dev).unwrap();
@@ -663,10 +679,21 @@ mod tests {
 
     #[test]
     fn values_pin_the_charts_images() {
-        let images = parse_image_list(&format!("r/clawfed-hub:0.1.0@{DIGEST}\nr/clawfed-spoke:dev\nr/other:1\n")).unwrap();
+        let images = parse_image_list(&format!(
+            "r/clawfed-hub:0.1.0@{DIGEST}\nr/clawfed-spoke:dev\nr/other:1\n"
+        ))
+        .unwrap();
         let files = generated_files(&images, &["clawfed-hub".into()], Profile::Dev);
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
-        assert_eq!(paths, ["images.txt", "values/clawfed-hub.yaml", "values/clawfed-spoke.yaml", "bundle.yaml"]);
+        assert_eq!(
+            paths,
+            [
+                "images.txt",
+                "values/clawfed-hub.yaml",
+                "values/clawfed-spoke.yaml",
+                "bundle.yaml"
+            ]
+        );
         let hub: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&files[1].data).unwrap();
         assert_eq!(hub["image"]["digest"].as_str(), Some(DIGEST));
         assert_eq!(hub["image"]["repository"].as_str(), Some("r/clawfed-hub"));

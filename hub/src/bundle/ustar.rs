@@ -130,12 +130,23 @@ mod tests {
         assert_eq!(split_path(&path), Some((dir.as_str(), "file.yaml")));
         assert_eq!(split_path(&format!("{dir}/")), None);
         assert!(split_path(&"x".repeat(101)).is_none());
-        assert!(archive(&[Entry { path: &"y".repeat(300), data: b"", executable: false }]).is_err());
+        assert!(
+            archive(&[Entry {
+                path: &"y".repeat(300),
+                data: b"",
+                executable: false
+            }])
+            .is_err()
+        );
     }
 
     #[test]
     fn the_same_input_gives_the_same_bytes() {
-        let entries = [Entry { path: "x/y", data: b"1", executable: true }];
+        let entries = [Entry {
+            path: "x/y",
+            data: b"1",
+            executable: true,
+        }];
         assert_eq!(archive(&entries).unwrap(), archive(&entries).unwrap());
     }
 }
