@@ -14,6 +14,7 @@
 //! charts/<chart>/…        every Helm chart under --charts, as is
 //! manifests/<dir>/*.yaml  the plain manifests of each --manifests directory
 //! images.txt              the image references, one a line
+//! images/<image>.oci.tar  the images themselves, with --image-archives
 //! values/<chart>.yaml     image.repository/tag/digest for the hub and spoke charts
 //! bundle.yaml             clawfed version, profile, charts, images
 //! SHA256SUMS              `sha256sum -c` format, every other file
@@ -55,6 +56,9 @@ pub enum BundleError {
     /// A directory under `--charts` that is not a valid chart.
     #[error("--charts: {path}: {reason}")]
     InvalidChart { path: PathBuf, reason: String },
+    /// `--image-archives` without archives, or one no listed image names.
+    #[error("--image-archives {path}: {reason}")]
+    ImageArchives { path: PathBuf, reason: String },
     /// A `--manifests` directory without manifests.
     #[error("--manifests {path}: holds no *.yaml file")]
     NoManifests { path: PathBuf },
@@ -352,6 +356,9 @@ pub struct Sources {
     pub manifests: Vec<PathBuf>,
     /// The image list file.
     pub images: PathBuf,
+    /// A directory of `<image>.oci.tar` archives to carry (build.sh's
+    /// output), each named after a listed image.
+    pub image_archives: Option<PathBuf>,
     pub profile: Profile,
 }
 
@@ -371,6 +378,9 @@ pub fn assemble(sources: &Sources) -> Result<Vec<BundleFile>> {
     let charts = read_charts(&sources.charts, &mut files)?;
     for dir in &sources.manifests {
         read_manifests(dir, &mut files)?;
+    }
+    if let Some(dir) = &sources.image_archives {
+        read_image_archives(dir, &images, &mut files)?;
     }
     files.extend(generated_files(&images, &charts, sources.profile));
     let mut paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
@@ -431,6 +441,35 @@ fn read_charts(dir: &Path, files: &mut Vec<BundleFile>) -> Result<Vec<String>> {
         });
     }
     Ok(names)
+}
+
+/// The `<image>.oci.tar` files of `dir` under `images/`; each must be named
+/// after a listed image, so a stale archive of another image is not carried.
+fn read_image_archives(dir: &Path, images: &[ImageRef], files: &mut Vec<BundleFile>) -> Result<()> {
+    let refuse = |reason: String| BundleError::ImageArchives {
+        path: dir.to_owned(),
+        reason,
+    };
+    let mut found = false;
+    for path in sorted_entries(dir)? {
+        let name = utf8_name(&path)?;
+        let Some(image) = name.strip_suffix(".oci.tar") else {
+            continue;
+        };
+        if !images.iter().any(|i| i.name() == image) {
+            return Err(refuse(format!("{name}: no image {image:?} in --images")));
+        }
+        let data = std::fs::read(&path).map_err(|source| BundleError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        files.push(BundleFile::new(format!("images/{name}"), data));
+        found = true;
+    }
+    if !found {
+        return Err(refuse("holds no <image>.oci.tar".into()));
+    }
+    Ok(())
 }
 
 /// The `*.yaml` files of `dir`, each document a Kubernetes object (or

@@ -61,6 +61,10 @@ struct BundleArgs {
     /// one as images.txt).
     #[arg(long)]
     images: PathBuf,
+    /// Also carry the images: the <image>.oci.tar archives in this
+    /// directory (build.sh writes them beside images.txt).
+    #[arg(long)]
+    image_archives: Option<PathBuf>,
     /// production: every image by @sha256: digest; dev: tags allowed.
     #[arg(long, value_enum, default_value = "production")]
     profile: crate::bundle::Profile,
@@ -345,6 +349,7 @@ fn bundle(args: BundleArgs) -> anyhow::Result<()> {
         charts: args.charts,
         manifests: args.manifests,
         images: args.images,
+        image_archives: args.image_archives,
         profile: args.profile,
     };
     let files = bundle::assemble(&sources)?;
