@@ -356,7 +356,7 @@ fn bad_sources_are_refused_naming_the_flag() -> Result<()> {
         err.contains("--manifests")
             && err.contains("x.yaml")
             && err.contains("document 1")
-            && err.contains("kind"),
+            && err.contains("apiVersion"),
         "{err}"
     );
     // An image list with a malformed digest, and an empty one.
@@ -367,6 +367,7 @@ fn bad_sources_are_refused_naming_the_flag() -> Result<()> {
         "{err}"
     );
     // An archive of an image the list does not name.
+    std::fs::write(&images, format!("r/clawfed-hub@{HUB_DIGEST}\n"))?;
     let archives = work.path().join("archives");
     std::fs::create_dir(&archives)?;
     std::fs::write(archives.join("other.oci.tar"), "x")?;

@@ -9,7 +9,8 @@
 //! - the root filesystem holds no shell and no setuid file, and is owned by
 //!   root except the one state directory;
 //! - `buildah run` (the image's own USER and WORKDIR) runs `--version` of
-//!   every binary, and a file the hub creates there belongs to 65532;
+//!   every binary, and the CA and database the hub creates in a volume on
+//!   its working directory belong to 65532;
 //! - on a read-only root filesystem (a read-only bind of the rootfs, entered
 //!   with `unshare --root` as uid 65532) the hub creates its CA and its
 //!   SQLite database in a volume on /var/lib/clawfed and fails without one;
@@ -141,22 +142,25 @@ fn images_build_run_non_root_and_on_a_read_only_root() -> Result<()> {
             assert_eq!(version.trim(), format!("{binary} {VERSION}"));
         }
         if name == "clawfed-hub" {
-            // The image's own USER and WORKDIR: the CA lands in the state
-            // directory, owned by 65532.
-            ok(buildah.cmd().args([
-                "run",
-                "--isolation",
-                "chroot",
-                &container,
-                "--",
-                "/usr/local/bin/clawfed-hub",
-                "cluster",
-                "ca",
-            ]))?;
-            let ca = rootfs.join("var/lib/clawfed/clawfed-ca/ca.crt");
-            let meta = std::fs::metadata(&ca).with_context(|| ca.display().to_string())?;
-            use std::os::unix::fs::MetadataExt;
-            assert_eq!((meta.uid(), meta.gid()), (65532, 65532));
+            // The image's own USER and WORKDIR: the CA and the database
+            // land in the volume on the state directory, owned by 65532.
+            let volume = work.path().join("hub-volume");
+            std::fs::create_dir(&volume)?;
+            use std::os::unix::fs::{MetadataExt, PermissionsExt};
+            std::fs::set_permissions(&volume, std::fs::Permissions::from_mode(0o777))?;
+            for command in [&["cluster", "ca"][..], &["migrate"][..]] {
+                ok(buildah
+                    .cmd()
+                    .args(["run", "--isolation", "chroot", "--volume"])
+                    .arg(format!("{}:/var/lib/clawfed", volume.display()))
+                    .args([&container, "--", "/usr/local/bin/clawfed-hub"])
+                    .args(command))?;
+            }
+            for file in ["clawfed-ca/ca.crt", "clawfed.db"] {
+                let path = volume.join(file);
+                let meta = std::fs::metadata(&path).with_context(|| path.display().to_string())?;
+                assert_eq!((meta.uid(), meta.gid()), (65532, 65532), "{file}");
+            }
             // A fresh container for the read-only run.
             ok(buildah.cmd().args(["rm", &container]))?;
             let container = ok(buildah.cmd().args(["from", "--quiet", &reference]))?
