@@ -427,7 +427,7 @@ fn read_charts(dir: &Path, files: &mut Vec<BundleFile>) -> Result<Vec<String>> {
         let meta: serde_yaml_ng::Value =
             serde_yaml_ng::from_str(&text).map_err(|e| invalid(format!("not YAML: {e}")))?;
         for key in ["name", "version"] {
-            if !meta.get(key).is_some_and(|v| v.as_str().is_some()) {
+            if meta.get(key).and_then(|v| v.as_str()).is_none() {
                 return Err(invalid(format!("has no string {key:?}")));
             }
         }
@@ -514,7 +514,7 @@ fn check_manifest(path: &Path, text: &str) -> Result<()> {
             continue;
         }
         for key in ["apiVersion", "kind"] {
-            if !value.get(key).is_some_and(|v| v.as_str().is_some()) {
+            if value.get(key).and_then(|v| v.as_str()).is_none() {
                 return Err(invalid(format!("has no string {key:?}")));
             }
         }

@@ -80,8 +80,7 @@ fn split_path(path: &str) -> Option<(&str, &str)> {
     trimmed
         .match_indices('/')
         .map(|(i, _)| i)
-        .filter(|&i| i <= 155 && path.len() - i - 1 <= 100)
-        .last()
+        .rfind(|&i| i <= 155 && path.len() - i - 1 <= 100)
         .map(|i| (&path[..i], &path[i + 1..]))
 }
 
