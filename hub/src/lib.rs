@@ -13,6 +13,7 @@
 //! - [`pipeline`]: the revision pipeline as a pure state machine.
 //! - [`gateway`]: each Agent's Gateway in the control cluster (kube).
 //! - [`link`]: the spoke link (CA, enrollment, mTLS stream, outbox delivery).
+//! - [`bundle`]: `clawfed-hub bundle`, the offline install bundle.
 //! - [`server`]: wires everything together and runs until shutdown.
 //! - [`wake`]: in-process wake-ups from the store to the loops waiting on it.
 //! - [`watch`]: the watch API's fan-out of the store's event log to streams.
@@ -22,6 +23,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod bundle;
 pub mod cli;
 pub mod compute_driver;
 pub mod config;

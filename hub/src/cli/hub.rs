@@ -1,4 +1,5 @@
-//! `clawfed-hub`: `serve` (the default), `token create|revoke`, `migrate`.
+//! `clawfed-hub`: `serve` (the default), `token create|revoke`, `migrate`,
+//! `bundle`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -40,6 +41,33 @@ enum Command {
         #[command(subcommand)]
         command: ClusterCommand,
     },
+    /// Write an offline install bundle: Helm charts, plain manifests, the
+    /// image list with digests, and SHA256SUMS of every file.
+    Bundle(BundleArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct BundleArgs {
+    /// Where to write: a new or empty directory, or FILE.tar.
+    #[arg(long)]
+    out: PathBuf,
+    /// The directory holding the Helm charts, one sub-directory each.
+    #[arg(long, default_value = "deploy/charts")]
+    charts: PathBuf,
+    /// A directory of plain manifests (its *.yaml files); repeatable.
+    #[arg(long = "manifests", default_values = ["deploy/hub", "deploy/spoke"])]
+    manifests: Vec<PathBuf>,
+    /// The image list, one reference a line (deploy/images/build.sh writes
+    /// one as images.txt).
+    #[arg(long)]
+    images: PathBuf,
+    /// Also carry the images: the <image>.oci.tar archives in this
+    /// directory (build.sh writes them beside images.txt).
+    #[arg(long)]
+    image_archives: Option<PathBuf>,
+    /// production: every image by @sha256: digest; dev: tags allowed.
+    #[arg(long, value_enum, default_value = "production")]
+    profile: crate::bundle::Profile,
 }
 
 #[derive(Debug, Subcommand)]
@@ -124,6 +152,7 @@ pub fn main() -> ExitCode {
             Command::Migrate => migrate(&config).await,
             Command::Token { command } => token(&config, command).await,
             Command::Cluster { command } => cluster(&config, command).await,
+            Command::Bundle(args) => bundle(args),
         }
     });
     match result {
@@ -310,6 +339,28 @@ async fn cluster(config: &Config, command: ClusterCommand) -> anyhow::Result<()>
         }
         ClusterCommand::Ca => {}
     }
+    Ok(())
+}
+
+/// Writes the bundle; nothing is written when a source or the profile
+/// rule fails.
+fn bundle(args: BundleArgs) -> anyhow::Result<()> {
+    use crate::bundle;
+    let sources = bundle::Sources {
+        charts: args.charts,
+        manifests: args.manifests,
+        images: args.images,
+        image_archives: args.image_archives,
+        profile: args.profile,
+    };
+    let files = bundle::assemble(&sources)?;
+    bundle::write(&args.out, &files)?;
+    println!(
+        "bundle written to {}: {} files, profile {}",
+        args.out.display(),
+        files.len(),
+        args.profile.as_str()
+    );
     Ok(())
 }
 
