@@ -33,6 +33,7 @@ need ip iproute2   # the Pod network (e2e/podnet.sh) and the partition test's na
 need chromium chromium            # the web fleet view's browser test (headless)
 need chromedriver chromium-driver # ... driven over WebDriver
 need tinyproxy tinyproxy          # the spoke's HTTP CONNECT proxy test (tests/tests/link_proxy.rs)
+need buildah buildah              # the image build test (tests/tests/images.rs, deploy/images/build.sh)
 
 log "PostgreSQL"
 eval "$(scripts/postgres.sh env)"

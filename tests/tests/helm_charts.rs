@@ -224,6 +224,7 @@ fn spoke_values() -> Value {
 
 fn hub_values() -> Value {
     json!({
+        "api": { "tls": { "secretName": "clawfed-hub-api-tls" } },
         "config": { "policy": {
             "requireImmutableDigest": true,
             "defaultGatewayImage": format!("registry.invalid/openclaw-gateway@{DIGEST}")
@@ -279,11 +280,14 @@ async fn helm_lint_passes_and_bad_values_are_named() -> Result<()> {
     let mut v = spoke_values();
     v["sandboxContainment"] = json!(["networking"]);
     refused("clawfed-spoke", v, "sandboxContainment")?;
-    refused(
-        "clawfed-hub",
-        json!({ "image": { "digest": "sha256:nothex" } }),
-        "image.digest",
-    )?;
+    let mut v = hub_values();
+    v["image"] = json!({ "digest": "sha256:nothex" });
+    refused("clawfed-hub", v, "image.digest")?;
+    // The admin API serves TLS, or plain HTTP only when asked for.
+    refused("clawfed-hub", json!({}), "api.tls.secretName")?;
+    let mut v = hub_values();
+    v["api"]["insecure"] = json!(true);
+    refused("clawfed-hub", v, "api.insecure")?;
     Ok(())
 }
 
@@ -492,6 +496,66 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
         assert_restricted(d)?;
     }
 
+    // A proxy for the hub: its URL in the spoke's own variable, the
+    // credentials from a mounted Secret key (never in the URL), egress to
+    // its port; without one the spoke dials directly whatever HTTPS_PROXY
+    // says.
+    let env_of = |d: &Deployment, name: &str| {
+        pod_spec(d).containers[0]
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
+    let direct = &of_kind::<Deployment>(&spoke, "Deployment")?[0];
+    assert_eq!(
+        env_of(direct, "CLAWFED_HUB_PROXY").as_deref(),
+        Some("direct")
+    );
+    let mut v = spoke_values();
+    v["hub"]["proxy"] = json!({
+        "url": "http://proxy.example:3128",
+        "credentialsSecret": "hub-proxy",
+        "port": 3128,
+        "cidrs": ["198.18.0.0/15"],
+    });
+    let proxied =
+        documents(&helm.template("clawfed-spoke", "clawfed-spoke", "clawfed-system", &v)?)?;
+    let d = &of_kind::<Deployment>(&proxied, "Deployment")?[0];
+    assert_eq!(
+        env_of(d, "CLAWFED_HUB_PROXY").as_deref(),
+        Some("http://proxy.example:3128")
+    );
+    let args = pod_spec(d).containers[0].args.clone().unwrap_or_default();
+    assert!(
+        args.contains(
+            &"--hub-proxy-credentials-file=/etc/clawfed/hub-proxy/credentials".to_owned()
+        ),
+        "{args:?}"
+    );
+    assert!(
+        pod_spec(d).volumes.iter().flatten().any(|v| v
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.as_deref())
+            == Some("hub-proxy")),
+        "the credentials Secret is mounted"
+    );
+    let np = proxied
+        .iter()
+        .find(|d| d["kind"] == "NetworkPolicy")
+        .context("spoke NetworkPolicy")?;
+    assert!(
+        np["spec"]["egress"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|r| r["ports"][0]["port"] == 3128
+                && r["to"][0]["ipBlock"]["cidr"] == "198.18.0.0/15"),
+        "egress to the proxy: {np}"
+    );
+
     // The hub config the chart renders is one the hub accepts as is.
     let cm = of_kind::<ConfigMap>(&hub, "ConfigMap")?
         .into_iter()
@@ -526,6 +590,42 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
         !text.contains("postgres://"),
         "no database URL in the ConfigMap"
     );
+    // The admin API's certificate from the Secret, as a directory mount
+    // (renewed files reach the hub), and plain HTTP only when asked for.
+    let tls = &config.api.tls;
+    let mounted =
+        |path: &Option<PathBuf>, dir: &str| path.as_ref().is_some_and(|p| p.starts_with(dir));
+    assert!(mounted(&tls.cert_file, "/etc/clawfed/api-tls"), "{tls:?}");
+    assert!(mounted(&tls.key_file, "/etc/clawfed/api-tls"), "{tls:?}");
+    assert!(!config.api.insecure);
+    let hub_pod = pod_spec(&of_kind::<Deployment>(&hub, "Deployment")?[0]).clone();
+    assert!(
+        hub_pod.volumes.iter().flatten().any(|v| v
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.as_deref())
+            == Some("clawfed-hub-api-tls")),
+        "the API certificate Secret is mounted"
+    );
+    assert!(
+        hub_pod.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .all(|m| m.sub_path.is_none()),
+        "no subPath mounts: they never see a renewed file"
+    );
+    let mut v = hub_values();
+    v["api"] = json!({ "insecure": true });
+    let plain = documents(&helm.template("clawfed-hub", "clawfed-hub", "clawfed-system", &v)?)?;
+    let text = of_kind::<ConfigMap>(&plain, "ConfigMap")?
+        .into_iter()
+        .find(|c| c.name_any() == "clawfed-hub")
+        .and_then(|c| c.data?.get("hub.yaml").cloned())
+        .context("hub.yaml")?;
+    std::fs::write(&path, &text)?;
+    let config = clawfed_hub::config::Config::load(Some(&path), &Default::default())?;
+    assert!(config.api.insecure && config.api.tls.cert_file.is_none());
     Ok(())
 }
 
@@ -926,6 +1026,41 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
         &[("ca.crt", ca_crt.clone()), ("ca.key", ca_key)],
     )
     .await?;
+    // The admin API's certificate, as cert-manager would keep it: a
+    // kubernetes.io/tls Secret, signed by a CA the CLI and this test trust.
+    let api_ca_key = rcgen::KeyPair::generate()?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let api_ca_cert = ca_params.self_signed(&api_ca_key)?;
+    let api_ca = rcgen::Issuer::new(ca_params, api_ca_key);
+    let api_key = rcgen::KeyPair::generate()?;
+    let api_cert = rcgen::CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])?
+        .signed_by(&api_key, &api_ca)?;
+    let (api_crt_file, api_key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&api_crt_file, api_cert.pem())?;
+    std::fs::write(&api_key_file, api_key.serialize_pem())?;
+    let api_tls = Secret {
+        metadata: ObjectMeta {
+            name: Some("clawfed-hub-api-tls".into()),
+            namespace: Some(hub_ns.clone()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(BTreeMap::from([
+            (
+                "tls.crt".to_owned(),
+                ByteString(api_cert.pem().into_bytes()),
+            ),
+            (
+                "tls.key".to_owned(),
+                ByteString(api_key.serialize_pem().into_bytes()),
+            ),
+        ])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(control.admin(), &hub_ns)
+        .create(&PostParams::default(), &api_tls)
+        .await?;
     let key: Vec<u8> = (0..32).map(|_| rand::random::<u8>()).collect();
     let key_file = dir.path().join("secrets.key");
     std::fs::write(&key_file, &key)?;
@@ -946,6 +1081,7 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
     let hub_values = json!({
         "replicas": 2,
         "image": { "digest": DIGEST },
+        "api": hub_values()["api"].clone(),
         "nodeSelector": { "type": "kwok" },
         "link": { "serverNames": ["127.0.0.1", "localhost"], "heartbeatSeconds": 1 },
         "gateway": { "namespace": gw_ns, "options": gw_options },
@@ -1021,6 +1157,8 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
     config["link"]["caDir"] = json!(ca_dir);
     config["tunnel"]["addr"] = json!("127.0.0.1:0");
     config["secrets"]["keyFile"] = json!(key_file);
+    config["api"]["tls"]["certFile"] = json!(api_crt_file);
+    config["api"]["tls"]["keyFile"] = json!(api_key_file);
     config["gateway"]["kubeconfig"] = json!(hub_kubeconfig);
     let config_path = dir.path().join("hub.yaml");
     std::fs::write(&config_path, serde_yaml_ng::to_string(&config)?)?;
@@ -1056,9 +1194,15 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
             expires_at: None,
         })
         .await?;
+    // Over TLS, trusting only the API's CA (as `clawfed --ca-file`).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let rest = Rest {
-        http: reqwest::Client::new(),
-        base: format!("http://127.0.0.1:{rest_port}"),
+        http: reqwest::Client::builder()
+            .tls_certs_only(reqwest::Certificate::from_pem_bundle(
+                api_ca_cert.pem().as_bytes(),
+            )?)
+            .build()?,
+        base: format!("https://127.0.0.1:{rest_port}"),
         token: minted.secret,
     };
 

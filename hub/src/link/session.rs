@@ -154,10 +154,23 @@ struct Session {
     /// Sent and not yet acked: sequence → (sent at, target, generation).
     in_flight: HashMap<i64, (Instant, String, i64)>,
     last_sent: i64,
+    /// The outbox may hold items after `last_sent` this session has not
+    /// read: set by a wake-up (a put), the heartbeat and a full send
+    /// window; cleared when a read returned less than the window. An ack
+    /// reads the outbox only while it is set (one read per item saved,
+    /// issue 17).
+    maybe_pending: bool,
+    /// Targets sent on this session: a report on one of them needs no
+    /// store lookup to prove the target is this cluster's. A cache, cleared
+    /// when it outgrows [`SENT_TARGETS_MAX`].
+    sent_targets: std::collections::HashSet<String>,
     last_seen_written: Instant,
     /// The applied-digest comparison of this session.
     digest: DigestCheck,
 }
+
+/// Bound of [`Session::sent_targets`].
+const SENT_TARGETS_MAX: usize = 4096;
 
 /// The hub's side of `Heartbeat.applied_digest` for one session.
 #[derive(Debug, Default)]
@@ -238,6 +251,8 @@ async fn run(
         tx,
         in_flight: HashMap::new(),
         last_sent: 0,
+        maybe_pending: true,
+        sent_targets: Default::default(),
         last_seen_written: Instant::now(),
         digest: DigestCheck {
             enabled: hello
@@ -417,6 +432,7 @@ impl Session {
                     }
                 },
                 _ = self.handle.wake.notified() => {
+                    self.maybe_pending = true;
                     if let Err(status) = self.dispatch().await {
                         return End::Status(status);
                     }
@@ -429,6 +445,7 @@ impl Session {
                     }
                     // Safety net for a missed wake-up, and re-send of items
                     // sent on this stream but unacked for long.
+                    self.maybe_pending = true;
                     if let Err(status) = self.dispatch().await {
                         return End::Status(status);
                     }
@@ -458,6 +475,8 @@ impl Session {
             .send_window
             .saturating_sub(self.in_flight.len());
         if room == 0 {
+            // Whatever is queued waits for an ack to make room.
+            self.maybe_pending = true;
             return Ok(());
         }
         let items = self
@@ -466,6 +485,7 @@ impl Session {
             .outbox_pending(&self.cluster.id, self.last_sent, room as i64)
             .await
             .map_err(Self::store_err)?;
+        self.maybe_pending = items.len() >= room;
         for item in items {
             let Some(spec) = self.unsealed_spec(&item) else {
                 // Cannot be sent as stored (see `unsealed_spec`): skipped,
@@ -484,6 +504,10 @@ impl Session {
                 return Err(Status::cancelled("spoke went away"));
             }
             self.last_sent = item.sequence;
+            if self.sent_targets.len() >= SENT_TARGETS_MAX {
+                self.sent_targets.clear();
+            }
+            self.sent_targets.insert(item.target.clone());
             self.in_flight.insert(
                 item.sequence,
                 (Instant::now(), item.target, item.generation),
@@ -556,7 +580,11 @@ impl Session {
                         )));
                     }
                 }
-                self.dispatch().await
+                if self.maybe_pending {
+                    self.dispatch().await
+                } else {
+                    Ok(())
+                }
             }
             Some(spoke_message::Body::Report(report)) => self.on_report(report).await,
             Some(spoke_message::Body::Heartbeat(beat)) => {
@@ -587,12 +615,13 @@ impl Session {
 
     async fn on_report(&mut self, report: pb::Report) -> Result<(), Status> {
         let id = self.cluster.id.clone();
-        let known = self
-            .state
-            .store
-            .outbox_knows_target(&id, &report.target)
-            .await
-            .map_err(Self::store_err)?;
+        let known = self.sent_targets.contains(&report.target)
+            || self
+                .state
+                .store
+                .outbox_knows_target(&id, &report.target)
+                .await
+                .map_err(Self::store_err)?;
         if !known {
             let foreign = self
                 .state

@@ -54,6 +54,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   "gateway" (dict "enabled" .Values.gateway.enabled "options" $gwOptions)
   "secrets" (dict "keyFile" "/etc/clawfed/secrets/key")
 -}}
+{{- $api := get $cfg "api" -}}
+{{- if .Values.api.tls.secretName -}}
+{{- if .Values.api.insecure -}}
+{{- fail "api.insecure contradicts api.tls.secretName: the API serves TLS; remove one of them" -}}
+{{- end -}}
+{{- $tls := dict "certFile" "/etc/clawfed/api-tls/tls.crt" "keyFile" "/etc/clawfed/api-tls/tls.key" -}}
+{{- if .Values.api.tls.clientCaSecret -}}
+{{- $_ := set $tls "clientCaFile" "/etc/clawfed/api-client-ca/ca.crt" -}}
+{{- end -}}
+{{- $_ := set $api "tls" $tls -}}
+{{- else if .Values.api.insecure -}}
+{{- if .Values.api.tls.clientCaSecret -}}
+{{- fail "api.tls.clientCaSecret needs api.tls.secretName (client certificates are only asked for over TLS)" -}}
+{{- end -}}
+{{- $_ := set $api "insecure" true -}}
+{{- else -}}
+{{- fail "api.tls.secretName is required (a kubernetes.io/tls Secret for the admin API), or set api.insecure=true for plain HTTP" -}}
+{{- end -}}
 {{- if .Values.database.maxConnections -}}
 {{- $_ := set $cfg "database" (dict "maxConnections" (int .Values.database.maxConnections)) -}}
 {{- end -}}
