@@ -712,7 +712,7 @@ async fn rendered_charts_pass_a_server_side_dry_run() -> Result<()> {
             "clawfed-hub",
             &release,
             &hub_ns.name,
-            &json!({ "replicas": 2, "gateway": { "namespace": gw_ns.name } }),
+            &json!({ "replicas": 2, "gateway": { "namespace": gw_ns.name }, "api": hub_values()["api"].clone() }),
         )?;
         let out = kubectl_apply_dry_run(&control, &hub)?;
         for what in [
