@@ -466,6 +466,58 @@ async fn a_session_superseded_on_another_replica_closes_the_old_stream() {
     stop(second).await;
 }
 
+/// How late past two heartbeats an offline mark may be observed: the
+/// sweep's statement and this test's polling on a loaded machine.
+const OFFLINE_MARGIN: Duration = Duration::from_millis(600);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_replicas_cluster_is_marked_offline_by_another_within_two_heartbeats_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (env, db) = Replicas::new(tmp.path()).await;
+    let store = db.store.clone();
+    let mut a = env.serve("hub-a", free_port()).await;
+    let b = env.serve("hub-b", free_port()).await;
+    let c = env.serve("hub-c", free_port()).await;
+    let (token, ca) = env.enrollment().await;
+
+    // The spoke knows only A: when A dies, nothing reconnects it.
+    let spoke = start_spoke_to(
+        &a.link_url(),
+        &ca,
+        CLUSTER,
+        Some(token),
+        &env.spoke_dir("spoke"),
+    );
+    let id = online(&store, Duration::from_secs(30)).await;
+    let a_id = a.replica_id().await;
+    wait_for(Duration::from_secs(5), "hub-a's session", || async {
+        owner(&store, &id).await.filter(|(r, _)| *r == a_id)
+    })
+    .await;
+    let since = cursor(&store).await;
+    a.proc.kill9().unwrap();
+    let killed = Instant::now();
+    wait_for(Duration::from_secs(10), "exec-a offline", || async {
+        (connection_state(&store).await == ConnectionState::Offline).then_some(())
+    })
+    .await;
+    let took = killed.elapsed();
+    eprintln!("offline {took:?} after kill -9 of the owning replica");
+    let bound = 2 * HEARTBEAT + OFFLINE_MARGIN;
+    assert!(took <= bound, "offline after {took:?}, bound {bound:?}");
+    // B and C both sweep: one of them marks it, once.
+    let swept = |r: &Replica| r.log().matches("link.lease_lapsed_offline").count();
+    assert_eq!(
+        swept(&b) + swept(&c),
+        1,
+        "hub-b:\n{}\nhub-c:\n{}",
+        b.log(),
+        c.log()
+    );
+    assert_eq!(offline_events_after(&store, since).await, 1);
+    spoke.abort();
+}
+
 async fn stop(spoke: TestSpoke) {
     let _ = tokio::time::timeout(Duration::from_secs(10), spoke.stop()).await;
 }
