@@ -518,6 +518,22 @@ async fn a_dead_replicas_cluster_is_marked_offline_by_another_within_two_heartbe
     spoke.abort();
 }
 
+/// `/readyz` says no until start-up is done (store open, link CA
+/// loaded), then names the replica.
+#[tokio::test]
+async fn readyz_waits_for_start_up_and_names_the_replica() {
+    use clawfed_hub::api::metrics::{Metrics, REPLICA_HEADER, readiness};
+    let db = db::sqlite().await;
+    let metrics = Metrics::new();
+    let starting = readiness(db.store.as_ref(), &metrics).await;
+    assert_eq!(starting.status(), 503);
+    assert!(starting.headers().get(REPLICA_HEADER).is_none());
+    metrics.set_replica_ready("replica-1");
+    let ready = readiness(db.store.as_ref(), &metrics).await;
+    assert_eq!(ready.status(), 200);
+    assert_eq!(ready.headers()[REPLICA_HEADER], "replica-1");
+}
+
 async fn stop(spoke: TestSpoke) {
     let _ = tokio::time::timeout(Duration::from_secs(10), spoke.stop()).await;
 }

@@ -1544,7 +1544,16 @@ mod cases {
             .await
             .unwrap();
         let cursor = s.event_bounds().await.unwrap().head;
-        let mut marked = s.offline_where_lease_expired(now).await.unwrap();
+        // The periodic sweep: lapsed leases only.
+        assert_eq!(
+            s.offline_where_lease_expired(now, false).await.unwrap(),
+            [lapsed.clone()]
+        );
+        s.set_connection_state(&lapsed, ConnectionState::Online, now, None)
+            .await
+            .unwrap();
+        // A replica's start-up: also clusters with no session recorded.
+        let mut marked = s.offline_where_lease_expired(now, true).await.unwrap();
         marked.sort();
         let mut expected = vec![lapsed.clone(), orphan.clone()];
         expected.sort();
@@ -1556,7 +1565,12 @@ mod cases {
         assert_eq!(state("exec-held").await, ConnectionState::Online);
         assert_eq!(state("exec-lapsed").await, ConnectionState::Offline);
         assert_eq!(state("exec-orphan").await, ConnectionState::Offline);
-        assert!(s.offline_where_lease_expired(now).await.unwrap().is_empty());
+        assert!(
+            s.offline_where_lease_expired(now, true)
+                .await
+                .unwrap()
+                .is_empty()
+        );
 
         // Online again with a lapsed lease; several replicas sweep at once.
         s.set_connection_state(&lapsed, ConnectionState::Online, now, None)
@@ -1565,7 +1579,11 @@ mod cases {
         let cursor2 = s.event_bounds().await.unwrap().head;
         let sweeps = (0..4).map(|_| {
             let s = s.clone();
-            tokio::spawn(async move { s.offline_where_lease_expired(Utc::now()).await.unwrap() })
+            tokio::spawn(async move {
+                s.offline_where_lease_expired(Utc::now(), false)
+                    .await
+                    .unwrap()
+            })
         });
         let mut total = 0;
         for sweep in sweeps.collect::<Vec<_>>() {

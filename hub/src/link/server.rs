@@ -184,7 +184,7 @@ pub async fn start_with_ca(
     // lapsed (its replica died, e.g. this one before a restart) is offline
     // until it reconnects. Clusters whose lease another live replica
     // renews are left alone.
-    let lapsed = store.offline_where_lease_expired(Utc::now()).await?;
+    let lapsed = store.offline_where_lease_expired(Utc::now(), true).await?;
     tracing::info!(replica = %config.replica_id, offline = lapsed.len(), "link.lapsed_sessions_offline");
     let tls = Arc::new(server_config(&ca, &config.server_names, deny.clone())?);
     let listener = TcpListener::bind(config.addr)
@@ -554,7 +554,11 @@ async fn session_keeper(state: Arc<LinkState>) {
             }
             Err(e) => tracing::warn!(error = %e, "link.lease_renew_failed"),
         }
-        match state.store.offline_where_lease_expired(Utc::now()).await {
+        match state
+            .store
+            .offline_where_lease_expired(Utc::now(), false)
+            .await
+        {
             Ok(marked) => {
                 for cluster_id in marked {
                     tracing::warn!(clusterId = %cluster_id, "link.lease_lapsed_offline");

@@ -58,10 +58,16 @@ pub trait SessionStore: Send + Sync {
     ) -> Result<bool>;
 
     /// Marks offline every online cluster whose session lease lapsed
-    /// before `now` (or that has no session): its owner died or never
-    /// recorded one. Each cluster is marked (and its watch event written)
-    /// once even when replicas sweep at the same time. Returns their ids.
-    async fn offline_where_lease_expired(&self, now: DateTime<Utc>) -> Result<Vec<String>>;
+    /// before `now` (its owner died), and with `unrecorded` also those
+    /// with no session recorded at all (online from before sessions were
+    /// recorded: a replica's start-up). Each cluster is marked (and its
+    /// watch event written) once even when replicas sweep at the same
+    /// time. Returns their ids.
+    async fn offline_where_lease_expired(
+        &self,
+        now: DateTime<Utc>,
+        unrecorded: bool,
+    ) -> Result<Vec<String>>;
 
     /// The cluster's recorded session.
     async fn get_session(&self, cluster_id: &str) -> Result<Option<ClusterSession>>;

@@ -101,7 +101,11 @@ impl SessionStore for SqlStore {
         Ok(true)
     }
 
-    async fn offline_where_lease_expired(&self, now: DateTime<Utc>) -> Result<Vec<String>> {
+    async fn offline_where_lease_expired(
+        &self,
+        now: DateTime<Utc>,
+        unrecorded: bool,
+    ) -> Result<Vec<String>> {
         let mut tx = self.begin().await?;
         // One UPDATE: replicas sweeping at once serialize on the row locks
         // and the later one finds the cluster offline already, so only one
@@ -111,9 +115,12 @@ impl SessionStore for SqlStore {
              WHERE connection_state = 'online' AND revoked_at IS NULL \
              AND NOT EXISTS (SELECT 1 FROM cluster_sessions s \
                  WHERE s.cluster_id = clusters.id AND s.lease_expires_at > $1) \
+             AND ($2 = 1 OR EXISTS (SELECT 1 FROM cluster_sessions s \
+                 WHERE s.cluster_id = clusters.id)) \
              RETURNING id",
         )
         .bind(ms(now))
+        .bind(i64::from(unrecorded))
         .fetch_all(&mut *tx)
         .await
         .map_err(|e| self.classify(e))?
