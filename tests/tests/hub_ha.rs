@@ -534,6 +534,75 @@ async fn readyz_waits_for_start_up_and_names_the_replica() {
     assert_eq!(ready.headers()[REPLICA_HEADER], "replica-1");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_the_session_to_another_replica_without_an_offline_gap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (env, db) = Replicas::new(tmp.path()).await;
+    let store = db.store.clone();
+    let mut a = env.serve("hub-a", free_port()).await;
+    let b = env.serve("hub-b", free_port()).await;
+    let (token, ca) = env.enrollment().await;
+    let front = Front::start(vec![a.link_addr(), b.link_addr()]).await;
+    let spoke = start_spoke_to(
+        &front.url(),
+        &ca,
+        CLUSTER,
+        Some(token),
+        &env.spoke_dir("spoke"),
+    );
+    let id = online(&store, Duration::from_secs(30)).await;
+    let a_id = a.replica_id().await;
+    wait_for(Duration::from_secs(5), "hub-a's session", || async {
+        owner(&store, &id).await.filter(|(r, _)| *r == a_id)
+    })
+    .await;
+    let since = cursor(&store).await;
+    let before = spoke.status.borrow().clone();
+
+    a.proc.signal("-TERM").unwrap();
+    let terminated = Instant::now();
+    // The spoke waits out the GoAway's retry-after (at most 5 s), longer
+    // than a lease: the handoff must cover it.
+    let watch = tokio::spawn({
+        let store = store.clone();
+        async move { longest_offline(&store, Duration::from_secs(8)).await }
+    });
+    let b_id = b.replica_id().await;
+    wait_for(Duration::from_secs(8), "the session on hub-b", || async {
+        let welcomed = spoke.status.borrow().welcomes > before.welcomes;
+        (welcomed && owner(&store, &id).await?.0 == b_id).then_some(())
+    })
+    .await;
+    let moved = terminated.elapsed();
+    // Within the drain bound (10 s) and some.
+    let deadline = terminated + Duration::from_secs(15);
+    while a.proc.alive() {
+        assert!(
+            Instant::now() < deadline,
+            "hub-a did not exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = a.log();
+    assert!(
+        log.contains("link.leases_handed_off") && log.contains("hub.stopped"),
+        "{log}"
+    );
+    assert!(
+        spoke.status.borrow().go_aways > before.go_aways,
+        "the spoke was told to go away"
+    );
+    let longest = watch.await.unwrap();
+    assert_eq!(
+        longest,
+        Duration::ZERO,
+        "offline during the handoff (moved after {moved:?})"
+    );
+    assert_eq!(offline_events_after(&store, since).await, 0);
+    eprintln!("session moved to hub-b {moved:?} after SIGTERM to hub-a");
+    stop(spoke).await;
+}
+
 async fn stop(spoke: TestSpoke) {
     let _ = tokio::time::timeout(Duration::from_secs(10), spoke.stop()).await;
 }

@@ -533,7 +533,7 @@ async fn session_keeper(state: Arc<LinkState>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = state.shutdown.cancelled() => return,
+            _ = state.shutdown.cancelled() => return hand_off_leases(&state).await,
             _ = tick.tick() => {}
         }
         // Taken before the renewal: a session claimed after the snapshot
@@ -566,5 +566,24 @@ async fn session_keeper(state: Arc<LinkState>) {
             }
             Err(e) => tracing::warn!(error = %e, "link.store_error"),
         }
+    }
+}
+
+/// On shutdown, the sessions are told to reconnect after a jittered
+/// retry-after: their leases are extended over it (plus one lease), so
+/// no replica marks a cluster offline while its spoke is on its way to
+/// another; one that does not come back is marked when the lease lapses.
+async fn hand_off_leases(state: &LinkState) {
+    let config = &state.config;
+    let window = Duration::from_secs(super::session::GO_AWAY_RETRY.1.into()) + config.lease_ttl();
+    let lease_until =
+        Utc::now() + chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
+    match state
+        .store
+        .session_renew(&config.replica_id, lease_until)
+        .await
+    {
+        Ok(held) => tracing::info!(sessions = held.len(), ?window, "link.leases_handed_off"),
+        Err(e) => tracing::warn!(error = %e, "link.lease_renew_failed"),
     }
 }

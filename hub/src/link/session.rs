@@ -31,6 +31,9 @@ use clawfed_proto::digest::AppliedDigest;
 
 /// How long a new stream may take to send its Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The retry-after range (seconds) of a GoAway to a live session: spokes
+/// spread their reconnects over it.
+pub(crate) const GO_AWAY_RETRY: (u32, u32) = (1, 5);
 /// What a session is told when its replica shuts down: another replica
 /// (or this one, restarted) takes it after the jittered retry-after.
 const SHUTTING_DOWN: &str = "hub shutting down, reconnect";
@@ -458,7 +461,7 @@ impl Session {
         let _ = self
             .send(hub_message::Body::GoAway(pb::GoAway {
                 reason: reason.to_owned(),
-                retry_after_seconds: jittered_retry_after(1, 5),
+                retry_after_seconds: jittered_retry_after(GO_AWAY_RETRY.0, GO_AWAY_RETRY.1),
             }))
             .await;
         End::GoAway
