@@ -1547,7 +1547,7 @@ mod cases {
         // The periodic sweep: lapsed leases only.
         assert_eq!(
             s.offline_where_lease_expired(now, false).await.unwrap(),
-            [lapsed.clone()]
+            std::slice::from_ref(&lapsed)
         );
         s.set_connection_state(&lapsed, ConnectionState::Online, now, None)
             .await
