@@ -12,7 +12,8 @@
 //! - `registry.rs`: live sessions per cluster (wake-ups, revocation, load
 //!   shedding).
 //! - `server.rs`: the listener (bounded concurrent handshakes), the
-//!   revocation watcher and the outbox poller.
+//!   revocation watcher, the outbox poller and the session keeper (lease
+//!   renewal, superseded sessions, clusters of dead replicas offline).
 //! - `admission.rs`: which handshakes the listener sheds when its slots
 //!   run out (pure).
 //! - `metrics.rs`: link metrics.
@@ -69,6 +70,24 @@ pub struct LinkConfig {
     pub poll_interval: Duration,
     /// Limits and timeouts of tunneled connections (the data path).
     pub tunnel: crate::tunnel::TunnelConfig,
+    /// This hub process among the replicas on one store: the owner of
+    /// the sessions it records (a new uuid per process).
+    pub replica_id: String,
+}
+
+impl LinkConfig {
+    /// How often a replica renews the leases of its sessions (one
+    /// statement for all of them) and sweeps for lapsed ones.
+    pub fn lease_renew_interval(&self) -> Duration {
+        self.heartbeat / 2
+    }
+
+    /// How long a session's lease lasts unless renewed: three renewals,
+    /// so one slow renewal does not lose it, and a dead replica's clusters
+    /// are offline within two heartbeats (lease plus one sweep interval).
+    pub fn lease_ttl(&self) -> Duration {
+        self.heartbeat * 3 / 2
+    }
 }
 
 impl Default for LinkConfig {
@@ -90,6 +109,7 @@ impl Default for LinkConfig {
             send_window: 256,
             poll_interval: Duration::from_secs(2),
             tunnel: crate::tunnel::TunnelConfig::default(),
+            replica_id: uuid::Uuid::new_v4().to_string(),
         }
     }
 }

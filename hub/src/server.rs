@@ -207,6 +207,10 @@ pub async fn start_with_parts(
         None => None,
     };
     let metrics = Arc::new(metrics);
+    // Who this process is among the hub's replicas: it owns the link
+    // sessions it records in the store (see `link::server`).
+    let replica_id = uuid::Uuid::new_v4().to_string();
+    tracing::info!(replica = %replica_id, "hub.replica");
     let state = AppState {
         service: service.clone(),
         metrics: metrics.clone(),
@@ -245,6 +249,7 @@ pub async fn start_with_parts(
     let tls = api_tls.is_some();
 
     // Requests finish even when their client goes away (see api::detach).
+    let ready = metrics.clone();
     let rest_app = rest_app(state).layer(crate::api::detach::RunToCompletionLayer);
     let token = shutdown.clone();
     tasks.spawn(async move {
@@ -334,7 +339,10 @@ pub async fn start_with_parts(
             None
         };
         let link = crate::link::server::start(
-            config.link_config(),
+            crate::link::LinkConfig {
+                replica_id: replica_id.clone(),
+                ..config.link_config()
+            },
             store.clone(),
             secrets.clone(),
             link_metrics,
@@ -416,6 +424,8 @@ pub async fn start_with_parts(
         });
     }
 
+    // The store is open and the link CA loaded (or the link is off).
+    ready.set_replica_ready(&replica_id);
     Ok(Hub {
         rest_addr,
         grpc_addr,
@@ -503,7 +513,7 @@ pub fn rest_app(state: AppState) -> Router {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    metrics::readiness(state.service.store().as_ref()).await
+    metrics::readiness(state.service.store().as_ref(), &state.metrics).await
 }
 
 async fn not_found() -> Response {

@@ -11,6 +11,8 @@
 //! - `credentials.rs`, `sql_credentials.rs`: managed Agent credentials,
 //!   sealed (the store never sees a plaintext), and the copies deploys
 //!   freeze into revisions.
+//! - `session.rs`, `sql_session.rs`: which hub replica owns each
+//!   cluster's link session (fencing epoch, lease).
 //! - `watch.rs`, `sql_watch.rs`: the watch API's durable, bounded, ordered
 //!   event log.
 //! - `postgres.rs`, `sqlite.rs`: what differs per backend: connecting,
@@ -24,9 +26,11 @@ mod credentials;
 mod group;
 mod link;
 mod postgres;
+mod session;
 mod sql;
 mod sql_credentials;
 mod sql_link;
+mod sql_session;
 mod sql_watch;
 mod sqlite;
 mod watch;
@@ -45,6 +49,7 @@ use crate::model::{
 
 pub use credentials::*;
 pub use link::*;
+pub use session::*;
 pub use sql::SqlStore;
 pub use watch::*;
 
@@ -290,7 +295,9 @@ pub struct WorkDue {
 
 /// The desired-state store.
 #[async_trait]
-pub trait Store: LinkStore + CredentialStore + WatchStore + Send + Sync + 'static {
+pub trait Store:
+    LinkStore + CredentialStore + WatchStore + SessionStore + Send + Sync + 'static
+{
     /// Which backend this is.
     fn backend(&self) -> Backend;
     /// What this store signals after its commits, so waiting loops in this

@@ -153,14 +153,54 @@ fn spawn_spoke(
     tunnels: Option<Arc<clawfed_spoke::tunnel::Tunnels>>,
     capabilities: Vec<String>,
 ) -> TestSpoke {
+    spawn_spoke_to(
+        &hub_url(hub),
+        &hub_ca(hub),
+        cluster,
+        token,
+        dir,
+        tunnels,
+        capabilities,
+    )
+}
+
+/// As [`start_spoke`], dialing `hub_url` and pinning `ca_pem`: a hub in
+/// another process (or an address in front of several).
+pub fn start_spoke_to(
+    hub_url: &str,
+    ca_pem: &str,
+    cluster: &str,
+    token: Option<String>,
+    dir: &Path,
+) -> TestSpoke {
+    spawn_spoke_to(
+        hub_url,
+        ca_pem,
+        cluster,
+        token,
+        dir,
+        None,
+        vec!["applier:ledger".into()],
+    )
+}
+
+fn spawn_spoke_to(
+    hub_url: &str,
+    ca_pem: &str,
+    cluster: &str,
+    token: Option<String>,
+    dir: &Path,
+    tunnels: Option<Arc<clawfed_spoke::tunnel::Tunnels>>,
+    capabilities: Vec<String>,
+) -> TestSpoke {
     init_test_logging();
     let ledger = Arc::new(FileLedger::open(dir).expect("ledger"));
     let mut registry = prometheus_client_registry();
     let metrics = SpokeMetrics::register(&mut registry);
     let link = Link::new(
         LinkConfig {
-            hub: HubAddress::parse(&hub_url(hub)).expect("hub url"),
-            ca_pem: hub_ca(hub),
+            hub: HubAddress::parse(hub_url).expect("hub url"),
+            ca_pem: ca_pem.to_owned(),
             cluster_name: cluster.to_owned(),
             bootstrap_token: token,
             version: "test".into(),

@@ -1441,6 +1441,166 @@ mod cases {
             .unwrap();
         assert_eq!(s.revision_by_transport_hash(&hash).await.unwrap(), None);
     }
+
+    /// Online cluster `name` for the session cases.
+    async fn online_cluster(s: &dyn Store, name: &str) -> String {
+        s.upsert_cluster(&ClusterRecord {
+            name: name.into(),
+            labels: Default::default(),
+            capabilities: vec![],
+            certificate_serials: vec![],
+            connection_state: ConnectionState::Online,
+            last_seen: Some(Utc::now()),
+            version: "test".into(),
+        })
+        .await
+        .unwrap()
+        .id
+    }
+
+    /// `cluster.offline` events of `name` after `cursor`.
+    async fn offline_events(s: &dyn Store, name: &str, cursor: i64) -> usize {
+        s.events_after(cursor, 1000)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| e.cluster.as_deref() == Some(name) && e.body.kind() == "cluster.offline")
+            .count()
+    }
+
+    /// Hub replicas: every new session bumps the cluster's epoch, the
+    /// owner's renewal shows what it lost, and only the newest epoch may
+    /// mark the cluster offline.
+    pub async fn session_epochs_fence_offline_marking(s: Arc<dyn Store>) {
+        let c = online_cluster(s.as_ref(), "exec-fenced").await;
+        let lease = Utc::now() + chrono::Duration::seconds(30);
+        let e1 = s.session_claim(&c, "replica-a", lease).await.unwrap();
+        assert_eq!(
+            s.session_renew("replica-a", lease).await.unwrap(),
+            [(c.clone(), e1)]
+        );
+        // The spoke moved to B: A's renewal no longer holds it.
+        let e2 = s.session_claim(&c, "replica-b", lease).await.unwrap();
+        assert!(e2 > e1, "epochs grow: {e1} then {e2}");
+        assert!(
+            s.session_renew("replica-a", lease)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            s.session_renew("replica-b", lease).await.unwrap(),
+            [(c.clone(), e2)]
+        );
+        let session = s.get_session(&c).await.unwrap().expect("recorded");
+        assert_eq!(
+            (session.replica_id.as_str(), session.epoch),
+            ("replica-b", e2)
+        );
+
+        // A's old session ends: nothing changes.
+        let cursor = s.event_bounds().await.unwrap().head;
+        assert!(!s.session_end_offline(&c, e1, Utc::now()).await.unwrap());
+        let cluster = s.get_cluster("exec-fenced").await.unwrap();
+        assert_eq!(cluster.connection_state, ConnectionState::Online);
+        assert_eq!(offline_events(s.as_ref(), "exec-fenced", cursor).await, 0);
+
+        // B's (the newest) ends: offline, once.
+        let seen = Utc::now() - chrono::Duration::seconds(1);
+        assert!(s.session_end_offline(&c, e2, seen).await.unwrap());
+        let cluster = s.get_cluster("exec-fenced").await.unwrap();
+        assert_eq!(cluster.connection_state, ConnectionState::Offline);
+        assert_eq!(
+            cluster.last_seen.map(|t| t.timestamp_millis()),
+            Some(seen.timestamp_millis())
+        );
+        assert_eq!(offline_events(s.as_ref(), "exec-fenced", cursor).await, 1);
+        // Ended: no longer renewed, and never ended twice.
+        assert!(
+            s.session_renew("replica-b", lease)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(s.get_session(&c).await.unwrap().unwrap().lease_expires_at < Utc::now());
+
+        // The epoch survives the end of a session.
+        let e3 = s.session_claim(&c, "replica-a", lease).await.unwrap();
+        assert!(e3 > e2, "epochs grow after an end: {e2} then {e3}");
+        // A renewal by a replica with no sessions touches nothing.
+        assert!(
+            s.session_renew("replica-c", lease)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    /// Hub replicas: clusters whose lease lapsed (their replica died) or
+    /// that have no session go offline; those another replica holds stay;
+    /// replicas sweeping at once mark each cluster (and write its event)
+    /// once.
+    pub async fn lapsed_session_leases_go_offline_once(s: Arc<dyn Store>) {
+        let held = online_cluster(s.as_ref(), "exec-held").await;
+        let lapsed = online_cluster(s.as_ref(), "exec-lapsed").await;
+        let orphan = online_cluster(s.as_ref(), "exec-orphan").await;
+        let now = Utc::now();
+        s.session_claim(&held, "alive", now + chrono::Duration::seconds(30))
+            .await
+            .unwrap();
+        s.session_claim(&lapsed, "dead", now - chrono::Duration::seconds(1))
+            .await
+            .unwrap();
+        let cursor = s.event_bounds().await.unwrap().head;
+        // The periodic sweep: lapsed leases only.
+        assert_eq!(
+            s.offline_where_lease_expired(now, false).await.unwrap(),
+            std::slice::from_ref(&lapsed)
+        );
+        s.set_connection_state(&lapsed, ConnectionState::Online, now, None)
+            .await
+            .unwrap();
+        // A replica's start-up: also clusters with no session recorded.
+        let mut marked = s.offline_where_lease_expired(now, true).await.unwrap();
+        marked.sort();
+        let mut expected = vec![lapsed.clone(), orphan.clone()];
+        expected.sort();
+        assert_eq!(marked, expected);
+        let state = |name: &'static str| {
+            let s = s.clone();
+            async move { s.get_cluster(name).await.unwrap().connection_state }
+        };
+        assert_eq!(state("exec-held").await, ConnectionState::Online);
+        assert_eq!(state("exec-lapsed").await, ConnectionState::Offline);
+        assert_eq!(state("exec-orphan").await, ConnectionState::Offline);
+        assert!(
+            s.offline_where_lease_expired(now, true)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+
+        // Online again with a lapsed lease; several replicas sweep at once.
+        s.set_connection_state(&lapsed, ConnectionState::Online, now, None)
+            .await
+            .unwrap();
+        let cursor2 = s.event_bounds().await.unwrap().head;
+        let sweeps = (0..4).map(|_| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                s.offline_where_lease_expired(Utc::now(), false)
+                    .await
+                    .unwrap()
+            })
+        });
+        let mut total = 0;
+        for sweep in sweeps.collect::<Vec<_>>() {
+            total += sweep.await.unwrap().len();
+        }
+        assert_eq!(total, 1, "one sweep marks it");
+        assert_eq!(offline_events(s.as_ref(), "exec-lapsed", cursor2).await, 1);
+        assert_eq!(offline_events(s.as_ref(), "exec-held", cursor).await, 0);
+    }
 }
 
 /// Cases that need the raw database as well as the store.
@@ -1668,4 +1828,6 @@ suite!(
     outbox_acked_latest_and_resend,
     outbox_concurrent_puts_are_dense_and_once,
     transport_key_is_shared_and_only_hashes_are_kept,
+    session_epochs_fence_offline_marking,
+    lapsed_session_leases_go_offline_once,
 );

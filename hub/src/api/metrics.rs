@@ -58,6 +58,17 @@ pub struct Metrics {
     work_oldest_age: Gauge<f64, AtomicU64>,
     /// Store-backed fleet gauges, for dashboards and alerts.
     fleet: FleetGauges,
+    /// This process as one of the hub's replicas (`/readyz`).
+    replica: ReplicaStatus,
+}
+
+/// This process as a hub replica: its id, and whether it holds what it
+/// needs to serve (the store connection and the link CA). Until then
+/// `/readyz` says no, so a load balancer sends it nothing.
+#[derive(Debug, Default)]
+struct ReplicaStatus {
+    id: std::sync::OnceLock<String>,
+    ready: std::sync::atomic::AtomicBool,
 }
 
 /// Gauges read from the store at scrape time (clusters, revisions, failed
@@ -155,7 +166,17 @@ impl Metrics {
             work_pending,
             work_oldest_age,
             fleet,
+            replica: ReplicaStatus::default(),
         }
+    }
+
+    /// Marks this replica ready to serve (the store is open and the link
+    /// CA loaded): `/readyz` answers ok, naming `replica_id`.
+    pub fn set_replica_ready(&self, replica_id: &str) {
+        let _ = self.replica.id.set(replica_id.to_owned());
+        self.replica
+            .ready
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Publishes the pipeline's phase deadlines (`pipeline.phaseDeadlineSeconds`
@@ -311,13 +332,25 @@ pub async fn healthz() -> &'static str {
 }
 
 async fn readyz_ops(State(s): State<OpsState>) -> Response {
-    readiness(s.store.as_ref()).await
+    readiness(s.store.as_ref(), &s.metrics).await
 }
 
-/// Readiness: the store answers.
-pub async fn readiness(store: &dyn Store) -> Response {
+/// The header naming the replica that answered `/readyz`.
+pub const REPLICA_HEADER: &str = "clawfed-replica";
+
+/// Readiness: start-up finished (store open, link CA loaded) and the store
+/// answers. The answer names this replica.
+pub async fn readiness(store: &dyn Store, metrics: &Metrics) -> Response {
+    if !metrics
+        .replica
+        .ready
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
+        return (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response();
+    }
+    let replica = metrics.replica.id.get().cloned().unwrap_or_default();
     match store.ping().await {
-        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Ok(()) => (StatusCode::OK, [(REPLICA_HEADER, replica)], "ok\n").into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "readyz.store_unavailable");
             (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response()

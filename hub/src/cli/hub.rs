@@ -176,6 +176,9 @@ fn init_logging(config: &Config) {
     }
 }
 
+/// How long a SIGTERM'd hub waits for its tasks to drain before it exits.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn serve(config: &Config) -> anyhow::Result<()> {
     let hub = server::start(config).await?;
     // Printed on stdout so scripts can read where the hub listens.
@@ -201,7 +204,15 @@ async fn serve(config: &Config) -> anyhow::Result<()> {
     server::shutdown_signal().await;
     tracing::info!("hub.draining");
     token.cancel();
-    hub.wait().await;
+    // Sessions get their GoAway (reconnect, jittered) at once; a stream or
+    // connection that does not finish never holds the replica up longer
+    // than the drain bound.
+    if tokio::time::timeout(DRAIN_TIMEOUT, hub.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(after = ?DRAIN_TIMEOUT, "hub.drain_timeout");
+    }
     tracing::info!("hub.stopped");
     Ok(())
 }

@@ -33,6 +33,8 @@ pub struct SessionHandle {
     /// The session's stream to the spoke, for messages that are not outbox
     /// work (tunnel opens); `None` in unit tests.
     pub outbound: Option<Outbound>,
+    /// The fencing epoch the store gave this session (0 until claimed).
+    pub epoch: Arc<AtomicI64>,
 }
 
 impl SessionHandle {
@@ -100,6 +102,7 @@ impl Registry {
             wake: Arc::new(Notify::new()),
             last_heard_ms: Arc::new(AtomicI64::new(now_ms)),
             outbound,
+            epoch: Arc::new(AtomicI64::new(0)),
         };
         if let Some(old) = self.map().insert(cluster_id.to_owned(), handle.clone()) {
             old.close_with(CloseReason::Replaced);
@@ -165,6 +168,39 @@ impl Registry {
         self.map().contains_key(cluster_id)
     }
 
+    /// (cluster id, epoch) of every live session the store recorded.
+    pub fn claimed(&self) -> Vec<(String, i64)> {
+        self.map()
+            .values()
+            .map(|s| (s.cluster_id.clone(), s.epoch.load(Ordering::Acquire)))
+            .filter(|(_, epoch)| *epoch > 0)
+            .collect()
+    }
+
+    /// Closes as replaced every session of `claimed` (a snapshot taken
+    /// before the store renewed this replica's leases) that is not among
+    /// `held` (what the renewal found this replica still holds): a newer
+    /// session of its cluster took over, here or on another replica.
+    /// Returns the names of the clusters whose session it closed.
+    pub fn close_superseded(
+        &self,
+        claimed: &[(String, i64)],
+        held: &std::collections::HashSet<(String, i64)>,
+    ) -> Vec<String> {
+        let map = self.map();
+        claimed
+            .iter()
+            .filter(|c| !held.contains(*c))
+            .filter_map(|(cluster, epoch)| {
+                let s = map.get(cluster)?;
+                (s.epoch.load(Ordering::Acquire) == *epoch).then(|| {
+                    s.close_with(CloseReason::Replaced);
+                    s.cluster_name.clone()
+                })
+            })
+            .collect()
+    }
+
     /// (cluster name, last heard unix ms) of every live session.
     pub fn last_heard(&self) -> Vec<(String, i64)> {
         self.map()
@@ -200,5 +236,31 @@ mod tests {
         assert_eq!(b.close_reason(), Some(CloseReason::Revoked));
         assert!(r.unregister(&b));
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn only_sessions_the_store_no_longer_holds_are_superseded() {
+        let r = Registry::default();
+        let kept = r.register("c1", "one", 0, None);
+        kept.epoch.store(3, Ordering::Release);
+        let lost = r.register("c2", "two", 0, None);
+        lost.epoch.store(7, Ordering::Release);
+        // Not yet claimed: not in the snapshot, never closed.
+        let fresh = r.register("c3", "three", 0, None);
+        let claimed = r.claimed();
+        assert_eq!(claimed.len(), 2);
+        // Reconnected here after the snapshot: the new session stays.
+        let again = r.register("c2", "two", 0, None);
+        again.epoch.store(8, Ordering::Release);
+        let held = [("c1".to_owned(), 3)].into_iter().collect();
+        assert!(r.close_superseded(&claimed, &held).is_empty());
+        assert!(!again.close.is_cancelled());
+
+        let claimed = r.claimed();
+        let held = [("c1".to_owned(), 3)].into_iter().collect();
+        assert_eq!(r.close_superseded(&claimed, &held), ["two"]);
+        assert_eq!(again.close_reason(), Some(CloseReason::Replaced));
+        assert!(!kept.close.is_cancelled());
+        assert!(!fresh.close.is_cancelled());
     }
 }

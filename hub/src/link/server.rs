@@ -180,9 +180,12 @@ pub async fn start_with_ca(
             .into_iter()
             .map(|r| r.serial),
     );
-    // No session survives a hub restart: whatever was online is offline
-    // until it reconnects.
-    store.mark_stale_offline(Utc::now()).await?;
+    // No session survives its replica: a cluster whose session lease
+    // lapsed (its replica died, e.g. this one before a restart) is offline
+    // until it reconnects. Clusters whose lease another live replica
+    // renews are left alone.
+    let lapsed = store.offline_where_lease_expired(Utc::now(), true).await?;
+    tracing::info!(replica = %config.replica_id, offline = lapsed.len(), "link.lapsed_sessions_offline");
     let tls = Arc::new(server_config(&ca, &config.server_names, deny.clone())?);
     let listener = TcpListener::bind(config.addr)
         .await
@@ -253,6 +256,7 @@ pub async fn start_with_ca(
 
     tasks.spawn(revocation_watcher(state.clone()));
     tasks.spawn(outbox_poller(state.clone()));
+    tasks.spawn(session_keeper(state.clone()));
     Ok(LinkHandle { addr, state })
 }
 
@@ -515,5 +519,71 @@ async fn outbox_poller(state: Arc<LinkState>) {
                 .get_or_create(&ClusterLabel { cluster })
                 .set((now - heard) as f64 / 1000.0);
         }
+    }
+}
+
+/// Keeps this replica's sessions fenced: renews the leases of all its
+/// sessions in one statement, closes those the renewal shows a newer
+/// session (on any replica) took over, and marks offline the clusters
+/// whose lease lapsed (their replica died). Every replica sweeps; the
+/// store marks each cluster once.
+async fn session_keeper(state: Arc<LinkState>) {
+    let config = &state.config;
+    let mut tick = tokio::time::interval(config.lease_renew_interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = state.shutdown.cancelled() => return hand_off_leases(&state).await,
+            _ = tick.tick() => {}
+        }
+        // Taken before the renewal: a session claimed after the snapshot
+        // is not judged by a renewal that may have run before its claim.
+        let claimed = state.registry.claimed();
+        let lease_until = Utc::now()
+            + chrono::Duration::from_std(config.lease_ttl()).unwrap_or(chrono::Duration::MAX);
+        match state
+            .store
+            .session_renew(&config.replica_id, lease_until)
+            .await
+        {
+            Ok(held) => {
+                let held = held.into_iter().collect();
+                for cluster in state.registry.close_superseded(&claimed, &held) {
+                    tracing::info!(%cluster, replica = %config.replica_id, "link.superseded");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "link.lease_renew_failed"),
+        }
+        match state
+            .store
+            .offline_where_lease_expired(Utc::now(), false)
+            .await
+        {
+            Ok(marked) => {
+                for cluster_id in marked {
+                    tracing::warn!(clusterId = %cluster_id, "link.lease_lapsed_offline");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "link.store_error"),
+        }
+    }
+}
+
+/// On shutdown, the sessions are told to reconnect after a jittered
+/// retry-after: their leases are extended over it (plus one lease), so
+/// no replica marks a cluster offline while its spoke is on its way to
+/// another; one that does not come back is marked when the lease lapses.
+async fn hand_off_leases(state: &LinkState) {
+    let config = &state.config;
+    let window = Duration::from_secs(super::session::GO_AWAY_RETRY.1.into()) + config.lease_ttl();
+    let lease_until =
+        Utc::now() + chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
+    match state
+        .store
+        .session_renew(&config.replica_id, lease_until)
+        .await
+    {
+        Ok(held) => tracing::info!(sessions = held.len(), ?window, "link.leases_handed_off"),
+        Err(e) => tracing::warn!(error = %e, "link.lease_renew_failed"),
     }
 }

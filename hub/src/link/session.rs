@@ -31,6 +31,12 @@ use clawfed_proto::digest::AppliedDigest;
 
 /// How long a new stream may take to send its Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The retry-after range (seconds) of a GoAway to a live session: spokes
+/// spread their reconnects over it.
+pub(crate) const GO_AWAY_RETRY: (u32, u32) = (1, 5);
+/// What a session is told when its replica shuts down: another replica
+/// (or this one, restarted) takes it after the jittered retry-after.
+const SHUTTING_DOWN: &str = "hub shutting down, reconnect";
 /// How often an online cluster's last_seen is written to the store.
 const LAST_SEEN_WRITE_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -342,6 +348,15 @@ impl Session {
     async fn open(&mut self, hello: &pb::Hello) -> Result<(), Status> {
         let store = &self.state.store;
         let id = self.cluster.id.clone();
+        // Before the cluster shows online: this session supersedes any
+        // older one, on any replica (that one notices on its next lease
+        // renewal), and from now on only this epoch may mark it offline.
+        let config = &self.state.config;
+        let epoch = store
+            .session_claim(&id, &config.replica_id, Utc::now() + config.lease_ttl())
+            .await
+            .map_err(Self::store_err)?;
+        self.handle.epoch.store(epoch, Ordering::Release);
         store
             .set_connection_state(
                 &id,
@@ -364,6 +379,8 @@ impl Session {
         tracing::info!(
             cluster = %self.cluster.name,
             session = self.handle.id,
+            epoch,
+            replica = %config.replica_id,
             version = %hello.spoke_version,
             applied = applied.len(),
             ackedFromHello = already,
@@ -410,10 +427,10 @@ impl Session {
                     return match self.handle.close_reason() {
                         Some(CloseReason::Revoked) => End::Status(CloseReason::Revoked.status("cluster revoked")),
                         Some(CloseReason::Replaced) => End::Status(CloseReason::Replaced.status("replaced by a newer session of this cluster")),
-                        _ => self.go_away("hub shutting down").await,
+                        _ => self.go_away(SHUTTING_DOWN).await,
                     };
                 }
-                _ = self.state.shutdown.cancelled() => return self.go_away("hub shutting down").await,
+                _ = self.state.shutdown.cancelled() => return self.go_away(SHUTTING_DOWN).await,
                 message = inbound.message() => match message {
                     Ok(Some(m)) => {
                         self.handle.last_heard_ms.store(now_ms(), Ordering::Relaxed);
@@ -461,7 +478,7 @@ impl Session {
         let _ = self
             .send(hub_message::Body::GoAway(pb::GoAway {
                 reason: reason.to_owned(),
-                retry_after_seconds: jittered_retry_after(1, 5),
+                retry_after_seconds: jittered_retry_after(GO_AWAY_RETRY.0, GO_AWAY_RETRY.1),
             }))
             .await;
         End::GoAway
@@ -736,20 +753,35 @@ impl Session {
                     cluster: self.cluster.name.clone(),
                 });
         }
-        // A replaced session leaves the state to its successor; a revoked
-        // cluster keeps its revoked state.
-        if current && reason != Some(CloseReason::Revoked) {
+        // Only the newest session (compare-and-set on its epoch, whichever
+        // replica holds it) marks the cluster offline: a replaced session
+        // leaves the state to its successor; a revoked cluster keeps its
+        // revoked state. On shutdown the lease is handed off instead: the
+        // spoke reconnects (to another replica) before it lapses, or the
+        // other replicas' sweep marks the cluster offline when it does.
+        let epoch = self.handle.epoch.load(Ordering::Acquire);
+        let handoff =
+            reason == Some(CloseReason::ShuttingDown) || self.state.shutdown.is_cancelled();
+        if epoch > 0 && !handoff {
             let last_heard = self.handle.last_heard_ms.load(Ordering::Relaxed);
             let last_seen =
                 chrono::DateTime::from_timestamp_millis(last_heard).unwrap_or_else(Utc::now);
-            if let Err(e) = self
+            match self
                 .state
                 .store
-                .set_connection_state(&self.cluster.id, ConnectionState::Offline, last_seen, None)
+                .session_end_offline(&self.cluster.id, epoch, last_seen)
                 .await
             {
-                tracing::warn!(cluster = %self.cluster.name, error = %e, "link.store_error");
+                Ok(false) => {
+                    tracing::debug!(cluster = %self.cluster.name, epoch, "link.session_superseded_left_state")
+                }
+                Ok(true) => {}
+                Err(e) => {
+                    tracing::warn!(cluster = %self.cluster.name, error = %e, "link.store_error")
+                }
             }
+        }
+        if current && reason != Some(CloseReason::Revoked) {
             self.state.metrics.last_seen_age.remove(&ClusterLabel {
                 cluster: self.cluster.name.clone(),
             });

@@ -813,7 +813,7 @@ impl SqlStore {
     /// Appends a watch event with the cluster's state as `tx` sees it:
     /// connected, offline or revoked, with last seen, version,
     /// capabilities and the expiry of its newest unrevoked certificate.
-    async fn insert_cluster_event(
+    pub(super) async fn insert_cluster_event(
         &self,
         tx: &mut super::sql::Tx,
         cluster_id: &str,

@@ -1,0 +1,161 @@
+//! [`SessionStore`] over the shared SQL (both backends).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+
+use super::Result;
+use super::session::{ClusterSession, SessionStore};
+use super::sql::{SqlStore, from_ms, ms};
+
+#[async_trait]
+impl SessionStore for SqlStore {
+    async fn session_claim(
+        &self,
+        cluster_id: &str,
+        replica_id: &str,
+        lease_until: DateTime<Utc>,
+    ) -> Result<i64> {
+        // One statement: the row lock orders it against a concurrent claim
+        // or end of the same cluster, so epochs never repeat.
+        let row = sqlx::query(
+            "INSERT INTO cluster_sessions (cluster_id, replica_id, epoch, lease_expires_at) \
+             VALUES ($1, $2, 1, $3) \
+             ON CONFLICT (cluster_id) DO UPDATE SET replica_id = excluded.replica_id, \
+             epoch = cluster_sessions.epoch + 1, lease_expires_at = excluded.lease_expires_at \
+             RETURNING epoch",
+        )
+        .bind(cluster_id.to_owned())
+        .bind(replica_id.to_owned())
+        .bind(ms(lease_until))
+        .fetch_one(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        row.try_get(0).map_err(|e| self.classify(e))
+    }
+
+    async fn session_renew(
+        &self,
+        replica_id: &str,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<(String, i64)>> {
+        // Ended sessions (lease 0) stay ended.
+        let rows = sqlx::query(
+            "UPDATE cluster_sessions SET lease_expires_at = $2 \
+             WHERE replica_id = $1 AND lease_expires_at > 0 \
+             RETURNING cluster_id, epoch",
+        )
+        .bind(replica_id.to_owned())
+        .bind(ms(lease_until))
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(|e| self.classify(e))
+    }
+
+    async fn session_end_offline(
+        &self,
+        cluster_id: &str,
+        epoch: i64,
+        last_seen: DateTime<Utc>,
+    ) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        // Compare-and-set on the epoch; the row lock it takes makes a
+        // concurrent claim wait until this commits (then it marks online).
+        let ended = sqlx::query(
+            "UPDATE cluster_sessions SET lease_expires_at = 0 \
+             WHERE cluster_id = $1 AND epoch = $2",
+        )
+        .bind(cluster_id.to_owned())
+        .bind(epoch)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected()
+            == 1;
+        if !ended {
+            return Ok(false);
+        }
+        let marked = sqlx::query(
+            "UPDATE clusters SET connection_state = 'offline', last_seen = $2 \
+             WHERE id = $1 AND connection_state = 'online' AND revoked_at IS NULL",
+        )
+        .bind(cluster_id.to_owned())
+        .bind(ms(last_seen))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected()
+            == 1;
+        if marked {
+            self.insert_cluster_event(&mut tx, cluster_id, Utc::now())
+                .await?;
+        }
+        self.commit(tx).await?;
+        if marked {
+            self.events_committed();
+        }
+        Ok(true)
+    }
+
+    async fn offline_where_lease_expired(
+        &self,
+        now: DateTime<Utc>,
+        unrecorded: bool,
+    ) -> Result<Vec<String>> {
+        let mut tx = self.begin().await?;
+        // One UPDATE: replicas sweeping at once serialize on the row locks
+        // and the later one finds the cluster offline already, so only one
+        // writes the watch event.
+        let marked: Vec<String> = sqlx::query(
+            "UPDATE clusters SET connection_state = 'offline' \
+             WHERE connection_state = 'online' AND revoked_at IS NULL \
+             AND NOT EXISTS (SELECT 1 FROM cluster_sessions s \
+                 WHERE s.cluster_id = clusters.id AND s.lease_expires_at > $1) \
+             AND ($2 = 1 OR EXISTS (SELECT 1 FROM cluster_sessions s \
+                 WHERE s.cluster_id = clusters.id)) \
+             RETURNING id",
+        )
+        .bind(ms(now))
+        .bind(i64::from(unrecorded))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<std::result::Result<_, sqlx::Error>>()
+        .map_err(|e| self.classify(e))?;
+        for id in &marked {
+            self.insert_cluster_event(&mut tx, id, Utc::now()).await?;
+        }
+        self.commit(tx).await?;
+        if !marked.is_empty() {
+            self.events_committed();
+        }
+        Ok(marked)
+    }
+
+    async fn get_session(&self, cluster_id: &str) -> Result<Option<ClusterSession>> {
+        let row = sqlx::query(
+            "SELECT cluster_id, replica_id, epoch, lease_expires_at \
+             FROM cluster_sessions WHERE cluster_id = $1",
+        )
+        .bind(cluster_id.to_owned())
+        .fetch_optional(self.reader())
+        .await
+        .map_err(|e| self.classify(e))?;
+        row.map(|r| {
+            Ok(ClusterSession {
+                cluster_id: r.try_get(0)?,
+                replica_id: r.try_get(1)?,
+                epoch: r.try_get(2)?,
+                lease_expires_at: from_ms(r.try_get(3)?),
+            })
+        })
+        .transpose()
+        .map_err(|e: sqlx::Error| self.classify(e))
+    }
+}

@@ -1,0 +1,621 @@
+//! Several real `clawfed-hub` processes on one real PostgreSQL (issue 14):
+//! session ownership with fencing across replicas.
+//!
+//! Every replica gets the same link CA directory (one CA for all of them)
+//! and its own link port; the spokes are the real in-process spoke link
+//! over real TLS. Where a spoke must find another replica after one dies,
+//! it dials one address in front of the replicas (a TCP forwarder to the
+//! first replica that accepts, like a Service): the spoke takes a single
+//! hub address.
+//!
+//! The binaries are taken from the target directory this test runs from:
+//! build them first with `cargo build -p clawfed-hub --bins`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clawfed_hub::model::ConnectionState;
+use clawfed_hub::store::{LinkStore, SessionStore, SqlStore, Store, WatchStore};
+use clawfed_spoke::link::WorkApplier;
+use clawfed_tests::db;
+use clawfed_tests::link::{TestSpoke, start_spoke_to};
+use clawfed_tests::procs::{Proc, bin, free_port};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+const CLUSTER: &str = "exec-a";
+/// The replicas' heartbeat: offline within two of them.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// What every replica shares: the database, the CA directory.
+struct Replicas {
+    root: PathBuf,
+    logs: PathBuf,
+    db_url: String,
+    ca_dir: PathBuf,
+}
+
+/// One running replica.
+struct Replica {
+    tag: String,
+    proc: Proc,
+    rest: String,
+    link_port: u16,
+}
+
+impl Replica {
+    fn link_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.link_port)
+    }
+
+    fn link_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.link_port))
+    }
+
+    fn log(&self) -> String {
+        Proc::text(&self.proc.stderr)
+    }
+
+    /// The replica id it reports next to `/readyz`.
+    async fn replica_id(&self) -> String {
+        let response = reqwest::get(format!("{}/readyz", self.rest))
+            .await
+            .expect("GET /readyz");
+        assert_eq!(response.status(), 200, "{} not ready", self.tag);
+        response
+            .headers()
+            .get("clawfed-replica")
+            .unwrap_or_else(|| panic!("{}: /readyz names no replica", self.tag))
+            .to_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+impl Replicas {
+    async fn new(root: &Path) -> (Self, db::TestDb) {
+        let logs = root.join("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let db = db::postgres().await;
+        let replicas = Self {
+            root: root.to_owned(),
+            logs,
+            db_url: db.url.clone(),
+            ca_dir: root.join("ca"),
+        };
+        (replicas, db)
+    }
+
+    fn hub(&self, args: &[&str], link_port: u16) -> Command {
+        let mut c = Command::new(bin("clawfed-hub").unwrap());
+        c.args(args)
+            .env_remove("CLAWFED_CONFIG")
+            .env("CLAWFED_DATABASE_URL", &self.db_url)
+            .env("CLAWFED_REST_ADDR", "127.0.0.1:0")
+            .env("CLAWFED_GRPC_ADDR", "127.0.0.1:0")
+            .env("CLAWFED_METRICS_ADDR", "127.0.0.1:0")
+            .env("CLAWFED_LINK_ADDR", format!("127.0.0.1:{link_port}"))
+            .env("CLAWFED_LINK_CA_DIR", &self.ca_dir)
+            .env("CLAWFED_TUNNEL_ADDR", "127.0.0.1:0")
+            .env(
+                "CLAWFED_LINK_HEARTBEAT_SECONDS",
+                HEARTBEAT.as_secs().to_string(),
+            )
+            .env("CLAWFED_LOG", "info");
+        c
+    }
+
+    /// Runs a hub CLI command to completion (bounded) and returns stdout.
+    async fn cli(&self, args: &[&str]) -> String {
+        let tag = format!("cli-{}", args.join("-"));
+        let mut p = Proc::spawn(&tag, &mut self.hub(args, free_port()), &self.logs).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while p.alive() {
+            assert!(Instant::now() < deadline, "clawfed-hub {args:?} hung");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let out = Proc::text(&p.stdout);
+        assert!(
+            !out.trim().is_empty(),
+            "clawfed-hub {args:?} printed nothing:\n{}",
+            Proc::text(&p.stderr)
+        );
+        out
+    }
+
+    /// Starts `clawfed-hub serve` with its link on `link_port` and waits
+    /// for its "listening" line.
+    async fn serve(&self, tag: &str, link_port: u16) -> Replica {
+        let mut proc = Proc::spawn(tag, &mut self.hub(&["serve"], link_port), &self.logs).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = Proc::text(&proc.stdout);
+            if let Some(line) = out
+                .lines()
+                .find(|l| l.starts_with("clawfed-hub listening:"))
+            {
+                let rest = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("rest="))
+                    .expect("rest address")
+                    .to_owned();
+                return Replica {
+                    tag: tag.to_owned(),
+                    proc,
+                    rest,
+                    link_port,
+                };
+            }
+            assert!(
+                proc.alive(),
+                "{tag} exited during start-up:\n{}",
+                Proc::text(&proc.stderr)
+            );
+            assert!(
+                Instant::now() < deadline,
+                "{tag} did not start:\n{}",
+                Proc::text(&proc.stderr)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A bootstrap token for [`CLUSTER`] and the CA every replica presents.
+    async fn enrollment(&self) -> (String, String) {
+        let token = self
+            .cli(&["cluster", "token", "create", CLUSTER, "--ttl", "10m"])
+            .await
+            .trim()
+            .to_owned();
+        let ca = self.cli(&["cluster", "ca"]).await;
+        assert!(ca.contains("BEGIN CERTIFICATE"), "{ca}");
+        (token, ca)
+    }
+
+    fn spoke_dir(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+}
+
+/// One address in front of the replicas: each connection goes to the first
+/// backend that accepts it, as a Service sends to a ready endpoint.
+struct Front {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Front {
+    async fn start(backends: Vec<SocketAddr>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let backends = Arc::new(Mutex::new(backends));
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                let backends = backends.lock().unwrap().clone();
+                tokio::spawn(async move {
+                    for backend in backends {
+                        let dialed = tokio::time::timeout(
+                            Duration::from_secs(1),
+                            TcpStream::connect(backend),
+                        )
+                        .await;
+                        if let Ok(Ok(mut upstream)) = dialed {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self { addr, task }
+    }
+
+    fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.addr.port())
+    }
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn wait_for<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn connection_state(store: &SqlStore) -> ConnectionState {
+    store.get_cluster(CLUSTER).await.unwrap().connection_state
+}
+
+/// `cluster.offline` events of [`CLUSTER`] after `cursor`.
+async fn offline_events_after(store: &SqlStore, cursor: i64) -> usize {
+    store
+        .events_after(cursor, 10_000)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.cluster.as_deref() == Some(CLUSTER) && e.body.kind() == "cluster.offline")
+        .count()
+}
+
+async fn cursor(store: &SqlStore) -> i64 {
+    store.event_bounds().await.unwrap().head
+}
+
+/// The cluster's id once a spoke session made it online.
+async fn online(store: &SqlStore, within: Duration) -> String {
+    wait_for(within, "exec-a online", || async {
+        let c = store.get_cluster(CLUSTER).await.ok()?;
+        (c.connection_state == ConnectionState::Online).then_some(c.id)
+    })
+    .await
+}
+
+/// The replica id holding the cluster's live session, per the store.
+async fn owner(store: &SqlStore, cluster_id: &str) -> Option<(String, i64)> {
+    store
+        .get_session(cluster_id)
+        .await
+        .unwrap()
+        .filter(|s| s.lease_expires_at > chrono::Utc::now())
+        .map(|s| (s.replica_id, s.epoch))
+}
+
+/// Samples the cluster's state every 20 ms for `window` and returns the
+/// longest run it showed offline.
+async fn longest_offline(store: &SqlStore, window: Duration) -> Duration {
+    let end = Instant::now() + window;
+    let (mut longest, mut since) = (Duration::ZERO, None::<Instant>);
+    while Instant::now() < end {
+        let now = Instant::now();
+        match connection_state(store).await {
+            ConnectionState::Online => since = None,
+            _ => {
+                let from = *since.get_or_insert(now);
+                longest = longest.max(now - from);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    longest
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_replica_leaves_foreign_clusters_online_and_a_killed_ones_spoke_fails_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (env, db) = Replicas::new(tmp.path()).await;
+    let store = db.store.clone();
+    // A first: it creates the CA the others load.
+    let a = env.serve("hub-a", free_port()).await;
+    let b_port = free_port();
+    let b = env.serve("hub-b", b_port).await;
+    let c = env.serve("hub-c", free_port()).await;
+    let (token, ca) = env.enrollment().await;
+
+    let front = Front::start(vec![a.link_addr(), b.link_addr(), c.link_addr()]).await;
+    let spoke_dir = env.spoke_dir("spoke");
+    let spoke = start_spoke_to(&front.url(), &ca, CLUSTER, Some(token), &spoke_dir);
+    let id = online(&store, Duration::from_secs(30)).await;
+    let since_connect = cursor(&store).await;
+
+    // --- a restart of another replica leaves the cluster alone --------------
+    let mut b = b;
+    b.proc.kill9().unwrap();
+    let b = env.serve("hub-b2", b_port).await;
+    // B's start-up is done when it listens; its sweep runs every half
+    // heartbeat: watch it for three heartbeats.
+    let longest = longest_offline(&store, 3 * HEARTBEAT).await;
+    assert_eq!(
+        longest,
+        Duration::ZERO,
+        "the restarted replica marked a cluster held by another replica offline; hub-b2 log:\n{}",
+        b.log()
+    );
+    assert_eq!(
+        offline_events_after(&store, since_connect).await,
+        0,
+        "an offline event for a cluster that never lost its session"
+    );
+    let a_id = a.replica_id().await;
+    let (held_by, epoch) = owner(&store, &id).await.expect("a live session");
+    assert_eq!(held_by, a_id, "the spoke dialed hub-a first");
+    assert_ne!(
+        b.replica_id().await,
+        a_id,
+        "every process is its own replica"
+    );
+
+    // --- kill -9 of the owner: the spoke is back on another within 5 s ------
+    let welcomes = spoke.status.borrow().welcomes;
+    let mut a = a;
+    a.proc.kill9().unwrap();
+    let killed = Instant::now();
+    let watch = tokio::spawn({
+        let store = store.clone();
+        async move { longest_offline(&store, 6 * HEARTBEAT).await }
+    });
+    let (new_owner, new_epoch) = wait_for(
+        Duration::from_secs(5),
+        "the session on a surviving replica",
+        || async {
+            let s = owner(&store, &id).await?;
+            let welcomed = spoke.status.borrow().welcomes > welcomes;
+            (s.0 != a_id && welcomed).then_some(s)
+        },
+    )
+    .await;
+    let failover = killed.elapsed();
+    assert!(new_epoch > epoch, "a new session bumps the epoch");
+    assert!(
+        [b.replica_id().await, c.replica_id().await].contains(&new_owner),
+        "{new_owner} is not a surviving replica"
+    );
+    let longest = watch.await.unwrap();
+    assert!(
+        longest <= 2 * HEARTBEAT,
+        "offline for {longest:?} after a failover of {failover:?}; bound {:?}",
+        2 * HEARTBEAT
+    );
+    // Work still flows: an item queued now reaches the spoke.
+    store
+        .outbox_put(
+            &id,
+            "ns/after-failover",
+            "namespace.ensure",
+            1,
+            &serde_json::json!({ "target": "ns/after-failover" }).to_string(),
+        )
+        .await
+        .unwrap()
+        .expect("queued");
+    wait_for(
+        Duration::from_secs(10),
+        "work after the failover",
+        || async {
+            let applied = spoke.ledger.applied().await.ok()?;
+            (applied.get("ns/after-failover") == Some(&1)).then_some(())
+        },
+    )
+    .await;
+    eprintln!("failover after kill -9 of the owner: {failover:?}; longest offline {longest:?}");
+    stop(spoke).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_superseded_on_another_replica_closes_the_old_stream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (env, db) = Replicas::new(tmp.path()).await;
+    let store = db.store.clone();
+    let a = env.serve("hub-a", free_port()).await;
+    let b = env.serve("hub-b", free_port()).await;
+    let (token, ca) = env.enrollment().await;
+
+    let first_dir = env.spoke_dir("spoke-1");
+    let first = start_spoke_to(&a.link_url(), &ca, CLUSTER, Some(token), &first_dir);
+    let id = online(&store, Duration::from_secs(30)).await;
+    let a_id = a.replica_id().await;
+    let (_, epoch) = wait_for(Duration::from_secs(5), "hub-a's session", || async {
+        owner(&store, &id).await.filter(|(r, _)| *r == a_id)
+    })
+    .await;
+    let since = cursor(&store).await;
+    let failures = first.status.borrow().failures;
+
+    // The same cluster identity (a moved spoke) connects to B.
+    let second_dir = env.spoke_dir("spoke-2");
+    copy_dir(&first_dir, &second_dir);
+    let second = start_spoke_to(&b.link_url(), &ca, CLUSTER, None, &second_dir);
+    let b_id = b.replica_id().await;
+    wait_for(Duration::from_secs(5), "hub-b's session", || async {
+        owner(&store, &id)
+            .await
+            .filter(|(r, e)| *r == b_id && *e > epoch)
+    })
+    .await;
+    // A notices on its next lease renewal (every half heartbeat) and closes
+    // its stream: the first spoke sees it end as replaced.
+    let noticed = Instant::now();
+    let reason = wait_for(2 * HEARTBEAT, "hub-a closes the old stream", || async {
+        let status = first.status.borrow().clone();
+        (status.failures > failures).then(|| status.last_failure.unwrap_or_default())
+    })
+    .await;
+    assert!(reason.contains("replaced"), "{reason}");
+    assert!(
+        a.log().contains("link.superseded"),
+        "hub-a logs why:\n{}",
+        a.log()
+    );
+    let closed_after = noticed.elapsed();
+    first.stop().await.unwrap();
+
+    // The old session's end changed nothing: the cluster stayed online.
+    let settled = wait_for(
+        Duration::from_secs(5),
+        "hub-b holding the session",
+        || async { owner(&store, &id).await.filter(|(r, _)| *r == b_id) },
+    )
+    .await;
+    assert!(settled.1 > epoch);
+    assert_eq!(connection_state(&store).await, ConnectionState::Online);
+    assert_eq!(
+        offline_events_after(&store, since).await,
+        0,
+        "the superseded session marked the cluster offline"
+    );
+    eprintln!("old stream closed {closed_after:?} after the new session");
+    stop(second).await;
+}
+
+/// How late past two heartbeats an offline mark may be observed: the
+/// sweep's statement and this test's polling on a loaded machine.
+const OFFLINE_MARGIN: Duration = Duration::from_millis(600);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_replicas_cluster_is_marked_offline_by_another_within_two_heartbeats_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (env, db) = Replicas::new(tmp.path()).await;
+    let store = db.store.clone();
+    let mut a = env.serve("hub-a", free_port()).await;
+    let b = env.serve("hub-b", free_port()).await;
+    let c = env.serve("hub-c", free_port()).await;
+    let (token, ca) = env.enrollment().await;
+
+    // The spoke knows only A: when A dies, nothing reconnects it.
+    let spoke = start_spoke_to(
+        &a.link_url(),
+        &ca,
+        CLUSTER,
+        Some(token),
+        &env.spoke_dir("spoke"),
+    );
+    let id = online(&store, Duration::from_secs(30)).await;
+    let a_id = a.replica_id().await;
+    wait_for(Duration::from_secs(5), "hub-a's session", || async {
+        owner(&store, &id).await.filter(|(r, _)| *r == a_id)
+    })
+    .await;
+    let since = cursor(&store).await;
+    a.proc.kill9().unwrap();
+    let killed = Instant::now();
+    wait_for(Duration::from_secs(10), "exec-a offline", || async {
+        (connection_state(&store).await == ConnectionState::Offline).then_some(())
+    })
+    .await;
+    let took = killed.elapsed();
+    eprintln!("offline {took:?} after kill -9 of the owning replica");
+    let bound = 2 * HEARTBEAT + OFFLINE_MARGIN;
+    assert!(took <= bound, "offline after {took:?}, bound {bound:?}");
+    // B and C both sweep: one of them marks it, once.
+    let swept = |r: &Replica| r.log().matches("link.lease_lapsed_offline").count();
+    assert_eq!(
+        swept(&b) + swept(&c),
+        1,
+        "hub-b:\n{}\nhub-c:\n{}",
+        b.log(),
+        c.log()
+    );
+    assert_eq!(offline_events_after(&store, since).await, 1);
+    spoke.abort();
+}
+
+/// `/readyz` says no until start-up is done (store open, link CA
+/// loaded), then names the replica.
+#[tokio::test]
+async fn readyz_waits_for_start_up_and_names_the_replica() {
+    use clawfed_hub::api::metrics::{Metrics, REPLICA_HEADER, readiness};
+    let db = db::sqlite().await;
+    let metrics = Metrics::new();
+    let starting = readiness(db.store.as_ref(), &metrics).await;
+    assert_eq!(starting.status(), 503);
+    assert!(starting.headers().get(REPLICA_HEADER).is_none());
+    metrics.set_replica_ready("replica-1");
+    let ready = readiness(db.store.as_ref(), &metrics).await;
+    assert_eq!(ready.status(), 200);
+    assert_eq!(ready.headers()[REPLICA_HEADER], "replica-1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_the_session_to_another_replica_without_an_offline_gap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (env, db) = Replicas::new(tmp.path()).await;
+    let store = db.store.clone();
+    let mut a = env.serve("hub-a", free_port()).await;
+    let b = env.serve("hub-b", free_port()).await;
+    let (token, ca) = env.enrollment().await;
+    let front = Front::start(vec![a.link_addr(), b.link_addr()]).await;
+    let spoke = start_spoke_to(
+        &front.url(),
+        &ca,
+        CLUSTER,
+        Some(token),
+        &env.spoke_dir("spoke"),
+    );
+    let id = online(&store, Duration::from_secs(30)).await;
+    let a_id = a.replica_id().await;
+    wait_for(Duration::from_secs(5), "hub-a's session", || async {
+        owner(&store, &id).await.filter(|(r, _)| *r == a_id)
+    })
+    .await;
+    let since = cursor(&store).await;
+    let before = spoke.status.borrow().clone();
+
+    a.proc.signal("-TERM").unwrap();
+    let terminated = Instant::now();
+    // The spoke waits out the GoAway's retry-after (at most 5 s), longer
+    // than a lease: the handoff must cover it.
+    let watch = tokio::spawn({
+        let store = store.clone();
+        async move { longest_offline(&store, Duration::from_secs(8)).await }
+    });
+    let b_id = b.replica_id().await;
+    wait_for(Duration::from_secs(8), "the session on hub-b", || async {
+        let welcomed = spoke.status.borrow().welcomes > before.welcomes;
+        (welcomed && owner(&store, &id).await?.0 == b_id).then_some(())
+    })
+    .await;
+    let moved = terminated.elapsed();
+    // Within the drain bound (10 s) and some.
+    let deadline = terminated + Duration::from_secs(15);
+    while a.proc.alive() {
+        assert!(
+            Instant::now() < deadline,
+            "hub-a did not exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = a.log();
+    assert!(
+        log.contains("link.leases_handed_off") && log.contains("hub.stopped"),
+        "{log}"
+    );
+    assert!(
+        spoke.status.borrow().go_aways > before.go_aways,
+        "the spoke was told to go away"
+    );
+    let longest = watch.await.unwrap();
+    assert_eq!(
+        longest,
+        Duration::ZERO,
+        "offline during the handoff (moved after {moved:?})"
+    );
+    assert_eq!(offline_events_after(&store, since).await, 0);
+    eprintln!("session moved to hub-b {moved:?} after SIGTERM to hub-a");
+    stop(spoke).await;
+}
+
+async fn stop(spoke: TestSpoke) {
+    let _ = tokio::time::timeout(Duration::from_secs(10), spoke.stop()).await;
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
