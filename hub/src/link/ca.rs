@@ -1,7 +1,8 @@
 //! The hub's certificate authority for the spoke link (rcgen).
 //!
-//! The CA key is generated on first start, or supplied by the operator, and
-//! kept as `ca.key` (mode 0600) beside `ca.crt` in the configured directory.
+//! [`CertificateAuthority::load_or_create`] keeps a CA as `ca.key` (mode
+//! 0600) beside `ca.crt` in a directory (an operator's CA, tests); the hub
+//! itself uses the shared one in the store (below).
 //! It signs short-lived client certificates whose only identity is a URI SAN
 //! naming one cluster id; whatever names a CSR asks for are ignored, so a
 //! spoke cannot choose its own identity.
