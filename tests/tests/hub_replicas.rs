@@ -457,6 +457,119 @@ async fn metric(http: &reqwest::Client, replica: &Replica, name: &str) -> Option
         .map(|v| v as i64)
 }
 
+/// The backend pids holding a LISTEN connection on database `name`.
+async fn listen_pids(admin: &mut sqlx::PgConnection, name: &str) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'LISTEN %' ORDER BY pid",
+    )
+    .bind(name.to_owned())
+    .fetch_all(admin)
+    .await
+    .unwrap()
+}
+
+/// Polls the LISTEN backends of database `name` until `check` is satisfied.
+async fn wait_listen<T>(
+    admin: &mut sqlx::PgConnection,
+    name: &str,
+    what: &str,
+    check: impl Fn(&[i32]) -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = check(&listen_pids(admin, name).await) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A real fault on the LISTEN connection: its backend is terminated
+/// (`pg_terminate_backend`). Replica A reconnects on its own (a new
+/// backend LISTENs) and wake-ups work again: work queued through B's API
+/// still runs on A's worker at once, under a 10 s safety poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_listen_connection_is_reestablished_and_wakes_again() {
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect(&clawfed_tests::db::postgres_url())
+        .await
+        .unwrap();
+    // A database of its own, so the LISTEN backends here are A's and B's.
+    let db = OwnDatabase::create(&mut admin).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::new(tmp.path(), &db.url, SAFETY_POLL_MS);
+    let a = env.serve("a", &[]).await;
+    let a_listen = wait_listen(&mut admin, &db.name, "A's LISTEN backend", |pids| {
+        (pids.len() == 1).then(|| pids[0])
+    })
+    .await;
+    let b = env.serve("b", &[("CLAWFED_WORKER_ENABLED", "false")]).await;
+    let token = env.admin_token().await;
+    let http = http_client();
+
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(a_listen)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert!(killed, "terminate A's LISTEN backend");
+    wait_listen(&mut admin, &db.name, "A to LISTEN again", |pids| {
+        // B's and a new one of A's.
+        (pids.len() == 2 && !pids.contains(&a_listen)).then_some(())
+    })
+    .await;
+    let log = Proc::text(&a._proc.stderr);
+    assert!(
+        log.contains("store.listen_lost") || log.contains("store.listen_reconnected"),
+        "A did not notice the lost LISTEN connection:\n{log}"
+    );
+
+    let mut took = Vec::new();
+    for i in 0..5 {
+        let name = format!("after-{i}");
+        let queued = Instant::now();
+        let created = http
+            .post(format!("{}/api/v1/namespaces", b.rest))
+            .bearer_auth(&token)
+            .json(&serde_json::json!({ "name": name }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+        wait_for(Duration::from_secs(30), "the namespace provisioned", || {
+            let (http, token, url) = (
+                &http,
+                &token,
+                format!("{}/api/v1/namespaces/{name}", b.rest),
+            );
+            async move {
+                let ns: serde_json::Value = http
+                    .get(url)
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                ns.get("provisionedAt").filter(|v| !v.is_null()).map(|_| ())
+            }
+        })
+        .await;
+        took.push(queued.elapsed());
+    }
+    took.sort();
+    println!("after the LISTEN backend was killed: queued on b -> provisioned by a: {took:?}");
+    assert!(
+        took[took.len() / 2] < WAKE_BOUND && took[took.len() - 1] < Duration::from_secs(1),
+        "wake-ups after the reconnect took {took:?} (safety poll {SAFETY_POLL_MS} ms)"
+    );
+    drop(a);
+    drop(b);
+    db.drop_now(&mut admin).await;
+}
+
 /// Committed plus rolled-back transactions of database `name` so far.
 async fn transactions(admin: &mut sqlx::PgConnection, name: &str) -> i64 {
     use sqlx::Row;
