@@ -321,8 +321,10 @@ impl Default for PipelineSettings {
 pub struct LinkSettings {
     pub enabled: bool,
     pub addr: SocketAddr,
-    /// Directory of the link CA (`ca.key` mode 0600, `ca.crt`); created on
-    /// first start, or supplied by the operator.
+    /// Directory of an operator-supplied link CA (`ca.key`, `ca.crt`),
+    /// imported into the store by the first replica; the CA itself lives in
+    /// the store (key sealed), and the hub writes `ca.crt` here when the
+    /// directory holds no key. Also names the default secrets key file.
     pub ca_dir: std::path::PathBuf,
     /// Names and IPs on the link's serving certificate.
     pub server_names: Vec<String>,

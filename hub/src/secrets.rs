@@ -173,6 +173,12 @@ fn outbox_aad(cluster_id: &str, target: &str, secret_key: &str) -> Vec<u8> {
     format!("clawfed/outbox/v1\0{cluster_id}\0{target}\0{secret_key}").into_bytes()
 }
 
+/// Associated data of a secret the hub keeps for itself under `name` in
+/// the store (the link CA key), so it cannot be swapped for another one.
+fn hub_secret_aad(name: &str) -> Vec<u8> {
+    format!("clawfed/hub-secret/v1\0{name}").into_bytes()
+}
+
 /// The installation's sealing key.
 pub struct SecretBox {
     key: LessSafeKey,
@@ -294,6 +300,24 @@ impl SecretBox {
     ) -> Result<SecretValue> {
         let what = format!("credential {kind} of agent {agent_id}");
         let plain = self.open(&credential_aad(agent_id, kind), sealed, &what)?;
+        String::from_utf8(plain)
+            .map(SecretValue)
+            .map_err(|_| SecretsError::Malformed {
+                what,
+                reason: "the plaintext is not UTF-8",
+            })
+    }
+
+    /// Seals a secret of the hub itself, kept under `name` in the store
+    /// (every replica opens it with the shared key).
+    pub fn seal_hub_secret(&self, name: &str, value: &SecretValue) -> Result<Sealed> {
+        self.seal(&hub_secret_aad(name), value.expose().as_bytes())
+    }
+
+    /// Opens what [`Self::seal_hub_secret`] sealed under `name`.
+    pub fn open_hub_secret(&self, name: &str, sealed: &Sealed) -> Result<SecretValue> {
+        let what = format!("hub secret {name:?}");
+        let plain = self.open(&hub_secret_aad(name), sealed, &what)?;
         String::from_utf8(plain)
             .map(SecretValue)
             .map_err(|_| SecretsError::Malformed {

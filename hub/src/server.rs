@@ -218,6 +218,15 @@ pub async fn start_with_parts(
     };
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
+    // Other replicas' writes wake this one at once (PostgreSQL); SQLite is
+    // one process, whose store signals its own commits.
+    if store.backend() == store::Backend::Postgres {
+        tasks.spawn(crate::wake::pg::run(
+            config.database.url.clone(),
+            store.signals(),
+            shutdown.clone(),
+        ));
+    }
     // Before the APIs serve: a watch never finds the feed missing.
     service.set_watch(crate::watch::Feed::start(
         store.clone(),
@@ -441,7 +450,7 @@ pub async fn start_with_parts(
 /// The key that seals Agent credentials: `secrets.keySecret` from the
 /// control cluster, else `secrets.keyFile` or the default file beside the
 /// link CA directory (created on first start).
-async fn load_secrets_key(config: &Config) -> Result<crate::secrets::SecretBox, ServerError> {
+pub async fn load_secrets_key(config: &Config) -> Result<crate::secrets::SecretBox, ServerError> {
     use crate::secrets::KeySource;
     match config.secrets_key_source() {
         KeySource::File(path) => Ok(crate::secrets::load_or_create_key_file(&path)?),

@@ -7,10 +7,16 @@
 //! A signal is a counter in a `watch` channel: a waiter marks the current
 //! value seen *before* it looks at the store, so a change committed between
 //! its look and its wait is never missed (the wait returns at once).
+//!
+//! On PostgreSQL, [`pg`] carries the same signals across replicas: the
+//! database NOTIFYs on commit, and each replica's one LISTEN connection
+//! raises the signals here.
+
+pub mod pg;
 
 use std::sync::Arc;
 
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 /// One kind of change, signalled after it is committed.
 #[derive(Debug, Clone)]
@@ -56,6 +62,39 @@ impl Waiter {
     }
 }
 
+/// Whose outbox grew (written by another replica or process).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutboxWake {
+    /// The outbox of this cluster id.
+    Cluster(String),
+    /// Any outbox may have grown (notifications may have been missed).
+    All,
+}
+
+/// Outbox growth, per cluster. Puts in this process wake their session
+/// directly; this carries those of other replicas.
+#[derive(Debug, Clone)]
+pub struct OutboxSignal(broadcast::Sender<OutboxWake>);
+
+impl Default for OutboxSignal {
+    fn default() -> Self {
+        // A receiver that falls this far behind treats it as `All`.
+        Self(broadcast::channel(1024).0)
+    }
+}
+
+impl OutboxSignal {
+    /// Tells every subscriber (none listening is fine).
+    pub fn notify(&self, wake: OutboxWake) {
+        let _ = self.0.send(wake);
+    }
+
+    /// A receiver of later notifications; `Lagged` means "maybe missed".
+    pub fn subscribe(&self) -> broadcast::Receiver<OutboxWake> {
+        self.0.subscribe()
+    }
+}
+
 /// The signals a store raises.
 #[derive(Debug, Clone, Default)]
 pub struct StoreSignals {
@@ -66,6 +105,19 @@ pub struct StoreSignals {
     pub revocations: Signal,
     /// Events were appended to the watch log.
     pub events: Signal,
+    /// A cluster's outbox grew in another replica (PostgreSQL only).
+    pub outbox: OutboxSignal,
+}
+
+impl StoreSignals {
+    /// Raises every signal: notifications may have been missed (the
+    /// LISTEN connection was lost), so every waiter looks once.
+    pub fn wake_all(&self) {
+        self.work.notify();
+        self.revocations.notify();
+        self.events.notify();
+        self.outbox.notify(OutboxWake::All);
+    }
 }
 
 #[cfg(test)]

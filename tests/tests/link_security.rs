@@ -325,7 +325,8 @@ fn client_identity(
     Identity::new(cluster_id.to_owned(), key.serialize_pem(), cert.pem()).unwrap()
 }
 
-/// The hub CA's own signing material, read from its CA directory.
+/// The hub CA's own signing material, read from its CA directory (an
+/// operator's CA the hub imported at start).
 fn hub_ca_issuer(hub: &TestHub) -> rcgen::Issuer<'static, rcgen::KeyPair> {
     let dir = link(hub).state.config.ca_dir.clone();
     // The files load as the hub's CA (same directory, same certificate).
@@ -388,7 +389,13 @@ async fn client_certificate_from_another_ca_is_refused_in_the_handshake() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_certificate_from_the_hub_ca_is_refused_in_the_handshake() {
-    let hub = start_hub(|_| {}).await;
+    // An operator's CA in the CA directory: the hub imports it into the
+    // store (the hub writes no key there itself), so the test can sign
+    // with it.
+    let hub = start_hub(|c| {
+        clawfed_hub::link::ca::CertificateAuthority::load_or_create(&c.link.ca_dir).unwrap();
+    })
+    .await;
     let store = hub.store();
     let a = enroll(&hub, "exec-a").await;
     let before = snapshot(store.as_ref()).await;

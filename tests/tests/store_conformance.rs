@@ -1751,6 +1751,132 @@ mod raw_cases {
         assert!(s.list_agent_credentials(&bot.id).await.unwrap().is_empty());
     }
 
+    /// Issue 14 part 3: the link CA is shared through the store. Replicas
+    /// starting together agree on one CA (first writer wins); the key is
+    /// stored sealed (no table holds it in clear) and opens only with the
+    /// same secrets key; an existing CA directory is imported once, and a
+    /// later replica's different directory does not replace it.
+    pub async fn link_ca_is_shared_sealed_and_imported_once(db: &TestDb) {
+        use clawfed_hub::link::ca::{
+            CaError, CaOrigin, CertificateAuthority, load_or_create_shared,
+        };
+        let s = db.dyn_store();
+        let secrets = Arc::new(SecretBox::generate().unwrap());
+        // The CA directory an existing single-hub install has.
+        let old = tempfile::tempdir().unwrap();
+        let imported = CertificateAuthority::load_or_create(old.path()).unwrap();
+        let key_pem = std::fs::read_to_string(old.path().join("ca.key")).unwrap();
+
+        // Several replicas at once: one imports the directory, the others
+        // (no directory of their own) load what it stored.
+        let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+        let tasks: Vec<_> = (0..5)
+            .map(|i| {
+                let (s, secrets) = (s.clone(), secrets.clone());
+                let dir = if i == 0 {
+                    old.path().to_owned()
+                } else {
+                    dirs[i - 1].path().to_owned()
+                };
+                tokio::spawn(async move {
+                    load_or_create_shared(s.as_ref(), &secrets, Some(&dir))
+                        .await
+                        .map(|(ca, origin)| (ca.ca_pem().to_owned(), origin))
+                })
+            })
+            .collect();
+        let mut pems = HashSet::new();
+        let mut origins = Vec::new();
+        for t in tasks {
+            let (pem, origin) = t.await.unwrap().unwrap();
+            pems.insert(pem);
+            origins.push(origin);
+        }
+        assert_eq!(pems.len(), 1, "replicas disagree on the CA");
+        let shared = pems.into_iter().next().unwrap();
+        assert_eq!(
+            origins.iter().filter(|o| **o != CaOrigin::Loaded).count(),
+            1,
+            "exactly one replica stores the CA: {origins:?}"
+        );
+        // Whoever won, a later start sees the same CA, and each directory
+        // without a key now holds its certificate (never a key).
+        for d in &dirs {
+            assert_eq!(
+                std::fs::read_to_string(d.path().join("ca.crt")).unwrap(),
+                shared
+            );
+            assert!(!d.path().join("ca.key").exists());
+        }
+        let other = tempfile::tempdir().unwrap();
+        CertificateAuthority::load_or_create(other.path()).unwrap();
+        let (again, origin) = load_or_create_shared(s.as_ref(), &secrets, Some(other.path()))
+            .await
+            .unwrap();
+        assert_eq!(
+            again.ca_pem(),
+            shared,
+            "a different CA dir must not replace it"
+        );
+        assert_eq!(origin, CaOrigin::Loaded);
+        // The CA a replica loaded signs certificates the shared CA verifies:
+        // it holds the same key, not only the same certificate.
+        let (signer, _) = load_or_create_shared(s.as_ref(), &secrets, None)
+            .await
+            .unwrap();
+        let client_key = rcgen::KeyPair::generate().unwrap();
+        let csr = rcgen::CertificateParams::new(Vec::<String>::new())
+            .unwrap()
+            .serialize_request(&client_key)
+            .unwrap()
+            .pem()
+            .unwrap();
+        let issued = signer
+            .sign_cluster_csr(&csr, "cid-1", "exec-a", Duration::from_secs(600))
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(signer.ca_der().clone()).unwrap();
+        let leaf: rustls_pki_types::CertificateDer<'static> =
+            rustls_pki_types::pem::PemObject::from_pem_slice(issued.pem.as_bytes()).unwrap();
+        rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap()
+        .verify_client_cert(&leaf, &[], rustls_pki_types::UnixTime::now())
+        .expect("a certificate signed by any replica verifies against the shared CA");
+
+        // Sealed at rest: the key is in no table in clear (PEM or base64
+        // body), and the import into the store took it from the directory.
+        let raw = clawfed_tests::db::all_text(db).await;
+        let body: String = key_pem
+            .lines()
+            .filter(|l| !l.starts_with("-----"))
+            .collect();
+        if shared == imported.ca_pem() {
+            assert!(!raw.contains(&body[..40]), "the CA key is stored in clear");
+        }
+        assert!(
+            !raw.contains("PRIVATE KEY"),
+            "a private key is stored in clear"
+        );
+        assert!(
+            raw.contains("BEGIN CERTIFICATE"),
+            "the certificate is stored"
+        );
+
+        // Another secrets key cannot open it: a clear error, no new CA.
+        let wrong = SecretBox::generate().unwrap();
+        let err = load_or_create_shared(s.as_ref(), &wrong, None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, CaError::Secrets(SecretsError::WrongKey { .. })),
+            "{err:?}"
+        );
+    }
+
     fn hex_of(s: &str) -> String {
         s.bytes().map(|b| format!("{b:02x}")).collect()
     }
@@ -1779,7 +1905,10 @@ macro_rules! raw_suite {
     };
 }
 
-raw_suite!(credentials_are_sealed_snapshotted_and_bound_to_their_agent);
+raw_suite!(
+    credentials_are_sealed_snapshotted_and_bound_to_their_agent,
+    link_ca_is_shared_sealed_and_imported_once,
+);
 
 /// Instantiates every case for one backend.
 macro_rules! conformance {

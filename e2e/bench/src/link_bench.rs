@@ -783,8 +783,29 @@ async fn run(a: RunArgs) -> anyhow::Result<bool> {
         }
     };
     let db_url = if a.postgres {
-        std::env::var("CLAWFED_TEST_DATABASE_URL")
-            .context("--postgres needs CLAWFED_TEST_DATABASE_URL")?
+        let base = std::env::var("CLAWFED_TEST_DATABASE_URL")
+            .context("--postgres needs CLAWFED_TEST_DATABASE_URL")?;
+        // One schema per state directory, named in it: a reused directory
+        // finds its clusters, CA and secrets key again, a new one starts
+        // clean (the hub's link CA in the store is sealed with the key
+        // beside the directory's CA, so another directory cannot open it).
+        let schema_file = dir.join("pg-schema");
+        let schema = match std::fs::read_to_string(&schema_file) {
+            Ok(s) => s.trim().to_owned(),
+            Err(_) => {
+                let s = format!("lbench_{}", uuid::Uuid::new_v4().simple());
+                std::fs::write(&schema_file, &s)?;
+                s
+            }
+        };
+        let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(&base).await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema}"
+        )))
+        .execute(&mut c)
+        .await?;
+        let sep = if base.contains('?') { '&' } else { '?' };
+        format!("{base}{sep}options[search_path]={schema}")
     } else {
         format!("sqlite://{}", dir.join("hub.db").display())
     };

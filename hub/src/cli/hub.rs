@@ -291,14 +291,22 @@ async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<()> {
 }
 
 async fn cluster(config: &Config, command: ClusterCommand) -> anyhow::Result<()> {
-    if let ClusterCommand::Ca = command {
-        let ca = crate::link::ca::CertificateAuthority::load_or_create(&config.link.ca_dir)?;
-        print!("{}", ca.ca_pem());
-        return Ok(());
-    }
     let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(
         store::connect_with(&config.database.url, config.pool_settings()).await?,
     );
+    if let ClusterCommand::Ca = command {
+        // The CA every replica shares, from the store (created, or
+        // imported from link.caDir, when no hub has started yet).
+        let secrets = server::load_secrets_key(config).await?;
+        let (ca, _) = crate::link::ca::load_or_create_shared(
+            store.as_ref(),
+            &secrets,
+            Some(&config.link.ca_dir),
+        )
+        .await?;
+        print!("{}", ca.ca_pem());
+        return Ok(());
+    }
     let service = crate::service::Service::new(store, config.policy());
     let operator = auth::Principal::system("cli");
     match command {

@@ -1,10 +1,17 @@
 //! The hub's certificate authority for the spoke link (rcgen).
 //!
-//! The CA key is generated on first start, or supplied by the operator, and
-//! kept as `ca.key` (mode 0600) beside `ca.crt` in the configured directory.
+//! [`CertificateAuthority::load_or_create`] keeps a CA as `ca.key` (mode
+//! 0600) beside `ca.crt` in a directory (an operator's CA, tests); the hub
+//! itself uses the shared one in the store (below).
 //! It signs short-lived client certificates whose only identity is a URI SAN
 //! naming one cluster id; whatever names a CSR asks for are ignored, so a
 //! spoke cannot choose its own identity.
+//!
+//! Hub replicas share one CA through the store ([`load_or_create_shared`]):
+//! the certificate in clear, the key sealed with the hub's secrets key, both
+//! under the hub secret [`SHARED_CA_SECRET`]. The first replica to start
+//! stores it (importing an existing CA directory, the migration path of a
+//! single-hub install); every other one loads it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -42,6 +49,147 @@ pub enum CaError {
     /// Signing failed.
     #[error("signing failed: {0}")]
     Sign(#[source] rcgen::Error),
+    /// The shared CA could not be read from or written to the store.
+    #[error("shared link CA in the store")]
+    Store(#[source] crate::store::StoreError),
+    /// The shared CA key could not be sealed or opened with the hub's
+    /// secrets key (replicas must share secrets.keyFile / keySecret).
+    #[error("shared link CA key")]
+    Secrets(#[source] crate::secrets::SecretsError),
+    /// The shared CA stored in the database is not usable.
+    #[error("shared link CA in the store is invalid: {0}")]
+    StoredInvalid(String),
+}
+
+/// The hub secret (`hub_secrets`) holding the shared link CA.
+pub const SHARED_CA_SECRET: &str = "link-ca";
+
+/// The shared CA as stored: the certificate and the sealed key token.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StoredCa {
+    version: u32,
+    cert_pem: String,
+    /// [`crate::secrets::Sealed::to_token`] of the key PEM.
+    sealed_key: String,
+}
+
+/// Where the CA a replica uses came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaOrigin {
+    /// Another replica (or an earlier start) stored it.
+    Loaded,
+    /// This replica generated it and stored it first.
+    Created,
+    /// This replica imported it from the CA directory and stored it first.
+    Imported,
+}
+
+/// The link CA every replica on `store` shares: the stored one, else the
+/// CA in `ca_dir` (when it holds `ca.key` and `ca.crt`) or a new one,
+/// stored now. The first writer wins, so replicas starting together agree.
+/// A CA directory that differs from the stored CA is ignored (with a
+/// warning): the store is the one source of trust. The certificate (never
+/// the key) is written to `ca_dir/ca.crt` when the directory holds no key,
+/// for operators and spokes that read it from there.
+pub async fn load_or_create_shared(
+    store: &dyn crate::store::Store,
+    secrets: &crate::secrets::SecretBox,
+    ca_dir: Option<&Path>,
+) -> Result<(CertificateAuthority, CaOrigin), CaError> {
+    let from_dir = match ca_dir {
+        Some(dir) => load_dir(dir)?,
+        None => None,
+    };
+    let (candidate, origin) = match from_dir {
+        Some(ca) => (ca, CaOrigin::Imported),
+        None => (
+            CertificateAuthority::generate().map_err(CaError::Sign)?,
+            CaOrigin::Created,
+        ),
+    };
+    let key_pem = crate::secrets::SecretValue::new(candidate.issuer.key().serialize_pem());
+    let sealed = secrets
+        .seal_hub_secret(SHARED_CA_SECRET, &key_pem)
+        .map_err(CaError::Secrets)?;
+    let record = StoredCa {
+        version: 1,
+        cert_pem: candidate.ca_pem.clone(),
+        sealed_key: sealed.to_token(),
+    };
+    let record = serde_json::to_string(&record)
+        .map_err(|e| CaError::StoredInvalid(format!("cannot encode: {e}")))?;
+    let stored = store
+        .hub_secret(SHARED_CA_SECRET, &record)
+        .await
+        .map_err(CaError::Store)?;
+    let (ca, origin) = if stored == record {
+        (candidate, origin)
+    } else {
+        let ca = open_stored(&stored, secrets)?;
+        if origin == CaOrigin::Imported && candidate.ca_pem != ca.ca_pem {
+            tracing::warn!(
+                dir = %ca_dir.map(|d| d.display().to_string()).unwrap_or_default(),
+                "link.ca_dir_ignored: the store holds another CA, which every replica uses"
+            );
+        }
+        (ca, CaOrigin::Loaded)
+    };
+    if let Some(dir) = ca_dir {
+        export_certificate(dir, &ca);
+    }
+    Ok((ca, origin))
+}
+
+/// Parses and opens the stored CA record.
+fn open_stored(
+    stored: &str,
+    secrets: &crate::secrets::SecretBox,
+) -> Result<CertificateAuthority, CaError> {
+    let stored: StoredCa = serde_json::from_str(stored)
+        .map_err(|e| CaError::StoredInvalid(format!("not the expected JSON: {e}")))?;
+    if stored.version != 1 {
+        return Err(CaError::StoredInvalid(format!(
+            "unknown version {}",
+            stored.version
+        )));
+    }
+    let sealed = crate::secrets::Sealed::from_token(&stored.sealed_key)
+        .ok_or_else(|| CaError::StoredInvalid("the key is not a sealed token".into()))?;
+    let key_pem = secrets
+        .open_hub_secret(SHARED_CA_SECRET, &sealed)
+        .map_err(CaError::Secrets)?;
+    CertificateAuthority::from_pem(&stored.cert_pem, key_pem.expose())
+        .map_err(|e| CaError::StoredInvalid(format!("the certificate or key: {e}")))
+}
+
+/// Writes the CA certificate to `dir/ca.crt` unless the directory holds a
+/// key (an operator's CA, possibly a read-only mount) or the file is
+/// current. Best effort: the store, not the file, is what replicas use.
+fn export_certificate(dir: &Path, ca: &CertificateAuthority) {
+    if dir.join("ca.key").exists() {
+        return;
+    }
+    let path = dir.join("ca.crt");
+    if std::fs::read_to_string(&path).is_ok_and(|pem| pem == ca.ca_pem) {
+        return;
+    }
+    let written = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &ca.ca_pem));
+    if let Err(e) = written {
+        tracing::warn!(path = %path.display(), error = %e, "link.ca_export_failed");
+    }
+}
+
+/// The CA in `dir`, or `None` when the directory holds no key (none at
+/// all, or only the certificate [`export_certificate`] wrote).
+fn load_dir(dir: &Path) -> Result<Option<CertificateAuthority>, CaError> {
+    let key_path = dir.join("ca.key");
+    let cert_path = dir.join("ca.crt");
+    match (key_path.exists(), cert_path.exists()) {
+        (true, true) => CertificateAuthority::load_or_create(dir).map(Some),
+        (false, _) => Ok(None),
+        (true, false) => Err(CaError::Incomplete(dir.to_owned())),
+    }
 }
 
 /// A certificate the CA issued.

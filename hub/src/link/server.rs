@@ -137,8 +137,14 @@ pub async fn start(
     shutdown: CancellationToken,
     tasks: &mut JoinSet<()>,
 ) -> Result<LinkHandle, LinkError> {
+    // Every replica on this store presents the same CA: the stored one
+    // (the first replica stored it, importing the CA directory if it held
+    // one).
+    let (ca, origin) =
+        super::ca::load_or_create_shared(store.as_ref(), &secrets, Some(&config.ca_dir)).await?;
+    tracing::info!(origin = ?origin, "link.ca_loaded");
     let keys = LinkKeys {
-        ca: Arc::new(CertificateAuthority::load_or_create(&config.ca_dir)?),
+        ca: Arc::new(ca),
         secrets,
     };
     start_with_ca(
@@ -474,16 +480,29 @@ async fn revocation_watcher(state: Arc<LinkState>) {
 }
 
 /// Wakes sessions whose outbox grew from outside this process (puts in
-/// this process wake their session directly), and keeps the per-cluster
-/// gauges current: a safety poll.
+/// this process wake their session directly): at once when the store
+/// tells (another replica's put, on PostgreSQL), else on the safety poll,
+/// which also keeps the per-cluster gauges current.
 async fn outbox_poller(state: Arc<LinkState>) {
+    use tokio::sync::broadcast::error::RecvError;
     let mut heads: HashMap<String, i64> = HashMap::new();
     let mut tick =
         tokio::time::interval(state.config.poll_interval.max(Duration::from_millis(500)));
+    let mut grown = state.store.signals().outbox.subscribe();
     loop {
         tokio::select! {
             _ = state.shutdown.cancelled() => return,
             _ = tick.tick() => {}
+            wake = grown.recv() => match wake {
+                Ok(crate::wake::OutboxWake::Cluster(cluster_id)) => {
+                    state.registry.wake(&cluster_id);
+                    continue;
+                }
+                // Maybe missed: the poll below wakes every session whose
+                // outbox head moved.
+                Ok(crate::wake::OutboxWake::All) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            },
         }
         match state.store.outbox_summary().await {
             Ok(summary) => {
