@@ -300,8 +300,9 @@ fn check_hub_read_only(rootfs: &Path) -> Result<()> {
         "migrate wrote to a read-only root"
     );
     ensure!(stderr.contains("unable to open database file"), "{stderr}");
-    // With one writable volume at /var/lib/clawfed: the CA, the key and
-    // SQLite land there, owned by 65532.
+    // With one writable volume at /var/lib/clawfed: the CA certificate, the
+    // secrets key and SQLite (which holds the CA key, sealed) land there,
+    // owned by 65532.
     let volume = read_only(
         rootfs,
         r#"mount -t tmpfs -o mode=0755,uid=65532,gid=65532 tmpfs "$m/var/lib/clawfed"
@@ -319,7 +320,11 @@ cd "$m/var/lib/clawfed" && find . -mindepth 1 -printf '%p %U:%G\n' | sort
     }
     assert!(stdout.contains("-----BEGIN CERTIFICATE-----"), "{stdout}");
     assert!(stdout.contains("migrations applied"), "{stdout}");
-    for path in ["./clawfed-ca/ca.crt", "./clawfed-ca/ca.key", "./clawfed.db"] {
+    for path in [
+        "./clawfed-ca/ca.crt",
+        "./clawfed-ca.secrets.key",
+        "./clawfed.db",
+    ] {
         assert!(
             stdout.contains(&format!("{path} 65532:65532")),
             "{path} not in the volume as 65532: {stdout}"
