@@ -91,6 +91,8 @@ async fn run(control: &kube_env::TestCluster, ns: &str) -> Result<()> {
         let db = db::sqlite().await;
         let mut config = test_config(&db.url);
         config.gateway.kubeconfig = Some(kubeconfig.clone());
+        // The test config names a key file; the Secret replaces it.
+        config.secrets.key_file = None;
         config.secrets.key_secret = Some(key_ref("hub-key", "key"));
         match server::start_with_parts(&config, db.dyn_store(), Handlers::builtin(), None).await {
             Ok(h) => {
@@ -111,6 +113,7 @@ async fn run(control: &kube_env::TestCluster, ns: &str) -> Result<()> {
         Backend::Sqlite,
         |c| {
             c.gateway.kubeconfig = Some(kubeconfig.clone());
+            c.secrets.key_file = None;
             c.secrets.key_secret = Some(key_ref("hub-key", "key"));
         },
         Handlers::builtin(),
@@ -161,6 +164,8 @@ async fn run(control: &kube_env::TestCluster, ns: &str) -> Result<()> {
         let db = db::sqlite().await;
         let mut config = test_config(&db.url);
         config.gateway.kubeconfig = Some(kubeconfig.clone());
+        // The test config names a key file; the Secret replaces it.
+        config.secrets.key_file = None;
         config.secrets.key_secret = Some(key_ref(name, key));
         let err = server::start_with_parts(&config, db.dyn_store(), Handlers::builtin(), None)
             .await
