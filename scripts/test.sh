@@ -84,4 +84,6 @@ cargo build --workspace --bins --locked
 log "cargo test"
 # The clusters are up: cluster tests must not skip (kube_env::cluster_or_skip).
 export CLAWFED_REQUIRE_CLUSTERS=1
-cargo test --workspace --all-targets --locked "$@"
+# --no-fail-fast: every failing test binary is reported in one run; the
+# exit status is still non-zero when any failed.
+cargo test --workspace --all-targets --locked --no-fail-fast "$@"

@@ -669,7 +669,6 @@ async fn a_spoke_behind_the_proxy_applies_a_harness_in_a_real_cluster() {
         require_startup_status: false,
     };
     let link = setup.hub.hub.as_ref().unwrap().link.clone().unwrap();
-    let harness_target = target::harness(&namespace_id, "scout", 1);
     for (t, spec) in [
         (
             target::namespace(&namespace_id),
@@ -688,34 +687,38 @@ async fn a_spoke_behind_the_proxy_applies_a_harness_in_a_real_cluster() {
             }),
         ),
         (
-            harness_target.clone(),
+            target::harness(&namespace_id, "scout", 1),
             WorkSpec::HarnessApply(Box::new(harness)),
         ),
     ] {
+        // One after the other, as the pipeline sends them: the spoke applies
+        // independent targets at once, so a Harness sent beside its
+        // namespace may find no namespace yet.
         let body: serde_json::Value = serde_json::from_slice(&spec.encode()).unwrap();
         link.send(&id, &t, spec.kind().as_str(), 1, &body)
             .await
             .unwrap()
             .expect("queued");
-    }
-    let store = setup.hub.store();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let report = loop {
-        if let Some(r) = store
-            .get_report(&id, &harness_target, "work-result")
-            .await
-            .unwrap()
-        {
-            break r;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no Harness work result within 60 s; spoke log:\n{}",
-            spoke.log()
+        let store = setup.hub.store();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let report = loop {
+            if let Some(r) = store.get_report(&id, &t, "work-result").await.unwrap() {
+                break r;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no work result for {t} within 60 s; spoke log:\n{}",
+                spoke.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(
+            report.body["applied"],
+            json!(true),
+            "{t}: {:?}",
+            report.body
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert_eq!(report.body["applied"], json!(true), "{:?}", report.body);
+    }
     let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
         kube::Api::namespaced(exec_a.admin(), &ns);
     let listed = deployments.list(&Default::default()).await.unwrap();
