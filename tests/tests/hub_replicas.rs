@@ -519,7 +519,19 @@ async fn a_killed_listen_connection_is_reestablished_and_wakes_again() {
         (pids.len() == 2 && !pids.contains(&a_listen)).then_some(())
     })
     .await;
-    let log = Proc::text(&a._proc.stderr);
+    // The log line may trail the new LISTEN by a moment (stderr is read
+    // by another thread): give it a bounded while.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let log = loop {
+        let log = Proc::text(&a._proc.stderr);
+        if log.contains("store.listen_lost")
+            || log.contains("store.listen_reconnected")
+            || std::time::Instant::now() > deadline
+        {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(
         log.contains("store.listen_lost") || log.contains("store.listen_reconnected"),
         "A did not notice the lost LISTEN connection:\n{log}"
