@@ -1808,9 +1808,22 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     let hub_back_at = chrono::Utc::now();
     let mut hub = env.serve(2).await?;
     let hub_back = Instant::now();
-    let c = rest
-        .wait_online(&cluster_name, Duration::from_secs(15))
-        .await?;
+    // Online again with a last_seen from after the outage: a killed hub's
+    // session lease (issue 14) keeps the cluster recorded online for up to
+    // two heartbeats, so "online" alone may still be the old session.
+    let outage = chrono::Duration::from_std(hub_down.elapsed()).unwrap_or_default();
+    let since = chrono::Utc::now() - outage;
+    let c = until(
+        Duration::from_secs(15),
+        "the spoke reconnected after the outage",
+        || async {
+            let c = rest.cluster(&cluster_name).await?;
+            Ok((c.connection_state == ConnectionState::Online
+                && c.last_seen.is_some_and(|t| t > since))
+            .then_some(c))
+        },
+    )
+    .await?;
     let reconnect_after = hub_back.elapsed();
     assert!(
         c.last_seen.is_some_and(|t| t > chrono::Utc::now()
