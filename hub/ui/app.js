@@ -106,8 +106,13 @@ class HttpError extends Error {
   }
 }
 
-async function api(path) {
-  const gen = state.gen;
+/**
+ * GETs `path` for the sign-in `gen` (the caller's, captured when its work
+ * began): a continuation that outlives a sign-out sends nothing, rather
+ * than a request with no token or the next session's.
+ */
+async function api(path, gen) {
+  if (gen !== state.gen) throw new HttpError(0, 'signed out');
   const res = await fetch(`/api/v1${path}`, {
     headers: { Authorization: `Bearer ${state.token}`, Accept: 'application/json' },
     cache: 'no-store',
@@ -122,7 +127,9 @@ async function api(path) {
     if (res.status === 401) signOut('The hub refused the token (401). Sign in again.');
     throw new HttpError(res.status, message);
   }
-  return res.json();
+  const body = await res.json();
+  if (gen !== state.gen) throw new HttpError(0, 'signed out');
+  return body;
 }
 
 /** `p`, or `fallback` when the token may not read it (403). */
@@ -130,15 +137,17 @@ const readable = (p, fallback) => p.catch((e) => (e.status === 403 ? fallback : 
 
 // ---------------------------------------------------------------- state
 
-async function loadAgents(namespaces) {
-  const lists = await Promise.all(namespaces.map((ns) => api(`/namespaces/${enc(ns.name)}/agents`)
+async function loadAgents(namespaces, gen) {
+  const lists = await Promise.all(namespaces.map((ns) => api(`/namespaces/${enc(ns.name)}/agents`, gen)
     .then((l) => l.items.map((agent) => ({ ns: ns.name, agent })))
     .catch((e) => (e.status === 404 ? [] : Promise.reject(e)))));
   const found = lists.flat();
   const revisions = await Promise.all(found.map(({ ns, agent }) => (agent.latestRevision
-    ? api(`/namespaces/${enc(ns)}/agents/${enc(agent.name)}/revisions/${agent.latestRevision}`)
+    ? api(`/namespaces/${enc(ns)}/agents/${enc(agent.name)}/revisions/${agent.latestRevision}`, gen)
       .catch(() => null)
     : null)));
+  // A revision missed for a sign-out was caught above: keep nothing of it.
+  if (gen !== state.gen) throw new HttpError(0, 'signed out');
   return found.map((f, i) => ({ ...f, revision: revisions[i] }));
 }
 
@@ -178,14 +187,14 @@ function mergeClusters(list, replace) {
   if (replace) for (const n of [...state.clusters.keys()]) if (!names.has(n)) state.clusters.delete(n);
 }
 
-async function loadAll() {
+async function loadAll(gen) {
   const [clusters, namespaces, work, fleet] = await Promise.all([
-    readable(api('/clusters'), { items: [] }),
-    api('/namespaces'),
-    readable(api('/work?state=failed&limit=50'), null),
-    readable(api('/fleet'), null),
+    readable(api('/clusters', gen), { items: [] }),
+    api('/namespaces', gen),
+    readable(api('/work?state=failed&limit=50', gen), null),
+    readable(api('/fleet', gen), null),
   ]);
-  const agents = await loadAgents(namespaces.items);
+  const agents = await loadAgents(namespaces.items, gen);
   mergeClusters(clusters.items, true);
   state.tenants = new Map(namespaces.items.map((n) => [n.name, n]));
   state.agents = new Map();
@@ -193,17 +202,17 @@ async function loadAll() {
   state.work = work ? work.items : null;
   state.fleet = fleet;
   state.loaded = true;
-  if (state.detail) await loadDetail();
+  if (state.detail) await loadDetail(gen);
 }
 
-async function loadDetail() {
+async function loadDetail(gen) {
   const d = state.detail;
   if (!d) return;
   try {
     const [agent, revisions, tenant] = await Promise.all([
-      api(`/namespaces/${enc(d.ns)}/agents/${enc(d.name)}`),
-      api(`/namespaces/${enc(d.ns)}/agents/${enc(d.name)}/revisions`),
-      api(`/namespaces/${enc(d.ns)}`),
+      api(`/namespaces/${enc(d.ns)}/agents/${enc(d.name)}`, gen),
+      api(`/namespaces/${enc(d.ns)}/agents/${enc(d.name)}/revisions`, gen),
+      api(`/namespaces/${enc(d.ns)}`, gen),
     ]);
     if (state.detail !== d) return;
     d.agent = agent;
@@ -229,16 +238,16 @@ function scheduleRefresh(...what) {
     state.refresh.clear();
     try {
       const jobs = [];
-      if (parts.has('clusters')) jobs.push(readable(api('/clusters'), { items: [] }).then((l) => mergeClusters(l.items, false)));
-      if (parts.has('fleet')) jobs.push(readable(api('/fleet'), null).then((f) => { state.fleet = f; }));
-      if (parts.has('work')) jobs.push(readable(api('/work?state=failed&limit=50'), null).then((w) => { state.work = w ? w.items : null; }));
+      if (parts.has('clusters')) jobs.push(readable(api('/clusters', gen), { items: [] }).then((l) => mergeClusters(l.items, false)));
+      if (parts.has('fleet')) jobs.push(readable(api('/fleet', gen), null).then((f) => { state.fleet = f; }));
+      if (parts.has('work')) jobs.push(readable(api('/work?state=failed&limit=50', gen), null).then((w) => { state.work = w ? w.items : null; }));
       if (parts.has('agents')) {
-        jobs.push(api('/namespaces').then(async (n) => {
+        jobs.push(api('/namespaces', gen).then(async (n) => {
           n.items.forEach((t) => state.tenants.set(t.name, t));
-          (await loadAgents(n.items)).forEach(mergeAgent);
+          (await loadAgents(n.items, gen)).forEach(mergeAgent);
         }));
       }
-      if (parts.has('detail')) jobs.push(loadDetail());
+      if (parts.has('detail')) jobs.push(loadDetail(gen));
       await Promise.all(jobs);
     } catch (e) {
       if (gen === state.gen) console.warn('clawfed: refresh failed:', e.message);
@@ -394,7 +403,7 @@ async function watchLoop(gen) {
       }
       if (!res.ok) throw new Error(`watch: ${res.status}`);
       if (state.needList) {
-        await loadAll();
+        await loadAll(gen);
         state.needList = false;
         queueRender();
       }
@@ -574,7 +583,7 @@ function route() {
     const ns = decodeURIComponent(m[1]);
     const name = decodeURIComponent(m[2]);
     state.detail = { ns, name, agent: null, revisions: null, error: null };
-    if (state.token) loadDetail().then(queueRender);
+    if (state.token) loadDetail(state.gen).then(queueRender);
   } else {
     state.detail = null;
   }
