@@ -613,9 +613,11 @@ impl DeploymentLog {
             }
         });
         let log = Self { seen, synced, task };
-        until(Duration::from_secs(30), "the Deployment watch listed", || async {
-            Ok(log.synced.load(Ordering::SeqCst).then_some(()))
-        })
+        until(
+            Duration::from_secs(30),
+            "the Deployment watch listed",
+            || async { Ok(log.synced.load(Ordering::SeqCst).then_some(())) },
+        )
         .await?;
         Ok(log)
     }
@@ -718,7 +720,13 @@ async fn duplicate_outbox_rows(store: &SqlStore) -> Result<Vec<(String, i64, i64
     .fetch_all(store.pool())
     .await?;
     rows.iter()
-        .map(|r| Ok((r.try_get("target")?, r.try_get("generation")?, r.try_get("n")?)))
+        .map(|r| {
+            Ok((
+                r.try_get("target")?,
+                r.try_get("generation")?,
+                r.try_get("n")?,
+            ))
+        })
         .collect()
 }
 
@@ -986,10 +994,7 @@ async fn kill9_of_the_session_owner_during_pending_deploys_applies_each_harness_
         agents.len()
     );
     let bound = 2 * HEARTBEAT + OFFLINE_MARGIN;
-    ensure!(
-        longest <= bound,
-        "offline for {longest:?}, bound {bound:?}"
-    );
+    ensure!(longest <= bound, "offline for {longest:?}, bound {bound:?}");
 
     // Once in effect, on the clusters.
     for a in &agents {
@@ -1018,7 +1023,10 @@ async fn kill9_of_the_session_owner_during_pending_deploys_applies_each_harness_
     }
     // And in the hub's records.
     let duplicates = duplicate_outbox_rows(env.store()).await?;
-    ensure!(duplicates.is_empty(), "outbox puts repeated: {duplicates:?}");
+    ensure!(
+        duplicates.is_empty(),
+        "outbox puts repeated: {duplicates:?}"
+    );
     for (revision, entered) in phase_entries(env.store()).await? {
         ensure!(
             entered.values().all(|n| *n == 1),
@@ -1047,11 +1055,21 @@ async fn two_replicas_driving_the_same_revisions_at_once_apply_each_step_once() 
     let mut cleanup = Cleanup::default();
     let replicas = env.replicas(&["hub-a", "hub-b"]).await?;
     let link = Front::start(replicas.iter().map(Replica::link_addr).collect(), false).await?;
-    let rests: Vec<Rest> = replicas.iter().map(|r| env.rest.at(&r.rest_url())).collect();
+    let rests: Vec<Rest> = replicas
+        .iter()
+        .map(|r| env.rest.at(&r.rest_url()))
+        .collect();
     let (_spoke, cluster) = env.spoke(&link.https(), &rests[0]).await?;
     env.online(&cluster).await?;
-    let (ns, agents) =
-        tenant_with_agents(&env, &rests[1], &mut cleanup, &cluster, "dedicated-codex", 3).await?;
+    let (ns, agents) = tenant_with_agents(
+        &env,
+        &rests[1],
+        &mut cleanup,
+        &cluster,
+        "dedicated-codex",
+        3,
+    )
+    .await?;
     let dpns = ns.data_plane_namespace.clone();
     let harness = DeploymentLog::start(env.exec.admin(), &dpns).await?;
     let gateways = DeploymentLog::start(env.control.admin(), GW_NS).await?;
@@ -1158,12 +1176,15 @@ async fn two_replicas_driving_the_same_revisions_at_once_apply_each_step_once() 
             g.uids.len() == 1 && !g.deleted,
             "{gw} made more than once: {g:?}"
         );
-        let sets = replica_sets_of(&env.exec.admin(), &dpns, &format!("{}-r1-harness", r.agent))
-            .await?;
+        let sets =
+            replica_sets_of(&env.exec.admin(), &dpns, &format!("{}-r1-harness", r.agent)).await?;
         ensure!(sets == 1, "{} Harness has {sets} ReplicaSets", r.agent);
     }
     let duplicates = duplicate_outbox_rows(env.store()).await?;
-    ensure!(duplicates.is_empty(), "outbox puts repeated: {duplicates:?}");
+    ensure!(
+        duplicates.is_empty(),
+        "outbox puts repeated: {duplicates:?}"
+    );
     let failed = failed_work(env.store()).await?;
     ensure!(failed.is_empty(), "failed work: {failed:?}");
     drop(replicas);
@@ -1254,7 +1275,10 @@ async fn deploy_loop(
                 if status.is_success() {
                     break;
                 }
-                ensure!(status == StatusCode::CONFLICT, "PUT {path}: {status} {text}");
+                ensure!(
+                    status == StatusCode::CONFLICT,
+                    "PUT {path}: {status} {text}"
+                );
             }
             seen.image.insert(agent.clone(), image);
             seen.requests += 1;
@@ -1268,11 +1292,14 @@ async fn deploy_loop(
             .await?;
             ensure!(status.is_success(), "deploy {agent}: {status} {text}");
             let r: AgentRevision = serde_json::from_str(&text)?;
-            seen.deployed.entry(agent.clone()).or_default().push(r.number);
+            seen.deployed
+                .entry(agent.clone())
+                .or_default()
+                .push(r.number);
         }
         rounds.fetch_add(1, Ordering::SeqCst);
         // Pacing, so revisions also get time to settle between rounds.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Ok(seen)
 }
@@ -1335,10 +1362,14 @@ async fn a_rolling_restart_under_continuous_deploys_loses_no_request_and_no_work
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let exited = began.elapsed();
+        // Reaped: nothing left for its drop to signal.
+        let _ = replica.proc.kill9();
         let log = replica.log();
         ensure!(log.contains("hub.stopped"), "{} log:\n{log}", replica.tag);
         let tag = format!("{}-2", replica.tag);
-        *replica = env.serve(&tag, replica.rest_port, replica.link_port).await?;
+        *replica = env
+            .serve(&tag, replica.rest_port, replica.link_port)
+            .await?;
         restarts.push((tag, exited, began.elapsed()));
         // The client got through after this restart before the next.
         round_after(rounds.load(Ordering::SeqCst)).await?;
@@ -1366,15 +1397,19 @@ async fn a_rolling_restart_under_continuous_deploys_loses_no_request_and_no_work
         direct
             .wait_phase(&ns.name, name, latest, RevisionPhase::Active)
             .await?;
-        let settled = until(WAIT, &format!("{name}'s older revisions at rest"), || async {
-            let all = direct.revisions(&ns.name, name).await?;
-            let at_rest = all.iter().all(|r| {
-                r.number == latest
-                    || matches!(r.phase, RevisionPhase::Retired | RevisionPhase::Stopped)
-                    || r.phase == RevisionPhase::Failed
-            });
-            Ok(at_rest.then_some(all))
-        })
+        let settled = until(
+            WAIT,
+            &format!("{name}'s older revisions at rest"),
+            || async {
+                let all = direct.revisions(&ns.name, name).await?;
+                let at_rest = all.iter().all(|r| {
+                    r.number == latest
+                        || matches!(r.phase, RevisionPhase::Retired | RevisionPhase::Stopped)
+                        || r.phase == RevisionPhase::Failed
+                });
+                Ok(at_rest.then_some(all))
+            },
+        )
         .await?;
         let numbers: BTreeSet<i64> = settled.iter().map(|r| r.number).collect();
         for n in deployed {
