@@ -765,7 +765,6 @@ async fn a_joining_replica_takes_its_share_by_redirects_without_an_offline_gap()
     let (a_port, b_port, c_port) = (free_port(), free_port(), free_port());
     let a = env.serve_with("hub-a", a_port, &balancing(a_port)).await;
     let b = env.serve_with("hub-b", b_port, &balancing(b_port)).await;
-    let (a_id, b_id) = (a.replica_id().await, b.replica_id().await);
     let urls = format!("{},{}", a.link_url(), b.link_url());
     let names: Vec<String> = (0..SPOKES).map(|i| format!("exec-{i}")).collect();
     let mut spokes = Vec::new();
@@ -779,6 +778,8 @@ async fn a_joining_replica_takes_its_share_by_redirects_without_an_offline_gap()
             &env.spoke_dir(name),
         ));
     }
+    // After a spoke started: it installs the TLS crypto provider reqwest needs.
+    let (a_id, b_id) = (a.replica_id().await, b.replica_id().await);
     let mut ids = Vec::new();
     for name in &names {
         let id = wait_for(Duration::from_secs(30), "every spoke online", || async {
@@ -819,10 +820,20 @@ async fn a_joining_replica_takes_its_share_by_redirects_without_an_offline_gap()
     })
     .await;
     let balanced = joined.elapsed();
-    let on_c: Vec<usize> = (0..SPOKES)
-        .filter(|i| spokes[*i].status.borrow().hub.as_deref() == Some(c.link_url().as_str()))
-        .collect();
-    assert_eq!(on_c.len(), 2, "two spokes connected to hub-c's address");
+    // The store records a session before its Welcome reaches the spoke.
+    let on_c: Vec<usize> = wait_for(
+        Duration::from_secs(5),
+        "two spokes welcomed at hub-c's address",
+        || async {
+            let on_c: Vec<usize> = (0..SPOKES)
+                .filter(|i| {
+                    spokes[*i].status.borrow().hub.as_deref() == Some(c.link_url().as_str())
+                })
+                .collect();
+            (on_c.len() == 2).then_some(on_c)
+        },
+    )
+    .await;
     let redirects: u64 = spokes.iter().map(|s| s.status.borrow().redirects).sum();
     assert!(
         redirects >= redirects_before + 2,
