@@ -338,6 +338,20 @@ pub struct LinkSettings {
     /// The safety poll (ms) for revocations and outbox writes made by other
     /// processes; those made by this hub wake the link at once.
     pub safety_poll_ms: u64,
+    /// This replica's own link address as spokes reach it,
+    /// `https://host:port` (e.g. its Pod's DNS name behind a headless
+    /// Service). Set, the replica takes part in balancing: it publishes
+    /// the address and its session count, other replicas redirect spokes
+    /// to it, and it redirects its excess (and, on shutdown, all its)
+    /// sessions to the others. Unset: no redirects to or from it.
+    pub advertise_url: Option<String>,
+    /// How often (seconds, jittered by a quarter) a replica compares its
+    /// sessions with its share, `ceil(total / live replicas)`.
+    pub balance_interval_seconds: u64,
+    /// Sessions a replica may hold above its share before it moves any.
+    pub balance_slack: usize,
+    /// Sessions a replica moves per balancing tick at most.
+    pub balance_max_moves: usize,
 }
 
 impl Default for LinkSettings {
@@ -355,6 +369,10 @@ impl Default for LinkSettings {
             max_handshakes_per_source: d.max_handshakes_per_source,
             max_message_bytes: d.max_message_bytes,
             safety_poll_ms: d.poll_interval.as_millis() as u64,
+            advertise_url: d.advertise_url,
+            balance_interval_seconds: d.balance.interval.as_secs(),
+            balance_slack: d.balance.slack,
+            balance_max_moves: d.balance.max_moves,
         }
     }
 }
@@ -724,6 +742,14 @@ impl Config {
                     self.link.heartbeat_seconds = parse(name, value)?
                 }
                 "CLAWFED_LINK_MAX_SESSIONS" => self.link.max_sessions = parse(name, value)?,
+                "CLAWFED_LINK_ADVERTISE_URL" => self.link.advertise_url = Some(value.clone()),
+                "CLAWFED_LINK_BALANCE_INTERVAL_SECONDS" => {
+                    self.link.balance_interval_seconds = parse(name, value)?
+                }
+                "CLAWFED_LINK_BALANCE_SLACK" => self.link.balance_slack = parse(name, value)?,
+                "CLAWFED_LINK_BALANCE_MAX_MOVES" => {
+                    self.link.balance_max_moves = parse(name, value)?
+                }
                 "CLAWFED_REQUIRE_IMMUTABLE_DIGEST" => {
                     self.policy.require_immutable_digest = parse(name, value)?
                 }
@@ -829,6 +855,17 @@ impl Config {
         }
         if self.link.heartbeat_seconds == 0 {
             return Err(invalid("link.heartbeatSeconds", "must be at least 1"));
+        }
+        if let Some(url) = &self.link.advertise_url
+            && let Err(e) = clawfed_proto::link::address::LinkAddress::parse(url)
+        {
+            return Err(invalid("link.advertiseUrl", &e.to_string()));
+        }
+        if self.link.balance_interval_seconds == 0 {
+            return Err(invalid("link.balanceIntervalSeconds", "must be at least 1"));
+        }
+        if self.link.balance_max_moves == 0 {
+            return Err(invalid("link.balanceMaxMoves", "must be at least 1"));
         }
         if self.link.max_concurrent_handshakes == 0 {
             return Err(invalid(
@@ -1037,6 +1074,17 @@ impl Config {
             max_message_bytes: self.link.max_message_bytes,
             poll_interval: Duration::from_millis(self.link.safety_poll_ms),
             tunnel: self.tunnel_config(),
+            advertise_url: self
+                .link
+                .advertise_url
+                .as_deref()
+                .and_then(|u| clawfed_proto::link::address::LinkAddress::parse(u).ok())
+                .map(|a| a.to_string()),
+            balance: crate::link::balance::BalanceConfig {
+                interval: Duration::from_secs(self.link.balance_interval_seconds),
+                slack: self.link.balance_slack,
+                max_moves: self.link.balance_max_moves,
+            },
             ..crate::link::LinkConfig::default()
         }
     }
@@ -1151,6 +1199,61 @@ mod tests {
         std::fs::write(&path, "link:\n  safetyPollMs: 0\n").unwrap();
         let err = Config::load(Some(&path), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("link.safetyPollMs"), "{err}");
+    }
+
+    /// Issue 14, part 4: a replica's advertised link address and its
+    /// balancing settings, from the file or the environment; a bad
+    /// address is refused naming the key.
+    #[test]
+    fn advertise_url_and_balancing() {
+        let c = Config::load(None, &env(&[])).unwrap();
+        let link = c.link_config();
+        assert_eq!(link.advertise_url, None, "off unless advertised");
+        assert_eq!(link.balance.interval, Duration::from_secs(30));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        std::fs::write(
+            &path,
+            "link:\n  advertiseUrl: https://hub-1.hub.clawfed.svc:8443/\n  balanceIntervalSeconds: 5\n  balanceSlack: 0\n  balanceMaxMoves: 3\n",
+        )
+        .unwrap();
+        let link = Config::load(Some(&path), &env(&[])).unwrap().link_config();
+        assert_eq!(
+            link.advertise_url.as_deref(),
+            Some("https://hub-1.hub.clawfed.svc:8443")
+        );
+        assert_eq!(link.balance.interval, Duration::from_secs(5));
+        assert_eq!((link.balance.slack, link.balance.max_moves), (0, 3));
+        let link = Config::load(
+            None,
+            &env(&[
+                ("CLAWFED_LINK_ADVERTISE_URL", "https://127.0.0.1:9443"),
+                ("CLAWFED_LINK_BALANCE_INTERVAL_SECONDS", "2"),
+            ]),
+        )
+        .unwrap()
+        .link_config();
+        assert_eq!(
+            link.advertise_url.as_deref(),
+            Some("https://127.0.0.1:9443")
+        );
+        assert_eq!(link.balance.interval, Duration::from_secs(2));
+        for (yaml, key) in [
+            (
+                "link:\n  advertiseUrl: http://hub:8443\n",
+                "link.advertiseUrl",
+            ),
+            ("link:\n  advertiseUrl: https://hub\n", "link.advertiseUrl"),
+            (
+                "link:\n  balanceIntervalSeconds: 0\n",
+                "link.balanceIntervalSeconds",
+            ),
+            ("link:\n  balanceMaxMoves: 0\n", "link.balanceMaxMoves"),
+        ] {
+            std::fs::write(&path, yaml).unwrap();
+            let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+            assert!(err.to_string().contains(key), "{yaml}: {err}");
+        }
     }
 
     #[test]

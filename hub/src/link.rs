@@ -18,8 +18,11 @@
 //!   run out (pure).
 //! - `metrics.rs`: link metrics.
 //! - `diagnose.rs`: diagnose requests to spokes and their answers.
+//! - `balance.rs`: which sessions a replica redirects to which other
+//!   replica (after one joins, or while it shuts down) (pure).
 
 pub mod admission;
+pub mod balance;
 pub mod ca;
 pub mod diagnose;
 pub mod enroll;
@@ -73,6 +76,13 @@ pub struct LinkConfig {
     /// This hub process among the replicas on one store: the owner of
     /// the sessions it records (a new uuid per process).
     pub replica_id: String,
+    /// The link address spokes reach this replica at (`https://host:port`).
+    /// Set, the replica publishes it with its session count, takes
+    /// sessions other replicas redirect, and redirects its own (balancing,
+    /// shutdown); `None`: no redirects to or from it.
+    pub advertise_url: Option<String>,
+    /// How this replica balances sessions with the others.
+    pub balance: balance::BalanceConfig,
 }
 
 impl LinkConfig {
@@ -87,6 +97,12 @@ impl LinkConfig {
     /// are offline within two heartbeats (lease plus one sweep interval).
     pub fn lease_ttl(&self) -> Duration {
         self.heartbeat * 3 / 2
+    }
+
+    /// A replica whose published heartbeat is older than this is dead:
+    /// it publishes with every lease renewal, so as long as a lease.
+    pub fn replica_ttl(&self) -> Duration {
+        self.lease_ttl()
     }
 }
 
@@ -110,6 +126,8 @@ impl Default for LinkConfig {
             poll_interval: Duration::from_secs(2),
             tunnel: crate::tunnel::TunnelConfig::default(),
             replica_id: uuid::Uuid::new_v4().to_string(),
+            advertise_url: None,
+            balance: balance::BalanceConfig::default(),
         }
     }
 }
@@ -144,6 +162,89 @@ pub struct LinkState {
     /// Seals credential values while Harness work waits in the durable
     /// outbox; a session opens them only to send them over mTLS.
     pub secrets: Arc<crate::secrets::SecretBox>,
+    /// Where this replica's sessions go when it shuts down: planned once,
+    /// by the first session that asks (see [`LinkState::handoff_redirect`]).
+    pub handoff: tokio::sync::OnceCell<Handoff>,
+}
+
+/// The redirects of a replica's sessions while it shuts down, handed out
+/// one per session.
+#[derive(Debug, Default)]
+pub struct Handoff {
+    targets: Vec<String>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Handoff {
+    /// The next session's redirect; `None` when there is none (no other
+    /// replica advertises an address) or every planned one is taken.
+    fn next(&self) -> Option<String> {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.targets.get(i).cloned()
+    }
+}
+
+/// How long the shutdown plan may wait for the store: the sessions'
+/// GoAways wait for it.
+const HANDOFF_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl LinkState {
+    /// Where a session of this replica, shutting down, should reconnect:
+    /// the least loaded other replicas, spread (`None` without an
+    /// advertised address, or when no other replica takes redirects).
+    pub async fn handoff_redirect(&self) -> Option<String> {
+        self.config.advertise_url.as_ref()?;
+        let plan = self
+            .handoff
+            .get_or_init(|| async {
+                let since = chrono::Utc::now()
+                    - chrono::Duration::from_std(self.config.replica_ttl())
+                        .unwrap_or(chrono::Duration::MAX);
+                let live = match tokio::time::timeout(
+                    HANDOFF_LOOKUP_TIMEOUT,
+                    self.store.replicas_live(since),
+                )
+                .await
+                {
+                    Ok(Ok(live)) => live,
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "link.handoff_lookup_failed");
+                        Vec::new()
+                    }
+                    Err(_) => {
+                        tracing::warn!("link.handoff_lookup_timed_out");
+                        Vec::new()
+                    }
+                };
+                let loads: Vec<balance::ReplicaLoad> = live.iter().map(replica_load).collect();
+                let targets = balance::plan_handoff(
+                    &self.config.replica_id,
+                    self.registry.len(),
+                    &loads,
+                    rand::random::<u32>() as usize,
+                );
+                tracing::info!(
+                    sessions = self.registry.len(),
+                    redirects = targets.len(),
+                    "link.handoff_planned"
+                );
+                Handoff {
+                    targets,
+                    next: Default::default(),
+                }
+            })
+            .await;
+        plan.next()
+    }
+}
+
+/// A published replica as the balancing rule sees it.
+pub(crate) fn replica_load(r: &crate::store::ReplicaRecord) -> balance::ReplicaLoad {
+    balance::ReplicaLoad {
+        replica_id: r.replica_id.clone(),
+        advertise_url: r.advertise_url.clone(),
+        sessions: usize::try_from(r.sessions).unwrap_or(0),
+    }
 }
 
 impl std::fmt::Debug for LinkState {

@@ -4,7 +4,8 @@
 //! - [`admin`]: generated `clawfed.admin.v1` gRPC types and service.
 //! - [`link`]: generated `clawfed.link.v1` types for the hub/spoke stream,
 //!   and [`link::close`]: the typed reason the hub ends a stream or refuses
-//!   a call with, carried in gRPC status metadata.
+//!   a call with, carried in gRPC status metadata; [`link::address`]: the
+//!   form of a hub link address (`--hub-url`, `GoAway.redirect_url`).
 //! - [`capability`]: what a spoke advertises in Hello and what a revision
 //!   needs of it (placement).
 //! - [`labels`]: the Kubernetes label and annotation keys clawfed owns.
@@ -70,6 +71,7 @@ pub mod link {
         tonic::include_proto!("clawfed.link.v1");
     }
 
+    pub mod address;
     pub mod close;
 }
 

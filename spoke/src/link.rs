@@ -8,6 +8,8 @@
 //! - this file: [`Link`], the connect / reconnect loop and one session.
 //! - `identity.rs`: key, CSR, certificate; file, Secret or memory storage.
 //! - `tls.rs`: TLS 1.3 client configs, the swappable client certificate.
+//! - `hubs.rs`: which of several hub addresses is dialed next (rotation on
+//!   failure, the hub's redirects).
 //! - `ledger.rs`: a file-backed [`WorkApplier`] for runs without Kubernetes.
 //! - `proxy.rs`: the HTTP CONNECT proxy every connection to the hub may
 //!   go through (air-gapped clusters), with `HTTPS_PROXY` / `NO_PROXY`.
@@ -15,6 +17,7 @@
 //! Autonomy: losing the hub never changes a running workload. The loop
 //! only reconnects; nothing here deletes or rolls back anything.
 
+pub mod hubs;
 pub mod identity;
 pub mod ledger;
 pub mod proxy;
@@ -31,7 +34,9 @@ use clawfed_proto::link::v1 as pb;
 use clawfed_proto::link::v1::enrollment_client::EnrollmentClient;
 use clawfed_proto::link::v1::spoke_link_client::SpokeLinkClient;
 use clawfed_proto::link::v1::{hub_message, spoke_message};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use sha2::{Digest, Sha256};
@@ -40,6 +45,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
+use hubs::Hubs;
 use identity::{Identity, IdentityError, IdentityStore, new_key_and_csr};
 use tls::{HubAddress, SwappableCert};
 
@@ -114,6 +120,7 @@ pub enum LinkError {
 /// Settings of the link.
 #[derive(Debug, Clone)]
 pub struct LinkConfig {
+    /// The hub's link address; several replicas: see [`Link::with_hubs`].
     pub hub: HubAddress,
     /// The hub CA (PEM) the spoke pins.
     pub ca_pem: String,
@@ -135,6 +142,14 @@ pub struct SpokeMetrics {
     pub reconnects: Counter,
     pub work_applied: Counter,
     pub work_failed: Counter,
+    /// 1 for the hub address of the open session (none while offline).
+    pub connected_hub: Family<HubLabel, Gauge>,
+}
+
+/// The hub address a session is open to.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HubLabel {
+    pub hub: String,
 }
 
 impl SpokeMetrics {
@@ -166,6 +181,11 @@ impl SpokeMetrics {
             "Work items whose apply failed (retried)",
             m.work_failed.clone(),
         );
+        registry.register(
+            "clawfed_spoke_link_hub",
+            "1 for the hub address (replica) the open link session is on",
+            m.connected_hub.clone(),
+        );
         m
     }
 }
@@ -190,6 +210,12 @@ pub struct LinkStatus {
     pub failures: u64,
     /// Why the latest of them failed.
     pub last_failure: Option<String>,
+    /// The hub address (`https://host:port`) of the open session.
+    pub hub: Option<String>,
+    /// Redirects the hub sent that the link followed.
+    pub redirects: u64,
+    /// How long the link waited (or waits) before its latest reconnect.
+    pub last_wait: Option<Duration>,
 }
 
 /// How a session ended.
@@ -198,9 +224,28 @@ enum SessionEnd {
     Shutdown,
     /// A renewed certificate is installed: reconnect now with it.
     Rotated,
-    GoAway(Duration),
+    /// The hub said go away: reconnect after the delay, to the address
+    /// given, if any.
+    GoAway(Duration, Option<String>),
     Revoked(String),
+    /// A newer session of this cluster (another process with the same
+    /// identity) took over.
+    Replaced(String),
     Failed(String),
+}
+
+/// The shortest wait after a `replaced` close: longer than any ordinary
+/// reconnect, so two spokes of one cluster (a rolling update, a copied
+/// identity) do not take the session from each other in a loop.
+const REPLACED_MIN_WAIT: Duration = Duration::from_secs(10);
+
+/// The wait after a `replaced` close: from `max(backoff_max,
+/// REPLACED_MIN_WAIT)` to twice that, at `unit` in [0, 1) between (the
+/// jitter). The spoke still comes back: when the newer process is gone,
+/// this one is the cluster's spoke again.
+fn replaced_wait(backoff_max: Duration, unit: f64) -> Duration {
+    let base = backoff_max.max(REPLACED_MIN_WAIT);
+    base + base.mul_f64(unit.clamp(0.0, 1.0))
 }
 
 /// The link.
@@ -219,6 +264,8 @@ pub struct Link {
     applied_digest: Option<AppliedDigestSource>,
     /// How many targets are applied at once (see [`Link::with_apply_limit`]).
     apply_limit: Arc<ApplyLimit>,
+    /// The hub addresses and which one is dialed next.
+    hubs: Arc<std::sync::Mutex<Hubs>>,
 }
 
 /// Computes `Heartbeat.applied_digest` (`None` while not known yet).
@@ -339,7 +386,6 @@ impl Link {
         metrics: SpokeMetrics,
     ) -> Self {
         Self {
-            config,
             identities,
             applier,
             metrics,
@@ -347,7 +393,33 @@ impl Link {
             tunnels: Arc::new(Tunnels::new(Arc::new(NoHarness), TunnelSettings::default())),
             applied_digest: None,
             apply_limit: Arc::new(ApplyLimit::default()),
+            hubs: Arc::new(std::sync::Mutex::new(Hubs::new(
+                vec![config.hub.clone()],
+                0,
+            ))),
+            config,
         }
+    }
+
+    /// Dials any of `hubs` (hub replicas): a random one first, the next
+    /// after each failed dial or lost session, and where a hub redirects.
+    /// `hubs` replaces [`LinkConfig::hub`].
+    pub fn with_hubs(self, hubs: Hubs) -> Self {
+        *self.hubs.lock().unwrap_or_else(|p| p.into_inner()) = hubs;
+        self
+    }
+
+    /// The address to dial now.
+    fn current_hub(&self) -> HubAddress {
+        self.hubs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .current()
+            .clone()
+    }
+
+    fn hubs_mut(&self) -> std::sync::MutexGuard<'_, Hubs> {
+        self.hubs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Applies up to `limit` targets at once; share it with the
@@ -376,6 +448,29 @@ impl Link {
     /// in place, so a watcher that looks rarely costs the link nothing.
     pub fn status(&self) -> watch::Receiver<LinkStatus> {
         self.status.subscribe()
+    }
+
+    /// Takes the hub's redirect for the next attempt; without one (or
+    /// with one that is not a link address) the next configured address.
+    /// Returns whether a redirect is followed.
+    fn follow(&self, from: &HubAddress, redirect: Option<&str>) -> bool {
+        let Some(url) = redirect.filter(|u| !u.is_empty()) else {
+            self.hubs_mut().advance();
+            return false;
+        };
+        let taken = self.hubs_mut().redirect(url);
+        match taken {
+            Ok(kind) => {
+                let known = matches!(kind, hubs::Redirect::Known(_));
+                tracing::info!(hub = %from.url(), redirect = %url, known, "link.redirected");
+                true
+            }
+            Err(error) => {
+                tracing::warn!(hub = %from.url(), redirect = %url, %error, "link.redirect_refused");
+                self.hubs_mut().advance();
+                false
+            }
+        }
     }
 
     /// The reconnect delays: exponential from `backoff_min` to
@@ -421,8 +516,10 @@ impl Link {
             }
             sessions += 1;
             let mut welcomed = false;
+            let hub = self.current_hub();
             let end = self
                 .session(
+                    &hub,
                     mtls.clone(),
                     identity_rx.clone(),
                     &mut reports,
@@ -431,17 +528,7 @@ impl Link {
                 )
                 .await;
             self.metrics.connected.set(0);
-            self.status.send_modify(|s| {
-                s.connected = false;
-                match &end {
-                    SessionEnd::GoAway(_) => s.go_aways += 1,
-                    SessionEnd::Failed(reason) | SessionEnd::Revoked(reason) => {
-                        s.failures += 1;
-                        s.last_failure = Some(reason.clone());
-                    }
-                    SessionEnd::Shutdown | SessionEnd::Rotated => {}
-                }
-            });
+            self.metrics.connected_hub.clear();
             // A hub that answered with Welcome is back: the next attempt
             // starts again from the shortest delay, so a spoke returns
             // within about `backoff_min` of a hub restart, however many
@@ -450,29 +537,75 @@ impl Link {
             if welcomed {
                 delays = self.backoff();
             }
-            let wait = match end {
-                SessionEnd::Shutdown => break Ok(()),
+            let mut redirected = false;
+            let wait = match &end {
+                SessionEnd::Shutdown => {
+                    self.status.send_modify(|s| {
+                        s.connected = false;
+                        s.hub = None;
+                    });
+                    break Ok(());
+                }
                 SessionEnd::Rotated => {
                     tracing::info!("link.rotated_reconnect");
-                    continue;
+                    None
                 }
                 SessionEnd::Revoked(message) => {
                     tracing::error!(reason = %message, "link.revoked");
-                    break Err(LinkError::Revoked(message));
+                    self.status.send_modify(|s| {
+                        s.connected = false;
+                        s.hub = None;
+                        s.failures += 1;
+                        s.last_failure = Some(message.clone());
+                    });
+                    break Err(LinkError::Revoked(message.clone()));
                 }
-                SessionEnd::GoAway(retry_after) => {
+                SessionEnd::GoAway(retry_after, redirect) => {
                     let jitter = delays.next().unwrap_or(self.config.backoff_max);
+                    let wait = (*retry_after).max(jitter);
+                    redirected = self.follow(&hub, redirect.as_deref());
                     tracing::warn!(
+                        hub = %hub.url(),
+                        next = %self.current_hub().url(),
                         retryAfterMs = retry_after.as_millis() as u64,
+                        retryInMs = wait.as_millis() as u64,
                         "link.go_away"
                     );
-                    retry_after.max(jitter)
+                    Some(wait)
+                }
+                SessionEnd::Replaced(reason) => {
+                    // Another process of this cluster holds the session:
+                    // coming straight back would take it from that one.
+                    let wait = replaced_wait(self.config.backoff_max, rand::random::<f64>());
+                    self.hubs_mut().advance();
+                    tracing::warn!(hub = %hub.url(), reason = %reason, retryInMs = wait.as_millis() as u64, "link.replaced");
+                    Some(wait)
                 }
                 SessionEnd::Failed(reason) => {
                     let wait = delays.next().unwrap_or(self.config.backoff_max);
-                    tracing::warn!(reason = %reason, retryInMs = wait.as_millis() as u64, "link.disconnected");
-                    wait
+                    self.hubs_mut().advance();
+                    tracing::warn!(hub = %hub.url(), next = %self.current_hub().url(), reason = %reason, retryInMs = wait.as_millis() as u64, "link.disconnected");
+                    Some(wait)
                 }
+            };
+            self.status.send_modify(|s| {
+                s.connected = false;
+                s.hub = None;
+                s.last_wait = wait;
+                if redirected {
+                    s.redirects += 1;
+                }
+                match &end {
+                    SessionEnd::GoAway(..) => s.go_aways += 1,
+                    SessionEnd::Failed(reason) | SessionEnd::Replaced(reason) => {
+                        s.failures += 1;
+                        s.last_failure = Some(reason.clone());
+                    }
+                    _ => {}
+                }
+            });
+            let Some(wait) = wait else {
+                continue;
             };
             tokio::select! {
                 _ = shutdown.cancelled() => break Ok(()),
@@ -511,7 +644,9 @@ impl Link {
                 Err(Err(fatal)) => return Err(fatal),
                 Err(Ok(transient)) => {
                     let wait = delays.next().unwrap_or(self.config.backoff_max);
-                    tracing::warn!(reason = %transient, retryInMs = wait.as_millis() as u64, "link.enroll_retry");
+                    let hub = self.current_hub().url();
+                    self.hubs_mut().advance();
+                    tracing::warn!(%hub, reason = %transient, retryInMs = wait.as_millis() as u64, "link.enroll_retry");
                     tokio::select! {
                         _ = shutdown.cancelled() => return Ok(None),
                         _ = tokio::time::sleep(wait) => {}
@@ -529,7 +664,7 @@ impl Link {
         token: &str,
     ) -> Result<Identity, Result<String, LinkError>> {
         let (key_pem, csr_pem) = new_key_and_csr().map_err(|e| Err(e.into()))?;
-        let channel = tls::channel(&self.config.hub, tls)
+        let channel = tls::channel(&self.current_hub(), tls)
             .await
             .map_err(|e| Ok(tls::connect_failure(&e)))?;
         let response = EnrollmentClient::new(channel)
@@ -617,7 +752,8 @@ impl Link {
         current: &Identity,
     ) -> Result<Identity, String> {
         let (key_pem, csr_pem) = new_key_and_csr().map_err(|e| e.to_string())?;
-        let channel = tls::channel(&self.config.hub, mtls)
+        // The replica the session is on (or will be next).
+        let channel = tls::channel(&self.current_hub(), mtls)
             .await
             .map_err(|e| tls::connect_failure(&e))?;
         let response = SpokeLinkClient::new(channel)
@@ -635,6 +771,7 @@ impl Link {
 
     async fn session(
         &self,
+        hub: &HubAddress,
         mtls: Arc<rustls::ClientConfig>,
         mut identity: watch::Receiver<Identity>,
         reports: &mut mpsc::Receiver<pb::Report>,
@@ -644,25 +781,20 @@ impl Link {
         identity.mark_unchanged();
         let cluster_id = identity.borrow().cluster_id.clone();
         let alert = tls::ReceivedAlert::default();
-        let channel =
-            match tls::channel_noting_alerts(&self.config.hub, mtls.clone(), alert.clone()).await {
-                Ok(c) => c,
-                Err(_) if alert.revoked() => {
-                    return SessionEnd::Revoked(REFUSED_IN_HANDSHAKE.into());
-                }
-                Err(e) => return SessionEnd::Failed(tls::connect_failure(&e)),
-            };
+        let channel = match tls::channel_noting_alerts(hub, mtls.clone(), alert.clone()).await {
+            Ok(c) => c,
+            Err(_) if alert.revoked() => {
+                return SessionEnd::Revoked(REFUSED_IN_HANDSHAKE.into());
+            }
+            Err(e) => return SessionEnd::Failed(tls::connect_failure(&e)),
+        };
         // Tunnels ride a connection of their own (made on first use): a
         // stalled tunnel never holds up this session's stream.
-        let tunnel_channel = match tls::tunnel_channel(
-            &self.config.hub,
-            mtls.clone(),
-            alert.clone(),
-            self.tunnels.max_open(),
-        ) {
-            Ok(c) => c,
-            Err(e) => return SessionEnd::Failed(format!("tunnel channel: {e}")),
-        };
+        let tunnel_channel =
+            match tls::tunnel_channel(hub, mtls.clone(), alert.clone(), self.tunnels.max_open()) {
+                Ok(c) => c,
+                Err(e) => return SessionEnd::Failed(format!("tunnel channel: {e}")),
+            };
         let mut applied = match self.applier.applied().await {
             Ok(a) => a,
             Err(e) => return SessionEnd::Failed(format!("cannot read applied state: {e}")),
@@ -691,21 +823,24 @@ impl Link {
             Ok(Some(pb::HubMessage {
                 body: Some(hub_message::Body::Welcome(w)),
             })) => {
-                tracing::info!(cluster = %w.cluster_name, resend = w.resend.len(), "link.connected");
+                tracing::info!(cluster = %w.cluster_name, hub = %hub.url(), resend = w.resend.len(), "link.connected");
                 Duration::from_secs(u64::from(w.heartbeat_interval_seconds.max(1)))
             }
             Ok(Some(pb::HubMessage {
                 body: Some(hub_message::Body::GoAway(g)),
-            })) => {
-                return SessionEnd::GoAway(Duration::from_secs(u64::from(g.retry_after_seconds)));
-            }
+            })) => return go_away(g),
             Ok(_) => return SessionEnd::Failed("hub did not answer Hello with Welcome".into()),
             Err(status) => return classify(status, &alert),
         };
         *welcomed = true;
         self.metrics.connected.set(1);
+        self.metrics
+            .connected_hub
+            .get_or_create(&HubLabel { hub: hub.url() })
+            .set(1);
         self.status.send_modify(|s| {
             s.connected = true;
+            s.hub = Some(hub.url());
             s.welcomes += 1;
             s.last_welcome = Some(tokio::time::Instant::now());
         });
@@ -764,7 +899,7 @@ impl Link {
                             applies.submit(&self.applier, work);
                         }
                         Ok(Some(pb::HubMessage { body: Some(hub_message::Body::GoAway(g)) })) => {
-                            return SessionEnd::GoAway(Duration::from_secs(u64::from(g.retry_after_seconds)));
+                            return go_away(g);
                         }
                         Ok(Some(pb::HubMessage { body: Some(hub_message::Body::TunnelOpen(open)) })) => {
                             self.tunnels.start(tunnel_channel.clone(), open);
@@ -888,6 +1023,15 @@ fn renew_attempt_timeout(left: Duration) -> Duration {
     (left / 4).clamp(Duration::from_secs(1), Duration::from_secs(30))
 }
 
+/// A GoAway as how the session ended.
+fn go_away(g: pb::GoAway) -> SessionEnd {
+    let redirect = (!g.redirect_url.is_empty()).then_some(g.redirect_url);
+    SessionEnd::GoAway(
+        Duration::from_secs(u64::from(g.retry_after_seconds)),
+        redirect,
+    )
+}
+
 /// Why a session ended, from the status it ended with: the hub's typed
 /// close reason (status metadata), or the TLS `certificate_revoked` alert
 /// the hub sent on the connection when the call failed in the transport.
@@ -896,6 +1040,7 @@ fn classify(status: tonic::Status, alert: &tls::ReceivedAlert) -> SessionEnd {
     let message = status.message().to_owned();
     match CloseReason::of(&status) {
         Some(CloseReason::Revoked) => SessionEnd::Revoked(message),
+        Some(CloseReason::Replaced) => SessionEnd::Replaced(format!("replaced: {message}")),
         Some(reason) => SessionEnd::Failed(format!("{reason}: {message}")),
         None if alert.revoked() => SessionEnd::Revoked(REFUSED_IN_HANDSHAKE.into()),
         None => SessionEnd::Failed(format!("{}: {message}", status.code())),
@@ -985,12 +1130,44 @@ mod tests {
     }
 
     #[test]
+    fn a_replaced_close_is_told_apart() {
+        assert!(matches!(
+            classify_alone(CloseReason::Replaced.status("newer session")),
+            SessionEnd::Replaced(m) if m == "replaced: newer session"
+        ));
+    }
+
+    #[test]
+    fn after_a_replaced_close_the_spoke_waits_long_with_jitter() {
+        let short = Duration::from_millis(500);
+        assert_eq!(replaced_wait(short, 0.0), REPLACED_MIN_WAIT);
+        assert_eq!(replaced_wait(short, 0.5), REPLACED_MIN_WAIT * 3 / 2);
+        assert_eq!(replaced_wait(short, 7.0), REPLACED_MIN_WAIT * 2);
+        // The production cap (30 s) is longer: from there.
+        let cap = Duration::from_secs(30);
+        assert_eq!(replaced_wait(cap, 0.0), cap);
+        assert!(replaced_wait(cap, 0.999) < cap * 2);
+        // Far longer than any ordinary reconnect (full jitter under the cap).
+        assert!(replaced_wait(short, 0.0) > short * 10);
+    }
+
+    #[test]
+    fn a_go_away_carries_its_redirect() {
+        let g = |url: &str| pb::GoAway {
+            reason: "x".into(),
+            retry_after_seconds: 2,
+            redirect_url: url.into(),
+        };
+        assert!(matches!(
+            go_away(g("https://b:2")),
+            SessionEnd::GoAway(d, Some(u)) if d == Duration::from_secs(2) && u == "https://b:2"
+        ));
+        assert!(matches!(go_away(g("")), SessionEnd::GoAway(_, None)));
+    }
+
+    #[test]
     fn other_close_reasons_are_retried() {
-        for reason in [
-            CloseReason::Replaced,
-            CloseReason::ShuttingDown,
-            CloseReason::CertificateExpired,
-        ] {
+        for reason in [CloseReason::ShuttingDown, CloseReason::CertificateExpired] {
             assert!(matches!(
                 classify_alone(reason.status("x")),
                 SessionEnd::Failed(m) if m.starts_with(reason.as_str())
@@ -1028,7 +1205,7 @@ mod tests {
         ));
         // A typed reason wins over what the connection saw.
         assert!(matches!(
-            classify(CloseReason::Replaced.status("x"), &revoked),
+            classify(CloseReason::ShuttingDown.status("x"), &revoked),
             SessionEnd::Failed(_)
         ));
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
+use clawfed_spoke::link::hubs::Hubs;
 use clawfed_spoke::link::identity::{FileIdentityStore, IdentityStore, SecretIdentityStore};
 use clawfed_spoke::link::ledger::FileLedger;
 use clawfed_spoke::link::proxy;
@@ -59,9 +60,17 @@ impl Containment {
 #[derive(Debug, Parser)]
 #[command(name = "clawfed-spoke", version, about)]
 struct Args {
-    /// The hub's link endpoint, e.g. https://hub.example:8443.
-    #[arg(long, env = "CLAWFED_HUB_URL")]
-    hub_url: String,
+    /// The hub's link endpoint, e.g. https://hub.example:8443; several hub
+    /// replicas as a comma-separated list (or the flag repeated): the
+    /// spoke starts at a random one and moves to the next whenever a dial
+    /// fails or a session is lost.
+    #[arg(long, env = "CLAWFED_HUB_URL", value_delimiter = ',', required = true)]
+    hub_url: Vec<String>,
+    /// The name checked against the hub's serving certificate on every
+    /// address (when they are IPs or per-replica names the certificate
+    /// does not carry); default: each address's own host.
+    #[arg(long, env = "CLAWFED_HUB_SERVER_NAME")]
+    hub_server_name: Option<String>,
     /// The hub's link CA certificate (PEM) to pin.
     #[arg(long, env = "CLAWFED_HUB_CA_FILE")]
     ca_file: PathBuf,
@@ -165,8 +174,8 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let _ = rustls::crypto::ring::default_provider().install_default();
 
-    let hub = HubAddress::parse(&args.hub_url).map_err(|e| anyhow::anyhow!("--hub-url: {e}"))?;
-    let hub = with_proxy(hub, &args)?;
+    let hubs = hub_addresses(&args)?;
+    let hub = hubs[0].clone();
     let ca_pem = std::fs::read_to_string(&args.ca_file)
         .with_context(|| format!("--ca-file {}", args.ca_file.display()))?;
     let bootstrap_token = match &args.bootstrap_token_file {
@@ -301,7 +310,14 @@ async fn main() -> anyhow::Result<()> {
         applier,
         metrics,
     );
-    let link = link.with_apply_limit(apply_limit.clone());
+    let server_name = args
+        .hub_server_name
+        .as_deref()
+        .map(server_name)
+        .transpose()?;
+    let link = link
+        .with_hubs(Hubs::random_start(hubs).with_server_name(server_name))
+        .with_apply_limit(apply_limit.clone());
     let link = match tunnels {
         Some(t) => link.with_tunnels(t),
         None => link,
@@ -319,7 +335,7 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!("spoke.draining");
         stop.cancel();
     });
-    tracing::info!(cluster = %args.cluster_name, hub = %args.hub_url, "spoke.started");
+    tracing::info!(cluster = %args.cluster_name, hub = %args.hub_url.join(","), "spoke.started");
     let result = link.run(reports_rx, shutdown.clone()).await;
     shutdown.cancel();
     let _ = metrics_task.await;
@@ -328,6 +344,33 @@ async fn main() -> anyhow::Result<()> {
     }
     tracing::info!("spoke.stopped");
     result.map_err(Into::into)
+}
+
+/// The addresses of `--hub-url` (each through its proxy, checked against
+/// `--hub-server-name` when given).
+fn hub_addresses(args: &Args) -> anyhow::Result<Vec<HubAddress>> {
+    let joined = args.hub_url.join(",");
+    let parsed = HubAddress::parse_list(&joined).map_err(|e| anyhow::anyhow!("--hub-url: {e}"))?;
+    let name = args
+        .hub_server_name
+        .as_deref()
+        .map(server_name)
+        .transpose()?;
+    parsed
+        .into_iter()
+        .map(|hub| {
+            let hub = match &name {
+                Some(n) => hub.with_server_name(n.clone()),
+                None => hub,
+            };
+            with_proxy(hub, args)
+        })
+        .collect()
+}
+
+fn server_name(name: &str) -> anyhow::Result<rustls::pki_types::ServerName<'static>> {
+    rustls::pki_types::ServerName::try_from(name.to_owned())
+        .map_err(|e| anyhow::anyhow!("--hub-server-name {name:?}: {e}"))
 }
 
 /// The hub reached through the proxy `--hub-proxy` or the environment

@@ -165,7 +165,9 @@ fn spawn_spoke(
 }
 
 /// As [`start_spoke`], dialing `hub_url` and pinning `ca_pem`: a hub in
-/// another process (or an address in front of several).
+/// another process (or an address in front of several), or several hub
+/// replicas as a comma-separated list (`--hub-url a,b`: a random one
+/// first, the next after each failure).
 pub fn start_spoke_to(
     hub_url: &str,
     ca_pem: &str,
@@ -194,12 +196,13 @@ fn spawn_spoke_to(
     capabilities: Vec<String>,
 ) -> TestSpoke {
     init_test_logging();
+    let hubs = HubAddress::parse_list(hub_url).expect("hub url");
     let ledger = Arc::new(FileLedger::open(dir).expect("ledger"));
     let mut registry = prometheus_client_registry();
     let metrics = SpokeMetrics::register(&mut registry);
     let link = Link::new(
         LinkConfig {
-            hub: HubAddress::parse(hub_url).expect("hub url"),
+            hub: hubs[0].clone(),
             ca_pem: ca_pem.to_owned(),
             cluster_name: cluster.to_owned(),
             bootstrap_token: token,
@@ -212,6 +215,7 @@ fn spawn_spoke_to(
         ledger.clone(),
         metrics.clone(),
     );
+    let link = link.with_hubs(clawfed_spoke::link::hubs::Hubs::random_start(hubs));
     let link = match tunnels {
         Some(t) => link.with_tunnels(t),
         None => link,

@@ -1601,6 +1601,118 @@ mod cases {
         assert_eq!(offline_events(s.as_ref(), "exec-lapsed", cursor2).await, 1);
         assert_eq!(offline_events(s.as_ref(), "exec-held", cursor).await, 0);
     }
+
+    /// Issue 14, part 4: replicas publish their address and load (an
+    /// upsert); the live ones are listed, dead ones forgotten, one that
+    /// shuts down removes itself.
+    pub async fn replicas_publish_their_address_and_load(s: Arc<dyn Store>) {
+        use clawfed_hub::store::ReplicaRecord;
+        let now = Utc::now();
+        let record = |id: &str, sessions, at| ReplicaRecord {
+            replica_id: id.into(),
+            advertise_url: format!("https://{id}:8443"),
+            sessions,
+            heartbeat_at: at,
+        };
+        let old = now - chrono::Duration::seconds(60);
+        s.replica_heartbeat(&record("a", 5, now)).await.unwrap();
+        s.replica_heartbeat(&record("b", 1, now)).await.unwrap();
+        s.replica_heartbeat(&record("dead", 9, old)).await.unwrap();
+        // A newer heartbeat replaces the older one.
+        s.replica_heartbeat(&record("b", 2, now)).await.unwrap();
+        let since = now - chrono::Duration::seconds(15);
+        let live = s.replicas_live(since).await.unwrap();
+        let ms = |t: chrono::DateTime<Utc>| t.timestamp_millis();
+        assert_eq!(
+            live.iter()
+                .map(|r| (
+                    r.replica_id.as_str(),
+                    r.advertise_url.as_str(),
+                    r.sessions,
+                    ms(r.heartbeat_at)
+                ))
+                .collect::<Vec<_>>(),
+            [
+                ("a", "https://a:8443", 5, ms(now)),
+                ("b", "https://b:8443", 2, ms(now)),
+            ]
+        );
+        // The dead one's row is gone, even for a wider look back.
+        let all = s
+            .replicas_live(old - chrono::Duration::seconds(1))
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 2, "{all:?}");
+        s.replica_remove("a").await.unwrap();
+        let live = s.replicas_live(since).await.unwrap();
+        assert_eq!(
+            live.iter()
+                .map(|r| r.replica_id.as_str())
+                .collect::<Vec<_>>(),
+            ["b"]
+        );
+    }
+
+    /// Issue 14, part 4: a session moved to another replica is handed
+    /// off: its lease covers the move and no replica renews it; the
+    /// spoke's new session takes over; one that never arrives is swept
+    /// offline when the lease lapses. Only the newest live session.
+    pub async fn a_handed_off_session_covers_the_move_then_lapses(s: Arc<dyn Store>) {
+        let c = online_cluster(s.as_ref(), "exec-moved").await;
+        let now = Utc::now();
+        let lease = now + chrono::Duration::seconds(30);
+        let e1 = s.session_claim(&c, "replica-a", lease).await.unwrap();
+        let cover = now + chrono::Duration::seconds(5);
+        assert!(s.session_hand_off(&c, e1, cover).await.unwrap());
+        // No replica renews it any more.
+        assert!(
+            s.session_renew("replica-a", lease)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let session = s.get_session(&c).await.unwrap().unwrap();
+        assert_eq!(session.epoch, e1);
+        assert_eq!(
+            session.lease_expires_at.timestamp_millis(),
+            cover.timestamp_millis()
+        );
+        // Within the cover: not swept.
+        assert!(
+            s.offline_where_lease_expired(now, false)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // The spoke arrives at B: a new epoch B renews.
+        let e2 = s.session_claim(&c, "replica-b", lease).await.unwrap();
+        assert!(e2 > e1);
+        assert_eq!(
+            s.session_renew("replica-b", lease).await.unwrap(),
+            [(c.clone(), e2)]
+        );
+        // A stale hand-off (the old epoch) changes nothing.
+        assert!(!s.session_hand_off(&c, e1, cover).await.unwrap());
+        assert_eq!(
+            s.get_session(&c).await.unwrap().unwrap().replica_id,
+            "replica-b"
+        );
+
+        // Moved again, and this time the spoke never arrives.
+        assert!(s.session_hand_off(&c, e2, cover).await.unwrap());
+        let after = cover + chrono::Duration::milliseconds(1);
+        assert_eq!(
+            s.offline_where_lease_expired(after, false).await.unwrap(),
+            std::slice::from_ref(&c)
+        );
+        assert_eq!(
+            s.get_cluster("exec-moved").await.unwrap().connection_state,
+            ConnectionState::Offline
+        );
+        // An ended session is never handed off.
+        assert!(s.session_end_offline(&c, e2, now).await.unwrap());
+        assert!(!s.session_hand_off(&c, e2, cover).await.unwrap());
+    }
 }
 
 /// Cases that need the raw database as well as the store.
@@ -1959,4 +2071,6 @@ suite!(
     transport_key_is_shared_and_only_hashes_are_kept,
     session_epochs_fence_offline_marking,
     lapsed_session_leases_go_offline_once,
+    replicas_publish_their_address_and_load,
+    a_handed_off_session_covers_the_move_then_lapses,
 );

@@ -35,6 +35,9 @@ pub struct SessionHandle {
     pub outbound: Option<Outbound>,
     /// The fencing epoch the store gave this session (0 until claimed).
     pub epoch: Arc<AtomicI64>,
+    /// Where the spoke is told to reconnect when this replica moves the
+    /// session to another (balancing).
+    redirect: Arc<Mutex<Option<String>>>,
 }
 
 impl SessionHandle {
@@ -51,6 +54,14 @@ impl SessionHandle {
             close: self.close.clone(),
             reason: self.reason.clone(),
         }
+    }
+
+    /// The replica this session was moved to, if it was.
+    pub fn redirect_url(&self) -> Option<String> {
+        self.redirect
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn close_with(&self, reason: CloseReason) {
@@ -103,6 +114,7 @@ impl Registry {
             last_heard_ms: Arc::new(AtomicI64::new(now_ms)),
             outbound,
             epoch: Arc::new(AtomicI64::new(0)),
+            redirect: Arc::new(Mutex::new(None)),
         };
         if let Some(old) = self.map().insert(cluster_id.to_owned(), handle.clone()) {
             old.close_with(CloseReason::Replaced);
@@ -201,6 +213,30 @@ impl Registry {
             .collect()
     }
 
+    /// Moves up to `targets.len()` live sessions (claimed, not closing),
+    /// picked at random, each to its target: the spoke gets a GoAway
+    /// naming that address. Returns (cluster name, target) of those moved.
+    pub fn redirect(&self, targets: &[String]) -> Vec<(String, String)> {
+        use rand::seq::SliceRandom;
+        let map = self.map();
+        let mut movable: Vec<&SessionHandle> = map
+            .values()
+            .filter(|s| s.epoch.load(Ordering::Acquire) > 0 && !s.close.is_cancelled())
+            .collect();
+        movable.shuffle(&mut rand::rng());
+        movable
+            .into_iter()
+            .zip(targets)
+            .map(|(s, target)| {
+                *s.redirect.lock().unwrap_or_else(|p| p.into_inner()) = Some(target.clone());
+                // Not a shutdown of this replica: the session ends with a
+                // GoAway, its lease handed off to the target.
+                s.close_with(CloseReason::ShuttingDown);
+                (s.cluster_name.clone(), target.clone())
+            })
+            .collect()
+    }
+
     /// (cluster name, last heard unix ms) of every live session.
     pub fn last_heard(&self) -> Vec<(String, i64)> {
         self.map()
@@ -236,6 +272,32 @@ mod tests {
         assert_eq!(b.close_reason(), Some(CloseReason::Revoked));
         assert!(r.unregister(&b));
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn redirects_move_claimed_live_sessions_only() {
+        let r = Registry::default();
+        let unclaimed = r.register("c0", "zero", 0, None);
+        let mut claimed = Vec::new();
+        for (i, name) in ["one", "two", "three"].into_iter().enumerate() {
+            let s = r.register(&format!("c{}", i + 1), name, 0, None);
+            s.epoch.store(1, Ordering::Release);
+            claimed.push(s);
+        }
+        claimed[2].close_with(CloseReason::Replaced);
+        let moved = r.redirect(&["https://b:1".to_owned(), "https://c:1".to_owned()]);
+        assert_eq!(moved.len(), 2);
+        let targets: Vec<_> = moved.iter().map(|(_, t)| t.as_str()).collect();
+        assert_eq!(targets, ["https://b:1", "https://c:1"]);
+        assert!(!unclaimed.close.is_cancelled());
+        assert_eq!(unclaimed.redirect_url(), None);
+        for s in &claimed[..2] {
+            assert_eq!(s.close_reason(), Some(CloseReason::ShuttingDown));
+            assert!(s.redirect_url().is_some());
+        }
+        assert_eq!(claimed[2].close_reason(), Some(CloseReason::Replaced));
+        // Nothing left to move.
+        assert!(r.redirect(&["https://b:1".to_owned()]).is_empty());
     }
 
     #[test]

@@ -222,6 +222,7 @@ pub async fn start_with_ca(
         config: config.clone(),
         shutdown: shutdown.clone(),
         secrets,
+        handoff: Default::default(),
     });
 
     let (conn_tx, conn_rx) = mpsc::channel(1024);
@@ -263,6 +264,9 @@ pub async fn start_with_ca(
     tasks.spawn(revocation_watcher(state.clone()));
     tasks.spawn(outbox_poller(state.clone()));
     tasks.spawn(session_keeper(state.clone()));
+    if state.config.advertise_url.is_some() {
+        tasks.spawn(balancer(state.clone()));
+    }
     Ok(LinkHandle { addr, state })
 }
 
@@ -573,6 +577,7 @@ async fn session_keeper(state: Arc<LinkState>) {
             }
             Err(e) => tracing::warn!(error = %e, "link.lease_renew_failed"),
         }
+        publish_replica(&state).await;
         match state
             .store
             .offline_where_lease_expired(Utc::now(), false)
@@ -585,6 +590,70 @@ async fn session_keeper(state: Arc<LinkState>) {
             }
             Err(e) => tracing::warn!(error = %e, "link.store_error"),
         }
+    }
+}
+
+/// Publishes this replica's advertised address and session count (when
+/// it advertises one), with the lease renewal: the others' view of it.
+async fn publish_replica(state: &LinkState) {
+    let Some(url) = &state.config.advertise_url else {
+        return;
+    };
+    let record = crate::store::ReplicaRecord {
+        replica_id: state.config.replica_id.clone(),
+        advertise_url: url.clone(),
+        sessions: state.registry.len() as i64,
+        heartbeat_at: Utc::now(),
+    };
+    if let Err(e) = state.store.replica_heartbeat(&record).await {
+        tracing::warn!(error = %e, "link.replica_publish_failed");
+    }
+}
+
+/// Moves this replica's excess sessions to less loaded replicas, on a
+/// jittered tick (see `balance.rs`): each moved spoke gets a GoAway
+/// naming its new replica, and its lease is handed off to cover the move.
+async fn balancer(state: Arc<LinkState>) {
+    let config = &state.config;
+    let balance = &config.balance;
+    loop {
+        let wait = balance.jittered(rand::random::<f64>());
+        tokio::select! {
+            _ = state.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        let since = Utc::now()
+            - chrono::Duration::from_std(config.replica_ttl()).unwrap_or(chrono::Duration::MAX);
+        let live = match state.store.replicas_live(since).await {
+            Ok(live) => live,
+            Err(e) => {
+                tracing::warn!(error = %e, "link.store_error");
+                continue;
+            }
+        };
+        let loads: Vec<_> = live.iter().map(super::replica_load).collect();
+        let mine = state.registry.len();
+        let targets = super::balance::plan_moves(
+            &config.replica_id,
+            mine,
+            &loads,
+            balance,
+            rand::random::<u32>() as usize,
+        );
+        if targets.is_empty() {
+            continue;
+        }
+        let moved = state.registry.redirect(&targets);
+        for (cluster, target) in &moved {
+            tracing::info!(%cluster, %target, "link.session_redirected");
+        }
+        tracing::info!(
+            replica = %config.replica_id,
+            sessions = mine,
+            replicas = loads.len(),
+            moved = moved.len(),
+            "link.rebalanced"
+        );
     }
 }
 
@@ -604,5 +673,11 @@ async fn hand_off_leases(state: &LinkState) {
     {
         Ok(held) => tracing::info!(sessions = held.len(), ?window, "link.leases_handed_off"),
         Err(e) => tracing::warn!(error = %e, "link.lease_renew_failed"),
+    }
+    // No more redirects to a replica on its way out.
+    if config.advertise_url.is_some()
+        && let Err(e) = state.store.replica_remove(&config.replica_id).await
+    {
+        tracing::warn!(error = %e, "link.replica_remove_failed");
     }
 }

@@ -34,6 +34,12 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The retry-after range (seconds) of a GoAway to a live session: spokes
 /// spread their reconnects over it.
 pub(crate) const GO_AWAY_RETRY: (u32, u32) = (1, 5);
+/// The retry-after range (seconds) of a GoAway that moves a session to
+/// another replica (balancing): that replica is up, and few sessions move
+/// at a time.
+pub(crate) const REDIRECT_RETRY: (u32, u32) = (0, 2);
+/// What a session is told when its replica moves it to another.
+const MOVED: &str = "moved to another hub replica (balancing), reconnect there";
 /// What a session is told when its replica shuts down: another replica
 /// (or this one, restarted) takes it after the jittered retry-after.
 const SHUTTING_DOWN: &str = "hub shutting down, reconnect";
@@ -94,6 +100,7 @@ impl SpokeLink for SpokeLinkApi {
                 .send(Ok(hub(hub_message::Body::GoAway(pb::GoAway {
                     reason: "hub at session capacity".into(),
                     retry_after_seconds,
+                    redirect_url: String::new(),
                 }))))
                 .await;
             return Ok(Response::new(ReceiverStream::new(rx)));
@@ -474,11 +481,20 @@ impl Session {
         }
     }
 
+    /// Tells the spoke to go (this replica shuts down, or moved the
+    /// session to another), naming where to reconnect when known.
     async fn go_away(&self, reason: &str) -> End {
+        let moved = self.handle.redirect_url();
+        let (reason, retry, redirect) = match moved {
+            Some(url) => (MOVED, REDIRECT_RETRY, Some(url)),
+            None => (reason, GO_AWAY_RETRY, self.state.handoff_redirect().await),
+        };
+        tracing::info!(cluster = %self.cluster.name, redirect = redirect.as_deref().unwrap_or(""), "link.go_away");
         let _ = self
             .send(hub_message::Body::GoAway(pb::GoAway {
                 reason: reason.to_owned(),
-                retry_after_seconds: jittered_retry_after(GO_AWAY_RETRY.0, GO_AWAY_RETRY.1),
+                retry_after_seconds: jittered_retry_after(retry.0, retry.1),
+                redirect_url: redirect.unwrap_or_default(),
             }))
             .await;
         End::GoAway
@@ -762,6 +778,24 @@ impl Session {
         let epoch = self.handle.epoch.load(Ordering::Acquire);
         let handoff =
             reason == Some(CloseReason::ShuttingDown) || self.state.shutdown.is_cancelled();
+        // Moved to another replica while this one runs on: no replica
+        // renews the lease any more; it covers the move (the retry-after
+        // and a lease), then lapses if the spoke never arrives.
+        let moved = self.handle.redirect_url().is_some() && !self.state.shutdown.is_cancelled();
+        if epoch > 0 && moved {
+            let window =
+                Duration::from_secs(REDIRECT_RETRY.1.into()) + self.state.config.lease_ttl();
+            let until =
+                Utc::now() + chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
+            if let Err(e) = self
+                .state
+                .store
+                .session_hand_off(&self.cluster.id, epoch, until)
+                .await
+            {
+                tracing::warn!(cluster = %self.cluster.name, error = %e, "link.store_error");
+            }
+        }
         if epoch > 0 && !handoff {
             let last_heard = self.handle.last_heard_ms.load(Ordering::Relaxed);
             let last_seen =

@@ -24,6 +24,18 @@ pub struct ClusterSession {
     pub lease_expires_at: DateTime<Utc>,
 }
 
+/// A hub replica as it last published itself (see
+/// [`SessionStore::replica_heartbeat`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaRecord {
+    pub replica_id: String,
+    /// The link address spokes reach it at (`link.advertiseUrl`).
+    pub advertise_url: String,
+    /// Sessions it held when it published.
+    pub sessions: i64,
+    pub heartbeat_at: DateTime<Utc>,
+}
+
 /// Session ownership across hub replicas.
 #[async_trait]
 pub trait SessionStore: Send + Sync {
@@ -71,4 +83,28 @@ pub trait SessionStore: Send + Sync {
 
     /// The cluster's recorded session.
     async fn get_session(&self, cluster_id: &str) -> Result<Option<ClusterSession>>;
+
+    /// Hands the session `epoch` of `cluster_id` off to whichever replica
+    /// its spoke reconnects to (a redirect): the lease is set to
+    /// `lease_until` and no replica renews it any more, so the cluster
+    /// stays online while the spoke moves, and is marked offline by the
+    /// lapsed-lease sweep if it never arrives. Only the newest, live
+    /// session; returns whether it was.
+    async fn session_hand_off(
+        &self,
+        cluster_id: &str,
+        epoch: i64,
+        lease_until: DateTime<Utc>,
+    ) -> Result<bool>;
+
+    /// Publishes `replica`: its advertised link address and session count,
+    /// with its heartbeat time (an upsert by replica id).
+    async fn replica_heartbeat(&self, replica: &ReplicaRecord) -> Result<()>;
+
+    /// The replicas whose heartbeat is at or after `since`, by id; the
+    /// rows of older ones (dead replicas) are removed.
+    async fn replicas_live(&self, since: DateTime<Utc>) -> Result<Vec<ReplicaRecord>>;
+
+    /// Removes `replica_id`'s row (it shuts down).
+    async fn replica_remove(&self, replica_id: &str) -> Result<()>;
 }

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use super::Result;
-use super::session::{ClusterSession, SessionStore};
+use super::session::{ClusterSession, ReplicaRecord, SessionStore};
 use super::sql::{SqlStore, from_ms, ms};
 
 #[async_trait]
@@ -157,5 +157,80 @@ impl SessionStore for SqlStore {
         })
         .transpose()
         .map_err(|e: sqlx::Error| self.classify(e))
+    }
+
+    async fn session_hand_off(
+        &self,
+        cluster_id: &str,
+        epoch: i64,
+        lease_until: DateTime<Utc>,
+    ) -> Result<bool> {
+        // The empty owner: no replica's renewal matches it, so the lease
+        // only lasts until `lease_until` unless a new session claims it.
+        let handed = sqlx::query(
+            "UPDATE cluster_sessions SET replica_id = '', lease_expires_at = $3 \
+             WHERE cluster_id = $1 AND epoch = $2 AND lease_expires_at > 0",
+        )
+        .bind(cluster_id.to_owned())
+        .bind(epoch)
+        .bind(ms(lease_until))
+        .execute(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?
+        .rows_affected();
+        Ok(handed == 1)
+    }
+
+    async fn replica_heartbeat(&self, replica: &ReplicaRecord) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO hub_replicas (replica_id, advertise_url, sessions, heartbeat_at) \
+             VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (replica_id) DO UPDATE SET advertise_url = excluded.advertise_url, \
+             sessions = excluded.sessions, heartbeat_at = excluded.heartbeat_at",
+        )
+        .bind(replica.replica_id.clone())
+        .bind(replica.advertise_url.clone())
+        .bind(replica.sessions)
+        .bind(ms(replica.heartbeat_at))
+        .execute(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(())
+    }
+
+    async fn replicas_live(&self, since: DateTime<Utc>) -> Result<Vec<ReplicaRecord>> {
+        sqlx::query("DELETE FROM hub_replicas WHERE heartbeat_at < $1")
+            .bind(ms(since))
+            .execute(self.pool())
+            .await
+            .map_err(|e| self.classify(e))?;
+        let rows = sqlx::query(
+            "SELECT replica_id, advertise_url, sessions, heartbeat_at FROM hub_replicas \
+             WHERE heartbeat_at >= $1 ORDER BY replica_id",
+        )
+        .bind(ms(since))
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| self.classify(e))?;
+        rows.iter()
+            .map(|r| {
+                Ok(ReplicaRecord {
+                    replica_id: r.try_get(0)?,
+                    advertise_url: r.try_get(1)?,
+                    sessions: r.try_get(2)?,
+                    heartbeat_at: from_ms(r.try_get(3)?),
+                })
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(|e| self.classify(e))
+    }
+
+    async fn replica_remove(&self, replica_id: &str) -> Result<()> {
+        sqlx::query("DELETE FROM hub_replicas WHERE replica_id = $1")
+            .bind(replica_id.to_owned())
+            .execute(self.pool())
+            .await
+            .map_err(|e| self.classify(e))?;
+        Ok(())
     }
 }

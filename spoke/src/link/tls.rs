@@ -16,6 +16,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
+use clawfed_proto::link::address::LinkAddress;
+
 use super::identity::Identity;
 use super::proxy::{Proxy, ProxyError};
 
@@ -115,24 +117,37 @@ pub struct HubAddress {
 }
 
 impl HubAddress {
-    /// Parses `https://host:port`.
+    /// Parses `https://host:port` (the rule of
+    /// [`clawfed_proto::link::address`]); TLS checks the host as the
+    /// hub's name.
     pub fn parse(url: &str) -> Result<Self, String> {
-        let rest = url
-            .strip_prefix("https://")
-            .ok_or_else(|| format!("hub URL {url:?} must start with https://"))?;
-        let authority = rest.trim_end_matches('/').to_owned();
-        let host = match authority.rsplit_once(':') {
-            Some((h, p)) if p.parse::<u16>().is_ok() => h,
-            _ => return Err(format!("hub URL {url:?} must name a port")),
-        };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let server_name =
-            ServerName::try_from(host.to_owned()).map_err(|e| format!("hub URL {url:?}: {e}"))?;
+        let address = LinkAddress::parse(url).map_err(|e| e.to_string())?;
+        let server_name = ServerName::try_from(address.host.clone())
+            .map_err(|e| format!("hub URL {url:?}: {e}"))?;
         Ok(Self {
-            authority,
+            authority: address.authority,
             server_name,
             proxy: None,
         })
+    }
+
+    /// Parses a comma-separated list of `https://host:port` (several hub
+    /// replicas, or their Service address); at least one.
+    pub fn parse_list(urls: &str) -> Result<Vec<Self>, String> {
+        let list = LinkAddress::parse_list(urls).map_err(|e| e.to_string())?;
+        list.iter().map(|a| Self::parse(&a.to_string())).collect()
+    }
+
+    /// The address as a URL (`https://host:port`), for logs and metrics.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.authority)
+    }
+
+    /// The same address with TLS checking `name` instead of its host: every
+    /// replica presents one serving identity, whatever address reaches it.
+    pub fn with_server_name(mut self, name: ServerName<'static>) -> Self {
+        self.server_name = name;
+        self
     }
 
     /// The same hub, reached through `proxy` (`None`: directly).
@@ -452,5 +467,15 @@ mod tests {
         assert!(a.proxy.is_none());
         let v6 = HubAddress::parse("https://[::1]:8443").unwrap();
         assert_eq!(v6.host_port(), ("::1", 8443));
+        let list = HubAddress::parse_list("https://127.0.0.1:1,https://localhost:2").unwrap();
+        assert_eq!(
+            list.iter().map(HubAddress::url).collect::<Vec<_>>(),
+            ["https://127.0.0.1:1", "https://localhost:2"]
+        );
+        let err = HubAddress::parse_list("https://127.0.0.1:1,hub:2").unwrap_err();
+        assert!(
+            err.contains("\"hub:2\"") && err.contains("https://"),
+            "{err}"
+        );
     }
 }
