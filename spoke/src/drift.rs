@@ -491,7 +491,18 @@ impl Repairer {
                         } else {
                             // An indexed object is cut down and judged on the
                             // value in hand (its desired JSON parsed once).
+                            let mut stale = false;
                             let d = match (live, ns.index.get(&k)) {
+                                // An event older than the copy in hand (a repair's
+                                // own answer, kept by `cache_live`) says nothing new:
+                                // judged, it would repair again what the repair
+                                // already put back, and count it twice.
+                                (Some(v), Some(_))
+                                    if older_than(&v, ns.live.get(&k).map(Json::value)) =>
+                                {
+                                    stale = true;
+                                    None
+                                }
                                 (Some(v), Some(ix)) => {
                                     let desired = ix.value.value();
                                     let kept = ix.keep_against(k.0, v, &desired);
@@ -508,7 +519,7 @@ impl Repairer {
                                     verdict(&key.namespace, ns, &k, synced_all)
                                 }
                             };
-                            if d.is_none() && ns.index.contains_key(&k) {
+                            if d.is_none() && !stale && ns.index.contains_key(&k) {
                                 st.limiter.settled(&key, tokio::time::Instant::now());
                             }
                             due.extend(d);
@@ -597,11 +608,6 @@ impl Repairer {
     /// Keeps `answered` (a repair's answer) as the copy of `key`, unless the
     /// watch already holds a newer one.
     fn cache_live(&self, key: &ObjectKey, answered: Value) {
-        let version = |v: &Value| {
-            v.pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-                .and_then(|s| s.parse::<u64>().ok())
-        };
         let mut st = self.lock();
         let Some(ns) = st.namespaces.get_mut(&key.namespace) else {
             return;
@@ -611,12 +617,7 @@ impl Repairer {
             Some(ix) => ix.keep(key.kind, answered),
             None => answered,
         };
-        let have = ns.live.get(&k).map(Json::value);
-        let newer = match (have.as_ref().and_then(version), version(&answered)) {
-            (Some(have), Some(got)) => got > have,
-            _ => true,
-        };
-        if newer {
+        if !older_than(&answered, ns.live.get(&k).map(Json::value)) {
             ns.live.insert(k, Json::new(&answered));
         }
     }
@@ -854,6 +855,27 @@ impl Repairer {
     }
 }
 
+/// An object's resourceVersion as a number. The apiserver hands out etcd
+/// revisions, which only grow; they are compared here only between copies of
+/// one object.
+fn resource_version(v: &Value) -> Option<u64> {
+    v.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+}
+
+/// Whether `copy` is an older version of the object than `have`. Unknown
+/// versions are never older: the copy is then taken as news.
+fn older_than(copy: &Value, have: Option<Value>) -> bool {
+    match (
+        resource_version(copy),
+        have.as_ref().and_then(resource_version),
+    ) {
+        (Some(got), Some(have)) => got < have,
+        _ => false,
+    }
+}
+
 fn is_record(v: &Value) -> bool {
     v.pointer("/metadata/labels")
         .and_then(|l| l.get(desired::LABEL))
@@ -1003,5 +1025,32 @@ async fn watch_kind<K>(
         if tx.send(msg).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn at(rv: &str) -> Value {
+        json!({"metadata": {"resourceVersion": rv}, "spec": {"replicas": 0}})
+    }
+
+    #[test]
+    fn an_event_older_than_the_repairs_answer_is_stale() {
+        // The controller's status write (rv 99) reaches the watch after the
+        // repair's answer (rv 100) was kept: it is not drift.
+        assert!(older_than(&at("99"), Some(at("100"))));
+        assert!(!older_than(&at("100"), Some(at("100"))));
+        assert!(!older_than(&at("101"), Some(at("100"))));
+    }
+
+    #[test]
+    fn unknown_versions_are_news() {
+        assert!(!older_than(&at("99"), None));
+        assert!(!older_than(&json!({"metadata": {}}), Some(at("100"))));
+        assert!(!older_than(&at("99"), Some(json!({}))));
+        assert!(!older_than(&at("not-a-number"), Some(at("100"))));
     }
 }

@@ -129,7 +129,8 @@ pub struct Rollout {
     /// Opens the credentials revisions froze; `None` fails a revision that
     /// has any.
     secrets: Option<Arc<SecretBox>>,
-    /// This process's name as holder of Agent leases.
+    /// This process's name; each pass holds Agent leases under its own
+    /// name made from it ([`pass_holder`]).
     holder: String,
 }
 
@@ -140,6 +141,14 @@ impl std::fmt::Debug for Rollout {
             .field("holder", &self.holder)
             .finish_non_exhaustive()
     }
+}
+
+/// The holder name of one pass. The store's lease is re-entrant for its
+/// holder, so a name shared by a process's passes let two passes of one
+/// Agent in one worker batch run together, and the first to end released
+/// the lease under the other (letting a third in from another replica).
+fn pass_holder(process: &str) -> String {
+    format!("{process}-{}", uuid::Uuid::new_v4().simple())
 }
 
 pub(crate) fn store_err(e: StoreError) -> WorkError {
@@ -263,15 +272,16 @@ impl Rollout {
     ) -> Result<Option<T>, WorkError> {
         let now = Utc::now();
         let until = now + chrono::Duration::from_std(self.config.pass_lease).unwrap_or_default();
+        let holder = pass_holder(&self.holder);
         if !store
-            .begin_agent_pass(agent_id, &self.holder, now, until)
+            .begin_agent_pass(agent_id, &holder, now, until)
             .await
             .map_err(store_err)?
         {
             return Ok(None);
         }
         let result = f.await;
-        if let Err(e) = store.end_agent_pass(agent_id, &self.holder).await {
+        if let Err(e) = store.end_agent_pass(agent_id, &holder).await {
             // The lease runs out by itself.
             tracing::warn!(agent = %agent_id, error = %e, "pipeline.lease_release_failed");
         }
@@ -1004,5 +1014,17 @@ impl WorkHandler for StopHandler {
         _cancel: &CancellationToken,
     ) -> Result<(), WorkError> {
         self.0.stop_agent(store, item).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pass_holder;
+
+    #[test]
+    fn each_pass_holds_leases_under_its_own_name() {
+        let (a, b) = (pass_holder("hub-1"), pass_holder("hub-1"));
+        assert_ne!(a, b, "two passes of one process must exclude each other");
+        assert!(a.starts_with("hub-1-"), "{a}: the process stays readable");
     }
 }
