@@ -26,8 +26,8 @@
 //!    replicas with worker, link and pipeline on and no spoke, on their own
 //!    database, `pg_stat_database` (commits + rollbacks) over
 //!    `--idle-seconds`; at the default safety polls and with
-//!    `--tuned-poll-ms` (`worker.safetyPollMs`, `link.safetyPollMs`), both
-//!    at once on two databases;
+//!    `--tuned-poll-ms` (`worker.safetyPollMs`, `link.safetyPollMs`,
+//!    `watch.safetyPollMs`), both at once on two databases;
 //! 4. deploy throughput with one replica and with two on one database:
 //!    `--deploys` Agents deployed through the REST API (spread over the
 //!    replicas' APIs), driven by the replicas' workers through the real
@@ -84,8 +84,12 @@ struct Args {
     /// Seconds the idle replicas are measured.
     #[arg(long, default_value_t = 30)]
     idle_seconds: u64,
-    /// The safety polls (worker and link, ms) of the second idle set.
-    #[arg(long, default_value_t = 10_000)]
+    /// Seconds between the idle replicas' start and the measurement (idle
+    /// backends report their start-up transactions up to 10 s late).
+    #[arg(long, default_value_t = 15)]
+    idle_warmup_seconds: u64,
+    /// The safety polls (worker, link and watch, ms) of the second idle set.
+    #[arg(long, default_value_t = 30_000)]
     tuned_poll_ms: u64,
     /// Agents deployed per batch (one replica, then two).
     #[arg(long, default_value_t = 100)]
@@ -267,7 +271,8 @@ impl Replica {
 }
 
 /// The hub configuration of one database. `safety_poll_ms` sets the
-/// worker's and the link's safety polls (the defaults when `None`).
+/// worker's, the link's and the watch's safety polls (the defaults when
+/// `None`).
 fn hub_config(
     dir: &Path,
     db_url: &str,
@@ -278,7 +283,7 @@ fn hub_config(
     let path = dir.join("hub.yaml");
     let (worker_poll, link_poll) = match safety_poll_ms {
         Some(ms) => (
-            format!("worker:\n  safetyPollMs: {ms}\n"),
+            format!("worker:\n  safetyPollMs: {ms}\nwatch:\n  safetyPollMs: {ms}\n"),
             format!("  safetyPollMs: {ms}\n"),
         ),
         None => (String::new(), String::new()),
@@ -571,11 +576,11 @@ async fn idle(
         running.push((label, poll, name, replicas));
     }
     println!(
-        "failover-bench: idle: {} replicas at the default safety polls and {} at {} ms, no spoke; warm-up 5 s, then {} s",
-        a.replicas, a.replicas, a.tuned_poll_ms, a.idle_seconds
+        "failover-bench: idle: {} replicas at the default safety polls and {} at {} ms, no spoke; warm-up {} s, then {} s",
+        a.replicas, a.replicas, a.tuned_poll_ms, a.idle_warmup_seconds, a.idle_seconds
     );
     // Start-up work (migrations, CA import) is not idle work.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_secs(a.idle_warmup_seconds)).await;
     let mut before = Vec::new();
     for (_, _, name, _) in &running {
         before.push(pg.xacts(name).await?);
@@ -590,13 +595,16 @@ async fn idle(
         let per = (x1 - x0) as f64 / wall / replicas.len() as f64;
         let setting = match poll {
             None => format!(
-                "the default safety polls (worker {} ms, link {} ms; the default)",
+                "the default safety polls (worker {} ms, link {} ms, watch {} ms; the default)",
                 clawfed_hub::worker::DEFAULT_SAFETY_POLL.as_millis(),
+                clawfed_hub::watch::WatchSettings::default().safety_poll_ms,
                 clawfed_hub::link::LinkConfig::default()
                     .poll_interval
                     .as_millis()
             ),
-            Some(ms) => format!("worker.safetyPollMs = link.safetyPollMs = {ms} (not the default)"),
+            Some(ms) => format!(
+                "worker.safetyPollMs = link.safetyPollMs = watch.safetyPollMs = {ms} (not the default)"
+            ),
         };
         figures.push(Figure {
             what: format!("idle database transactions per replica, {label}"),
