@@ -34,6 +34,10 @@
 //!    pipeline to `active`; the spokes' applier answers as a cluster that
 //!    does everything at once (namespace, Harness, a ready observation).
 //!
+//! Exits 2 only when a part cannot complete (a replica that does not
+//! start, a spoke that does not come back within `--phase-timeout-seconds`,
+//! a failed revision); a missed goal is printed as MISS.
+//!
 //! `cargo build --release -p clawfed-hub -p clawfed-bench &&
 //!  eval "$(scripts/postgres.sh env)" &&
 //!  "$CARGO_TARGET_DIR"/release/failover-bench`
@@ -522,14 +526,14 @@ async fn run(a: Args) -> anyhow::Result<bool> {
     println!(
         "spokes: the product's clawfed_spoke::link::Link, in this process, dialing one address in front of the replicas (a TCP forwarder here: the spoke link takes one hub address)"
     );
-    let mut all = true;
+    // A missed goal is a figure (MISS), not a failed run: the default
+    // idle setting is printed as the "before" and misses by design.
     for f in &figures {
         println!("{}: {}", f.what, f.value);
         println!("    goal {}: {}", f.goal, f.verdict);
         println!("    conditions: {}", f.conditions);
-        all &= f.verdict != "MISS";
     }
-    Ok(all)
+    Ok(true)
 }
 
 async fn run_parts(a: &Args, pg: &Pg, dir: &Path) -> anyhow::Result<Vec<Figure>> {
