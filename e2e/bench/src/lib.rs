@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+pub mod fleet;
+
 /// "release", "debug" or "custom" for a binary in a cargo target dir.
 pub fn profile_of(bin: &Path) -> &'static str {
     match bin
