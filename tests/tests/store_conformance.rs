@@ -1824,7 +1824,7 @@ mod raw_cases {
                     ((id, target), acked)
                 });
             }
-            if t % 2 == 0 {
+            if t.is_multiple_of(2) {
                 let (s, id, target) = (s.clone(), id.clone(), target.clone());
                 puts2.spawn(async move {
                     let seq = s

@@ -1652,7 +1652,7 @@ async fn inproc_hub(a: InprocArgs) -> anyhow::Result<bool> {
             })
             .filter(|(n, _, _)| *n > 0)
             .collect();
-        by_kind.sort_by(|x, y| y.0.cmp(&x.0));
+        by_kind.sort_by_key(|k| std::cmp::Reverse(k.0));
         let statement_total: u64 = by_kind.iter().map(|k| k.0).sum();
         let groups_1 = sql.link_group_stats();
         for (n, secs, label) in by_kind.iter().take(12) {
