@@ -48,6 +48,7 @@ use crate::model::{
 };
 
 pub use credentials::*;
+pub use group::GroupStats;
 pub use link::*;
 pub use session::*;
 pub use sql::SqlStore;

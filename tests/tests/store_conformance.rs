@@ -1862,6 +1862,166 @@ mod raw_cases {
         assert!(s.revision_credentials(&r1.id).await.unwrap().is_empty());
         assert!(s.list_agent_credentials(&bot.id).await.unwrap().is_empty());
     }
+    /// Issue 17 (link writes on PostgreSQL): puts, acks and reports that
+    /// arrive together commit in groups (on PostgreSQL one set-based
+    /// statement per group) with the outcome of some one-by-one order:
+    /// every item gets a distinct dense sequence, an ack acks its item once
+    /// (a duplicate says it was acked already), a newer put racing an ack
+    /// of the older item either finds it acked and keeps it, or supersedes
+    /// it and the ack reports nothing done, and the report that stands is
+    /// the newest generation's.
+    pub async fn link_writes_commit_in_groups_like_one_by_one(db: &TestDb) {
+        use clawfed_hub::store::ClusterRecord;
+        let s = db.dyn_store();
+        let mut ids = Vec::new();
+        for name in ["exec-a", "exec-b"] {
+            let c = s
+                .upsert_cluster(&ClusterRecord {
+                    name: name.into(),
+                    labels: Default::default(),
+                    capabilities: vec![],
+                    certificate_serials: vec![],
+                    connection_state: clawfed_hub::model::ConnectionState::Online,
+                    last_seen: None,
+                    version: "test".into(),
+                })
+                .await
+                .unwrap();
+            ids.push(c.id);
+        }
+        let before = db.store.link_group_stats();
+        // 2 clusters x 40 targets at generation 1, all at once.
+        let mut puts = tokio::task::JoinSet::new();
+        for id in &ids {
+            for t in 0..40 {
+                let (s, id) = (s.clone(), id.clone());
+                puts.spawn(async move {
+                    let target = format!("harness/ns-1/a{t}/1");
+                    let seq = s
+                        .outbox_put(&id, &target, "harness.apply", 1, "{\"g\":1}")
+                        .await
+                        .unwrap()
+                        .expect("a first put queues");
+                    (id, target, seq)
+                });
+            }
+        }
+        let items = puts.join_all().await;
+        for id in &ids {
+            let mut seqs: Vec<i64> = items
+                .iter()
+                .filter(|(c, _, _)| c == id)
+                .map(|(_, _, q)| *q)
+                .collect();
+            seqs.sort_unstable();
+            assert_eq!(seqs, (1..=40).collect::<Vec<_>>(), "dense per cluster");
+        }
+        // Then at once: every item acked twice, generation 2 put for the
+        // even targets, reports of generations 1, 3 and 2 per target.
+        let now = chrono::Utc::now();
+        let mut acks = tokio::task::JoinSet::new();
+        let mut puts2 = tokio::task::JoinSet::new();
+        let mut reports = tokio::task::JoinSet::new();
+        for (id, target, seq) in &items {
+            // Targets a0, a2, ... of each cluster get generation 2.
+            let t: u32 = target
+                .trim_start_matches("harness/ns-1/a")
+                .trim_end_matches("/1")
+                .parse()
+                .unwrap();
+            for _ in 0..2 {
+                let (s, id, target, seq) = (s.clone(), id.clone(), target.clone(), *seq);
+                acks.spawn(async move {
+                    let acked = s.outbox_ack(&id, seq, &target, 1, now).await.unwrap();
+                    ((id, target), acked)
+                });
+            }
+            if t.is_multiple_of(2) {
+                let (s, id, target) = (s.clone(), id.clone(), target.clone());
+                puts2.spawn(async move {
+                    let seq = s
+                        .outbox_put(&id, &target, "harness.stop", 2, "{\"g\":2}")
+                        .await
+                        .unwrap();
+                    ((id, target), seq)
+                });
+            }
+            for g in [1, 3, 2] {
+                let (s, id, target) = (s.clone(), id.clone(), target.clone());
+                reports.spawn(async move {
+                    s.put_report(&id, &target, "work-result", g, &json!({"g": g}), now)
+                        .await
+                        .unwrap();
+                });
+            }
+        }
+        let mut acked: std::collections::HashMap<(String, String), u32> =
+            std::collections::HashMap::new();
+        for (key, ok) in acks.join_all().await {
+            *acked.entry(key).or_default() += u32::from(ok);
+        }
+        let superseding: std::collections::HashMap<(String, String), Option<i64>> =
+            puts2.join_all().await.into_iter().collect();
+        reports.join_all().await;
+        for id in &ids {
+            let mut seqs: Vec<i64> = superseding
+                .iter()
+                .filter(|((c, _), _)| c == id)
+                .map(|(_, q)| q.expect("generation 2 is newer"))
+                .collect();
+            seqs.sort_unstable();
+            assert_eq!(
+                seqs,
+                (41..=60).collect::<Vec<_>>(),
+                "dense after the first 40"
+            );
+        }
+        let pending = s.outbox_pending(&ids[0], 0, 1000).await.unwrap();
+        let mut pending_b = s.outbox_pending(&ids[1], 0, 1000).await.unwrap();
+        let mut pending_all = pending;
+        pending_all.append(&mut pending_b);
+        for (id, target, _) in &items {
+            let key = (id.clone(), target.clone());
+            let n = acked.get(&key).copied().unwrap_or(0);
+            let queued: Vec<_> = pending_all
+                .iter()
+                .filter(|p| p.cluster_id == *id && p.target == *target)
+                .collect();
+            let acked_latest = s.outbox_acked_latest(id).await.unwrap();
+            let acked_gen1 = acked_latest.iter().any(|(t, _, g)| t == target && *g == 1);
+            if superseding.contains_key(&key) {
+                // Generation 2 is queued, once; the first item was either
+                // acked before it (acked once, kept) or superseded (never
+                // acked).
+                assert_eq!(queued.len(), 1, "{target}: {queued:?}");
+                assert_eq!(queued[0].generation, 2);
+                assert!(n <= 1, "{target} acked {n} times");
+                assert_eq!(
+                    n == 1,
+                    acked_gen1,
+                    "{target}: an ack said done iff it stands"
+                );
+            } else {
+                assert_eq!(n, 1, "{target}: exactly one of the two acks acked");
+                assert!(queued.is_empty(), "{target}: {queued:?}");
+                assert!(acked_gen1, "{target}");
+            }
+            let r = s
+                .get_report(id, target, "work-result")
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!((r.generation, r.body["g"].clone()), (3, json!(3)));
+        }
+        // They were grouped: fewer commits than writes.
+        let after = db.store.link_group_stats();
+        let (groups, writes) = (after.groups - before.groups, after.writes - before.writes);
+        assert_eq!(writes, 80 + 160 + 40 + 240, "every write in a whole group");
+        assert!(
+            groups < writes / 2,
+            "{groups} groups for {writes} concurrent writes"
+        );
+    }
 
     /// Issue 14 part 3: the link CA is shared through the store. Replicas
     /// starting together agree on one CA (first writer wins); the key is
@@ -2020,6 +2180,7 @@ macro_rules! raw_suite {
 raw_suite!(
     credentials_are_sealed_snapshotted_and_bound_to_their_agent,
     link_ca_is_shared_sealed_and_imported_once,
+    link_writes_commit_in_groups_like_one_by_one,
 );
 
 /// Instantiates every case for one backend.

@@ -618,11 +618,16 @@ async fn run(a: RunArgs) -> anyhow::Result<bool> {
         load_rtt.push(t.elapsed().as_micros() as u64);
     }
     load_rtt.sort_unstable();
+    let mut statement_kinds: Vec<String> = Vec::new();
     let done = tokio::time::timeout(phase, async {
         loop {
             match hub3.stdout.next_line().await? {
                 Some(l) if l.starts_with("done ") => return anyhow::Ok(l),
-                Some(_) => continue,
+                Some(l) => {
+                    if let Some(kind) = l.strip_prefix("stmt\t") {
+                        statement_kinds.push(kind.to_owned());
+                    }
+                }
                 None => bail!("in-process hub exited during the load"),
             }
         }
@@ -795,7 +800,7 @@ async fn run(a: RunArgs) -> anyhow::Result<bool> {
                 verdict(e2e_p99 <= 50 && unacked == 0, full_scale && a.rate >= 1000 && m >= 1000)
             ),
             limit: if a.postgres {
-                "PostgreSQL commits: put, ack and the Link's work-result report, a transaction each per item"
+                "PostgreSQL: put, ack and the Link's work-result report per item, committed in groups (one set-based statement per group, 2 groups at a time)"
             } else {
                 "SQLite single writer: put + ack + the Link's work-result report per item (grouped commits)"
             }
@@ -806,6 +811,12 @@ async fn run(a: RunArgs) -> anyhow::Result<bool> {
             value: format!("achieved {achieved:.0}/s, {} sent, {unacked} unacked, put p50/p99 {:.2}/{:.2} ms", num("sent"), num("put_p50_us") / 1000.0, num("put_p99_us") / 1000.0),
             goal: "-".into(),
             limit: "in-process hub (LinkHandle::send); idle spokes stay connected".into(),
+        },
+        Row {
+            what: "  database work per item (load and drain)".into(),
+            value: database_per_item(&num, &statement_kinds),
+            goal: "-".into(),
+            limit: "statements: sqlx's statement events in the hub process (each a round trip); transactions: pg_stat_database of the whole database, less its background rate measured right after".into(),
         },
         Row {
             what: format!("  enqueue→work at the applier p50 / p99 ({works} items)"),
@@ -878,6 +889,132 @@ async fn run(a: RunArgs) -> anyhow::Result<bool> {
     Ok(held == n && unacked == 0)
 }
 
+/// "X statements, Y transactions per item; by kind: ..." from the
+/// in-process hub's `done` figures and its "stmt" lines.
+fn database_per_item(num: &dyn Fn(&str) -> f64, kinds: &[String]) -> String {
+    let items = num("sent").max(1.0);
+    let mut out = format!("{:.2} statements", num("statements") / items);
+    let xacts = num("xacts");
+    if xacts.is_finite() {
+        let background = num("xacts_background_per_s") * num("xacts_window_s");
+        out.push_str(&format!(
+            ", {:.2} server transactions ({xacts:.0} in {:.1} s, {background:.0} of them background)",
+            (xacts - background).max(0.0) / items,
+            num("xacts_window_s"),
+        ));
+    }
+    out.push_str(&format!(
+        " per item; link writes (put, ack, report) in {:.0} group commits, {:.1} writes each;",
+        num("groups"),
+        num("grouped_writes") / num("groups").max(1.0)
+    ));
+    out.push_str(" by statement (count, client s):");
+    for kind in kinds {
+        let mut f = kind.splitn(3, '\t');
+        let (n, secs, label) = (f.next(), f.next(), f.next());
+        if let (Some(n), Some(secs), Some(label)) = (n, secs, label) {
+            let per_item = n.parse::<f64>().unwrap_or(0.0) / items;
+            out.push_str(&format!("\n      {per_item:.2}/item {n} {secs} s  {label}"));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// What the database does per item: statements as this process sends them,
+// transactions as the PostgreSQL server counts them.
+
+/// Counts the statements sqlx runs in this process by their opening words:
+/// one `sqlx::query` event per statement executed (each a round trip;
+/// BEGIN and COMMIT included), with its client-side time.
+#[derive(Debug, Clone, Default)]
+struct StatementCounter(Arc<Mutex<HashMap<String, (u64, f64)>>>);
+
+impl StatementCounter {
+    /// Installs the counter as this process's tracing subscriber, which
+    /// enables sqlx's statement events and nothing else.
+    fn install() -> Self {
+        use tracing_subscriber::Layer as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let counter = Self::default();
+        let only_statements = tracing_subscriber::filter::Targets::new()
+            .with_target("sqlx::query", tracing::Level::DEBUG);
+        // Not `try_init`: that would also route the `log` records of every
+        // crate (rustls' per-handshake ones) through this subscriber.
+        let _ = tracing::subscriber::set_global_default(
+            tracing_subscriber::registry().with(counter.clone().with_filter(only_statements)),
+        );
+        counter
+    }
+
+    fn snapshot(&self) -> HashMap<String, (u64, f64)> {
+        self.0.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+}
+
+#[derive(Default)]
+struct StatementFields {
+    summary: String,
+    statement: String,
+    secs: f64,
+}
+
+impl tracing::field::Visit for StatementFields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match field.name() {
+            "summary" => self.summary = value.to_owned(),
+            "db.statement" => self.statement = value.to_owned(),
+            _ => {}
+        }
+    }
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        if field.name() == "elapsed_secs" {
+            self.secs = value;
+        }
+    }
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StatementCounter {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut fields = StatementFields::default();
+        event.record(&mut fields);
+        // sqlx's summary is the first four words; the full text (when
+        // longer) tells the group statement from other CTEs.
+        let text = if fields.statement.is_empty() {
+            fields.summary
+        } else {
+            fields.statement
+        };
+        let mut label: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if let Some((cut, _)) = label.char_indices().nth(72) {
+            label.truncate(cut);
+        }
+        if let Ok(mut m) = self.0.lock() {
+            let e = m.entry(label).or_default();
+            e.0 += 1;
+            e.1 += fields.secs;
+        }
+    }
+}
+
+/// Transactions committed and rolled back in this database so far, as the
+/// server counts them (every client's; PostgreSQL only).
+async fn server_xacts(url: &str) -> anyhow::Result<i64> {
+    use sqlx::Connection as _;
+    use sqlx::Row as _;
+    let mut c = sqlx::PgConnection::connect(url).await?;
+    let row = sqlx::query(
+        "SELECT (xact_commit + xact_rollback)::BIGINT FROM pg_stat_database \
+         WHERE datname = current_database()",
+    )
+    .fetch_one(&mut c)
+    .await?;
+    let n = row.try_get::<i64, _>(0)?;
+    c.close().await?;
+    Ok(n)
+}
+
 // ---------------------------------------------------------------------------
 // The in-process hub of the latency phase.
 
@@ -895,9 +1032,11 @@ impl Enrollment for Echo {
 }
 
 async fn inproc_hub(a: InprocArgs) -> anyhow::Result<bool> {
+    let statements = StatementCounter::install();
     let env: HashMap<String, String> = std::env::vars().collect();
     let config = clawfed_hub::config::Config::load(Some(&a.config), &env)?;
-    let store: Arc<dyn Store> = Arc::new(store::connect(&config.database.url).await?);
+    let sql = Arc::new(store::connect(&config.database.url).await?);
+    let store: Arc<dyn Store> = sql.clone();
     let hub = clawfed_hub::server::start_with_store(
         &config,
         store.clone(),
@@ -936,6 +1075,15 @@ async fn inproc_hub(a: InprocArgs) -> anyhow::Result<bool> {
         if line.trim() != "go" {
             break;
         }
+        let postgres = config.database.url.starts_with("postgres");
+        let xacts_0 = if postgres {
+            Some(server_xacts(&config.database.url).await?)
+        } else {
+            None
+        };
+        let statements_0 = statements.snapshot();
+        let groups_0 = sql.link_group_stats();
+        let measured = Instant::now();
         let total = a.rate * a.seconds;
         let window = 1024;
         let inflight = Arc::new(Semaphore::new(window));
@@ -982,14 +1130,53 @@ async fn inproc_hub(a: InprocArgs) -> anyhow::Result<bool> {
         }
         let mut put = put_us.lock().map(|v| v.clone()).unwrap_or_default();
         put.sort_unstable();
+        let drained_ms = drain.elapsed().as_millis();
+        // Statements of the load and its drain, by kind, most frequent
+        // first ("stmt" lines, read by the generator).
+        let statements_1 = statements.snapshot();
+        let mut by_kind: Vec<(u64, f64, String)> = statements_1
+            .into_iter()
+            .map(|(label, (n, secs))| {
+                let (n0, secs0) = statements_0.get(&label).copied().unwrap_or_default();
+                (n - n0, secs - secs0, label)
+            })
+            .filter(|(n, _, _)| *n > 0)
+            .collect();
+        by_kind.sort_by_key(|k| std::cmp::Reverse(k.0));
+        let statement_total: u64 = by_kind.iter().map(|k| k.0).sum();
+        let groups_1 = sql.link_group_stats();
+        for (n, secs, label) in by_kind.iter().take(12) {
+            println!("stmt\t{n}\t{secs:.3}\t{label}");
+        }
+        // The server publishes a backend's counts when it goes idle, up to
+        // 10 s late (PostgreSQL 15): read 11 s after the drain, then the
+        // same span again with the hub idle, as the background (other
+        // clients of this database, the hub's own timers) to subtract.
+        let xacts = match xacts_0 {
+            Some(x0) => {
+                tokio::time::sleep(Duration::from_secs(11)).await;
+                let x1 = server_xacts(&config.database.url).await?;
+                let window = measured.elapsed();
+                tokio::time::sleep(Duration::from_secs(11)).await;
+                let x2 = server_xacts(&config.database.url).await?;
+                let background = (x2 - x1) as f64 / 11.0;
+                format!(
+                    " xacts={} xacts_background_per_s={background:.1} xacts_window_s={:.1}",
+                    x1 - x0,
+                    window.as_secs_f64()
+                )
+            }
+            None => String::new(),
+        };
         println!(
-            "done sent={} errors={} rate={:.1} put_p50_us={} put_p99_us={} drained_ms={}",
+            "done sent={} errors={} rate={:.1} put_p50_us={} put_p99_us={} drained_ms={drained_ms} statements={statement_total} groups={} grouped_writes={}{xacts}",
             put.len(),
             errors.load(Ordering::Relaxed),
             total as f64 / elapsed.as_secs_f64(),
             quantile(&put, 0.5),
             quantile(&put, 0.99),
-            drain.elapsed().as_millis()
+            groups_1.groups - groups_0.groups,
+            groups_1.writes - groups_0.writes,
         );
     }
     echo_stop.cancel();

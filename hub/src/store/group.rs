@@ -1,22 +1,29 @@
-//! Group commit of the link's hot writes on SQLite: outbox puts, acks and
-//! spoke reports. On SQLite every write goes through one connection and each
-//! commit appends the touched pages to the WAL, so one transaction per ack
-//! makes the single writer the bottleneck under load. Here writers that
-//! arrive while a commit is in progress queue up, and the next one to get
-//! the turn commits all of them in one transaction (a leader per group, no
-//! timer: an idle hub commits each write at once, a busy one in batches
-//! that grow with the load).
+//! Group commit of the link's hot writes: outbox puts, acks and spoke
+//! reports. Writers that arrive while a commit is in progress queue up, and
+//! the next one to get a turn commits all of them in one transaction (a
+//! leader per group, no timer: an idle hub commits each write at once, a
+//! busy one in batches that grow with the load).
+//!
+//! On SQLite every write goes through one connection and each commit
+//! appends the touched pages to the WAL, so one transaction per ack made the
+//! single writer the bottleneck; a group runs its writes one by one in one
+//! transaction, one group at a time. On PostgreSQL a commit per write (3 per
+//! item: put, ack, report) made the server's CPU the limit at 1,000 items/s;
+//! a group there is set-based: all its puts, acks and reports in ONE
+//! statement ([`GROUP_SQL`]), after one statement that locks the put
+//! clusters' rows, in one transaction, with [`PG_COMMITTERS`] groups
+//! committing at once on separate connections.
 //!
 //! Every write is answered only after its group committed, so an ack is
 //! durable before anyone is told. When a group fails, each of its writes is
 //! retried in a transaction of its own, so one bad write fails alone.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, Row};
-use tokio::sync::oneshot;
-use tokio::sync::oneshot::error::TryRecvError;
+use tokio::sync::{Semaphore, oneshot};
 
 use super::sql::{SqlStore, Tx, ms, not_found};
 use super::{Backend, Result, Store, StoreError};
@@ -69,11 +76,55 @@ struct Pending {
 }
 
 /// The queue of writes waiting for their group, shared by a store's clones.
-#[derive(Default)]
 pub(super) struct GroupCommit {
     queue: Mutex<Vec<Pending>>,
-    /// Held by the writer committing a group.
-    turn: tokio::sync::Mutex<()>,
+    /// One permit per group that may commit at once.
+    turns: Arc<Semaphore>,
+    /// Groups committed whole, and the writes in them.
+    groups: AtomicU64,
+    grouped_writes: AtomicU64,
+}
+
+/// How the link's writes were committed so far (benchmarks and tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupStats {
+    /// Groups committed whole (a group that failed and was retried write by
+    /// write is not counted).
+    pub groups: u64,
+    /// Writes in those groups.
+    pub writes: u64,
+}
+
+/// Groups committing at once on PostgreSQL. Each holds one pooled
+/// connection for its few round trips; more than one lets a group's
+/// statements run while another waits for its WAL flush, and the cluster
+/// rows are locked in id order, so two groups never deadlock on them.
+pub(super) const PG_COMMITTERS: usize = 2;
+
+impl GroupCommit {
+    pub(super) fn new(committers: usize) -> Self {
+        Self {
+            queue: Mutex::default(),
+            turns: Arc::new(Semaphore::new(committers.max(1))),
+            groups: AtomicU64::new(0),
+            grouped_writes: AtomicU64::new(0),
+        }
+    }
+
+    /// One group at a time on SQLite (one writer), [`PG_COMMITTERS`] on
+    /// PostgreSQL.
+    pub(super) fn for_backend(backend: Backend) -> Self {
+        match backend {
+            Backend::Postgres => Self::new(PG_COMMITTERS),
+            Backend::Sqlite => Self::new(1),
+        }
+    }
+}
+
+impl Default for GroupCommit {
+    fn default() -> Self {
+        Self::new(1)
+    }
 }
 
 impl std::fmt::Debug for GroupCommit {
@@ -89,41 +140,47 @@ fn interrupted() -> StoreError {
 }
 
 impl SqlStore {
-    /// Commits `write`: on SQLite grouped with the writes queued beside
-    /// it, on PostgreSQL in a transaction of its own.
-    pub(super) async fn link_write(&self, write: LinkWrite) -> Result<Written> {
-        if self.backend() == Backend::Postgres {
-            // PostgreSQL commits concurrent transactions on the pool's
-            // connections in parallel and flushes its WAL for all of them
-            // at once; funnelling them through one connection here made
-            // link-bench's dispatch→ack p50 12.7 s (652 of 1000 items/s).
-            // Each write is one statement in its own implicit transaction:
-            // no connection waits "idle in transaction" for the hub's next
-            // statement.
-            return self.write_autocommit(&write).await;
+    /// How the link's writes were committed so far.
+    pub fn link_group_stats(&self) -> GroupStats {
+        let group = self.group_commit();
+        GroupStats {
+            groups: group.groups.load(Ordering::Relaxed),
+            writes: group.grouped_writes.load(Ordering::Relaxed),
         }
+    }
+
+    /// Commits `write` grouped with the writes queued beside it.
+    pub(super) async fn link_write(&self, write: LinkWrite) -> Result<Written> {
         let group: Arc<GroupCommit> = self.group_commit();
         let (reply, mut answer) = oneshot::channel();
         lock(&group.queue).push(Pending { write, reply });
         loop {
-            let turn = group.turn.lock().await;
-            match answer.try_recv() {
-                Ok(result) => return result,
-                Err(TryRecvError::Closed) => return Err(interrupted()),
-                // Still queued: this writer commits the next group, which
-                // holds it unless more than MAX_GROUP were queued before it.
-                Err(TryRecvError::Empty) => {}
-            }
+            let turn = tokio::select! {
+                biased;
+                result = &mut answer => return result.unwrap_or_else(|_| Err(interrupted())),
+                turn = group.turns.clone().acquire_owned() => turn.map_err(|_| interrupted())?,
+            };
             let batch: Vec<Pending> = {
                 let mut queue = lock(&group.queue);
                 let n = queue.len().min(MAX_GROUP);
                 queue.drain(..n).collect()
             };
-            // On a task of its own: if this caller is dropped mid-commit,
-            // the group still finishes and every writer in it is answered.
+            if batch.is_empty() {
+                // Ours is in a group another writer is committing.
+                drop(turn);
+                return answer.await.unwrap_or_else(|_| Err(interrupted()));
+            }
+            // On a task of its own, holding the turn: if this caller is
+            // dropped mid-commit, the group still finishes and every writer
+            // in it is answered. The group may not hold this writer's own
+            // write (more than MAX_GROUP were queued before it): then it
+            // loops for the next turn.
             let store = self.clone();
-            let _ = tokio::spawn(async move { store.commit_group(batch).await }).await;
-            drop(turn);
+            let _ = tokio::spawn(async move {
+                store.commit_group(batch).await;
+                drop(turn);
+            })
+            .await;
         }
     }
 
@@ -132,11 +189,22 @@ impl SqlStore {
             return;
         }
         let writes: Vec<&LinkWrite> = batch.iter().map(|p| &p.write).collect();
-        let grouped = self.apply_writes(&writes).await;
+        let grouped = match self.backend() {
+            Backend::Postgres => self.apply_group_pg(&writes).await,
+            Backend::Sqlite => self
+                .apply_writes(&writes)
+                .await
+                .map(|written| written.into_iter().map(Ok).collect()),
+        };
         match grouped {
             Ok(results) => {
+                let group = self.group_commit();
+                group.groups.fetch_add(1, Ordering::Relaxed);
+                group
+                    .grouped_writes
+                    .fetch_add(results.len() as u64, Ordering::Relaxed);
                 for (pending, result) in batch.into_iter().zip(results) {
-                    let _ = pending.reply.send(Ok(result));
+                    let _ = pending.reply.send(result);
                 }
             }
             Err(e) if batch.len() == 1 => {
@@ -147,19 +215,22 @@ impl SqlStore {
             Err(e) => {
                 tracing::debug!(writes = batch.len(), error = %e, "store.group_commit_split");
                 for pending in batch {
-                    let result = self
-                        .apply_writes(&[&pending.write])
-                        .await
-                        .map(|mut r| r.remove(0));
+                    let result = match self.backend() {
+                        Backend::Postgres => self.write_autocommit(&pending.write).await,
+                        Backend::Sqlite => self
+                            .apply_writes(&[&pending.write])
+                            .await
+                            .map(|mut r| r.remove(0)),
+                    };
                     let _ = pending.reply.send(result);
                 }
             }
         }
     }
 
-    /// One write as one statement (PostgreSQL): the put through the
-    /// `clawfed_outbox_put` function (migration 0011), the ack and the
-    /// report as they are in a group.
+    /// One write as one statement (PostgreSQL, a write whose group
+    /// failed): the put through the `clawfed_outbox_put` function
+    /// (migration 0011), the ack and the report as single statements.
     async fn write_autocommit(&self, write: &LinkWrite) -> Result<Written> {
         match write {
             LinkWrite::Put {
@@ -329,6 +400,227 @@ impl SqlStore {
                 Ok(Written::Report)
             }
         }
+    }
+}
+
+/// The cluster rows of a group's puts, locked in id order until the
+/// group commits (`$1`: JSON array of cluster ids). Taken in a statement
+/// of its own so that [`GROUP_SQL`], the next statement, reads the outbox
+/// in a snapshot taken after the lock: every put to these clusters that
+/// committed before is visible to its newest-generation check, as in
+/// `clawfed_outbox_put`. NO KEY UPDATE, as the counter bump takes: reports
+/// inserted meanwhile (their foreign key takes KEY SHARE) do not wait.
+/// Returns the ids that exist.
+const LOCK_CLUSTERS_SQL: &str = "SELECT id FROM clusters \
+     WHERE id IN (SELECT json_array_elements_text($1::json)) \
+     ORDER BY id FOR NO KEY UPDATE";
+
+/// A whole group in one statement (PostgreSQL): `$1` puts, `$2` acks,
+/// `$3` reports, each a JSON array of records (`i` is the write's index in
+/// the group). The result is as if the group's acks ran first, then its
+/// puts in index order, then its reports:
+/// - a put is fresh when its generation is above the newest stored for
+///   its target and above every earlier put of the target in the group;
+///   fresh puts get the cluster's next sequences in index order (the
+///   counter bumped once per cluster), the newest fresh put of a target is
+///   inserted and every unacked item of the target is deleted, except one
+///   this group acks (already acked when the put runs);
+/// - an ack sets `acked_at` on its item if unacked;
+/// - reports are upserted unless the stored one is newer (the caller sends
+///   one per target and kind: data-modifying statements may not touch a
+///   row twice).
+///
+/// Rows: `(0, i, sequence)` per fresh put, `(1, i, 0)` per ack that acked.
+const GROUP_SQL: &str = "\
+WITH p AS (
+    SELECT * FROM json_to_recordset($1::json)
+        AS x(i BIGINT, c TEXT, t TEXT, k TEXT, g BIGINT, s TEXT, ts BIGINT)
+), a AS (
+    SELECT * FROM json_to_recordset($2::json)
+        AS x(i BIGINT, c TEXT, q BIGINT, t TEXT, g BIGINT, ts BIGINT)
+), r AS (
+    SELECT * FROM json_to_recordset($3::json)
+        AS x(c TEXT, t TEXT, k TEXT, g BIGINT, b TEXT, ts BIGINT)
+), fresh AS (
+    SELECT e.*,
+        ROW_NUMBER() OVER (PARTITION BY e.c ORDER BY e.i) AS n,
+        ROW_NUMBER() OVER (PARTITION BY e.c, e.t ORDER BY e.i DESC) AS newest
+    FROM (
+        SELECT p.*,
+            MAX(p.g) OVER (PARTITION BY p.c, p.t ORDER BY p.i
+                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier,
+            (SELECT MAX(ob.generation) FROM outbox ob
+                WHERE ob.cluster_id = p.c AND ob.target = p.t) AS stored
+        FROM p
+    ) e
+    WHERE (e.stored IS NULL OR e.g > e.stored) AND (e.earlier IS NULL OR e.g > e.earlier)
+), bumped AS (
+    UPDATE clusters k SET next_sequence = k.next_sequence + f.cnt
+    FROM (SELECT c, COUNT(*) AS cnt FROM fresh GROUP BY c) f
+    WHERE k.id = f.c
+    RETURNING k.id, k.next_sequence - f.cnt AS base
+), numbered AS (
+    SELECT fresh.*, bumped.base + fresh.n AS seq
+    FROM fresh JOIN bumped ON bumped.id = fresh.c
+), acked AS (
+    UPDATE outbox ob SET acked_at = a.ts FROM a
+    WHERE ob.cluster_id = a.c AND ob.sequence = a.q AND ob.target = a.t
+        AND ob.generation = a.g AND ob.acked_at IS NULL
+    RETURNING a.i
+), superseded AS (
+    DELETE FROM outbox ob USING (SELECT DISTINCT c, t FROM fresh) f
+    WHERE ob.cluster_id = f.c AND ob.target = f.t AND ob.acked_at IS NULL
+        AND NOT EXISTS (SELECT 1 FROM a WHERE a.c = ob.cluster_id AND a.q = ob.sequence
+            AND a.t = ob.target AND a.g = ob.generation)
+), inserted AS (
+    INSERT INTO outbox (cluster_id, sequence, target, kind, generation, spec, created_at)
+    SELECT c, seq, t, k, g, s, ts FROM numbered WHERE newest = 1
+), reported AS (
+    INSERT INTO spoke_reports (cluster_id, target, kind, generation, body, received_at)
+    SELECT c, t, k, g, b, ts FROM r
+    ON CONFLICT (cluster_id, target, kind) DO UPDATE SET generation = excluded.generation,
+        body = excluded.body, received_at = excluded.received_at
+    WHERE spoke_reports.generation <= excluded.generation
+)
+SELECT 0::BIGINT AS w, i, seq AS v FROM numbered
+UNION ALL SELECT 1::BIGINT, i, 0::BIGINT FROM acked";
+
+impl SqlStore {
+    /// A group on PostgreSQL: without puts one statement
+    /// ([`GROUP_SQL`], its own transaction); with puts BEGIN, the cluster
+    /// lock, that statement, COMMIT. Puts to unknown clusters fail alone.
+    async fn apply_group_pg(&self, writes: &[&LinkWrite]) -> Result<Vec<Result<Written>>> {
+        use serde_json::json;
+        let mut results: Vec<Option<Result<Written>>> = writes.iter().map(|_| None).collect();
+        let mut puts = Vec::new();
+        let mut acks = Vec::new();
+        // The report that stands last per (cluster, target, kind) when the
+        // group's reports run in order: the last of the highest generation.
+        let mut reports: std::collections::HashMap<(&str, &str, &str), serde_json::Value> =
+            std::collections::HashMap::new();
+        let mut put_clusters = std::collections::BTreeSet::new();
+        for (i, write) in writes.iter().enumerate() {
+            match write {
+                LinkWrite::Put {
+                    cluster_id,
+                    target,
+                    kind,
+                    generation,
+                    spec,
+                    now,
+                } => {
+                    put_clusters.insert(cluster_id.as_str());
+                    puts.push((
+                        cluster_id.as_str(),
+                        json!({"i": i, "c": cluster_id, "t": target, "k": kind,
+                               "g": generation, "s": spec, "ts": ms(*now)}),
+                    ));
+                }
+                LinkWrite::Ack {
+                    cluster_id,
+                    sequence,
+                    target,
+                    generation,
+                    now,
+                } => acks.push(json!({"i": i, "c": cluster_id, "q": sequence, "t": target,
+                                      "g": generation, "ts": ms(*now)})),
+                LinkWrite::Report {
+                    cluster_id,
+                    target,
+                    kind,
+                    generation,
+                    body,
+                    now,
+                } => {
+                    results[i] = Some(Ok(Written::Report));
+                    let key = (cluster_id.as_str(), target.as_str(), kind.as_str());
+                    let stands = reports
+                        .get(&key)
+                        .is_none_or(|kept| kept["g"].as_i64() <= Some(*generation));
+                    if stands {
+                        reports.insert(
+                            key,
+                            json!({"c": cluster_id, "t": target, "k": kind, "g": generation,
+                                   "b": body, "ts": ms(*now)}),
+                        );
+                    }
+                }
+            }
+        }
+        let reports: Vec<serde_json::Value> = reports.into_values().collect();
+        let rows = if put_clusters.is_empty() {
+            self.group_statement(&[], &acks, &reports)
+                .fetch_all(self.pool())
+                .await
+                .map_err(|e| self.classify(e))?
+        } else {
+            let mut tx = self.begin().await?;
+            let ids = serde_json::to_string(&put_clusters).unwrap_or_else(|_| "[]".into());
+            let known: std::collections::HashSet<String> = sqlx::query(LOCK_CLUSTERS_SQL)
+                .bind(ids)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?
+                .iter()
+                .map(|r| r.get::<String, _>(0))
+                .collect();
+            let mut put_json = Vec::with_capacity(puts.len());
+            for (cluster_id, put) in puts {
+                if known.contains(cluster_id) {
+                    put_json.push(put);
+                } else if let Some(i) = put["i"].as_u64() {
+                    results[i as usize] = Some(Err(not_found("cluster", cluster_id)));
+                }
+            }
+            let rows = self
+                .group_statement(&put_json, &acks, &reports)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?;
+            self.commit(tx).await?;
+            rows
+        };
+        for row in &rows {
+            let (what, i, value): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            let slot = usize::try_from(i).ok().and_then(|i| results.get_mut(i));
+            match (what, slot) {
+                (0, Some(slot)) => *slot = Some(Ok(Written::Put(Some(value)))),
+                (1, Some(slot)) => *slot = Some(Ok(Written::Ack(true))),
+                _ => {
+                    return Err(StoreError::Corrupt {
+                        what: "group commit result",
+                        detail: format!("row ({what}, {i}, {value}) names no write of the group"),
+                    });
+                }
+            }
+        }
+        // What the statement did not name: stale puts and acks that found
+        // nothing unacked.
+        Ok(writes
+            .iter()
+            .zip(results)
+            .map(|(write, result)| {
+                result.unwrap_or(match write {
+                    LinkWrite::Put { .. } => Ok(Written::Put(None)),
+                    LinkWrite::Ack { .. } => Ok(Written::Ack(false)),
+                    LinkWrite::Report { .. } => Ok(Written::Report),
+                })
+            })
+            .collect())
+    }
+
+    fn group_statement(
+        &self,
+        puts: &[serde_json::Value],
+        acks: &[serde_json::Value],
+        reports: &[serde_json::Value],
+    ) -> Statement {
+        let array =
+            |v: &[serde_json::Value]| serde_json::to_string(v).unwrap_or_else(|_| "[]".into());
+        sqlx::query(GROUP_SQL)
+            .bind(array(puts))
+            .bind(array(acks))
+            .bind(array(reports))
     }
 }
 

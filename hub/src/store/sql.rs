@@ -78,7 +78,7 @@ impl SqlStore {
             pool,
             backend,
             signals: crate::wake::StoreSignals::default(),
-            group: std::sync::Arc::default(),
+            group: std::sync::Arc::new(super::group::GroupCommit::for_backend(backend)),
         }
     }
 
