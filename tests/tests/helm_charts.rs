@@ -280,6 +280,18 @@ async fn helm_lint_passes_and_bad_values_are_named() -> Result<()> {
     let mut v = spoke_values();
     v["sandboxContainment"] = json!(["networking"]);
     refused("clawfed-spoke", v, "sandboxContainment")?;
+    // Several hub addresses (issue 14): each is checked, one of the two
+    // keys only.
+    let mut v = spoke_values();
+    v["hub"]["url"] = json!("");
+    v["hub"]["urls"] = json!(["https://hub-0.example:8443", "hub-1.example:8443"]);
+    refused("clawfed-spoke", v, "hub.urls[1]")?;
+    let mut v = spoke_values();
+    v["hub"]["urls"] = json!(["https://hub-0.example:8443"]);
+    refused("clawfed-spoke", v, "hub.url and hub.urls")?;
+    let mut v = hub_values();
+    v["link"] = json!({ "advertiseUrl": "http://hub-0:8443" });
+    refused("clawfed-hub", v, "link.advertiseUrl")?;
     let mut v = hub_values();
     v["image"] = json!({ "digest": "sha256:nothex" });
     refused("clawfed-hub", v, "image.digest")?;
@@ -508,6 +520,86 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
             .find(|e| e.name == name)
             .and_then(|e| e.value.clone())
     };
+    // Several hub addresses, one certificate name for all (issue 14): the
+    // spoke's comma list, which the link's address rule accepts.
+    let mut v = spoke_values();
+    v["hub"] = json!({
+        "urls": ["https://198.18.0.7:8443", "https://hub-1.example:8443"],
+        "serverName": "clawfed-hub-link.clawfed-system.svc",
+        "caPem": spoke_values()["hub"]["caPem"].clone(),
+    });
+    let listed =
+        documents(&helm.template("clawfed-spoke", "clawfed-spoke", "clawfed-system", &v)?)?;
+    let listed = &of_kind::<Deployment>(&listed, "Deployment")?[0];
+    let urls = env_of(listed, "CLAWFED_HUB_URL").context("CLAWFED_HUB_URL")?;
+    assert_eq!(urls, "https://198.18.0.7:8443,https://hub-1.example:8443");
+    assert_eq!(
+        clawfed_proto::link::address::LinkAddress::parse_list(&urls)?.len(),
+        2
+    );
+    assert_eq!(
+        env_of(listed, "CLAWFED_HUB_SERVER_NAME").as_deref(),
+        Some("clawfed-hub-link.clawfed-system.svc")
+    );
+    let single = &of_kind::<Deployment>(&spoke, "Deployment")?[0];
+    assert_eq!(
+        env_of(single, "CLAWFED_HUB_URL").as_deref(),
+        Some("https://clawfed-hub.example:8443")
+    );
+    assert_eq!(env_of(single, "CLAWFED_HUB_SERVER_NAME"), None);
+
+    // Several hub replicas publish each Pod's own link address for
+    // balancing: POD_IP from the downward API, defined before the
+    // variable Kubernetes expands it in. One replica publishes nothing.
+    let mut v = hub_values();
+    v["replicas"] = json!(3);
+    let ha = documents(&helm.template("clawfed-hub", "clawfed-hub", "clawfed-system", &v)?)?;
+    let ha = &of_kind::<Deployment>(&ha, "Deployment")?[0];
+    let env = pod_spec(ha).containers[0].env.clone().unwrap_or_default();
+    let at = |name: &str| env.iter().position(|e| e.name == name);
+    let ip = at("POD_IP").context("POD_IP")?;
+    assert_eq!(
+        env[ip]
+            .value_from
+            .as_ref()
+            .and_then(|f| f.field_ref.as_ref())
+            .map(|f| f.field_path.as_str()),
+        Some("status.podIP")
+    );
+    let advertise = at("CLAWFED_LINK_ADVERTISE_URL").context("advertised address")?;
+    ensure!(ip < advertise, "POD_IP must precede its use: {env:?}");
+    let url = env[advertise].value.clone().context("value")?;
+    assert_eq!(url, "https://$(POD_IP):8443");
+    // As Kubernetes expands it, the hub's config takes it.
+    let cm = of_kind::<ConfigMap>(
+        &documents(&helm.template("clawfed-hub", "clawfed-hub", "clawfed-system", &v)?)?,
+        "ConfigMap",
+    )?
+    .into_iter()
+    .find(|c| c.name_any() == "clawfed-hub")
+    .context("hub ConfigMap")?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("hub.yaml");
+    std::fs::write(
+        &path,
+        cm.data
+            .as_ref()
+            .and_then(|d| d.get("hub.yaml"))
+            .context("hub.yaml")?,
+    )?;
+    let expanded = url.replace("$(POD_IP)", "198.18.0.7");
+    let env_map = [("CLAWFED_LINK_ADVERTISE_URL".to_owned(), expanded.clone())]
+        .into_iter()
+        .collect();
+    let config = clawfed_hub::config::Config::load(Some(&path), &env_map)?;
+    assert_eq!(
+        config.link.advertise_url.as_deref(),
+        Some(expanded.as_str())
+    );
+    assert_eq!(config.link.balance_interval_seconds, 30);
+    let one = &of_kind::<Deployment>(&hub, "Deployment")?[0];
+    assert_eq!(env_of(one, "CLAWFED_LINK_ADVERTISE_URL"), None);
+
     let direct = &of_kind::<Deployment>(&spoke, "Deployment")?[0];
     assert_eq!(
         env_of(direct, "CLAWFED_HUB_PROXY").as_deref(),

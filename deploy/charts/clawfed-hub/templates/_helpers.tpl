@@ -49,7 +49,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $gwOptions := mergeOverwrite (deepCopy .Values.gateway.options) (dict "namespace" .Values.gateway.namespace "hub" $hubPeer) -}}
 {{- $cfg := dict "version" 1
   "api" (dict "restAddr" (printf "0.0.0.0:%v" .Values.api.restPort) "grpcAddr" (printf "0.0.0.0:%v" .Values.api.grpcPort) "metricsAddr" (printf "0.0.0.0:%v" .Values.metrics.port) "maxBodyBytes" (int .Values.api.maxBodyBytes))
-  "link" (dict "enabled" true "addr" (printf "0.0.0.0:%v" .Values.link.port) "caDir" "/etc/clawfed/ca" "serverNames" (concat $svcNames .Values.link.serverNames | uniq) "certTtlSeconds" (int .Values.link.certTtlSeconds) "heartbeatSeconds" (int .Values.link.heartbeatSeconds) "maxSessions" (int .Values.link.maxSessions))
+  "link" (dict "enabled" true "addr" (printf "0.0.0.0:%v" .Values.link.port) "caDir" "/etc/clawfed/ca" "serverNames" (concat $svcNames .Values.link.serverNames | uniq) "certTtlSeconds" (int .Values.link.certTtlSeconds) "heartbeatSeconds" (int .Values.link.heartbeatSeconds) "maxSessions" (int .Values.link.maxSessions) "balanceIntervalSeconds" (int .Values.link.balance.intervalSeconds) "balanceSlack" (int .Values.link.balance.slack) "balanceMaxMoves" (int .Values.link.balance.maxMoves))
   "tunnel" (dict "enabled" .Values.tunnel.enabled "addr" (printf "0.0.0.0:%v" .Values.tunnel.port) "advertiseUrl" $advertise "serverNames" $svcNames)
   "gateway" (dict "enabled" .Values.gateway.enabled "options" $gwOptions)
   "secrets" (dict "keyFile" "/etc/clawfed/secrets/key")
@@ -77,4 +77,20 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- $cfg = mergeOverwrite $cfg (deepCopy .Values.config) -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* This replica's advertised link address (CLAWFED_LINK_ADVERTISE_URL), or
+empty: see link.advertiseUrl in values.yaml. */}}
+{{- define "clawfed-hub.linkAdvertiseUrl" -}}
+{{- $v := toString .Values.link.advertiseUrl -}}
+{{- if eq $v "auto" -}}
+{{- if gt (int .Values.replicas) 1 -}}
+{{- printf "https://$(POD_IP):%v" .Values.link.port -}}
+{{- end -}}
+{{- else if $v -}}
+{{- if not (regexMatch "^https://[^/,]+:[0-9]+/?$" $v) -}}
+{{- fail (printf "link.advertiseUrl: %q must be auto, empty or https://host:port" $v) -}}
+{{- end -}}
+{{- $v -}}
+{{- end -}}
 {{- end -}}

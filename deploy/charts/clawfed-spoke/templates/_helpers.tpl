@@ -54,3 +54,27 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- .Values.provider -}}
 {{- end -}}
+
+{{/* The hub link addresses as the spoke's comma list (CLAWFED_HUB_URL):
+`hub.urls`, or `hub.url`; each must be https://host:port (the rule of
+clawfed_proto::link::address). */}}
+{{- define "clawfed-spoke.hubUrls" -}}
+{{- if and .Values.hub.url .Values.hub.urls -}}
+{{- fail "hub.url and hub.urls: set one of them" -}}
+{{- end -}}
+{{- $urls := list -}}
+{{- if .Values.hub.urls -}}
+{{- range $i, $u := .Values.hub.urls -}}
+{{- if not (regexMatch "^https://[^/,]+:[0-9]+/?$" (toString $u)) -}}
+{{- fail (printf "hub.urls[%d]: %q must be https://host:port" $i (toString $u)) -}}
+{{- end -}}
+{{- $urls = append $urls (toString $u) -}}
+{{- end -}}
+{{- else -}}
+{{- if not (regexMatch "^https://[^/,]+:[0-9]+/?$" (required "hub.url (or hub.urls) is required (https://host:port)" .Values.hub.url)) -}}
+{{- fail (printf "hub.url: %q must be https://host:port" .Values.hub.url) -}}
+{{- end -}}
+{{- $urls = list .Values.hub.url -}}
+{{- end -}}
+{{- join "," $urls -}}
+{{- end -}}
