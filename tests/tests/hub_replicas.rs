@@ -662,7 +662,14 @@ async fn idle_database_load_per_replica() {
         let db = OwnDatabase::create(&mut admin).await;
         let name = poll_ms.map_or("defaults".to_owned(), |ms| ms.to_string());
         let env = Env::with_polls(&tmp.path().join(&name), &db.url, poll_ms);
-        hubs.push(env.serve(&name, &[]).await);
+        // The defaults include the heartbeat (10 s): the session keeper's
+        // lapsed-lease sweep runs every half heartbeat whatever the polls,
+        // 2/s at the 1 s these tests use elsewhere.
+        let heartbeat: &[(&str, &str)] = match poll_ms {
+            Some(_) => &[],
+            None => &[("CLAWFED_LINK_HEARTBEAT_SECONDS", "10")],
+        };
+        hubs.push(env.serve(&name, heartbeat).await);
         dbs.push(db);
     }
     // Not synchronization: start-up transactions are reported by idle
