@@ -98,6 +98,27 @@ pub struct Config {
     /// The watch API: event log retention and stream limits.
     #[serde(default)]
     pub watch: crate::watch::WatchSettings,
+    /// Which safety polls the file set; the others take their backend's
+    /// default ([`Config::apply_backend_defaults`]).
+    #[serde(skip)]
+    explicit_polls: ExplicitPolls,
+}
+
+/// The safety polls' default on PostgreSQL (worker, link and watch):
+/// LISTEN/NOTIFY wakes every replica when any process writes, and the
+/// listener raises every signal after it reconnects, so the polls only
+/// bound how late a lost notification is noticed. On SQLite (one
+/// process, in-process wake-ups) the polls keep their 2 s: they are what
+/// notices a write by another process (the CLI) there.
+pub const POSTGRES_SAFETY_POLL: Duration = Duration::from_secs(30);
+
+/// Safety polls given in the file (`worker.safetyPollMs` or its old name
+/// `worker.pollIntervalMs`, `link.safetyPollMs`, `watch.safetyPollMs`).
+#[derive(Debug, Clone, Copy, Default)]
+struct ExplicitPolls {
+    worker: bool,
+    link: bool,
+    watch: bool,
 }
 
 /// `drivers`.
@@ -513,6 +534,7 @@ impl Default for Config {
             drivers: DriversConfig::default(),
             secrets: SecretsSettings::default(),
             watch: crate::watch::WatchSettings::default(),
+            explicit_polls: ExplicitPolls::default(),
         }
     }
 }
@@ -589,8 +611,30 @@ impl Config {
             None => Config::default(),
         };
         config.apply_env(env)?;
+        config.apply_backend_defaults();
         config.validate()?;
         Ok(config)
+    }
+
+    /// The defaults that depend on the database: on PostgreSQL the safety
+    /// polls the file did not set become [`POSTGRES_SAFETY_POLL`] (after
+    /// the environment, which may name the database).
+    pub fn apply_backend_defaults(&mut self) {
+        let url = &self.database.url;
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return;
+        }
+        let ms = POSTGRES_SAFETY_POLL.as_millis() as u64;
+        let set = self.explicit_polls;
+        if !set.worker {
+            self.worker.poll_interval_ms = ms;
+        }
+        if !set.link {
+            self.link.safety_poll_ms = ms;
+        }
+        if !set.watch {
+            self.watch.safety_poll_ms = ms;
+        }
     }
 
     /// Parses the text of a config file (`shown` names it in errors): an
@@ -617,6 +661,11 @@ impl Config {
                 source,
             }
         })?;
+        config.explicit_polls = ExplicitPolls {
+            worker: has_key(&doc, "worker.safetyPollMs") || has_key(&doc, "worker.pollIntervalMs"),
+            link: has_key(&doc, "link.safetyPollMs"),
+            watch: has_key(&doc, "watch.safetyPollMs"),
+        };
         let driver_section = "drivers.compute.configuration";
         if let Some(section) = config.drivers.compute.clone() {
             for (driver_key, own_keys) in SHARED_KEYS {
@@ -1178,6 +1227,55 @@ mod tests {
 
     /// Issue 17: the polls are safety polls now; the old worker key still
     /// works, the new ones are read, and a zero link poll is refused.
+    #[test]
+    fn safety_polls_default_per_backend() {
+        let load = |yaml: &str, env: &[(&str, &str)]| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("hub.yaml");
+            std::fs::write(&path, yaml).unwrap();
+            let env = env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Config::load(Some(&path), &env).unwrap()
+        };
+        let polls = |c: &Config| {
+            (
+                c.worker_config().poll_interval,
+                c.link_config().poll_interval,
+                Duration::from_millis(c.watch.safety_poll_ms),
+            )
+        };
+        let two = Duration::from_secs(2);
+        // SQLite (the default database): 2 s.
+        assert_eq!(polls(&load("version: 1\n", &[])), (two, two, two));
+        // PostgreSQL, from the file or the environment: 30 s...
+        let pg = "postgres://u@127.0.0.1/db";
+        let thirty = POSTGRES_SAFETY_POLL;
+        assert_eq!(
+            polls(&load(&format!("database:\n  url: {pg}\n"), &[])),
+            (thirty, thirty, thirty)
+        );
+        assert_eq!(
+            polls(&load("version: 1\n", &[("CLAWFED_DATABASE_URL", pg)])),
+            (thirty, thirty, thirty)
+        );
+        // ...except where the file says otherwise.
+        let set = format!(
+            "database:\n  url: {pg}\nworker:\n  pollIntervalMs: 100\nwatch:\n  safetyPollMs: 300\n"
+        );
+        assert_eq!(
+            polls(&load(&set, &[])),
+            (
+                Duration::from_millis(100),
+                thirty,
+                Duration::from_millis(300)
+            )
+        );
+        let set = format!("database:\n  url: {pg}\nlink:\n  safetyPollMs: 2000\n");
+        assert_eq!(polls(&load(&set, &[])), (thirty, two, thirty));
+    }
+
     #[test]
     fn safety_poll_keys_old_and_new() {
         let dir = tempfile::tempdir().unwrap();

@@ -10,6 +10,8 @@
 //! - `tls.rs`: TLS 1.3 client configs, the swappable client certificate.
 //! - `hubs.rs`: which of several hub addresses is dialed next (rotation on
 //!   failure, the hub's redirects).
+//! - `reconnect.rs`: how long to wait before the next attempt (after a
+//!   lost session, a failed attempt, a GoAway).
 //! - `ledger.rs`: a file-backed [`WorkApplier`] for runs without Kubernetes.
 //! - `proxy.rs`: the HTTP CONNECT proxy every connection to the hub may
 //!   go through (air-gapped clusters), with `HTTPS_PROXY` / `NO_PROXY`.
@@ -21,6 +23,7 @@ pub mod hubs;
 pub mod identity;
 pub mod ledger;
 pub mod proxy;
+pub mod reconnect;
 pub mod tls;
 
 use std::collections::{BTreeMap, HashMap};
@@ -28,7 +31,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use backon::BackoffBuilder;
 use clawfed_proto::link::close::CloseReason;
 use clawfed_proto::link::v1 as pb;
 use clawfed_proto::link::v1::enrollment_client::EnrollmentClient;
@@ -47,6 +49,7 @@ use tokio_util::sync::CancellationToken;
 
 use hubs::Hubs;
 use identity::{Identity, IdentityError, IdentityStore, new_key_and_csr};
+use reconnect::Reconnect;
 use tls::{HubAddress, SwappableCert};
 
 use crate::pressure::ApplyLimit;
@@ -129,7 +132,8 @@ pub struct LinkConfig {
     pub bootstrap_token: Option<String>,
     pub version: String,
     pub capabilities: Vec<String>,
-    /// Reconnect backoff: first delay and cap (full jitter in between).
+    /// Reconnect backoff: first delay and cap (full jitter in between);
+    /// see `reconnect.rs` for when it grows.
     pub backoff_min: Duration,
     pub backoff_max: Duration,
 }
@@ -216,6 +220,13 @@ pub struct LinkStatus {
     pub redirects: u64,
     /// How long the link waited (or waits) before its latest reconnect.
     pub last_wait: Option<Duration>,
+    /// Session attempts started (dials), the first included.
+    pub attempts: u64,
+    /// When the latest welcomed session ended (not at shutdown).
+    pub session_lost: Option<tokio::time::Instant>,
+    /// When the first attempt after `session_lost` started (`None` until
+    /// it has): how soon a spoke comes back after losing its hub.
+    pub first_attempt_after_loss: Option<tokio::time::Instant>,
 }
 
 /// How a session ended.
@@ -266,6 +277,8 @@ pub struct Link {
     apply_limit: Arc<ApplyLimit>,
     /// The hub addresses and which one is dialed next.
     hubs: Arc<std::sync::Mutex<Hubs>>,
+    /// The window the first attempt after a lost session is spread over.
+    reconnect_spread: Duration,
 }
 
 /// Computes `Heartbeat.applied_digest` (`None` while not known yet).
@@ -397,8 +410,16 @@ impl Link {
                 vec![config.hub.clone()],
                 0,
             ))),
+            reconnect_spread: reconnect::DEFAULT_SPREAD,
             config,
         }
+    }
+
+    /// Spreads the first attempt after a lost session over `spread`
+    /// (bounded by the backoff cap; default [`reconnect::DEFAULT_SPREAD`]).
+    pub fn with_reconnect_spread(mut self, spread: Duration) -> Self {
+        self.reconnect_spread = spread;
+        self
     }
 
     /// Dials any of `hubs` (hub replicas): a random one first, the next
@@ -473,16 +494,14 @@ impl Link {
         }
     }
 
-    /// The reconnect delays: exponential from `backoff_min` to
-    /// `backoff_max`, each drawn uniformly from [0, delay] (full jitter).
-    fn backoff(&self) -> impl Iterator<Item = Duration> {
-        let exponential = backon::ExponentialBuilder::default()
-            .with_min_delay(self.config.backoff_min)
-            .with_max_delay(self.config.backoff_max)
-            .with_factor(2.0)
-            .without_max_times()
-            .build();
-        exponential.map(|d| d.mul_f64(rand::random::<f64>()))
+    /// The reconnect rules over this link's hub addresses.
+    fn reconnect(&self) -> Reconnect {
+        Reconnect::new(
+            self.config.backoff_min,
+            self.config.backoff_max,
+            self.reconnect_spread,
+            self.hubs_mut().list().len(),
+        )
     }
 
     /// Runs until `shutdown`, reconnecting as needed. Readiness and other
@@ -505,7 +524,7 @@ impl Link {
             identity_tx,
             shutdown.clone(),
         ));
-        let mut delays = self.backoff();
+        let mut delays = self.reconnect();
         let mut sessions = 0u64;
         let result = loop {
             if shutdown.is_cancelled() {
@@ -517,6 +536,12 @@ impl Link {
             sessions += 1;
             let mut welcomed = false;
             let hub = self.current_hub();
+            self.status.send_modify(|s| {
+                s.attempts += 1;
+                if s.session_lost.is_some() && s.first_attempt_after_loss.is_none() {
+                    s.first_attempt_after_loss = Some(tokio::time::Instant::now());
+                }
+            });
             let end = self
                 .session(
                     &hub,
@@ -529,13 +554,20 @@ impl Link {
                 .await;
             self.metrics.connected.set(0);
             self.metrics.connected_hub.clear();
-            // A hub that answered with Welcome is back: the next attempt
-            // starts again from the shortest delay, so a spoke returns
-            // within about `backoff_min` of a hub restart, however many
-            // came before. Storms are the hub's to shed (bounded
+            // A hub that answered with Welcome is back: a failure after
+            // it starts again from the shortest delay, however many came
+            // before. Storms are the hub's to absorb (a bounded queue of
             // handshakes, GoAway with a retry-after, honoured below).
-            if welcomed {
-                delays = self.backoff();
+            let lived = if welcomed {
+                self.status
+                    .borrow()
+                    .last_welcome
+                    .map_or(Duration::ZERO, |w| w.elapsed())
+            } else {
+                Duration::ZERO
+            };
+            if lived >= reconnect::STABLE_SESSION {
+                delays.welcomed();
             }
             let mut redirected = false;
             let wait = match &end {
@@ -561,8 +593,7 @@ impl Link {
                     break Err(LinkError::Revoked(message.clone()));
                 }
                 SessionEnd::GoAway(retry_after, redirect) => {
-                    let jitter = delays.next().unwrap_or(self.config.backoff_max);
-                    let wait = (*retry_after).max(jitter);
+                    let wait = delays.after_go_away(*retry_after, rand::random::<f64>());
                     redirected = self.follow(&hub, redirect.as_deref());
                     tracing::warn!(
                         hub = %hub.url(),
@@ -582,7 +613,15 @@ impl Link {
                     Some(wait)
                 }
                 SessionEnd::Failed(reason) => {
-                    let wait = delays.next().unwrap_or(self.config.backoff_max);
+                    // A lost session is not a failed dial: every spoke of a
+                    // dead replica is here at once, and spreads its first
+                    // attempt over a short window; failed attempts back off.
+                    let unit = rand::random::<f64>();
+                    let wait = if welcomed {
+                        delays.after_session_ended(lived, unit)
+                    } else {
+                        delays.after_failed_attempt(unit)
+                    };
                     self.hubs_mut().advance();
                     tracing::warn!(hub = %hub.url(), next = %self.current_hub().url(), reason = %reason, retryInMs = wait.as_millis() as u64, "link.disconnected");
                     Some(wait)
@@ -594,6 +633,10 @@ impl Link {
                 s.last_wait = wait;
                 if redirected {
                     s.redirects += 1;
+                }
+                if welcomed && !matches!(end, SessionEnd::Rotated) {
+                    s.session_lost = Some(tokio::time::Instant::now());
+                    s.first_attempt_after_loss = None;
                 }
                 match &end {
                     SessionEnd::GoAway(..) => s.go_aways += 1,
@@ -633,7 +676,7 @@ impl Link {
             .clone()
             .ok_or(LinkError::NoBootstrapToken)?;
         let tls = tls::enroll_config(&self.config.ca_pem)?;
-        let mut delays = self.backoff();
+        let mut delays = self.reconnect();
         loop {
             match self.enroll(tls.clone(), &token).await {
                 Ok(identity) => {
@@ -643,7 +686,7 @@ impl Link {
                 }
                 Err(Err(fatal)) => return Err(fatal),
                 Err(Ok(transient)) => {
-                    let wait = delays.next().unwrap_or(self.config.backoff_max);
+                    let wait = delays.after_failed_attempt(rand::random::<f64>());
                     let hub = self.current_hub().url();
                     self.hubs_mut().advance();
                     tracing::warn!(%hub, reason = %transient, retryInMs = wait.as_millis() as u64, "link.enroll_retry");
@@ -678,11 +721,10 @@ impl Link {
         let response = match response {
             Ok(r) => r.into_inner(),
             Err(status) => {
-                return Err(match status.code() {
-                    tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
-                        Ok(status.message().to_owned())
-                    }
-                    _ => Err(LinkError::EnrollmentRefused(status.message().to_owned())),
+                return Err(if enroll_retryable(status.code()) {
+                    Ok(status.message().to_owned())
+                } else {
+                    Err(LinkError::EnrollmentRefused(status.message().to_owned()))
                 });
             }
         };
@@ -1016,6 +1058,24 @@ impl Link {
     }
 }
 
+/// Whether an enrollment that failed with `code` may be tried again. The
+/// hub refuses with a definite code (invalid, unauthenticated, already
+/// enrolled); a connection that broke on the way (the hub shed it under
+/// load, a replica died) fails in the transport with `Unknown` or
+/// `Cancelled`, and the token is still good for another attempt.
+fn enroll_retryable(code: tonic::Code) -> bool {
+    use tonic::Code;
+    matches!(
+        code,
+        Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Unknown
+            | Code::Cancelled
+            | Code::ResourceExhausted
+            | Code::Aborted
+    )
+}
+
 /// How long one renewal attempt may take: a quarter of the certificate's
 /// remaining lifetime, between 1 s and 30 s, so several attempts fit in
 /// the renewal window (a third of the lifetime).
@@ -1089,6 +1149,27 @@ mod tests {
         assert_eq!(digest(&a), digest(&b));
         let c: HashMap<_, _> = [("y".to_string(), 3), ("x".to_string(), 1)].into();
         assert_ne!(digest(&a), digest(&c));
+    }
+
+    #[test]
+    fn enrollment_retries_transport_failures_but_not_refusals() {
+        use tonic::Code;
+        for code in [
+            Code::Unavailable,
+            Code::Unknown,
+            Code::Cancelled,
+            Code::DeadlineExceeded,
+        ] {
+            assert!(enroll_retryable(code), "{code:?}");
+        }
+        for code in [
+            Code::Unauthenticated,
+            Code::InvalidArgument,
+            Code::FailedPrecondition,
+            Code::PermissionDenied,
+        ] {
+            assert!(!enroll_retryable(code), "{code:?}");
+        }
     }
 
     #[test]

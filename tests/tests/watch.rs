@@ -320,6 +320,62 @@ mod store_cases {
         assert_eq!(saved.phase, RevisionPhase::Preparing);
     }
 
+    /// A Hello that changes nothing (the spoke moved to another replica,
+    /// the cluster stayed online with the same version and capabilities)
+    /// is no event: a failover of thousands of spokes would otherwise
+    /// queue on the event sequence. A new version or capability is one.
+    pub async fn a_hello_that_changes_nothing_is_no_event(s: Arc<dyn Store>) {
+        let c = s
+            .upsert_cluster(&ClusterRecord {
+                name: "exec-b".into(),
+                labels: Default::default(),
+                capabilities: vec![],
+                certificate_serials: vec![],
+                connection_state: ConnectionState::Offline,
+                last_seen: None,
+                version: String::new(),
+            })
+            .await
+            .unwrap();
+        let caps = vec!["provider:kata".to_owned()];
+        let hello = |v: &'static str, caps: &[String]| {
+            let (s, id, caps) = (s.clone(), c.id.clone(), caps.to_vec());
+            async move {
+                s.set_connection_state(&id, ConnectionState::Online, Utc::now(), Some((v, &caps)))
+                    .await
+                    .unwrap()
+            }
+        };
+        let head = s.events_after(0, 1000).await.unwrap().len();
+        hello("1.0", &caps).await;
+        hello("1.0", &caps).await;
+        hello("1.0", &caps).await;
+        let kinds = |from: usize| {
+            let s = s.clone();
+            async move {
+                let events = s.events_after(0, 1000).await.unwrap();
+                events[from..]
+                    .iter()
+                    .map(|e| e.body.kind().to_owned())
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(kinds(head).await, ["cluster.connected"]);
+        hello("1.1", &caps).await;
+        hello("1.1", &["provider:kata".into(), "gpu".into()]).await;
+        assert_eq!(
+            kinds(head).await,
+            [
+                "cluster.connected",
+                "cluster.connected",
+                "cluster.connected"
+            ]
+        );
+        let fresh = s.get_cluster_by_id(&c.id).await.unwrap();
+        assert_eq!(fresh.version, "1.1");
+        assert_eq!(fresh.capabilities.len(), 2);
+    }
+
     /// A Hello and a change of connection state are events (with version,
     /// capabilities, last seen); a heartbeat's last_seen is not.
     pub async fn connection_changes_are_events(s: Arc<dyn Store>) {
@@ -416,6 +472,7 @@ store_suite!(
     the_log_is_ordered_gapless_and_bounded,
     phase_changes_carry_their_event,
     connection_changes_are_events,
+    a_hello_that_changes_nothing_is_no_event,
 );
 
 // ---- the hub --------------------------------------------------------------------

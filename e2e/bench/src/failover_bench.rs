@@ -133,6 +133,14 @@ struct Args {
     /// Keep the run's directory (configs, replica logs).
     #[arg(long)]
     keep_dir: bool,
+    /// Each replica's `database.maxConnections`. Default: what fits the
+    /// server's `max_connections` with this many replicas plus the bench's
+    /// own pools (the hub's default, the worker batch + 16 = 48, times two
+    /// replicas under deploy load exceeds PostgreSQL's default 100: the
+    /// second replica then cannot start, or requests fail as "database
+    /// unavailable").
+    #[arg(long)]
+    replica_max_connections: Option<u32>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -283,6 +291,10 @@ fn hub_config(
     a: &Args,
     safety_poll_ms: Option<u64>,
 ) -> anyhow::Result<PathBuf> {
+    let pool = a
+        .replica_max_connections
+        .map(|n| format!("  maxConnections: {n}\n"))
+        .unwrap_or_default();
     std::fs::create_dir_all(dir)?;
     let path = dir.join("hub.yaml");
     let (worker_poll, link_poll) = match safety_poll_ms {
@@ -296,7 +308,7 @@ fn hub_config(
         "version: 1
 database:
   url: \"{db_url}\"
-api:
+{pool}api:
   restAddr: 127.0.0.1:0
   grpcAddr: 127.0.0.1:0
   metricsAddr: 127.0.0.1:0
@@ -479,6 +491,125 @@ async fn offline_clusters(pool: &sqlx::PgPool) -> anyhow::Result<i64> {
     )
 }
 
+/// The machine's TCP `ListenOverflows` and `ListenDrops` counters
+/// (`/proc/net/netstat`): connections a full accept queue dropped (their
+/// SYN or final ACK), which the client only retries after its SYN
+/// retransmission timeout (1 s, then 3 s, ...). Machine-wide.
+fn listen_drops() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return (0, 0);
+    };
+    let field = |name: &str| {
+        names
+            .split_whitespace()
+            .position(|n| n == name)
+            .and_then(|i| values.split_whitespace().nth(i))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("ListenOverflows"), field("ListenDrops"))
+}
+
+/// A replica's link handshakes by result and sessions shed, from its
+/// `/metrics` (what refused or gave up connections on the hub side).
+async fn hub_refusals(replica: &Replica) -> BTreeMap<String, f64> {
+    let text = replica.proc.scrape().await.unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((key, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        if let Some(rest) = key.strip_prefix("occ_link_handshakes_total{result=\"") {
+            out.insert(format!("handshake {}", rest.trim_end_matches("\"}")), value);
+        } else if key == "occ_link_sessions_shed_total" {
+            out.insert("sessions shed".into(), value);
+        }
+    }
+    out
+}
+
+/// `after - before` per key, the keys that moved.
+fn moved(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> String {
+    let parts: Vec<String> = after
+        .iter()
+        .map(|(k, v)| (k, v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d > 0.0)
+        .map(|(k, d)| format!("{k} {d:.0}"))
+        .collect();
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Where the failover time of the spokes went, from each Link's status:
+/// attempts after the kill, the wait from losing the session to the first
+/// attempt, from that attempt to the Welcome, and why attempts failed.
+fn failover_diagnosis(
+    fleet: &Fleet,
+    attempts_before: &[u64],
+    killed: tokio::time::Instant,
+) -> String {
+    let mut attempts = Vec::new();
+    let mut first_wait = Vec::new();
+    let mut to_welcome = Vec::new();
+    let mut lost_after = Vec::new();
+    let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
+    for (s, before) in fleet.spokes.iter().zip(attempts_before) {
+        let st = s.status.borrow();
+        let n = st.attempts - before;
+        attempts.push(n);
+        if let Some(lost) = st.session_lost.filter(|l| *l > killed) {
+            lost_after.push((lost - killed).as_millis() as u64);
+        }
+        if let (Some(lost), Some(first)) = (st.session_lost, st.first_attempt_after_loss) {
+            first_wait.push((first - lost).as_millis() as u64);
+            if let Some(w) = st.last_welcome.filter(|w| *w > killed) {
+                to_welcome.push(w.saturating_duration_since(first).as_millis() as u64);
+            }
+        }
+        if n > 1
+            && let Some(r) = &st.last_failure
+        {
+            // The reason's kind, without addresses and details.
+            let kind: String = r
+                .split([':', '('])
+                .next()
+                .unwrap_or(r)
+                .chars()
+                .take(48)
+                .collect();
+            *reasons.entry(kind).or_default() += 1;
+        }
+    }
+    attempts.sort_unstable();
+    first_wait.sort_unstable();
+    to_welcome.sort_unstable();
+    lost_after.sort_unstable();
+    let retried = attempts.iter().filter(|n| **n > 1).count();
+    let reasons: Vec<String> = reasons.iter().map(|(k, v)| format!("{v}× {k}")).collect();
+    format!(
+        "attempts per spoke p50 / p99 / max {} / {} / {} ({retried} spokes needed more than one); kill → session lost p50 / p99 / max {}; session lost → first attempt p50 / p99 / max {}; first attempt → Welcome p50 / p99 / max {}; last failure of the retried: {}",
+        quantile(&attempts, 0.5),
+        quantile(&attempts, 0.99),
+        attempts.last().copied().unwrap_or(0),
+        spread_ms(&lost_after),
+        spread_ms(&first_wait),
+        spread_ms(&to_welcome),
+        if reasons.is_empty() {
+            "none".into()
+        } else {
+            reasons.join(", ")
+        }
+    )
+}
+
 fn hub_bin(a: &Args) -> anyhow::Result<PathBuf> {
     let bin = match &a.hub_bin {
         Some(p) => p.clone(),
@@ -496,8 +627,29 @@ fn hub_bin(a: &Args) -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-async fn run(a: Args) -> anyhow::Result<bool> {
+/// The `database.maxConnections` of each replica: the server's
+/// connection slots (less the superuser reserve and 24 for the bench's own
+/// pools and other clients of the server) shared by the replicas, one
+/// more connection each for LISTEN; at most the hub's default.
+async fn replica_pool(pg: &Pg, replicas: u8) -> anyhow::Result<u32> {
+    let mut admin = pg.admin().await?;
+    let row = sqlx::query(
+        "SELECT current_setting('max_connections')::int, \
+         current_setting('superuser_reserved_connections')::int",
+    )
+    .fetch_one(&mut admin)
+    .await?;
+    let slots = row.try_get::<i32, _>(0)?.max(0) as u32;
+    let reserved = row.try_get::<i32, _>(1)?.max(0) as u32;
+    let share = slots.saturating_sub(reserved + 24) / u32::from(replicas.max(1));
+    Ok(share.saturating_sub(1).clamp(4, 48))
+}
+
+async fn run(mut a: Args) -> anyhow::Result<bool> {
     let pg = Pg::from_env()?;
+    if a.replica_max_connections.is_none() {
+        a.replica_max_connections = Some(replica_pool(&pg, a.replicas.max(2)).await?);
+    }
     let tmp = tempfile::tempdir()?;
     let dir = if a.keep_dir {
         tmp.keep()
@@ -511,10 +663,11 @@ async fn run(a: Args) -> anyhow::Result<bool> {
     let hub_bin = hub_bin(&a)?;
     println!();
     println!(
-        "failover benchmark: {} replicas (hub {}, {}), generator {}, {} cores, PostgreSQL {}",
+        "failover benchmark: {} replicas (hub {}, {}; database.maxConnections {} each), generator {}, {} cores, PostgreSQL {}",
         a.replicas,
         hub_bin.display(),
         clawfed_bench::profile_of(&hub_bin),
+        a.replica_max_connections.unwrap_or(0),
         if cfg!(debug_assertions) {
             "debug"
         } else {
@@ -1044,6 +1197,16 @@ async fn failover(
     let mut replicas = replicas.into_iter();
     let hub_a = replicas.next().context("hub-a")?;
     let survivors: Vec<Replica> = replicas.collect();
+    let attempts_before: Vec<u64> = fleet
+        .spokes
+        .iter()
+        .map(|s| s.status.borrow().attempts)
+        .collect();
+    let mut refusals_before = Vec::new();
+    for r in &survivors {
+        refusals_before.push(hub_refusals(r).await);
+    }
+    let drops_before = listen_drops();
     println!("failover-bench: kill -9 hub-a (pid {})", hub_a.proc.pid);
     let killed = tokio::time::Instant::now();
     hub_a.proc.kill9().await?;
@@ -1110,6 +1273,23 @@ async fn failover(
         .collect();
     lost.sort_unstable();
     let after = fleet.totals();
+    let drops_after = listen_drops();
+    let mut refused = Vec::new();
+    for (r, before) in survivors.iter().zip(&refusals_before) {
+        refused.push(format!(
+            "{}: {}",
+            r.tag,
+            moved(before, &hub_refusals(r).await)
+        ));
+    }
+    let diagnosis = format!(
+        "{}; hub side: {}; kernel accept queue (machine-wide) ListenOverflows {} ListenDrops {}",
+        failover_diagnosis(&fleet, &attempts_before, killed),
+        refused.join("; "),
+        drops_after.0 - drops_before.0,
+        drops_after.1 - drops_before.1,
+    );
+    println!("failover-bench: where the failover time went: {diagnosis}");
     let spread: Vec<String> = survivors
         .iter()
         .map(|r| format!("{} {}", r.tag, last.get(&r.id).copied().unwrap_or(0)))
@@ -1118,7 +1298,7 @@ async fn failover(
     let failover = Figure {
         what: format!("failover of {n} spokes after kill -9 of their replica"),
         value: format!(
-            "all back in {all:.1?} (every Link welcomed again {clients_all:.1?}; every session row live on a survivor {store_all:.1?}); per spoke p50 / p99 / max {} (its Link saw the session end after p50 / p99 {} / {} ms); sessions now {}; {} failed attempts and {} go-aways (the {n} broken sessions included); clusters shown offline at most {max_offline}; a last failure: {}",
+            "all back in {all:.1?} (every Link welcomed again {clients_all:.1?}; every session row live on a survivor {store_all:.1?}); per spoke p50 / p99 / max {} (its Link saw the session end after p50 / p99 {} / {} ms); sessions now {}; {} failed attempts and {} go-aways (the {n} broken sessions included); clusters shown offline at most {max_offline}; a last failure: {}; {diagnosis}",
             spread_ms(&per_spoke),
             quantile(&lost, 0.5),
             quantile(&lost, 0.99),

@@ -564,11 +564,18 @@ async fn session_keeper(state: Arc<LinkState>) {
         let claimed = state.registry.claimed();
         let lease_until = Utc::now()
             + chrono::Duration::from_std(config.lease_ttl()).unwrap_or(chrono::Duration::MAX);
-        match state
-            .store
-            .session_renew(&config.replica_id, lease_until)
-            .await
-        {
+        // No session claimed here, no lease to renew: an idle replica
+        // costs the database its sweep only (issue 14, idle load). A claim
+        // committing meanwhile carries a fresh lease until the next tick.
+        let renewed = if claimed.is_empty() {
+            Ok(Vec::new())
+        } else {
+            state
+                .store
+                .session_renew(&config.replica_id, lease_until)
+                .await
+        };
+        match renewed {
             Ok(held) => {
                 let held = held.into_iter().collect();
                 for cluster in state.registry.close_superseded(&claimed, &held) {

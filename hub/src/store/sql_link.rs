@@ -383,16 +383,27 @@ impl LinkStore for SqlStore {
             ),
             None => (None, None),
         };
-        // With its watch event in one transaction: a Hello (connected) or a
-        // change of state is an event; a heartbeat's last_seen is not.
+        // With its watch event in one transaction: a change of state, or a
+        // Hello that changes the version or capabilities, is an event; a
+        // heartbeat's last_seen is not, nor a Hello that changes nothing (a
+        // spoke moving to another replica while its cluster stays online:
+        // the event's sequence is one row every writer waits for, and a
+        // failover would queue thousands of them for nothing).
         let mut tx = self.begin().await?;
-        let before: Option<String> =
-            sqlx::query("SELECT connection_state FROM clusters WHERE id = $1")
-                .bind(cluster_id.to_owned())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(|e| self.classify(e))?
-                .map(|r| r.get(0));
+        let before: Option<(String, Option<String>, Option<String>)> = sqlx::query(
+            "SELECT connection_state, version, capabilities FROM clusters WHERE id = $1",
+        )
+        .bind(cluster_id.to_owned())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?
+        .map(|r| (r.get(0), r.get(1), r.get(2)));
+        let hello_changes = match (&before, &version, &capabilities) {
+            (Some((_, v0, c0)), Some(v), Some(c)) => {
+                v0.as_deref() != Some(v.as_str()) || c0.as_deref() != Some(c.as_str())
+            }
+            _ => false,
+        };
         let updated = sqlx::query(
             "UPDATE clusters SET connection_state = $1, last_seen = $2, \
              version = COALESCE($3, version), capabilities = COALESCE($4, capabilities) \
@@ -407,8 +418,8 @@ impl LinkStore for SqlStore {
         .await
         .map_err(|e| self.classify(e))?
         .rows_affected();
-        let changed = before.as_deref() != Some(state.as_str());
-        let event = updated == 1 && (hello.is_some() || changed);
+        let changed = before.as_ref().map(|b| b.0.as_str()) != Some(state.as_str());
+        let event = updated == 1 && (changed || hello_changes);
         if event {
             self.insert_cluster_event(&mut tx, cluster_id, Utc::now())
                 .await?;
