@@ -1225,8 +1225,8 @@ mod tests {
         assert_eq!(c.api.rest_addr.port(), 9000);
     }
 
-    /// Issue 17: the polls are safety polls now; the old worker key still
-    /// works, the new ones are read, and a zero link poll is refused.
+    /// Issue 14: on PostgreSQL the safety polls the file leaves unset
+    /// default to 30 s (NOTIFY wakes the replicas); SQLite keeps 2 s.
     #[test]
     fn safety_polls_default_per_backend() {
         let load = |yaml: &str, env: &[(&str, &str)]| {
@@ -1276,6 +1276,8 @@ mod tests {
         assert_eq!(polls(&load(&set, &[])), (thirty, two, thirty));
     }
 
+    /// Issue 17: the polls are safety polls now; the old worker key still
+    /// works, the new ones are read, and a zero link poll is refused.
     #[test]
     fn safety_poll_keys_old_and_new() {
         let dir = tempfile::tempdir().unwrap();
