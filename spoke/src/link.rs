@@ -558,15 +558,7 @@ impl Link {
             // it starts again from the shortest delay, however many came
             // before. Storms are the hub's to absorb (a bounded queue of
             // handshakes, GoAway with a retry-after, honoured below).
-            let lived = if welcomed {
-                self.status
-                    .borrow()
-                    .last_welcome
-                    .map_or(Duration::ZERO, |w| w.elapsed())
-            } else {
-                Duration::ZERO
-            };
-            if lived >= reconnect::STABLE_SESSION {
+            if welcomed {
                 delays.welcomed();
             }
             let mut redirected = false;
@@ -618,7 +610,7 @@ impl Link {
                     // attempt over a short window; failed attempts back off.
                     let unit = rand::random::<f64>();
                     let wait = if welcomed {
-                        delays.after_session_ended(lived, unit)
+                        delays.after_lost_session(unit)
                     } else {
                         delays.after_failed_attempt(unit)
                     };

@@ -2,14 +2,14 @@
 //! the jitter `unit` uniformly from [0, 1)).
 //!
 //! Three cases, three rules:
-//! - **A session that was up ended** (its replica died, the connection
-//!   broke), welcomed at least [`STABLE_SESSION`] before: the first attempt comes after a delay drawn from
-//!   [0, spread]. Every spoke of a dead replica loses its session at the
-//!   same instant; the spread turns that instant into a window (the
-//!   thundering-herd protection) that is short and bounded, so a failover
-//!   takes about the window, not the backoff cap. A session that ends
-//!   sooner counts as a failed attempt (a hub that welcomes and drops
-//!   spokes in a loop is backed off from).
+//! - **A welcomed session ended** (its replica died, the connection
+//!   broke): the first attempt comes after a delay drawn from [0, spread].
+//!   Every spoke of a dead replica loses its session at the same instant;
+//!   the spread turns that instant into a window (the thundering-herd
+//!   protection) that is short and bounded, so a failover takes about the
+//!   window, not the backoff cap. A hub that restarts quickly, even right
+//!   after a Welcome, gets its spokes back within the window; a hub that
+//!   must shed spokes says so with a GoAway and a retry-after.
 //! - **An attempt failed** (dial, TLS, Hello): with several hub addresses
 //!   the next one is tried after a short pause drawn from [0, min] until
 //!   every address failed once in this round; only a whole round of
@@ -23,10 +23,6 @@ use std::time::Duration;
 
 /// The default spread of the first attempt after a lost session.
 pub const DEFAULT_SPREAD: Duration = Duration::from_secs(1);
-
-/// A session welcomed this long before it ended was up: its loss resets
-/// the backoff.
-pub const STABLE_SESSION: Duration = Duration::from_secs(2);
 
 /// The reconnect state of one link.
 #[derive(Debug, Clone)]
@@ -66,17 +62,6 @@ impl Reconnect {
     pub fn after_lost_session(&mut self, unit: f64) -> Duration {
         self.welcomed();
         self.spread.mul_f64(clamp_unit(unit))
-    }
-
-    /// A session welcomed `lived` before ended with a failure: the wait
-    /// before the first attempt (a lost session once it was stable, else a
-    /// failed attempt).
-    pub fn after_session_ended(&mut self, lived: Duration, unit: f64) -> Duration {
-        if lived >= STABLE_SESSION {
-            self.after_lost_session(unit)
-        } else {
-            self.after_failed_attempt(unit)
-        }
     }
 
     /// An attempt failed: the wait before the next (which goes to the next
@@ -154,14 +139,17 @@ mod tests {
     }
 
     #[test]
-    fn a_session_dropped_right_after_its_welcome_is_backed_off_from() {
+    fn quick_restarts_of_the_hub_never_grow_the_wait_after_a_lost_session() {
+        // The hub restarts again right after each Welcome (one address):
+        // a couple of failed dials per outage, then back; each loss after
+        // a Welcome starts inside the spread, not at a grown backoff.
         let mut r = Reconnect::new(MIN, MAX, DEFAULT_SPREAD, 1);
-        let short = STABLE_SESSION / 4;
-        let caps: Vec<Duration> = (0..4).map(|_| r.after_session_ended(short, 1.0)).collect();
-        assert_eq!(caps, [ms(200), ms(400), ms(800), ms(1600)]);
-        // One that stayed up is a lost session: the spread, and reset.
-        assert_eq!(r.after_session_ended(STABLE_SESSION, 0.5), ms(500));
-        assert_eq!(r.after_session_ended(short, 1.0), ms(200));
+        for _ in 0..6 {
+            assert!(r.after_lost_session(1.0) <= DEFAULT_SPREAD);
+            assert_eq!(r.after_failed_attempt(1.0), MIN);
+            assert_eq!(r.after_failed_attempt(1.0), ms(400));
+            r.welcomed();
+        }
     }
 
     #[test]
