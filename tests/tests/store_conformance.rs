@@ -2023,6 +2023,115 @@ mod raw_cases {
         );
     }
 
+    /// Issue 17 (a group in one round trip on PostgreSQL, set-based on
+    /// SQLite): puts to a cluster that does not exist fail alone with
+    /// NotFound inside a group, without splitting it; the others get dense
+    /// sequences. On PostgreSQL the outbox NOTIFY (now one per cluster per
+    /// statement) still names every cluster whose outbox grew, and no
+    /// other.
+    pub async fn link_group_fails_unknown_cluster_puts_alone_and_notifies(db: &TestDb) {
+        use clawfed_hub::store::ClusterRecord;
+        use sqlx::Row;
+        let s = db.dyn_store();
+        let postgres = db.url.starts_with("postgres");
+        let mut listener = if postgres {
+            let mut l = sqlx::postgres::PgListener::connect(&db.url).await.unwrap();
+            l.listen("clawfed_outbox").await.unwrap();
+            Some(l)
+        } else {
+            None
+        };
+        let mut ids = Vec::new();
+        for name in ["exec-a", "exec-b"] {
+            let c = s
+                .upsert_cluster(&ClusterRecord {
+                    name: name.into(),
+                    labels: Default::default(),
+                    capabilities: vec![],
+                    certificate_serials: vec![],
+                    connection_state: clawfed_hub::model::ConnectionState::Online,
+                    last_seen: None,
+                    version: "test".into(),
+                })
+                .await
+                .unwrap();
+            ids.push(c.id);
+        }
+        let before = db.store.link_group_stats();
+        let mut puts = tokio::task::JoinSet::new();
+        for t in 0..40 {
+            for cluster in ids
+                .iter()
+                .cloned()
+                .chain((t % 8 == 0).then(|| "no-such-cluster".to_owned()))
+            {
+                let s = s.clone();
+                puts.spawn(async move {
+                    let put = s
+                        .outbox_put(
+                            &cluster,
+                            &format!("harness/ns/a{t}/1"),
+                            "harness.apply",
+                            1,
+                            "{}",
+                        )
+                        .await;
+                    (cluster, put)
+                });
+            }
+        }
+        let mut dense: std::collections::HashMap<String, Vec<i64>> = Default::default();
+        for (cluster, put) in puts.join_all().await {
+            if cluster == "no-such-cluster" {
+                assert!(
+                    matches!(put, Err(StoreError::NotFound { .. })),
+                    "a put to an unknown cluster: {put:?}"
+                );
+            } else {
+                dense
+                    .entry(cluster)
+                    .or_default()
+                    .push(put.unwrap().expect("a first put queues"));
+            }
+        }
+        for id in &ids {
+            let seqs = dense.get_mut(id).unwrap();
+            seqs.sort_unstable();
+            assert_eq!(*seqs, (1..=40).collect::<Vec<_>>(), "dense per cluster");
+        }
+        let after = db.store.link_group_stats();
+        let (groups, writes) = (after.groups - before.groups, after.writes - before.writes);
+        assert_eq!(
+            writes, 85,
+            "no group split (the unknown cluster failed alone)"
+        );
+        assert!(
+            groups < writes / 2,
+            "{groups} groups for {writes} concurrent writes"
+        );
+        let Some(listener) = listener.as_mut() else {
+            return;
+        };
+        let schema: String = sqlx::query("SELECT CAST(current_schema() AS TEXT)")
+            .fetch_one(db.store.pool())
+            .await
+            .unwrap()
+            .get(0);
+        let mut woken = std::collections::BTreeSet::new();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while woken.len() < ids.len() {
+            let n = tokio::time::timeout_at(deadline, listener.recv())
+                .await
+                .expect("a notification for every cluster written")
+                .unwrap();
+            // Other tests share the database; their schemas are not ours.
+            if let Some(cluster) = n.payload().strip_prefix(&format!("{schema} ")) {
+                assert!(ids.iter().any(|id| id == cluster), "notified {cluster}");
+                woken.insert(cluster.to_owned());
+            }
+        }
+    }
+
     /// Issue 14 part 3: the link CA is shared through the store. Replicas
     /// starting together agree on one CA (first writer wins); the key is
     /// stored sealed (no table holds it in clear) and opens only with the
@@ -2181,6 +2290,7 @@ raw_suite!(
     credentials_are_sealed_snapshotted_and_bound_to_their_agent,
     link_ca_is_shared_sealed_and_imported_once,
     link_writes_commit_in_groups_like_one_by_one,
+    link_group_fails_unknown_cluster_puts_alone_and_notifies,
 );
 
 /// Instantiates every case for one backend.

@@ -133,6 +133,10 @@ struct RunArgs {
     /// The release hub binary (default: next to this binary).
     #[arg(long)]
     hub_bin: Option<PathBuf>,
+    /// Run a CPU-heavy neighbour beside the whole run: `yes` writing to
+    /// /dev/null (one busy core), as the issue's "machine is busy" figures.
+    #[arg(long)]
+    cpu_neighbour: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -283,6 +287,18 @@ fn verdict(ok: bool, at_goal_scale: bool) -> &'static str {
 
 async fn run(a: RunArgs) -> anyhow::Result<bool> {
     let phase = Duration::from_secs(a.phase_timeout_seconds);
+    // Killed when the run ends (kill_on_drop), whichever way it ends.
+    let _neighbour = if a.cpu_neighbour {
+        Some(
+            Command::new("yes")
+                .stdout(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .context("starting the CPU neighbour (yes)")?,
+        )
+    } else {
+        None
+    };
     let tmp;
     let dir = match &a.state_dir {
         Some(d) => {
@@ -397,12 +413,17 @@ async fn run(a: RunArgs) -> anyhow::Result<bool> {
     };
     // The conditions every verdict holds under.
     let conditions = format!(
-        "N={n} Links, heartbeat {} s, maxConcurrentHandshakes {hs} (per source {hs}), maxSessions {}, backoff {} ms..{} s, hub {hub_profile}, generator {gen_profile}, {}",
+        "N={n} Links, heartbeat {} s, maxConcurrentHandshakes {hs} (per source {hs}), maxSessions {}, backoff {} ms..{} s, hub {hub_profile}, generator {gen_profile}, {}, {}",
         a.heartbeat_seconds,
         a.spokes + 1000,
         a.backoff_min_ms,
         a.backoff_max_seconds,
         if a.postgres { "PostgreSQL" } else { "SQLite" },
+        if a.cpu_neighbour {
+            "CPU neighbour: yes > /dev/null"
+        } else {
+            "no CPU neighbour started by the bench"
+        },
         hs = a.max_concurrent_handshakes,
     );
     let full_scale = n >= 10_000;
@@ -603,6 +624,7 @@ async fn run(a: RunArgs) -> anyhow::Result<bool> {
         v.clear();
     }
     let works_0 = receipts.works.load(Ordering::Relaxed);
+    let loadavg_before = loadavg();
     let cpu2 = cpu_mark(hub3.pid);
     let stdin = hub3.stdin.as_mut().context("stdin")?;
     stdin.write_all(b"go\n").await?;
@@ -645,6 +667,7 @@ async fn run(a: RunArgs) -> anyhow::Result<bool> {
             .unwrap_or(f64::NAN)
     };
     let load_cpu = cpu_note(hub3.pid, cpu2);
+    let loadavg_after = loadavg();
     let hub3_rss = rss_kib(hub3.pid)?;
     let scraped3 = hub3.scrape().await?;
     let hist = "occ_link_ack_latency_seconds";
@@ -813,6 +836,12 @@ async fn run(a: RunArgs) -> anyhow::Result<bool> {
             limit: "in-process hub (LinkHandle::send); idle spokes stay connected".into(),
         },
         Row {
+            what: "  machine load average (1 min) before / after the load".into(),
+            value: format!("{loadavg_before} / {loadavg_after}"),
+            goal: "-".into(),
+            limit: "/proc/loadavg; every process on the machine".into(),
+        },
+        Row {
             what: "  database work per item (load and drain)".into(),
             value: database_per_item(&num, &statement_kinds),
             goal: "-".into(),
@@ -903,11 +932,26 @@ fn database_per_item(num: &dyn Fn(&str) -> f64, kinds: &[String]) -> String {
             num("xacts_window_s"),
         ));
     }
+    let server_cpu = num("server_cpu_s");
+    if server_cpu.is_finite() {
+        out.push_str(&format!(
+            ", {:.3} ms of PostgreSQL CPU ({server_cpu:.1} s in the database's backends)",
+            server_cpu * 1000.0 / items
+        ));
+    }
     out.push_str(&format!(
-        " per item; link writes (put, ack, report) in {:.0} group commits, {:.1} writes each;",
+        " per item; link writes (put, ack, report) in {:.0} group commits, {:.1} writes each",
         num("groups"),
-        num("grouped_writes") / num("groups").max(1.0)
+        num("grouped_writes") / num("groups").max(1.0),
     ));
+    // PostgreSQL: a group is one statement, timed by the client.
+    if num("group_ms") > 0.0 {
+        out.push_str(&format!(
+            ", the group statement {:.1} ms each on the client's clock",
+            num("group_ms") / num("groups").max(1.0)
+        ));
+    }
+    out.push(';');
     out.push_str(" by statement (count, client s):");
     for kind in kinds {
         let mut f = kind.splitn(3, '\t');
@@ -1015,6 +1059,36 @@ async fn server_xacts(url: &str) -> anyhow::Result<i64> {
     Ok(n)
 }
 
+/// CPU seconds used so far by each server process of this database (its
+/// backends, the hub's pool and LISTEN connections among them), by pid;
+/// PostgreSQL on this machine only (it reads /proc).
+async fn server_cpu(url: &str) -> anyhow::Result<HashMap<i32, f64>> {
+    use sqlx::Connection as _;
+    use sqlx::Row as _;
+    let mut c = sqlx::PgConnection::connect(url).await?;
+    let rows = sqlx::query(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+         AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut c)
+    .await?;
+    c.close().await?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| r.try_get::<i32, _>(0).ok())
+        .map(|pid| (pid, cpu_secs(pid as u32)))
+        .filter(|(_, s)| s.is_finite())
+        .collect())
+}
+
+/// The 1-minute load average.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
 // ---------------------------------------------------------------------------
 // The in-process hub of the latency phase.
 
@@ -1078,6 +1152,11 @@ async fn inproc_hub(a: InprocArgs) -> anyhow::Result<bool> {
         let postgres = config.database.url.starts_with("postgres");
         let xacts_0 = if postgres {
             Some(server_xacts(&config.database.url).await?)
+        } else {
+            None
+        };
+        let server_cpu_0 = if postgres {
+            Some(server_cpu(&config.database.url).await?)
         } else {
             None
         };
@@ -1145,6 +1224,24 @@ async fn inproc_hub(a: InprocArgs) -> anyhow::Result<bool> {
         by_kind.sort_by_key(|k| std::cmp::Reverse(k.0));
         let statement_total: u64 = by_kind.iter().map(|k| k.0).sum();
         let groups_1 = sql.link_group_stats();
+        // Backends that started during the load count from 0; those that
+        // ended are missed (the pool keeps its connections).
+        let server_cpu_s = match &server_cpu_0 {
+            Some(before) => {
+                let after = server_cpu(&config.database.url).await?;
+                let used: f64 = after
+                    .iter()
+                    .map(|(pid, s)| s - before.get(pid).copied().unwrap_or(0.0))
+                    .sum();
+                format!(" server_cpu_s={used:.2}")
+            }
+            None => String::new(),
+        };
+        let group_ms: f64 = by_kind
+            .iter()
+            .filter(|k| k.2.contains("clawfed_link_group") || k.2.starts_with("WITH p AS"))
+            .map(|k| k.1 * 1000.0)
+            .sum();
         for (n, secs, label) in by_kind.iter().take(12) {
             println!("stmt\t{n}\t{secs:.3}\t{label}");
         }
@@ -1169,7 +1266,7 @@ async fn inproc_hub(a: InprocArgs) -> anyhow::Result<bool> {
             None => String::new(),
         };
         println!(
-            "done sent={} errors={} rate={:.1} put_p50_us={} put_p99_us={} drained_ms={drained_ms} statements={statement_total} groups={} grouped_writes={}{xacts}",
+            "done sent={} errors={} rate={:.1} put_p50_us={} put_p99_us={} drained_ms={drained_ms} statements={statement_total} groups={} grouped_writes={} group_ms={group_ms:.1}{server_cpu_s}{xacts}",
             put.len(),
             errors.load(Ordering::Relaxed),
             total as f64 / elapsed.as_secs_f64(),

@@ -6,13 +6,14 @@
 //!
 //! On SQLite every write goes through one connection and each commit
 //! appends the touched pages to the WAL, so one transaction per ack made the
-//! single writer the bottleneck; a group runs its writes one by one in one
-//! transaction, one group at a time. On PostgreSQL a commit per write (3 per
+//! single writer the bottleneck; a group is one transaction, one group at a
+//! time, of at most seven set-based statements whatever its size
+//! ([`SqlStore::apply_group_sqlite`]). On PostgreSQL a commit per write (3 per
 //! item: put, ack, report) made the server's CPU the limit at 1,000 items/s;
 //! a group there is set-based: all its puts, acks and reports in ONE
-//! statement ([`GROUP_SQL`]), after one statement that locks the put
-//! clusters' rows, in one transaction, with [`PG_COMMITTERS`] groups
-//! committing at once on separate connections.
+//! round trip ([`GROUP_FN_SQL`]: a function that locks the put clusters'
+//! rows, then runs one set-based statement, in one transaction), with
+//! [`PG_COMMITTERS`] groups committing at once on separate connections.
 //!
 //! Every write is answered only after its group committed, so an ack is
 //! durable before anyone is told. When a group fails, each of its writes is
@@ -191,10 +192,7 @@ impl SqlStore {
         let writes: Vec<&LinkWrite> = batch.iter().map(|p| &p.write).collect();
         let grouped = match self.backend() {
             Backend::Postgres => self.apply_group_pg(&writes).await,
-            Backend::Sqlite => self
-                .apply_writes(&writes)
-                .await
-                .map(|written| written.into_iter().map(Ok).collect()),
+            Backend::Sqlite => self.apply_group_sqlite(&writes).await,
         };
         match grouped {
             Ok(results) => {
@@ -291,7 +289,8 @@ impl SqlStore {
         }
     }
 
-    /// Applies `writes` in order in one transaction.
+    /// Applies `writes` in order in one transaction, one by one (SQLite,
+    /// a write whose group failed).
     async fn apply_writes(&self, writes: &[&LinkWrite]) -> Result<Vec<Written>> {
         let mut tx = self.begin().await?;
         let mut results = Vec::with_capacity(writes.len());
@@ -403,22 +402,18 @@ impl SqlStore {
     }
 }
 
-/// The cluster rows of a group's puts, locked in id order until the
-/// group commits (`$1`: JSON array of cluster ids). Taken in a statement
-/// of its own so that [`GROUP_SQL`], the next statement, reads the outbox
-/// in a snapshot taken after the lock: every put to these clusters that
-/// committed before is visible to its newest-generation check, as in
-/// `clawfed_outbox_put`. NO KEY UPDATE, as the counter bump takes: reports
-/// inserted meanwhile (their foreign key takes KEY SHARE) do not wait.
-/// Returns the ids that exist.
-const LOCK_CLUSTERS_SQL: &str = "SELECT id FROM clusters \
-     WHERE id IN (SELECT json_array_elements_text($1::json)) \
-     ORDER BY id FOR NO KEY UPDATE";
-
-/// A whole group in one statement (PostgreSQL): `$1` puts, `$2` acks,
-/// `$3` reports, each a JSON array of records (`i` is the write's index in
-/// the group). The result is as if the group's acks ran first, then its
-/// puts in index order, then its reports:
+/// A whole group on PostgreSQL in ONE round trip: the function of
+/// migration 0015, called alone, so it is its own transaction (it used to
+/// be BEGIN, a lock statement, the group statement and COMMIT: four round
+/// trips, each a wake-up of the server and of the hub on a busy machine).
+/// `$1` puts, `$2` acks, `$3` reports, each a JSON array of records (`i` is
+/// the write's index in the group). The function first locks the put
+/// clusters' rows in id order (two groups never deadlock on them; NO KEY
+/// UPDATE, so reports inserted meanwhile do not wait), then runs one
+/// set-based statement in a fresh snapshot, which therefore sees every put
+/// to these clusters committed before, as `clawfed_outbox_put` does. The
+/// result is as if the group's acks ran first, then its puts in index
+/// order, then its reports:
 /// - a put is fresh when its generation is above the newest stored for
 ///   its target and above every earlier put of the target in the group;
 ///   fresh puts get the cluster's next sequences in index order (the
@@ -430,65 +425,13 @@ const LOCK_CLUSTERS_SQL: &str = "SELECT id FROM clusters \
 ///   one per target and kind: data-modifying statements may not touch a
 ///   row twice).
 ///
-/// Rows: `(0, i, sequence)` per fresh put, `(1, i, 0)` per ack that acked.
-const GROUP_SQL: &str = "\
-WITH p AS (
-    SELECT * FROM json_to_recordset($1::json)
-        AS x(i BIGINT, c TEXT, t TEXT, k TEXT, g BIGINT, s TEXT, ts BIGINT)
-), a AS (
-    SELECT * FROM json_to_recordset($2::json)
-        AS x(i BIGINT, c TEXT, q BIGINT, t TEXT, g BIGINT, ts BIGINT)
-), r AS (
-    SELECT * FROM json_to_recordset($3::json)
-        AS x(c TEXT, t TEXT, k TEXT, g BIGINT, b TEXT, ts BIGINT)
-), fresh AS (
-    SELECT e.*,
-        ROW_NUMBER() OVER (PARTITION BY e.c ORDER BY e.i) AS n,
-        ROW_NUMBER() OVER (PARTITION BY e.c, e.t ORDER BY e.i DESC) AS newest
-    FROM (
-        SELECT p.*,
-            MAX(p.g) OVER (PARTITION BY p.c, p.t ORDER BY p.i
-                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier,
-            (SELECT MAX(ob.generation) FROM outbox ob
-                WHERE ob.cluster_id = p.c AND ob.target = p.t) AS stored
-        FROM p
-    ) e
-    WHERE (e.stored IS NULL OR e.g > e.stored) AND (e.earlier IS NULL OR e.g > e.earlier)
-), bumped AS (
-    UPDATE clusters k SET next_sequence = k.next_sequence + f.cnt
-    FROM (SELECT c, COUNT(*) AS cnt FROM fresh GROUP BY c) f
-    WHERE k.id = f.c
-    RETURNING k.id, k.next_sequence - f.cnt AS base
-), numbered AS (
-    SELECT fresh.*, bumped.base + fresh.n AS seq
-    FROM fresh JOIN bumped ON bumped.id = fresh.c
-), acked AS (
-    UPDATE outbox ob SET acked_at = a.ts FROM a
-    WHERE ob.cluster_id = a.c AND ob.sequence = a.q AND ob.target = a.t
-        AND ob.generation = a.g AND ob.acked_at IS NULL
-    RETURNING a.i
-), superseded AS (
-    DELETE FROM outbox ob USING (SELECT DISTINCT c, t FROM fresh) f
-    WHERE ob.cluster_id = f.c AND ob.target = f.t AND ob.acked_at IS NULL
-        AND NOT EXISTS (SELECT 1 FROM a WHERE a.c = ob.cluster_id AND a.q = ob.sequence
-            AND a.t = ob.target AND a.g = ob.generation)
-), inserted AS (
-    INSERT INTO outbox (cluster_id, sequence, target, kind, generation, spec, created_at)
-    SELECT c, seq, t, k, g, s, ts FROM numbered WHERE newest = 1
-), reported AS (
-    INSERT INTO spoke_reports (cluster_id, target, kind, generation, body, received_at)
-    SELECT c, t, k, g, b, ts FROM r
-    ON CONFLICT (cluster_id, target, kind) DO UPDATE SET generation = excluded.generation,
-        body = excluded.body, received_at = excluded.received_at
-    WHERE spoke_reports.generation <= excluded.generation
-)
-SELECT 0::BIGINT AS w, i, seq AS v FROM numbered
-UNION ALL SELECT 1::BIGINT, i, 0::BIGINT FROM acked";
+/// Rows: `(0, i, sequence)` per fresh put, `(1, i, 0)` per ack that acked,
+/// `(2, i, 0)` per put to a cluster that does not exist (nothing written).
+const GROUP_FN_SQL: &str = "SELECT w, i, v FROM clawfed_link_group($1::json, $2::json, $3::json)";
 
 impl SqlStore {
-    /// A group on PostgreSQL: without puts one statement
-    /// ([`GROUP_SQL`], its own transaction); with puts BEGIN, the cluster
-    /// lock, that statement, COMMIT. Puts to unknown clusters fail alone.
+    /// A group on PostgreSQL: one call of `clawfed_link_group`
+    /// ([`GROUP_FN_SQL`]). Puts to unknown clusters fail alone.
     async fn apply_group_pg(&self, writes: &[&LinkWrite]) -> Result<Vec<Result<Written>>> {
         use serde_json::json;
         let mut results: Vec<Option<Result<Written>>> = writes.iter().map(|_| None).collect();
@@ -498,7 +441,6 @@ impl SqlStore {
         // group's reports run in order: the last of the highest generation.
         let mut reports: std::collections::HashMap<(&str, &str, &str), serde_json::Value> =
             std::collections::HashMap::new();
-        let mut put_clusters = std::collections::BTreeSet::new();
         for (i, write) in writes.iter().enumerate() {
             match write {
                 LinkWrite::Put {
@@ -508,14 +450,8 @@ impl SqlStore {
                     generation,
                     spec,
                     now,
-                } => {
-                    put_clusters.insert(cluster_id.as_str());
-                    puts.push((
-                        cluster_id.as_str(),
-                        json!({"i": i, "c": cluster_id, "t": target, "k": kind,
-                               "g": generation, "s": spec, "ts": ms(*now)}),
-                    ));
-                }
+                } => puts.push(json!({"i": i, "c": cluster_id, "t": target, "k": kind,
+                                      "g": generation, "s": spec, "ts": ms(*now)})),
                 LinkWrite::Ack {
                     cluster_id,
                     sequence,
@@ -548,50 +484,28 @@ impl SqlStore {
             }
         }
         let reports: Vec<serde_json::Value> = reports.into_values().collect();
-        let rows = if put_clusters.is_empty() {
-            self.group_statement(&[], &acks, &reports)
-                .fetch_all(self.pool())
-                .await
-                .map_err(|e| self.classify(e))?
-        } else {
-            let mut tx = self.begin().await?;
-            let ids = serde_json::to_string(&put_clusters).unwrap_or_else(|_| "[]".into());
-            let known: std::collections::HashSet<String> = sqlx::query(LOCK_CLUSTERS_SQL)
-                .bind(ids)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| self.classify(e))?
-                .iter()
-                .map(|r| r.get::<String, _>(0))
-                .collect();
-            let mut put_json = Vec::with_capacity(puts.len());
-            for (cluster_id, put) in puts {
-                if known.contains(cluster_id) {
-                    put_json.push(put);
-                } else if let Some(i) = put["i"].as_u64() {
-                    results[i as usize] = Some(Err(not_found("cluster", cluster_id)));
-                }
-            }
-            let rows = self
-                .group_statement(&put_json, &acks, &reports)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| self.classify(e))?;
-            self.commit(tx).await?;
-            rows
-        };
+        let array =
+            |v: &[serde_json::Value]| serde_json::to_string(v).unwrap_or_else(|_| "[]".into());
+        let rows = sqlx::query(GROUP_FN_SQL)
+            .bind(array(&puts))
+            .bind(array(&acks))
+            .bind(array(&reports))
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.classify(e))?;
         for row in &rows {
             let (what, i, value): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
-            let slot = usize::try_from(i).ok().and_then(|i| results.get_mut(i));
-            match (what, slot) {
-                (0, Some(slot)) => *slot = Some(Ok(Written::Put(Some(value)))),
-                (1, Some(slot)) => *slot = Some(Ok(Written::Ack(true))),
-                _ => {
-                    return Err(StoreError::Corrupt {
-                        what: "group commit result",
-                        detail: format!("row ({what}, {i}, {value}) names no write of the group"),
-                    });
+            let index = usize::try_from(i).ok().filter(|i| *i < writes.len());
+            match (what, index) {
+                (0, Some(i)) => results[i] = Some(Ok(Written::Put(Some(value)))),
+                (1, Some(i)) => results[i] = Some(Ok(Written::Ack(true))),
+                (2, Some(i)) => {
+                    let LinkWrite::Put { cluster_id, .. } = writes[i] else {
+                        return Err(group_result_corrupt(what, i as i64, value));
+                    };
+                    results[i] = Some(Err(not_found("cluster", cluster_id)));
                 }
+                _ => return Err(group_result_corrupt(what, i, value)),
             }
         }
         // What the statement did not name: stale puts and acks that found
@@ -608,19 +522,244 @@ impl SqlStore {
             })
             .collect())
     }
+}
 
-    fn group_statement(
+/// A group on SQLite, set-based: on the one writer connection, in one
+/// transaction, at most seven statements whatever the group's size (one by
+/// one, a put took four and each ack and report one, each a round trip to
+/// the connection's thread, which a busy machine makes slow). The outcome
+/// is the one of [`GROUP_FN_SQL`] on PostgreSQL: the acks first, then the
+/// puts in index order, then the reports; the newest-generation check and
+/// the sequence numbering of the puts are done here, on what the
+/// transaction read (no other writer exists). Puts to unknown clusters
+/// fail alone.
+const SQLITE_ACKS: &str = "UPDATE outbox SET acked_at = a.ts FROM (SELECT value->>'c' AS c, \
+     value->>'q' AS q, value->>'t' AS t, value->>'g' AS g, value->>'ts' AS ts \
+     FROM json_each($1)) AS a WHERE outbox.cluster_id = a.c AND outbox.sequence = a.q \
+     AND outbox.target = a.t AND outbox.generation = a.g AND outbox.acked_at IS NULL \
+     RETURNING outbox.cluster_id, outbox.sequence, outbox.target, outbox.generation";
+const SQLITE_NEWEST: &str = "SELECT o.cluster_id, o.target, MAX(o.generation) FROM outbox o \
+     JOIN (SELECT DISTINCT value->>'c' AS c, value->>'t' AS t FROM json_each($1)) AS x \
+     ON o.cluster_id = x.c AND o.target = x.t GROUP BY o.cluster_id, o.target";
+const SQLITE_COUNTERS: &str = "SELECT id, next_sequence FROM clusters \
+     WHERE id IN (SELECT value FROM json_each($1))";
+const SQLITE_SUPERSEDE: &str = "DELETE FROM outbox WHERE acked_at IS NULL AND \
+     (cluster_id, target) IN (SELECT value->>'c', value->>'t' FROM json_each($1))";
+const SQLITE_INSERT: &str = "INSERT INTO outbox (cluster_id, sequence, target, kind, generation, \
+     spec, created_at, acked_at) SELECT value->>'c', value->>'q', value->>'t', value->>'k', \
+     value->>'g', value->>'s', value->>'ts', NULL FROM json_each($1)";
+const SQLITE_BUMP: &str = "UPDATE clusters SET next_sequence = x.n FROM (SELECT value->>'c' AS c, \
+     value->>'n' AS n FROM json_each($1)) AS x WHERE clusters.id = x.c";
+const SQLITE_REPORTS: &str = "INSERT INTO spoke_reports (cluster_id, target, kind, generation, \
+     body, received_at) SELECT value->>'c', value->>'t', value->>'k', value->>'g', value->>'b', \
+     value->>'ts' FROM json_each($1) WHERE true \
+     ON CONFLICT (cluster_id, target, kind) DO UPDATE SET generation = excluded.generation, \
+     body = excluded.body, received_at = excluded.received_at \
+     WHERE spoke_reports.generation <= excluded.generation";
+
+impl SqlStore {
+    /// A group on SQLite (see [`SQLITE_ACKS`] and the statements after it).
+    pub(super) async fn apply_group_sqlite(
         &self,
-        puts: &[serde_json::Value],
-        acks: &[serde_json::Value],
-        reports: &[serde_json::Value],
-    ) -> Statement {
+        writes: &[&LinkWrite],
+    ) -> Result<Vec<Result<Written>>> {
+        use std::collections::{BTreeMap, HashMap, HashSet};
+
+        use serde_json::json;
         let array =
             |v: &[serde_json::Value]| serde_json::to_string(v).unwrap_or_else(|_| "[]".into());
-        sqlx::query(GROUP_SQL)
-            .bind(array(puts))
-            .bind(array(acks))
-            .bind(array(reports))
+        let mut results: Vec<Option<Result<Written>>> = writes.iter().map(|_| None).collect();
+        let mut tx = self.begin().await?;
+
+        // Acks. A second ack of one item in the group finds it acked, as
+        // one by one: only the first of each is sent.
+        let mut first_ack: HashMap<(&str, i64, &str, i64), usize> = HashMap::new();
+        let mut acks = Vec::new();
+        for (i, write) in writes.iter().enumerate() {
+            if let LinkWrite::Ack {
+                cluster_id,
+                sequence,
+                target,
+                generation,
+                now,
+            } = write
+            {
+                results[i] = Some(Ok(Written::Ack(false)));
+                let key = (cluster_id.as_str(), *sequence, target.as_str(), *generation);
+                if let std::collections::hash_map::Entry::Vacant(e) = first_ack.entry(key) {
+                    e.insert(i);
+                    acks.push(json!({"c": cluster_id, "q": sequence, "t": target,
+                                     "g": generation, "ts": ms(*now)}));
+                }
+            }
+        }
+        if !acks.is_empty() {
+            let acked: HashSet<(String, i64, String, i64)> = sqlx::query(SQLITE_ACKS)
+                .bind(array(&acks))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                .collect();
+            for ((cluster_id, sequence, target, generation), i) in &first_ack {
+                let key = (
+                    (*cluster_id).to_owned(),
+                    *sequence,
+                    (*target).to_owned(),
+                    *generation,
+                );
+                if acked.contains(&key) {
+                    results[*i] = Some(Ok(Written::Ack(true)));
+                }
+            }
+        }
+
+        // Puts, in index order.
+        let mut put_keys = Vec::new();
+        let mut put_clusters: BTreeMap<&str, Option<i64>> = BTreeMap::new();
+        for write in writes {
+            if let LinkWrite::Put {
+                cluster_id, target, ..
+            } = write
+            {
+                put_keys.push(json!({"c": cluster_id, "t": target}));
+                put_clusters.insert(cluster_id.as_str(), None);
+            }
+        }
+        if !put_keys.is_empty() {
+            let mut newest: HashMap<(String, String), i64> = sqlx::query(SQLITE_NEWEST)
+                .bind(array(&put_keys))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?
+                .iter()
+                .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+                .collect();
+            let ids: Vec<&str> = put_clusters.keys().copied().collect();
+            for r in sqlx::query(SQLITE_COUNTERS)
+                .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?
+            {
+                let id: String = r.get(0);
+                if let Some(next) = put_clusters.get_mut(id.as_str()) {
+                    *next = Some(r.get(1));
+                }
+            }
+            let mut bumped: BTreeMap<&str, i64> = BTreeMap::new();
+            // The newest fresh put per target: the one inserted.
+            let mut inserts: HashMap<(&str, &str), serde_json::Value> = HashMap::new();
+            for (i, write) in writes.iter().enumerate() {
+                let LinkWrite::Put {
+                    cluster_id,
+                    target,
+                    kind,
+                    generation,
+                    spec,
+                    now,
+                } = write
+                else {
+                    continue;
+                };
+                let Some(Some(next)) = put_clusters.get_mut(cluster_id.as_str()) else {
+                    results[i] = Some(Err(not_found("cluster", cluster_id)));
+                    continue;
+                };
+                let key = (cluster_id.clone(), target.clone());
+                if newest.get(&key).is_some_and(|g| g >= generation) {
+                    results[i] = Some(Ok(Written::Put(None)));
+                    continue;
+                }
+                *next += 1;
+                bumped.insert(cluster_id.as_str(), *next);
+                newest.insert(key, *generation);
+                results[i] = Some(Ok(Written::Put(Some(*next))));
+                inserts.insert(
+                    (cluster_id.as_str(), target.as_str()),
+                    json!({"c": cluster_id, "q": *next, "t": target, "k": kind,
+                           "g": generation, "s": spec, "ts": ms(*now)}),
+                );
+            }
+            if !inserts.is_empty() {
+                let superseded: Vec<serde_json::Value> = inserts
+                    .keys()
+                    .map(|(c, t)| json!({"c": c, "t": t}))
+                    .collect();
+                let rows: Vec<serde_json::Value> = inserts.into_values().collect();
+                let counters: Vec<serde_json::Value> = bumped
+                    .iter()
+                    .map(|(c, n)| json!({"c": c, "n": n}))
+                    .collect();
+                for (sql, arg) in [
+                    (SQLITE_SUPERSEDE, array(&superseded)),
+                    (SQLITE_INSERT, array(&rows)),
+                    (SQLITE_BUMP, array(&counters)),
+                ] {
+                    sqlx::query(sql)
+                        .bind(arg)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| self.classify(e))?;
+                }
+            }
+        }
+
+        // Reports: the one that stands last per key when they run in order
+        // (the last of the highest generation).
+        let mut reports: HashMap<(&str, &str, &str), serde_json::Value> = HashMap::new();
+        for (i, write) in writes.iter().enumerate() {
+            if let LinkWrite::Report {
+                cluster_id,
+                target,
+                kind,
+                generation,
+                body,
+                now,
+            } = write
+            {
+                results[i] = Some(Ok(Written::Report));
+                let key = (cluster_id.as_str(), target.as_str(), kind.as_str());
+                if reports
+                    .get(&key)
+                    .is_none_or(|kept| kept["g"].as_i64() <= Some(*generation))
+                {
+                    reports.insert(
+                        key,
+                        json!({"c": cluster_id, "t": target, "k": kind, "g": generation,
+                               "b": body, "ts": ms(*now)}),
+                    );
+                }
+            }
+        }
+        if !reports.is_empty() {
+            let reports: Vec<serde_json::Value> = reports.into_values().collect();
+            sqlx::query(SQLITE_REPORTS)
+                .bind(array(&reports))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.classify(e))?;
+        }
+        self.commit(tx).await?;
+        Ok(results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(StoreError::Corrupt {
+                        what: "group commit result",
+                        detail: "a write of the group got no result".into(),
+                    })
+                })
+            })
+            .collect())
+    }
+}
+
+fn group_result_corrupt(what: i64, i: i64, value: i64) -> StoreError {
+    StoreError::Corrupt {
+        what: "group commit result",
+        detail: format!("row ({what}, {i}, {value}) names no write of the group"),
     }
 }
 
