@@ -320,6 +320,10 @@ pub struct PipelineSettings {
     /// Secrets of its revisions, the Gateway's storage and transport
     /// Secret) is destroyed by default; true keeps it as the stop left it.
     pub retain_on_agent_delete: bool,
+    /// How soon a revision waiting only for its control-cluster Gateway is
+    /// looked at again by itself. The hub watches the Gateways and wakes
+    /// the revision when its Gateway turns Ready, so this is a safety net.
+    pub gateway_recheck_ms: u64,
 }
 
 impl Default for PipelineSettings {
@@ -331,6 +335,7 @@ impl Default for PipelineSettings {
             path_probe: true,
             startup_status: true,
             retain_on_agent_delete: false,
+            gateway_recheck_ms: crate::pipeline::DEFAULT_GATEWAY_RECHECK.as_millis() as u64,
         }
     }
 }
@@ -875,6 +880,9 @@ impl Config {
         if self.link.safety_poll_ms == 0 {
             return Err(invalid("link.safetyPollMs", "must be at least 1"));
         }
+        if self.pipeline.gateway_recheck_ms < 100 {
+            return Err(invalid("pipeline.gatewayRecheckMs", "must be at least 100"));
+        }
         if self.tunnel.max_per_revision == 0 || self.tunnel.max_per_cluster == 0 {
             return Err(invalid(
                 "tunnel.maxPerRevision",
@@ -1299,6 +1307,25 @@ mod tests {
         std::fs::write(&path, "link:\n  safetyPollMs: 0\n").unwrap();
         let err = Config::load(Some(&path), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("link.safetyPollMs"), "{err}");
+    }
+
+    /// Issue 17: the Gateway recheck is a slow safety net (the watch wakes
+    /// passes); too short a value is refused naming the key.
+    #[test]
+    fn gateway_recheck_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        let c = Config::load(None, &env(&[])).unwrap();
+        assert_eq!(c.pipeline.gateway_recheck_ms, 10_000);
+        std::fs::write(&path, "pipeline:\n  gatewayRecheckMs: 30000\n").unwrap();
+        let c = Config::load(Some(&path), &env(&[])).unwrap();
+        assert_eq!(c.pipeline.gateway_recheck_ms, 30_000);
+        std::fs::write(&path, "pipeline:\n  gatewayRecheckMs: 5\n").unwrap();
+        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(
+            err.to_string().contains("pipeline.gatewayRecheckMs"),
+            "{err}"
+        );
     }
 
     /// Issue 14, part 4: a replica's advertised link address and its

@@ -18,12 +18,15 @@
 //!   ordered stop).
 //! - [`transport`]: each revision's transport token, derived from a hub key
 //!   kept in the store (stable per revision); the store keeps its hash.
+//! - [`watch`]: the watch of the Gateway Deployments and Pods: readiness from
+//!   reflector stores, and a wake-up for each Gateway turning Ready.
 
 pub mod client;
 pub mod objects;
 pub mod ready;
 pub mod runtime;
 pub mod transport;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -37,6 +40,7 @@ pub use runtime::{
     GatewayFailure, GatewayRuntime, GatewayTarget, GatewaysDisabled, TunnelEndpoint,
 };
 pub use transport::{TransportCredentials, TransportKey};
+pub use watch::{GatewayReady, GatewayWatch, ReadyListener};
 
 /// The one field manager of every write the hub makes in the control cluster.
 pub const FIELD_MANAGER: &str = "clawfed-hub";

@@ -20,9 +20,22 @@ use std::time::Duration;
 
 use crate::model::RevisionPhase;
 
-/// How soon to look at the Gateway again while it alone is not Ready (it
-/// is control-cluster state that no spoke report announces).
-pub const GATEWAY_RECHECK: Duration = Duration::from_secs(1);
+/// The default of `pipeline.gatewayRecheckMs`: how soon a pass looks at
+/// the Gateway again while it alone is not Ready. No spoke report announces
+/// control-cluster state; the hub's watch of the Gateways wakes the pass
+/// when one turns Ready (`gateway::watch`), so this is only a slow safety
+/// net (a wake-up lost to a failed store write, or a runtime without a
+/// watch).
+pub const DEFAULT_GATEWAY_RECHECK: Duration = Duration::from_secs(10);
+
+/// What a waiting pass looks at again by itself, since no report announces
+/// it; the driver decides when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recheck {
+    /// The control-cluster Gateway, the only thing missing for
+    /// activation (after `pipeline.gatewayRecheckMs`).
+    Gateway,
+}
 
 /// A spoke's answer to one piece of work.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,10 +170,10 @@ pub struct Facts {
 /// The next step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Nothing to do until a report arrives, the deadline passes, or
-    /// `recheck_in` (when set) elapses.
+    /// Nothing to do until a report or a wake-up arrives, the deadline
+    /// passes, or (when set) the driver's recheck of `recheck_in` is due.
     Wait {
-        recheck_in: Option<Duration>,
+        recheck_in: Option<Recheck>,
     },
     /// Choose a cluster for the revision.
     Place,
@@ -412,7 +425,7 @@ pub fn decide(f: &Facts) -> Step {
     }
     if harness_ready {
         return Step::Wait {
-            recheck_in: Some(GATEWAY_RECHECK),
+            recheck_in: Some(Recheck::Gateway),
         };
     }
     WAIT
@@ -804,7 +817,7 @@ mod tests {
         assert_eq!(
             decide(&f),
             Step::Wait {
-                recheck_in: Some(GATEWAY_RECHECK)
+                recheck_in: Some(Recheck::Gateway)
             }
         );
         f.gateway_ready = true;
@@ -918,7 +931,7 @@ mod tests {
         assert_eq!(
             decide(&f),
             Step::Wait {
-                recheck_in: Some(GATEWAY_RECHECK)
+                recheck_in: Some(Recheck::Gateway)
             },
             "only the Gateway is missing: look again soon"
         );

@@ -339,14 +339,15 @@ pub async fn start_with_parts(
     let mut handlers = handlers;
     let mut tunnel = None;
     let link = if config.link.enabled {
-        let trigger: Option<Arc<dyn crate::link::ReportListener>> = if config.pipeline_enabled() {
-            Some(Arc::new(RolloutTrigger {
+        let rollout_trigger = config.pipeline_enabled().then(|| {
+            Arc::new(RolloutTrigger {
                 store: store.clone(),
                 max_attempts: config.worker.max_attempts,
-            }))
-        } else {
-            None
-        };
+            })
+        });
+        let trigger = rollout_trigger
+            .clone()
+            .map(|t| t as Arc<dyn crate::link::ReportListener>);
         let link = crate::link::server::start(
             crate::link::LinkConfig {
                 replica_id: replica_id.clone(),
@@ -385,6 +386,13 @@ pub async fn start_with_parts(
             ),
             None => Arc::new(GatewaysDisabled),
         };
+        // A revision waiting for its Gateway is woken when the Gateway
+        // turns Ready; readiness is answered from the same watch.
+        if let Some(trigger) = &rollout_trigger
+            && let Some(watch) = gateways.start_watch(trigger.clone(), shutdown.clone())
+        {
+            tasks.spawn(watch);
+        }
         service.set_diagnostics(Arc::new(crate::service::diagnose::LinkDiagnostics {
             link: link.state.clone(),
             gateways: gateways.clone(),
@@ -409,6 +417,9 @@ pub async fn start_with_parts(
                 workload: config.workload_settings(),
                 startup_status: config.pipeline.startup_status,
                 retain_on_agent_delete: config.pipeline.retain_on_agent_delete,
+                gateway_recheck: std::time::Duration::from_millis(
+                    config.pipeline.gateway_recheck_ms,
+                ),
                 ..RolloutConfig::default()
             },
         )

@@ -2392,6 +2392,123 @@ async fn the_gateway_reaches_its_harness_through_the_tunnel() -> Result<()> {
     w.finish().await
 }
 
+/// When (wall clock, as the hub records its phases) a live Pod of
+/// `agent` in `ns` was first seen Ready, watched from now on.
+fn first_ready(
+    client: Client,
+    ns: &str,
+    agent: &str,
+) -> JoinHandle<Result<chrono::DateTime<chrono::Utc>>> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let api = Api::<Pod>::namespaced(client, ns);
+    let cfg = watcher::Config::default().labels(&format!("{}={agent}", labels::AGENT));
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher::watcher(api, cfg));
+        let ready = |p: &Pod| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        };
+        tokio::time::timeout(WAIT, async {
+            while let Some(e) = events.next().await {
+                if let Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = e
+                    && ready(&p)
+                {
+                    return Ok(chrono::Utc::now());
+                }
+            }
+            bail!("the Pod watch ended")
+        })
+        .await
+        .context("no Ready Pod")?
+    })
+}
+
+/// Issue 17: the hub learns that a Gateway turned Ready from its watch of
+/// the control cluster, not from a poll. The Gateway's PV is made only once
+/// the Harness is Ready and its report is in (until then the Gateway PVC is
+/// Pending and its Pod cannot be scheduled), so the revision waits for the
+/// Gateway alone; with the hub's own recheck at 30 s, only the watch's
+/// wake-up can activate it within 500 ms of the Gateway Pod turning Ready.
+/// Real stand-ins behind both Pods and the data path probe on, so the
+/// activation also includes a request Gateway -> tunnel -> spoke -> Harness.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_activates_as_soon_as_its_gateway_turns_ready() -> Result<()> {
+    require_pod_network()?;
+    let mut w = World::start_with(|c| {
+        c.tunnel.addr = format!("{POD_NET_ROOT}:0").parse().expect("addr");
+        c.pipeline.path_probe = true;
+        c.pipeline.gateway_recheck_ms = 30_000;
+    })
+    .await?;
+    let (ns, agent) = w
+        .rest
+        .tenant_with_images(
+            &w.cluster_name,
+            "dedicated-codex",
+            STANDIN_HARNESS,
+            &standin_gateway(),
+        )
+        .await?;
+    // Tracked for cleanup by hand: the Gateway's PV comes later.
+    w.cleanup
+        .exec_namespaces
+        .push(ns.data_plane_namespace.clone());
+    w.cleanup
+        .gateways
+        .push((ns.name.clone(), agent.name.clone()));
+    w.cleanup.control_pvs.push(format!("gwtest-{}", agent.name));
+    let (control, exec) = (w.control.admin(), w.exec_a.admin());
+    w.cleanup.workspace(&exec, &ns, &agent.name, 1).await?;
+    let gateway_ready = first_ready(control.clone(), GW_NS, &agent.name);
+
+    w.rest.deploy(&ns.name, &agent.name).await?;
+    let cluster = w.rest.cluster(&w.cluster_name).await?;
+    let target = clawfed_proto::work::target::harness(&ns.id, &agent.name, 1);
+    let store = w.hub.store();
+    until(WAIT, "the Harness reported Ready", || async {
+        let r = store.get_report(&cluster.id, &target, "readiness").await?;
+        Ok(r.filter(|r| r.body["ready"] == json!(true)).map(|_| ()))
+    })
+    .await?;
+    let r = w.rest.revision(&ns.name, &agent.name, 1).await?;
+    ensure!(
+        r.phase == RevisionPhase::WaitingReady,
+        "waiting for the Gateway: {:?} ({:?})",
+        r.phase,
+        r.reason
+    );
+    ensure!(
+        !gateway_ready.is_finished(),
+        "the Gateway Pod is Ready already"
+    );
+
+    // The Gateway may run now.
+    control_env::volume_for(&control, &agent.name).await?;
+    let r1 = w
+        .rest
+        .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
+        .await?;
+    let ready_at = gateway_ready.await??;
+    let activated_at = r1.progress.activated_at.context("activatedAt")?;
+    let after = activated_at - ready_at;
+    eprintln!(
+        "Gateway Pod Ready -> activation {} ms; durations {:?}",
+        after.num_milliseconds(),
+        r1.progress.durations_ms
+    );
+    ensure!(
+        after < chrono::Duration::milliseconds(500),
+        "activated {} ms after the Gateway Pod turned Ready (recheck 30 s: the watch did not wake the pass)",
+        after.num_milliseconds()
+    );
+    assert_serving(&control, &exec, &ns.data_plane_namespace, &agent.name, 1).await?;
+    w.finish().await
+}
+
 /// Issue 11: the hub killed with SIGKILL while a tunneled connection is
 /// open: the connection ends (it does not hang), requests fail while the
 /// hub is down, and once it is back on the same ports new requests go

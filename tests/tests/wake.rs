@@ -35,6 +35,7 @@ clawfed_tests::on_both_backends!(
     the_worker_wakes_on_enqueue_and_when_work_falls_due,
     a_deploy_starts_without_waiting_for_the_poll,
     outbox_writes_and_revocations_reach_the_session_without_the_poll,
+    a_gateway_turning_ready_queues_a_pass_for_the_revision_waiting_for_it,
 );
 
 const KIND: &str = "test.wake";
@@ -319,4 +320,105 @@ async fn outbox_writes_and_revocations_reach_the_session_without_the_poll(backen
         took < PROMPT,
         "the revoked session closed {took:?} after the revocation (safety poll {SAFETY_POLL:?})"
     );
+}
+
+/// Issue 17: the Gateway watch's wake-up. A Gateway turning Ready queues a
+/// pass, due now, over the revision that waits for readiness, and nothing
+/// for a revision in another phase or an unknown Agent (the watch reports
+/// every Gateway; the store decides who waits).
+async fn a_gateway_turning_ready_queues_a_pass_for_the_revision_waiting_for_it(backend: Backend) {
+    use clawfed_hub::gateway::{GatewayReady, ReadyListener};
+    use clawfed_hub::model::{RevisionPhase, WorkState};
+    use clawfed_hub::worker::rollout::RolloutTrigger;
+
+    // No worker: the queued items stay pending, to be looked at.
+    let hub = TestHub::start_with(backend, |c| c.worker.enabled = false, Handlers::builtin()).await;
+    let store = hub.store();
+    let tenant = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    rest(&hub, "/namespaces", json!({ "name": tenant })).await;
+    rest(
+        &hub,
+        &format!("/namespaces/{tenant}/agents"),
+        json!({
+            "name": "bot",
+            "spec": {
+                "harnessKind": "dedicated-codex",
+                "image": "ghcr.io/openclaw/openclaw:1.0",
+            }
+        }),
+    )
+    .await;
+    rest(
+        &hub,
+        &format!("/namespaces/{tenant}/agents/bot/deploy"),
+        json!({}),
+    )
+    .await;
+    let passes = || async {
+        store
+            .list_work(&WorkFilter {
+                namespace: Some(tenant.clone()),
+                state: Some(WorkState::Pending),
+                limit: 100,
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| i.kind == REVISION_ROLLOUT)
+            .collect::<Vec<_>>()
+    };
+    // (With the pipeline off the deploy queues no pass of its own.)
+    let deployed = passes().await.len();
+    let trigger: Arc<dyn ReadyListener> = Arc::new(RolloutTrigger {
+        store: store.clone(),
+        max_attempts: 3,
+    });
+    let ready = |agent: &str| GatewayReady {
+        tenant: tenant.clone(),
+        agent: agent.into(),
+        revision: 1,
+    };
+
+    // Still pending: the pass that moves it on reads the Gateway itself.
+    trigger.gateway_ready(ready("bot")).await;
+    assert_eq!(
+        passes().await.len(),
+        deployed,
+        "no pass for a pending revision"
+    );
+
+    let rev = store.get_revision(&tenant, "bot", 1).await.unwrap();
+    store
+        .update_revision(
+            &rev.id,
+            rev.version,
+            RevisionPhase::WaitingReady,
+            None,
+            &rev.progress,
+        )
+        .await
+        .unwrap();
+    let before = Utc::now();
+    trigger.gateway_ready(ready("bot")).await;
+    let after = passes().await;
+    assert_eq!(
+        after.len(),
+        deployed + 1,
+        "one pass for the waiting revision"
+    );
+    // The new one is due now (the store keeps milliseconds).
+    let fresh: Vec<_> = after
+        .iter()
+        .filter(|i| i.run_at > before - chrono::Duration::milliseconds(1))
+        .collect();
+    assert_eq!(fresh.len(), 1, "{after:?}");
+    assert_eq!(fresh[0].target, rev.id);
+    assert!(
+        fresh[0].run_at <= Utc::now(),
+        "due now: {:?}",
+        fresh[0].run_at
+    );
+
+    trigger.gateway_ready(ready("nobody")).await;
+    assert_eq!(passes().await.len(), deployed + 1, "unknown Agent: nothing");
 }

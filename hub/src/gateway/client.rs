@@ -11,6 +11,7 @@
 //!   NetworkPolicy stay. Absent objects count as done, so stop converges.
 
 use std::fmt::Debug;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use clawfed_kube::{is_forbidden, is_not_found, is_status};
@@ -32,10 +33,12 @@ use kube::api::{
 use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
 
 use super::objects::{self, ROUTE_KIND, ROUTE_PLURAL};
 use super::ready::{self, Readiness};
 use super::transport::TransportCredentials;
+use super::watch::{GatewayWatch, ReadyListener};
 use super::{FIELD_MANAGER, GatewayConfig, GatewaySpec, PrivateRouting};
 
 /// Errors of the Gateway client.
@@ -291,6 +294,9 @@ pub struct Gateways {
     config: GatewayConfig,
     /// Derives each revision's transport token (see [`super::transport`]).
     transport: Option<TransportCredentials>,
+    /// The watch [`Gateways::watch`] started (shared by clones): readiness
+    /// from its stores once they are in sync.
+    watch: Arc<OnceLock<GatewayWatch>>,
 }
 
 impl std::fmt::Debug for Gateways {
@@ -388,6 +394,7 @@ impl Gateways {
             client,
             config,
             transport: None,
+            watch: Arc::default(),
         })
     }
 
@@ -471,9 +478,28 @@ impl Gateways {
         Ok(steps)
     }
 
-    /// Whether `revision`'s Gateway is ready (see [`ready::evaluate`]).
+    /// Starts watching the Gateway Deployments and Pods (once; `None` when
+    /// this room, or a clone of it, watches already): from then on
+    /// [`Self::is_ready`] answers from the watch's stores once they are in
+    /// sync, and `listener` hears of every Gateway turning Ready. The
+    /// returned future runs the watch until `shutdown`.
+    pub fn watch(
+        &self,
+        listener: Arc<dyn ReadyListener>,
+        shutdown: CancellationToken,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let (watch, run) = GatewayWatch::start(self.client.clone(), self.ns(), listener, shutdown);
+        self.watch.set(watch).ok()?;
+        Some(run)
+    }
+
+    /// Whether `revision`'s Gateway is ready (see [`ready::evaluate`]): from
+    /// the watch when it runs and is in sync, else read from the API.
     pub async fn is_ready(&self, agent: &str, revision: i64) -> Result<Readiness> {
         objects::validate_names(agent, revision)?;
+        if let Some(verdict) = self.watch.get().and_then(|w| w.readiness(agent, revision)) {
+            return Ok(verdict);
+        }
         let name = objects::names(agent).gateway;
         let d = self
             .api::<Deployment>()

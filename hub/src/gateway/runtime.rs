@@ -3,7 +3,13 @@
 //! [`Gateways`](super::Gateways), and [`GatewaysDisabled`] for hubs run
 //! without control-cluster Gateways.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use super::watch::ReadyListener;
 
 /// The Agent a Gateway belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +69,18 @@ pub trait GatewayRuntime: Send + Sync + 'static {
     async fn delete(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure>;
     /// Removes what only `revision` used.
     async fn retire(&self, tenant: &str, agent: &str, revision: i64) -> Result<(), GatewayFailure>;
+    /// Starts watching the Gateways, when this runtime can: [`Self::ready`]
+    /// then answers from the watch, and `listener` hears of each Gateway
+    /// turning Ready (so the pipeline needs no poll). Returns the task to
+    /// run until `shutdown`; `None`: nothing to watch.
+    fn start_watch(
+        &self,
+        listener: Arc<dyn ReadyListener>,
+        shutdown: CancellationToken,
+    ) -> Option<BoxFuture<'static, ()>> {
+        let _ = (listener, shutdown);
+        None
+    }
     /// The Gateway Pod's diagnostics for `revision`: the Pod read and its
     /// bounded checks (`unknown` when there is nothing to read). A runtime
     /// without Pods knows nothing.
@@ -110,6 +128,15 @@ impl GatewayRuntime for crate::gateway::Gateways {
             .await
             .map(|_| ())
             .map_err(gateway_failure)
+    }
+
+    fn start_watch(
+        &self,
+        listener: Arc<dyn ReadyListener>,
+        shutdown: CancellationToken,
+    ) -> Option<BoxFuture<'static, ()>> {
+        crate::gateway::Gateways::watch(self, listener, shutdown)
+            .map(|run| Box::pin(run) as BoxFuture<'static, ()>)
     }
 
     async fn ready(&self, t: &GatewayTarget) -> Result<bool, GatewayFailure> {

@@ -10,8 +10,10 @@
 //! revision's version, so a pass that outlived its lease cannot overwrite
 //! newer progress.
 //!
-//! It runs again when a report about the revision arrives ([`RolloutTrigger`])
-//! and at each phase's deadline, so waiting is event driven, not polled.
+//! It runs again when a report about the revision arrives ([`RolloutTrigger`]),
+//! when its Gateway turns Ready (the Gateway watch, through the same
+//! trigger) and at each phase's deadline, so waiting is event driven, not
+//! polled.
 //!
 //! # Layout
 //! - [`facts`]: reads the facts (no effects).
@@ -41,7 +43,7 @@ use crate::auth::Action;
 use crate::link::server::LinkHandle;
 use crate::model::{Agent, AgentRevision, DesiredState, Namespace, RevisionPhase, WorkItem};
 use crate::pipeline::{
-    Placement, Step, choose_cluster, decide, decide_stop, needs, unplaced_reason,
+    Placement, Recheck, Step, choose_cluster, decide, decide_stop, needs, unplaced_reason,
 };
 use crate::secrets::SecretBox;
 use crate::store::{Store, StoreError};
@@ -100,6 +102,9 @@ pub struct RolloutConfig {
     /// A deleted Agent's PVCs, credential Secrets and Gateway storage are
     /// kept (`pipeline.retainOnAgentDelete`) instead of destroyed.
     pub retain_on_agent_delete: bool,
+    /// How soon a pass waiting only for its Gateway looks again by itself
+    /// (`pipeline.gatewayRecheckMs`); the Gateway watch wakes it sooner.
+    pub gateway_recheck: Duration,
 }
 
 impl Default for RolloutConfig {
@@ -115,6 +120,7 @@ impl Default for RolloutConfig {
             workload: crate::compute_driver::WorkloadSettings::default(),
             startup_status: false,
             retain_on_agent_delete: false,
+            gateway_recheck: crate::pipeline::DEFAULT_GATEWAY_RECHECK,
         }
     }
 }
@@ -368,7 +374,10 @@ impl Rollout {
         match step {
             Step::Finished => return Ok(Flow::Settled),
             Step::Wait { recheck_in } => {
-                if let Some(d) = recheck_in {
+                if let Some(what) = recheck_in {
+                    let d = match what {
+                        Recheck::Gateway => self.config.gateway_recheck,
+                    };
                     let at = now + chrono::Duration::from_std(d).unwrap_or_default();
                     self.requeue(store, &rev, ns, at).await?;
                 }

@@ -1,6 +1,8 @@
 //! Turns spoke reports into pipeline passes: a report on a revision's
 //! Harness (or its namespace) queues a pass over the revisions it concerns,
-//! so the pipeline is event driven, not polled.
+//! so the pipeline is event driven, not polled. So does a Gateway turning
+//! Ready in the control cluster (the hub's Gateway watch): the revision
+//! waiting for it gets a pass at once.
 
 use std::sync::Arc;
 
@@ -34,7 +36,58 @@ impl crate::link::ReportListener for RolloutTrigger {
     }
 }
 
+#[async_trait]
+impl crate::gateway::ReadyListener for RolloutTrigger {
+    async fn gateway_ready(&self, ready: crate::gateway::GatewayReady) {
+        if let Err(e) = self
+            .queue_for_gateway(&ready.tenant, &ready.agent, ready.revision)
+            .await
+        {
+            // The pass's own recheck (`pipeline.gatewayRecheckMs`) still
+            // comes.
+            tracing::warn!(tenant = %ready.tenant, agent = %ready.agent, revision = ready.revision, error = %e, "pipeline.gateway_trigger_failed");
+        }
+    }
+}
+
 impl RolloutTrigger {
+    /// Queues a pass, due now, over revision `revision` of `tenant`'s Agent
+    /// `agent` when it waits for readiness (its Gateway turned Ready);
+    /// returns whether one was queued. A revision in an earlier phase reads
+    /// the Gateway when it gets there, a later one needs it no more.
+    pub async fn queue_for_gateway(
+        &self,
+        tenant: &str,
+        agent: &str,
+        revision: i64,
+    ) -> Result<bool, StoreError> {
+        let store = self.store.as_ref();
+        let rev = match store.get_revision(tenant, agent, revision).await {
+            Ok(rev) => rev,
+            Err(StoreError::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        if rev.phase != RevisionPhase::WaitingReady {
+            return Ok(false);
+        }
+        let ns = match store.get_namespace(tenant).await {
+            Ok(ns) => ns,
+            Err(StoreError::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        store
+            .enqueue_work(&[rollout_work(
+                &rev.id,
+                &ns.id,
+                None,
+                Utc::now(),
+                self.max_attempts,
+            )])
+            .await?;
+        tracing::debug!(revision = %rev.id, "pipeline.gateway_triggered");
+        Ok(true)
+    }
+
     /// Queues passes for the revisions a report on `target` concerns.
     pub async fn queue_for(&self, target: &str) -> Result<(), StoreError> {
         let store = self.store.as_ref();
