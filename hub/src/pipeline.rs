@@ -2,10 +2,11 @@
 //! known about a revision (its facts), decide the one next step. No I/O:
 //! the driver (`worker/rollout.rs`) gathers the facts and performs steps.
 //!
-//! provision namespace → prepare (Gateway in the control cluster; stop
-//! dedicated predecessors, each on its own cluster; Harness via the spoke)
-//! → readiness → activate (route to the new revision; an activation error
-//! happens before routing changes) → retire the predecessors.
+//! provision namespace → prepare (stop dedicated predecessors, each on its
+//! own cluster; Harness via the spoke, then the Gateway in the control
+//! cluster in the same pass) → readiness → activate (route to the new
+//! revision; an activation error happens before routing changes) → retire
+//! the predecessors.
 //!
 //! Every effect the driver performs is idempotent and its completion is
 //! recorded before the next decision, so a hub killed at any point resumes
@@ -355,9 +356,6 @@ pub fn decide(f: &Facts) -> Step {
     if f.phase == P::Pending || f.phase == P::Provisioning {
         return Step::Enter(P::Preparing);
     }
-    if f.control_gateway && !f.gateway_applied {
-        return Step::ApplyGateway;
-    }
     if f.dedicated && !f.harness_sent {
         // RWO workspace: every predecessor is stopped, on its own cluster,
         // before the new Harness starts.
@@ -384,8 +382,26 @@ pub fn decide(f: &Facts) -> Step {
                         .waiting_for(&format!("stop of revision {}", p.number))
                 ));
             }
+            // The Gateway needs no predecessor stopped: prepare it meanwhile.
+            if f.control_gateway && !f.gateway_applied {
+                return Step::ApplyGateway;
+            }
             return WAIT;
         }
+    }
+    // The Harness goes out before the Gateway is applied, in the same
+    // pass: the execution cluster's Pod is usually the slower part, and it
+    // starts while the control cluster applies the Gateway. Neither needs
+    // the other to prepare; readiness waits for both, and routing changes
+    // only at activation.
+    if !f.harness_sent && matches!(f.harness, WorkOutcome::Waiting | WorkOutcome::Retrying(_)) {
+        return Step::SendHarness;
+    }
+    if let WorkOutcome::Failed(reason) = &f.harness {
+        return Step::Fail(format!("harness preparation failed: {reason}"));
+    }
+    if f.control_gateway && !f.gateway_applied {
+        return Step::ApplyGateway;
     }
     match &f.harness {
         WorkOutcome::Failed(reason) => {
@@ -595,8 +611,8 @@ mod tests {
             vec![
                 Step::SendNamespace,
                 Step::Enter(P::Preparing),
-                Step::ApplyGateway,
                 Step::SendHarness,
+                Step::ApplyGateway,
                 WAIT,
             ]
         );
@@ -615,6 +631,52 @@ mod tests {
             ]
         );
         assert!(f.predecessors_retired);
+    }
+
+    /// The Harness goes out before the Gateway is applied (the remote Pod
+    /// is the slower part), and both in the first pass; a refused Harness
+    /// fails the revision without a Gateway being applied for it.
+    #[test]
+    fn the_harness_goes_out_before_the_gateway_in_one_pass() {
+        let mut f = fresh();
+        f.phase = P::Preparing;
+        f.namespace = WorkOutcome::Applied;
+        assert_eq!(decide(&f), Step::SendHarness);
+        f.harness_sent = true;
+        assert_eq!(decide(&f), Step::ApplyGateway, "same pass, next step");
+        f.harness = WorkOutcome::Applied;
+        assert_eq!(
+            decide(&f),
+            Step::ApplyGateway,
+            "the Harness result does not skip the Gateway"
+        );
+        f.gateway_applied = true;
+        assert_eq!(decide(&f), Step::Enter(P::WaitingReady));
+
+        let mut f = fresh();
+        f.phase = P::Preparing;
+        f.namespace = WorkOutcome::Applied;
+        f.harness_sent = true;
+        f.harness = WorkOutcome::Failed("image refused".into());
+        assert!(matches!(decide(&f), Step::Fail(r) if r.contains("image refused")));
+    }
+
+    /// While dedicated predecessors stop, the Gateway is prepared; the
+    /// Harness still waits for every stop.
+    #[test]
+    fn the_gateway_is_prepared_while_dedicated_predecessors_stop() {
+        let mut f = fresh();
+        f.phase = P::Preparing;
+        f.namespace = WorkOutcome::Applied;
+        f.dedicated = true;
+        f.predecessors = vec![pred(1, "exec-a")];
+        assert_eq!(decide(&f), Step::StopPredecessors(vec![1]));
+        f.predecessors[0].stop_sent = true;
+        assert_eq!(decide(&f), Step::ApplyGateway);
+        f.gateway_applied = true;
+        assert_eq!(decide(&f), WAIT, "the Harness waits for the stop");
+        f.predecessors[0].stop = WorkOutcome::Applied;
+        assert_eq!(decide(&f), Step::SendHarness);
     }
 
     #[test]

@@ -18,8 +18,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::Utc;
-use futures::future::join_all;
+use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use tracing::instrument::WithSubscriber;
 
 use crate::auth::{Action, Decision, Principal};
 use crate::model::WorkItem;
@@ -78,7 +80,8 @@ pub trait WorkHandler: Send + Sync + 'static {
 pub struct WorkerConfig {
     /// Lease owner name; unique per worker.
     pub id: String,
-    /// Items claimed per round trip.
+    /// The most items in flight at once; each claim takes as many as
+    /// there are free slots.
     pub batch_size: u32,
     /// How long a claim is held without a heartbeat.
     pub lease: Duration,
@@ -135,8 +138,9 @@ impl Handlers {
 /// Counters a worker reports in `worker.health` and on stop.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkerTotals {
-    /// Claims that returned work (one claim transaction each, each batch
-    /// then settled by one complete transaction); empty polls not counted.
+    /// Claims that returned work (one claim transaction each, for the
+    /// free slots; the items that end together are completed in one
+    /// transaction); empty polls not counted.
     pub batches: u64,
     pub claimed: u64,
     pub completed: u64,
@@ -170,6 +174,80 @@ enum Outcome {
     Defer(String),
 }
 
+/// One attempt of an item.
+struct Ran {
+    outcome: Outcome,
+    elapsed: Duration,
+    /// When the handler returned: retries and deferrals count from here.
+    ended_at: chrono::DateTime<Utc>,
+}
+
+/// The items a worker runs, each on its own task.
+#[derive(Default)]
+struct InFlight {
+    tasks: JoinSet<Ran>,
+    /// Each task's item: its lease is heartbeated while it runs, and a
+    /// panicked task's item is still settled.
+    items: HashMap<tokio::task::Id, WorkItem>,
+}
+
+impl InFlight {
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    fn ids(&self) -> Vec<String> {
+        self.items.values().map(|i| i.id.clone()).collect()
+    }
+
+    fn spawn(&mut self, worker: &Arc<Worker>, item: WorkItem, shutdown: &CancellationToken) {
+        let (worker, shutdown, run) = (worker.clone(), shutdown.clone(), item.clone());
+        // The handler's logs keep this worker's subscriber and span.
+        let task = async move { worker.run_one(&run, &shutdown).await }
+            .in_current_span()
+            .with_current_subscriber();
+        let handle = self.tasks.spawn(task);
+        self.items.insert(handle.id(), item);
+    }
+
+    /// The item of the task that just ended and every other one already
+    /// ended, with their outcomes (settled together).
+    fn finished(
+        &mut self,
+        first: Result<(tokio::task::Id, Ran), JoinError>,
+    ) -> Vec<(WorkItem, Ran)> {
+        let mut out = Vec::new();
+        let mut next = Some(first);
+        while let Some(joined) = next {
+            let (task, ran) = match joined {
+                Ok((task, ran)) => (task, ran),
+                Err(e) => {
+                    let outcome = if e.is_panic() {
+                        Outcome::Retry("the work handler panicked".into())
+                    } else {
+                        Outcome::Release
+                    };
+                    let ran = Ran {
+                        outcome,
+                        elapsed: Duration::ZERO,
+                        ended_at: Utc::now(),
+                    };
+                    (e.id(), ran)
+                }
+            };
+            if let Some(item) = self.items.remove(&task) {
+                out.push((item, ran));
+            }
+            next = self.tasks.try_join_next_with_id();
+        }
+        out
+    }
+}
+
 /// The default safety poll of an idle worker (see
 /// [`WorkerConfig::poll_interval`]).
 pub const DEFAULT_SAFETY_POLL: Duration = Duration::from_secs(2);
@@ -195,16 +273,33 @@ impl Worker {
         }
     }
 
-    /// Runs until `shutdown` fires; the batch in hand is finished (or
+    /// Runs until `shutdown` fires; the items in flight are finished (or
     /// released) before returning.
+    ///
+    /// Up to `batch_size` items run at once, each on its own task, and the
+    /// worker claims more as soon as slots free: a slow item (a Gateway
+    /// ensure in a loaded control cluster) holds one slot, not a whole
+    /// batch's worth (head-of-line blocking behind a batch barrier).
     pub async fn run(self, shutdown: CancellationToken) -> WorkerTotals {
+        Arc::new(self).run_slots(shutdown).await
+    }
+
+    async fn run_slots(self: Arc<Self>, shutdown: CancellationToken) -> WorkerTotals {
         let started = Instant::now();
         let id = self.config.id.clone();
+        let slots = self.config.batch_size.max(1);
         tracing::info!(worker = %id, batch = self.config.batch_size, leaseMs = self.config.lease.as_millis() as u64, "worker.started");
         let mut totals = WorkerTotals::default();
         let mut last_health = Instant::now();
         let mut last_recovery: Option<Instant> = None;
         let mut woken = self.store.signals().work.subscribe();
+        let mut in_flight = InFlight::default();
+        // Heartbeats run in this loop while the handlers run on their own
+        // tasks: a heartbeat waiting for a pooled connection delays only
+        // claims and settlements here, never the handlers whose queries
+        // hold the connections (fault run finding 3).
+        let mut heartbeat = tokio::time::interval(self.config.lease / 3);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !shutdown.is_cancelled() {
             // Before looking at the queue: work queued from here on wakes
             // the wait below even if this claim misses it.
@@ -225,33 +320,70 @@ impl Worker {
                 last_health = Instant::now();
                 self.log_health(&totals).await;
             }
-            let batch = match self
-                .store
-                .claim_work(&id, self.config.batch_size, self.config.lease, Utc::now())
-                .await
-            {
-                Ok(batch) => batch,
-                Err(e) => {
-                    tracing::warn!(worker = %id, error = %e, "worker.error");
-                    sleep_or_shutdown(self.config.poll_interval.min(ERROR_RETRY), &shutdown).await;
-                    continue;
+            // What ends the wait below besides a finished item, a
+            // heartbeat or shutdown: `None` when every slot is taken.
+            let mut wait: Option<(Duration, bool)> = None;
+            let free = slots.saturating_sub(in_flight.len() as u32);
+            if free > 0 {
+                match self
+                    .store
+                    .claim_work(&id, free, self.config.lease, Utc::now())
+                    .await
+                {
+                    Ok(batch) => {
+                        let got = batch.len() as u32;
+                        if got > 0 {
+                            totals.batches += 1;
+                            totals.claimed += u64::from(got);
+                            if in_flight.is_empty() {
+                                // The first heartbeat a third of a lease
+                                // after this claim, not at once.
+                                heartbeat.reset();
+                            }
+                            for item in batch {
+                                in_flight.spawn(&self, item, &shutdown);
+                            }
+                        }
+                        if got < free {
+                            // Nothing more is due now: wait for the next
+                            // due item, new work, or a free slot's claim.
+                            let (d, recover) = self.idle_wait().await;
+                            if recover {
+                                last_recovery = None;
+                            }
+                            wait = Some((d, true));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(worker = %id, error = %e, "worker.error");
+                        wait = Some((self.config.poll_interval.min(ERROR_RETRY), false));
+                    }
                 }
-            };
-            if batch.is_empty() {
-                let (wait, recover) = self.idle_wait().await;
-                if recover {
-                    last_recovery = None;
-                }
-                tokio::select! {
-                    _ = woken.notified() => {}
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = shutdown.cancelled() => {}
-                }
-                continue;
             }
-            totals.batches += 1;
-            totals.claimed += batch.len() as u64;
-            self.run_batch(batch, &shutdown, &mut totals).await;
+            let (sleep_for, wake_on_work) = wait.unwrap_or((Duration::ZERO, false));
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                Some(joined) = in_flight.tasks.join_next_with_id(), if !in_flight.is_empty() => {
+                    let finished = in_flight.finished(joined);
+                    self.settle_all(finished, &mut totals).await;
+                }
+                _ = heartbeat.tick(), if !in_flight.is_empty() => {
+                    self.heartbeat(&in_flight).await;
+                }
+                _ = woken.notified(), if wake_on_work => {}
+                _ = tokio::time::sleep(sleep_for), if wait.is_some() => {}
+            }
+        }
+        // Graceful stop: the handlers saw `shutdown` and end (a cancelled
+        // one is released untouched); their leases stay fresh until then.
+        while !in_flight.is_empty() {
+            tokio::select! {
+                Some(joined) = in_flight.tasks.join_next_with_id() => {
+                    let finished = in_flight.finished(joined);
+                    self.settle_all(finished, &mut totals).await;
+                }
+                _ = heartbeat.tick() => self.heartbeat(&in_flight).await,
+            }
         }
         tracing::info!(
             worker = %id,
@@ -263,6 +395,22 @@ impl Worker {
             "worker.stopped"
         );
         totals
+    }
+
+    /// Extends the leases of the items in flight (and only those).
+    async fn heartbeat(&self, in_flight: &InFlight) {
+        let ids = in_flight.ids();
+        if ids.is_empty() {
+            return;
+        }
+        let until = Utc::now() + chrono::Duration::from_std(self.config.lease).unwrap_or_default();
+        if let Err(e) = self
+            .store
+            .heartbeat_work(&self.config.id, &ids, until)
+            .await
+        {
+            tracing::warn!(worker = %self.config.id, error = %e, "worker.error");
+        }
     }
 
     /// How long the idle worker sleeps unless woken: until the next pending
@@ -313,43 +461,21 @@ impl Worker {
         }
     }
 
-    /// Runs a claimed batch concurrently while heartbeating its leases.
-    async fn run_batch(
-        &self,
-        batch: Vec<WorkItem>,
-        shutdown: &CancellationToken,
-        totals: &mut WorkerTotals,
-    ) {
-        let ids: Vec<String> = batch.iter().map(|i| i.id.clone()).collect();
-        let work = join_all(batch.iter().map(|item| self.run_one(item, shutdown)));
-        // The heartbeats are a future of their own, polled beside the
-        // handlers: awaited in a `select!` branch body, a heartbeat waiting
-        // for a pooled connection stopped the handlers from being polled
-        // while their in-flight queries held those connections, and the
-        // batch stalled for the pool's acquire timeout (fault run finding 3).
-        let heartbeats = async {
-            let mut heartbeat = tokio::time::interval(self.config.lease / 3);
-            heartbeat.tick().await; // the first tick is immediate
-            loop {
-                heartbeat.tick().await;
-                let until =
-                    Utc::now() + chrono::Duration::from_std(self.config.lease).unwrap_or_default();
-                if let Err(e) = self
-                    .store
-                    .heartbeat_work(&self.config.id, &ids, until)
-                    .await
-                {
-                    tracing::warn!(worker = %self.config.id, error = %e, "worker.error");
-                }
-            }
-        };
-        let outcomes = tokio::select! {
-            outcomes = work => outcomes,
-            never = heartbeats => match never {},
-        };
+    /// Settles finished items: retries, failures, deferrals and releases
+    /// one by one, the done ones in one complete transaction.
+    async fn settle_all(&self, finished: Vec<(WorkItem, Ran)>, totals: &mut WorkerTotals) {
         let now = Utc::now();
         let mut done = Vec::new();
-        for (item, (outcome, elapsed)) in batch.iter().zip(outcomes) {
+        for (
+            item,
+            Ran {
+                outcome,
+                elapsed,
+                ended_at,
+            },
+        ) in finished
+        {
+            let item = &item;
             let duration_ms = elapsed.as_millis() as u64;
             match outcome {
                 Outcome::Done => {
@@ -358,7 +484,9 @@ impl Worker {
                 }
                 Outcome::Retry(error) if item.attempts < item.max_attempts => {
                     let delay = self.config.backoff.random_delay(item.attempts as u32);
-                    let run_at = now + chrono::Duration::from_std(delay).unwrap_or_default();
+                    // The backoff counts from the attempt's end, however
+                    // long the settlement waited behind others.
+                    let run_at = ended_at + chrono::Duration::from_std(delay).unwrap_or_default();
                     tracing::warn!(worker = %self.config.id, workId = %item.id, kind = %item.kind, attempt = item.attempts, retryInMs = delay.as_millis() as u64, durationMs = duration_ms, error = %error, "worker.error");
                     self.settle(
                         self.store
@@ -384,7 +512,8 @@ impl Worker {
                     totals.failed += 1;
                 }
                 Outcome::Defer(reason) => {
-                    let run_at = now + chrono::Duration::from_std(BUSY_DELAY).unwrap_or_default();
+                    let run_at =
+                        ended_at + chrono::Duration::from_std(BUSY_DELAY).unwrap_or_default();
                     tracing::info!(worker = %self.config.id, workId = %item.id, kind = %item.kind, attempt = item.attempts, reason = %reason, "worker.deferred");
                     self.settle(
                         self.store
@@ -403,6 +532,9 @@ impl Worker {
                     );
                 }
             }
+        }
+        if done.is_empty() {
+            return;
         }
         match self.store.complete_work(&self.config.id, &done, now).await {
             Ok(n) => {
@@ -427,7 +559,7 @@ impl Worker {
         }
     }
 
-    async fn run_one(&self, item: &WorkItem, shutdown: &CancellationToken) -> (Outcome, Duration) {
+    async fn run_one(&self, item: &WorkItem, shutdown: &CancellationToken) -> Ran {
         let started = Instant::now();
         let outcome = match self.handlers.0.get(&item.kind) {
             None => Outcome::Fail(format!("no handler for work kind {:?}", item.kind)),
@@ -443,7 +575,11 @@ impl Worker {
                 },
             },
         };
-        (outcome, started.elapsed())
+        Ran {
+            outcome,
+            elapsed: started.elapsed(),
+            ended_at: Utc::now(),
+        }
     }
 
     /// Before any effect: the requesting token must still be valid and
@@ -500,11 +636,4 @@ pub async fn recheck_token(
         Decision::Allow => None,
         Decision::Deny(reason) => Some(reason),
     })
-}
-
-async fn sleep_or_shutdown(d: Duration, shutdown: &CancellationToken) {
-    tokio::select! {
-        _ = tokio::time::sleep(d) => {}
-        _ = shutdown.cancelled() => {}
-    }
 }

@@ -661,15 +661,28 @@ async fn assert_harness_serving(
     agent: &str,
     revision: i64,
 ) -> Result<()> {
-    let harness = Api::<Deployment>::namespaced(exec.clone(), dpns)
-        .get(&format!("{agent}-r{revision}-harness"))
-        .await
-        .context("Harness Deployment in exec-a")?;
-    ensure!(
-        ready_replicas(&harness) == 1,
-        "Harness not Ready: {:?}",
-        harness.status
-    );
+    // Active follows the spoke's Pod Ready; the Deployment controller
+    // updates the Deployment's status on its own schedule (seconds behind
+    // on a loaded machine), so its readyReplicas is awaited, not read once.
+    let deployments = Api::<Deployment>::namespaced(exec.clone(), dpns);
+    let name = format!("{agent}-r{revision}-harness");
+    until(
+        Duration::from_secs(15),
+        "the Harness Deployment Ready",
+        || async {
+            let harness = deployments
+                .get(&name)
+                .await
+                .context("Harness Deployment in exec-a")?;
+            ensure!(
+                ready_replicas(&harness) == 1,
+                "Harness not Ready: {:?}",
+                harness.status
+            );
+            Ok(Some(()))
+        },
+    )
+    .await?;
     Api::<Service>::namespaced(exec.clone(), dpns)
         .get(&format!("{agent}-r{revision}-harness"))
         .await

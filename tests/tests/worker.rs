@@ -41,6 +41,7 @@ clawfed_tests::on_both_backends!(
     permanent_failure_fails_at_once,
     busy_work_waits_without_using_its_attempts,
     lease_heartbeats_never_stall_a_batch_holding_the_pool,
+    a_blocked_item_holds_one_slot_not_the_batch,
     recheck_refuses_revoked_tokens_wrong_scopes_and_lost_owners,
     expired_leases_are_recovered_and_fenced,
     concurrent_workers_complete_each_item_once,
@@ -376,6 +377,32 @@ impl WorkHandler for Slow {
     }
 }
 
+/// Runs until released (or shutdown), announcing that it started.
+struct Blocking {
+    started: Arc<tokio::sync::Notify>,
+    release: CancellationToken,
+}
+
+#[async_trait]
+impl WorkHandler for Blocking {
+    fn required_action(&self) -> Action {
+        Action::Installation
+    }
+
+    async fn handle(
+        &self,
+        _store: &dyn Store,
+        _item: &WorkItem,
+        cancel: &CancellationToken,
+    ) -> Result<(), WorkError> {
+        self.started.notify_one();
+        tokio::select! {
+            _ = cancel.cancelled() => Err(WorkError::Cancelled),
+            _ = self.release.cancelled() => Ok(()),
+        }
+    }
+}
+
 fn handlers_with(kind: &str, handler: impl WorkHandler) -> Handlers {
     let mut handlers = Handlers::builtin();
     handlers.register(kind, handler);
@@ -620,6 +647,70 @@ async fn lease_heartbeats_never_stall_a_batch_holding_the_pool(backend: Backend)
         took < Duration::from_secs(8),
         "32 store-bound items took {took:?}: the heartbeat stalled the batch"
     );
+}
+
+/// Issue 17: a worker keeps up to `batch_size` items in flight and claims
+/// more as slots free. With a batch barrier (claim, run all, claim again)
+/// one slow item held back every slot of its batch: here, with 2 slots, a
+/// blocked item and 5 quick ones queued after it, the quick ones all
+/// complete through the one free slot while the blocked one still runs.
+async fn a_blocked_item_holds_one_slot_not_the_batch(backend: Backend) {
+    let db = open(backend).await;
+    let store = db.dyn_store();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let release = CancellationToken::new();
+    let calls = Calls::default();
+    let mut handlers = handlers_with(
+        "test.blocking",
+        Blocking {
+            started: started.clone(),
+            release: release.clone(),
+        },
+    );
+    handlers.register(
+        "test.quick",
+        Flaky {
+            fails: 0,
+            calls: calls.clone(),
+        },
+    );
+    let blocker = store
+        .enqueue_work(&[work("test.blocking", 3)])
+        .await
+        .expect("enqueue")
+        .remove(0);
+    let worker = RunningWorker::spawn(
+        store.clone(),
+        handlers,
+        WorkerConfig {
+            batch_size: 2,
+            ..worker_config("slots", Duration::from_secs(30))
+        },
+    );
+    tokio::time::timeout(WAIT, started.notified())
+        .await
+        .expect("the blocking handler starts");
+    let quick = store
+        .enqueue_work(&vec![work("test.quick", 3); 5])
+        .await
+        .expect("enqueue");
+    for id in &quick {
+        let item = settled(store.as_ref(), id).await;
+        assert_eq!(item.state, WorkState::Done, "{item:?}");
+    }
+    let held = store.get_work(&blocker).await.unwrap();
+    assert_eq!(
+        held.state,
+        WorkState::Claimed,
+        "the blocked item still runs: {held:?}"
+    );
+    assert_eq!(calls.per_item().len(), 5, "each quick item ran");
+
+    release.cancel();
+    let item = settled(store.as_ref(), &blocker).await;
+    assert_eq!(item.state, WorkState::Done, "{item:?}");
+    let totals = worker.stop().await;
+    assert_eq!((totals.claimed, totals.completed), (6, 6), "{totals:?}");
 }
 
 /// 5. Before any effect the worker re-checks who asked and what the work

@@ -335,8 +335,9 @@ fn spawn_watch(
 
 // ------------------------------------------------ Kubernetes alone
 
-/// The reference: what the execution clusters' apiservers do alone with the
-/// throughput phase's Harnesses.
+/// The reference: what the execution clusters' apiservers (and, Gateways
+/// on, the control cluster's) do alone with the throughput phase's
+/// Harnesses (and Gateways).
 struct Direct {
     count: usize,
     concurrency: usize,
@@ -346,6 +347,18 @@ struct Direct {
     /// behind the concurrency limit included, as clawfed's deploy → Active
     /// includes its queueing).
     ready_ms: Vec<f64>,
+    /// Gateways on: the control cluster's share, run at the same time.
+    gateways: Option<DirectGatewayFigures>,
+}
+
+/// Kubernetes alone in the control cluster (Gateways on).
+struct DirectGatewayFigures {
+    count: usize,
+    concurrency: usize,
+    /// First write → each Gateway Pod Ready, ms, sorted.
+    ready_ms: Vec<f64>,
+    /// First write → the last Gateway Pod Ready.
+    ready_in: Duration,
 }
 
 impl Direct {
@@ -362,7 +375,19 @@ impl Direct {
 /// both alike), at the spoke's starting apply limit per cluster, all
 /// clusters at once; timed until every Pod is Ready. Namespaces are deleted
 /// and gone before clawfed's run.
-async fn direct(args: &Args, clusters: &[ExecCluster]) -> Result<Direct> {
+///
+/// Gateways on (`gateway_world`): at the same time, each Agent's Gateway
+/// objects (the hub's builders, as `Gateways::ensure` writes them) applied
+/// to the control cluster by a plain client acting as the hub's
+/// ServiceAccount, as many at a time as the hub's worker runs passes
+/// (`worker.batchSize`); timed until the later of the last Harness and the
+/// last Gateway Pod Ready. The Gateways and their PVs are deleted before
+/// clawfed's run.
+async fn direct(
+    args: &Args,
+    clusters: &[ExecCluster],
+    gateway_world: Option<&GatewayWorld>,
+) -> Result<Direct> {
     let n = clusters.len();
     let concurrency = clawfed_spoke::pressure::ApplyLimit::START;
     let labels = std::collections::BTreeMap::from([(
@@ -378,26 +403,65 @@ async fn direct(args: &Args, clusters: &[ExecCluster]) -> Result<Direct> {
                 .await?;
         runs.push((run, writer));
     }
+    let gateway_concurrency = HubConfig::default().worker.batch_size as usize;
+    let mut gateway_run = match gateway_world {
+        Some(world) => {
+            let run = load::DirectGateways::prepare(
+                world.control.admin(),
+                control_env::gateway_config(),
+                "pbdirect",
+                "pbd",
+                args.throughput_agents,
+                GATEWAY_IMAGE,
+                |agent| clawfed_proto::work::harness::service_url(agent, 1, "oce-pbdirect", 8080),
+            )
+            .await?;
+            Some((run, control_env::hub_client(&world.control).await?))
+        }
+        None => None,
+    };
     let limit = Duration::from_secs(args.throughput_timeout_seconds);
     let started = Instant::now();
-    let results = futures::future::join_all(
+    let harnesses = futures::future::join_all(
         runs.iter_mut()
             .map(|(run, writer)| run.run(writer, concurrency, true, limit)),
-    )
-    .await;
+    );
+    let gateways = async {
+        match &mut gateway_run {
+            Some((run, writer)) => Some(run.run(writer, gateway_concurrency, limit).await),
+            None => None,
+        }
+    };
+    let (results, gateway_result) = futures::future::join(harnesses, gateways).await;
     let ready_in = started.elapsed();
     for (run, _) in runs {
+        run.cleanup().await;
+    }
+    if let Some((run, _)) = gateway_run {
         run.cleanup().await;
     }
     let mut ready_ms = Vec::new();
     for r in results {
         ready_ms.extend(r?.ready_ms);
     }
+    let gateways = match gateway_result {
+        Some(r) => {
+            let t = r?;
+            Some(DirectGatewayFigures {
+                count: t.ready_ms.len(),
+                concurrency: gateway_concurrency,
+                ready_ms: t.ready_ms,
+                ready_in: t.ready_in,
+            })
+        }
+        None => None,
+    };
     Ok(Direct {
         count: args.throughput_agents,
         concurrency,
         ready_in,
         ready_ms: sorted(ready_ms),
+        gateways,
     })
 }
 
@@ -950,23 +1014,47 @@ fn report(args: &Args, cond: &Conditions, warm: &[Sample], lat: &[Sample], tp: &
 
 /// clawfed's throughput beside Kubernetes alone, and the ratio goal.
 fn reference_rows(d: &Direct, tp: &Throughput, cond: &Conditions) {
+    let gateways = match &d.gateways {
+        Some(g) => format!(
+            "; at the same time {} Gateways' objects (ServiceAccount, transport Secret, PVC, NetworkPolicy, Service, Deployment; the hub's builders, no route) applied to the control cluster as the hub's ServiceAccount, {} at a time (worker.batchSize)",
+            g.count, g.concurrency
+        ),
+        None if cond.gateways => "; no Gateway".to_owned(),
+        None => String::new(),
+    };
     header(&format!(
-        "Kubernetes alone (reference, before clawfed's run): {} Harnesses' objects (ServiceAccount, Secret, Service, Deployment, record Secret; no Gateway{}) applied as the spoke's ServiceAccount, {} at a time per cluster, clusters at once",
+        "Kubernetes alone (reference, before clawfed's run): {} Harnesses' objects (ServiceAccount, Secret, Service, Deployment, record Secret{}) applied as the spoke's ServiceAccount, {} at a time per cluster, clusters at once{gateways}",
         d.count,
         if cond.gateways {
-            ", no workspace PVC"
+            "; no workspace PVC"
         } else {
             ""
         },
         d.concurrency
     ));
     row(
-        "first write -> each Pod Ready (ms)",
+        "first write -> each Harness Pod Ready (ms)",
         d.ready_ms.clone(),
         "-",
     );
+    if let Some(g) = &d.gateways {
+        row(
+            "first write -> each Gateway Pod Ready, control (ms)",
+            g.ready_ms.clone(),
+            "-",
+        );
+        println!(
+            "Kubernetes alone: all Gateway Pods Ready {:.0} ms after the first write",
+            g.ready_in.as_secs_f64() * 1e3
+        );
+    }
     println!(
-        "Kubernetes alone: all Pods Ready {:.0} ms after the first write: {:.1} revisions/s",
+        "Kubernetes alone: all Pods{} Ready {:.0} ms after the first write: {:.1} revisions/s",
+        if d.gateways.is_some() {
+            " (Harness and Gateway)"
+        } else {
+            ""
+        },
         d.ready_in.as_secs_f64() * 1e3,
         d.rate()
     );
@@ -1100,25 +1188,29 @@ async fn run(args: Args) -> Result<()> {
     for name in &args.clusters {
         clusters.push(exec_cluster(name).await?);
     }
-    let reference = if args.no_direct {
-        None
-    } else {
-        let d = direct(&args, &clusters).await?;
-        println!(
-            "Kubernetes alone: {} Harnesses, all Pods Ready in {:.1} s",
-            d.count,
-            d.ready_in.as_secs_f64()
-        );
-        Some(d)
-    };
     // Before the database: a control cluster that is not there fails the
-    // run before anything needs removing.
+    // run before anything needs removing. Before the reference too: it
+    // applies Gateways as the hub's ServiceAccount this installs.
     let (gateway_world, gateways) = match args.gateways {
         GatewayMode::On => {
             let (world, gateways) = GatewayWorld::start(&args.control).await?;
             (Some(world), Some(gateways))
         }
         GatewayMode::Off => (None, None),
+    };
+    let reference = if args.no_direct {
+        None
+    } else {
+        let d = direct(&args, &clusters, gateway_world.as_deref()).await?;
+        println!(
+            "Kubernetes alone: {} Harnesses{}, all Pods Ready in {:.1} s",
+            d.count,
+            d.gateways
+                .as_ref()
+                .map_or(String::new(), |g| format!(" and {} Gateways", g.count)),
+            d.ready_in.as_secs_f64()
+        );
+        Some(d)
     };
     let db = database(args.postgres).await?;
     let backend = if args.postgres {

@@ -611,8 +611,8 @@ impl Rollout {
                     .filter(|p| numbers.contains(&p.revision.number))
                 {
                     // A predecessor that never got Harness work may still
-                    // have its Gateway revision (the Gateway is applied
-                    // first): remove it too (idempotent).
+                    // have its Gateway revision (applied while its own
+                    // predecessors stopped): remove it too (idempotent).
                     self.retire_gateway(ns, &rev.agent, p.revision.number)
                         .await?;
                     let mut p = p.revision.clone();
