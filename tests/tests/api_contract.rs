@@ -691,8 +691,14 @@ fn template_names(template: &str) -> Vec<String> {
         .collect()
 }
 
-/// Percent-encodes everything but unreserved characters.
+/// Percent-encodes everything but unreserved characters. A segment of
+/// only dots (`.`, `..`) is encoded whole: the HTTP client removes such
+/// dot segments from the path (RFC 3986), which would send the request to
+/// another route (`/namespaces/./agents` -> `/namespaces/agents`, 405).
 fn encode(s: &str) -> String {
+    if !s.is_empty() && s.bytes().all(|b| b == b'.') {
+        return "%2E".repeat(s.len());
+    }
     s.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {

@@ -341,14 +341,17 @@ impl Env {
     fn config(&self, tag: &str, rest_port: u16, link_port: u16) -> Result<PathBuf> {
         let config = json!({
             "version": 1,
-            "database": { "url": self.db.url },
+            // Three replicas' pools (and this test's own) must fit the
+            // server's max_connections (100 by default): the default pool,
+            // the batch + 16, times three does not.
+            "database": { "url": self.db.url, "maxConnections": 24 },
             "api": {
                 "restAddr": format!("127.0.0.1:{rest_port}"),
                 "grpcAddr": "127.0.0.1:0",
                 "metricsAddr": "127.0.0.1:0"
             },
             "worker": {
-                "enabled": true, "batchSize": 32, "leaseSeconds": 2,
+                "enabled": true, "batchSize": 16, "leaseSeconds": 2,
                 "safetyPollMs": 500, "maxAttempts": 8, "backoffBaseMs": 20,
                 "backoffCapMs": 500, "healthIntervalSeconds": 60
             },

@@ -2487,13 +2487,22 @@ async fn a_revision_activates_as_soon_as_its_gateway_turns_ready() -> Result<()>
         Ok(r.filter(|r| r.body["ready"] == json!(true)).map(|_| ()))
     })
     .await?;
-    let r = w.rest.revision(&ns.name, &agent.name, 1).await?;
-    ensure!(
-        r.phase == RevisionPhase::WaitingReady,
-        "waiting for the Gateway: {:?} ({:?})",
-        r.phase,
-        r.reason
-    );
+    // The Harness goes out before the Gateway in the same pass, so it may
+    // be Ready while the pass still applies the Gateway (Preparing).
+    until(WAIT, "the revision waiting for its Gateway", || async {
+        let r = w.rest.revision(&ns.name, &agent.name, 1).await?;
+        ensure!(
+            matches!(
+                r.phase,
+                RevisionPhase::Preparing | RevisionPhase::WaitingReady
+            ),
+            "waiting for the Gateway: {:?} ({:?})",
+            r.phase,
+            r.reason
+        );
+        Ok((r.phase == RevisionPhase::WaitingReady).then_some(()))
+    })
+    .await?;
     ensure!(
         !gateway_ready.is_finished(),
         "the Gateway Pod is Ready already"

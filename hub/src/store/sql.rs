@@ -112,6 +112,14 @@ impl SqlStore {
         self.pool.begin().await.map_err(|e| self.classify(e))
     }
 
+    /// A transaction opened by `statement` (SQLite's `BEGIN IMMEDIATE`).
+    pub(super) async fn begin_with(&self, statement: &'static str) -> Result<Tx> {
+        self.pool
+            .begin_with(statement)
+            .await
+            .map_err(|e| self.classify(e))
+    }
+
     pub(super) async fn commit(&self, tx: Tx) -> Result<()> {
         tx.commit().await.map_err(|e| self.classify(e))
     }
