@@ -805,6 +805,29 @@ pub mod load {
         }
     }
 
+    /// Server-side applies `obj` in `ns` as [`DIRECT_MANAGER`] (force):
+    /// one write of the Kubernetes-alone reference.
+    async fn put<K>(client: &kube::Client, ns: &str, obj: &K) -> Result<()>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + Clone
+            + std::fmt::Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        use kube::api::{Patch, PatchParams};
+        let api: kube::Api<K> = kube::Api::namespaced(client.clone(), ns);
+        let name = obj.meta().name.clone().unwrap_or_default();
+        api.patch(
+            &name,
+            &PatchParams::apply(DIRECT_MANAGER).force(),
+            &Patch::Apply(obj),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// The objects `Gateways::ensure` writes for each of `specs` (the hub's
     /// builders), server-side applied by a plain client as
     /// [`DIRECT_MANAGER`], one Gateway's objects after another,
@@ -819,26 +842,6 @@ pub mod load {
         use k8s_openapi::api::apps::v1::Deployment;
         use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service, ServiceAccount};
         use k8s_openapi::api::networking::v1::NetworkPolicy;
-        use kube::api::{Patch, PatchParams};
-        async fn put<K>(client: &kube::Client, ns: &str, obj: &K) -> Result<()>
-        where
-            K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-                + serde::Serialize
-                + serde::de::DeserializeOwned
-                + Clone
-                + std::fmt::Debug,
-            <K as kube::Resource>::DynamicType: Default,
-        {
-            let api: kube::Api<K> = kube::Api::namespaced(client.clone(), ns);
-            let name = obj.meta().name.clone().unwrap_or_default();
-            api.patch(
-                &name,
-                &PatchParams::apply(DIRECT_MANAGER).force(),
-                &Patch::Apply(obj),
-            )
-            .await?;
-            Ok(())
-        }
         let ns = config.namespace.as_str();
         futures::stream::iter(specs)
             .map(|spec| async move {
@@ -887,26 +890,6 @@ pub mod load {
         use clawfed_spoke::drift::desired;
         use k8s_openapi::api::apps::v1::Deployment;
         use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
-        use kube::api::{Patch, PatchParams};
-        async fn put<K>(client: &kube::Client, ns: &str, obj: &K) -> Result<()>
-        where
-            K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-                + serde::Serialize
-                + serde::de::DeserializeOwned
-                + Clone
-                + std::fmt::Debug,
-            <K as kube::Resource>::DynamicType: Default,
-        {
-            let api: kube::Api<K> = kube::Api::namespaced(client.clone(), ns);
-            let name = obj.meta().name.clone().unwrap_or_default();
-            api.patch(
-                &name,
-                &PatchParams::apply(DIRECT_MANAGER).force(),
-                &Patch::Apply(obj),
-            )
-            .await?;
-            Ok(())
-        }
         futures::stream::iter(harnesses)
             .map(|h| async move {
                 let start = std::time::Instant::now();
