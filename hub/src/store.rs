@@ -513,6 +513,10 @@ pub trait Store:
     /// when there is none. The first writer wins, so every hub replica on
     /// this database gets the same value.
     async fn hub_secret(&self, name: &str, candidate: &str) -> Result<String>;
+    /// Replaces the hub secret `name` with `value` only while it still
+    /// holds `expected` (compare-and-set: a replica or operator that
+    /// changed it meanwhile wins). Returns whether it was replaced.
+    async fn replace_hub_secret(&self, name: &str, expected: &str, value: &str) -> Result<bool>;
     /// Records the SHA-256 (hex) of a revision's Gateway transport token,
     /// replacing an earlier one. `NotFound` when the revision does not exist.
     async fn set_transport_token_hash(&self, revision_id: &str, token_hash: &str) -> Result<()>;

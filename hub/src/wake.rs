@@ -65,8 +65,9 @@ impl Waiter {
 /// Whose outbox grew (written by another replica or process).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutboxWake {
-    /// The outbox of this cluster id.
-    Cluster(String),
+    /// The outbox of cluster `id`, up to sequence `head` when the writer
+    /// said (older replicas' notifications do not).
+    Cluster { id: String, head: Option<i64> },
     /// Any outbox may have grown (notifications may have been missed).
     All,
 }

@@ -134,6 +134,18 @@ impl TestHub {
     }
 
     /// `{rest}/api/v1{path}`.
+    /// The hub's `/metrics` text.
+    pub async fn scrape_metrics(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.metrics))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}/api/v1{path}", self.rest)
     }

@@ -2370,16 +2370,7 @@ async fn health_and_metrics(backend: Backend) {
     }
     c.get("/nope").await.expect(404);
 
-    let scrape = || async {
-        hub.http
-            .get(format!("{}/metrics", hub.metrics))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    };
+    let scrape = || hub.scrape_metrics();
     let text = scrape().await;
     for name in [
         "occ_http_requests_total",

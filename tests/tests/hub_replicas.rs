@@ -128,18 +128,24 @@ impl Env {
         }
     }
 
-    /// Runs a hub CLI command to completion (bounded); its stdout.
-    async fn cli(&self, args: &[&str]) -> String {
+    /// Runs a hub CLI command to completion (bounded), successful or not.
+    async fn cli_output(&self, args: &[&str]) -> std::process::Output {
         let tag = format!("cli-{}", args.join("-"));
         let mut c = self.hub("cli", free_port(), args);
-        let out = tokio::time::timeout(Duration::from_secs(60), async move {
+        tokio::time::timeout(Duration::from_secs(60), async move {
             tokio::task::spawn_blocking(move || c.output())
                 .await
                 .unwrap()
         })
         .await
         .unwrap_or_else(|_| panic!("{tag} hung"))
-        .unwrap();
+        .unwrap()
+    }
+
+    /// Runs a hub CLI command to completion (bounded); its stdout.
+    async fn cli(&self, args: &[&str]) -> String {
+        let tag = format!("cli-{}", args.join("-"));
+        let out = self.cli_output(args).await;
         assert!(
             out.status.success(),
             "{tag}: {}\n{}",
@@ -709,4 +715,128 @@ async fn idle_database_load_per_replica() {
         "idle transactions per replica at the default safety polls: {:.2}/s, goal <= 1/s",
         per_replica[3]
     );
+}
+
+/// Issue 14 (open behaviour of the last stop): a replica whose lease
+/// renewals stall past the lease (here its renewal waits 3 s on a table
+/// lock, as behind a slow database) has its cluster marked offline by
+/// another replica's sweep, although its session lives on. Once the
+/// renewal goes through, the replica marks the cluster online again at
+/// once; it used to stay offline until the session's next last-seen write,
+/// 30 s after the last one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_renewals_stalled_marks_its_clusters_online_again() {
+    use clawfed_hub::model::ConnectionState;
+    use sqlx::Connection;
+    let db = clawfed_tests::db::postgres().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::new(tmp.path(), &db.url, SAFETY_POLL_MS);
+    let a = env.serve("a", &[]).await;
+    let _b = env.serve("b", &[]).await;
+    let http = http_client();
+    let (_ca, token_file) = env.enrollment().await;
+    let _spoke = env.spoke(1, &a.link, Some(&token_file));
+    wait_connected(&http, &a, 1, "the spoke on A").await;
+    let store = open_store(&db).await;
+    let state_is = |want: ConnectionState| {
+        let store = &store;
+        move || async move {
+            (store.get_cluster(CLUSTER).await.unwrap().connection_state == want).then_some(())
+        }
+    };
+    wait_for(
+        Duration::from_secs(10),
+        "online",
+        state_is(ConnectionState::Online),
+    )
+    .await;
+
+    // A's renewal UPDATE waits on the lock; B's sweep only reads the table.
+    let mut lock = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql("BEGIN; LOCK TABLE cluster_sessions IN EXCLUSIVE MODE")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    // Lease 1.5 s (heartbeat 1 s), swept every 0.5 s by B.
+    wait_for(
+        Duration::from_secs(10),
+        "B's sweep to mark the cluster offline",
+        state_is(ConnectionState::Offline),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let released = Instant::now();
+    sqlx::raw_sql("ROLLBACK").execute(&mut lock).await.unwrap();
+    wait_for(
+        Duration::from_secs(10),
+        "A to mark its cluster online again",
+        state_is(ConnectionState::Online),
+    )
+    .await;
+    let took = released.elapsed();
+    println!("renewal stall released -> cluster online again: {took:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "online again {took:?} after the stall (the session's last-seen write is 30 s apart)"
+    );
+    // The session never moved, and it stays online (its lease is fresh).
+    assert_eq!(connected_spokes(&http, &a).await, Some(1));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        store.get_cluster(CLUSTER).await.unwrap().connection_state,
+        ConnectionState::Online
+    );
+}
+
+/// Issue 14 (open behaviour of the last stop): the secrets key that sealed
+/// the shared link CA is lost. Every command that needs the CA fails and
+/// names the way out; `cluster ca reset` replaces the CA, refused without
+/// its confirmation and while the stored CA still opens. A spoke that pins
+/// the new CA enrolls and connects to a replica started afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_secrets_key_is_recovered_with_a_ca_reset() {
+    let db = clawfed_tests::db::postgres().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::new(tmp.path(), &db.url, SAFETY_POLL_MS);
+    let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let reset = ["cluster", "ca", "reset", "--every-spoke-reenrolls"];
+    let (old_ca, _) = env.enrollment().await;
+
+    let out = env.cli_output(&reset).await;
+    assert!(!out.status.success(), "a reset of a CA that opens");
+    assert!(
+        stderr(&out).contains("nothing to recover"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(env.cli(&["cluster", "ca"]).await, old_ca, "unchanged");
+
+    // The key is lost: the next command makes a new one, which does not
+    // open the stored CA.
+    std::fs::remove_file(tmp.path().join("secrets.key")).unwrap();
+    let out = env.cli_output(&["cluster", "ca"]).await;
+    assert!(!out.status.success(), "the CA opened with another key");
+    assert!(
+        stderr(&out).contains("cluster ca reset"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.cli_output(&["cluster", "ca", "reset"]).await;
+    assert!(!out.status.success(), "a reset without its confirmation");
+    assert!(
+        stderr(&out).contains("--every-spoke-reenrolls"),
+        "{}",
+        stderr(&out)
+    );
+
+    let new_ca = env.cli(&reset).await;
+    assert!(new_ca.contains("BEGIN CERTIFICATE"), "{new_ca}");
+    assert_ne!(new_ca, old_ca);
+    // Readable again, and the same for every later command and replica.
+    let (pinned, token_file) = env.enrollment().await;
+    assert_eq!(pinned, new_ca);
+    let a = env.serve("a", &[]).await;
+    let http = http_client();
+    let _spoke = env.spoke(1, &a.link, Some(&token_file));
+    wait_connected(&http, &a, 1, "the spoke pinning the new CA").await;
 }

@@ -769,3 +769,71 @@ async fn concurrent_applies_keep_one_generation_at_a_time_per_target_within_the_
     shutdown.cancel();
     let _ = task.await;
 }
+
+/// `occ_link_outbox_reads_total` of the hub.
+async fn outbox_reads(hub: &TestHub) -> u64 {
+    let text = hub.scrape_metrics().await;
+    text.lines()
+        .find_map(|l| l.strip_prefix("occ_link_outbox_reads_total "))
+        .unwrap_or_else(|| panic!("no occ_link_outbox_reads_total in\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Issue 17 (PostgreSQL link path): a put in the replica holding the
+/// session wakes it in process, and its NOTIFY wakes it again; the second
+/// wake names a sequence already sent, so it reads nothing. One item at a
+/// time, reads stay at one per item (plus the heartbeat's safety reads);
+/// they were two per item.
+async fn one_outbox_read_per_item_sent(backend: Backend) {
+    const ITEMS: u64 = 20;
+    let hub = TestHub::start(backend).await;
+    let link = hub.hub.as_ref().unwrap().link.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = bootstrap_token(&hub, "exec-a", false).await;
+    let spoke = start_spoke(&hub, "exec-a", Some(token), dir.path());
+    let id = cluster_id(&hub, "exec-a").await;
+    wait_state(&hub, "exec-a", ConnectionState::Online).await;
+    let store = hub.store();
+    let before = outbox_reads(&hub).await;
+    let started = std::time::Instant::now();
+    for i in 0..ITEMS {
+        link.send(
+            &id,
+            &format!("ns/t{i}"),
+            "namespace.ensure",
+            1,
+            &json!({"i": i}),
+        )
+        .await
+        .unwrap()
+        .expect("queued");
+        eventually(WAIT, "ack", || async {
+            (depth(store.as_ref(), &id).await == 0).then_some(())
+        })
+        .await;
+        // Room for the NOTIFY of this put to arrive before the next one.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reads = outbox_reads(&hub).await - before;
+    // The session also reads on each heartbeat (1 s here), a safety net.
+    let beats = started.elapsed().as_secs() + 1;
+    assert!(
+        reads <= ITEMS + beats,
+        "{reads} outbox reads for {ITEMS} items and {beats} heartbeats"
+    );
+    assert!(reads >= ITEMS, "{reads} reads for {ITEMS} items sent");
+    spoke.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_one_outbox_read_per_item_sent() {
+    one_outbox_read_per_item_sent(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_one_outbox_read_per_item_sent() {
+    one_outbox_read_per_item_sent(Backend::Postgres).await;
+}

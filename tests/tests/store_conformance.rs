@@ -1653,6 +1653,89 @@ mod cases {
         );
     }
 
+    /// Issue 14: after its renewals stalled past the lease, a replica
+    /// restores exactly the sessions it still holds: their clusters, swept
+    /// offline meanwhile, are online again with one event each and a fresh
+    /// lease; a superseded session and another replica's are left alone.
+    pub async fn a_stalled_replica_restores_only_the_sessions_it_holds(s: Arc<dyn Store>) {
+        let now = Utc::now();
+        let past = now - chrono::Duration::seconds(1);
+        let fresh = now + chrono::Duration::seconds(30);
+        let mine = online_cluster(s.as_ref(), "exec-stalled").await;
+        let moved = online_cluster(s.as_ref(), "exec-stalled-moved").await;
+        let other = online_cluster(s.as_ref(), "exec-stalled-other").await;
+        let e_mine = s.session_claim(&mine, "replica-a", past).await.unwrap();
+        let e_moved_old = s.session_claim(&moved, "replica-a", past).await.unwrap();
+        let e_moved = s.session_claim(&moved, "replica-b", past).await.unwrap();
+        assert!(e_moved > e_moved_old);
+        let e_other = s.session_claim(&other, "replica-c", past).await.unwrap();
+        let mut swept = s.offline_where_lease_expired(now, false).await.unwrap();
+        swept.sort();
+        let mut want = vec![mine.clone(), moved.clone(), other.clone()];
+        want.sort();
+        assert_eq!(swept, want);
+        let cursor = s.event_bounds().await.unwrap().head;
+        // Replica A names what its registry holds: its live session and
+        // the old epoch of the moved one; C's session is not A's.
+        let restored = s
+            .session_restore_online(
+                "replica-a",
+                &[
+                    (mine.clone(), e_mine),
+                    (moved.clone(), e_moved_old),
+                    (other.clone(), e_other),
+                ],
+                fresh,
+            )
+            .await
+            .unwrap();
+        assert_eq!(restored, std::slice::from_ref(&mine));
+        let state = |name: &'static str| {
+            let s = s.clone();
+            async move { s.get_cluster(name).await.unwrap().connection_state }
+        };
+        assert_eq!(state("exec-stalled").await, ConnectionState::Online);
+        assert_eq!(state("exec-stalled-moved").await, ConnectionState::Offline);
+        assert_eq!(state("exec-stalled-other").await, ConnectionState::Offline);
+        let session = s.get_session(&mine).await.unwrap().unwrap();
+        assert_eq!(
+            session.lease_expires_at.timestamp_millis(),
+            fresh.timestamp_millis()
+        );
+        // Not swept again: the lease is fresh.
+        assert!(
+            !s.offline_where_lease_expired(Utc::now(), false)
+                .await
+                .unwrap()
+                .contains(&mine)
+        );
+        let connected = s
+            .events_after(cursor, 1000)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| e.cluster.as_deref() == Some("exec-stalled"))
+            .map(|e| e.body.kind().to_owned())
+            .collect::<Vec<_>>();
+        assert_eq!(connected, ["cluster.connected"]);
+        // Restoring again changes nothing and writes no event.
+        assert!(
+            s.session_restore_online("replica-a", &[(mine.clone(), e_mine)], fresh)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // An ended session is not restored.
+        assert!(s.session_end_offline(&mine, e_mine, now).await.unwrap());
+        assert!(
+            s.session_restore_online("replica-a", &[(mine.clone(), e_mine)], fresh)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(state("exec-stalled").await, ConnectionState::Offline);
+    }
+
     /// Issue 14, part 4: a session moved to another replica is handed
     /// off: its lease covers the move and no replica renews it; the
     /// spoke's new session takes over; one that never arrives is swept
@@ -2117,17 +2200,26 @@ mod raw_cases {
             .await
             .unwrap()
             .get(0);
-        let mut woken = std::collections::BTreeSet::new();
+        // Each notification names the newest sequence of its statement
+        // (migration 0016), so the newest one per cluster says 40.
+        let mut heads = std::collections::BTreeMap::<String, i64>::new();
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-        while woken.len() < ids.len() {
+        while heads.len() < ids.len() || heads.values().any(|h| *h < 40) {
             let n = tokio::time::timeout_at(deadline, listener.recv())
                 .await
-                .expect("a notification for every cluster written")
+                .unwrap_or_else(|_| panic!("every cluster notified up to 40: {heads:?}"))
                 .unwrap();
             // Other tests share the database; their schemas are not ours.
-            if let Some(cluster) = n.payload().strip_prefix(&format!("{schema} ")) {
-                assert!(ids.iter().any(|id| id == cluster), "notified {cluster}");
-                woken.insert(cluster.to_owned());
+            match clawfed_hub::wake::pg::decode(&schema, n.channel(), n.payload()) {
+                Some(clawfed_hub::wake::pg::Wake::Outbox { id, head }) => {
+                    assert!(ids.contains(&id), "notified {id}");
+                    let head = head.unwrap_or_else(|| panic!("no sequence in {:?}", n.payload()));
+                    assert!((1..=40).contains(&head), "{id}: head {head}");
+                    let newest = heads.entry(id).or_default();
+                    *newest = (*newest).max(head);
+                }
+                None => {}
+                Some(other) => panic!("{other:?} on the outbox channel"),
             }
         }
     }
@@ -2344,4 +2436,5 @@ suite!(
     lapsed_session_leases_go_offline_once,
     replicas_publish_their_address_and_load,
     a_handed_off_session_covers_the_move_then_lapses,
+    a_stalled_replica_restores_only_the_sessions_it_holds,
 );

@@ -221,16 +221,7 @@ async fn bytes_round_trip_with_half_close(backend: Backend) {
         let msg = format!("hello {i}");
         assert_eq!(round_trip(s, msg.as_bytes()).await, msg.as_bytes());
     }
-    let metrics = e
-        .hub
-        .http
-        .get(format!("{}/metrics", e.hub.metrics))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = e.hub.scrape_metrics().await;
     // The series exists from the start at 0: the bytes must have counted.
     let to_harness = metrics.lines().find_map(|l| {
         l.strip_prefix("occ_tunnel_bytes_total{direction=\"to-harness\"} ")?

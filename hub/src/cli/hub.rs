@@ -82,7 +82,25 @@ enum ClusterCommand {
     /// Approve a pending enrollment (tokens created with --require-approval).
     Approve { name: String },
     /// Print the link CA certificate (PEM) that spokes pin.
-    Ca,
+    Ca {
+        #[command(subcommand)]
+        command: Option<CaCommand>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CaCommand {
+    /// Recovery after the secrets key is lost: replace the stored link CA,
+    /// which no longer opens, with a new one and print it. Refused while
+    /// the stored CA still opens. Afterwards restart every replica, give
+    /// every spoke the new CA and re-enroll it (`cluster token create
+    /// NAME --reenroll`).
+    Reset {
+        /// Confirms that every enrolled spoke is cut off until it pins the
+        /// new CA and re-enrolls.
+        #[arg(long)]
+        every_spoke_reenrolls: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -294,7 +312,34 @@ async fn cluster(config: &Config, command: ClusterCommand) -> anyhow::Result<()>
     let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(
         store::connect_with(&config.database.url, config.pool_settings()).await?,
     );
-    if let ClusterCommand::Ca = command {
+    if let ClusterCommand::Ca {
+        command: Some(CaCommand::Reset {
+            every_spoke_reenrolls,
+        }),
+    } = command
+    {
+        anyhow::ensure!(
+            every_spoke_reenrolls,
+            "--every-spoke-reenrolls: required; a new link CA cuts off every enrolled spoke until it pins the new CA and re-enrolls"
+        );
+        let secrets = server::load_secrets_key(config).await?;
+        let (ca, outcome) = crate::link::ca::reset_unreadable_shared(
+            store.as_ref(),
+            &secrets,
+            Some(&config.link.ca_dir),
+        )
+        .await?;
+        print!("{}", ca.ca_pem());
+        eprintln!(
+            "{}; restart every hub replica, then give each spoke this CA and a bootstrap token from `cluster token create NAME --reenroll`",
+            match outcome {
+                crate::link::ca::CaReset::Replaced => "link CA replaced",
+                crate::link::ca::CaReset::Created => "no link CA was stored; this one is the first",
+            }
+        );
+        return Ok(());
+    }
+    if let ClusterCommand::Ca { command: None } = command {
         // The CA every replica shares, from the store (created, or
         // imported from link.caDir, when no hub has started yet).
         let secrets = server::load_secrets_key(config).await?;
@@ -356,7 +401,7 @@ async fn cluster(config: &Config, command: ClusterCommand) -> anyhow::Result<()>
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             println!("enrollment of cluster {name} approved");
         }
-        ClusterCommand::Ca => {}
+        ClusterCommand::Ca { .. } => {}
     }
     Ok(())
 }

@@ -297,6 +297,8 @@ pub struct Gateways {
     /// The watch [`Gateways::watch`] started (shared by clones): readiness
     /// from its stores once they are in sync.
     watch: Arc<OnceLock<GatewayWatch>>,
+    /// Namespace and routing checks that passed recently (see [`CHECK_TTL`]).
+    passed: Arc<PassedChecks>,
 }
 
 impl std::fmt::Debug for Gateways {
@@ -309,6 +311,33 @@ impl std::fmt::Debug for Gateways {
 
 /// How long the data path probe waits for an answer.
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a passed namespace or routing check is trusted before it is
+/// made again. Every Gateway ensure and activation needs both, and each
+/// costs round trips to the control apiserver (a GET; discovery and four
+/// access reviews). A failed check is never kept, so a fix is seen at the
+/// next attempt; a right revoked meanwhile makes the write itself fail
+/// (403), which changes nothing, as the check would have.
+const CHECK_TTL: Duration = Duration::from_secs(60);
+
+/// When each of the cluster-wide checks last passed (shared by clones).
+#[derive(Debug, Default)]
+struct PassedChecks {
+    namespace: std::sync::Mutex<Option<std::time::Instant>>,
+    routing: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl PassedChecks {
+    fn fresh(slot: &std::sync::Mutex<Option<std::time::Instant>>) -> bool {
+        slot.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| at.elapsed() < CHECK_TTL)
+    }
+
+    fn set(slot: &std::sync::Mutex<Option<std::time::Instant>>, passed: bool) {
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = passed.then(std::time::Instant::now);
+    }
+}
 
 fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
@@ -395,6 +424,7 @@ impl Gateways {
             config,
             transport: None,
             watch: Arc::default(),
+            passed: Arc::default(),
         })
     }
 
@@ -451,9 +481,9 @@ impl Gateways {
     }
 
     /// Applies every Gateway object of `spec`'s revision: ServiceAccount,
-    /// transport Secret, PVC, NetworkPolicy (before any Pod exists), the
-    /// revision's Service and the Deployment (last: a new revision replaces
-    /// the Pod of the previous one, `Recreate`). The route is not touched;
+    /// transport Secret, PVC, NetworkPolicy (before any Pod exists) and the
+    /// revision's Service together, then the Deployment (last: a new
+    /// revision replaces the Pod of the previous one, `Recreate`). The route is not touched;
     /// see [`Gateways::activate`]. With private routing configured, a route
     /// API the hub cannot use fails here already, before anything is applied.
     pub async fn ensure(&self, spec: &GatewaySpec) -> Result<Vec<Step>> {
@@ -462,13 +492,29 @@ impl Gateways {
         self.check_routing().await?;
         self.check_owner(spec).await?;
         let c = &self.config;
-        let mut steps = Vec::with_capacity(6);
-        steps.push(self.apply(&objects::service_account(spec, c)).await?);
-        steps.push(self.apply(&objects::transport_secret(spec, c)).await?);
-        steps.push(self.apply(&objects::data_claim(spec, c)).await?);
-        steps.push(self.apply(&objects::network_policy(spec, c)).await?);
-        steps.push(self.apply(&objects::service(spec, c)).await?);
-        steps.push(self.apply(&objects::deployment(spec, c, &image)).await?);
+        // Independent of each other, so applied together; the Deployment
+        // waits for all of them (its Pod needs them, and the NetworkPolicy
+        // must exist before any Pod does).
+        let (sa, secret, claim, policy, service) = (
+            objects::service_account(spec, c),
+            objects::transport_secret(spec, c),
+            objects::data_claim(spec, c),
+            objects::network_policy(spec, c),
+            objects::service(spec, c),
+        );
+        let deployment = objects::deployment(spec, c, &image);
+        let applied = async {
+            let (sa, secret, claim, policy, service) = futures::try_join!(
+                self.apply(&sa),
+                self.apply(&secret),
+                self.apply(&claim),
+                self.apply(&policy),
+                self.apply(&service),
+            )?;
+            let deployment = self.apply(&deployment).await?;
+            Ok::<_, Error>(vec![sa, secret, claim, policy, service, deployment])
+        };
+        let steps = applied.await.inspect_err(|_| self.forget_checks())?;
         tracing::info!(
             agent = %spec.agent,
             revision = spec.revision,
@@ -647,6 +693,18 @@ impl Gateways {
     /// the gateway namespace (SelfSubjectAccessReview). Returns false when
     /// private routing is not configured.
     pub async fn check_routing(&self) -> Result<bool> {
+        if self.config.private_routing.is_none() {
+            return Ok(false);
+        }
+        if PassedChecks::fresh(&self.passed.routing) {
+            return Ok(true);
+        }
+        let verdict = self.check_routing_now().await;
+        PassedChecks::set(&self.passed.routing, matches!(verdict, Ok(true)));
+        verdict
+    }
+
+    async fn check_routing_now(&self) -> Result<bool> {
         let Some(routing) = &self.config.private_routing else {
             return Ok(false);
         };
@@ -818,7 +876,10 @@ impl Gateways {
         routes
             .patch(&name, &apply_params(), &Patch::Apply(&obj))
             .await
-            .map_err(|e| kube_error("apply", ROUTE_KIND, self.ns(), &name, e))?;
+            .map_err(|e| {
+                self.forget_checks();
+                kube_error("apply", ROUTE_KIND, self.ns(), &name, e)
+            })?;
         tracing::info!(
             agent,
             revision,
@@ -923,7 +984,23 @@ impl Gateways {
 
     /// The namespace must exist; the hub creates it only if it may (the
     /// least-privilege deployment creates it with deploy/hub/namespace.yaml).
+    /// Makes the next ensure or activation check the namespace and the
+    /// routing rights again (a write failed: one may have changed).
+    fn forget_checks(&self) {
+        PassedChecks::set(&self.passed.namespace, false);
+        PassedChecks::set(&self.passed.routing, false);
+    }
+
     async fn ensure_namespace(&self) -> Result<()> {
+        if PassedChecks::fresh(&self.passed.namespace) {
+            return Ok(());
+        }
+        let verdict = self.ensure_namespace_now().await;
+        PassedChecks::set(&self.passed.namespace, verdict.is_ok());
+        verdict
+    }
+
+    async fn ensure_namespace_now(&self) -> Result<()> {
         let api = Api::<Namespace>::all(self.client.clone());
         let unavailable = |reason: String| Error::NamespaceUnavailable {
             namespace: self.ns().to_string(),

@@ -54,8 +54,14 @@ pub enum CaError {
     Store(#[source] crate::store::StoreError),
     /// The shared CA key could not be sealed or opened with the hub's
     /// secrets key (replicas must share secrets.keyFile / keySecret).
-    #[error("shared link CA key")]
+    #[error(
+        "shared link CA key (if the secrets key it was sealed with is lost for good, `clawfed-hub cluster ca reset` replaces the CA)"
+    )]
     Secrets(#[source] crate::secrets::SecretsError),
+    /// A reset of the shared CA was refused (it still opens, or it
+    /// changed meanwhile).
+    #[error("link CA reset refused: {0}")]
+    ResetRefused(String),
     /// The shared CA stored in the database is not usable.
     #[error("shared link CA in the store is invalid: {0}")]
     StoredInvalid(String),
@@ -108,17 +114,7 @@ pub async fn load_or_create_shared(
             CaOrigin::Created,
         ),
     };
-    let key_pem = crate::secrets::SecretValue::new(candidate.issuer.key().serialize_pem());
-    let sealed = secrets
-        .seal_hub_secret(SHARED_CA_SECRET, &key_pem)
-        .map_err(CaError::Secrets)?;
-    let record = StoredCa {
-        version: 1,
-        cert_pem: candidate.ca_pem.clone(),
-        sealed_key: sealed.to_token(),
-    };
-    let record = serde_json::to_string(&record)
-        .map_err(|e| CaError::StoredInvalid(format!("cannot encode: {e}")))?;
+    let record = stored_record(&candidate, secrets)?;
     let stored = store
         .hub_secret(SHARED_CA_SECRET, &record)
         .await
@@ -139,6 +135,75 @@ pub async fn load_or_create_shared(
         export_certificate(dir, &ca);
     }
     Ok((ca, origin))
+}
+
+/// What [`reset_unreadable_shared`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaReset {
+    /// The stored CA could not be opened and was replaced.
+    Replaced,
+    /// No CA was stored: the new one is simply the first.
+    Created,
+}
+
+/// Recovery after the secrets key that sealed the shared link CA is lost:
+/// stores a new CA sealed with `secrets` in place of the one that no
+/// longer opens, and exports its certificate to `ca_dir` as replicas do.
+/// Refuses while the stored CA still opens: replacing a working CA cuts
+/// every spoke off, which is never a side effect of a recovery command.
+/// Afterwards every replica must restart, and every spoke must pin the new
+/// CA and re-enroll (a bootstrap token created with `--reenroll`).
+pub async fn reset_unreadable_shared(
+    store: &dyn crate::store::Store,
+    secrets: &crate::secrets::SecretBox,
+    ca_dir: Option<&Path>,
+) -> Result<(CertificateAuthority, CaReset), CaError> {
+    let candidate = CertificateAuthority::generate().map_err(CaError::Sign)?;
+    let record = stored_record(&candidate, secrets)?;
+    let stored = store
+        .hub_secret(SHARED_CA_SECRET, &record)
+        .await
+        .map_err(CaError::Store)?;
+    let outcome = if stored == record {
+        CaReset::Created
+    } else {
+        if open_stored(&stored, secrets).is_ok() {
+            return Err(CaError::ResetRefused(
+                "the stored link CA opens with this hub's secrets key; nothing to recover".into(),
+            ));
+        }
+        if !store
+            .replace_hub_secret(SHARED_CA_SECRET, &stored, &record)
+            .await
+            .map_err(CaError::Store)?
+        {
+            return Err(CaError::ResetRefused(
+                "the stored link CA changed meanwhile; run the command again".into(),
+            ));
+        }
+        CaReset::Replaced
+    };
+    if let Some(dir) = ca_dir {
+        export_certificate(dir, &candidate);
+    }
+    Ok((candidate, outcome))
+}
+
+/// `ca` as stored: its certificate, and its key sealed with `secrets`.
+fn stored_record(
+    ca: &CertificateAuthority,
+    secrets: &crate::secrets::SecretBox,
+) -> Result<String, CaError> {
+    let key_pem = crate::secrets::SecretValue::new(ca.issuer.key().serialize_pem());
+    let sealed = secrets
+        .seal_hub_secret(SHARED_CA_SECRET, &key_pem)
+        .map_err(CaError::Secrets)?;
+    serde_json::to_string(&StoredCa {
+        version: 1,
+        cert_pem: ca.ca_pem.clone(),
+        sealed_key: sealed.to_token(),
+    })
+    .map_err(|e| CaError::StoredInvalid(format!("cannot encode: {e}")))
 }
 
 /// Parses and opens the stored CA record.

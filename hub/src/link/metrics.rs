@@ -20,6 +20,14 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// Why a session was sent to another replica.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RedirectLabel {
+    /// `balance` (moved to a less loaded replica) or `handoff` (this
+    /// replica is shutting down).
+    pub reason: String,
+}
+
 /// The link's metrics.
 #[derive(Debug, Clone)]
 pub struct LinkMetrics {
@@ -35,6 +43,11 @@ pub struct LinkMetrics {
     /// stays true while the session lasts, so `… - time()` is the time left.
     pub certificate_not_after: Family<ClusterLabel, Gauge<f64, AtomicU64>>,
     pub enrollments: Family<ResultLabel, Counter>,
+    /// GoAways that named another replica, by why.
+    pub redirects: Family<RedirectLabel, Counter>,
+    /// Outbox reads by the sessions (a wake-up for an item already sent
+    /// costs none, so this stays near one per item sent).
+    pub outbox_reads: Counter,
     /// The data path's metrics.
     pub tunnel: crate::tunnel::metrics::TunnelMetrics,
 }
@@ -52,6 +65,8 @@ impl LinkMetrics {
             certificate_expiry: Family::default(),
             certificate_not_after: Family::default(),
             enrollments: Family::default(),
+            redirects: Family::default(),
+            outbox_reads: Counter::default(),
             tunnel: crate::tunnel::metrics::TunnelMetrics::register(registry),
         };
         registry.register(
@@ -98,6 +113,16 @@ impl LinkMetrics {
             "occ_link_enrollments",
             "Enrollment attempts by result",
             m.enrollments.clone(),
+        );
+        registry.register(
+            "occ_link_redirects",
+            "GoAways that sent a spoke to another replica, by reason (balance, handoff)",
+            m.redirects.clone(),
+        );
+        registry.register(
+            "occ_link_outbox_reads",
+            "Outbox reads by link sessions (compare with items sent)",
+            m.outbox_reads.clone(),
         );
         m
     }

@@ -17,6 +17,10 @@ pub type Outbound = mpsc::Sender<Result<pb::HubMessage, tonic::Status>>;
 /// (`Revoked`, `Replaced`, `ShuttingDown`).
 pub use clawfed_proto::link::close::CloseReason;
 
+/// `known_head` after a wake-up that could not name the newest sequence:
+/// above any real one, so the session reads.
+pub const UNKNOWN_HEAD: i64 = i64::MAX;
+
 /// A session's handles, shared with its stream task.
 #[derive(Debug, Clone)]
 pub struct SessionHandle {
@@ -28,6 +32,11 @@ pub struct SessionHandle {
     reason: Arc<Mutex<Option<CloseReason>>>,
     /// Notified when the cluster's outbox has new items.
     pub wake: Arc<Notify>,
+    /// The newest outbox sequence the wake-ups since the session last
+    /// looked say exists ([`UNKNOWN_HEAD`] when one could not say, 0 when
+    /// none came): a wake for an item the session already read (a put's
+    /// own wake, then its NOTIFY) costs no outbox read.
+    pub known_head: Arc<AtomicI64>,
     /// Unix millis of the last message from the spoke.
     pub last_heard_ms: Arc<AtomicI64>,
     /// The session's stream to the spoke, for messages that are not outbox
@@ -111,6 +120,7 @@ impl Registry {
             close: CancellationToken::new(),
             reason: Arc::new(Mutex::new(None)),
             wake: Arc::new(Notify::new()),
+            known_head: Arc::new(AtomicI64::new(0)),
             last_heard_ms: Arc::new(AtomicI64::new(now_ms)),
             outbound,
             epoch: Arc::new(AtomicI64::new(0)),
@@ -135,9 +145,13 @@ impl Registry {
         }
     }
 
-    /// Wakes the cluster's session to send new outbox items.
-    pub fn wake(&self, cluster_id: &str) {
+    /// Wakes the cluster's session to send new outbox items, up to
+    /// sequence `head` when the waker knows it (`None`: the session reads
+    /// whatever is there).
+    pub fn wake(&self, cluster_id: &str, head: Option<i64>) {
         if let Some(s) = self.map().get(cluster_id) {
+            s.known_head
+                .fetch_max(head.unwrap_or(UNKNOWN_HEAD), Ordering::AcqRel);
             s.wake.notify_one();
         }
     }
@@ -272,6 +286,21 @@ mod tests {
         assert_eq!(b.close_reason(), Some(CloseReason::Revoked));
         assert!(r.unregister(&b));
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn wakes_keep_the_newest_head_and_an_unknown_one_forces_a_read() {
+        let r = Registry::default();
+        let s = r.register("c1", "one", 0, None);
+        r.wake("c1", Some(7));
+        r.wake("c1", Some(5));
+        assert_eq!(s.known_head.swap(0, Ordering::AcqRel), 7);
+        r.wake("c1", Some(9));
+        r.wake("c1", None);
+        assert_eq!(s.known_head.swap(0, Ordering::AcqRel), UNKNOWN_HEAD);
+        // No wake since the session looked: nothing to read.
+        assert_eq!(s.known_head.load(Ordering::Acquire), 0);
+        r.wake("no-session", Some(1));
     }
 
     #[test]

@@ -116,7 +116,7 @@ impl LinkHandle {
             .outbox_put(cluster_id, target, kind, generation, &stored)
             .await?;
         if seq.is_some() {
-            self.state.registry.wake(cluster_id);
+            self.state.registry.wake(cluster_id, seq);
         }
         Ok(seq)
     }
@@ -498,8 +498,8 @@ async fn outbox_poller(state: Arc<LinkState>) {
             _ = state.shutdown.cancelled() => return,
             _ = tick.tick() => {}
             wake = grown.recv() => match wake {
-                Ok(crate::wake::OutboxWake::Cluster(cluster_id)) => {
-                    state.registry.wake(&cluster_id);
+                Ok(crate::wake::OutboxWake::Cluster { id, head }) => {
+                    state.registry.wake(&id, head);
                     continue;
                 }
                 // Maybe missed: the poll below wakes every session whose
@@ -520,7 +520,7 @@ async fn outbox_poller(state: Arc<LinkState>) {
                         })
                         .set(s.depth);
                     if heads.insert(s.cluster_id.clone(), s.max_sequence) != Some(s.max_sequence) {
-                        state.registry.wake(&s.cluster_id);
+                        state.registry.wake(&s.cluster_id, Some(s.max_sequence));
                     }
                 }
                 // A connected cluster with nothing unacked shows 0, not no
@@ -554,11 +554,15 @@ async fn session_keeper(state: Arc<LinkState>) {
     let config = &state.config;
     let mut tick = tokio::time::interval(config.lease_renew_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // When the last renewal that succeeded started: the leases it gave
+    // last until then plus a lease.
+    let mut renewed_at: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = state.shutdown.cancelled() => return hand_off_leases(&state).await,
             _ = tick.tick() => {}
         }
+        let started = Instant::now();
         // Taken before the renewal: a session claimed after the snapshot
         // is not judged by a renewal that may have run before its claim.
         let claimed = state.registry.claimed();
@@ -577,9 +581,17 @@ async fn session_keeper(state: Arc<LinkState>) {
         };
         match renewed {
             Ok(held) => {
-                let held = held.into_iter().collect();
+                let held: std::collections::HashSet<(String, i64)> = held.into_iter().collect();
                 for cluster in state.registry.close_superseded(&claimed, &held) {
                     tracing::info!(%cluster, replica = %config.replica_id, "link.superseded");
+                }
+                // Renewals stalled past the lease (a slow database, a
+                // paused process): another replica's sweep may have marked
+                // these clusters offline while their sessions lived on.
+                let lapsed = renewed_at.is_some_and(|at| at.elapsed() >= config.lease_ttl());
+                renewed_at = Some(started);
+                if lapsed {
+                    restore_online(&state, &claimed, &held).await;
                 }
             }
             Err(e) => tracing::warn!(error = %e, "link.lease_renew_failed"),
@@ -661,6 +673,35 @@ async fn balancer(state: Arc<LinkState>) {
             moved = moved.len(),
             "link.rebalanced"
         );
+    }
+}
+
+/// Re-marks online the clusters of `claimed` this replica still holds
+/// (`held`) after its leases lapsed, with a fresh lease, so they show
+/// offline for the stall only, not until their next last-seen write.
+async fn restore_online(
+    state: &LinkState,
+    claimed: &[(String, i64)],
+    held: &std::collections::HashSet<(String, i64)>,
+) {
+    let live: Vec<(String, i64)> = claimed
+        .iter()
+        .filter(|c| held.contains(*c))
+        .cloned()
+        .collect();
+    let lease_until = Utc::now()
+        + chrono::Duration::from_std(state.config.lease_ttl()).unwrap_or(chrono::Duration::MAX);
+    match state
+        .store
+        .session_restore_online(&state.config.replica_id, &live, lease_until)
+        .await
+    {
+        Ok(marked) => {
+            for cluster_id in marked {
+                tracing::warn!(clusterId = %cluster_id, replica = %state.config.replica_id, "link.lease_restored_online");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "link.store_error"),
     }
 }
 

@@ -456,9 +456,15 @@ impl Session {
                     }
                 },
                 _ = self.handle.wake.notified() => {
-                    self.maybe_pending = true;
-                    if let Err(status) = self.dispatch().await {
-                        return End::Status(status);
+                    // Only a wake for an item past the last one sent reads
+                    // the outbox: on PostgreSQL a put in this replica wakes
+                    // its session in process and again by its NOTIFY.
+                    let head = self.handle.known_head.swap(0, Ordering::AcqRel);
+                    if head > self.last_sent {
+                        self.maybe_pending = true;
+                        if let Err(status) = self.dispatch().await {
+                            return End::Status(status);
+                        }
                     }
                 }
                 _ = &mut silence => return End::Silent,
@@ -489,6 +495,20 @@ impl Session {
             Some(url) => (MOVED, REDIRECT_RETRY, Some(url)),
             None => (reason, GO_AWAY_RETRY, self.state.handoff_redirect().await),
         };
+        if redirect.is_some() {
+            let why = if reason == MOVED {
+                "balance"
+            } else {
+                "handoff"
+            };
+            self.state
+                .metrics
+                .redirects
+                .get_or_create(&super::metrics::RedirectLabel {
+                    reason: why.to_owned(),
+                })
+                .inc();
+        }
         tracing::info!(cluster = %self.cluster.name, redirect = redirect.as_deref().unwrap_or(""), "link.go_away");
         let _ = self
             .send(hub_message::Body::GoAway(pb::GoAway {
@@ -512,6 +532,7 @@ impl Session {
             self.maybe_pending = true;
             return Ok(());
         }
+        self.state.metrics.outbox_reads.inc();
         let items = self
             .state
             .store

@@ -58,6 +58,20 @@ pub trait SessionStore: Send + Sync {
         lease_until: DateTime<Utc>,
     ) -> Result<Vec<(String, i64)>>;
 
+    /// After renewals stalled past the lease (a slow database, a paused
+    /// process), other replicas' sweeps may have marked this replica's
+    /// clusters offline although their sessions live on. Renews exactly
+    /// `sessions` (`(cluster id, epoch)` held by `replica_id`, still the
+    /// newest) until `lease_until` and marks those clusters online again
+    /// (one watch event each), in one transaction. Returns the clusters
+    /// marked online.
+    async fn session_restore_online(
+        &self,
+        replica_id: &str,
+        sessions: &[(String, i64)],
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<String>>;
+
     /// Ends the session `epoch` of `cluster_id` and marks the cluster
     /// offline (last seen `last_seen`, one watch event), only if `epoch`
     /// is still the newest: a superseded session changes nothing. Returns

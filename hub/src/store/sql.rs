@@ -1777,6 +1777,20 @@ impl Store for SqlStore {
         get(&row, "hub secret", "value")
     }
 
+    async fn replace_hub_secret(&self, name: &str, expected: &str, value: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE hub_secrets SET value = $3, created_at = $4 WHERE name = $1 AND value = $2",
+        )
+        .bind(name.to_owned())
+        .bind(expected.to_owned())
+        .bind(value.to_owned())
+        .bind(ms(Utc::now()))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn set_transport_token_hash(&self, revision_id: &str, token_hash: &str) -> Result<()> {
         // Through the revision row, so a missing revision is "not found"
         // rather than a foreign-key error.

@@ -4,9 +4,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
-use super::Result;
+use sqlx::AssertSqlSafe;
+
 use super::session::{ClusterSession, ReplicaRecord, SessionStore};
 use super::sql::{SqlStore, from_ms, ms};
+use super::{Backend, Result, Store};
 
 #[async_trait]
 impl SessionStore for SqlStore {
@@ -54,6 +56,59 @@ impl SessionStore for SqlStore {
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect::<std::result::Result<_, sqlx::Error>>()
             .map_err(|e| self.classify(e))
+    }
+
+    async fn session_restore_online(
+        &self,
+        replica_id: &str,
+        sessions: &[(String, i64)],
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<String>> {
+        if sessions.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The sessions as one JSON array of "<cluster id>:<epoch>" keys,
+        // expanded in SQL (no array binds through the Any driver).
+        let keys = serde_json::Value::from(
+            sessions
+                .iter()
+                .map(|(c, e)| format!("{c}:{e}"))
+                .collect::<Vec<_>>(),
+        )
+        .to_string();
+        let key_set = match Store::backend(self) {
+            Backend::Postgres => "SELECT json_array_elements_text(CAST($3 AS json))",
+            Backend::Sqlite => "SELECT value FROM json_each($3)",
+        };
+        let held = format!(
+            "replica_id = $1 AND lease_expires_at > 0 \
+             AND (cluster_id || ':' || CAST(epoch AS TEXT)) IN ({key_set})"
+        );
+        let mut tx = self.begin().await?;
+        sqlx::query(AssertSqlSafe(format!(
+            "UPDATE cluster_sessions SET lease_expires_at = $2 WHERE {held}"
+        )))
+        .bind(replica_id.to_owned())
+        .bind(ms(lease_until))
+        .bind(keys.clone())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        let marked = sqlx::query(AssertSqlSafe(
+            format!(
+                "UPDATE clusters SET connection_state = 'online' \
+             WHERE connection_state = 'offline' AND revoked_at IS NULL \
+             AND id IN (SELECT cluster_id FROM cluster_sessions WHERE {held} \
+                 AND lease_expires_at = $2)"
+            ) + " RETURNING id",
+        ))
+        .bind(replica_id.to_owned())
+        .bind(ms(lease_until))
+        .bind(keys)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        self.commit_state_changes(tx, &marked).await
     }
 
     async fn session_end_offline(
@@ -110,7 +165,7 @@ impl SessionStore for SqlStore {
         // One UPDATE: replicas sweeping at once serialize on the row locks
         // and the later one finds the cluster offline already, so only one
         // writes the watch event.
-        let marked: Vec<String> = sqlx::query(
+        let marked = sqlx::query(
             "UPDATE clusters SET connection_state = 'offline' \
              WHERE connection_state = 'online' AND revoked_at IS NULL \
              AND NOT EXISTS (SELECT 1 FROM cluster_sessions s \
@@ -123,19 +178,8 @@ impl SessionStore for SqlStore {
         .bind(i64::from(unrecorded))
         .fetch_all(&mut *tx)
         .await
-        .map_err(|e| self.classify(e))?
-        .iter()
-        .map(|r| r.try_get(0))
-        .collect::<std::result::Result<_, sqlx::Error>>()
         .map_err(|e| self.classify(e))?;
-        for id in &marked {
-            self.insert_cluster_event(&mut tx, id, Utc::now()).await?;
-        }
-        self.commit(tx).await?;
-        if !marked.is_empty() {
-            self.events_committed();
-        }
-        Ok(marked)
+        self.commit_state_changes(tx, &marked).await
     }
 
     async fn get_session(&self, cluster_id: &str) -> Result<Option<ClusterSession>> {
@@ -232,5 +276,30 @@ impl SessionStore for SqlStore {
             .await
             .map_err(|e| self.classify(e))?;
         Ok(())
+    }
+}
+
+impl SqlStore {
+    /// Writes one watch event for each cluster in `rows` (their ids,
+    /// whose state `tx` changed), commits and wakes the watchers. Returns
+    /// the ids.
+    async fn commit_state_changes(
+        &self,
+        mut tx: super::sql::Tx,
+        rows: &[sqlx::any::AnyRow],
+    ) -> Result<Vec<String>> {
+        let ids = rows
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<std::result::Result<Vec<String>, sqlx::Error>>()
+            .map_err(|e| self.classify(e))?;
+        for id in &ids {
+            self.insert_cluster_event(&mut tx, id, Utc::now()).await?;
+        }
+        self.commit(tx).await?;
+        if !ids.is_empty() {
+            self.events_committed();
+        }
+        Ok(ids)
     }
 }

@@ -22,7 +22,8 @@ use super::{OutboxWake, StoreSignals};
 /// Work became pending (queued, retried, deferred, released, recovered).
 /// Payload: `<schema>`.
 pub const WORK_CHANNEL: &str = "clawfed_work";
-/// An outbox grew. Payload: `<schema> <cluster id>`.
+/// An outbox grew. Payload: `<schema> <cluster id> <newest sequence>`
+/// (migration 0016; before it, without the sequence).
 pub const OUTBOX_CHANNEL: &str = "clawfed_outbox";
 /// A cluster (or certificate) was revoked. Payload: `<schema> <cluster id>`.
 pub const REVOKED_CHANNEL: &str = "clawfed_revoked";
@@ -47,7 +48,16 @@ pub fn decode(schema: &str, channel: &str, payload: &str) -> Option<Wake> {
     match (channel, rest) {
         (WORK_CHANNEL, _) => Some(Wake::Work),
         (EVENTS_CHANNEL, _) => Some(Wake::Events),
-        (OUTBOX_CHANNEL, Some(cluster)) => Some(Wake::Outbox(cluster.to_owned())),
+        (OUTBOX_CHANNEL, Some(rest)) => {
+            let (id, head) = match rest.split_once(' ') {
+                Some((id, head)) => (id, head.parse().ok()),
+                None => (rest, None),
+            };
+            Some(Wake::Outbox {
+                id: id.to_owned(),
+                head,
+            })
+        }
         (REVOKED_CHANNEL, _) => Some(Wake::Revoked),
         _ => None,
     }
@@ -58,7 +68,7 @@ pub fn decode(schema: &str, channel: &str, payload: &str) -> Option<Wake> {
 pub enum Wake {
     Work,
     Events,
-    Outbox(String),
+    Outbox { id: String, head: Option<i64> },
     Revoked,
 }
 
@@ -67,7 +77,7 @@ impl Wake {
         match self {
             Wake::Work => signals.work.notify(),
             Wake::Events => signals.events.notify(),
-            Wake::Outbox(cluster) => signals.outbox.notify(OutboxWake::Cluster(cluster)),
+            Wake::Outbox { id, head } => signals.outbox.notify(OutboxWake::Cluster { id, head }),
             Wake::Revoked => signals.revocations.notify(),
         }
     }
@@ -153,7 +163,23 @@ mod tests {
             (WORK_CHANNEL, "s1", Some(Wake::Work)),
             (WORK_CHANNEL, "s2", None),
             (EVENTS_CHANNEL, "s1", Some(Wake::Events)),
-            (OUTBOX_CHANNEL, "s1 c-1", Some(Wake::Outbox("c-1".into()))),
+            (
+                OUTBOX_CHANNEL,
+                "s1 c-1 42",
+                Some(Wake::Outbox {
+                    id: "c-1".into(),
+                    head: Some(42),
+                }),
+            ),
+            // A replica before migration 0016 names no sequence.
+            (
+                OUTBOX_CHANNEL,
+                "s1 c-1",
+                Some(Wake::Outbox {
+                    id: "c-1".into(),
+                    head: None,
+                }),
+            ),
             (OUTBOX_CHANNEL, "s2 c-1", None),
             // An outbox notification must name its cluster.
             (OUTBOX_CHANNEL, "s1", None),
