@@ -3,13 +3,14 @@
 //! fresh database of the server at `CLAWFED_TEST_DATABASE_URL`, sharing one
 //! CA directory, and `--spokes` simulated spokes: the product's own
 //! `clawfed_spoke::link::Link` each (enrollment with a bootstrap token,
-//! mTLS, Hello, heartbeat, backoff with full jitter), held by this process
+//! mTLS, Hello, heartbeat, the reconnect rule of `spoke/src/link/reconnect.rs`),
+//! held by this process
 //! ([`clawfed_bench::fleet`], shared with `link-bench`).
 //!
-//! The spoke link dials one hub address, so the spokes dial one address in
-//! front of the replicas ([`Front`], a TCP forwarder in this process, as a
-//! Service in front of the replicas would be): each connection goes to A
-//! while A accepts, else to the surviving replicas in turn.
+//! The spokes dial one address in front of the replicas ([`Front`], a TCP
+//! forwarder in this process, as a Service in front of the replicas would
+//! be; a spoke may also take every replica's address): each connection goes
+//! to A while A accepts, else to the surviving replicas in turn.
 //!
 //! Figures, each with its goal, verdict and conditions:
 //! 1. failover: every spoke holds its session on A; `kill -9` A; each
@@ -110,8 +111,8 @@ struct Args {
     /// Links started per second when they first enroll and connect.
     #[arg(long, default_value_t = 500)]
     ramp_per_second: u64,
-    /// The Links' reconnect backoff cap (s); the first delay is the spoke
-    /// binary's 200 ms, full jitter.
+    /// The Links' reconnect backoff cap (s) after failed attempts; a lost
+    /// session is first retried within [0, 1 s] (`reconnect.rs`).
     #[arg(long, default_value_t = 30)]
     backoff_max_seconds: u64,
     /// Each replica's link.maxConcurrentHandshakes (and per source: every
@@ -388,9 +389,12 @@ impl ReplicaSet {
 // ---------------------------------------------------------------------------
 // One address in front of the replicas.
 
+/// How long the front waits for `first` to accept a connection.
+const FIRST_DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A TCP forwarder: each connection goes to `first` while it accepts, else
 /// to the others, starting with the next one in turn (a Service in front of
-/// the replicas; the spoke link takes one hub address).
+/// the replicas, one address for every spoke).
 struct Front {
     addr: SocketAddr,
     task: JoinHandle<()>,
@@ -413,11 +417,17 @@ impl Front {
                     let order = std::iter::once(first)
                         .chain((0..others.len()).map(|i| others[(k + i) % others.len()]));
                     for backend in order {
-                        let dialed = tokio::time::timeout(
-                            Duration::from_secs(1),
-                            TcpStream::connect(backend),
-                        )
-                        .await;
+                        // A dead replica refuses at once; a live one whose
+                        // accept queue is full drops the SYN, which the
+                        // kernel resends after 1 s: `first` gets that long
+                        // and more, so a busy ramp does not spill spokes
+                        // onto the others.
+                        let wait = if backend == first {
+                            FIRST_DIAL_TIMEOUT
+                        } else {
+                            Duration::from_secs(1)
+                        };
+                        let dialed = tokio::time::timeout(wait, TcpStream::connect(backend)).await;
                         if let Ok(Ok(mut upstream)) = dialed {
                             let _ = client.set_nodelay(true);
                             let _ = upstream.set_nodelay(true);
@@ -677,7 +687,7 @@ async fn run(mut a: Args) -> anyhow::Result<bool> {
         pg.version().await,
     );
     println!(
-        "spokes: the product's clawfed_spoke::link::Link, in this process, dialing one address in front of the replicas (a TCP forwarder here: the spoke link takes one hub address)"
+        "spokes: the product's clawfed_spoke::link::Link, in this process, dialing one address in front of the replicas (a TCP forwarder here, as a Service would be)"
     );
     // A missed goal is a figure (MISS), not a failed run: the default
     // idle setting is printed as the "before" and misses by design.
@@ -1310,7 +1320,7 @@ async fn failover(
         goal: "all 3,000 back in ≤ 10 s".into(),
         verdict: verdict(all <= Duration::from_secs(10), n >= 3000),
         conditions: format!(
-            "{} replicas on one PostgreSQL; the spokes dial one front address (TCP forwarder in this process) that sends to hub-a while it accepts, else to the survivors in turn; backoff 200 ms..{} s full jitter; heartbeat {} s; maxConcurrentHandshakes {} per replica; store polled every 50 ms; hub {profile}; {cores} cores; load average {}",
+            "{} replicas on one PostgreSQL; the spokes dial one front address (TCP forwarder in this process) that sends to hub-a while it accepts, else to the survivors in turn; reconnect: a lost session retries within [0, 1 s], failed attempts back off 200 ms..{} s; heartbeat {} s; maxConcurrentHandshakes {} per replica; store polled every 50 ms; hub {profile}; {cores} cores; load average {}",
             a.replicas,
             a.backoff_max_seconds,
             a.heartbeat_seconds,
