@@ -483,8 +483,8 @@ impl Gateways {
     /// Applies every Gateway object of `spec`'s revision: ServiceAccount,
     /// transport Secret, PVC, NetworkPolicy (before any Pod exists) and the
     /// revision's Service together, then the Deployment (last: a new
-    /// revision replaces the Pod of the previous one, `Recreate`). The route is not touched;
-    /// see [`Gateways::activate`]. With private routing configured, a route
+    /// revision replaces the Pod of the previous one, `Recreate`). The
+    /// route is not touched; see [`Gateways::activate`]. With private routing configured, a route
     /// API the hub cannot use fails here already, before anything is applied.
     pub async fn ensure(&self, spec: &GatewaySpec) -> Result<Vec<Step>> {
         let image = objects::validate(spec, &self.config)?;
@@ -982,8 +982,6 @@ impl Gateways {
         Ok(steps)
     }
 
-    /// The namespace must exist; the hub creates it only if it may (the
-    /// least-privilege deployment creates it with deploy/hub/namespace.yaml).
     /// Makes the next ensure or activation check the namespace and the
     /// routing rights again (a write failed: one may have changed).
     fn forget_checks(&self) {
@@ -991,6 +989,8 @@ impl Gateways {
         PassedChecks::set(&self.passed.routing, false);
     }
 
+    /// The namespace must exist; the hub creates it only if it may (the
+    /// least-privilege deployment creates it with deploy/hub/namespace.yaml).
     async fn ensure_namespace(&self) -> Result<()> {
         if PassedChecks::fresh(&self.passed.namespace) {
             return Ok(());
