@@ -316,8 +316,9 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// made again. Every Gateway ensure and activation needs both, and each
 /// costs round trips to the control apiserver (a GET; discovery and four
 /// access reviews). A failed check is never kept, so a fix is seen at the
-/// next attempt; a right revoked meanwhile makes the write itself fail
-/// (403), which changes nothing, as the check would have.
+/// next attempt. A route right revoked within the window is found by the
+/// activation's route write (403, the route unchanged) instead of before
+/// the Gateway's objects are applied; any failed write forgets the checks.
 const CHECK_TTL: Duration = Duration::from_secs(60);
 
 /// When each of the cluster-wide checks last passed (shared by clones).
@@ -484,8 +485,10 @@ impl Gateways {
     /// transport Secret, PVC, NetworkPolicy (before any Pod exists) and the
     /// revision's Service together, then the Deployment (last: a new
     /// revision replaces the Pod of the previous one, `Recreate`). The
-    /// route is not touched; see [`Gateways::activate`]. With private routing configured, a route
-    /// API the hub cannot use fails here already, before anything is applied.
+    /// route is not touched; see [`Gateways::activate`]. With private
+    /// routing configured, a route API the hub cannot use fails here
+    /// already, before anything is applied (unless the check passed within
+    /// `CHECK_TTL`).
     pub async fn ensure(&self, spec: &GatewaySpec) -> Result<Vec<Step>> {
         let image = objects::validate(spec, &self.config)?;
         self.ensure_namespace().await?;
