@@ -312,45 +312,8 @@ async fn cluster(config: &Config, command: ClusterCommand) -> anyhow::Result<()>
     let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(
         store::connect_with(&config.database.url, config.pool_settings()).await?,
     );
-    if let ClusterCommand::Ca {
-        command: Some(CaCommand::Reset {
-            every_spoke_reenrolls,
-        }),
-    } = command
-    {
-        anyhow::ensure!(
-            every_spoke_reenrolls,
-            "--every-spoke-reenrolls: required; a new link CA cuts off every enrolled spoke until it pins the new CA and re-enrolls"
-        );
-        let secrets = server::load_secrets_key(config).await?;
-        let (ca, outcome) = crate::link::ca::reset_unreadable_shared(
-            store.as_ref(),
-            &secrets,
-            Some(&config.link.ca_dir),
-        )
-        .await?;
-        print!("{}", ca.ca_pem());
-        eprintln!(
-            "{}; restart every hub replica, then give each spoke this CA and a bootstrap token from `cluster token create NAME --reenroll`",
-            match outcome {
-                crate::link::ca::CaReset::Replaced => "link CA replaced",
-                crate::link::ca::CaReset::Created => "no link CA was stored; this one is the first",
-            }
-        );
-        return Ok(());
-    }
-    if let ClusterCommand::Ca { command: None } = command {
-        // The CA every replica shares, from the store (created, or
-        // imported from link.caDir, when no hub has started yet).
-        let secrets = server::load_secrets_key(config).await?;
-        let (ca, _) = crate::link::ca::load_or_create_shared(
-            store.as_ref(),
-            &secrets,
-            Some(&config.link.ca_dir),
-        )
-        .await?;
-        print!("{}", ca.ca_pem());
-        return Ok(());
+    if let ClusterCommand::Ca { command } = command {
+        return link_ca(config, store.as_ref(), command).await;
     }
     let service = crate::service::Service::new(store, config.policy());
     let operator = auth::Principal::system("cli");
@@ -403,6 +366,43 @@ async fn cluster(config: &Config, command: ClusterCommand) -> anyhow::Result<()>
         }
         ClusterCommand::Ca { .. } => {}
     }
+    Ok(())
+}
+
+/// `cluster ca`: prints the CA every replica shares, from the store
+/// (created, or imported from link.caDir, when no hub has started yet);
+/// `cluster ca reset` replaces a stored CA that no longer opens.
+async fn link_ca(
+    config: &Config,
+    store: &dyn Store,
+    command: Option<CaCommand>,
+) -> anyhow::Result<()> {
+    use crate::link::ca;
+    if let Some(CaCommand::Reset {
+        every_spoke_reenrolls,
+    }) = command
+    {
+        anyhow::ensure!(
+            every_spoke_reenrolls,
+            "--every-spoke-reenrolls: required; a new link CA cuts off every enrolled spoke until it pins the new CA and re-enrolls"
+        );
+    }
+    let secrets = server::load_secrets_key(config).await?;
+    let ca_dir = Some(config.link.ca_dir.as_path());
+    let Some(CaCommand::Reset { .. }) = command else {
+        let (ca, _) = ca::load_or_create_shared(store, &secrets, ca_dir).await?;
+        print!("{}", ca.ca_pem());
+        return Ok(());
+    };
+    let (ca, outcome) = ca::reset_unreadable_shared(store, &secrets, ca_dir).await?;
+    print!("{}", ca.ca_pem());
+    eprintln!(
+        "{}; restart every hub replica, then give each spoke this CA and a bootstrap token from `cluster token create NAME --reenroll`",
+        match outcome {
+            ca::CaReset::Replaced => "link CA replaced",
+            ca::CaReset::Created => "no link CA was stored; this one is the first",
+        }
+    );
     Ok(())
 }
 
