@@ -242,7 +242,13 @@ impl Default for ApiTlsSettings {
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct WorkerSettings {
     pub enabled: bool,
+    /// How many work items run at once (pipeline passes, stops, teardowns).
     pub batch_size: u32,
+    /// How many Gateway ensures run at once, in a lane of their own: they
+    /// wait on the control cluster's apiserver, and in the shared lane a
+    /// burst of them held every slot while the passes that send Harness
+    /// work queued behind them.
+    pub gateway_batch_size: u32,
     pub lease_seconds: u64,
     /// The worker's safety poll (`safetyPollMs`; the old key
     /// `pollIntervalMs` is accepted): work queued in this process wakes the
@@ -261,6 +267,7 @@ impl Default for WorkerSettings {
         Self {
             enabled: true,
             batch_size: 32,
+            gateway_batch_size: 32,
             lease_seconds: 30,
             poll_interval_ms: crate::worker::DEFAULT_SAFETY_POLL.as_millis() as u64,
             max_attempts: 8,
@@ -868,6 +875,12 @@ impl Config {
         if self.worker.batch_size == 0 || self.worker.batch_size > 1000 {
             return Err(invalid("worker.batchSize", "must be between 1 and 1000"));
         }
+        if self.worker.gateway_batch_size == 0 || self.worker.gateway_batch_size > 1000 {
+            return Err(invalid(
+                "worker.gatewayBatchSize",
+                "must be between 1 and 1000",
+            ));
+        }
         if self.worker.lease_seconds == 0 {
             return Err(invalid("worker.leaseSeconds", "must be at least 1"));
         }
@@ -1161,6 +1174,29 @@ impl Config {
         }
     }
 
+    /// One worker per lane: with the pipeline on, Gateway ensures run in
+    /// a lane of their own (`worker.gatewayBatchSize` at once) and every
+    /// other kind in the main one (`worker.batchSize`).
+    pub fn worker_lanes(&self) -> Vec<WorkerConfig> {
+        let main = self.worker_config();
+        if !self.pipeline_enabled() {
+            return vec![main];
+        }
+        let gateways = vec![crate::worker::kinds::GATEWAY_ENSURE.to_owned()];
+        vec![
+            WorkerConfig {
+                id: format!("gateway-{}", main.id),
+                batch_size: self.worker.gateway_batch_size,
+                lane: crate::store::WorkLane::Only(gateways.clone()),
+                ..main.clone()
+            },
+            WorkerConfig {
+                lane: crate::store::WorkLane::Except(gateways),
+                ..main
+            },
+        ]
+    }
+
     /// The worker settings this configuration sets.
     pub fn worker_config(&self) -> WorkerConfig {
         WorkerConfig {
@@ -1326,6 +1362,47 @@ mod tests {
             err.to_string().contains("pipeline.gatewayRecheckMs"),
             "{err}"
         );
+    }
+
+    /// Issue 17: with the pipeline on, Gateway ensures get a worker lane
+    /// of their own (`worker.gatewayBatchSize`), every other kind the main
+    /// one; with it off, one worker takes every kind.
+    #[test]
+    fn gateway_ensures_run_in_a_lane_of_their_own() {
+        use crate::store::WorkLane;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        std::fs::write(
+            &path,
+            "pipeline:\n  enabled: true\nworker:\n  batchSize: 4\n  gatewayBatchSize: 64\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&path), &env(&[])).unwrap();
+        let lanes = c.worker_lanes();
+        let ensure = vec![crate::worker::kinds::GATEWAY_ENSURE.to_owned()];
+        let by_lane: Vec<_> = lanes
+            .iter()
+            .map(|w| (w.lane.clone(), w.batch_size))
+            .collect();
+        assert_eq!(
+            by_lane,
+            [
+                (WorkLane::Only(ensure.clone()), 64),
+                (WorkLane::Except(ensure), 4)
+            ]
+        );
+        assert_ne!(
+            lanes[0].id, lanes[1].id,
+            "each worker leases under its own name"
+        );
+        std::fs::write(&path, "pipeline:\n  enabled: false\n").unwrap();
+        let c = Config::load(Some(&path), &env(&[])).unwrap();
+        let lanes = c.worker_lanes();
+        assert_eq!(lanes.len(), 1);
+        assert_eq!(lanes[0].lane, WorkLane::All);
+        std::fs::write(&path, "worker:\n  gatewayBatchSize: 0\n").unwrap();
+        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("worker.gatewayBatchSize"), "{err}");
     }
 
     /// Issue 14, part 4: a replica's advertised link address and its

@@ -582,6 +582,10 @@ pub struct RevisionProgress {
     /// When each phase was entered.
     #[serde(default)]
     pub phases: BTreeMap<String, DateTime<Utc>>,
+    /// When the Gateway's ensure was queued (`gateway.ensure` work, its
+    /// own lane).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_queued_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_applied_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,8 +3,9 @@
 //! the driver (`worker/rollout.rs`) gathers the facts and performs steps.
 //!
 //! provision namespace → prepare (stop dedicated predecessors, each on its
-//! own cluster; Harness via the spoke, then the Gateway in the control
-//! cluster in the same pass) → readiness → activate (route to the new
+//! own cluster; Harness via the spoke, then the Gateway's ensure queued as
+//! work of its own lane, which applies it in the control cluster) →
+//! readiness → activate (route to the new
 //! revision; an activation error happens before routing changes) → retire
 //! the predecessors.
 //!
@@ -150,6 +151,9 @@ pub struct Facts {
     /// (dedicated runtimes); embedded OpenClaw serves its gateway from the
     /// data-plane workload.
     pub control_gateway: bool,
+    /// The Gateway's ensure is queued (`gateway.ensure`); it applies the
+    /// Gateway and records `gateway_applied`, or fails the revision.
+    pub gateway_queued: bool,
     pub gateway_applied: bool,
     /// Dedicated Harnesses need their predecessors stopped first.
     pub dedicated: bool,
@@ -179,7 +183,9 @@ pub enum Step {
     /// Choose a cluster for the revision.
     Place,
     SendNamespace,
-    ApplyGateway,
+    /// Queue the Gateway's ensure (its own work item and lane, so this
+    /// pass does not wait on the control apiserver).
+    QueueGateway,
     /// Send Harness stops for these predecessors, each to its own cluster.
     StopPredecessors(Vec<i64>),
     SendHarness,
@@ -383,25 +389,25 @@ pub fn decide(f: &Facts) -> Step {
                 ));
             }
             // The Gateway needs no predecessor stopped: prepare it meanwhile.
-            if f.control_gateway && !f.gateway_applied {
-                return Step::ApplyGateway;
+            if gateway_due(f) {
+                return Step::QueueGateway;
             }
             return WAIT;
         }
     }
-    // The Harness goes out before the Gateway is applied, in the same
-    // pass: the execution cluster's Pod is usually the slower part, and it
-    // starts while the control cluster applies the Gateway. Neither needs
-    // the other to prepare; readiness waits for both, and routing changes
-    // only at activation.
+    // The Harness goes out before the Gateway's ensure is queued, in the
+    // same pass: the execution cluster's Pod is usually the slower part,
+    // and it starts while the control cluster applies the Gateway. Neither
+    // needs the other to prepare; readiness waits for both, and routing
+    // changes only at activation.
     if !f.harness_sent && matches!(f.harness, WorkOutcome::Waiting | WorkOutcome::Retrying(_)) {
         return Step::SendHarness;
     }
     if let WorkOutcome::Failed(reason) = &f.harness {
         return Step::Fail(format!("harness preparation failed: {reason}"));
     }
-    if f.control_gateway && !f.gateway_applied {
-        return Step::ApplyGateway;
+    if gateway_due(f) {
+        return Step::QueueGateway;
     }
     match &f.harness {
         WorkOutcome::Failed(reason) => {
@@ -435,6 +441,9 @@ pub fn decide(f: &Facts) -> Step {
         let why = match &f.readiness {
             None => "no readiness report from the spoke".to_owned(),
             Some(r) if !r.ready => r.not_ready_because(),
+            Some(_) if !f.gateway_applied => {
+                "the Gateway was never applied (its gateway.ensure work did not succeed)".to_owned()
+            }
             Some(_) => "the Gateway is not Ready".to_owned(),
         };
         return Step::Fail(format!("readiness deadline passed: {why}"));
@@ -445,6 +454,30 @@ pub fn decide(f: &Facts) -> Step {
         };
     }
     WAIT
+}
+
+/// The revision's control-cluster Gateway has no ensure queued yet.
+fn gateway_due(f: &Facts) -> bool {
+    f.control_gateway && !f.gateway_applied && !f.gateway_queued
+}
+
+/// What a queued Gateway ensure may still apply: a wanted revision, its
+/// deployer still allowed, not yet applied, before a terminal phase
+/// (checked again under the Agent's lease when the ensure runs, since the
+/// revision may have been superseded, stopped or failed since it was
+/// queued).
+pub fn gateway_ensure_allowed(f: &Facts) -> bool {
+    f.control_gateway
+        && f.wanted
+        && f.denied.is_none()
+        && !f.gateway_applied
+        && matches!(
+            f.phase,
+            RevisionPhase::Pending
+                | RevisionPhase::Provisioning
+                | RevisionPhase::Preparing
+                | RevisionPhase::WaitingReady
+        )
 }
 
 /// A revision that must not run (superseded before it activated, or its
@@ -520,6 +553,7 @@ mod tests {
             namespace_sent: false,
             namespace: WorkOutcome::Waiting,
             control_gateway: true,
+            gateway_queued: false,
             gateway_applied: false,
             dedicated: false,
             predecessors: Vec::new(),
@@ -568,7 +602,7 @@ mod tests {
                 Step::Wait { .. } | Step::Finished | Step::Place => return (steps, f),
                 Step::SendNamespace => f.namespace_sent = true,
                 Step::Enter(p) => f.phase = *p,
-                Step::ApplyGateway => f.gateway_applied = true,
+                Step::QueueGateway => f.gateway_queued = true,
                 Step::StopPredecessors(ns) => {
                     for p in f.predecessors.iter_mut().filter(|p| ns.contains(&p.number)) {
                         p.stop_sent = true;
@@ -598,9 +632,13 @@ mod tests {
     #[test]
     fn happy_path_in_order() {
         let (steps, f) = drive(fresh(), |f| {
-            // The spoke answers the namespace at once; the Gateway is Ready.
+            // The spoke answers the namespace at once; the Gateway's ensure
+            // runs and the Gateway is Ready.
             if f.namespace_sent {
                 f.namespace = WorkOutcome::Applied;
+            }
+            if f.gateway_queued {
+                f.gateway_applied = true;
             }
             if f.gateway_applied {
                 f.gateway_ready = true;
@@ -612,7 +650,7 @@ mod tests {
                 Step::SendNamespace,
                 Step::Enter(P::Preparing),
                 Step::SendHarness,
-                Step::ApplyGateway,
+                Step::QueueGateway,
                 WAIT,
             ]
         );
@@ -633,9 +671,11 @@ mod tests {
         assert!(f.predecessors_retired);
     }
 
-    /// The Harness goes out before the Gateway is applied (the remote Pod
-    /// is the slower part), and both in the first pass; a refused Harness
-    /// fails the revision without a Gateway being applied for it.
+    /// The Harness goes out before the Gateway's ensure is queued (the
+    /// remote Pod is the slower part), both in the first pass; the pass
+    /// does not wait for the ensure, and activation waits for the Gateway
+    /// Ready. A refused Harness fails the revision without a Gateway ensure
+    /// queued for it.
     #[test]
     fn the_harness_goes_out_before_the_gateway_in_one_pass() {
         let mut f = fresh();
@@ -643,15 +683,33 @@ mod tests {
         f.namespace = WorkOutcome::Applied;
         assert_eq!(decide(&f), Step::SendHarness);
         f.harness_sent = true;
-        assert_eq!(decide(&f), Step::ApplyGateway, "same pass, next step");
-        f.harness = WorkOutcome::Applied;
+        assert_eq!(decide(&f), Step::QueueGateway, "same pass, next step");
+        f.gateway_queued = true;
         assert_eq!(
             decide(&f),
-            Step::ApplyGateway,
-            "the Harness result does not skip the Gateway"
+            WAIT,
+            "the pass ends; the ensure runs in its lane"
+        );
+        f.harness = WorkOutcome::Applied;
+        assert_eq!(decide(&f), Step::Enter(P::WaitingReady));
+        f.phase = P::WaitingReady;
+        f.readiness = ready();
+        assert_eq!(
+            decide(&f),
+            Step::Wait {
+                recheck_in: Some(Recheck::Gateway)
+            },
+            "a Ready Harness waits for its Gateway"
+        );
+        let mut late = f.clone();
+        late.deadline_passed = true;
+        assert!(
+            matches!(decide(&late), Step::Fail(r) if r.contains("never applied")),
+            "the deadline names the ensure that never succeeded"
         );
         f.gateway_applied = true;
-        assert_eq!(decide(&f), Step::Enter(P::WaitingReady));
+        f.gateway_ready = true;
+        assert_eq!(decide(&f), Step::Activate);
 
         let mut f = fresh();
         f.phase = P::Preparing;
@@ -659,6 +717,37 @@ mod tests {
         f.harness_sent = true;
         f.harness = WorkOutcome::Failed("image refused".into());
         assert!(matches!(decide(&f), Step::Fail(r) if r.contains("image refused")));
+    }
+
+    /// A queued ensure applies only for a wanted revision of an allowed
+    /// deployer, once, before a terminal phase.
+    #[test]
+    fn a_queued_gateway_ensure_applies_only_while_the_revision_wants_it() {
+        let mut f = fresh();
+        f.phase = P::Preparing;
+        f.gateway_queued = true;
+        assert!(gateway_ensure_allowed(&f));
+        for phase in [P::Pending, P::Provisioning, P::WaitingReady] {
+            f.phase = phase;
+            assert!(gateway_ensure_allowed(&f), "{phase:?}");
+        }
+        for phase in [P::Active, P::Stopping, P::Stopped, P::Failed, P::Retired] {
+            f.phase = phase;
+            assert!(!gateway_ensure_allowed(&f), "{phase:?}");
+        }
+        f.phase = P::Preparing;
+        let mut g = f.clone();
+        g.wanted = false;
+        assert!(!gateway_ensure_allowed(&g), "superseded or stopped");
+        let mut g = f.clone();
+        g.denied = Some("token revoked".into());
+        assert!(!gateway_ensure_allowed(&g), "deployer denied");
+        let mut g = f.clone();
+        g.gateway_applied = true;
+        assert!(!gateway_ensure_allowed(&g), "applied once");
+        let mut g = f;
+        g.control_gateway = false;
+        assert!(!gateway_ensure_allowed(&g), "embedded: no Gateway");
     }
 
     /// While dedicated predecessors stop, the Gateway is prepared; the
@@ -672,9 +761,11 @@ mod tests {
         f.predecessors = vec![pred(1, "exec-a")];
         assert_eq!(decide(&f), Step::StopPredecessors(vec![1]));
         f.predecessors[0].stop_sent = true;
-        assert_eq!(decide(&f), Step::ApplyGateway);
-        f.gateway_applied = true;
+        assert_eq!(decide(&f), Step::QueueGateway);
+        f.gateway_queued = true;
         assert_eq!(decide(&f), WAIT, "the Harness waits for the stop");
+        f.gateway_applied = true;
+        assert_eq!(decide(&f), WAIT, "still");
         f.predecessors[0].stop = WorkOutcome::Applied;
         assert_eq!(decide(&f), Step::SendHarness);
     }

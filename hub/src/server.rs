@@ -25,9 +25,9 @@ use crate::gateway::TransportCredentials;
 use crate::service::Service;
 use crate::store::{self, Store};
 use crate::worker::rollout::{
-    AGENT_DELETE, AGENT_STOP, DeleteHandler, GatewayRuntime, GatewaysDisabled, NAMESPACE_TEARDOWN,
-    REVISION_ROLLOUT, Rollout, RolloutConfig, RolloutHandler, RolloutTrigger, StopHandler,
-    TeardownHandler,
+    AGENT_DELETE, AGENT_STOP, DeleteHandler, GATEWAY_ENSURE, GatewayEnsureHandler, GatewayRuntime,
+    GatewaysDisabled, NAMESPACE_TEARDOWN, REVISION_ROLLOUT, Rollout, RolloutConfig, RolloutHandler,
+    RolloutTrigger, StopHandler, TeardownHandler,
 };
 use crate::worker::{Handlers, Worker};
 
@@ -427,6 +427,7 @@ pub async fn start_with_parts(
         .with_secrets(secrets.clone());
         if config.pipeline_enabled() {
             handlers.register(REVISION_ROLLOUT, RolloutHandler(rollout.clone()));
+            handlers.register(GATEWAY_ENSURE, GatewayEnsureHandler(rollout.clone()));
             handlers.register(AGENT_STOP, StopHandler(rollout.clone()));
             handlers.register(AGENT_DELETE, DeleteHandler(rollout.clone()));
             handlers.register(NAMESPACE_TEARDOWN, TeardownHandler(rollout));
@@ -437,11 +438,13 @@ pub async fn start_with_parts(
     };
 
     if config.worker.enabled {
-        let worker = Worker::new(store, handlers, config.worker_config());
-        let token = shutdown.clone();
-        tasks.spawn(async move {
-            worker.run(token).await;
-        });
+        for lane in config.worker_lanes() {
+            let worker = Worker::new(store.clone(), handlers.clone(), lane);
+            let token = shutdown.clone();
+            tasks.spawn(async move {
+                worker.run(token).await;
+            });
+        }
     }
 
     // The store is open and the link CA loaded (or the link is off).

@@ -275,6 +275,33 @@ pub struct PhaseStaleness {
     pub oldest_update_age: Duration,
 }
 
+/// Which kinds of work a worker claims. Kinds that wait on something slow
+/// (a Gateway ensure against the control apiserver) get a worker of their
+/// own, so they never take the slots of the pipeline's short passes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WorkLane {
+    /// Every kind.
+    #[default]
+    All,
+    /// Only these kinds.
+    Only(Vec<String>),
+    /// Every kind but these.
+    Except(Vec<String>),
+}
+
+impl WorkLane {
+    /// The kinds named, as the JSON array the claim binds (`None` for
+    /// [`WorkLane::All`], which binds nothing).
+    pub fn kinds_json(&self) -> Option<String> {
+        match self {
+            WorkLane::All => None,
+            WorkLane::Only(k) | WorkLane::Except(k) => {
+                Some(serde_json::to_string(k).unwrap_or_else(|_| "[]".into()))
+            }
+        }
+    }
+}
+
 /// What recovering expired leases did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovered {
@@ -422,14 +449,16 @@ pub trait Store:
 
     // Work queue.
     async fn enqueue_work(&self, items: &[NewWork]) -> Result<Vec<String>>;
-    /// Claims up to `limit` due pending items for `worker` until `now + lease`,
-    /// counting an attempt on each. Concurrent claimers never get the same item.
+    /// Claims up to `limit` due pending items of `lane` for `worker` until
+    /// `now + lease`, counting an attempt on each. Concurrent claimers never
+    /// get the same item.
     async fn claim_work(
         &self,
         worker: &str,
         limit: u32,
         lease: Duration,
         now: DateTime<Utc>,
+        lane: &WorkLane,
     ) -> Result<Vec<WorkItem>>;
     /// Extends the leases `worker` still holds; returns how many it holds.
     async fn heartbeat_work(
@@ -477,9 +506,9 @@ pub trait Store:
     async fn get_work(&self, id: &str) -> Result<WorkItem>;
     async fn list_work(&self, filter: &WorkFilter) -> Result<Vec<WorkItem>>;
     async fn work_stats(&self, now: DateTime<Utc>) -> Result<WorkStats>;
-    /// When pending work falls due next and when the first claim expires:
-    /// how long an idle worker may sleep.
-    async fn next_work_due(&self) -> Result<WorkDue>;
+    /// When pending work of `lane` falls due next and when the first claim
+    /// (of any kind) expires: how long an idle worker of `lane` may sleep.
+    async fn next_work_due(&self, lane: &WorkLane) -> Result<WorkDue>;
 
     // Audit.
     async fn append_audit(&self, event: &NewAudit) -> Result<()>;

@@ -25,7 +25,7 @@ use tracing::instrument::WithSubscriber;
 
 use crate::auth::{Action, Decision, Principal};
 use crate::model::WorkItem;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, WorkLane};
 
 use backoff::Backoff;
 
@@ -93,6 +93,8 @@ pub struct WorkerConfig {
     pub backoff: Backoff,
     /// How often `worker.health` is logged.
     pub health_interval: Duration,
+    /// The kinds this worker claims (the hub runs one worker per lane).
+    pub lane: WorkLane,
 }
 
 impl Default for WorkerConfig {
@@ -107,6 +109,7 @@ impl Default for WorkerConfig {
                 cap: Duration::from_secs(300),
             },
             health_interval: Duration::from_secs(60),
+            lane: WorkLane::All,
         }
     }
 }
@@ -288,7 +291,7 @@ impl Worker {
         let started = Instant::now();
         let id = self.config.id.clone();
         let slots = self.config.batch_size.max(1);
-        tracing::info!(worker = %id, batch = self.config.batch_size, leaseMs = self.config.lease.as_millis() as u64, "worker.started");
+        tracing::info!(worker = %id, batch = self.config.batch_size, lane = ?self.config.lane, leaseMs = self.config.lease.as_millis() as u64, "worker.started");
         let mut totals = WorkerTotals::default();
         let mut last_health = Instant::now();
         let mut last_recovery: Option<Instant> = None;
@@ -327,7 +330,7 @@ impl Worker {
             if free > 0 {
                 match self
                     .store
-                    .claim_work(&id, free, self.config.lease, Utc::now())
+                    .claim_work(&id, free, self.config.lease, Utc::now(), &self.config.lane)
                     .await
                 {
                     Ok(batch) => {
@@ -419,7 +422,7 @@ impl Worker {
     /// next round recovers expired claims whenever it last did.
     async fn idle_wait(&self) -> (Duration, bool) {
         let safety = self.config.poll_interval;
-        let due = match self.store.next_work_due().await {
+        let due = match self.store.next_work_due(&self.config.lane).await {
             Ok(due) => due,
             Err(e) => {
                 tracing::warn!(worker = %self.config.id, error = %e, "worker.error");

@@ -92,6 +92,18 @@ impl TestHub {
         handlers: Handlers,
         gateways: Option<Gateways>,
     ) -> Self {
+        Self::start_with_gateway_runtime(backend, adjust, handlers, gateways, |g| g).await
+    }
+
+    /// As [`Self::start_with_gateways`], with the Gateways wrapped by
+    /// `wrap` (a test runtime that delays or observes the real one).
+    pub async fn start_with_gateway_runtime(
+        backend: Backend,
+        adjust: impl FnOnce(&mut Config),
+        handlers: Handlers,
+        gateways: Option<Gateways>,
+        wrap: impl FnOnce(Arc<dyn GatewayRuntime>) -> Arc<dyn GatewayRuntime>,
+    ) -> Self {
         let db = match backend {
             Backend::Sqlite => crate::db::sqlite().await,
             Backend::Postgres => crate::db::postgres().await,
@@ -103,7 +115,7 @@ impl TestHub {
                 let credentials = TransportCredentials::load(db.dyn_store())
                     .await
                     .expect("transport key");
-                Some(Arc::new(g.with_transport(credentials)))
+                Some(wrap(Arc::new(g.with_transport(credentials))))
             }
             None => None,
         };

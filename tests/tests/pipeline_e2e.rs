@@ -28,6 +28,7 @@ use clawfed_hub::model::{
     Agent, AgentRevision, Cluster, ConnectionState, Namespace, RevisionPhase,
 };
 use clawfed_hub::store::{LinkStore, NewToken, Store, WorkFilter};
+use clawfed_hub::worker::rollout::{GatewayFailure, GatewayRuntime, GatewayTarget};
 use clawfed_proto::labels;
 use clawfed_spoke::config::SpokeConfig;
 use clawfed_spoke::exec::Executor;
@@ -723,6 +724,14 @@ impl World {
 
     /// As [`Self::start`], after `adjust` edits the hub's config.
     async fn start_with(adjust: impl FnOnce(&mut clawfed_hub::config::Config)) -> Result<Self> {
+        Self::start_wrapped(adjust, |g| g).await
+    }
+
+    /// As [`Self::start_with`], the hub's Gateways wrapped by `wrap`.
+    async fn start_wrapped(
+        adjust: impl FnOnce(&mut clawfed_hub::config::Config),
+        wrap: impl FnOnce(Arc<dyn GatewayRuntime>) -> Arc<dyn GatewayRuntime>,
+    ) -> Result<Self> {
         clawfed_tests::link::init_test_logging();
         let control = control_env::control().await?;
         let exec_a = kube_env::cluster("exec-a").await?;
@@ -731,7 +740,7 @@ impl World {
             control_env::hub_client(&control).await?,
             control_env::gateway_config(),
         )?;
-        let hub = TestHub::start_with_gateways(
+        let hub = TestHub::start_with_gateway_runtime(
             Backend::Postgres,
             |c| {
                 c.pipeline.enabled = true;
@@ -741,6 +750,7 @@ impl World {
             },
             clawfed_hub::worker::Handlers::builtin(),
             Some(gateways),
+            wrap,
         )
         .await;
         let rest = Rest::of(&hub);
@@ -870,6 +880,143 @@ async fn deploy_puts_the_gateway_in_control_and_the_harness_in_exec_a() -> Resul
         Some(1)
     );
     eprintln!("revision 1 durations: {:?}", r1.progress.durations_ms);
+    w.finish().await
+}
+
+/// The real Gateways, except that the ensure of the Agents named in `held`
+/// waits until `open` (a control apiserver that is slow for them).
+struct GatedEnsure {
+    inner: Arc<dyn GatewayRuntime>,
+    held: Arc<Mutex<Vec<String>>>,
+    /// How many held ensures are waiting or went through.
+    entered: Arc<AtomicUsize>,
+    open: tokio::sync::watch::Receiver<bool>,
+}
+
+#[async_trait]
+impl GatewayRuntime for GatedEnsure {
+    async fn ensure(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
+        let held = self.held.lock().expect("held").contains(&t.agent);
+        if held {
+            self.entered.fetch_add(1, Ordering::SeqCst);
+            let mut open = self.open.clone();
+            let _ = open.wait_for(|o| *o).await;
+        }
+        self.inner.ensure(t).await
+    }
+    async fn ready(&self, t: &GatewayTarget) -> Result<bool, GatewayFailure> {
+        self.inner.ready(t).await
+    }
+    async fn probe(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
+        self.inner.probe(t).await
+    }
+    async fn activate(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
+        self.inner.activate(t).await
+    }
+    async fn stop(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure> {
+        self.inner.stop(tenant, agent).await
+    }
+    async fn delete(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure> {
+        self.inner.delete(tenant, agent).await
+    }
+    async fn retire(&self, tenant: &str, agent: &str, revision: i64) -> Result<(), GatewayFailure> {
+        self.inner.retire(tenant, agent, revision).await
+    }
+    fn start_watch(
+        &self,
+        listener: Arc<dyn clawfed_hub::gateway::watch::ReadyListener>,
+        shutdown: CancellationToken,
+    ) -> Option<futures::future::BoxFuture<'static, ()>> {
+        self.inner.start_watch(listener, shutdown)
+    }
+}
+
+/// Issue 17: a Gateway ensure is a work item of its own, run in its own
+/// worker lane, so a slow one (a loaded control apiserver) holds none of
+/// the pipeline's slots. With one slot for passes, a second Agent deploys
+/// to Active while the first Agent's ensure is held; the first has its
+/// Harness sent already and activates once its ensure goes through.
+/// (Before, the pass applied the Gateway itself and kept the only slot.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_gateway_ensure_holds_no_pipeline_slot() -> Result<()> {
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let entered = Arc::new(AtomicUsize::new(0));
+    let (open, open_rx) = tokio::sync::watch::channel(false);
+    let gate = {
+        let (held, entered) = (held.clone(), entered.clone());
+        move |inner| -> Arc<dyn GatewayRuntime> {
+            Arc::new(GatedEnsure {
+                inner,
+                held,
+                entered,
+                open: open_rx,
+            })
+        }
+    };
+    let mut w = World::start_wrapped(|c| c.worker.batch_size = 1, gate).await?;
+    let (ns_slow, slow) = w.agent("dedicated-codex").await?;
+    let (ns_fast, fast) = w.agent("dedicated-codex").await?;
+    let exec = w.exec_a.admin();
+    w.cleanup.workspace(&exec, &ns_slow, &slow.name, 1).await?;
+    w.cleanup.workspace(&exec, &ns_fast, &fast.name, 1).await?;
+    held.lock().expect("held").push(slow.name.clone());
+
+    w.rest.deploy(&ns_slow.name, &slow.name).await?;
+    until(WAIT, "the slow Agent's Gateway ensure is held", || async {
+        Ok((entered.load(Ordering::SeqCst) > 0).then_some(()))
+    })
+    .await?;
+    w.rest.deploy(&ns_fast.name, &fast.name).await?;
+    let r = w
+        .rest
+        .wait_phase(&ns_fast.name, &fast.name, 1, RevisionPhase::Active)
+        .await
+        .context("the other Agent must activate while one Gateway ensure is held")?;
+    assert!(r.progress.gateway_applied_at.is_some());
+    let s = w.rest.revision(&ns_slow.name, &slow.name, 1).await?;
+    ensure!(
+        matches!(
+            s.phase,
+            RevisionPhase::Preparing | RevisionPhase::WaitingReady
+        ) && s.progress.gateway_applied_at.is_none(),
+        "the held Agent waits for its Gateway: {:?} {:?}",
+        s.phase,
+        s.progress
+    );
+    ensure!(
+        s.progress.gateway_queued_at.is_some(),
+        "its ensure is queued: {:?}",
+        s.progress
+    );
+    // Its Harness went out in the pass that queued the ensure.
+    let cluster = w.rest.cluster(&w.cluster_name).await?;
+    let target = clawfed_proto::work::target::harness(&ns_slow.id, &slow.name, 1);
+    let sent = w
+        .hub
+        .store()
+        .outbox_latest_generation(&cluster.id, &target)
+        .await?;
+    ensure!(
+        sent == Some(clawfed_proto::work::generation::HARNESS_APPLY),
+        "the held Agent's Harness work was sent: {sent:?}"
+    );
+
+    open.send_replace(true);
+    let s = w
+        .rest
+        .wait_phase(&ns_slow.name, &slow.name, 1, RevisionPhase::Active)
+        .await?;
+    assert!(s.progress.gateway_applied_at.is_some());
+    assert_eq!(entered.load(Ordering::SeqCst), 1, "applied once");
+    let control = w.control.admin();
+    assert_serving(
+        &control,
+        &exec,
+        &ns_slow.data_plane_namespace,
+        &slow.name,
+        1,
+    )
+    .await?;
     w.finish().await
 }
 

@@ -15,7 +15,7 @@ use clawfed_hub::model::{
 };
 use clawfed_hub::store::{
     ClusterRecord, Effects, IdempotencyKey, NewAgent, NewAudit, NewNamespace, NewRevision,
-    NewToken, NewWork, Store, StoreError, WorkFilter,
+    NewToken, NewWork, Store, StoreError, WorkFilter, WorkLane,
 };
 use serde_json::json;
 
@@ -569,9 +569,9 @@ mod cases {
         let now = Utc::now();
         let lease = Duration::from_secs(30);
         let (a, b, c) = tokio::join!(
-            s.claim_work("w1", 20, lease, now),
-            s.claim_work("w2", 20, lease, now),
-            s.claim_work("w3", 20, lease, now),
+            s.claim_work("w1", 20, lease, now, &WorkLane::All),
+            s.claim_work("w2", 20, lease, now, &WorkLane::All),
+            s.claim_work("w3", 20, lease, now, &WorkLane::All),
         );
         let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
         let mut ids = HashSet::new();
@@ -581,7 +581,12 @@ mod cases {
             assert_eq!(item.attempts, 1);
         }
         assert_eq!(ids.len(), 50);
-        assert!(s.claim_work("w4", 10, lease, now).await.unwrap().is_empty());
+        assert!(
+            s.claim_work("w4", 10, lease, now, &WorkLane::All)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         // Only the holder completes or extends; fencing by lease owner.
         let a_ids: Vec<_> = a.iter().map(|i| i.id.clone()).collect();
         assert_eq!(s.complete_work("w2", &a_ids, now).await.unwrap(), 0);
@@ -619,7 +624,7 @@ mod cases {
             .unwrap();
         let t0 = Utc::now();
         let claimed = s
-            .claim_work("crashed", 10, Duration::from_secs(1), t0)
+            .claim_work("crashed", 10, Duration::from_secs(1), t0, &WorkLane::All)
             .await
             .unwrap();
         assert_eq!(claimed.len(), 2);
@@ -629,7 +634,13 @@ mod cases {
         let recovered = s.recover_expired_work(later).await.unwrap();
         assert_eq!((recovered.requeued, recovered.failed), (1, 1));
         let again = s
-            .claim_work("survivor", 10, Duration::from_secs(30), later)
+            .claim_work(
+                "survivor",
+                10,
+                Duration::from_secs(30),
+                later,
+                &WorkLane::All,
+            )
             .await
             .unwrap();
         assert_eq!(again.len(), 1);
@@ -662,11 +673,80 @@ mod cases {
         );
     }
 
+    /// A lane claims only its kinds, and an idle worker of a lane sleeps
+    /// until its own next item: work of other kinds neither reaches it nor
+    /// wakes it early (a due item it cannot claim would make it spin).
+    pub async fn work_lanes_claim_and_wait_only_for_their_kinds(s: Arc<dyn Store>) {
+        let now = Utc::now();
+        let mut gateway = work("gateway.ensure", None, "g1");
+        gateway.run_at = now + chrono::Duration::seconds(30);
+        s.enqueue_work(&[
+            work("revision.rollout", None, "r1"),
+            work("revision.rollout", None, "r2"),
+            gateway,
+            work("gateway.ensure", None, "g2"),
+        ])
+        .await
+        .unwrap();
+        let gateways = WorkLane::Only(vec!["gateway.ensure".into()]);
+        let others = WorkLane::Except(vec!["gateway.ensure".into()]);
+        let lease = Duration::from_secs(30);
+        let got = s.claim_work("gw", 10, lease, now, &gateways).await.unwrap();
+        let targets: Vec<_> = got.iter().map(|i| i.target.as_str()).collect();
+        assert_eq!(targets, ["g2"], "only its kind, only what is due");
+        // Due rollouts are pending, yet the gateway lane's next item is g1.
+        let due = s.next_work_due(&gateways).await.unwrap();
+        let next = due.next_run_at.expect("g1 is pending");
+        assert!(
+            next > now + chrono::Duration::seconds(29),
+            "the gateway lane must sleep until g1, not wake for rollouts: {next}"
+        );
+        let all = s.next_work_due(&WorkLane::All).await.unwrap();
+        assert!(all.next_run_at.unwrap() <= now, "rollouts are due");
+        let got = s.claim_work("main", 10, lease, now, &others).await.unwrap();
+        let mut targets: Vec<_> = got.iter().map(|i| i.target.clone()).collect();
+        targets.sort();
+        assert_eq!(targets, ["r1", "r2"], "every kind but the lane's");
+        assert!(
+            s.claim_work(
+                "main",
+                10,
+                lease,
+                now + chrono::Duration::seconds(60),
+                &others
+            )
+            .await
+            .unwrap()
+            .is_empty(),
+            "g1 falls due but belongs to the other lane"
+        );
+        assert!(
+            s.next_work_due(&others)
+                .await
+                .unwrap()
+                .next_run_at
+                .is_none(),
+            "nothing pending of the main lane's kinds"
+        );
+        let got = s
+            .claim_work(
+                "any",
+                10,
+                lease,
+                now + chrono::Duration::seconds(60),
+                &WorkLane::All,
+            )
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].target, "g1");
+    }
+
     pub async fn retries_wait_for_run_at_and_keep_the_error(s: Arc<dyn Store>) {
         s.enqueue_work(&[work("k", None, "a")]).await.unwrap();
         let now = Utc::now();
         let item = s
-            .claim_work("w", 1, Duration::from_secs(30), now)
+            .claim_work("w", 1, Duration::from_secs(30), now, &WorkLane::All)
             .await
             .unwrap()
             .remove(0);
@@ -687,7 +767,7 @@ mod cases {
         assert_eq!(got.last_error.as_deref(), Some("boom"));
         assert!(got.lease_owner.is_none());
         assert!(
-            s.claim_work("w", 1, Duration::from_secs(30), now)
+            s.claim_work("w", 1, Duration::from_secs(30), now, &WorkLane::All)
                 .await
                 .unwrap()
                 .is_empty()
@@ -698,6 +778,7 @@ mod cases {
                 1,
                 Duration::from_secs(30),
                 run_at + chrono::Duration::seconds(1),
+                &WorkLane::All,
             )
             .await
             .unwrap();
@@ -712,7 +793,7 @@ mod cases {
             "no longer held"
         );
         let due = s
-            .claim_work("w", 1, Duration::from_secs(30), now)
+            .claim_work("w", 1, Duration::from_secs(30), now, &WorkLane::All)
             .await
             .unwrap();
         assert_eq!(due[0].attempts, 2);
@@ -2419,6 +2500,7 @@ suite!(
     work_claims_are_exclusive_and_leased,
     expired_claims_are_recovered,
     retries_wait_for_run_at_and_keep_the_error,
+    work_lanes_claim_and_wait_only_for_their_kinds,
     work_listing_filters,
     audit_lists_newest_first_per_namespace,
     tokens_are_stored_hashed_and_revocable,

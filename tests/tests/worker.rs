@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use clawfed_hub::auth::{self, Action, Role};
 use clawfed_hub::model::{NamespaceState, WorkItem, WorkState};
-use clawfed_hub::store::{Effects, NewAudit, NewNamespace, NewWork, Store, WorkFilter};
+use clawfed_hub::store::{Effects, NewAudit, NewNamespace, NewWork, Store, WorkFilter, WorkLane};
 use clawfed_hub::worker::backoff::Backoff;
 use clawfed_hub::worker::kinds::NAMESPACE_PROVISION;
 use clawfed_hub::worker::{Handlers, WorkError, WorkHandler, Worker, WorkerConfig, WorkerTotals};
@@ -109,6 +109,7 @@ fn worker_config(id: &str, lease: Duration) -> WorkerConfig {
             cap: Duration::from_millis(100),
         },
         health_interval: Duration::from_secs(3600),
+        lane: WorkLane::All,
     }
 }
 
@@ -853,7 +854,13 @@ async fn expired_leases_are_recovered_and_fenced(backend: Backend) {
         .remove(0);
 
     let claimed = store
-        .claim_work("crashed-worker", 10, Duration::from_millis(300), Utc::now())
+        .claim_work(
+            "crashed-worker",
+            10,
+            Duration::from_millis(300),
+            Utc::now(),
+            &WorkLane::All,
+        )
         .await
         .expect("claim");
     assert_eq!(claimed.len(), 4);

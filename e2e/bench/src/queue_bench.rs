@@ -23,7 +23,7 @@ use chrono::Utc;
 use clap::Parser;
 use clawfed_hub::auth::Action;
 use clawfed_hub::model::WorkItem;
-use clawfed_hub::store::{self, NewWork, Store};
+use clawfed_hub::store::{self, NewWork, Store, WorkLane};
 use clawfed_hub::worker::backoff::Backoff;
 use clawfed_hub::worker::{Handlers, WorkError, WorkHandler, Worker, WorkerConfig};
 use sqlx::Connection;
@@ -230,6 +230,7 @@ async fn drain_with_workers(store: Arc<dyn Store>, args: &Args) -> anyhow::Resul
                 cap: Duration::from_secs(1),
             },
             health_interval: Duration::from_secs(3600),
+            lane: WorkLane::All,
         };
         let worker = Worker::new(store.clone(), handlers.clone(), config);
         tasks.push(tokio::spawn(worker.run(shutdown.clone())));
@@ -270,7 +271,13 @@ async fn drain_raw(store: Arc<dyn Store>, args: &Args) -> anyhow::Result<(Drain,
             loop {
                 let t = Instant::now();
                 let items = store
-                    .claim_work(&id, batch, Duration::from_secs(60), Utc::now())
+                    .claim_work(
+                        &id,
+                        batch,
+                        Duration::from_secs(60),
+                        Utc::now(),
+                        &WorkLane::All,
+                    )
                     .await?;
                 claims.push(t.elapsed());
                 if items.is_empty() {

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use sqlx::any::AnyPoolOptions;
 
-use super::sql::{SqlStore, WORK_COLS};
+use super::sql::{LaneFilter, SqlStore, WORK_COLS};
 use super::{Backend, Result, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -26,16 +26,17 @@ pub(super) async fn connect(url: &str, settings: super::PoolSettings) -> Result<
 
 /// The claim: due pending items in order, skipping rows another worker has
 /// locked, so concurrent claimers never wait on or double-claim an item.
-pub(super) fn claim_sql() -> &'static str {
-    static SQL: OnceLock<String> = OnceLock::new();
-    SQL.get_or_init(|| {
+pub(super) fn claim_sql(lane: LaneFilter) -> &'static str {
+    static SQL: [OnceLock<String>; 3] = [const { OnceLock::new() }; 3];
+    SQL[lane.index()].get_or_init(|| {
         format!(
-            "WITH due AS (SELECT id FROM work_items WHERE state = 'pending' AND run_at <= $3 \
+            "WITH due AS (SELECT id FROM work_items WHERE state = 'pending' AND run_at <= $3{} \
                ORDER BY run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) \
              UPDATE work_items w SET state = 'claimed', lease_owner = $1, lease_expires_at = $2, \
                attempts = w.attempts + 1, updated_at = $3 \
              FROM due WHERE w.id = due.id \
              RETURNING {}",
+            lane.clause(KIND_IN, "$5"),
             WORK_COLS
                 .split(", ")
                 .map(|c| format!("w.{c}"))
@@ -44,6 +45,9 @@ pub(super) fn claim_sql() -> &'static str {
         )
     })
 }
+
+/// `kind` is one of the JSON array bound at `{}`.
+pub(super) const KIND_IN: &str = "kind IN (SELECT json_array_elements_text(CAST({} AS json)))";
 
 /// Classifies by SQLSTATE: connection and shutdown classes are
 /// `Unavailable` (retrying may help), the rest are database errors.

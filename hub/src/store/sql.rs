@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::{
     ApiToken, Backend, ClusterRecord, Deployed, Effects, NewAgent, NewAudit, NewNamespace,
     NewRevision, NewToken, NewWork, PhaseStaleness, Recovered, Result, Store, StoreError, WorkDue,
-    WorkFilter, WorkStats, postgres, sqlite,
+    WorkFilter, WorkLane, WorkStats, postgres, sqlite,
 };
 use crate::auth::Role;
 use crate::model::{
@@ -64,6 +64,41 @@ const ACTIVE_REVISION: &str =
     "SELECT 1 FROM agent_revisions ar WHERE ar.agent_id = a.id AND ar.phase = 'active'";
 pub(super) const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
      connection_state, last_seen, version, created_at";
+/// How a [`WorkLane`] narrows a query over work items (its kinds are bound
+/// as one JSON array).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LaneFilter {
+    All,
+    Only,
+    Except,
+}
+
+impl LaneFilter {
+    pub(super) fn of(lane: &WorkLane) -> Self {
+        match lane {
+            WorkLane::All => Self::All,
+            WorkLane::Only(_) => Self::Only,
+            WorkLane::Except(_) => Self::Except,
+        }
+    }
+
+    /// Which cached statement this filter uses.
+    pub(super) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The `AND …` clause for the backend's `kind_in` template (`{}` is
+    /// the parameter), or nothing for every kind.
+    pub(super) fn clause(self, kind_in: &str, param: &str) -> String {
+        let test = kind_in.replace("{}", param);
+        match self {
+            Self::All => String::new(),
+            Self::Only => format!(" AND {test}"),
+            Self::Except => format!(" AND NOT {test}"),
+        }
+    }
+}
+
 pub(super) const WORK_COLS: &str = "id, kind, namespace, namespace_id, target, payload, \
      requested_by, state, attempts, max_attempts, run_at, lease_owner, lease_expires_at, \
      last_error, created_at, updated_at";
@@ -1280,17 +1315,23 @@ impl Store for SqlStore {
         limit: u32,
         lease: Duration,
         now: DateTime<Utc>,
+        lane: &WorkLane,
     ) -> Result<Vec<WorkItem>> {
+        let filter = LaneFilter::of(lane);
         let sql = match self.backend {
-            Backend::Postgres => postgres::claim_sql(),
-            Backend::Sqlite => sqlite::claim_sql(),
+            Backend::Postgres => postgres::claim_sql(filter),
+            Backend::Sqlite => sqlite::claim_sql(filter),
         };
         let lease_until = now + chrono::Duration::from_std(lease).unwrap_or_default();
-        let rows = sqlx::query(sql)
+        let mut query = sqlx::query(sql)
             .bind(worker.to_owned())
             .bind(ms(lease_until))
             .bind(ms(now))
-            .bind(i64::from(limit))
+            .bind(i64::from(limit));
+        if let Some(kinds) = lane.kinds_json() {
+            query = query.bind(kinds);
+        }
+        let rows = query
             .fetch_all(&self.pool)
             .await
             .map_err(|e| self.classify(e))?;
@@ -1505,16 +1546,28 @@ impl Store for SqlStore {
         })
     }
 
-    async fn next_work_due(&self) -> Result<WorkDue> {
+    async fn next_work_due(&self, lane: &WorkLane) -> Result<WorkDue> {
         // Two MINs over the partial indexes on pending run_at and claimed
-        // lease expiry: cheap however long the queue's history is.
-        let row = sqlx::query(
-            "SELECT (SELECT MIN(run_at) FROM work_items WHERE state = 'pending'), \
+        // lease expiry: cheap however long the queue's history is. Any
+        // lane recovers any expired claim, so the lease expiry is not
+        // narrowed.
+        let kind_in = match self.backend {
+            Backend::Postgres => postgres::KIND_IN,
+            Backend::Sqlite => sqlite::KIND_IN,
+        };
+        let sql = format!(
+            "SELECT (SELECT MIN(run_at) FROM work_items WHERE state = 'pending'{}), \
              (SELECT MIN(lease_expires_at) FROM work_items WHERE state = 'claimed')",
-        )
-        .fetch_one(self.reader())
-        .await
-        .map_err(|e| self.classify(e))?;
+            LaneFilter::of(lane).clause(kind_in, "$1")
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        if let Some(kinds) = lane.kinds_json() {
+            query = query.bind(kinds);
+        }
+        let row = query
+            .fetch_one(self.reader())
+            .await
+            .map_err(|e| self.classify(e))?;
         let next_run_at: Option<i64> = row.get(0);
         let next_lease_expiry: Option<i64> = row.get(1);
         Ok(WorkDue {

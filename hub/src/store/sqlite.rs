@@ -8,7 +8,7 @@ use sqlx::Executor;
 use sqlx::any::AnyPoolOptions;
 use sqlx::sqlite::SqliteConnectOptions;
 
-use super::sql::{SqlStore, WORK_COLS};
+use super::sql::{LaneFilter, SqlStore, WORK_COLS};
 use super::{Backend, Result, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -73,18 +73,22 @@ pub(super) async fn connect(url: &str) -> Result<SqlStore> {
 }
 
 /// The claim: one UPDATE statement, atomic because SQLite serialises writers.
-pub(super) fn claim_sql() -> &'static str {
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SQL.get_or_init(|| {
+pub(super) fn claim_sql(lane: LaneFilter) -> &'static str {
+    static SQL: [std::sync::OnceLock<String>; 3] = [const { std::sync::OnceLock::new() }; 3];
+    SQL[lane.index()].get_or_init(|| {
+        let lane = lane.clause(KIND_IN, "$5");
         format!(
             "UPDATE work_items SET state = 'claimed', lease_owner = $1, lease_expires_at = $2, \
                attempts = attempts + 1, updated_at = $3 \
-             WHERE id IN (SELECT id FROM work_items WHERE state = 'pending' AND run_at <= $3 \
+             WHERE id IN (SELECT id FROM work_items WHERE state = 'pending' AND run_at <= $3{lane} \
                ORDER BY run_at, id LIMIT $4) \
              RETURNING {WORK_COLS}"
         )
     })
 }
+
+/// `kind` is one of the JSON array bound at `{}`.
+pub(super) const KIND_IN: &str = "kind IN (SELECT value FROM json_each({}))";
 
 /// Classifies by SQLite result code: busy/locked are `Unavailable`.
 pub(super) fn classify(err: sqlx::Error) -> StoreError {

@@ -41,6 +41,10 @@ impl WorkHandler for ProvisionNamespace {
 
 /// Drives one revision through the pipeline (target: the revision id).
 pub const REVISION_ROLLOUT: &str = "revision.rollout";
+/// Applies a revision's Gateway objects in the control cluster (target:
+/// the revision id). Its own lane of workers runs it: it waits on the
+/// control apiserver, and the pass that queues it frees its slot at once.
+pub const GATEWAY_ENSURE: &str = "gateway.ensure";
 /// Stops an Agent: route and Gateway first, then the Harness via the spoke
 /// (target: the Agent name).
 pub const AGENT_STOP: &str = "agent.stop";
@@ -69,6 +73,14 @@ pub fn rollout_work(
         requested_by,
         max_attempts,
         run_at,
+    }
+}
+
+/// Ensuring revision `revision_id`'s Gateway, due now.
+pub fn gateway_work(revision_id: &str, namespace_id: &str, max_attempts: i32) -> NewWork {
+    NewWork {
+        kind: GATEWAY_ENSURE.into(),
+        ..rollout_work(revision_id, namespace_id, None, Utc::now(), max_attempts)
     }
 }
 

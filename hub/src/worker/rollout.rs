@@ -22,6 +22,32 @@
 //! - [`trigger`]: spoke reports → passes.
 //! - [`metrics`]: operation durations.
 
+/// A work handler that runs one [`Rollout`] method on its item, for
+/// tokens that still hold `$action`.
+macro_rules! rollout_handler {
+    ($(#[$doc:meta])* $name:ident, $action:expr, $method:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $name(pub Rollout);
+
+        #[async_trait::async_trait]
+        impl $crate::worker::WorkHandler for $name {
+            fn required_action(&self) -> $crate::auth::Action {
+                $action
+            }
+
+            async fn handle(
+                &self,
+                store: &dyn $crate::store::Store,
+                item: &$crate::model::WorkItem,
+                _cancel: &tokio_util::sync::CancellationToken,
+            ) -> Result<(), $crate::worker::WorkError> {
+                self.0.$method(store, item).await
+            }
+        }
+    };
+}
+
 mod deletion;
 mod facts;
 pub mod metrics;
@@ -32,18 +58,17 @@ mod trigger;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use chrono::Utc;
 use clawfed_proto::work::{self as wire, generation};
-use tokio_util::sync::CancellationToken;
 
-use super::kinds::rollout_work;
-use super::{WorkError, WorkHandler};
+use super::WorkError;
+use super::kinds::{gateway_work, rollout_work};
 use crate::auth::Action;
 use crate::link::server::LinkHandle;
 use crate::model::{Agent, AgentRevision, DesiredState, Namespace, RevisionPhase, WorkItem};
 use crate::pipeline::{
-    Placement, Recheck, Step, choose_cluster, decide, decide_stop, needs, unplaced_reason,
+    Placement, Recheck, Step, choose_cluster, decide, decide_stop, gateway_ensure_allowed, needs,
+    unplaced_reason,
 };
 use crate::secrets::SecretBox;
 use crate::store::{Store, StoreError};
@@ -53,7 +78,9 @@ use spec::{
     namespace_work, revision_work,
 };
 
-pub use super::kinds::{AGENT_DELETE, AGENT_STOP, NAMESPACE_TEARDOWN, REVISION_ROLLOUT};
+pub use super::kinds::{
+    AGENT_DELETE, AGENT_STOP, GATEWAY_ENSURE, NAMESPACE_TEARDOWN, REVISION_ROLLOUT,
+};
 pub use crate::gateway::runtime::{
     GatewayFailure, GatewayRuntime, GatewayTarget, GatewaysDisabled, TunnelEndpoint,
 };
@@ -159,6 +186,25 @@ fn pass_holder(process: &str) -> String {
 
 pub(crate) fn store_err(e: StoreError) -> WorkError {
     WorkError::from_store(e)
+}
+
+/// A revision and its Agent; `None` once the Agent was deleted (its
+/// history stays, nothing of it is driven any more: `agent.delete` cleans
+/// up).
+async fn revision_and_agent(
+    store: &dyn Store,
+    revision_id: &str,
+) -> Result<Option<(AgentRevision, Agent)>, WorkError> {
+    let rev = match store.get_revision_by_id(revision_id).await {
+        Ok(rev) => rev,
+        Err(StoreError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(store_err(e)),
+    };
+    match store.get_agent(&rev.namespace, &rev.agent).await {
+        Ok(agent) => Ok(Some((rev, agent))),
+        Err(StoreError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(store_err(e)),
+    }
 }
 
 /// How a step went.
@@ -294,19 +340,31 @@ impl Rollout {
         result.map(Some)
     }
 
+    /// `revision.rollout`: a pass over the item's revision.
+    async fn advance_item(&self, store: &dyn Store, item: &WorkItem) -> Result<(), WorkError> {
+        self.advance(store, &item.target).await
+    }
+
+    /// Runs work `f` holding the Agent's lease; busy (tried again shortly,
+    /// the attempt not counted) while another pass holds it.
+    async fn holding_agent_lease(
+        &self,
+        store: &dyn Store,
+        agent_id: &str,
+        f: impl std::future::Future<Output = Result<(), WorkError>>,
+    ) -> Result<(), WorkError> {
+        match self.with_agent_lease(store, agent_id, f).await? {
+            Some(()) => Ok(()),
+            None => Err(WorkError::Busy(
+                "another pipeline pass of this Agent is running".into(),
+            )),
+        }
+    }
+
     /// One pass over a revision.
     async fn advance(&self, store: &dyn Store, revision_id: &str) -> Result<(), WorkError> {
-        let rev = match store.get_revision_by_id(revision_id).await {
-            Ok(rev) => rev,
-            Err(StoreError::NotFound { .. }) => return Ok(()), // Agent deleted
-            Err(e) => return Err(store_err(e)),
-        };
-        let agent = match store.get_agent(&rev.namespace, &rev.agent).await {
-            Ok(a) => a,
-            // Deleted: its history stays, nothing of it is driven any more
-            // (`agent.delete` cleans up).
-            Err(StoreError::NotFound { .. }) => return Ok(()),
-            Err(e) => return Err(store_err(e)),
+        let Some((rev, agent)) = revision_and_agent(store, revision_id).await? else {
+            return Ok(());
         };
         let ran = self
             .with_agent_lease(store, &agent.id, self.advance_held(store, revision_id))
@@ -322,22 +380,32 @@ impl Rollout {
         Ok(())
     }
 
+    /// A revision, its Agent and namespace as stored now, and its facts.
+    async fn read_facts(
+        &self,
+        store: &dyn Store,
+        revision_id: &str,
+    ) -> Result<(AgentRevision, Agent, Namespace, Gathered), WorkError> {
+        let rev = store
+            .get_revision_by_id(revision_id)
+            .await
+            .map_err(store_err)?;
+        let agent = store
+            .get_agent(&rev.namespace, &rev.agent)
+            .await
+            .map_err(store_err)?;
+        let ns = store
+            .get_namespace(&rev.namespace)
+            .await
+            .map_err(store_err)?;
+        let gathered = self.gather(store, &ns, &agent, &rev).await?;
+        Ok((rev, agent, ns, gathered))
+    }
+
     async fn advance_held(&self, store: &dyn Store, revision_id: &str) -> Result<(), WorkError> {
         let started = Instant::now();
         for _ in 0..32 {
-            let rev = store
-                .get_revision_by_id(revision_id)
-                .await
-                .map_err(store_err)?;
-            let agent = store
-                .get_agent(&rev.namespace, &rev.agent)
-                .await
-                .map_err(store_err)?;
-            let ns = store
-                .get_namespace(&rev.namespace)
-                .await
-                .map_err(store_err)?;
-            let gathered = self.gather(store, &ns, &agent, &rev).await?;
+            let (rev, agent, ns, gathered) = self.read_facts(store, revision_id).await?;
             let step = decide(&gathered.facts);
             tracing::debug!(revision = %rev.id, phase = rev.phase.as_str(), ?step, "pipeline.step");
             match self.perform(store, &ns, &agent, rev, &gathered, step).await {
@@ -446,24 +514,14 @@ impl Rollout {
                     self.observe("deploy", "ok", rev.created_at);
                 }
             }
-            Step::ApplyGateway => {
-                let target = gateway_target(
-                    ns,
-                    dp,
-                    agent,
-                    &rev,
-                    self.config.tunnel.as_ref(),
-                    self.config.workload.harness_port,
-                );
-                if let Err(failure) = self.gateways.ensure(&target).await {
-                    if failure.transient {
-                        return Err(WorkError::Retryable(format!("gateway: {failure}")).into());
-                    }
-                    return self
-                        .fail(store, ns, g, rev, format!("gateway: {failure}"))
-                        .await;
-                }
-                rev.progress.gateway_applied_at = Some(now);
+            Step::QueueGateway => {
+                // Queued before it is recorded: a lost save queues it again,
+                // and the ensure applies once (it checks under the lease).
+                store
+                    .enqueue_work(&[gateway_work(&rev.id, &ns.id, self.config.max_attempts)])
+                    .await
+                    .map_err(store_err)?;
+                rev.progress.gateway_queued_at = Some(now);
                 self.save(store, &mut rev).await?;
             }
             Step::StopPredecessors(numbers) => {
@@ -859,6 +917,75 @@ impl Rollout {
         );
     }
 
+    /// `gateway.ensure`: applies a revision's Gateway objects in the control
+    /// cluster and records it, holding the Agent's lease (so no pass,
+    /// stop or retirement of the Agent runs meanwhile), then wakes the
+    /// revision's pipeline.
+    async fn ensure_gateway(&self, store: &dyn Store, item: &WorkItem) -> Result<(), WorkError> {
+        let Some((_, agent)) = revision_and_agent(store, &item.target).await? else {
+            return Ok(());
+        };
+        self.holding_agent_lease(store, &agent.id, self.ensure_gateway_held(store, item))
+            .await
+    }
+
+    async fn ensure_gateway_held(
+        &self,
+        store: &dyn Store,
+        item: &WorkItem,
+    ) -> Result<(), WorkError> {
+        let (mut rev, agent, ns, g) = self.read_facts(store, &item.target).await?;
+        if !gateway_ensure_allowed(&g.facts) {
+            // Applied by an earlier attempt, or superseded, stopped, failed
+            // or denied since it was queued: nothing to apply.
+            tracing::debug!(revision = %rev.id, phase = rev.phase.as_str(), "pipeline.gateway_ensure_skipped");
+            return Ok(());
+        }
+        let started = Utc::now();
+        let target = gateway_target(
+            &ns,
+            &g.data_plane_namespace,
+            &agent,
+            &rev,
+            self.config.tunnel.as_ref(),
+            self.config.workload.harness_port,
+        );
+        if let Err(failure) = self.gateways.ensure(&target).await {
+            self.observe("gateway_ensure", "failed", started);
+            let last_attempt = item.attempts >= item.max_attempts;
+            if failure.transient && !last_attempt {
+                return Err(WorkError::Retryable(format!("gateway: {failure}")));
+            }
+            let reason = if failure.transient {
+                format!("gateway: {failure} (after {} attempts)", item.attempts)
+            } else {
+                format!("gateway: {failure}")
+            };
+            return match self.fail(store, &ns, &g, rev, reason).await {
+                Ok(_) => Ok(()),
+                Err(PassError::Stale) => Err(WorkError::Retryable(
+                    "the revision changed while its Gateway failed; deciding again".into(),
+                )),
+                Err(PassError::Work(e)) => Err(e),
+            };
+        }
+        self.observe("gateway_ensure", "ok", started);
+        rev.progress.gateway_applied_at = Some(Utc::now());
+        match self.save(store, &mut rev).await {
+            Ok(()) => {}
+            // Applying again is harmless (server-side apply).
+            Err(PassError::Stale) => {
+                return Err(WorkError::Retryable(
+                    "the revision changed while its Gateway was applied; ensuring again".into(),
+                ));
+            }
+            Err(PassError::Work(e)) => return Err(e),
+        }
+        // The pass goes on (the Gateway watch wakes it again when the
+        // Gateway turns Ready).
+        self.requeue(store, &rev, &ns, Utc::now()).await
+    }
+
     /// Stops an Agent: route and Gateway runtime first (hub), then the
     /// Harness of every revision that may still run one (spoke). A revision
     /// is `stopping` until its cluster confirms the stop. Converges when
@@ -873,19 +1000,12 @@ impl Rollout {
             Err(StoreError::NotFound { .. }) => return Ok(()),
             Err(e) => return Err(store_err(e)),
         };
-        let ran = self
-            .with_agent_lease(
-                store,
-                &agent.id,
-                self.stop_agent_held(store, item, &ns_name),
-            )
-            .await?;
-        if ran.is_none() {
-            return Err(WorkError::Busy(
-                "another pipeline pass of this Agent is running".into(),
-            ));
-        }
-        Ok(())
+        self.holding_agent_lease(
+            store,
+            &agent.id,
+            self.stop_agent_held(store, item, &ns_name),
+        )
+        .await
     }
 
     async fn stop_agent_held(
@@ -986,45 +1106,26 @@ fn record_durations(rev: &mut AgentRevision, now: chrono::DateTime<Utc>) {
     }
 }
 
-/// `revision.rollout` handler.
-#[derive(Debug, Clone)]
-pub struct RolloutHandler(pub Rollout);
+rollout_handler!(
+    /// `revision.rollout` handler.
+    RolloutHandler,
+    Action::Deploy,
+    advance_item
+);
 
-#[async_trait]
-impl WorkHandler for RolloutHandler {
-    fn required_action(&self) -> Action {
-        Action::Deploy
-    }
+rollout_handler!(
+    /// `gateway.ensure` handler.
+    GatewayEnsureHandler,
+    Action::Deploy,
+    ensure_gateway
+);
 
-    async fn handle(
-        &self,
-        store: &dyn Store,
-        item: &WorkItem,
-        _cancel: &CancellationToken,
-    ) -> Result<(), WorkError> {
-        self.0.advance(store, &item.target).await
-    }
-}
-
-/// `agent.stop` handler.
-#[derive(Debug, Clone)]
-pub struct StopHandler(pub Rollout);
-
-#[async_trait]
-impl WorkHandler for StopHandler {
-    fn required_action(&self) -> Action {
-        Action::Deploy
-    }
-
-    async fn handle(
-        &self,
-        store: &dyn Store,
-        item: &WorkItem,
-        _cancel: &CancellationToken,
-    ) -> Result<(), WorkError> {
-        self.0.stop_agent(store, item).await
-    }
-}
+rollout_handler!(
+    /// `agent.stop` handler.
+    StopHandler,
+    Action::Deploy,
+    stop_agent
+);
 
 #[cfg(test)]
 mod tests {

@@ -6,6 +6,7 @@
 //! phase with any stop state) and a sequence of events: hub passes of a few
 //! steps (a hub killed mid-pass resumes from the facts), spoke answers to
 //! each piece of work (retrying, applied, refused), readiness reports,
+//! the Gateway's ensure (its own work item) applying, retrying or refusing,
 //! Gateway readiness, phase deadlines, the Agent stopped or superseded, the
 //! deployer denied, the cluster losing a capability, placement finding a
 //! cluster or not. The model applies each step's effect to the facts the
@@ -15,9 +16,10 @@
 //!
 //! Checked at every step: nothing but `Finished` after a terminal phase;
 //! no effect for a denied deployer or an unwanted revision; no work sent
-//! twice; Harness work only after the namespace applied, the Gateway
-//! applied (when it has one) and, for a dedicated Harness, every
-//! predecessor confirmed stopped; activation only with a Ready Harness
+//! twice; the Gateway's ensure queued once, applied at most once and only
+//! while the revision wants it; Harness work only after the namespace
+//! applied and, for a dedicated Harness, every predecessor confirmed
+//! stopped; activation only with a Ready Harness
 //! report and, with a control-cluster Gateway, that Gateway Ready; every
 //! failure with a reason; every step changes the facts and a pass settles
 //! within 32 steps (never loops). At the end: active, failed (with a
@@ -25,7 +27,7 @@
 
 use clawfed_hub::model::RevisionPhase as P;
 use clawfed_hub::pipeline::{
-    Facts, Predecessor, Readiness, Step, WorkOutcome, decide, decide_stop,
+    Facts, Predecessor, Readiness, Step, WorkOutcome, decide, decide_stop, gateway_ensure_allowed,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -93,6 +95,9 @@ pub enum Event {
         live: u32,
         error: bool,
     },
+    /// The queued `gateway.ensure` work runs (under the Agent's lease):
+    /// applied, a transient failure (retried later), or refused.
+    GatewayEnsure(Answer),
     GatewayReady(bool),
     Deadline,
     AgentStopped,
@@ -193,6 +198,7 @@ fn event() -> impl Strategy<Value = Event> {
         6 => (0usize..3, answer()).prop_map(|(i, a)| Event::PredecessorRetire(i, a)),
         9 => (any::<bool>(), 0u32..3, prop_oneof![5 => Just(false), 1 => Just(true)])
             .prop_map(|(ready, live, error)| Event::Readiness { ready, live, error }),
+        6 => answer().prop_map(Event::GatewayEnsure),
         6 => any::<bool>().prop_map(Event::GatewayReady),
         2 => Just(Event::Deadline),
         1 => Just(Event::AgentStopped),
@@ -280,6 +286,7 @@ impl Model {
                 namespace_sent: false,
                 namespace: WorkOutcome::Waiting,
                 control_gateway: c.dedicated,
+                gateway_queued: false,
                 gateway_applied: false,
                 dedicated: c.dedicated,
                 predecessors: c.predecessors.clone(),
@@ -353,7 +360,7 @@ impl Model {
                 }
             },
             Step::SendNamespace => f.namespace_sent = true,
-            Step::ApplyGateway => f.gateway_applied = true,
+            Step::QueueGateway => f.gateway_queued = true,
             Step::StopPredecessors(ns) => {
                 pick(&mut f.predecessors, ns, &mut |p| p.stop_sent = true);
             }
@@ -417,6 +424,7 @@ impl Model {
                     });
                 }
             }
+            Event::GatewayEnsure(a) => self.ensure_gateway(*a)?,
             Event::GatewayReady(r) => self.gateway_world = *r,
             Event::Deadline => self.deadline_world = true,
             Event::AgentStopped => {
@@ -431,6 +439,29 @@ impl Model {
                 }
             }
             Event::Placing(p) => self.placing = *p,
+        }
+        Ok(())
+    }
+
+    /// The queued Gateway ensure runs with answer `a`, as the
+    /// `gateway.ensure` handler does: nothing unless it is queued and the
+    /// revision still wants it; applied, or the revision failed.
+    fn ensure_gateway(&mut self, a: Answer) -> Result<(), TestCaseError> {
+        let f = &mut self.facts;
+        if !f.gateway_queued || !gateway_ensure_allowed(f) {
+            return Ok(());
+        }
+        prop_assert!(
+            f.wanted && f.denied.is_none() && !terminal(f.phase) && f.phase != P::Active,
+            "a Gateway applied for a revision that does not want it: {f:?}"
+        );
+        match a {
+            Answer::Applied => f.gateway_applied = true,
+            Answer::Retrying => {}
+            Answer::Failed => {
+                f.phase = P::Failed;
+                self.fail_reason = Some("gateway: refused by the control cluster".into());
+            }
         }
         Ok(())
     }
@@ -477,6 +508,15 @@ impl Model {
         if f.gateway_applied && !self.gateway_world {
             self.gateway_world = next();
         }
+        if f.gateway_queued && gateway_ensure_allowed(f) {
+            let a = if next() {
+                Answer::Applied
+            } else {
+                Answer::Failed
+            };
+            // Allowed, so the handler's own check cannot fail here.
+            let _ = self.ensure_gateway(a);
+        }
         if self.placing == Placing::Unavailable {
             self.placing = Placing::Chosen;
         }
@@ -500,8 +540,9 @@ fn check_step(f: &Facts, step: &Step) -> Result<(), TestCaseError> {
             prop_assert!(effect_allowed && f.placed, "namespace work: {f:?}");
             prop_assert!(!f.namespace_sent, "namespace work sent twice");
         }
-        Step::ApplyGateway => {
+        Step::QueueGateway => {
             prop_assert!(effect_allowed && f.control_gateway, "gateway: {f:?}");
+            prop_assert!(!f.gateway_queued, "gateway ensure queued twice");
             prop_assert!(!f.gateway_applied, "gateway applied twice");
             prop_assert_eq!(&f.namespace, &WorkOutcome::Applied);
         }
@@ -685,7 +726,7 @@ pub fn broken_does_not_wait_for_stops(f: &Facts) -> Step {
         && f.wanted
         && f.denied.is_none()
         && f.namespace == WorkOutcome::Applied
-        && f.gateway_applied
+        && f.gateway_queued
         && matches!(step, Step::Wait { .. })
         && f.predecessors
             .iter()

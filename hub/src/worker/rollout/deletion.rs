@@ -8,16 +8,14 @@
 //! - `true`: kept as the stop left it (PVCs, credential Secrets, the
 //!   Gateway's storage), for an operator to archive or remove.
 
-use async_trait::async_trait;
 use clawfed_proto::work::{self as wire, generation};
-use tokio_util::sync::CancellationToken;
 
 use super::spec::{harness_target, revision_work};
 use super::{PassError, Rollout, store_err};
 use crate::auth::Action;
 use crate::model::{RevisionPhase, WorkItem};
 use crate::store::{Store, StoreError};
-use crate::worker::{WorkError, WorkHandler};
+use crate::worker::WorkError;
 
 impl Rollout {
     async fn delete_agent(&self, store: &dyn Store, item: &WorkItem) -> Result<(), WorkError> {
@@ -94,22 +92,9 @@ impl Rollout {
     }
 }
 
-/// `agent.delete` handler.
-#[derive(Debug, Clone)]
-pub struct DeleteHandler(pub Rollout);
-
-#[async_trait]
-impl WorkHandler for DeleteHandler {
-    fn required_action(&self) -> Action {
-        Action::EditDraft
-    }
-
-    async fn handle(
-        &self,
-        store: &dyn Store,
-        item: &WorkItem,
-        _cancel: &CancellationToken,
-    ) -> Result<(), WorkError> {
-        self.0.delete_agent(store, item).await
-    }
-}
+rollout_handler!(
+    /// `agent.delete` handler.
+    DeleteHandler,
+    Action::EditDraft,
+    delete_agent
+);

@@ -333,6 +333,7 @@ impl Rollout {
                 s.outcome(generation::NAMESPACE_ENSURE)
             }),
             control_gateway,
+            gateway_queued: rev.progress.gateway_queued_at.is_some(),
             gateway_applied,
             dedicated: rev.spec.harness_kind.is_dedicated(),
             predecessors,

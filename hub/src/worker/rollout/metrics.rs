@@ -1,10 +1,11 @@
 //! `occ_agent_operation_duration_seconds`: deploy (request to Active or
-//! Failed) and stop durations.
+//! Failed), stop, and Gateway ensure (one apply of a revision's Gateway
+//! objects in the control cluster) durations.
 
 /// Labels of `occ_agent_operation_duration_seconds`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 pub struct OperationLabels {
-    /// `deploy` (deploy request to Active) or `stop`.
+    /// `deploy` (deploy request to Active), `stop` or `gateway_ensure`.
     pub operation: String,
     /// `ok` or `failed`.
     pub result: String,
@@ -33,7 +34,7 @@ impl PipelineMetrics {
             });
         // Every series from the start (empty histograms), so rates and
         // quantiles have a series before the first operation ends.
-        for operation in ["deploy", "stop"] {
+        for operation in ["deploy", "stop", "gateway_ensure"] {
             for result in ["ok", "failed"] {
                 let _ = operation_duration.get_or_create(&OperationLabels {
                     operation: operation.to_owned(),
@@ -43,7 +44,7 @@ impl PipelineMetrics {
         }
         registry.register(
             "occ_agent_operation_duration_seconds",
-            "Agent operations: deploy (request to Active or Failed) and stop",
+            "Agent operations: deploy (request to Active or Failed), stop, gateway_ensure (one apply of a Gateway's objects)",
             operation_duration.clone(),
         );
         Self { operation_duration }

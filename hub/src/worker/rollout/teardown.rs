@@ -3,9 +3,7 @@
 //! tenant is deleted when all report it gone, and kept as
 //! `teardown-failed` with the reason otherwise.
 
-use async_trait::async_trait;
 use clawfed_proto::work::{self as spec, target};
-use tokio_util::sync::CancellationToken;
 
 use super::facts::outcome;
 use super::{Rollout, store_err};
@@ -13,7 +11,7 @@ use crate::auth::Action;
 use crate::model::WorkItem;
 use crate::pipeline::WorkOutcome;
 use crate::store::{Store, StoreError};
-use crate::worker::{WorkError, WorkHandler};
+use crate::worker::WorkError;
 
 impl Rollout {
     /// One pass of a namespace teardown: ask every cluster that has the
@@ -119,22 +117,9 @@ impl Rollout {
     }
 }
 
-/// `namespace.teardown` handler.
-#[derive(Debug, Clone)]
-pub struct TeardownHandler(pub Rollout);
-
-#[async_trait]
-impl WorkHandler for TeardownHandler {
-    fn required_action(&self) -> Action {
-        Action::DeleteNamespace
-    }
-
-    async fn handle(
-        &self,
-        store: &dyn Store,
-        item: &WorkItem,
-        _cancel: &CancellationToken,
-    ) -> Result<(), WorkError> {
-        self.0.teardown(store, item).await
-    }
-}
+rollout_handler!(
+    /// `namespace.teardown` handler.
+    TeardownHandler,
+    Action::DeleteNamespace,
+    teardown
+);
