@@ -379,9 +379,9 @@ impl Direct {
 /// Gateways on (`gateway_world`): at the same time, each Agent's Gateway
 /// objects (the hub's builders, as `Gateways::ensure` writes them) applied
 /// to the control cluster by a plain client acting as the hub's
-/// ServiceAccount, as many at a time as the hub's worker runs passes
-/// (`worker.batchSize`); timed until the later of the last Harness and the
-/// last Gateway Pod Ready. The Gateways and their PVs are deleted before
+/// ServiceAccount, as many at a time as the hub runs Gateway ensures
+/// (`worker.gatewayBatchSize`); timed until the later of the last Harness
+/// and the last Gateway Pod Ready. The Gateways and their PVs are deleted before
 /// clawfed's run.
 async fn direct(
     args: &Args,
@@ -403,7 +403,7 @@ async fn direct(
                 .await?;
         runs.push((run, writer));
     }
-    let gateway_concurrency = HubConfig::default().worker.batch_size as usize;
+    let gateway_concurrency = HubConfig::default().worker.gateway_batch_size as usize;
     let mut gateway_run = match gateway_world {
         Some(world) => {
             let run = load::DirectGateways::prepare(
@@ -564,6 +564,9 @@ struct Sample {
     /// deploy request → the first pipeline pass (phase `preparing` entered
     /// by the worker).
     first_pass: f64,
+    /// The Gateway's ensure queued → applied (its own worker lane; NaN:
+    /// no Gateway).
+    gateway_ensure: f64,
 }
 
 impl Sample {
@@ -643,6 +646,13 @@ impl Bench {
                 .phases
                 .get(RevisionPhase::Preparing.as_str())
                 .map_or(f64::NAN, |t| chrono_ms(*t) - t0),
+            gateway_ensure: match (
+                rev.progress.gateway_queued_at,
+                rev.progress.gateway_applied_at,
+            ) {
+                (Some(q), Some(a)) => chrono_ms(a) - chrono_ms(q),
+                _ => f64::NAN,
+            },
         }
     }
 
@@ -918,6 +928,13 @@ fn sample_rows(s: &[Sample], goal_overhead: &str, conditions: &str, gateways: bo
         col(|x| x.first_pass),
         "-",
     );
+    if gateways {
+        row(
+            "  Gateway ensure queued -> applied (control, own lane)",
+            col(|x| x.gateway_ensure),
+            "-",
+        );
+    }
     row(
         "  last Pod Ready -> Active (spoke report, link, hub pass)",
         col(|x| x.after),
@@ -1016,7 +1033,7 @@ fn report(args: &Args, cond: &Conditions, warm: &[Sample], lat: &[Sample], tp: &
 fn reference_rows(d: &Direct, tp: &Throughput, cond: &Conditions) {
     let gateways = match &d.gateways {
         Some(g) => format!(
-            "; at the same time {} Gateways' objects (ServiceAccount, transport Secret, PVC, NetworkPolicy, Service, Deployment; the hub's builders, no route) applied to the control cluster as the hub's ServiceAccount, {} at a time (worker.batchSize)",
+            "; at the same time {} Gateways' objects (ServiceAccount, transport Secret, PVC, NetworkPolicy, Service, Deployment; the hub's builders, no route) applied to the control cluster as the hub's ServiceAccount, {} at a time (worker.gatewayBatchSize)",
             g.count, g.concurrency
         ),
         None if cond.gateways => "; no Gateway".to_owned(),

@@ -92,6 +92,11 @@ pub use trigger::RolloutTrigger;
 /// How soon a pass that found the Agent busy (another pass holds its lease)
 /// comes back.
 const BUSY_RETRY: Duration = Duration::from_millis(200);
+/// A Gateway ensure that finds its Agent's lease held tries again this
+/// often, this many times, before the worker defers it: the pass that
+/// queued it ends within milliseconds.
+const LEASE_PATIENCE_STEP: Duration = Duration::from_millis(10);
+const LEASE_PATIENCE_TRIES: usize = 20;
 /// How soon placement is tried again while no online cluster matches.
 const PLACE_RETRY: Duration = Duration::from_secs(2);
 /// How long the hub's own probe of a Harness may take.
@@ -925,21 +930,39 @@ impl Rollout {
         let Some((_, agent)) = revision_and_agent(store, &item.target).await? else {
             return Ok(());
         };
-        self.holding_agent_lease(store, &agent.id, self.ensure_gateway_held(store, item))
-            .await
+        // The pass that queued this ensure usually still holds the lease
+        // for a few milliseconds: wait that out here rather than defer the
+        // item by the worker's busy delay.
+        for _ in 0..LEASE_PATIENCE_TRIES {
+            match self
+                .with_agent_lease(store, &agent.id, self.ensure_gateway_held(store, item))
+                .await?
+            {
+                // Woken after the lease is released, so the pass does not
+                // find it busy.
+                Some(Some((rev, ns))) => return self.requeue(store, &rev, &ns, Utc::now()).await,
+                Some(None) => return Ok(()),
+                None => tokio::time::sleep(LEASE_PATIENCE_STEP).await,
+            }
+        }
+        Err(WorkError::Busy(
+            "another pipeline pass of this Agent is running".into(),
+        ))
     }
 
+    /// Applies and records the Gateway under the lease; the revision and
+    /// namespace to wake a pass for once it is applied.
     async fn ensure_gateway_held(
         &self,
         store: &dyn Store,
         item: &WorkItem,
-    ) -> Result<(), WorkError> {
+    ) -> Result<Option<(AgentRevision, Namespace)>, WorkError> {
         let (mut rev, agent, ns, g) = self.read_facts(store, &item.target).await?;
         if !gateway_ensure_allowed(&g.facts) {
             // Applied by an earlier attempt, or superseded, stopped, failed
             // or denied since it was queued: nothing to apply.
             tracing::debug!(revision = %rev.id, phase = rev.phase.as_str(), "pipeline.gateway_ensure_skipped");
-            return Ok(());
+            return Ok(None);
         }
         let started = Utc::now();
         let target = gateway_target(
@@ -962,7 +985,7 @@ impl Rollout {
                 format!("gateway: {failure}")
             };
             return match self.fail(store, &ns, &g, rev, reason).await {
-                Ok(_) => Ok(()),
+                Ok(_) => Ok(None),
                 Err(PassError::Stale) => Err(WorkError::Retryable(
                     "the revision changed while its Gateway failed; deciding again".into(),
                 )),
@@ -983,7 +1006,7 @@ impl Rollout {
         }
         // The pass goes on (the Gateway watch wakes it again when the
         // Gateway turns Ready).
-        self.requeue(store, &rev, &ns, Utc::now()).await
+        Ok(Some((rev, ns)))
     }
 
     /// Stops an Agent: route and Gateway runtime first (hub), then the
