@@ -893,6 +893,35 @@ struct GatedEnsure {
     open: tokio::sync::watch::Receiver<bool>,
 }
 
+impl GatedEnsure {
+    /// A wrapper for [`World::start_wrapped`], with the list of Agents
+    /// whose ensures it holds, the count of held ensures, and the switch
+    /// that lets them through.
+    #[allow(clippy::type_complexity)]
+    fn gate() -> (
+        impl FnOnce(Arc<dyn GatewayRuntime>) -> Arc<dyn GatewayRuntime>,
+        Arc<Mutex<Vec<String>>>,
+        Arc<AtomicUsize>,
+        tokio::sync::watch::Sender<bool>,
+    ) {
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let entered = Arc::new(AtomicUsize::new(0));
+        let (open, open_rx) = tokio::sync::watch::channel(false);
+        let wrap = {
+            let (held, entered) = (held.clone(), entered.clone());
+            move |inner| -> Arc<dyn GatewayRuntime> {
+                Arc::new(GatedEnsure {
+                    inner,
+                    held,
+                    entered,
+                    open: open_rx,
+                })
+            }
+        };
+        (wrap, held, entered, open)
+    }
+}
+
 #[async_trait]
 impl GatewayRuntime for GatedEnsure {
     async fn ensure(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
@@ -939,20 +968,7 @@ impl GatewayRuntime for GatedEnsure {
 /// (Before, the pass applied the Gateway itself and kept the only slot.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_gateway_ensure_holds_no_pipeline_slot() -> Result<()> {
-    let held = Arc::new(Mutex::new(Vec::new()));
-    let entered = Arc::new(AtomicUsize::new(0));
-    let (open, open_rx) = tokio::sync::watch::channel(false);
-    let gate = {
-        let (held, entered) = (held.clone(), entered.clone());
-        move |inner| -> Arc<dyn GatewayRuntime> {
-            Arc::new(GatedEnsure {
-                inner,
-                held,
-                entered,
-                open: open_rx,
-            })
-        }
-    };
+    let (gate, held, entered, open) = GatedEnsure::gate();
     let mut w = World::start_wrapped(|c| c.worker.batch_size = 1, gate).await?;
     let (ns_slow, slow) = w.agent("dedicated-codex").await?;
     let (ns_fast, fast) = w.agent("dedicated-codex").await?;
@@ -1017,6 +1033,62 @@ async fn a_slow_gateway_ensure_holds_no_pipeline_slot() -> Result<()> {
         1,
     )
     .await?;
+    w.finish().await
+}
+
+/// Issue 17: a Gateway ensure that outlasts the Agent's pass lease (15 s;
+/// a loaded control apiserver took over 15 s for some at 200 at once)
+/// keeps the lease: it is renewed while the ensure runs, so no pass of the
+/// Agent runs beside it and the Gateway is applied once. (Before, the lease
+/// ran out under the ensure, a pass got in and saved the revision, and the
+/// ensure's own save came back stale, so it applied the Gateway again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_ensure_longer_than_the_pass_lease_keeps_the_lease() -> Result<()> {
+    const PASS_LEASE: Duration = Duration::from_secs(15);
+    let (gate, held, entered, open) = GatedEnsure::gate();
+    let mut w = World::start_wrapped(|_| {}, gate).await?;
+    let (ns, agent) = w.agent("dedicated-codex").await?;
+    let exec = w.exec_a.admin();
+    w.cleanup.workspace(&exec, &ns, &agent.name, 1).await?;
+    held.lock().expect("held").push(agent.name.clone());
+
+    w.rest.deploy(&ns.name, &agent.name).await?;
+    until(WAIT, "the Agent's Gateway ensure is held", || async {
+        Ok((entered.load(Ordering::SeqCst) > 0).then_some(()))
+    })
+    .await?;
+    let held_since = Instant::now();
+    tokio::time::sleep(PASS_LEASE + Duration::from_secs(3)).await;
+    let store = w.hub.store();
+    let now = chrono::Utc::now();
+    let intruder_got_it = store
+        .begin_agent_pass(
+            &agent.id,
+            "intruder",
+            now,
+            now + chrono::Duration::seconds(1),
+        )
+        .await?;
+    if intruder_got_it {
+        store.end_agent_pass(&agent.id, "intruder").await?;
+    }
+    ensure!(
+        !intruder_got_it,
+        "the ensure held for {:?} lost its Agent lease",
+        held_since.elapsed()
+    );
+
+    open.send_replace(true);
+    let r = w
+        .rest
+        .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
+        .await?;
+    assert!(r.progress.gateway_applied_at.is_some());
+    assert_eq!(
+        entered.load(Ordering::SeqCst),
+        1,
+        "the Gateway is applied once"
+    );
     w.finish().await
 }
 

@@ -625,6 +625,9 @@ pub mod load {
     pub struct GatewayTimes {
         /// Until the last object was written.
         pub applied_in: std::time::Duration,
+        /// Each Gateway's six applies, ms (queueing behind the concurrency
+        /// limit excluded), sorted.
+        pub apply_ms: Vec<f64>,
         /// Until the last Gateway Pod was Ready.
         pub ready_in: std::time::Duration,
         /// Each Gateway Pod's Ready, ms after the start, sorted.
@@ -745,7 +748,9 @@ pub mod load {
         ) -> Result<GatewayTimes> {
             let n = self.specs.len();
             let start = std::time::Instant::now();
-            apply_gateways(writer, &self.config, &self.specs, concurrency).await?;
+            let mut apply_ms =
+                apply_gateways(writer, &self.config, &self.specs, concurrency).await?;
+            apply_ms.sort_by(|a, b| a.total_cmp(b));
             let applied_in = start.elapsed();
             let mut ready_ms = Vec::with_capacity(n);
             let deadline = tokio::time::Instant::from_std(start + limit);
@@ -765,6 +770,7 @@ pub mod load {
             ready_ms.sort_by(|a, b| a.total_cmp(b));
             Ok(GatewayTimes {
                 applied_in,
+                apply_ms,
                 ready_in,
                 ready_ms,
             })

@@ -359,6 +359,10 @@ struct DirectGatewayFigures {
     ready_ms: Vec<f64>,
     /// First write → the last Gateway Pod Ready.
     ready_in: Duration,
+    /// First write → the last Gateway object written.
+    applied_in: Duration,
+    /// Each Gateway's applies, ms, sorted.
+    apply_ms: Vec<f64>,
 }
 
 impl Direct {
@@ -452,6 +456,8 @@ async fn direct(
                 concurrency: gateway_concurrency,
                 ready_ms: t.ready_ms,
                 ready_in: t.ready_in,
+                applied_in: t.applied_in,
+                apply_ms: t.apply_ms,
             })
         }
         None => None,
@@ -471,6 +477,8 @@ struct Rest {
     http: reqwest::Client,
     base: String,
     token: String,
+    /// The hub's metrics listener (`host:port`).
+    metrics: String,
 }
 
 impl Rest {
@@ -497,6 +505,40 @@ impl Rest {
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         self.call(reqwest::Method::GET, path, None).await
+    }
+
+    /// The hub's Gateway ensures so far, from its own histogram
+    /// `occ_agent_operation_duration_seconds{operation="gateway_ensure"}`.
+    async fn ensure_totals(&self) -> Result<EnsureTotals> {
+        let text = self
+            .http
+            .get(format!("http://{}/metrics", self.metrics))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        let mut t = EnsureTotals::default();
+        for line in text.lines() {
+            let Some(series) = line.strip_prefix("occ_agent_operation_duration_seconds_") else {
+                continue;
+            };
+            if !series.contains("operation=\"gateway_ensure\"") {
+                continue;
+            }
+            let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+                continue;
+            };
+            let ok = series.contains("result=\"ok\"");
+            match (series.split('{').next(), ok) {
+                (Some("count"), true) => t.ok = value,
+                (Some("count"), false) => t.failed = value,
+                (Some("sum"), true) => t.ok_seconds = value,
+                _ => {}
+            }
+        }
+        Ok(t)
     }
 
     async fn revision(&self, tenant: &str, agent: &str) -> Result<AgentRevision> {
@@ -539,6 +581,25 @@ impl Rest {
             None,
         )
         .await
+    }
+}
+
+/// Totals of the hub's Gateway ensure histogram.
+#[derive(Debug, Clone, Copy, Default)]
+struct EnsureTotals {
+    ok: f64,
+    failed: f64,
+    /// Seconds spent in the successful ones.
+    ok_seconds: f64,
+}
+
+impl EnsureTotals {
+    fn since(self, before: Self) -> Self {
+        Self {
+            ok: self.ok - before.ok,
+            failed: self.failed - before.failed,
+            ok_seconds: self.ok_seconds - before.ok_seconds,
+        }
     }
 }
 
@@ -750,6 +811,7 @@ impl Bench {
         for r in created {
             r?;
         }
+        let ensures_before = self.rest.ensure_totals().await?;
         let t_start = now_ms();
         let started = Instant::now();
         let deploys = futures::future::join_all(names.iter().map(|(a, _)| async move {
@@ -836,6 +898,12 @@ impl Bench {
         };
         let first = t0s.values().copied().fold(f64::INFINITY, f64::min);
         let last = done.last().copied().unwrap_or(f64::NAN);
+        let last_gateway_applied = active
+            .values()
+            .filter_map(|(_, r)| r.progress.gateway_applied_at)
+            .map(chrono_ms)
+            .fold(f64::NAN, f64::max);
+        let ensures = self.rest.ensure_totals().await?.since(ensures_before);
         let (p10, p90) = (pct(&done, 10.0), pct(&done, 90.0));
         Ok(Throughput {
             samples,
@@ -845,6 +913,8 @@ impl Bench {
             rate: count as f64 / ((last - first) / 1000.0),
             sustained: (0.8 * count as f64) / ((p90 - p10) / 1000.0),
             apply_rates,
+            gateways_applied_in: last_gateway_applied - first,
+            ensures,
         })
     }
 }
@@ -858,6 +928,10 @@ struct Throughput {
     sustained: f64,
     /// Harness Deployments created per second, per cluster.
     apply_rates: Vec<(String, f64)>,
+    /// First deploy → the last Gateway applied, ms (NaN: Gateways off).
+    gateways_applied_in: f64,
+    /// The hub's Gateway ensures during the phase.
+    ensures: EnsureTotals,
 }
 
 fn row(name: &str, v: Vec<f64>, goal: &str) {
@@ -1060,9 +1134,29 @@ fn reference_rows(d: &Direct, tp: &Throughput, cond: &Conditions) {
             g.ready_ms.clone(),
             "-",
         );
+        row(
+            "one Gateway's six applies, control (ms)",
+            g.apply_ms.clone(),
+            "-",
+        );
         println!(
-            "Kubernetes alone: all Gateway Pods Ready {:.0} ms after the first write",
+            "Kubernetes alone: all Gateway objects written {:.0} ms, all Gateway Pods Ready {:.0} ms after the first write",
+            g.applied_in.as_secs_f64() * 1e3,
             g.ready_in.as_secs_f64() * 1e3
+        );
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let e = &tp.ensures;
+        println!(
+            "Gateways, clawfed beside Kubernetes alone: last Gateway applied {:.0} ms after the first deploy / {:.0} ms after the first write = {:.2}; one Gateway's apply, mean {:.0} ms (gateway.ensure, hub metric: {} ok, {} failed) / {:.0} ms = {:.2} [{} at a time]",
+            tp.gateways_applied_in,
+            g.applied_in.as_secs_f64() * 1e3,
+            tp.gateways_applied_in / (g.applied_in.as_secs_f64() * 1e3),
+            e.ok_seconds * 1e3 / e.ok,
+            e.ok,
+            e.failed,
+            mean(&g.apply_ms),
+            e.ok_seconds * 1e3 / e.ok / mean(&g.apply_ms),
+            g.concurrency
         );
     }
     println!(
@@ -1289,6 +1383,7 @@ async fn run(args: Args) -> Result<()> {
             .build()?,
         base: format!("http://{}", hub.rest_addr),
         token: minted.secret,
+        metrics: hub.metrics_addr.to_string(),
     };
     let link = hub.link.clone().context("hub link")?;
     let hub_url = format!("https://127.0.0.1:{}", link.addr.port());

@@ -119,8 +119,10 @@ pub struct RolloutConfig {
     /// `policy.requireImmutableDigest`: the spoke refuses images not pinned
     /// by SHA-256 digest, independently of the hub's check at deploy.
     pub require_immutable_digest: bool,
-    /// How long one pass may hold an Agent's lease (the revision version
-    /// fences a pass that outlives it).
+    /// How long an Agent's lease lasts unless renewed: the work holding it
+    /// renews it every third of this, so only a hub that stopped (or lost
+    /// the store) lets it run out. The revision's version fences the saves
+    /// of work that lost it.
     pub pass_lease: Duration,
     /// The hub's tunnel ingress Gateways are given; `None` is direct mode.
     pub tunnel: Option<TunnelEndpoint>,
@@ -337,12 +339,48 @@ impl Rollout {
         {
             return Ok(None);
         }
-        let result = f.await;
+        // Renewed while the work runs: a Gateway ensure against a loaded
+        // control apiserver can outlast one lease, and a pass let in then
+        // made the ensure's save stale, so it applied the Gateway again.
+        let mut work = std::pin::pin!(f);
+        let result = tokio::select! {
+            r = &mut work => r,
+            () = self.renew_agent_lease(store, agent_id, &holder) => {
+                // Lost: the work ends without it; the revision's version
+                // still fences its saves.
+                work.await
+            }
+        };
         if let Err(e) = store.end_agent_pass(agent_id, &holder).await {
             // The lease runs out by itself.
             tracing::warn!(agent = %agent_id, error = %e, "pipeline.lease_release_failed");
         }
         result.map(Some)
+    }
+
+    /// Extends `holder`'s lease every third of a lease; returns once it is
+    /// lost (another holder took it after a renewal failed to reach the
+    /// store in time).
+    async fn renew_agent_lease(&self, store: &dyn Store, agent_id: &str, holder: &str) {
+        let lease = chrono::Duration::from_std(self.config.pass_lease).unwrap_or_default();
+        loop {
+            tokio::time::sleep(self.config.pass_lease / 3).await;
+            let now = Utc::now();
+            match store
+                .begin_agent_pass(agent_id, holder, now, now + lease)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(agent = %agent_id, "pipeline.lease_lost");
+                    return;
+                }
+                // Tried again at the next third; the lease is still live.
+                Err(e) => {
+                    tracing::warn!(agent = %agent_id, error = %e, "pipeline.lease_renew_failed")
+                }
+            }
+        }
     }
 
     /// `revision.rollout`: a pass over the item's revision.
