@@ -56,6 +56,54 @@ pub mod procfs {
         };
         (tick(11) + tick(12)) / 100.0
     }
+
+    /// Busy and total clock ticks of the whole machine (first line of
+    /// /proc/stat), to tell how much of the cores other work took.
+    pub fn machine_ticks() -> (f64, f64) {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let v: Vec<f64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal ...
+        let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
+        let total: f64 = v.iter().take(8).sum();
+        (total - idle, total)
+    }
+
+    /// CPU over a span: the machine's busy cores and this process's.
+    pub struct CpuSpan {
+        machine: (f64, f64),
+        own: f64,
+        at: std::time::Instant,
+    }
+
+    impl CpuSpan {
+        pub fn start() -> Self {
+            Self {
+                machine: machine_ticks(),
+                own: cpu_secs(std::process::id()),
+                at: std::time::Instant::now(),
+            }
+        }
+
+        /// "machine B of N cores busy over W s, this process C cores".
+        pub fn note(&self) -> String {
+            let wall = self.at.elapsed().as_secs_f64().max(1e-9);
+            let (busy, total) = machine_ticks();
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+            let share = (busy - self.machine.0) / (total - self.machine.1).max(1.0);
+            let own = (cpu_secs(std::process::id()) - self.own) / wall;
+            format!(
+                "machine {:.2} of {cores:.0} cores busy over {wall:.1} s, of which this process {own:.2}",
+                share * cores
+            )
+        }
+    }
 }
 
 /// The e2e test clusters' kube clients, and a count of the requests a

@@ -44,6 +44,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
+use clawfed_bench::procfs::CpuSpan;
 use clawfed_hub::auth::{self, Role};
 use clawfed_hub::config::Config as HubConfig;
 use clawfed_hub::gateway::{Gateways, TransportCredentials};
@@ -349,6 +350,8 @@ struct Direct {
     ready_ms: Vec<f64>,
     /// Gateways on: the control cluster's share, run at the same time.
     gateways: Option<DirectGatewayFigures>,
+    /// CPU over the run (the clusters share the machine's cores).
+    cpu: String,
 }
 
 /// Kubernetes alone in the control cluster (Gateways on).
@@ -425,6 +428,7 @@ async fn direct(
         None => None,
     };
     let limit = Duration::from_secs(args.throughput_timeout_seconds);
+    let cpu = CpuSpan::start();
     let started = Instant::now();
     let harnesses = futures::future::join_all(
         runs.iter_mut()
@@ -438,6 +442,7 @@ async fn direct(
     };
     let (results, gateway_result) = futures::future::join(harnesses, gateways).await;
     let ready_in = started.elapsed();
+    let cpu = cpu.note();
     for (run, _) in runs {
         run.cleanup().await;
     }
@@ -468,6 +473,7 @@ async fn direct(
         ready_in,
         ready_ms: sorted(ready_ms),
         gateways,
+        cpu,
     })
 }
 
@@ -812,6 +818,7 @@ impl Bench {
             r?;
         }
         let ensures_before = self.rest.ensure_totals().await?;
+        let cpu = CpuSpan::start();
         let t_start = now_ms();
         let started = Instant::now();
         let deploys = futures::future::join_all(names.iter().map(|(a, _)| async move {
@@ -870,6 +877,7 @@ impl Bench {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let cpu = cpu.note();
         let mut samples = Vec::with_capacity(count);
         for (a, c) in &names {
             let k = self.kube_times(*c, a).await?;
@@ -915,6 +923,7 @@ impl Bench {
             apply_rates,
             gateways_applied_in: last_gateway_applied - first,
             ensures,
+            cpu,
         })
     }
 }
@@ -932,6 +941,9 @@ struct Throughput {
     gateways_applied_in: f64,
     /// The hub's Gateway ensures during the phase.
     ensures: EnsureTotals,
+    /// CPU from the first deploy to the last Active (this process is the
+    /// hub, both spokes and the bench's watches).
+    cpu: String,
 }
 
 fn row(name: &str, v: Vec<f64>, goal: &str) {
@@ -1094,6 +1106,10 @@ fn report(args: &Args, cond: &Conditions, warm: &[Sample], lat: &[Sample], tp: &
         tp.rate, tp.sustained
     );
     println!(
+        "CPU, first deploy -> last Active: {} (the hub, both spokes, the bench's watches)",
+        tp.cpu
+    );
+    println!(
         "Harness Deployments created per second by each spoke: {}",
         tp.apply_rates
             .iter()
@@ -1168,6 +1184,10 @@ fn reference_rows(d: &Direct, tp: &Throughput, cond: &Conditions) {
         },
         d.ready_in.as_secs_f64() * 1e3,
         d.rate()
+    );
+    println!(
+        "CPU, Kubernetes alone: {} (the direct clients and the bench's watches)",
+        d.cpu
     );
     let ratio = tp.rate / d.rate();
     println!(

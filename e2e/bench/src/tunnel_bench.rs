@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use clap::{Parser, ValueEnum};
-use clawfed_bench::procfs::{cpu_secs, rss_kib};
+use clawfed_bench::procfs::{cpu_secs, machine_ticks, rss_kib};
 use clawfed_hub::auth::{self, Role as TokenRole};
 use clawfed_hub::gateway::TransportCredentials;
 use clawfed_hub::model::{BootstrapTokenCreated, RevisionPhase};
@@ -618,24 +618,6 @@ impl RoleProc {
             let _ = self.child.wait().await;
         }
     }
-}
-
-/// Busy and total clock ticks of the whole machine (first line of
-/// /proc/stat), to tell how much of the 2 cores other work took.
-fn machine_ticks() -> (f64, f64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let v: Vec<f64> = stat
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal ...
-    let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
-    let total: f64 = v.iter().take(8).sum();
-    (total - idle, total)
 }
 
 /// CPU use of hub, spoke and driver (and the whole machine) over a span.
