@@ -48,6 +48,7 @@ use clawfed_bench::procfs::CpuSpan;
 use clawfed_hub::auth::{self, Role};
 use clawfed_hub::config::Config as HubConfig;
 use clawfed_hub::gateway::{Gateways, TransportCredentials};
+use clawfed_hub::model::event::{EventBody, RevisionPhaseEvent, WatchEvent};
 use clawfed_hub::model::{
     Agent, AgentRevision, BootstrapTokenCreated, Cluster, ConnectionState, List, Namespace,
     RevisionPhase,
@@ -513,6 +514,50 @@ impl Rest {
         self.call(reqwest::Method::GET, path, None).await
     }
 
+    /// The revision phase changes of `tenant`, from the hub's watch stream
+    /// (Server-Sent Events), as a user's dashboard follows a rollout; the
+    /// channel closes when the stream ends (or is cut off with `relist`).
+    async fn phase_events(
+        &self,
+        tenant: &str,
+    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<RevisionPhaseEvent>> {
+        let mut response = self
+            .http
+            .get(format!("{}/api/v1/watch", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await?
+            .error_for_status()?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let tenant = tenant.to_owned();
+        tokio::spawn(async move {
+            let mut buf: Vec<u8> = Vec::new();
+            while let Ok(Some(chunk)) = response.chunk().await {
+                buf.extend_from_slice(&chunk);
+                let mut start = 0;
+                while let Some(end) = buf[start..].windows(2).position(|w| w == b"\n\n") {
+                    let block = String::from_utf8_lossy(&buf[start..start + end]).into_owned();
+                    start += end + 2;
+                    let data = block.lines().find_map(|l| l.strip_prefix("data:"));
+                    let Some(Ok(event)) = data.map(serde_json::from_str::<WatchEvent>) else {
+                        continue;
+                    };
+                    let ours = event.namespace.as_deref() == Some(tenant.as_str());
+                    let gone = match event.body {
+                        EventBody::RevisionPhase(p) if ours => tx.send(p).is_err(),
+                        EventBody::Relist(_) => true,
+                        _ => false,
+                    };
+                    if gone {
+                        return;
+                    }
+                }
+                buf.drain(..start);
+            }
+        });
+        Ok(rx)
+    }
+
     /// The hub's Gateway ensures so far, from its own histogram
     /// `occ_agent_operation_duration_seconds{operation="gateway_ensure"}`.
     async fn ensure_totals(&self) -> Result<EnsureTotals> {
@@ -802,6 +847,42 @@ impl Bench {
         Ok((warm, out))
     }
 
+    /// One poll round (when the watch stream is gone): Agents whose
+    /// revision 1 turned Active since, with the hub's recorded time.
+    async fn poll_active(
+        &self,
+        t0s: &HashMap<String, f64>,
+        active: &mut HashMap<String, f64>,
+    ) -> Result<()> {
+        let agents: List<Agent> = self
+            .rest
+            .get(&format!("/namespaces/{}/agents", self.tenant))
+            .await?;
+        for a in agents.items {
+            if !t0s.contains_key(&a.name) || active.contains_key(&a.name) {
+                continue;
+            }
+            let r = self.rest.revision(&self.tenant, &a.name).await?;
+            match r.phase {
+                RevisionPhase::Active => {
+                    if let Some(at) = r.progress.phases.get(RevisionPhase::Active.as_str()) {
+                        active.insert(a.name.clone(), chrono_ms(*at));
+                    }
+                }
+                RevisionPhase::Failed | RevisionPhase::Stopped => {
+                    bail!(
+                        "throughput: {} revision 1 {:?}: {:?}",
+                        a.name,
+                        r.phase,
+                        r.reason
+                    )
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     async fn throughput(&self) -> Result<Throughput> {
         let n = self.args.clusters.len();
         let count = self.args.throughput_agents;
@@ -818,6 +899,9 @@ impl Bench {
             r?;
         }
         let ensures_before = self.rest.ensure_totals().await?;
+        // Followed on the watch stream, opened before the first deploy (a
+        // poll of 200 revisions would load the hub it measures).
+        let mut events = Some(self.rest.phase_events(&self.tenant).await?);
         let cpu = CpuSpan::start();
         let t_start = now_ms();
         let started = Instant::now();
@@ -836,8 +920,8 @@ impl Bench {
         }
         let deployed_in = now_ms() - t_start;
         let limit = Duration::from_secs(self.args.throughput_timeout_seconds);
-        let mut active: HashMap<String, (f64, AgentRevision)> = HashMap::new();
-        let mut round = 0u64;
+        // Agent -> the hub's recorded Active time.
+        let mut active: HashMap<String, f64> = HashMap::new();
         while active.len() < count {
             if started.elapsed() > limit {
                 bail!(
@@ -845,46 +929,45 @@ impl Bench {
                     active.len()
                 );
             }
-            round += 1;
-            let agents: List<Agent> = self
-                .rest
-                .get(&format!("/namespaces/{}/agents", self.tenant))
-                .await?;
-            for a in agents.items {
-                if a.active_revision == Some(1)
-                    && t0s.contains_key(&a.name)
-                    && !active.contains_key(&a.name)
-                {
-                    // activeRevision is set a step before the phase.
-                    let r = self.rest.revision(&self.tenant, &a.name).await?;
-                    if r.phase == RevisionPhase::Active
-                        && let Some(at) = r.progress.phases.get(RevisionPhase::Active.as_str())
-                    {
-                        active.insert(a.name.clone(), (chrono_ms(*at), r.clone()));
+            let Some(rx) = &mut events else {
+                self.poll_active(&t0s, &mut active).await?;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            };
+            match tokio::time::timeout(Duration::from_secs(1), rx.recv()).await {
+                Ok(Some(ev)) if ev.number == 1 && t0s.contains_key(&ev.agent) => match ev.phase {
+                    RevisionPhase::Active => {
+                        if let Some(at) = ev.phases.get(RevisionPhase::Active.as_str()) {
+                            active.insert(ev.agent, chrono_ms(*at));
+                        }
                     }
+                    RevisionPhase::Failed | RevisionPhase::Stopped => bail!(
+                        "throughput: {} revision 1 {:?}: {:?}",
+                        ev.agent,
+                        ev.phase,
+                        ev.reason
+                    ),
+                    _ => {}
+                },
+                Ok(Some(_)) | Err(_) => {}
+                Ok(None) => {
+                    eprintln!("pipeline-bench: the watch stream ended; polling instead");
+                    events = None;
                 }
             }
-            if round.is_multiple_of(20) {
-                for (a, _) in &names {
-                    if active.contains_key(a) {
-                        continue;
-                    }
-                    let r = self.rest.revision(&self.tenant, a).await?;
-                    if matches!(r.phase, RevisionPhase::Failed | RevisionPhase::Stopped) {
-                        bail!("throughput: {a} revision 1 {:?}: {:?}", r.phase, r.reason);
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let cpu = cpu.note();
         let mut samples = Vec::with_capacity(count);
+        let mut last_gateway_applied = f64::NAN;
         for (a, c) in &names {
             let k = self.kube_times(*c, a).await?;
-            let (at, rev) = &active[a];
-            samples.push(self.sample(t0s[a], *at, k, rev));
+            let rev = self.rest.revision(&self.tenant, a).await?;
+            if let Some(at) = rev.progress.gateway_applied_at {
+                last_gateway_applied = last_gateway_applied.max(chrono_ms(at));
+            }
+            samples.push(self.sample(t0s[a], active[a], k, &rev));
         }
-        let done = sorted(active.values().map(|(t, _)| *t).collect());
+        let done = sorted(active.values().copied().collect());
         // How fast each spoke turned Harness work into Deployments.
         let apply_rates = {
             let m = self.times.lock().unwrap_or_else(|p| p.into_inner());
@@ -906,11 +989,6 @@ impl Bench {
         };
         let first = t0s.values().copied().fold(f64::INFINITY, f64::min);
         let last = done.last().copied().unwrap_or(f64::NAN);
-        let last_gateway_applied = active
-            .values()
-            .filter_map(|(_, r)| r.progress.gateway_applied_at)
-            .map(chrono_ms)
-            .fold(f64::NAN, f64::max);
         let ensures = self.rest.ensure_totals().await?.since(ensures_before);
         let (p10, p90) = (pct(&done, 10.0), pct(&done, 90.0));
         Ok(Throughput {
