@@ -27,7 +27,11 @@
 //!    Pod Ready → Active (spoke report, link, hub pass).
 //! 2. Throughput: N Agents deployed at once across both clusters; revisions
 //!    per second from the first deploy request to the last `active` phase
-//!    time the hub recorded, and deploy → Active under that load.
+//!    time the hub recorded (followed on the hub's watch stream, so the
+//!    bench does not load the hub with GETs), and deploy → Active under
+//!    that load; the machine's busy cores and this process's over the run,
+//!    and each Gateway's apply time (the hub's `gateway_ensure` histogram)
+//!    beside Kubernetes alone's.
 //!
 //! Every verdict line names its conditions (Gateways, clusters, how many
 //! deploys at once, backend, worker poll).
