@@ -28,6 +28,7 @@ use clawfed_hub::model::{
     Agent, AgentRevision, Cluster, ConnectionState, Namespace, RevisionPhase,
 };
 use clawfed_hub::store::{LinkStore, NewToken, Store, WorkFilter};
+use clawfed_hub::worker::kinds::REVISION_ROLLOUT;
 use clawfed_hub::worker::rollout::{GatewayFailure, GatewayRuntime, GatewayTarget};
 use clawfed_proto::labels;
 use clawfed_spoke::config::SpokeConfig;
@@ -922,6 +923,40 @@ impl GatedEnsure {
     }
 }
 
+/// A dedicated Agent deployed with its Gateway ensure held (its Agent
+/// lease taken) until `open` is set.
+struct HeldEnsure {
+    w: World,
+    ns: Namespace,
+    agent: Agent,
+    /// How many of its ensures were held or went through.
+    entered: Arc<AtomicUsize>,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl HeldEnsure {
+    async fn deploy() -> Result<Self> {
+        let (gate, held, entered, open) = GatedEnsure::gate();
+        let mut w = World::start_wrapped(|_| {}, gate).await?;
+        let (ns, agent) = w.agent("dedicated-codex").await?;
+        let exec = w.exec_a.admin();
+        w.cleanup.workspace(&exec, &ns, &agent.name, 1).await?;
+        held.lock().expect("held").push(agent.name.clone());
+        w.rest.deploy(&ns.name, &agent.name).await?;
+        until(WAIT, "the Agent's Gateway ensure is held", || async {
+            Ok((entered.load(Ordering::SeqCst) > 0).then_some(()))
+        })
+        .await?;
+        Ok(Self {
+            w,
+            ns,
+            agent,
+            entered,
+            open,
+        })
+    }
+}
+
 #[async_trait]
 impl GatewayRuntime for GatedEnsure {
     async fn ensure(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
@@ -1045,18 +1080,13 @@ async fn a_slow_gateway_ensure_holds_no_pipeline_slot() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_ensure_longer_than_the_pass_lease_keeps_the_lease() -> Result<()> {
     const PASS_LEASE: Duration = Duration::from_secs(15);
-    let (gate, held, entered, open) = GatedEnsure::gate();
-    let mut w = World::start_wrapped(|_| {}, gate).await?;
-    let (ns, agent) = w.agent("dedicated-codex").await?;
-    let exec = w.exec_a.admin();
-    w.cleanup.workspace(&exec, &ns, &agent.name, 1).await?;
-    held.lock().expect("held").push(agent.name.clone());
-
-    w.rest.deploy(&ns.name, &agent.name).await?;
-    until(WAIT, "the Agent's Gateway ensure is held", || async {
-        Ok((entered.load(Ordering::SeqCst) > 0).then_some(()))
-    })
-    .await?;
+    let HeldEnsure {
+        w,
+        ns,
+        agent,
+        entered,
+        open,
+    } = HeldEnsure::deploy().await?;
     let held_since = Instant::now();
     tokio::time::sleep(PASS_LEASE + Duration::from_secs(3)).await;
     let store = w.hub.store();
@@ -1083,6 +1113,68 @@ async fn a_gateway_ensure_longer_than_the_pass_lease_keeps_the_lease() -> Result
         .rest
         .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
         .await?;
+    assert!(r.progress.gateway_applied_at.is_some());
+    assert_eq!(
+        entered.load(Ordering::SeqCst),
+        1,
+        "the Gateway is applied once"
+    );
+    w.finish().await
+}
+
+/// Issue 17: a pass turned away by a busy Agent lease waits for the
+/// holder to release it (the holder wakes it) instead of coming back every
+/// 200 ms. While a Gateway ensure holds the lease, the spoke's reports on
+/// the Harness (applied, Ready) each trigger a pass; over a 6 s hold they
+/// queue a handful of passes (3), not chains of passes every 200 ms (110
+/// before: each turned-away pass queued its own), and
+/// the revision turns Active as soon as the ensure goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_turned_away_by_a_busy_lease_is_woken_not_polling() -> Result<()> {
+    const HOLD: Duration = Duration::from_secs(6);
+    let HeldEnsure {
+        w,
+        ns,
+        agent,
+        entered,
+        open,
+    } = HeldEnsure::deploy().await?;
+    let rev = w.rest.revision(&ns.name, &agent.name, 1).await?;
+    let store = w.hub.store();
+    let passes = || async {
+        let items = store
+            .list_work(&WorkFilter {
+                namespace: Some(ns.name.clone()),
+                state: None,
+                limit: 1000,
+            })
+            .await?;
+        anyhow::Ok(
+            items
+                .iter()
+                .filter(|i| i.kind == REVISION_ROLLOUT && i.target == rev.id)
+                .count(),
+        )
+    };
+    let before = passes().await?;
+    tokio::time::sleep(HOLD).await;
+    let during = passes().await? - before;
+    println!("passes queued for the revision over the {HOLD:?} hold: {during}");
+    let opened = Instant::now();
+    open.send_replace(true);
+    let r = w
+        .rest
+        .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
+        .await?;
+    ensure!(
+        during <= 10,
+        "{during} passes queued for the revision over a {HOLD:?} hold of its Agent's lease"
+    );
+    ensure!(
+        opened.elapsed() < Duration::from_secs(10),
+        "Active {:?} after the ensure went through",
+        opened.elapsed()
+    );
     assert!(r.progress.gateway_applied_at.is_some());
     assert_eq!(
         entered.load(Ordering::SeqCst),

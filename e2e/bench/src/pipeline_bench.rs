@@ -49,6 +49,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
 use clawfed_bench::procfs::CpuSpan;
+use clawfed_bench::statements::{self, StatementCounter};
 use clawfed_hub::auth::{self, Role};
 use clawfed_hub::config::Config as HubConfig;
 use clawfed_hub::gateway::{Gateways, TransportCredentials};
@@ -118,6 +119,10 @@ struct Args {
     /// Skip the Kubernetes-alone reference (and the ratio).
     #[arg(long)]
     no_direct: bool,
+    /// Count the hub's SQL statements over the throughput phase and print
+    /// them per revision (sqlx's statement events; costs some CPU).
+    #[arg(long)]
+    count_statements: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -1201,6 +1206,50 @@ fn report(args: &Args, cond: &Conditions, warm: &[Sample], lat: &[Sample], tp: &
     );
 }
 
+/// The hub's SQL statements over the throughput phase, per revision (the
+/// phase includes the bench's own reads of each revision at its end).
+fn statement_rows(by_label: &[(String, u64, f64)], revisions: usize) {
+    let total: u64 = by_label.iter().map(|(_, n, _)| n).sum();
+    println!(
+        "hub SQL statements over the throughput phase: {total} ({:.1} per revision); the most frequent (per revision, client seconds in all):",
+        total as f64 / revisions as f64
+    );
+    for (label, n, secs) in by_label.iter().take(25) {
+        println!(
+            "  {:>7.2}  {secs:>7.2} s  {label}",
+            *n as f64 / revisions as f64
+        );
+    }
+}
+
+/// The hub's work items of the whole run by kind and state, per
+/// revision of the throughput phase, and how many targets they name.
+async fn work_item_rows(url: &str, revisions: usize) -> Result<()> {
+    use sqlx::Row as _;
+    let mut c = sqlx::AnyConnection::connect(url).await?;
+    let rows = sqlx::query(
+        "SELECT kind, state, COUNT(*) AS n, COUNT(DISTINCT target) AS targets, \
+         CAST(SUM(attempts) AS BIGINT) AS attempts FROM work_items GROUP BY kind, state \
+         ORDER BY n DESC",
+    )
+    .fetch_all(&mut c)
+    .await?;
+    println!("hub work items of the run (kind, state: per revision, targets, attempts):");
+    for r in rows {
+        let n: i64 = r.try_get("n")?;
+        println!(
+            "  {:<20} {:<8} {:>7.2}  {:>5}  {:>6}",
+            r.try_get::<String, _>("kind")?,
+            r.try_get::<String, _>("state")?,
+            n as f64 / revisions as f64,
+            r.try_get::<i64, _>("targets")?,
+            r.try_get::<Option<i64>, _>("attempts")?.unwrap_or(0)
+        );
+    }
+    c.close().await?;
+    Ok(())
+}
+
 /// clawfed's throughput beside Kubernetes alone, and the ratio goal.
 fn reference_rows(d: &Direct, tp: &Throughput, cond: &Conditions) {
     let gateways = match &d.gateways {
@@ -1397,6 +1446,7 @@ struct Spoke {
 
 async fn run(args: Args) -> Result<()> {
     ensure!(!args.clusters.is_empty(), "--clusters is empty");
+    let statement_counter = args.count_statements.then(StatementCounter::install);
     let mut clusters = Vec::new();
     for name in &args.clusters {
         clusters.push(exec_cluster(name).await?);
@@ -1623,10 +1673,18 @@ async fn run(args: Args) -> Result<()> {
         };
         let (warm, lat) = bench.latency().await?;
         println!("latency phase done ({} revisions)", lat.len());
+        let before = statement_counter.as_ref().map(StatementCounter::snapshot);
         let tp = bench.throughput().await?;
         report(&bench.args, &cond, &warm, &lat, &tp);
         if let Some(d) = &reference {
             reference_rows(d, &tp, &cond);
+        }
+        if let (Some(counter), Some(before)) = (&statement_counter, &before) {
+            statement_rows(
+                &statements::since(&counter.snapshot(), before),
+                tp.samples.len(),
+            );
+            work_item_rows(&db.url, tp.samples.len()).await?;
         }
         let p50 = pct(&sorted(lat.iter().map(Sample::overhead).collect()), 50.0);
         println!(

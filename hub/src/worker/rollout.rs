@@ -54,6 +54,7 @@ pub mod metrics;
 pub mod spec;
 mod teardown;
 mod trigger;
+mod waiters;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,8 +91,10 @@ pub use teardown::TeardownHandler;
 pub use trigger::RolloutTrigger;
 
 /// How soon a pass that found the Agent busy (another pass holds its lease)
-/// comes back.
-const BUSY_RETRY: Duration = Duration::from_millis(200);
+/// comes back by itself; a holder in this process wakes it as it releases
+/// the lease ([`waiters`]), so this only bounds the wait for a holder in
+/// another replica.
+const BUSY_FALLBACK: Duration = Duration::from_secs(2);
 /// A Gateway ensure that finds its Agent's lease held tries again this
 /// often, this many times, before the worker defers it: the pass that
 /// queued it ends within milliseconds.
@@ -172,6 +175,9 @@ pub struct Rollout {
     /// This process's name; each pass holds Agent leases under its own
     /// name made from it ([`pass_holder`]).
     holder: String,
+    /// Passes turned away by a lease held in this process (shared by every
+    /// handler's copy).
+    waiters: Arc<waiters::LeaseWaiters>,
 }
 
 impl std::fmt::Debug for Rollout {
@@ -255,6 +261,7 @@ impl Rollout {
             metrics: None,
             secrets: None,
             holder: format!("hub-{}", uuid::Uuid::new_v4().simple()),
+            waiters: Arc::default(),
         }
     }
 
@@ -355,7 +362,33 @@ impl Rollout {
             // The lease runs out by itself.
             tracing::warn!(agent = %agent_id, error = %e, "pipeline.lease_release_failed");
         }
+        self.wake_waiters(store, agent_id).await;
         result.map(Some)
+    }
+
+    /// Queues, due now, the passes the lease just released turned away.
+    async fn wake_waiters(&self, store: &dyn Store, agent_id: &str) {
+        let work: Vec<_> = self
+            .waiters
+            .take(agent_id)
+            .into_iter()
+            .map(|(revision_id, namespace_id)| {
+                rollout_work(
+                    &revision_id,
+                    &namespace_id,
+                    None,
+                    Utc::now(),
+                    self.config.max_attempts,
+                )
+            })
+            .collect();
+        if work.is_empty() {
+            return;
+        }
+        if let Err(e) = store.enqueue_work(&work).await {
+            // Their own retry (BUSY_FALLBACK) still comes.
+            tracing::warn!(agent = %agent_id, error = %e, "pipeline.wake_waiters_failed");
+        }
     }
 
     /// Extends `holder`'s lease every third of a lease; returns once it is
@@ -409,18 +442,36 @@ impl Rollout {
         let Some((rev, agent)) = revision_and_agent(store, revision_id).await? else {
             return Ok(());
         };
-        let ran = self
-            .with_agent_lease(store, &agent.id, self.advance_held(store, revision_id))
-            .await?;
-        if ran.is_none() {
-            let ns = store
-                .get_namespace(&rev.namespace)
-                .await
-                .map_err(store_err)?;
-            let at = Utc::now() + chrono::Duration::from_std(BUSY_RETRY).unwrap_or_default();
-            self.requeue(store, &rev, &ns, at).await?;
+        // Holding the lease, the revision waits for it no more (and its own
+        // release does not wake it).
+        let held = || async {
+            self.waiters.remove(&agent.id, &rev.id);
+            self.advance_held(store, revision_id).await
+        };
+        if self
+            .with_agent_lease(store, &agent.id, held())
+            .await?
+            .is_some()
+        {
+            return Ok(());
         }
-        Ok(())
+        // Busy: wait to be woken by the holder's release. Registered before
+        // a second try, so a release between the two tries still finds it.
+        let ns = store
+            .get_namespace(&rev.namespace)
+            .await
+            .map_err(store_err)?;
+        let queue_fallback = self.waiters.add(&agent.id, &rev.id, &ns.id, BUSY_FALLBACK);
+        if self
+            .with_agent_lease(store, &agent.id, held())
+            .await?
+            .is_some()
+            || !queue_fallback
+        {
+            return Ok(());
+        }
+        let at = Utc::now() + chrono::Duration::from_std(BUSY_FALLBACK).unwrap_or_default();
+        self.requeue(store, &rev, &ns, at).await
     }
 
     /// A revision, its Agent and namespace as stored now, and its facts.
