@@ -1188,6 +1188,11 @@ impl Config {
                 id: format!("gateway-{}", main.id),
                 batch_size: self.worker.gateway_batch_size,
                 lane: crate::store::WorkLane::Only(gateways.clone()),
+                // Its items are queued by passes in this process (which
+                // wake it) or another replica (NOTIFY), and it waits for
+                // retries by their due time: its safety net can be slow. At
+                // the main lane's 2 s it doubled an idle SQLite hub's CPU.
+                poll_interval: main.poll_interval.max(GATEWAY_LANE_SAFETY_POLL),
                 ..main.clone()
             },
             WorkerConfig {
@@ -1212,6 +1217,9 @@ impl Config {
         }
     }
 }
+
+/// The Gateway lane's safety poll (at least): see [`Config::worker_lanes`].
+const GATEWAY_LANE_SAFETY_POLL: Duration = Duration::from_secs(30);
 
 /// The full path of the key an error is about: for an unknown field,
 /// serde reports the enclosing map's path and the field only in its
@@ -1394,6 +1402,12 @@ mod tests {
         assert_ne!(
             lanes[0].id, lanes[1].id,
             "each worker leases under its own name"
+        );
+        assert_eq!(lanes[1].poll_interval, Duration::from_millis(2000));
+        assert_eq!(
+            lanes[0].poll_interval,
+            Duration::from_secs(30),
+            "the Gateway lane's safety net is slow"
         );
         std::fs::write(&path, "pipeline:\n  enabled: false\n").unwrap();
         let c = Config::load(Some(&path), &env(&[])).unwrap();
