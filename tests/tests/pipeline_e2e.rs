@@ -955,6 +955,27 @@ impl HeldEnsure {
             open,
         })
     }
+
+    /// Lets the ensure through: the revision turns Active with its Gateway
+    /// applied once. Returns how long that took; the world is finished.
+    async fn release(self) -> Result<Duration> {
+        let opened = Instant::now();
+        self.open.send_replace(true);
+        let r = self
+            .w
+            .rest
+            .wait_phase(&self.ns.name, &self.agent.name, 1, RevisionPhase::Active)
+            .await?;
+        let active_in = opened.elapsed();
+        assert!(r.progress.gateway_applied_at.is_some());
+        assert_eq!(
+            self.entered.load(Ordering::SeqCst),
+            1,
+            "the Gateway is applied once"
+        );
+        self.w.finish().await?;
+        Ok(active_in)
+    }
 }
 
 #[async_trait]
@@ -1080,27 +1101,21 @@ async fn a_slow_gateway_ensure_holds_no_pipeline_slot() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_ensure_longer_than_the_pass_lease_keeps_the_lease() -> Result<()> {
     const PASS_LEASE: Duration = Duration::from_secs(15);
-    let HeldEnsure {
-        w,
-        ns,
-        agent,
-        entered,
-        open,
-    } = HeldEnsure::deploy().await?;
+    let h = HeldEnsure::deploy().await?;
     let held_since = Instant::now();
     tokio::time::sleep(PASS_LEASE + Duration::from_secs(3)).await;
-    let store = w.hub.store();
+    let store = h.w.hub.store();
     let now = chrono::Utc::now();
     let intruder_got_it = store
         .begin_agent_pass(
-            &agent.id,
+            &h.agent.id,
             "intruder",
             now,
             now + chrono::Duration::seconds(1),
         )
         .await?;
     if intruder_got_it {
-        store.end_agent_pass(&agent.id, "intruder").await?;
+        store.end_agent_pass(&h.agent.id, "intruder").await?;
     }
     ensure!(
         !intruder_got_it,
@@ -1108,18 +1123,8 @@ async fn a_gateway_ensure_longer_than_the_pass_lease_keeps_the_lease() -> Result
         held_since.elapsed()
     );
 
-    open.send_replace(true);
-    let r = w
-        .rest
-        .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
-        .await?;
-    assert!(r.progress.gateway_applied_at.is_some());
-    assert_eq!(
-        entered.load(Ordering::SeqCst),
-        1,
-        "the Gateway is applied once"
-    );
-    w.finish().await
+    h.release().await?;
+    Ok(())
 }
 
 /// Issue 17: a pass turned away by a busy Agent lease waits for the
@@ -1132,19 +1137,13 @@ async fn a_gateway_ensure_longer_than_the_pass_lease_keeps_the_lease() -> Result
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_turned_away_by_a_busy_lease_is_woken_not_polling() -> Result<()> {
     const HOLD: Duration = Duration::from_secs(6);
-    let HeldEnsure {
-        w,
-        ns,
-        agent,
-        entered,
-        open,
-    } = HeldEnsure::deploy().await?;
-    let rev = w.rest.revision(&ns.name, &agent.name, 1).await?;
-    let store = w.hub.store();
+    let h = HeldEnsure::deploy().await?;
+    let rev = h.w.rest.revision(&h.ns.name, &h.agent.name, 1).await?;
+    let store = h.w.hub.store();
     let passes = || async {
         let items = store
             .list_work(&WorkFilter {
-                namespace: Some(ns.name.clone()),
+                namespace: Some(h.ns.name.clone()),
                 state: None,
                 limit: 1000,
             })
@@ -1160,28 +1159,16 @@ async fn a_pass_turned_away_by_a_busy_lease_is_woken_not_polling() -> Result<()>
     tokio::time::sleep(HOLD).await;
     let during = passes().await? - before;
     println!("passes queued for the revision over the {HOLD:?} hold: {during}");
-    let opened = Instant::now();
-    open.send_replace(true);
-    let r = w
-        .rest
-        .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
-        .await?;
     ensure!(
         during <= 10,
         "{during} passes queued for the revision over a {HOLD:?} hold of its Agent's lease"
     );
+    let active_in = h.release().await?;
     ensure!(
-        opened.elapsed() < Duration::from_secs(10),
-        "Active {:?} after the ensure went through",
-        opened.elapsed()
+        active_in < Duration::from_secs(10),
+        "Active {active_in:?} after the ensure went through"
     );
-    assert!(r.progress.gateway_applied_at.is_some());
-    assert_eq!(
-        entered.load(Ordering::SeqCst),
-        1,
-        "the Gateway is applied once"
-    );
-    w.finish().await
+    Ok(())
 }
 
 /// 2. change the Agent → revision 2 Active, the Agent now → r2, the
