@@ -69,6 +69,21 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The value of `name`'s sample whose labels include every `labels` pair
+/// (`name` may end in `_sum`, `_count`).
+pub fn labelled_metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| Some((l, l.strip_prefix(name)?.strip_prefix('{')?)))
+        .find(|(_, rest)| {
+            labels
+                .iter()
+                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|(l, _)| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
 /// p-quantile (seconds) of a Prometheus histogram, linear within a bucket.
 pub fn histogram_quantile(text: &str, name: &str, p: f64) -> Option<f64> {
     let mut buckets: Vec<(f64, f64)> = text
@@ -614,4 +629,24 @@ pub async fn outbox_latencies(db_url: &str, tag: &str) -> anyhow::Result<Vec<u64
         .iter()
         .map(|r| r.try_get::<i64, _>(0).unwrap_or(0).max(0) as u64)
         .collect())
+}
+
+#[cfg(test)]
+mod labelled_metric_tests {
+    use super::labelled_metric;
+
+    #[test]
+    fn finds_the_sample_with_every_label() {
+        let text = "# TYPE x histogram\n\
+            x_sum{operation=\"deploy\",result=\"ok\"} 9\n\
+            x_sum{operation=\"gateway_ensure\",result=\"ok\"} 1.5\n\
+            x_count{operation=\"gateway_ensure\",result=\"failed\"} 2\n";
+        let ensure = |r| [("operation", "gateway_ensure"), ("result", r)];
+        assert_eq!(labelled_metric(text, "x_sum", &ensure("ok")), Some(1.5));
+        assert_eq!(
+            labelled_metric(text, "x_count", &ensure("failed")),
+            Some(2.0)
+        );
+        assert_eq!(labelled_metric(text, "x_count", &ensure("ok")), None);
+    }
 }

@@ -579,25 +579,20 @@ impl Rest {
             .error_for_status()?
             .text()
             .await?;
-        let mut t = EnsureTotals::default();
-        for line in text.lines() {
-            let Some(series) = line.strip_prefix("occ_agent_operation_duration_seconds_") else {
-                continue;
-            };
-            if !series.contains("operation=\"gateway_ensure\"") {
-                continue;
-            }
-            let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
-                continue;
-            };
-            let ok = series.contains("result=\"ok\"");
-            match (series.split('{').next(), ok) {
-                (Some("count"), true) => t.ok = value,
-                (Some("count"), false) => t.failed = value,
-                (Some("sum"), true) => t.ok_seconds = value,
-                _ => {}
-            }
-        }
+        const NAME: &str = "occ_agent_operation_duration_seconds";
+        let value = |suffix: &str, result: &str| {
+            clawfed_bench::fleet::labelled_metric(
+                &text,
+                &format!("{NAME}{suffix}"),
+                &[("operation", "gateway_ensure"), ("result", result)],
+            )
+            .unwrap_or(0.0)
+        };
+        let t = EnsureTotals {
+            ok: value("_count", "ok"),
+            failed: value("_count", "failed"),
+            ok_seconds: value("_sum", "ok"),
+        };
         Ok(t)
     }
 
