@@ -302,6 +302,7 @@ impl Service {
                     requested_by: Some(p.token_id.clone()),
                     max_attempts: self.policy.work_max_attempts,
                     run_at: Utc::now(),
+                    coalesce: false,
                 }],
             };
             Ok(self.store.create_namespace(&new, &fx).await?)

@@ -123,6 +123,13 @@ pub struct NewWork {
     pub requested_by: Option<String>,
     pub max_attempts: i32,
     pub run_at: DateTime<Utc>,
+    /// Joins a pending item of the same kind and target that has not run
+    /// yet and has no requester, keeping the earlier due time of the two,
+    /// instead of adding a second (only when this one has no requester
+    /// either). For work that reads all its input when it runs, such as a
+    /// rollout pass: a second item beside the first would only repeat it,
+    /// and passes that queue passes must not multiply.
+    pub coalesce: bool,
 }
 
 /// The side effects written atomically with a mutation.

@@ -869,6 +869,7 @@ async fn tenants_see_only_their_clusters_and_counts(backend: Backend) {
             requested_by: None,
             max_attempts: 1,
             run_at: Utc::now() + Duration::hours(1),
+            coalesce: false,
         }])
         .await
         .unwrap();
@@ -2453,6 +2454,7 @@ async fn health_and_metrics(backend: Backend) {
         requested_by: None,
         max_attempts: 1,
         run_at: Utc::now() + Duration::hours(1),
+        coalesce: false,
     };
     store
         .enqueue_work(&[parked("a"), parked("b")])

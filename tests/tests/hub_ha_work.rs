@@ -761,17 +761,33 @@ async fn failed_work(store: &SqlStore) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Work items due and not finished: pending and due, or claimed.
-async fn unfinished_due_work(store: &SqlStore) -> Result<i64> {
+/// Work items due and not finished (pending and due, or claimed), each as
+/// kind, target, state, attempts, lease owner, due in ms and last error, so
+/// a wait that times out says what was left.
+async fn unfinished_due_work(store: &SqlStore) -> Result<Vec<String>> {
     let now = chrono::Utc::now().timestamp_millis();
-    let row = sqlx::query(
-        "SELECT COUNT(*) AS n FROM work_items WHERE state = 'claimed' \
-         OR (state = 'pending' AND run_at <= $1)",
+    let rows = sqlx::query(
+        "SELECT kind, target, state, attempts, lease_owner, run_at, last_error \
+         FROM work_items WHERE state = 'claimed' \
+         OR (state = 'pending' AND run_at <= $1) ORDER BY run_at",
     )
     .bind(now)
-    .fetch_one(store.pool())
+    .fetch_all(store.pool())
     .await?;
-    Ok(row.try_get("n")?)
+    rows.iter()
+        .map(|r| {
+            Ok(format!(
+                "{} {} {} attempts={} owner={:?} due_in_ms={} last_error={:?}",
+                r.try_get::<String, _>("kind")?,
+                r.try_get::<String, _>("target")?,
+                r.try_get::<String, _>("state")?,
+                r.try_get::<i64, _>("attempts")?,
+                r.try_get::<Option<String>, _>("lease_owner")?,
+                r.try_get::<i64, _>("run_at")? - now,
+                r.try_get::<Option<String>, _>("last_error")?,
+            ))
+        })
+        .collect()
 }
 
 /// Lines of `log` (a replica's JSON log) that carry `message` and mention
@@ -1129,7 +1145,9 @@ async fn two_replicas_driving_the_same_revisions_at_once_apply_each_step_once() 
     let queued = pressure.await??;
     // The passes still queued run out (each finds nothing to do).
     until(WAIT, "the queued passes done", || async {
-        Ok((unfinished_due_work(env.store()).await? == 0).then_some(()))
+        let left = unfinished_due_work(env.store()).await?;
+        ensure!(left.is_empty(), "work left due: {left:#?}");
+        Ok(Some(()))
     })
     .await?;
 
@@ -1430,7 +1448,9 @@ async fn a_rolling_restart_under_continuous_deploys_loses_no_request_and_no_work
         total += settled.len();
     }
     until(WAIT, "no work left due", || async {
-        Ok((unfinished_due_work(env.store()).await? == 0).then_some(()))
+        let left = unfinished_due_work(env.store()).await?;
+        ensure!(left.is_empty(), "work left due: {left:#?}");
+        Ok(Some(()))
     })
     .await?;
     let failed = failed_work(env.store()).await?;

@@ -356,6 +356,7 @@ async fn fleet_gauges_follow_the_store_and_the_link(backend: Backend) {
             requested_by: None,
             max_attempts: 1,
             run_at: Utc::now(),
+            coalesce: false,
         }])
         .await
         .unwrap();

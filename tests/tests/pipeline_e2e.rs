@@ -25,7 +25,7 @@ use clawfed_hub::auth::{self, Role};
 use clawfed_hub::gateway::objects::{HARNESS_ENDPOINT_ENV, route_api_resource, route_spec};
 use clawfed_hub::gateway::{DEFAULT_ROUTE_API_VERSION, Gateways};
 use clawfed_hub::model::{
-    Agent, AgentRevision, Cluster, ConnectionState, Namespace, RevisionPhase,
+    Agent, AgentRevision, Cluster, ConnectionState, Namespace, RevisionPhase, WorkState,
 };
 use clawfed_hub::store::{LinkStore, NewToken, Store, WorkFilter};
 use clawfed_hub::worker::kinds::REVISION_ROLLOUT;
@@ -1168,6 +1168,142 @@ async fn a_pass_turned_away_by_a_busy_lease_is_woken_not_polling() -> Result<()>
         active_in < Duration::from_secs(10),
         "Active {active_in:?} after the ensure went through"
     );
+    Ok(())
+}
+
+/// A burst of passes over one Agent's revisions, all due at once (say a
+/// spoke's reconnect replaying reports while triggers arrive), runs out:
+/// the passes contend for the Agent's lease, each turned-away pass queues
+/// at most one more (a revision keeps one pending pass: later triggers
+/// join it), so the contention shrinks by a winner each round. Before, a
+/// turned-away pass queued a wake-up and a fallback of its own, and the
+/// woken passes turned each other away again: a rolling restart of three
+/// replicas left 20 passes of one Agent's revisions churning for over 90 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_passes_over_one_agents_revisions_runs_out() -> Result<()> {
+    const REVISIONS: i64 = 5;
+    const PER_REVISION: usize = 6;
+    let mut w = World::start().await?;
+    let (ns, agent) = w.agent("embedded-openclaw").await?;
+    let name = agent.name.clone();
+    for n in 1..=REVISIONS {
+        if n > 1 {
+            let current = w.rest.agent(&ns.name, &name).await?;
+            let mut spec = current.spec.clone();
+            spec.image = format!("ghcr.io/openclaw/openclaw:1.{n}");
+            let _: Agent = w
+                .rest
+                .call(
+                    Method::PUT,
+                    &format!("/namespaces/{}/agents/{name}", ns.name),
+                    Some(json!({ "spec": spec, "version": current.version })),
+                )
+                .await?;
+        }
+        w.rest.deploy(&ns.name, &name).await?;
+        w.rest
+            .wait_phase(&ns.name, &name, n, RevisionPhase::Active)
+            .await?;
+    }
+    let mut ids = Vec::new();
+    for n in 1..=REVISIONS {
+        ids.push(w.rest.revision(&ns.name, &name, n).await?.id);
+    }
+    let store = w.hub.store();
+    let passes = || async {
+        let items = store
+            .list_work(&WorkFilter {
+                namespace: Some(ns.name.clone()),
+                state: None,
+                limit: 10_000,
+            })
+            .await?;
+        anyhow::Ok(
+            items
+                .into_iter()
+                .filter(|i| i.kind == REVISION_ROLLOUT && ids.contains(&i.target))
+                .collect::<Vec<_>>(),
+        )
+    };
+    // Settled first: no pass of these revisions left to run.
+    until(WAIT, "the revisions' passes done", || async {
+        let now = chrono::Utc::now();
+        let left: Vec<_> = passes()
+            .await?
+            .into_iter()
+            .filter(|i| !matches!(i.state, WorkState::Done))
+            .map(|i| (i.target, i.state, (i.run_at - now).num_milliseconds()))
+            .collect();
+        ensure!(
+            left.is_empty(),
+            "passes left (target, state, due in ms): {left:?}"
+        );
+        Ok(Some(()))
+    })
+    .await?;
+    let before: std::collections::HashSet<String> =
+        passes().await?.into_iter().map(|i| i.id).collect();
+
+    // The burst: each revision's passes queued one by one, as separate
+    // triggers do.
+    for _ in 0..PER_REVISION {
+        for id in &ids {
+            store
+                .enqueue_work(&[clawfed_hub::worker::kinds::rollout_work(
+                    id,
+                    &ns.id,
+                    None,
+                    chrono::Utc::now(),
+                    5,
+                )])
+                .await?;
+        }
+    }
+    let ran_out = until(
+        Duration::from_secs(30),
+        "the burst's passes to run out",
+        || async {
+            let left: Vec<_> = passes()
+                .await?
+                .into_iter()
+                .filter(|i| !matches!(i.state, WorkState::Done))
+                .map(|i| (i.target, i.state, i.run_at))
+                .collect();
+            ensure!(left.is_empty(), "passes left: {left:?}");
+            Ok(Some(()))
+        },
+    )
+    .await;
+    let ran = passes()
+        .await?
+        .into_iter()
+        .filter(|i| !before.contains(&i.id))
+        .count();
+    println!(
+        "a burst of {} triggers over {REVISIONS} revisions of one Agent: {ran} passes queued",
+        PER_REVISION * REVISIONS as usize
+    );
+    ran_out?;
+    // The burst's own triggers, then at most one pass per turned-away pass
+    // (a winner each round): 5 + 4 + 3 + 2 + 1 and their fallbacks.
+    ensure!(
+        ran <= PER_REVISION * REVISIONS as usize + 30,
+        "{ran} passes queued for a burst of {} triggers",
+        PER_REVISION * REVISIONS as usize
+    );
+    for n in 1..=REVISIONS {
+        let r = w.rest.revision(&ns.name, &name, n).await?;
+        let want = if n == REVISIONS {
+            RevisionPhase::Active
+        } else {
+            RevisionPhase::Retired
+        };
+        ensure!(
+            r.phase == want,
+            "revision {n} is {:?}, not {want:?}",
+            r.phase
+        );
+    }
     Ok(())
 }
 

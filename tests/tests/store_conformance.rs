@@ -58,6 +58,7 @@ fn work(kind: &str, ns_id: Option<&str>, target: &str) -> NewWork {
         requested_by: None,
         max_attempts: 3,
         run_at: Utc::now(),
+        coalesce: false,
     }
 }
 
@@ -740,6 +741,96 @@ mod cases {
             .unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].target, "g1");
+    }
+
+    /// A coalescing item joins the pending one of its kind and target that
+    /// has not run (one row, the earlier due time kept, its id returned);
+    /// it never joins a claimed item, one that already ran (a retry keeps
+    /// its own attempts), one with a requester, or another target or kind.
+    pub async fn coalescing_work_joins_the_pending_item_that_has_not_run(s: Arc<dyn Store>) {
+        let now = Utc::now();
+        let at = |secs: i64| now + chrono::Duration::seconds(secs);
+        let coalescing = |target: &str, secs: i64| NewWork {
+            run_at: at(secs),
+            coalesce: true,
+            ..work("revision.rollout", None, target)
+        };
+        let first = s.enqueue_work(&[coalescing("r1", 30)]).await.unwrap();
+        let joined = s
+            .enqueue_work(&[coalescing("r1", 10), coalescing("r1", 60)])
+            .await
+            .unwrap();
+        assert_eq!(joined, [first[0].clone(), first[0].clone()], "joined");
+        let pending = |target: &'static str| {
+            let s = s.clone();
+            async move {
+                s.list_work(&WorkFilter {
+                    namespace: None,
+                    state: Some(WorkState::Pending),
+                    limit: 100,
+                })
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|i| i.target == target)
+                .collect::<Vec<_>>()
+            }
+        };
+        let items = pending("r1").await;
+        assert_eq!(items.len(), 1, "one pending item: {items:?}");
+        assert_eq!(
+            items[0].run_at.timestamp_millis(),
+            at(10).timestamp_millis(),
+            "the earlier due time"
+        );
+
+        // Other kinds and targets, a requester, or no coalescing: their own.
+        let other_kind = NewWork {
+            coalesce: true,
+            ..work("gateway.ensure", None, "r1")
+        };
+        let requested = NewWork {
+            requested_by: Some("tok".into()),
+            ..coalescing("r1", 0)
+        };
+        let plain = NewWork {
+            run_at: at(0),
+            ..work("revision.rollout", None, "r1")
+        };
+        let ids = s
+            .enqueue_work(&[coalescing("r2", 0), other_kind, requested, plain])
+            .await
+            .unwrap();
+        assert!(!ids.contains(&first[0]), "none joined r1's: {ids:?}");
+        assert_eq!(pending("r1").await.len(), 4);
+
+        // Claimed (running): a new pass waits beside it, and the next one
+        // joins that.
+        let claimed = s
+            .claim_work("w", 10, Duration::from_secs(30), at(20), &WorkLane::All)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 5, "all were due by then");
+        let beside = s.enqueue_work(&[coalescing("r1", 0)]).await.unwrap();
+        assert!(
+            claimed.iter().all(|c| c.id != beside[0]),
+            "not a claimed one"
+        );
+        assert_eq!(
+            s.enqueue_work(&[coalescing("r1", 5)]).await.unwrap(),
+            beside
+        );
+
+        // An item that ran and waits for its retry is not joined.
+        let retried = claimed.iter().find(|c| c.target == "r2").unwrap();
+        assert!(
+            s.retry_work("w", &retried.id, at(60), "boom", at(20))
+                .await
+                .unwrap()
+        );
+        let after_retry = s.enqueue_work(&[coalescing("r2", 0)]).await.unwrap();
+        assert_ne!(after_retry[0], retried.id, "a retry keeps its own attempts");
+        assert_eq!(pending("r2").await.len(), 2);
     }
 
     pub async fn retries_wait_for_run_at_and_keep_the_error(s: Arc<dyn Store>) {
@@ -2501,6 +2592,7 @@ suite!(
     expired_claims_are_recovered,
     retries_wait_for_run_at_and_keep_the_error,
     work_lanes_claim_and_wait_only_for_their_kinds,
+    coalescing_work_joins_the_pending_item_that_has_not_run,
     work_listing_filters,
     audit_lists_newest_first_per_namespace,
     tokens_are_stored_hashed_and_revocable,

@@ -87,6 +87,7 @@ fn work(mode: &str) -> NewWork {
         requested_by: None,
         max_attempts: 5,
         run_at: Utc::now(),
+        coalesce: false,
     }
 }
 

@@ -95,6 +95,7 @@ fn work(kind: &str, max_attempts: i32) -> NewWork {
         requested_by: None,
         max_attempts,
         run_at: Utc::now(),
+        coalesce: false,
     }
 }
 

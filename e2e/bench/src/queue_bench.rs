@@ -192,6 +192,7 @@ async fn enqueue(store: &dyn Store, n: usize) -> anyhow::Result<Duration> {
             requested_by: None,
             max_attempts: 3,
             run_at: now,
+            coalesce: false,
         })
         .collect();
     for chunk in items.chunks(1000) {

@@ -266,6 +266,12 @@ impl SqlStore {
     }
 
     async fn insert_work(&self, tx: &mut Tx, w: &NewWork, now: DateTime<Utc>) -> Result<String> {
+        if w.coalesce
+            && w.requested_by.is_none()
+            && let Some(id) = self.join_pending_work(tx, w, now).await?
+        {
+            return Ok(id);
+        }
         let id = Uuid::now_v7().to_string();
         let namespace = match &w.namespace_id {
             Some(ns_id) => sqlx::query("SELECT name FROM namespaces WHERE id = $1")
@@ -295,6 +301,35 @@ impl SqlStore {
         .await
         .map_err(|e| self.classify(e))?;
         Ok(id)
+    }
+
+    /// A pending item of `w`'s kind and target that has not run yet and has
+    /// no requester, now due at the earlier of its time and `w`'s; its id, or
+    /// `None` when there is none. The state and attempts are checked again
+    /// in the update itself, so an item claimed meanwhile is not joined (on
+    /// PostgreSQL the update re-reads a row locked by a concurrent claim).
+    async fn join_pending_work(
+        &self,
+        tx: &mut Tx,
+        w: &NewWork,
+        now: DateTime<Utc>,
+    ) -> Result<Option<String>> {
+        let row = sqlx::query(
+            "UPDATE work_items SET run_at = CASE WHEN run_at > $1 THEN $1 ELSE run_at END, \
+             updated_at = $2 \
+             WHERE id = (SELECT id FROM work_items WHERE state = 'pending' AND target = $3 \
+             AND kind = $4 AND attempts = 0 AND requested_by IS NULL ORDER BY run_at LIMIT 1) \
+             AND state = 'pending' AND attempts = 0 \
+             RETURNING id",
+        )
+        .bind(ms(w.run_at))
+        .bind(ms(now))
+        .bind(w.target.clone())
+        .bind(w.kind.clone())
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(row.map(|r| r.get::<String, _>(0)))
     }
 
     async fn fetch_agent(&self, namespace: &str, name: &str) -> Result<Agent> {

@@ -57,7 +57,9 @@ pub const AGENT_DELETE: &str = "agent.delete";
 /// the namespace id).
 pub const NAMESPACE_TEARDOWN: &str = "namespace.teardown";
 
-/// A pipeline pass over `revision_id`, due at `run_at`.
+/// A pipeline pass over `revision_id`, due at `run_at`. It joins a pass of
+/// the revision already waiting to run (a pass reads the revision's facts
+/// when it runs), so a revision has at most one such pass queued.
 pub fn rollout_work(
     revision_id: &str,
     namespace_id: &str,
@@ -73,10 +75,12 @@ pub fn rollout_work(
         requested_by,
         max_attempts,
         run_at,
+        coalesce: true,
     }
 }
 
-/// Ensuring revision `revision_id`'s Gateway, due now.
+/// Ensuring revision `revision_id`'s Gateway, due now (joining one waiting
+/// to run, as passes do).
 pub fn gateway_work(revision_id: &str, namespace_id: &str, max_attempts: i32) -> NewWork {
     NewWork {
         kind: GATEWAY_ENSURE.into(),
@@ -99,6 +103,7 @@ pub fn stop_work(
         requested_by,
         max_attempts,
         run_at: Utc::now(),
+        coalesce: false,
     }
 }
 
@@ -129,5 +134,6 @@ pub fn teardown_work(
         requested_by,
         max_attempts,
         run_at: Utc::now(),
+        coalesce: false,
     }
 }
