@@ -790,6 +790,48 @@ async fn unfinished_due_work(store: &SqlStore) -> Result<Vec<String>> {
         .collect()
 }
 
+/// What a test that timed out waiting on the pipeline needs to say: the
+/// work items not done (kind, target, state, attempts, due in ms, error)
+/// and each replica's warnings and errors (the last 20).
+async fn diagnosis(store: &SqlStore, replicas: &[Replica]) -> String {
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut out = String::from("work not done:\n");
+    match sqlx::query(
+        "SELECT kind, target, state, attempts, run_at, last_error FROM work_items \
+         WHERE state <> 'done' ORDER BY run_at",
+    )
+    .fetch_all(store.pool())
+    .await
+    {
+        Ok(rows) => {
+            for r in rows {
+                out.push_str(&format!(
+                    "  {} {} {} attempts={} due_in_ms={} {:?}\n",
+                    r.get::<String, _>("kind"),
+                    r.get::<String, _>("target"),
+                    r.get::<String, _>("state"),
+                    r.get::<i64, _>("attempts"),
+                    r.get::<i64, _>("run_at") - now,
+                    r.get::<Option<String>, _>("last_error"),
+                ));
+            }
+        }
+        Err(e) => out.push_str(&format!("  (cannot list: {e})\n")),
+    }
+    for r in replicas {
+        let log = r.log();
+        let notable: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("\"WARN\"") || l.contains("\"ERROR\""))
+            .collect();
+        out.push_str(&format!("{} warnings and errors (last 20):\n", r.tag));
+        for l in &notable[notable.len().saturating_sub(20)..] {
+            out.push_str(&format!("  {l}\n"));
+        }
+    }
+    out
+}
+
 /// Lines of `log` (a replica's JSON log) that carry `message` and mention
 /// `id`.
 fn log_count(log: &str, message: &str, id: &str) -> usize {
@@ -997,9 +1039,13 @@ async fn kill9_of_the_session_owner_during_pending_deploys_applies_each_harness_
     ensure!(new_epoch > epoch, "the new session bumps the epoch");
 
     for a in &agents {
-        b_rest
+        if let Err(e) = b_rest
             .wait_phase(&ns.name, &a.name, 1, RevisionPhase::Active)
-            .await?;
+            .await
+        {
+            let why = diagnosis(env.store(), &replicas).await;
+            return Err(e.context(why));
+        }
     }
     let all_active = started.elapsed();
     let longest = offline.await?;
