@@ -146,6 +146,25 @@ impl Rest {
         .await
     }
 
+    /// Reads Agent `agent`, changes its spec with `edit` and writes it back
+    /// (compare-and-swap on the version read).
+    async fn edit_spec(
+        &self,
+        ns: &str,
+        agent: &str,
+        edit: impl FnOnce(&mut clawfed_hub::model::AgentSpec),
+    ) -> Result<Agent> {
+        let current = self.agent(ns, agent).await?;
+        let mut spec = current.spec.clone();
+        edit(&mut spec);
+        self.call(
+            Method::PUT,
+            &format!("/namespaces/{ns}/agents/{agent}"),
+            Some(json!({ "spec": spec, "version": current.version })),
+        )
+        .await
+    }
+
     async fn deploy(&self, ns: &str, agent: &str) -> Result<AgentRevision> {
         self.call(
             Method::POST,
@@ -1188,16 +1207,10 @@ async fn a_burst_of_passes_over_one_agents_revisions_runs_out() -> Result<()> {
     let name = agent.name.clone();
     for n in 1..=REVISIONS {
         if n > 1 {
-            let current = w.rest.agent(&ns.name, &name).await?;
-            let mut spec = current.spec.clone();
-            spec.image = format!("ghcr.io/openclaw/openclaw:1.{n}");
-            let _: Agent = w
-                .rest
-                .call(
-                    Method::PUT,
-                    &format!("/namespaces/{}/agents/{name}", ns.name),
-                    Some(json!({ "spec": spec, "version": current.version })),
-                )
+            w.rest
+                .edit_spec(&ns.name, &name, |s| {
+                    s.image = format!("ghcr.io/openclaw/openclaw:1.{n}")
+                })
                 .await?;
         }
         w.rest.deploy(&ns.name, &name).await?;
@@ -1309,6 +1322,69 @@ async fn a_burst_of_passes_over_one_agents_revisions_runs_out() -> Result<()> {
     Ok(())
 }
 
+/// A revision that nothing moves still fails at its readiness deadline
+/// after a trigger joined the pass queued for that deadline (passes
+/// coalesce: the joined pass runs at once, early). Its Harness Pod cannot
+/// be scheduled (it asks for more CPU than any node has), so no report
+/// will ever move it; each waiting pass queues its own wake-up at the
+/// deadline. Without that, the trigger used up the deadline's pass and the
+/// revision waited in `waiting_ready` for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joined_deadline_pass_still_fails_a_stuck_revision_at_its_deadline() -> Result<()> {
+    const DEADLINE: Duration = Duration::from_secs(12);
+    let mut w = World::start_with(|c| {
+        c.pipeline.ready_deadline_seconds = DEADLINE.as_secs();
+    })
+    .await?;
+    let (ns, agent) = w.agent("embedded-openclaw").await?;
+    let name = agent.name.clone();
+    w.rest
+        .edit_spec(&ns.name, &name, |s| {
+            s.resources.cpu_request = Some("100000".into())
+        })
+        .await?;
+    let deployed = Instant::now();
+    let rev = w.rest.deploy(&ns.name, &name).await?;
+    until(WAIT, "revision 1 waiting for readiness", || async {
+        let r = w.rest.revision(&ns.name, &name, 1).await?;
+        ensure!(
+            r.phase != RevisionPhase::Failed,
+            "failed early: {:?}",
+            r.reason
+        );
+        Ok((r.phase == RevisionPhase::WaitingReady).then_some(()))
+    })
+    .await?;
+    // A trigger due now: it joins the revision's waiting pass, the one
+    // queued for the deadline.
+    w.hub
+        .store()
+        .enqueue_work(&[clawfed_hub::worker::kinds::rollout_work(
+            &rev.id,
+            &ns.id,
+            None,
+            chrono::Utc::now(),
+            5,
+        )])
+        .await?;
+    let failed = until(
+        DEADLINE + Duration::from_secs(30),
+        "revision 1 failed at its deadline",
+        || async {
+            let r = w.rest.revision(&ns.name, &name, 1).await?;
+            Ok((r.phase == RevisionPhase::Failed).then_some(r))
+        },
+    )
+    .await?;
+    let reason = failed.reason.unwrap_or_default();
+    println!("failed {:?} after the deploy: {reason}", deployed.elapsed());
+    ensure!(
+        reason.contains("readiness deadline passed"),
+        "the deadline's reason: {reason}"
+    );
+    w.finish().await
+}
+
 /// 2. change the Agent → revision 2 Active, the Agent now → r2, the
 /// predecessor retired after the switch (phase retired, its Harness gone).
 /// Embedded OpenClaw (issue 12): no Gateway of its own in the control
@@ -1363,15 +1439,10 @@ async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> 
     })
     .await?;
 
-    let mut spec = agent.spec.clone();
-    spec.image = "ghcr.io/openclaw/openclaw:1.1".into();
-    let _: Agent = w
-        .rest
-        .call(
-            Method::PUT,
-            &format!("/namespaces/{}/agents/{name}", ns.name),
-            Some(json!({ "spec": spec, "version": agent.version })),
-        )
+    w.rest
+        .edit_spec(&ns.name, &name, |s| {
+            s.image = "ghcr.io/openclaw/openclaw:1.1".into()
+        })
         .await?;
     let r = w.rest.deploy(&ns.name, &name).await?;
     assert_eq!(r.number, 2);

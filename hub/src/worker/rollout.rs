@@ -536,11 +536,20 @@ impl Rollout {
         match step {
             Step::Finished => return Ok(Flow::Settled),
             Step::Wait { recheck_in } => {
-                if let Some(what) = recheck_in {
+                let recheck = recheck_in.map(|what| {
                     let d = match what {
                         Recheck::Gateway => self.config.gateway_recheck,
                     };
-                    let at = now + chrono::Duration::from_std(d).unwrap_or_default();
+                    now + chrono::Duration::from_std(d).unwrap_or_default()
+                });
+                // Each waiting pass queues its own wake-up at the phase's
+                // deadline, not just the pass that entered the phase: a
+                // trigger due now joins the revision's waiting pass (passes
+                // coalesce), so the deadline pass queued on entering is
+                // usually run early, and without this no pass would come
+                // at the deadline to fail a revision that no report moves.
+                let deadline = self.deadline(&rev).filter(|d| *d > now);
+                if let Some(at) = recheck.into_iter().chain(deadline).min() {
                     self.requeue(store, &rev, ns, at).await?;
                 }
                 return Ok(Flow::Settled);
