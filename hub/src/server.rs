@@ -228,12 +228,15 @@ pub async fn start_with_parts(
         ));
     }
     // Before the APIs serve: a watch never finds the feed missing.
-    service.set_watch(crate::watch::Feed::start(
-        store.clone(),
-        config.watch.clone(),
-        shutdown.clone(),
-        &mut tasks,
-    ));
+    service.set_watch(
+        crate::watch::Feed::start(
+            store.clone(),
+            config.watch.clone(),
+            shutdown.clone(),
+            &mut tasks,
+        )
+        .await,
+    );
 
     if let Some(tls) = &api_tls {
         tasks.spawn(tls.clone().watch(

@@ -309,8 +309,14 @@ impl std::fmt::Debug for Feed {
 }
 
 impl Feed {
-    /// Starts the tail and the trim task (ending on `shutdown`).
-    pub fn start(
+    /// Starts the tail and the trim task (ending on `shutdown`). The tail's
+    /// starting point (the log's head) is read before this returns, so
+    /// before any stream opens: read later, an event committed between a
+    /// stream's read of the store and the tail's first read would reach
+    /// neither, and a stream with nothing after it would wait for good (a
+    /// watch test hung on PostgreSQL). If the store cannot answer now, the
+    /// tail reads the head when it can.
+    pub async fn start(
         store: Arc<dyn Store>,
         settings: WatchSettings,
         shutdown: CancellationToken,
@@ -323,17 +329,27 @@ impl Feed {
             settings,
             shutdown,
         });
-        tasks.spawn(feed.clone().tail());
+        // Subscribed before the head is read: a commit after the read
+        // wakes the tail.
+        let waiter = feed.store.signals().events.subscribe();
+        let head = match feed.store.event_bounds().await {
+            Ok(b) => Some(b.head),
+            Err(e) => {
+                tracing::warn!(error = %e, "watch.tail_error");
+                None
+            }
+        };
+        tasks.spawn(feed.clone().tail(waiter, head));
         tasks.spawn(feed.clone().trim());
         feed
     }
 
-    /// Reads what is appended to the log and broadcasts it, in order.
-    async fn tail(self: Arc<Self>) {
+    /// Reads what is appended to the log after `head` and broadcasts it, in
+    /// order.
+    async fn tail(self: Arc<Self>, mut waiter: crate::wake::Waiter, head: Option<i64>) {
         let poll = Duration::from_millis(self.settings.safety_poll_ms);
         let gather = Duration::from_millis(self.settings.batch_ms);
-        let mut waiter = self.store.signals().events.subscribe();
-        let mut last = None;
+        let mut last = head;
         tracing::info!("watch.tail_started");
         loop {
             waiter.mark_seen();

@@ -1385,6 +1385,87 @@ async fn a_joined_deadline_pass_still_fails_a_stuck_revision_at_its_deadline() -
     w.finish().await
 }
 
+/// A pass turned away by a lease held in another replica (whose release
+/// wakes no one here) is not stranded when a trigger runs its fallback
+/// early: the trigger joins the queued fallback (passes coalesce), is
+/// turned away too, and queues the next fallback. Before, the second
+/// turn-away skipped it as "still to come", so once the other replica let
+/// go nothing was queued for the revision: kill -9 of the session owner
+/// left a revision short of Active with no work queued at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_that_runs_a_fallback_early_does_not_strand_the_revision() -> Result<()> {
+    let mut w = World::start().await?;
+    let (ns, agent) = w.agent("embedded-openclaw").await?;
+    let store = w.hub.store();
+    // Another replica's pass holds the Agent's lease.
+    let other = "replica-elsewhere/pass";
+    let now = chrono::Utc::now();
+    ensure!(
+        store
+            .begin_agent_pass(&agent.id, other, now, now + chrono::Duration::seconds(60))
+            .await?,
+        "the lease was free"
+    );
+    let rev = w.rest.deploy(&ns.name, &agent.name).await?;
+    let queued = || async {
+        let items = store
+            .list_work(&WorkFilter {
+                namespace: Some(ns.name.clone()),
+                state: None,
+                limit: 1000,
+            })
+            .await?;
+        anyhow::Ok(
+            items
+                .into_iter()
+                .filter(|i| i.kind == REVISION_ROLLOUT && i.target == rev.id)
+                .collect::<Vec<_>>(),
+        )
+    };
+    // The deploy's pass was turned away and queued its fallback.
+    until(WAIT, "the fallback queued", || async {
+        let items = queued().await?;
+        Ok(items
+            .iter()
+            .any(|i| i.state == WorkState::Pending && i.run_at > chrono::Utc::now())
+            .then_some(()))
+    })
+    .await?;
+    // A trigger due now joins it and runs it early (turned away again).
+    let joined = store
+        .enqueue_work(&[clawfed_hub::worker::kinds::rollout_work(
+            &rev.id,
+            &ns.id,
+            None,
+            chrono::Utc::now(),
+            5,
+        )])
+        .await?;
+    until(WAIT, "the joined pass run", || async {
+        let items = queued().await?;
+        Ok(items
+            .iter()
+            .any(|i| i.id == joined[0] && i.state == WorkState::Done)
+            .then_some(()))
+    })
+    .await?;
+    // The other replica lets go; its release wakes no one in this hub.
+    store.end_agent_pass(&agent.id, other).await?;
+    let active = w
+        .rest
+        .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
+        .await;
+    if active.is_err() {
+        let items: Vec<_> = queued()
+            .await?
+            .into_iter()
+            .map(|i| (i.state, i.run_at))
+            .collect();
+        bail!("revision 1 not Active; its passes: {items:?}");
+    }
+    w.finish().await
+}
+
 /// 2. change the Agent → revision 2 Active, the Agent now → r2, the
 /// predecessor retired after the switch (phase retired, its Harness gone).
 /// Embedded OpenClaw (issue 12): no Gateway of its own in the control

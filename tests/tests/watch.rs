@@ -63,6 +63,9 @@ impl SseStream {
     /// The next event; `None` when the stream ended. Keep-alive comments
     /// are skipped.
     async fn next(&mut self) -> Option<Sse> {
+        // For the event, not each chunk: keep-alive comments come as chunks
+        // and would otherwise hold a missing event's wait open for good.
+        let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             if let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
                 let block: Vec<u8> = self.buf.drain(..end + 2).collect();
@@ -86,7 +89,7 @@ impl SseStream {
                     data: serde_json::from_str(&data).expect("event data is JSON"),
                 });
             }
-            let chunk = tokio::time::timeout(WAIT, self.response.chunk())
+            let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
                 .await
                 .expect("an event within the deadline")
                 .expect("read the stream")?;

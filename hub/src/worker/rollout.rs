@@ -461,15 +461,16 @@ impl Rollout {
             .get_namespace(&rev.namespace)
             .await
             .map_err(store_err)?;
-        let queue_fallback = self.waiters.add(&agent.id, &rev.id, &ns.id, BUSY_FALLBACK);
+        self.waiters.add(&agent.id, &rev.id, &ns.id);
         if self
             .with_agent_lease(store, &agent.id, held())
             .await?
             .is_some()
-            || !queue_fallback
         {
             return Ok(());
         }
+        // Queued each time (it joins the revision's queued pass, if any):
+        // one queued earlier may have been run early by a trigger.
         let at = Utc::now() + chrono::Duration::from_std(BUSY_FALLBACK).unwrap_or_default();
         self.requeue(store, &rev, &ns, at).await
     }
