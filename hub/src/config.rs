@@ -1191,8 +1191,11 @@ impl Config {
                 // Its items are queued by passes in this process (which
                 // wake it) or another replica (NOTIFY), and it waits for
                 // retries by their due time: its safety net can be slow. At
-                // the main lane's 2 s it doubled an idle SQLite hub's CPU.
+                // the main lane's 2 s it doubled an idle SQLite hub's CPU,
+                // and at 30 s it added a third to an idle replica's
+                // PostgreSQL transactions (claim, next due, recovery).
                 poll_interval: main.poll_interval.max(GATEWAY_LANE_SAFETY_POLL),
+                periodic_recovery: false,
                 ..main.clone()
             },
             WorkerConfig {
@@ -1219,7 +1222,7 @@ impl Config {
 }
 
 /// The Gateway lane's safety poll (at least): see [`Config::worker_lanes`].
-const GATEWAY_LANE_SAFETY_POLL: Duration = Duration::from_secs(30);
+const GATEWAY_LANE_SAFETY_POLL: Duration = Duration::from_secs(60);
 
 /// The full path of the key an error is about: for an unknown field,
 /// serde reports the enclosing map's path and the field only in its
@@ -1406,8 +1409,12 @@ mod tests {
         assert_eq!(lanes[1].poll_interval, Duration::from_millis(2000));
         assert_eq!(
             lanes[0].poll_interval,
-            Duration::from_secs(30),
+            Duration::from_secs(60),
             "the Gateway lane's safety net is slow"
+        );
+        assert!(
+            lanes[1].periodic_recovery && !lanes[0].periodic_recovery,
+            "one periodic recovery of expired claims per process"
         );
         std::fs::write(&path, "pipeline:\n  enabled: false\n").unwrap();
         let c = Config::load(Some(&path), &env(&[])).unwrap();

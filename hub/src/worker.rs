@@ -95,6 +95,12 @@ pub struct WorkerConfig {
     pub health_interval: Duration,
     /// The kinds this worker claims (the hub runs one worker per lane).
     pub lane: WorkLane,
+    /// Recovers expired claims (of every kind) every half lease. A second
+    /// lane's worker in the same process turns this off: the main lane's
+    /// recovery covers its kinds too, and it still recovers when its own
+    /// idle wait ends at one of its claims' expiry (so a crashed holder's
+    /// item comes back as promptly as before), not on every safety poll.
+    pub periodic_recovery: bool,
 }
 
 impl Default for WorkerConfig {
@@ -110,6 +116,7 @@ impl Default for WorkerConfig {
             },
             health_interval: Duration::from_secs(60),
             lane: WorkLane::All,
+            periodic_recovery: true,
         }
     }
 }
@@ -309,7 +316,11 @@ impl Worker {
             woken.mark_seen();
             // Expired claims of crashed workers go back to pending; checking
             // every half lease keeps recovery within 1.5 leases.
-            if last_recovery.is_none_or(|t| t.elapsed() >= self.config.lease / 2) {
+            let recovery_due = match last_recovery {
+                None => true,
+                Some(t) => self.config.periodic_recovery && t.elapsed() >= self.config.lease / 2,
+            };
+            if recovery_due {
                 last_recovery = Some(Instant::now());
                 match self.store.recover_expired_work(Utc::now()).await {
                     Ok(r) if r.requeued + r.failed > 0 => {

@@ -111,6 +111,7 @@ fn worker_config(id: &str, lease: Duration) -> WorkerConfig {
         },
         health_interval: Duration::from_secs(3600),
         lane: WorkLane::All,
+        periodic_recovery: true,
     }
 }
 

@@ -232,6 +232,7 @@ async fn drain_with_workers(store: Arc<dyn Store>, args: &Args) -> anyhow::Resul
             },
             health_interval: Duration::from_secs(3600),
             lane: WorkLane::All,
+            periodic_recovery: true,
         };
         let worker = Worker::new(store.clone(), handlers.clone(), config);
         tasks.push(tokio::spawn(worker.run(shutdown.clone())));
