@@ -1301,9 +1301,11 @@ async fn a_burst_of_passes_over_one_agents_revisions_runs_out() -> Result<()> {
     // has at most one pass waiting, so a trigger adds at most one pass,
     // which holds the lease at most once and then turns away at most the
     // other revisions' passes, each queueing one more; and a revision not
-    // woken retries once per 2 s fallback while the burst lasts. Runs
-    // counted 28 to 63.
-    let fallbacks = REVISIONS as usize * (took.as_secs() as usize / 2 + 1);
+    // woken retries once per fallback (`BUSY_FALLBACK`) while the burst
+    // lasts. Runs counted 28 to 71.
+    let fallback = clawfed_hub::worker::rollout::BUSY_FALLBACK;
+    let fallbacks = REVISIONS as usize * (took.as_millis() / fallback.as_millis()) as usize
+        + REVISIONS as usize;
     let bound = triggers * REVISIONS as usize + fallbacks;
     ensure!(
         ran <= bound,

@@ -94,7 +94,7 @@ pub use trigger::RolloutTrigger;
 /// comes back by itself; a holder in this process wakes it as it releases
 /// the lease ([`waiters`]), so this only bounds the wait for a holder in
 /// another replica.
-const BUSY_FALLBACK: Duration = Duration::from_secs(2);
+pub const BUSY_FALLBACK: Duration = Duration::from_secs(2);
 /// A Gateway ensure that finds its Agent's lease held tries again this
 /// often, this many times, before the worker defers it: the pass that
 /// queued it ends within milliseconds.
