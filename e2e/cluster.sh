@@ -3,7 +3,9 @@
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (one
 # fake Node), built from upstream Go modules by e2e/build.sh, and
 # clawfed-podrunner, which runs real stand-in processes behind the Pods of
-# the `clawfed.test/` images in the Pod network of e2e/podnet.sh.
+# the `clawfed.test/` images in the Pod network of e2e/podnet.sh, and the
+# real OpenClaw runtime (e2e/openclaw.sh, installed once into the cache) for
+# Pods of `clawfed.test/openclaw:<version>`.
 #
 #   e2e/cluster.sh up     NAME [NAME...]   start (builds first if needed)
 #   e2e/cluster.sh down   NAME [NAME...]   stop what `up` started, remove data
@@ -159,7 +161,7 @@ start_exe() {
 
 # ------------------------------------------------ pod runner and stages ----
 
-POD_BINS=(clawfed-podrunner harness-standin gateway-standin)
+POD_BINS=(clawfed-podrunner harness-standin gateway-standin model-standin)
 
 # build_pods: builds the runner and the stand-ins (once per `up`, before the
 # clusters start side by side) and sets PODS_BIN to their directory.
@@ -169,6 +171,12 @@ build_pods() {
   ( cd "$E2E/.." && CARGO_TARGET_DIR="$target" cargo build -q --locked -p clawfed-pods --bins ) ||
     die "cargo build -p clawfed-pods failed"
   PODS_BIN="$target/debug"
+}
+
+# install_runtime: the real OpenClaw runtime (installed once, cached by
+# version) and sets OPENCLAW_DIR to it.
+install_runtime() {
+  OPENCLAW_DIR="$("$E2E/openclaw.sh")" || die "e2e/openclaw.sh failed"
 }
 
 # kwok's default stages, except that pod-ready skips Pods whose first
@@ -350,7 +358,8 @@ EOF
   # The kubelet of the stand-in Pods (it refuses to start unless podnet's
   # routes are in place).
   start_exe clawfed-podrunner "$DIR/bin/clawfed-podrunner" --kubeconfig "$DIR/kwok.kubeconfig" \
-    --node "$NODE_NAME" --pod-cidr "$RUNNER_CIDR" --netns clawfed-pods --state-dir "$DIR/pods"
+    --node "$NODE_NAME" --pod-cidr "$RUNNER_CIDR" --netns clawfed-pods --state-dir "$DIR/pods" \
+    --openclaw-dir "$OPENCLAW_DIR"
 
   # The fake Node kwok manages (no taint: every Pod may land on it).
   kc apply -f - > /dev/null <<EOF
@@ -401,13 +410,22 @@ cluster_down() {
   # The runner stops its stand-ins on SIGTERM; after a kill -9 of the runner
   # they are left over: kill those its pidfiles name (if they still run one
   # of this cluster's binaries, so a reused pid is never signalled).
-  local f pid
+  # The runtime renames its process title, so its executable (under the
+  # openclaw install) identifies it; its worker processes share its group.
+  local f pid runtime
+  runtime="$("$E2E/openclaw.sh" --print)"
   for f in "$DIR"/pods/*/pid; do
     [[ -f "$f" ]] || continue
     pid="$(cat "$f")"
-    if [[ -r "/proc/$pid/cmdline" ]] && [[ "$(tr '\0' ' ' < "/proc/$pid/cmdline")" == *"$DIR/bin/"* ]]; then
-      kill -KILL "$pid" 2>/dev/null || true
+    if { [[ -r "/proc/$pid/cmdline" ]] && [[ "$(tr '\0' ' ' < "/proc/$pid/cmdline")" == *"$DIR/bin/"* ]]; } ||
+       [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == "$runtime/"* ]]; then
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     fi
+  done
+  # The runtime Pods' network namespaces (e2e/pods/src/sandbox.rs).
+  for f in "$DIR"/pods/*/netns; do
+    [[ -f "$f" ]] || continue
+    ip netns del "$(cat "$f")" 2>/dev/null || true
   done
   rm -rf "$DIR"
   log "stopped and removed $DIR"
@@ -440,6 +458,7 @@ case "$cmd" in
     bin_dir
     "$E2E/podnet.sh" up
     build_pods
+    install_runtime
     if (( $# == 1 )); then cluster_up "$1"; exit; fi
     # Several clusters: start them side by side, fail if any fails.
     pids=(); for n in "$@"; do ( cluster_up "$n" ) & pids+=($!); done

@@ -17,6 +17,9 @@
 #                                               per-Pod address management
 #             no default route: Pods reach only 198.18.0.1 (the root end,
 #             where the hub's tunnel ingress listens) and each other.
+#             ip_forward=1, rp_filter=0: the real runtime's Pods have a
+#             network namespace each (cfp-*), joined to this one by a veth
+#             (e2e/pods/src/sandbox.rs); this namespace forwards for them.
 # Needs root and iproute2.
 set -euo pipefail
 
@@ -45,12 +48,16 @@ up() {
   # `local` routes go to the local table: every address of the Pod range is
   # this namespace's own, so a stand-in binds its Pod IP without an `ip addr`.
   nsip route replace local "$POD_RANGE" dev lo
+  ip netns exec "$NS" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
   ip route replace blackhole "$RANGE"
   ip route replace "$POD_RANGE" via "$NS_ADDR" dev "$HOST_IF"
   check
 }
 
 down() {
+  # The runtime Pods' own namespaces hang off this one.
+  local n
+  for n in $(ip netns list | awk '/^cfp-/ {print $1}'); do ip netns del "$n" 2>/dev/null || true; done
   ip route del "$POD_RANGE" via "$NS_ADDR" dev "$HOST_IF" 2>/dev/null || true
   ip route del blackhole "$RANGE" 2>/dev/null || true
   ip link del "$HOST_IF" 2>/dev/null || true

@@ -350,6 +350,26 @@ fn sanitize(prefix: &str) -> String {
     }
 }
 
+/// Whether the Pod's `Ready` condition is `True`.
+pub fn pod_ready(p: &k8s_openapi::api::core::v1::Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// The Pod's IP, from its status.
+pub fn pod_ip(p: &k8s_openapi::api::core::v1::Pod) -> Result<std::net::Ipv4Addr> {
+    let ip = p
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .context("pod has no podIP")?;
+    Ok(ip.parse()?)
+}
+
 /// Poll `f` every 100 ms until it yields `Some`, failing after `timeout` with
 /// the last error (if any). Errors from `f` are retried, not returned early.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> Result<T>

@@ -7,6 +7,7 @@
 //! - [`hub`]: an in-process hub on `127.0.0.1:0` with its REST and gRPC clients.
 //! - [`link`]: in-process spokes that enroll with and connect to a test hub.
 //! - [`netns`]: a network namespace with a veth pair, for partitions.
+//! - [`openclaw`]: the real OpenClaw runtime in the test clusters: its image, the model stand-in, a chat turn.
 //! - [`openapi`]: the served OpenAPI document as an oracle: operations and a schema validator.
 //! - [`properties`]: property-based tests of the pure cores (suite and bench).
 //! - [`procs`]: `clawfed-hub` / `clawfed-spoke` child processes.
@@ -24,6 +25,7 @@ pub mod kube_env;
 pub mod link;
 pub mod netns;
 pub mod openapi;
+pub mod openclaw;
 pub mod procs;
 pub mod properties;
 pub mod spoke_env;

@@ -7,7 +7,7 @@
 //! They skip when the clusters were never started (`scripts/test.sh` sets
 //! `CLAWFED_REQUIRE_CLUSTERS=1`, so there they fail instead).
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -32,23 +32,7 @@ fn cidr(s: &str) -> Cidr {
     s.parse().expect("ports.env holds CIDRs")
 }
 
-fn ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
-fn pod_ip(p: &Pod) -> Result<Ipv4Addr> {
-    let ip = p
-        .status
-        .as_ref()
-        .and_then(|s| s.pod_ip.as_deref())
-        .context("pod has no podIP")?;
-    Ok(ip.parse()?)
-}
+use kube_env::{pod_ip, pod_ready as ready};
 
 fn name(p: &Pod) -> String {
     p.metadata.name.clone().unwrap_or_default()

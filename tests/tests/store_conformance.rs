@@ -678,14 +678,18 @@ mod cases {
     /// until its own next item: work of other kinds neither reaches it nor
     /// wakes it early (a due item it cannot claim would make it spin).
     pub async fn work_lanes_claim_and_wait_only_for_their_kinds(s: Arc<dyn Store>) {
+        // Every due time is passed in from this one reading: `work()` reads
+        // the clock after `now`, so its items could fall due after the claim.
         let now = Utc::now();
-        let mut gateway = work("gateway.ensure", None, "g1");
-        gateway.run_at = now + chrono::Duration::seconds(30);
+        let at = |kind: &str, target: &str, secs: i64| NewWork {
+            run_at: now + chrono::Duration::seconds(secs),
+            ..work(kind, None, target)
+        };
         s.enqueue_work(&[
-            work("revision.rollout", None, "r1"),
-            work("revision.rollout", None, "r2"),
-            gateway,
-            work("gateway.ensure", None, "g2"),
+            at("revision.rollout", "r1", 0),
+            at("revision.rollout", "r2", 0),
+            at("gateway.ensure", "g1", 30),
+            at("gateway.ensure", "g2", 0),
         ])
         .await
         .unwrap();

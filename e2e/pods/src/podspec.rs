@@ -1,5 +1,6 @@
 //! What the runner reads from a Pod: whether it is a stand-in Pod, which
-//! binary runs it, its listen port, readiness probe and grace period. Pure.
+//! program runs it (a stand-in binary or the real OpenClaw runtime), its
+//! listen port, readiness probe and grace period. Pure.
 
 use std::time::Duration;
 
@@ -9,6 +10,12 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 /// Images under this prefix are the project's stand-ins; kwok's stages skip
 /// them and the runner runs them.
 pub const STANDIN_PREFIX: &str = "clawfed.test/";
+/// The image of the real OpenClaw runtime: `clawfed.test/openclaw:<version>`
+/// runs `openclaw` of that version from `e2e/openclaw.sh`'s install.
+pub const OPENCLAW_IMAGE: &str = "clawfed.test/openclaw";
+/// The runtime's arguments when the container gives none (its image's
+/// default command).
+pub const OPENCLAW_DEFAULT_ARGS: [&str; 2] = ["gateway", "run"];
 
 /// Probe timing: every 200 ms until the first success, then every
 /// `periodSeconds`, at most this often apart.
@@ -28,9 +35,17 @@ pub enum Error {
     NoContainer,
     /// The image names no known stand-in binary.
     #[error(
-        "spec.containers[0].image {0:?}: not a stand-in image (want clawfed.test/<name>-standin[:tag|@digest])"
+        "spec.containers[0].image {0:?}: not a stand-in image (want clawfed.test/<name>-standin[:tag|@digest] or clawfed.test/openclaw:<version>)"
     )]
     NotAStandin(String),
+    /// A runtime image without its version tag.
+    #[error("spec.containers[0].image {0:?}: the runtime image needs its version as the tag")]
+    NoRuntimeVersion(String),
+    /// `command` on a runtime container: the image's entrypoint is fixed.
+    #[error(
+        "spec.containers[0].command: the runtime image runs openclaw; give its arguments in args"
+    )]
+    RuntimeCommand,
     /// The first container has no port to listen on.
     #[error("spec.containers[0].ports: a stand-in needs a containerPort to listen on")]
     NoPort,
@@ -77,6 +92,44 @@ pub fn binary_name(image: &str) -> Result<String> {
     Ok(name.to_string())
 }
 
+/// The program behind a Pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// A stand-in binary of the runner's stand-in dir.
+    Standin { binary: String },
+    /// The real OpenClaw runtime of this version, with these arguments.
+    OpenClaw { version: String, args: Vec<String> },
+}
+
+/// The program an image names: `clawfed.test/openclaw:<version>` is the
+/// real runtime (arguments from `args`, else `gateway run`); any other
+/// `clawfed.test/<name>-standin` is that stand-in binary.
+pub fn program(c: &Container) -> Result<Program> {
+    let image = c.image.clone().unwrap_or_default();
+    let Some(rest) = image.strip_prefix(OPENCLAW_IMAGE) else {
+        return Ok(Program::Standin {
+            binary: binary_name(&image)?,
+        });
+    };
+    // `clawfed.test/openclawx:1` is some other image, not this one.
+    if !(rest.is_empty() || rest.starts_with([':', '@'])) {
+        return Err(Error::NotAStandin(image));
+    }
+    let version = rest
+        .strip_prefix(':')
+        .filter(|v| !v.is_empty() && !v.contains(['@', '/']))
+        .ok_or_else(|| Error::NoRuntimeVersion(image.clone()))?
+        .to_string();
+    if c.command.as_ref().is_some_and(|c| !c.is_empty()) {
+        return Err(Error::RuntimeCommand);
+    }
+    let args = match &c.args {
+        Some(a) if !a.is_empty() => a.clone(),
+        _ => OPENCLAW_DEFAULT_ARGS.map(String::from).to_vec(),
+    };
+    Ok(Program::OpenClaw { version, args })
+}
+
 /// What to check for readiness.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProbeTarget {
@@ -99,7 +152,7 @@ pub struct ProbePlan {
 pub struct RunPlan {
     pub container: String,
     pub image: String,
-    pub binary: String,
+    pub program: Program,
     pub port: u16,
     pub probe: ProbePlan,
     pub grace: Duration,
@@ -108,7 +161,7 @@ pub struct RunPlan {
 pub fn run_plan(pod: &Pod) -> Result<RunPlan> {
     let c = first_container(pod).ok_or(Error::NoContainer)?;
     let image = c.image.clone().unwrap_or_default();
-    let binary = binary_name(&image)?;
+    let program = program(c)?;
     let first = c.ports.iter().flatten().next().ok_or(Error::NoPort)?;
     let port = port_number(
         "spec.containers[0].ports[0].containerPort",
@@ -125,7 +178,7 @@ pub fn run_plan(pod: &Pod) -> Result<RunPlan> {
     Ok(RunPlan {
         container: c.name.clone(),
         image,
-        binary,
+        program,
         port,
         probe,
         grace,
@@ -274,7 +327,12 @@ mod tests {
         }));
         p.spec.as_mut().unwrap().termination_grace_period_seconds = Some(30);
         let plan = run_plan(&p).unwrap();
-        assert_eq!(plan.binary, "harness-standin");
+        assert_eq!(
+            plan.program,
+            Program::Standin {
+                binary: "harness-standin".into()
+            }
+        );
         assert_eq!(plan.port, 8080);
         assert_eq!(
             plan.probe.target,
@@ -286,6 +344,45 @@ mod tests {
         assert_eq!(plan.probe.period, MAX_PROBE_PERIOD);
         assert_eq!(plan.probe.failure_threshold, 2);
         assert_eq!(plan.grace, MAX_GRACE);
+    }
+
+    #[test]
+    fn the_runtime_image_runs_openclaw_of_its_version() {
+        let c = |v: serde_json::Value| -> Container { serde_json::from_value(v).unwrap() };
+        assert_eq!(
+            program(&c(
+                json!({"name": "c", "image": "clawfed.test/openclaw:2026.9.6"})
+            ))
+            .unwrap(),
+            Program::OpenClaw {
+                version: "2026.9.6".into(),
+                args: vec!["gateway".into(), "run".into()]
+            }
+        );
+        assert_eq!(
+            program(&c(
+                json!({"name": "c", "image": "clawfed.test/openclaw:1", "args": ["gateway", "run", "--verbose"]})
+            ))
+            .unwrap(),
+            Program::OpenClaw {
+                version: "1".into(),
+                args: vec!["gateway".into(), "run".into(), "--verbose".into()]
+            }
+        );
+        for (image, want) in [
+            ("clawfed.test/openclaw", "needs its version"),
+            ("clawfed.test/openclaw:", "needs its version"),
+            ("clawfed.test/openclaw@sha256:ab", "needs its version"),
+            ("clawfed.test/openclawx:1", "not a stand-in image"),
+        ] {
+            let e = program(&c(json!({"name": "c", "image": image}))).unwrap_err();
+            assert!(e.to_string().contains(want), "{image}: {e}");
+        }
+        let e = program(&c(
+            json!({"name": "c", "image": "clawfed.test/openclaw:1", "command": ["sh"]}),
+        ))
+        .unwrap_err();
+        assert_eq!(e, Error::RuntimeCommand);
     }
 
     #[test]

@@ -1,6 +1,10 @@
-//! Stand-in processes: started inside the Pod namespace with exactly the
+//! Pod processes: started inside a network namespace with exactly the
 //! environment given (nothing inherited), stopped with SIGTERM then SIGKILL.
+//! Each runs in its own process group, which stands in for the container:
+//! when the main process is gone, whatever it left running is killed too
+//! (the real runtime spawns worker processes).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -26,15 +30,21 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct Launch<'a> {
     pub ip_cmd: &'a Path,
     pub netns: &'a str,
-    pub binary: &'a Path,
+    /// The program and its arguments.
+    pub argv: &'a [OsString],
+    /// A shell script run first (`sh -c`), which ends with `exec "$@"`:
+    /// the sandbox's bind mounts ([`crate::sandbox::prelude`]).
+    pub prelude: Option<&'a str>,
     pub env: &'a [(String, String)],
     pub log: &'a Path,
     pub pidfile: &'a Path,
 }
 
-/// Starts the binary via `ip netns exec` (which execs it: the child's pid is
-/// the stand-in's own, so signals reach it directly).
+/// Starts the program via `ip netns exec` (which execs it, as does the
+/// prelude: the child's pid is the program's own, so signals reach it
+/// directly).
 pub fn spawn(l: &Launch<'_>) -> Result<Child> {
+    let program = PathBuf::from(l.argv.first().cloned().unwrap_or_default());
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -43,9 +53,13 @@ pub fn spawn(l: &Launch<'_>) -> Result<Child> {
     let log2 = log
         .try_clone()
         .map_err(|e| Error::Log(l.log.to_path_buf(), e))?;
-    let child = Command::new(l.ip_cmd)
-        .args(["netns", "exec", l.netns])
-        .arg(l.binary)
+    let mut command = Command::new(l.ip_cmd);
+    command.args(["netns", "exec", l.netns]);
+    if let Some(script) = l.prelude {
+        command.args(["/bin/sh", "-c", script, "sh"]);
+    }
+    let child = command
+        .args(l.argv)
         .env_clear()
         .envs(l.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
@@ -56,7 +70,7 @@ pub fn spawn(l: &Launch<'_>) -> Result<Child> {
         .process_group(0)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| Error::Spawn(l.binary.to_path_buf(), l.netns.to_string(), e))?;
+        .map_err(|e| Error::Spawn(program.clone(), l.netns.to_string(), e))?;
     if let Some(pid) = child.id() {
         std::fs::write(l.pidfile, pid.to_string())
             .map_err(|e| Error::Pidfile(l.pidfile.to_path_buf(), e))?;
@@ -71,24 +85,39 @@ fn signal(pid: u32, sig: Signal) {
     }
 }
 
-/// SIGTERM, then SIGKILL once `grace` has passed; returns the exit status.
+/// SIGKILL to the process group `pgid` leads: whatever the main process left.
+pub fn kill_group(pgid: u32) {
+    if let Some(pid) = i32::try_from(pgid).ok().and_then(Pid::from_raw) {
+        let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+    }
+}
+
+/// SIGTERM, then SIGKILL once `grace` has passed; then the rest of its
+/// process group. Returns the exit status.
 pub async fn terminate(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
-    if let Some(pid) = child.id() {
+    let pid = child.id();
+    if let Some(pid) = pid {
         signal(pid, Signal::TERM);
     }
-    match tokio::time::timeout(grace, child.wait()).await {
+    let status = match tokio::time::timeout(grace, child.wait()).await {
         Ok(status) => status.ok(),
         Err(_) => {
             let _ = child.start_kill();
             child.wait().await.ok()
         }
+    };
+    if let Some(pid) = pid {
+        kill_group(pid);
     }
+    status
 }
 
-/// After a runner crash its stand-ins may still run: kill the one a pidfile
-/// names if its command line is a binary of `standin_dir` (a reused pid of
-/// another program is never touched), and wait until it is gone.
-pub async fn kill_stale(pidfile: &Path, standin_dir: &Path) {
+/// After a runner crash its Pods' processes may still run: kill the one a
+/// pidfile names, and its process group, if its executable or command line
+/// lies in one of `dirs` (the stand-in dir, the runtime install; a reused
+/// pid of another program is never touched), and wait until it is gone.
+/// The runtime renames its process title, so its executable decides.
+pub async fn kill_stale(pidfile: &Path, dirs: &[&Path]) {
     let Ok(text) = std::fs::read_to_string(pidfile) else {
         return;
     };
@@ -96,14 +125,19 @@ pub async fn kill_stale(pidfile: &Path, standin_dir: &Path) {
         return;
     };
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-    let ours = std::fs::read(proc_dir.join("cmdline"))
-        .map(|c| String::from_utf8_lossy(&c).starts_with(&*standin_dir.to_string_lossy()))
-        .unwrap_or(false);
+    let cmdline = std::fs::read(proc_dir.join("cmdline"))
+        .map(|c| String::from_utf8_lossy(&c).into_owned())
+        .unwrap_or_default();
+    let exe = std::fs::read_link(proc_dir.join("exe")).unwrap_or_default();
+    let ours = dirs
+        .iter()
+        .any(|d| cmdline.starts_with(&*d.to_string_lossy()) || exe.starts_with(d));
     if !ours {
         return;
     }
-    tracing::info!(pid, pidfile = %pidfile.display(), "killing a stand-in left by an earlier runner");
+    tracing::info!(pid, pidfile = %pidfile.display(), "killing a pod process left by an earlier runner");
     signal(pid, Signal::KILL);
+    kill_group(pid);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     // Not our child, so there is no wait(): poll /proc until it is reaped.
     while proc_dir.exists() && tokio::time::Instant::now() < deadline {

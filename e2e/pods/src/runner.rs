@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +35,8 @@ pub enum Error {
     Kubeconfig(PathBuf, #[source] kube::config::KubeconfigError),
     #[error("building the Kubernetes client")]
     Client(#[source] kube::Error),
+    #[error("the openclaw install")]
+    Runtime(#[from] crate::runtime::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -47,6 +49,9 @@ pub struct RunnerConfig {
     pub netns: String,
     pub state_dir: PathBuf,
     pub standin_dir: PathBuf,
+    /// The real runtime's install (`e2e/openclaw.sh`), for Pods of image
+    /// `clawfed.test/openclaw:<its version>`.
+    pub openclaw_dir: Option<PathBuf>,
 }
 
 /// Finds `ip` on PATH (resolved once: stand-ins get an empty environment).
@@ -89,14 +94,23 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
         .await
         .map_err(|e| Error::Kubeconfig(config.kubeconfig.clone(), e))?;
     let client = Client::try_from(kube_config).map_err(Error::Client)?;
+    let openclaw = config
+        .openclaw_dir
+        .as_deref()
+        .map(crate::runtime::OpenClawInstall::open)
+        .transpose()?;
 
-    // Stand-ins of an earlier runner that died without stopping them.
+    // Pod processes of an earlier runner that died without stopping them.
+    let mut dirs = vec![config.standin_dir.as_path()];
+    if let Some(i) = &openclaw {
+        dirs.push(&i.dir);
+    }
     for entry in std::fs::read_dir(&state_dir)
         .into_iter()
         .flatten()
         .flatten()
     {
-        process_stale(&entry.path(), &config.standin_dir).await;
+        crate::process::kill_stale(&entry.path().join("pid"), &dirs).await;
     }
 
     let shared = Arc::new(Shared {
@@ -105,6 +119,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
         netns: config.netns.clone(),
         standin_dir: config.standin_dir.clone(),
         state_dir,
+        openclaw: openclaw.clone(),
     });
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     let mut runner = Runner {
@@ -123,7 +138,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
         .default_backoff()
         .boxed();
     let mut listing: Vec<Pod> = Vec::new();
-    tracing::info!(node = %config.node, cidr = %config.pod_cidr, netns = %config.netns, "runner starting");
+    tracing::info!(node = %config.node, cidr = %config.pod_cidr, netns = %config.netns, openclaw = ?openclaw.as_ref().map(|i| &i.version), "runner starting");
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -153,10 +168,6 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
 
 fn uid_of(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
-}
-
-async fn process_stale(dir: &Path, standin_dir: &Path) {
-    crate::process::kill_stale(&dir.join("pid"), standin_dir).await;
 }
 
 /// The Pod IP recorded in the Pod's status, if it is of `cidr`.

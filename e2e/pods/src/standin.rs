@@ -1,4 +1,4 @@
-//! What both stand-ins share: where to listen, and how to stop.
+//! What the stand-ins share: where to listen, and how to stop.
 //!
 //! A stand-in reads its listen address from `CLAWFED_STANDIN_LISTEN` (the
 //! runner sets `<podIP>:<first containerPort>`) and serves HTTP/1.1 until
@@ -6,6 +6,7 @@
 
 pub mod gateway;
 pub mod harness;
+pub mod model;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,6 +1,7 @@
-//! One stand-in Pod's life, as a kubelet would run it: prepare env and
-//! files, start the process, probe it, report status, restart it with
-//! backoff when it exits, stop it when the Pod goes.
+//! One Pod's life, as a kubelet would run it: prepare env and files (and,
+//! for the real runtime, its sandbox: network namespace and volumes),
+//! start the process, probe it, report status, restart it with backoff
+//! when it exits, stop it when the Pod goes.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -14,7 +15,9 @@ use kube::{Api, Client};
 use tokio::process::Child;
 use tokio_util::sync::CancellationToken;
 
-use crate::podspec::{self, FAST_PROBE, RunPlan};
+use crate::podspec::{self, FAST_PROBE, Program, RunPlan};
+use crate::runtime::OpenClawInstall;
+use crate::sandbox::{self, BindMount, VolumeSource};
 use crate::status::{LastExit, Observed, State};
 use crate::{env, probe, process};
 
@@ -25,6 +28,19 @@ pub struct Shared {
     pub netns: String,
     pub standin_dir: PathBuf,
     pub state_dir: PathBuf,
+    /// The real runtime, when the runner was given an install.
+    pub openclaw: Option<OpenClawInstall>,
+}
+
+/// What the runner starts for a Pod, resolved once.
+enum Started {
+    /// A stand-in binary, in the shared Pod network namespace.
+    Standin(PathBuf),
+    /// The real runtime in its own sandbox.
+    Runtime {
+        argv: Vec<std::ffi::OsString>,
+        netns: String,
+    },
 }
 
 /// The field manager of the runner's status writes (kwok's is `kwok`).
@@ -122,6 +138,7 @@ pub async fn supervise(shared: Arc<Shared>, pod: Pod, ip: Ipv4Addr, stops: Stops
     let span = tracing::info_span!("pod", ns = %s.ident.namespace, name = %s.ident.name, ip = %ip);
     tracing::Instrument::instrument(s.run(&stops), span).await;
     if stops.gone.is_cancelled() {
+        sandbox::teardown_network(&s.shared.ip_cmd, &s.ident.uid).await;
         let _ = std::fs::remove_dir_all(&s.dir);
     }
 }
@@ -135,14 +152,13 @@ impl Supervisor {
             Ok(plan) => plan,
             Err(e) => return self.refuse("InvalidImageName", e.to_string(), stops).await,
         };
-        let binary = self.shared.standin_dir.join(&plan.binary);
-        if !binary.is_file() {
-            let msg = format!("no stand-in binary {}", binary.display());
-            return self.refuse("ErrImageNeverPull", msg, stops).await;
-        }
+        let program = match self.resolve(&plan).await {
+            Ok(p) => p,
+            Err((reason, msg)) => return self.refuse(reason, msg, stops).await,
+        };
         let mut backoff = BACKOFF_MIN;
         while !stops.stopped() {
-            let started = self.start(&plan, &binary).await;
+            let started = self.start(&plan, &program).await;
             let delay = match started {
                 Ok(child) => {
                     let Some(exit) = self.watch(child, &plan, stops, &mut backoff).await else {
@@ -209,11 +225,99 @@ impl Supervisor {
         stops.any().await;
     }
 
+    /// The binary of a stand-in, or the runtime's install and sandbox
+    /// network. The error is a kubelet-style (reason, message).
+    async fn resolve(&mut self, plan: &RunPlan) -> Result<Started, (&'static str, String)> {
+        match &plan.program {
+            Program::Standin { binary } => {
+                let binary = self.shared.standin_dir.join(binary);
+                if !binary.is_file() {
+                    let msg = format!("no stand-in binary {}", binary.display());
+                    return Err(("ErrImageNeverPull", msg));
+                }
+                Ok(Started::Standin(binary))
+            }
+            Program::OpenClaw { version, args } => {
+                let install = self
+                    .shared
+                    .openclaw
+                    .as_ref()
+                    .filter(|i| &i.version == version)
+                    .ok_or_else(|| {
+                        let have = self.shared.openclaw.as_ref().map_or_else(
+                            || "none (the runner has no --openclaw-dir)".to_string(),
+                            |i| i.version.clone(),
+                        );
+                        (
+                            "ErrImageNeverPull",
+                            format!(
+                                "openclaw {version} is not installed for the pod runner (installed: {have}; e2e/openclaw.sh installs the version of e2e/openclaw/package.json)"
+                            ),
+                        )
+                    })?;
+                let argv = install.argv(args);
+                let names = sandbox::setup_network(
+                    &self.shared.ip_cmd,
+                    &self.shared.netns,
+                    &self.ident.uid,
+                    self.obs.pod_ip,
+                )
+                .await
+                .map_err(|e| ("CreatePodSandboxError", e.to_string()))?;
+                // cluster.sh down removes what a killed runner left.
+                let _ = std::fs::write(self.dir.join("netns"), &names.netns);
+                Ok(Started::Runtime {
+                    argv,
+                    netns: names.netns,
+                })
+            }
+        }
+    }
+
+    /// The runtime's bind mounts: Secret and ConfigMap files from the
+    /// container root, emptyDirs from the Pod's state, claims from their
+    /// volumes' host paths.
+    async fn mounts(&self, root: &Path) -> Result<Vec<BindMount>, (&'static str, String)> {
+        let sources = sandbox::mount_sources(&self.pod)
+            .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
+        let container = podspec::first_container(&self.pod);
+        let mounts: Vec<_> = container
+            .and_then(|c| c.volume_mounts.clone())
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for (i, source) in sources {
+            let m = &mounts[i];
+            let rel = m.mount_path.trim_start_matches('/');
+            let dir = match source {
+                VolumeSource::Files => root.join(rel),
+                VolumeSource::EmptyDir => self.dir.join("empty-dir").join(&m.name),
+                VolumeSource::Claim(claim) => {
+                    sandbox::claim_dir(&self.shared.client, &self.ident.namespace, &claim)
+                        .await
+                        .map_err(|e| {
+                            (
+                                "ContainerCreating",
+                                format!("mounting volume {:?}: {e}", m.name),
+                            )
+                        })?
+                }
+            };
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| ("RunContainerError", format!("{}: {e}", dir.display())))?;
+            out.push(BindMount {
+                source: dir,
+                target: PathBuf::from(&m.mount_path),
+                read_only: m.read_only.unwrap_or(false),
+            });
+        }
+        Ok(out)
+    }
+
     /// Env, files, process. The error is a kubelet-style (reason, message).
     async fn start(
         &mut self,
         plan: &RunPlan,
-        binary: &Path,
+        program: &Started,
     ) -> Result<Child, (&'static str, String)> {
         let config_error = |e: env::Error| {
             let msg = match std::error::Error::source(&e) {
@@ -230,6 +334,22 @@ impl Supervisor {
         let files = env::volume_files(&self.pod, &sources).map_err(config_error)?;
         let root = self.dir.join("root");
         write_root(&root, &files).map_err(|e| ("RunContainerError", e))?;
+        let (argv, netns, prelude) = match program {
+            Started::Standin(binary) => (
+                vec![binary.clone().into_os_string()],
+                self.shared.netns.clone(),
+                None,
+            ),
+            Started::Runtime { argv, netns } => {
+                let mounts = self.mounts(&root).await?;
+                let script = sandbox::prelude(&mounts)
+                    .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
+                if let Some(install) = &self.shared.openclaw {
+                    install.image_env(&mut vars);
+                }
+                (argv.clone(), netns.clone(), Some(script))
+            }
+        };
         let labels = self.pod.metadata.labels.clone().unwrap_or_default();
         vars.extend([
             (
@@ -250,8 +370,9 @@ impl Supervisor {
         ]);
         let launch = process::Launch {
             ip_cmd: &self.shared.ip_cmd,
-            netns: &self.shared.netns,
-            binary,
+            netns: &netns,
+            argv: &argv,
+            prelude: prelude.as_deref(),
             env: &vars,
             log: &self.dir.join("log"),
             pidfile: &self.dir.join("pid"),
@@ -263,7 +384,7 @@ impl Supervisor {
             };
             ("RunContainerError", msg)
         })?;
-        tracing::info!(pid = child.id(), binary = %binary.display(), "started");
+        tracing::info!(pid = child.id(), program = ?argv.first(), netns, "started");
         self.obs.state = State::Running {
             started_at: Timestamp::now(),
         };
@@ -296,46 +417,50 @@ impl Supervisor {
             };
             let ip = self.obs.pod_ip;
             tokio::select! {
-                            status = child.wait() => {
-            let (exit_code, reason) = exit_of(status.ok());
-                                tracing::warn!(exit_code, "stand-in exited");
-                                return Some(LastExit {
-                                    exit_code,
-                                    reason: reason.into(),
-                                    started_at,
-                                    finished_at: Timestamp::now(),
-                                });
+                status = child.wait() => {
+                    let (exit_code, reason) = exit_of(status.ok());
+                    tracing::warn!(exit_code, "container process exited");
+                    // The container is gone: so is what it left running.
+                    if let Some(pid) = self.obs.pid {
+                        process::kill_group(pid);
+                    }
+                    return Some(LastExit {
+                        exit_code,
+                        reason: reason.into(),
+                        started_at,
+                        finished_at: Timestamp::now(),
+                    });
+                }
+                _ = stops.any() => {
+                    let status = process::terminate(&mut child, plan.grace).await;
+                    tracing::info!(?status, gone = stops.gone.is_cancelled(), "stopped");
+                    return None;
+                }
+                result = async {
+                    tokio::time::sleep(delay).await;
+                    probe::probe(ip, &plan.probe).await
+                } => {
+                    match result {
+                        Ok(()) => {
+                            failures = 0;
+                            passed_once = true;
+                            *backoff = BACKOFF_MIN;
+                            if !self.obs.ready {
+                                tracing::info!("readiness probe passed");
                             }
-                            _ = stops.any() => {
-                                let status = process::terminate(&mut child, plan.grace).await;
-                                tracing::info!(?status, gone = stops.gone.is_cancelled(), "stopped");
-                                return None;
-                            }
-                            result = async {
-                                tokio::time::sleep(delay).await;
-                                probe::probe(ip, &plan.probe).await
-                            } => {
-                                match result {
-                                    Ok(()) => {
-                                        failures = 0;
-                                        passed_once = true;
-                                        *backoff = BACKOFF_MIN;
-                                        if !self.obs.ready {
-                                            tracing::info!("readiness probe passed");
-                                        }
-                                        self.set_ready(true, None);
-                                    }
-                                    Err(e) => {
-                                        failures += 1;
-                                        let still_ready =
-                                            self.obs.ready && failures < plan.probe.failure_threshold;
-                                        if !still_ready {
-                                            self.set_ready(false, Some(e.describe()));
-                                        }
-                                    }
-                                }
+                            self.set_ready(true, None);
+                        }
+                        Err(e) => {
+                            failures += 1;
+                            let still_ready =
+                                self.obs.ready && failures < plan.probe.failure_threshold;
+                            if !still_ready {
+                                self.set_ready(false, Some(e.describe()));
                             }
                         }
+                    }
+                }
+            }
             if self.dirty {
                 self.publish().await;
             }

@@ -28,6 +28,10 @@ struct Args {
     /// Where the stand-in binaries are (default: this executable's directory).
     #[arg(long)]
     standin_dir: Option<PathBuf>,
+    /// The real OpenClaw runtime's install (as printed by e2e/openclaw.sh),
+    /// for Pods of image clawfed.test/openclaw:<its version>.
+    #[arg(long)]
+    openclaw_dir: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -60,6 +64,7 @@ async fn main() -> Result<()> {
             netns: args.netns,
             state_dir: args.state_dir,
             standin_dir,
+            openclaw_dir: args.openclaw_dir,
         },
         shutdown,
     )
