@@ -1122,6 +1122,7 @@ impl Config {
             default_agent_image: self.policy.default_agent_image.clone(),
             work_max_attempts: self.worker.max_attempts,
             pipeline: self.pipeline_enabled(),
+            harness_port: self.workload_settings().harness_port,
         }
     }
 

@@ -11,6 +11,7 @@
 //! - [`api`]: REST (`/api/v1`, OpenAPI), gRPC admin, metrics, errors.
 //! - [`worker`]: the durable work queue's worker.
 //! - [`pipeline`]: the revision pipeline as a pure state machine.
+//! - [`runtime_config`]: the OpenClaw runtime's config file: the frozen Configuration with the keys clawfed owns (pure).
 //! - [`gateway`]: each Agent's Gateway in the control cluster (kube).
 //! - [`link`]: the spoke link (CA, enrollment, mTLS stream, outbox delivery).
 //! - [`bundle`]: `clawfed-hub bundle`, the offline install bundle.
@@ -31,6 +32,7 @@ pub mod gateway;
 pub mod link;
 pub mod model;
 pub mod pipeline;
+pub mod runtime_config;
 pub mod secrets;
 pub mod server;
 pub mod service;

@@ -15,8 +15,8 @@ use crate::auth::{self, Action, Decision, Principal};
 use crate::model::{
     Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, Cluster, Configuration, CreateAgent,
     CreateBootstrapToken, CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest,
-    DesiredState, Diagnosis, FleetSummary, Namespace, UpdateAgent, UpdateConfiguration, WorkItem,
-    WorkState,
+    DesiredState, Diagnosis, FleetSummary, HarnessKind, Namespace, UpdateAgent,
+    UpdateConfiguration, WorkItem, WorkState,
 };
 use crate::secrets::{SecretBox, SecretValue};
 use crate::store::{
@@ -100,6 +100,9 @@ pub struct Policy {
     pub work_max_attempts: i32,
     /// Deploys and stops queue pipeline work (the link is enabled).
     pub pipeline: bool,
+    /// The port Harnesses serve on: the OpenClaw config's `gateway.port`,
+    /// which a Configuration may not set otherwise.
+    pub harness_port: i32,
 }
 
 impl Default for Policy {
@@ -110,6 +113,7 @@ impl Default for Policy {
             default_agent_image: None,
             work_max_attempts: 8,
             pipeline: false,
+            harness_port: clawfed_proto::work::harness::DEFAULT_PORT,
         }
     }
 }
@@ -648,6 +652,23 @@ impl Service {
                 (agent.spec.clone(), configuration)
             }
         };
+        // An OpenClaw runtime gets the document as its config file: a key
+        // clawfed owns there is refused now, not found wrong at run time.
+        if matches!(
+            spec.harness_kind,
+            HarnessKind::EmbeddedOpenclaw | HarnessKind::DedicatedOpenclaw
+        ) && let Some(conflict) =
+            crate::runtime_config::conflicts(&configuration, self.policy.harness_port).first()
+        {
+            return Err(ServiceError::InvalidArgument {
+                field: format!(
+                    "configuration {:?}: {}",
+                    spec.configuration.as_deref().unwrap_or_default(),
+                    conflict.key
+                ),
+                reason: conflict.to_string(),
+            });
+        }
         let gateway_image = spec
             .gateway_image
             .clone()

@@ -286,6 +286,41 @@ pub mod harness {
     }
 }
 
+/// How an OpenClaw Harness gets its configuration and state: paths and
+/// environment the hub renders the config for and the spoke mounts and sets.
+pub mod runtime {
+    /// Where the rendered config is mounted (read-only).
+    pub const CONFIG_DIR: &str = "/etc/openclaw";
+    /// The config file's name: its key in the Harness credential Secret too.
+    pub const CONFIG_FILE: &str = "openclaw.json";
+    /// `CONFIG_DIR/CONFIG_FILE`.
+    pub const CONFIG_PATH: &str = "/etc/openclaw/openclaw.json";
+    /// The runtime's writable home: its state directory and `HOME` below it.
+    pub const DATA_DIR: &str = "/var/lib/openclaw";
+    /// `OPENCLAW_STATE_DIR`: SQLite, sessions, the default workspace.
+    pub const STATE_DIR: &str = "/var/lib/openclaw/state";
+    /// `HOME` (the root filesystem is read-only).
+    pub const HOME_DIR: &str = "/var/lib/openclaw/home";
+    /// Key of the gateway's token in the Harness credential Secret (and the
+    /// runtime's environment variable for it).
+    pub const GATEWAY_TOKEN_ENV: &str = "OPENCLAW_GATEWAY_TOKEN";
+    /// The environment every OpenClaw Harness gets besides its credentials:
+    /// the config file (read-only), the state dir, `HOME`, and no update or
+    /// discovery attempts (air-gapped clusters).
+    pub const ENV: [(&str, &str); 6] = [
+        ("OPENCLAW_CONFIG_PATH", CONFIG_PATH),
+        ("OPENCLAW_CONFIG_READONLY", "1"),
+        ("OPENCLAW_STATE_DIR", STATE_DIR),
+        ("HOME", HOME_DIR),
+        ("OPENCLAW_NO_AUTO_UPDATE", "1"),
+        ("OPENCLAW_DISABLE_BONJOUR", "1"),
+    ];
+    /// Health paths of the runtime, each answered with a JSON body.
+    pub const STARTUP_PATH: &str = "/startupz";
+    pub const READY_PATH: &str = "/readyz";
+    pub const LIVE_PATH: &str = "/healthz";
+}
+
 /// The managed credentials of an Agent and the keys they are projected
 /// under in the Harness credential Secret (`<agent>-r<N>-credentials`,
 /// which the Harness Pod reads with `envFrom`). The hub holds the values
@@ -607,6 +642,12 @@ pub struct HarnessWork {
     /// at all (automount stays off either way).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_principal: Option<ServicePrincipal>,
+    /// The OpenClaw runtime's config file (JSON), rendered by the hub from
+    /// the revision's frozen Configuration and the keys clawfed owns; the
+    /// spoke mounts it read-only at [`runtime::CONFIG_PATH`]. `None`: the
+    /// Harness is not an OpenClaw runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_config: Option<String>,
 }
 
 /// A projected, audience-bound ServiceAccount token given to a workload as

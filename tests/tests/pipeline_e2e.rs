@@ -3335,6 +3335,158 @@ async fn embedded_openclaw_has_no_control_gateway_and_is_probed_through_the_link
     w.finish().await
 }
 
+/// Issue 29: an embedded OpenClaw Agent runs the real runtime. Its
+/// Configuration (OpenClaw's own document) reaches the runtime's config
+/// file beside the keys clawfed owns: the model provider it names answers
+/// a real turn, made with the Agent's managed key (the model stand-in
+/// names its last four characters) and the gateway token clawfed put in
+/// the Harness Secret. A Configuration that sets an owned key is refused
+/// at deploy, naming the key. The revision turned Active after the hub's
+/// own request went hub -> spoke link -> the runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration() -> Result<()> {
+    use clawfed_tests::openclaw;
+    require_pod_network()?;
+    let mut w = World::start_with(|c| {
+        c.pipeline.path_probe = true;
+        // The runtime needs 10-20 s to turn ready on an idle machine.
+        c.pipeline.ready_deadline_seconds = 300;
+    })
+    .await?;
+    let exec = w.exec_a.admin();
+    let model_ns = w.exec_a.create_namespace("model").await?;
+    let result = async {
+        let model_url = openclaw::deploy_model(&exec, &model_ns.name).await?;
+        let (ns, agent) = w
+            .agent_with_images("embedded-openclaw", &openclaw::image()?, &standin_gateway())
+            .await?;
+        let configure = |name: &str, data: serde_json::Value| {
+            let rest = w.rest.clone();
+            let path = format!("/namespaces/{}/configurations", ns.name);
+            let body = json!({ "name": name, "data": data });
+            async move {
+                rest.call::<serde_json::Value>(Method::POST, &path, Some(body))
+                    .await
+            }
+        };
+        let provider = json!({ "standin": {
+            "baseUrl": model_url, "api": "openai-completions",
+            "models": [{ "id": openclaw::MODEL_ID, "name": openclaw::MODEL_ID }]
+        }});
+        configure("owned", json!({ "gateway": { "port": 9999 } })).await?;
+        configure(
+            "oc",
+            json!({
+                "models": { "providers": provider },
+                "agents": { "defaults": { "model": {
+                    "primary": format!("standin/{}", openclaw::MODEL_ID) } } }
+            }),
+        )
+        .await?;
+        w.rest
+            .edit_spec(&ns.name, &agent.name, |s| {
+                s.configuration = Some("owned".into())
+            })
+            .await?;
+        let (status, body) = w
+            .rest
+            .send(
+                Method::POST,
+                &format!("/namespaces/{}/agents/{}/deploy", ns.name, agent.name),
+                None,
+            )
+            .await?;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body.contains("gateway.port"), "names the owned key: {body}");
+
+        w.rest
+            .edit_spec(&ns.name, &agent.name, |s| {
+                s.configuration = Some("oc".into())
+            })
+            .await?;
+        let key = format!("sk-oc-{}", uuid::Uuid::new_v4().simple());
+        let (status, body) = w
+            .rest
+            .send(
+                Method::PUT,
+                &format!(
+                    "/namespaces/{}/agents/{}/credentials/model-api-key",
+                    ns.name, agent.name
+                ),
+                Some(json!({ "value": key })),
+            )
+            .await?;
+        ensure!(status.is_success(), "set the key: {status} {body}");
+        let deployed = Instant::now();
+        w.rest.deploy(&ns.name, &agent.name).await?;
+        let active = until(
+            openclaw::START_WAIT,
+            "revision 1 Active on the real runtime",
+            || async {
+                let r = w.rest.revision(&ns.name, &agent.name, 1).await?;
+                ensure!(r.phase != RevisionPhase::Failed, "failed: {:?}", r.reason);
+                Ok((r.phase == RevisionPhase::Active).then_some(r))
+            },
+        )
+        .await?;
+        println!(
+            "deploy -> Active on the real runtime in {:?} ({:?})",
+            deployed.elapsed(),
+            active.progress.durations_ms
+        );
+
+        let pods: Api<Pod> = Api::namespaced(exec.clone(), &ns.data_plane_namespace);
+        let pod = openclaw::ready_pod(
+            &pods,
+            &format!("{}={}", labels::AGENT, agent.name),
+            None,
+            Duration::from_secs(10),
+        )
+        .await?;
+        let secret: Secret = Api::namespaced(exec.clone(), &ns.data_plane_namespace)
+            .get(&clawfed_proto::work::harness::credentials_name(
+                &agent.name,
+                1,
+            ))
+            .await?;
+        let data = secret.data.unwrap_or_default();
+        let token = data
+            .get(clawfed_proto::work::runtime::GATEWAY_TOKEN_ENV)
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+            .context("the Harness Secret holds the gateway token")?;
+        let config: serde_json::Value = serde_json::from_slice(
+            &data
+                .get(clawfed_proto::work::runtime::CONFIG_FILE)
+                .context("the Harness Secret holds the config file")?
+                .0,
+        )?;
+        assert_eq!(
+            config["models"]["providers"]["standin"]["apiKey"],
+            "${MODEL_API_KEY}"
+        );
+        assert!(
+            !config.to_string().contains(&key),
+            "the key is never in the config file"
+        );
+        let addr = std::net::SocketAddr::from((openclaw::pod_ip(&pod)?, 8080));
+        let answer = openclaw::chat(addr, &token, "conv-e2e", "hello from the hub test").await?;
+        println!("model turn: {answer}");
+        assert!(
+            answer.contains("model-standin answer: hello from the hub test"),
+            "the Configuration's provider answered: {answer}"
+        );
+        assert!(
+            answer.contains(&format!("key: {}", &key[key.len() - 4..])),
+            "with the Agent's managed key: {answer}"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    model_ns.delete().await?;
+    result?;
+    w.finish().await
+}
+
 // ========================================================== credentials
 
 /// Everything tracing records on the threads it is installed on, as text.

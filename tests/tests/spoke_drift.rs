@@ -107,6 +107,7 @@ impl Tenant {
             service_principal: None,
             plugin_selections: Vec::new(),
             require_startup_status: false,
+            runtime_config: None,
         }
     }
 

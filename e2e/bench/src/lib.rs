@@ -410,6 +410,7 @@ pub mod load {
             service_principal: None,
             plugin_selections: Vec::new(),
             require_startup_status: false,
+            runtime_config: None,
         }
     }
 

@@ -18,8 +18,9 @@ use crate::store::{Store, StoreError};
 
 /// Name of the key in the store's hub secrets.
 pub const KEY_NAME: &str = "gateway-transport-key";
-/// Domain separation: this key derives nothing but transport tokens.
+/// Domain separation: what the key derives for each purpose.
 const CONTEXT: &[u8] = b"clawfed gateway transport v1\0";
+const RUNTIME_CONTEXT: &[u8] = b"clawfed openclaw gateway token v1\0";
 
 /// The hub's key for transport tokens.
 #[derive(Clone)]
@@ -53,8 +54,20 @@ impl TransportKey {
 
     /// The transport token of `revision_id` (64 hex characters).
     pub fn token(&self, revision_id: &str) -> String {
+        self.derive(CONTEXT, revision_id)
+    }
+
+    /// The OpenClaw gateway token of `revision_id`'s Harness (its
+    /// `OPENCLAW_GATEWAY_TOKEN`; 64 hex characters): the hub sends it with
+    /// its own requests to that runtime. Another context than
+    /// [`Self::token`], so neither reveals the other.
+    pub fn runtime_token(&self, revision_id: &str) -> String {
+        self.derive(RUNTIME_CONTEXT, revision_id)
+    }
+
+    fn derive(&self, context: &[u8], revision_id: &str) -> String {
         let mut ctx = ring::hmac::Context::with_key(&self.0);
-        ctx.update(CONTEXT);
+        ctx.update(context);
         ctx.update(revision_id.as_bytes());
         hex::encode(ctx.sign().as_ref())
     }

@@ -178,6 +178,9 @@ pub struct Rollout {
     /// Passes turned away by a lease held in this process (shared by every
     /// handler's copy).
     waiters: Arc<waiters::LeaseWaiters>,
+    /// The installation's key, loaded once: it derives each OpenClaw
+    /// Harness' gateway token ([`TransportKey::runtime_token`]).
+    runtime_key: Arc<tokio::sync::OnceCell<crate::gateway::TransportKey>>,
 }
 
 impl std::fmt::Debug for Rollout {
@@ -262,6 +265,7 @@ impl Rollout {
             secrets: None,
             holder: format!("hub-{}", uuid::Uuid::new_v4().simple()),
             waiters: Arc::default(),
+            runtime_key: Arc::default(),
         }
     }
 
@@ -667,6 +671,19 @@ impl Rollout {
                 );
                 if let wire::WorkSpec::HarnessApply(h) = &mut work {
                     h.credential = credential;
+                    if h.runtime_config.is_some() {
+                        // The gateway's token: derived, so every pass and
+                        // replica sends the same Secret.
+                        let key = self
+                            .runtime_key
+                            .get_or_try_init(|| crate::gateway::TransportKey::load_or_create(store))
+                            .await
+                            .map_err(store_err)?;
+                        h.credential.0.insert(
+                            wire::runtime::GATEWAY_TOKEN_ENV.to_owned(),
+                            key.runtime_token(&rev.id),
+                        );
+                    }
                 }
                 self.send(
                     &cid,

@@ -10,14 +10,15 @@ use clawfed_proto::labels;
 use clawfed_proto::naming::validate_agent_name;
 use clawfed_proto::readiness::{HARNESS_ROLE, ReadinessQuery, required_labels};
 use clawfed_proto::startup;
+use clawfed_proto::work::runtime;
 use clawfed_proto::work::{HarnessWork, check_image_digest};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath,
     ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, ResourceRequirements, Secret,
-    SecretEnvSource, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    Secret, SecretKeySelector, SecretVolumeSource, Service, ServiceAccount, ServicePort,
+    ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -194,8 +195,15 @@ pub fn service_account(h: &HarnessWork, target: &str, generation: i64) -> Servic
     }
 }
 
-/// The credential Secret: the only place the model credential goes.
+/// The credential Secret: the only place the model credential goes. An
+/// OpenClaw Harness' rendered config file rides along under
+/// [`runtime::CONFIG_FILE`] (mounted, not in the environment): it names the
+/// credential only as `${MODEL_API_KEY}`.
 pub fn credential_secret(h: &HarnessWork, target: &str, generation: i64) -> Secret {
+    let mut data = h.credential.0.clone();
+    if let Some(config) = &h.runtime_config {
+        data.insert(runtime::CONFIG_FILE.to_owned(), config.clone());
+    }
     Secret {
         metadata: meta(
             &names(&h.agent, h.revision).credentials,
@@ -204,9 +212,110 @@ pub fn credential_secret(h: &HarnessWork, target: &str, generation: i64) -> Secr
             generation,
         ),
         type_: Some("Opaque".into()),
-        string_data: Some(h.credential.0.clone()),
+        string_data: Some(data),
         ..Default::default()
     }
+}
+
+/// The credentials as environment variables, one `secretKeyRef` each (the
+/// config file in the same Secret stays out of the environment).
+fn credential_env(h: &HarnessWork, secret: &str) -> Vec<EnvVar> {
+    h.credential
+        .0
+        .keys()
+        .map(|key| EnvVar {
+            name: key.clone(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: secret.to_owned(),
+                    key: key.clone(),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// An HTTP GET probe of the Harness port.
+fn http_probe(path: &str, period: i32, failure_threshold: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String("harness".into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failure_threshold),
+        timeout_seconds: Some(2),
+        ..Default::default()
+    }
+}
+
+/// What an OpenClaw runtime adds to its Pod: the config file (read-only),
+/// a writable state dir (an emptyDir: the root filesystem is read-only),
+/// its environment, and the runtime's own health endpoints as startup,
+/// readiness and liveness probes.
+struct RuntimeParts {
+    volumes: Vec<Volume>,
+    mounts: Vec<VolumeMount>,
+    env: Vec<EnvVar>,
+    probes: [Probe; 3],
+}
+
+fn runtime_parts(h: &HarnessWork, secret: &str) -> Option<RuntimeParts> {
+    h.runtime_config.as_ref()?;
+    let mut volumes = vec![Volume {
+        name: "openclaw-config".into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_owned()),
+            items: Some(vec![KeyToPath {
+                key: runtime::CONFIG_FILE.into(),
+                path: runtime::CONFIG_FILE.into(),
+                ..Default::default()
+            }]),
+            default_mode: Some(0o440),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    let mut mounts = vec![VolumeMount {
+        name: "openclaw-config".into(),
+        mount_path: runtime::CONFIG_DIR.into(),
+        read_only: Some(true),
+        ..Default::default()
+    }];
+    volumes.push(Volume {
+        name: "openclaw-data".into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    });
+    mounts.push(VolumeMount {
+        name: "openclaw-data".into(),
+        mount_path: runtime::DATA_DIR.into(),
+        ..Default::default()
+    });
+    let env = runtime::ENV
+        .iter()
+        .map(|(k, v)| EnvVar {
+            name: (*k).to_owned(),
+            value: Some((*v).to_owned()),
+            ..Default::default()
+        })
+        .collect();
+    Some(RuntimeParts {
+        volumes,
+        mounts,
+        env,
+        // Startup may take a minute on a busy node (10-20 s idle); once
+        // started, readiness follows /readyz and a hung runtime restarts.
+        probes: [
+            http_probe(runtime::STARTUP_PATH, 2, 90),
+            http_probe(runtime::READY_PATH, 5, 3),
+            http_probe(runtime::LIVE_PATH, 10, 6),
+        ],
+    })
 }
 
 /// The workspace PVC (ReadWriteOnce), when the work asks for one.
@@ -271,10 +380,14 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
             ..Default::default()
         });
     }
+    let runtime = runtime_parts(h, &n.credentials);
+    let runtime_env: Vec<&str> = runtime::ENV.iter().map(|(k, _)| *k).collect();
     let mut env: Vec<EnvVar> = h
         .env
         .iter()
         .filter(|(k, _)| !startup_env_names().contains(&k.as_str()))
+        // The runtime's paths are the spoke's to set.
+        .filter(|(k, _)| runtime.is_none() || !runtime_env.contains(&k.as_str()))
         .map(|(k, v)| EnvVar {
             name: k.clone(),
             value: Some(v.clone()),
@@ -305,6 +418,15 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
         container_security.seccomp_profile = Some(security::localhost_seccomp(path));
     }
     env.extend(startup_env(h));
+    env.extend(credential_env(h, &n.credentials));
+    let mut probes = [None, None, None];
+    if let Some(r) = runtime {
+        volumes.extend(r.volumes);
+        mounts.extend(r.mounts);
+        env.extend(r.env);
+        probes = r.probes.map(Some);
+    }
+    let [startup_probe, readiness_probe, liveness_probe] = probes;
     PodSpec {
         service_account_name: Some(n.harness.clone()),
         automount_service_account_token: Some(false),
@@ -321,13 +443,9 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
                 ..Default::default()
             }]),
             env: Some(env),
-            env_from: Some(vec![EnvFromSource {
-                secret_ref: Some(SecretEnvSource {
-                    name: n.credentials.clone(),
-                    optional: Some(false),
-                }),
-                ..Default::default()
-            }]),
+            startup_probe,
+            readiness_probe,
+            liveness_probe,
             resources: Some(ResourceRequirements {
                 requests: quantities(&h.resources.requests),
                 limits: quantities(&h.resources.limits),
@@ -496,7 +614,94 @@ mod tests {
             service_principal: None,
             plugin_selections: Vec::new(),
             require_startup_status: false,
+            runtime_config: None,
         }
+    }
+
+    #[test]
+    fn an_openclaw_runtime_gets_its_config_file_state_dir_env_and_probes() {
+        let mut h = harness();
+        let plain = pod_spec(&h);
+        assert!(plain.containers[0].readiness_probe.is_none());
+        h.runtime_config = Some(r#"{"gateway":{"port":8080}}"#.into());
+        let secret = credential_secret(&h, "t", 1);
+        let data = secret.string_data.clone().unwrap_or_default();
+        assert_eq!(
+            data.get(runtime::CONFIG_FILE).map(String::as_str),
+            Some(r#"{"gateway":{"port":8080}}"#)
+        );
+        assert_eq!(data.get("MODEL_API_KEY").map(String::as_str), Some("k"));
+        let pod = pod_spec(&h);
+        let c = &pod.containers[0];
+        assert!(c.env_from.is_none(), "the config key stays out of the env");
+        let env: BTreeMap<String, EnvVar> = c
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.clone()))
+            .collect();
+        assert_eq!(
+            env["MODEL_API_KEY"]
+                .value_from
+                .as_ref()
+                .and_then(|v| v.secret_key_ref.as_ref())
+                .map(|r| (r.name.as_str(), r.key.as_str())),
+            Some(("a1-r3-credentials", "MODEL_API_KEY"))
+        );
+        assert!(!env.contains_key(runtime::CONFIG_FILE));
+        assert_eq!(
+            env["OPENCLAW_CONFIG_PATH"].value.as_deref(),
+            Some(runtime::CONFIG_PATH)
+        );
+        assert_eq!(
+            env["OPENCLAW_STATE_DIR"].value.as_deref(),
+            Some(runtime::STATE_DIR)
+        );
+        let mounts: BTreeMap<String, VolumeMount> = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| (m.mount_path.clone(), m.clone()))
+            .collect();
+        assert_eq!(mounts[runtime::CONFIG_DIR].read_only, Some(true));
+        assert!(mounts.contains_key(runtime::DATA_DIR));
+        let config_volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mounts[runtime::CONFIG_DIR].name)
+            .and_then(|v| v.secret.clone())
+            .expect("the config comes from the credential Secret");
+        assert_eq!(
+            config_volume.items.unwrap_or_default()[0].key,
+            runtime::CONFIG_FILE
+        );
+        let path = |p: &Option<Probe>| {
+            p.as_ref()
+                .and_then(|p| p.http_get.as_ref())
+                .and_then(|g| g.path.clone())
+        };
+        assert_eq!(
+            path(&c.startup_probe).as_deref(),
+            Some(runtime::STARTUP_PATH)
+        );
+        assert_eq!(
+            path(&c.readiness_probe).as_deref(),
+            Some(runtime::READY_PATH)
+        );
+        assert_eq!(path(&c.liveness_probe).as_deref(), Some(runtime::LIVE_PATH));
+        // The work's env cannot move the runtime's paths.
+        h.env
+            .insert("OPENCLAW_STATE_DIR".into(), "/elsewhere".into());
+        let pod = pod_spec(&h);
+        let dirs: Vec<_> = pod.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .filter(|e| e.name == "OPENCLAW_STATE_DIR")
+            .filter_map(|e| e.value.clone())
+            .collect();
+        assert_eq!(dirs, [runtime::STATE_DIR]);
     }
 
     #[test]

@@ -211,6 +211,8 @@ fn mode_file(env: &BTreeMap<String, String>) -> Option<std::path::PathBuf> {
 pub fn router(h: Arc<Harness>) -> axum::Router {
     axum::Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/startupz", get(startupz))
         .route("/identity", get(identity))
         .route("/echo", any(echo))
         .route("/slow", get(slow))
@@ -230,6 +232,22 @@ async fn healthz(State(h): State<Arc<Harness>>) -> Response {
     } else {
         "ok".into_response()
     }
+}
+
+/// The real runtime's readiness answer, in its shape (JSON body; 503 while
+/// `STANDIN_NOT_READY=1`).
+async fn readyz(State(h): State<Arc<Harness>>) -> Response {
+    if h.not_ready {
+        let body = serde_json::json!({"ready": false, "failing": ["standin"]});
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+    } else {
+        Json(serde_json::json!({"ready": true, "failing": []})).into_response()
+    }
+}
+
+/// The real runtime's startup answer: started as soon as it serves.
+async fn startupz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({"ok": true, "status": "started"}))
 }
 
 async fn identity(State(h): State<Arc<Harness>>) -> Json<Identity> {

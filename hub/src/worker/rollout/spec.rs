@@ -139,6 +139,15 @@ pub fn harness_work(
         service_principal: settings.service_principal.clone(),
         plugin_selections: rev.spec.plugins.clone(),
         require_startup_status: startup_status,
+        // The Agent's Configuration reaches the OpenClaw runtime as its
+        // config file (Codex is configured otherwise).
+        runtime_config: matches!(
+            kind,
+            HarnessKind::EmbeddedOpenclaw | HarnessKind::DedicatedOpenclaw
+        )
+        .then(|| {
+            crate::runtime_config::render(&rev.configuration, settings.harness_port).to_string()
+        }),
     }))
 }
 

@@ -1,0 +1,233 @@
+//! The OpenClaw runtime's config file of a revision: the Agent's frozen
+//! Configuration (OpenClaw's own config document) with the keys clawfed
+//! owns set over it. Pure: no I/O.
+//!
+//! clawfed owns what it must control to run the workload:
+//! - `gateway.mode` (`local`), `gateway.port` (the Harness port),
+//!   `gateway.bind` (`lan`: the Pod's address), `gateway.auth` (`token`
+//!   mode; the token comes from the environment, `OPENCLAW_GATEWAY_TOKEN`,
+//!   never the file) and `gateway.http.endpoints.chatCompletions.enabled`
+//!   (the activation's model turn uses it);
+//! - `update.checkOnStart` and `models.catalogRefresh.enabled` (`false`:
+//!   nothing is fetched from outside at start, for air-gapped clusters);
+//! - `models.providers.<id>.apiKey` of every provider: the Agent's managed
+//!   model credential (`${MODEL_API_KEY}`, substituted by the runtime from
+//!   its environment). A key in the document is a secret in the wrong place.
+//!
+//! A Configuration that sets an owned key to another value is refused at
+//! deploy ([`conflicts`]), naming the key; the same value is accepted.
+
+use serde_json::{Map, Value};
+
+use clawfed_proto::work::credential::MODEL_API_KEY;
+
+/// One owned key a Configuration sets to another value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The dotted key, e.g. `gateway.port`.
+    pub key: String,
+    /// What clawfed sets it to (JSON).
+    pub owned: String,
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is set by clawfed (to {}); remove it from the configuration",
+            self.key, self.owned
+        )
+    }
+}
+
+/// The owned keys and their values for a Harness serving on `port`.
+fn owned(port: i32) -> Vec<(Vec<&'static str>, Value)> {
+    vec![
+        (vec!["gateway", "mode"], Value::from("local")),
+        (vec!["gateway", "port"], Value::from(port)),
+        (vec!["gateway", "bind"], Value::from("lan")),
+        (
+            vec!["gateway", "auth"],
+            serde_json::json!({ "mode": "token" }),
+        ),
+        (
+            vec!["gateway", "http", "endpoints", "chatCompletions", "enabled"],
+            Value::from(true),
+        ),
+        (vec!["update", "checkOnStart"], Value::from(false)),
+        (
+            vec!["models", "catalogRefresh", "enabled"],
+            Value::from(false),
+        ),
+    ]
+}
+
+fn managed_key() -> Value {
+    Value::from(format!("${{{MODEL_API_KEY}}}"))
+}
+
+fn get<'a>(doc: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(doc, |v, k| v.get(*k))
+}
+
+fn set(doc: &mut Value, path: &[&str], value: Value) {
+    let mut cur = doc;
+    for key in &path[..path.len() - 1] {
+        if !cur.is_object() {
+            *cur = Value::Object(Map::new());
+        }
+        cur = cur
+            .as_object_mut()
+            .map(|m| {
+                m.entry(key.to_string())
+                    .or_insert(Value::Object(Map::new()))
+            })
+            .expect("made an object above");
+    }
+    if !cur.is_object() {
+        *cur = Value::Object(Map::new());
+    }
+    if let (Some(m), Some(last)) = (cur.as_object_mut(), path.last()) {
+        m.insert(last.to_string(), value);
+    }
+}
+
+fn providers(doc: &Value) -> Vec<String> {
+    get(doc, &["models", "providers"])
+        .and_then(Value::as_object)
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The owned keys `configuration` sets to another value than clawfed's.
+pub fn conflicts(configuration: &Value, port: i32) -> Vec<Conflict> {
+    let mut out: Vec<Conflict> = owned(port)
+        .into_iter()
+        .filter_map(|(path, value)| {
+            let given = get(configuration, &path)?;
+            (given != &value).then(|| Conflict {
+                key: path.join("."),
+                owned: value.to_string(),
+            })
+        })
+        .collect();
+    for id in providers(configuration) {
+        let path = ["models", "providers", id.as_str(), "apiKey"];
+        if let Some(given) = get(configuration, &path)
+            && given != &managed_key()
+        {
+            out.push(Conflict {
+                key: path.join("."),
+                owned: managed_key().to_string(),
+            });
+        }
+    }
+    out
+}
+
+/// The runtime's config: `configuration` (a JSON object, or `null` for
+/// none) with every owned key set over it. Owned keys win even where
+/// [`conflicts`] would refuse, so a document admitted before a key became
+/// owned still renders to a config clawfed controls.
+pub fn render(configuration: &Value, port: i32) -> Value {
+    let mut doc = match configuration {
+        Value::Object(_) => configuration.clone(),
+        _ => Value::Object(Map::new()),
+    };
+    for (path, value) in owned(port) {
+        set(&mut doc, &path, value);
+    }
+    for id in providers(&doc) {
+        set(
+            &mut doc,
+            &["models", "providers", &id, "apiKey"],
+            managed_key(),
+        );
+    }
+    doc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_owned_keys_are_set_over_the_users_document() {
+        let user = json!({
+            "agents": {"defaults": {"model": {"primary": "standin/m1"}}},
+            "models": {"providers": {"standin": {
+                "baseUrl": "http://198.18.176.9:8000/v1", "api": "openai-completions",
+                "models": [{"id": "m1", "name": "m1"}]
+            }}},
+            "gateway": {"http": {"endpoints": {"responses": {"enabled": true}}}}
+        });
+        let doc = render(&user, 18789);
+        assert_eq!(doc["gateway"]["port"], 18789);
+        assert_eq!(doc["gateway"]["mode"], "local");
+        assert_eq!(doc["gateway"]["bind"], "lan");
+        assert_eq!(doc["gateway"]["auth"], json!({"mode": "token"}));
+        assert_eq!(
+            doc["gateway"]["http"]["endpoints"],
+            json!({"responses": {"enabled": true}, "chatCompletions": {"enabled": true}}),
+            "the user's sibling keys stay"
+        );
+        assert_eq!(doc["update"]["checkOnStart"], false);
+        assert_eq!(doc["models"]["catalogRefresh"]["enabled"], false);
+        assert_eq!(
+            doc["models"]["providers"]["standin"]["apiKey"],
+            "${MODEL_API_KEY}"
+        );
+        assert_eq!(
+            doc["models"]["providers"]["standin"]["baseUrl"],
+            "http://198.18.176.9:8000/v1"
+        );
+        assert_eq!(doc["agents"], user["agents"]);
+        assert!(conflicts(&user, 18789).is_empty());
+    }
+
+    #[test]
+    fn no_configuration_renders_the_owned_keys_alone() {
+        let doc = render(&Value::Null, 8080);
+        assert_eq!(doc["gateway"]["port"], 8080);
+        assert!(doc.get("agents").is_none());
+    }
+
+    #[test]
+    fn an_owned_key_set_otherwise_is_a_conflict_naming_it() {
+        let user = json!({
+            "gateway": {"port": 9999, "mode": "local", "auth": {"mode": "none"}},
+            "update": {"checkOnStart": true},
+            "models": {"providers": {"p": {"apiKey": "sk-live-secret"}}}
+        });
+        let keys: Vec<String> = conflicts(&user, 18789).into_iter().map(|c| c.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "gateway.port",
+                "gateway.auth",
+                "update.checkOnStart",
+                "models.providers.p.apiKey"
+            ]
+        );
+        let c = &conflicts(&json!({"gateway": {"bind": "loopback"}}), 1)[0];
+        assert_eq!(
+            c.to_string(),
+            "gateway.bind is set by clawfed (to \"lan\"); remove it from the configuration"
+        );
+        // Owned keys win in the rendered file anyway.
+        let doc = render(&user, 18789);
+        assert_eq!(doc["gateway"]["port"], 18789);
+        assert_eq!(
+            doc["models"]["providers"]["p"]["apiKey"],
+            "${MODEL_API_KEY}"
+        );
+    }
+
+    #[test]
+    fn a_non_object_under_an_owned_path_is_replaced() {
+        let doc = render(&json!({"gateway": "x", "models": 3}), 1);
+        assert_eq!(doc["gateway"]["port"], 1);
+        assert_eq!(doc["models"]["catalogRefresh"]["enabled"], false);
+    }
+}
