@@ -316,6 +316,13 @@ pub struct PipelineSettings {
     /// activate only when it is answered. Off only for Gateway images that
     /// forward nothing (never in production).
     pub path_probe: bool,
+    /// What the data path probe of an OpenClaw Harness without a control
+    /// Gateway (embedded) sends: `modelTurn` (default) is one real chat
+    /// turn (`POST /v1/chat/completions` with the revision's gateway
+    /// token), judged by its JSON answer; `health` is `GET /healthz`, for
+    /// installations whose runtime has no model to ask (documented as the
+    /// weaker proof).
+    pub activation: crate::worker::rollout::Activation,
     /// The spoke reports a Harness ready only once the Ready Pod's plugin
     /// startup status (`/_clawfed/startup`, read through the Pod proxy) is
     /// valid for the revision; its warnings are recorded with the
@@ -340,6 +347,7 @@ impl Default for PipelineSettings {
             ready_deadline_seconds: 300,
             phase_deadline_seconds: 300,
             path_probe: true,
+            activation: crate::worker::rollout::Activation::ModelTurn,
             startup_status: true,
             retain_on_agent_delete: false,
             gateway_recheck_ms: crate::pipeline::DEFAULT_GATEWAY_RECHECK.as_millis() as u64,

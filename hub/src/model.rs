@@ -261,6 +261,12 @@ impl HarnessKind {
     pub fn has_control_gateway(self) -> bool {
         self.is_dedicated()
     }
+
+    /// The Harness is the OpenClaw runtime: it gets the Agent's
+    /// Configuration as its config file and answers model turns.
+    pub fn is_openclaw(self) -> bool {
+        matches!(self, Self::EmbeddedOpenclaw | Self::DedicatedOpenclaw)
+    }
 }
 
 /// Who owns the Harness workload in the execution cluster.

@@ -417,6 +417,7 @@ pub async fn start_with_parts(
                     ca_pem: t.ca_pem.clone(),
                 }),
                 path_probe: config.pipeline.path_probe,
+                activation: config.pipeline.activation,
                 workload: config.workload_settings(),
                 startup_status: config.pipeline.startup_status,
                 retain_on_agent_delete: config.pipeline.retain_on_agent_delete,

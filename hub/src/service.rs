@@ -15,8 +15,8 @@ use crate::auth::{self, Action, Decision, Principal};
 use crate::model::{
     Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, Cluster, Configuration, CreateAgent,
     CreateBootstrapToken, CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest,
-    DesiredState, Diagnosis, FleetSummary, HarnessKind, Namespace, UpdateAgent,
-    UpdateConfiguration, WorkItem, WorkState,
+    DesiredState, Diagnosis, FleetSummary, Namespace, UpdateAgent, UpdateConfiguration, WorkItem,
+    WorkState,
 };
 use crate::secrets::{SecretBox, SecretValue};
 use crate::store::{
@@ -654,11 +654,9 @@ impl Service {
         };
         // An OpenClaw runtime gets the document as its config file: a key
         // clawfed owns there is refused now, not found wrong at run time.
-        if matches!(
-            spec.harness_kind,
-            HarnessKind::EmbeddedOpenclaw | HarnessKind::DedicatedOpenclaw
-        ) && let Some(conflict) =
-            crate::runtime_config::conflicts(&configuration, self.policy.harness_port).first()
+        if spec.harness_kind.is_openclaw()
+            && let Some(conflict) =
+                crate::runtime_config::conflicts(&configuration, self.policy.harness_port).first()
         {
             return Err(ServiceError::InvalidArgument {
                 field: format!(

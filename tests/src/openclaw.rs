@@ -67,18 +67,34 @@ pub async fn ready_pod(
 /// `namespace` and returns its base URL (`http://<pod IP>:8000/v1`), which
 /// every Pod of the test network reaches.
 pub async fn deploy_model(client: &Client, namespace: &str) -> Result<String> {
+    deploy_model_named(client, namespace, "model-standin", None).await
+}
+
+/// As [`deploy_model`], as Deployment `name`; with `require_key`, the
+/// stand-in answers only that Bearer token (any other gets 401, as a model
+/// provider refuses a wrong key).
+pub async fn deploy_model_named(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    require_key: Option<&str>,
+) -> Result<String> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let mut env = vec![json!({"name": "MODEL_STANDIN_MODELS", "value": MODEL_ID})];
+    if let Some(key) = require_key {
+        env.push(json!({"name": "MODEL_STANDIN_REQUIRE_KEY", "value": key}));
+    }
     let d: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "model-standin"},
+        "metadata": {"name": name},
         "spec": {
             "replicas": 1,
-            "selector": {"matchLabels": {"app": "model-standin"}},
+            "selector": {"matchLabels": {"app": name}},
             "template": {
-                "metadata": {"labels": {"app": "model-standin"}},
+                "metadata": {"labels": {"app": name}},
                 "spec": {"containers": [{
                     "name": "model",
                     "image": "clawfed.test/model-standin:test",
-                    "env": [{"name": "MODEL_STANDIN_MODELS", "value": MODEL_ID}],
+                    "env": env,
                     "ports": [{"name": "http", "containerPort": MODEL_PORT}],
                     "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1}
                 }]}
@@ -87,8 +103,29 @@ pub async fn deploy_model(client: &Client, namespace: &str) -> Result<String> {
     }))?;
     deployments.create(&PostParams::default(), &d).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let pod = ready_pod(&pods, "app=model-standin", None, Duration::from_secs(60)).await?;
+    let pod = ready_pod(&pods, &format!("app={name}"), None, Duration::from_secs(60)).await?;
     Ok(format!("http://{}:{MODEL_PORT}/v1", pod_ip(&pod)?))
+}
+
+/// What the model stand-in at `base_url` has answered: the count and the
+/// user text of each request, oldest first (`GET /_standin/requests`).
+pub async fn model_requests(base_url: &str) -> Result<(u64, Vec<String>)> {
+    let root = base_url.trim_end_matches("/v1");
+    let v: serde_json::Value = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?
+        .get(format!("{root}/_standin/requests"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let users = v["users"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|u| u.as_str().map(str::to_owned))
+        .collect();
+    Ok((v["count"].as_u64().unwrap_or(0), users))
 }
 
 /// One chat turn: `POST /v1/chat/completions` on the gateway at `addr`

@@ -3341,8 +3341,10 @@ async fn embedded_openclaw_has_no_control_gateway_and_is_probed_through_the_link
 /// a real turn, made with the Agent's managed key (the model stand-in
 /// names its last four characters) and the gateway token clawfed put in
 /// the Harness Secret. A Configuration that sets an owned key is refused
-/// at deploy, naming the key. The revision turned Active after the hub's
-/// own request went hub -> spoke link -> the runtime.
+/// at deploy, naming the key. The revision turned Active only after the
+/// hub's own model turn went hub -> spoke link -> the runtime -> the
+/// model; a second Agent whose provider refuses its key is never Active
+/// and fails with the runtime's answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration() -> Result<()> {
     use clawfed_tests::openclaw;
@@ -3357,9 +3359,50 @@ async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration()
     let model_ns = w.exec_a.create_namespace("model").await?;
     let result = async {
         let model_url = openclaw::deploy_model(&exec, &model_ns.name).await?;
+        let refusing_url = openclaw::deploy_model_named(
+            &exec,
+            &model_ns.name,
+            "refusing-model",
+            Some("sk-the-only-key"),
+        )
+        .await?;
         let (ns, agent) = w
             .agent_with_images("embedded-openclaw", &openclaw::image()?, &standin_gateway())
             .await?;
+        let (bad_ns, bad) = w
+            .agent_with_images("embedded-openclaw", &openclaw::image()?, &standin_gateway())
+            .await?;
+        // The refused Agent's runtime starts beside the other one.
+        let bad_config = json!({
+            "models": { "providers": { "standin": {
+                "baseUrl": refusing_url, "api": "openai-completions",
+                "models": [{ "id": openclaw::MODEL_ID, "name": openclaw::MODEL_ID }] } } },
+            "agents": { "defaults": { "model": {
+                "primary": format!("standin/{}", openclaw::MODEL_ID) } } }
+        });
+        w.rest
+            .call::<serde_json::Value>(
+                Method::POST,
+                &format!("/namespaces/{}/configurations", bad_ns.name),
+                Some(json!({ "name": "oc", "data": bad_config })),
+            )
+            .await?;
+        w.rest
+            .edit_spec(&bad_ns.name, &bad.name, |s| {
+                s.configuration = Some("oc".into())
+            })
+            .await?;
+        w.rest
+            .call::<serde_json::Value>(
+                Method::PUT,
+                &format!(
+                    "/namespaces/{}/agents/{}/credentials/model-api-key",
+                    bad_ns.name, bad.name
+                ),
+                Some(json!({ "value": "sk-not-the-key" })),
+            )
+            .await?;
+        w.rest.deploy(&bad_ns.name, &bad.name).await?;
         let configure = |name: &str, data: serde_json::Value| {
             let rest = w.rest.clone();
             let path = format!("/namespaces/{}/configurations", ns.name);
@@ -3434,6 +3477,16 @@ async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration()
             deployed.elapsed(),
             active.progress.durations_ms
         );
+        // The activation was a model turn: the model answered the hub's
+        // own message before anything else asked it.
+        let (count, users) = openclaw::model_requests(&model_url).await?;
+        assert!(count >= 1, "no model turn before Active");
+        assert!(
+            users
+                .iter()
+                .any(|u| u.contains(clawfed_hub::tunnel::probe::MODEL_TURN_MESSAGE)),
+            "the model was asked the activation turn: {users:?}"
+        );
 
         let pods: Api<Pod> = Api::namespaced(exec.clone(), &ns.data_plane_namespace);
         let pod = openclaw::ready_pod(
@@ -3478,6 +3531,34 @@ async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration()
         assert!(
             answer.contains(&format!("key: {}", &key[key.len() - 4..])),
             "with the Agent's managed key: {answer}"
+        );
+
+        // The refused key: the runtime answered the turn with the
+        // provider's 401, so the revision failed with that answer, without
+        // ever being Active.
+        let failed = until(
+            openclaw::START_WAIT,
+            "the refused Agent's revision fails",
+            || async {
+                let r = w.rest.revision(&bad_ns.name, &bad.name, 1).await?;
+                ensure!(
+                    r.phase != RevisionPhase::Active,
+                    "Active with a refused key"
+                );
+                Ok((r.phase == RevisionPhase::Failed).then_some(r))
+            },
+        )
+        .await?;
+        let reason = failed.reason.unwrap_or_default();
+        println!("refused key: {reason}");
+        assert!(
+            reason.contains("the runtime answered the model turn with HTTP")
+                && reason.contains("invalid api key"),
+            "the runtime's answer is the reason: {reason}"
+        );
+        assert_eq!(
+            w.rest.agent(&bad_ns.name, &bad.name).await?.active_revision,
+            None
         );
         anyhow::Ok(())
     }

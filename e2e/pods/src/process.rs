@@ -35,6 +35,8 @@ pub struct Launch<'a> {
     /// A shell script run first (`sh -c`), which ends with `exec "$@"`:
     /// the sandbox's bind mounts ([`crate::sandbox::prelude`]).
     pub prelude: Option<&'a str>,
+    /// The container's `workingDir` (`/` when it sets none).
+    pub working_dir: &'a Path,
     pub env: &'a [(String, String)],
     pub log: &'a Path,
     pub pidfile: &'a Path,
@@ -54,6 +56,10 @@ pub fn spawn(l: &Launch<'_>) -> Result<Child> {
         .try_clone()
         .map_err(|e| Error::Log(l.log.to_path_buf(), e))?;
     let mut command = Command::new(l.ip_cmd);
+    // The container's working dir, not the runner's: a runner started
+    // under /tmp would leave the runtime a cwd its /tmp emptyDir hides (its
+    // child processes then fail to spawn with ENOENT).
+    command.current_dir(l.working_dir);
     command.args(["netns", "exec", l.netns]);
     if let Some(script) = l.prelude {
         command.args(["/bin/sh", "-c", script, "sh"]);

@@ -368,11 +368,16 @@ impl Supervisor {
                 serde_json::to_string(&labels).unwrap_or_else(|_| "{}".into()),
             ),
         ]);
+        let working_dir = podspec::first_container(&self.pod)
+            .and_then(|c| c.working_dir.clone())
+            .filter(|d| d.starts_with('/'))
+            .unwrap_or_else(|| "/".to_string());
         let launch = process::Launch {
             ip_cmd: &self.shared.ip_cmd,
             netns: &netns,
             argv: &argv,
             prelude: prelude.as_deref(),
+            working_dir: Path::new(&working_dir),
             env: &vars,
             log: &self.dir.join("log"),
             pidfile: &self.dir.join("pid"),

@@ -1,11 +1,16 @@
 //! The hub's own request through the data path to a Harness, for revisions
 //! without a control-cluster Gateway (embedded OpenClaw serves its gateway
 //! from the data-plane workload): hub → spoke link → Harness. "Active"
-//! still means a real request was answered end to end.
+//! means a real model turn went through it ([`model_turn`]), or, where an
+//! installation chose the weaker proof, a health request was answered
+//! ([`http_get`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use clawfed_proto::link::v1::{TunnelFrame, tunnel_frame};
+use http_body_util::BodyExt;
+use tokio_util::sync::CancellationToken;
 
 use super::broker::Broker;
 use super::route::Route;
@@ -30,6 +35,122 @@ pub enum ProbeError {
     NoAnswer(String),
     #[error("no answer from the Harness within {0:?}")]
     Timeout(Duration),
+    /// The runtime answered the model turn, but not with a model's answer:
+    /// an error status, or a body that is not a chat completion (the
+    /// runtime's Control UI answers unknown paths with 200 and HTML).
+    #[error("the runtime answered the model turn with HTTP {status}: {answer}")]
+    NotAnAnswer { status: u16, answer: String },
+}
+
+impl ProbeError {
+    /// The Harness answered (wrongly), as opposed to no answer at all.
+    pub fn is_answer(&self) -> bool {
+        matches!(self, ProbeError::NotAnAnswer { .. })
+    }
+}
+
+/// The chat path of the OpenClaw runtime (its OpenAI-compatible endpoint).
+pub const MODEL_TURN_PATH: &str = "/v1/chat/completions";
+/// The model turn's message: it names the revision, so the model's side
+/// can tell which revision asked.
+pub const MODEL_TURN_MESSAGE: &str = "clawfed activation check: answer briefly.";
+/// An answer larger than this is not read further.
+const MAX_ANSWER: usize = 1 << 20;
+
+/// One real model turn on the runtime of `route` through the tunnel:
+/// `POST /v1/chat/completions` with the gateway `token`, in a conversation
+/// of its own (`clawfed-activation-<revision id>`). Ok with the model's
+/// answer when the runtime answered 2xx with a chat completion whose first
+/// choice has text.
+pub async fn model_turn(
+    broker: &Broker,
+    route: &Route,
+    token: &str,
+    revision_id: &str,
+    timeout: Duration,
+) -> Result<String, ProbeError> {
+    tokio::time::timeout(timeout, turn(broker, route, token, revision_id))
+        .await
+        .map_err(|_| ProbeError::Timeout(timeout))?
+}
+
+async fn turn(
+    broker: &Broker,
+    route: &Route,
+    token: &str,
+    revision_id: &str,
+) -> Result<String, ProbeError> {
+    let opened = broker.open(route).await.map_err(|r| ProbeError::Refused {
+        reason: r.reason,
+        message: r.message,
+    })?;
+    // HTTP/1.1 over the tunnel: the tunnel's own pump moves the bytes
+    // between the stream pair and one end of an in-memory pipe, hyper
+    // speaks on the other.
+    let (client_io, tunnel_io) = tokio::io::duplex(64 * 1024);
+    let cancel = CancellationToken::new();
+    let pump = tokio::spawn(clawfed_tunnel::pump(
+        tunnel_io,
+        opened.inbound,
+        opened.outbound,
+        Duration::from_secs(120),
+        cancel.clone(),
+        Arc::default(),
+    ));
+    let _slot = opened.slot;
+    let _stop_pump = cancel.clone().drop_guard();
+    let no_answer = |e: &dyn std::fmt::Display| ProbeError::NoAnswer(e.to_string());
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(client_io))
+            .await
+            .map_err(|e| no_answer(&e))?;
+    let connection = tokio::spawn(conn);
+    let body = serde_json::json!({
+        "model": "openclaw/default",
+        "user": format!("clawfed-activation-{revision_id}"),
+        "messages": [{ "role": "user", "content": MODEL_TURN_MESSAGE }],
+    });
+    let request = http::Request::post(MODEL_TURN_PATH)
+        .header(http::header::HOST, &route.authority)
+        .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::USER_AGENT, "clawfed-hub-activation")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_string(),
+        )))
+        .map_err(|e| no_answer(&e))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| no_answer(&e))?;
+    let status = response.status().as_u16();
+    let answer = http_body_util::Limited::new(response.into_body(), MAX_ANSWER)
+        .collect()
+        .await
+        .map_err(|e| no_answer(&e))?
+        .to_bytes();
+    connection.abort();
+    pump.abort();
+    judge(status, &answer)
+}
+
+/// The model's text when `status` and `body` are a chat completion.
+pub fn judge(status: u16, body: &[u8]) -> Result<String, ProbeError> {
+    let not = || ProbeError::NotAnAnswer {
+        status,
+        answer: String::from_utf8_lossy(&body[..body.len().min(300)])
+            .trim()
+            .to_owned(),
+    };
+    if !(200..300).contains(&status) {
+        return Err(not());
+    }
+    let v: serde_json::Value = serde_json::from_slice(body).map_err(|_| not())?;
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .filter(|t| !t.trim().is_empty())
+        .map(str::to_owned)
+        .ok_or_else(not)
 }
 
 /// `GET path` on the Harness of `route` through the tunnel; Ok on 2xx.
@@ -109,7 +230,31 @@ fn status_code(head: &[u8]) -> Option<u16> {
 
 #[cfg(test)]
 mod tests {
-    use super::status_code;
+    use super::{ProbeError, judge, status_code};
+
+    #[test]
+    fn only_a_chat_completion_with_text_is_a_model_answer() {
+        let ok = br#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}"#;
+        assert_eq!(judge(200, ok).unwrap(), "hi");
+        // The runtime's Control UI answers unknown paths 200 with HTML.
+        let html = b"<!doctype html><html><head><title>OpenClaw</title></head></html>";
+        let e = judge(200, html).unwrap_err();
+        assert!(e.is_answer());
+        assert!(e.to_string().contains("HTTP 200: <!doctype html>"), "{e}");
+        for (status, body) in [
+            (200, &br#"{"choices":[]}"#[..]),
+            (200, br#"{"choices":[{"message":{"content":"  "}}]}"#),
+            (200, br#"{"ok":true,"status":"live"}"#),
+            (401, br#"{"error":{"message":"unauthorized"}}"#),
+            (502, ok),
+        ] {
+            assert!(
+                matches!(judge(status, body), Err(ProbeError::NotAnAnswer { .. })),
+                "{status} {}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
 
     #[test]
     fn status_lines() {

@@ -104,10 +104,28 @@ const LEASE_PATIENCE_TRIES: usize = 20;
 const PLACE_RETRY: Duration = Duration::from_secs(2);
 /// How long the hub's own probe of a Harness may take.
 const HARNESS_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A first model turn takes about 10 s on an idle runtime (the model's own
+/// latency on top); a busy node doubles it.
+const MODEL_TURN_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// How soon a failed data path probe is tried again (until the readiness
 /// deadline).
 const PROBE_RETRY: Duration = Duration::from_millis(500);
+
+/// How an embedded OpenClaw revision proves its data path before it turns
+/// Active (`pipeline.activation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Activation {
+    /// One real model turn through hub -> spoke -> runtime, judged by its
+    /// JSON answer. A turn the runtime answered wrongly fails the revision
+    /// with that answer; it is never repeated by a readiness retry.
+    #[default]
+    ModelTurn,
+    /// `GET /healthz` answered 2xx: the weaker proof, for runtimes with no
+    /// model to ask.
+    Health,
+}
 
 /// Pipeline settings.
 #[derive(Debug, Clone)]
@@ -131,6 +149,8 @@ pub struct RolloutConfig {
     pub tunnel: Option<TunnelEndpoint>,
     /// Probe the data path through the Gateway before activating.
     pub path_probe: bool,
+    /// What that probe sends to an OpenClaw runtime without a Gateway.
+    pub activation: Activation,
     /// The installation's Harness and namespace settings (the Compute
     /// Driver section) every work item carries.
     pub workload: crate::compute_driver::WorkloadSettings,
@@ -154,6 +174,7 @@ impl Default for RolloutConfig {
             pass_lease: Duration::from_secs(15),
             tunnel: None,
             path_probe: false,
+            activation: Activation::ModelTurn,
             workload: crate::compute_driver::WorkloadSettings::default(),
             startup_status: false,
             retain_on_agent_delete: false,
@@ -978,6 +999,32 @@ impl Rollout {
                 reason: format!("{}: {}", r.reason, r.message),
                 transient: true,
             })?;
+        let failure = |e: crate::tunnel::probe::ProbeError| GatewayFailure {
+            // The runtime answered the turn, wrongly: asking again is not
+            // a readiness check (a model turn costs), so it fails.
+            transient: !e.is_answer(),
+            reason: e.to_string(),
+        };
+        if self.config.activation == Activation::ModelTurn && rev.spec.harness_kind.is_openclaw() {
+            let key = self
+                .runtime_key
+                .get_or_try_init(|| crate::gateway::TransportKey::load_or_create(store))
+                .await
+                .map_err(|e| GatewayFailure {
+                    reason: format!("the gateway token's key: {e}"),
+                    transient: true,
+                })?;
+            return crate::tunnel::probe::model_turn(
+                &self.link.state.tunnels,
+                &route,
+                &key.runtime_token(&rev.id),
+                &rev.id,
+                MODEL_TURN_TIMEOUT,
+            )
+            .await
+            .map(|_| ())
+            .map_err(failure);
+        }
         crate::tunnel::probe::http_get(
             &self.link.state.tunnels,
             &route,
@@ -985,10 +1032,7 @@ impl Rollout {
             HARNESS_PROBE_TIMEOUT,
         )
         .await
-        .map_err(|e| GatewayFailure {
-            reason: e.to_string(),
-            transient: true,
-        })
+        .map_err(failure)
     }
 
     async fn path_probe_failed(

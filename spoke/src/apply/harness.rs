@@ -577,7 +577,7 @@ pub fn service(h: &HarnessWork, target: &str, generation: i64) -> Service {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use clawfed_proto::work::{ExecutionMode, Predecessor, SecretData, Workspace};
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use clawfed_proto::work::{ExecutionMode, HarnessWork, NamespaceWork, WorkKind};
+use clawfed_proto::work::{ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkKind};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
@@ -303,6 +303,18 @@ pub fn desired(record: &Record, config: &SpokeConfig) -> Vec<Desired> {
 
 fn harness_objects(h: &HarnessWork, r: &Record) -> Vec<Desired> {
     let (t, g) = (r.target.as_str(), r.generation);
+    // The record's spec has no credential, but the Pod refers to each of its
+    // keys (one `secretKeyRef` each): the keys come back from the record's
+    // digests, the values never (only the Secret would hold them, and it
+    // is not restored from the record).
+    let mut keyed = h.clone();
+    keyed.credential = SecretData(
+        r.credential_digests
+            .keys()
+            .map(|k| (k.clone(), String::new()))
+            .collect(),
+    );
+    let h = &keyed;
     let mut out = vec![
         Desired::ServiceAccount(Box::new(harness::service_account(h, t, g))),
         Desired::Credential(Box::new(credential_secret(h, r))),
@@ -312,6 +324,50 @@ fn harness_objects(h: &HarnessWork, r: &Record) -> Vec<Desired> {
     }
     out.push(Desired::Service(Box::new(harness::service(h, t, g))));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clawfed_proto::link::v1::Work;
+    use clawfed_proto::work::WorkSpec;
+
+    /// A Deployment rebuilt from the record is the one applied: its
+    /// credential env refers to the same keys (a mismatch would be repaired
+    /// as drift right after every apply, without the credentials).
+    #[test]
+    fn the_deployment_from_the_record_is_the_applied_one() {
+        let mut h = crate::apply::harness::tests::harness();
+        h.credential = SecretData(
+            [
+                ("MODEL_API_KEY".to_string(), "sk-1".to_string()),
+                ("OPENCLAW_GATEWAY_TOKEN".to_string(), "tok".to_string()),
+            ]
+            .into(),
+        );
+        h.runtime_config = Some("{}".into());
+        let work = Work {
+            target: "harness/ns-1/a1/3".into(),
+            generation: 1,
+            kind: "harness.apply".into(),
+            spec: WorkSpec::HarnessApply(Box::new(h.clone())).encode(),
+            ..Default::default()
+        };
+        let record = desired::from_work(&work, "oce-x", false, None).expect("record");
+        assert!(
+            !record.spec.to_string().contains("sk-1"),
+            "no credential value in the record"
+        );
+        let applied = harness::deployment(&h, &work.target, work.generation);
+        let rebuilt = desired(&record, &SpokeConfig::default())
+            .into_iter()
+            .find_map(|d| match d {
+                Desired::Deployment(d) => Some(*d),
+                _ => None,
+            })
+            .expect("a Deployment");
+        assert_eq!(rebuilt, applied);
+    }
 }
 
 /// The credential Secret with the record's digests in place of the values

@@ -224,6 +224,11 @@ pub fn router(h: Arc<Harness>) -> axum::Router {
         .route(diagnostics::PATH, get(diagnostics_checks))
         .route("/_standin/restart", post(restart))
         .with_state(h)
+        // The runtime's chat endpoint (the hub's activation turn): answered
+        // by the model stand-in's rule, as if the runtime asked a model.
+        .merge(super::model::chat_router(Arc::new(
+            super::model::Model::from_env(Default::default()),
+        )))
 }
 
 async fn healthz(State(h): State<Arc<Harness>>) -> Response {

@@ -80,7 +80,13 @@ pub struct Model {
 struct Seen {
     count: u64,
     last: Option<Value>,
+    /// The user text of each answered request, oldest first, at most
+    /// [`USERS_KEPT`]: a test finds a turn among background ones.
+    users: std::collections::VecDeque<String>,
 }
+
+/// How many user texts `/_standin/requests` keeps.
+const USERS_KEPT: usize = 256;
 
 impl Model {
     pub fn from_env(env: BTreeMap<String, String>) -> Self {
@@ -117,13 +123,26 @@ impl Model {
 
     /// Counts an answered request and keeps its body; the count numbers the
     /// answer's ids.
-    fn record(&self, body: Value) -> u64 {
+    fn record(&self, body: Value, user: Option<String>) -> u64 {
         // A panic elsewhere cannot leave the counter half-written.
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         seen.count += 1;
         seen.last = Some(body);
+        if seen.users.len() == USERS_KEPT {
+            seen.users.pop_front();
+        }
+        seen.users.push_back(user.unwrap_or_default());
         seen.count
     }
+}
+
+/// The chat endpoint alone, for a stand-in that answers model turns itself
+/// as the runtime does (`harness-standin`).
+pub fn chat_router(m: Arc<Model>) -> axum::Router {
+    axum::Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(m)
 }
 
 pub fn router(m: Arc<Model>) -> axum::Router {
@@ -658,7 +677,13 @@ async fn chat_completions(
     m.check_key(&headers)?;
     let raw: Value = serde_json::from_slice(&body)?;
     let req = ChatRequest::deserialize(&raw)?;
-    let seq = m.record(raw);
+    let user = conversation(
+        req.messages
+            .iter()
+            .map(|m| (m.role.as_str(), content_text(&m.content))),
+    )
+    .user;
+    let seq = m.record(raw, user);
     let reply = chat_reply(&req, &key_tail(bearer(&headers)));
     let meta = Meta {
         seq,
@@ -686,8 +711,8 @@ async fn responses(
     m.check_key(&headers)?;
     let raw: Value = serde_json::from_slice(&body)?;
     let req = ResponsesRequest::deserialize(&raw)?;
-    let seq = m.record(raw);
     let conv = responses_conversation(&req.input);
+    let seq = m.record(raw, conv.user.clone());
     let text = text_answer(&conv, &key_tail(bearer(&headers)), &req.model);
     let meta = Meta {
         seq,
@@ -719,7 +744,7 @@ async fn models(State(m): State<Arc<Model>>, headers: HeaderMap) -> Result<Respo
 
 async fn requests(State(m): State<Arc<Model>>) -> Json<Value> {
     let seen = m.seen.lock().unwrap_or_else(PoisonError::into_inner);
-    Json(json!({"count": seen.count, "last": seen.last}))
+    Json(json!({"count": seen.count, "last": seen.last, "users": seen.users}))
 }
 
 #[cfg(test)]

@@ -141,11 +141,7 @@ pub fn harness_work(
         require_startup_status: startup_status,
         // The Agent's Configuration reaches the OpenClaw runtime as its
         // config file (Codex is configured otherwise).
-        runtime_config: matches!(
-            kind,
-            HarnessKind::EmbeddedOpenclaw | HarnessKind::DedicatedOpenclaw
-        )
-        .then(|| {
+        runtime_config: kind.is_openclaw().then(|| {
             crate::runtime_config::render(&rev.configuration, settings.harness_port).to_string()
         }),
     }))
