@@ -326,6 +326,36 @@ fn harness_objects(h: &HarnessWork, r: &Record) -> Vec<Desired> {
     out
 }
 
+/// The credential Secret with the record's digests in place of the values
+/// (the record's spec has no credential).
+fn credential_secret(h: &HarnessWork, r: &Record) -> Secret {
+    let mut s = harness::credential_secret(h, &r.target, r.generation);
+    s.string_data = Some(r.credential_digests.clone());
+    s
+}
+
+fn namespace_objects(w: &NamespaceWork, r: &Record, config: &SpokeConfig) -> Vec<Desired> {
+    let name = r.namespace.as_str();
+    let mut ns = nsapply::namespace_object(w, name, r.adopted, config);
+    ns.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .extend(work_annotations(&r.target, r.generation));
+    let mut out = vec![
+        Desired::Namespace(Box::new(ns)),
+        Desired::RoleBinding(Box::new(nsapply::spoke_binding(name, &w.tenant, config))),
+        Desired::ResourceQuota(Box::new(nsapply::quota(w, name))),
+        Desired::LimitRange(Box::new(nsapply::limit_range(w, name))),
+        Desired::ConfigMap(Box::new(ledger::ledger_object(name, &w.tenant))),
+    ];
+    out.extend(
+        nsapply::network_policies(w, name, config)
+            .into_iter()
+            .map(|p| Desired::NetworkPolicy(Box::new(p))),
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,34 +398,4 @@ mod tests {
             .expect("a Deployment");
         assert_eq!(rebuilt, applied);
     }
-}
-
-/// The credential Secret with the record's digests in place of the values
-/// (the record's spec has no credential).
-fn credential_secret(h: &HarnessWork, r: &Record) -> Secret {
-    let mut s = harness::credential_secret(h, &r.target, r.generation);
-    s.string_data = Some(r.credential_digests.clone());
-    s
-}
-
-fn namespace_objects(w: &NamespaceWork, r: &Record, config: &SpokeConfig) -> Vec<Desired> {
-    let name = r.namespace.as_str();
-    let mut ns = nsapply::namespace_object(w, name, r.adopted, config);
-    ns.metadata
-        .annotations
-        .get_or_insert_with(BTreeMap::new)
-        .extend(work_annotations(&r.target, r.generation));
-    let mut out = vec![
-        Desired::Namespace(Box::new(ns)),
-        Desired::RoleBinding(Box::new(nsapply::spoke_binding(name, &w.tenant, config))),
-        Desired::ResourceQuota(Box::new(nsapply::quota(w, name))),
-        Desired::LimitRange(Box::new(nsapply::limit_range(w, name))),
-        Desired::ConfigMap(Box::new(ledger::ledger_object(name, &w.tenant))),
-    ];
-    out.extend(
-        nsapply::network_policies(w, name, config)
-            .into_iter()
-            .map(|p| Desired::NetworkPolicy(Box::new(p))),
-    );
-    out
 }
