@@ -88,17 +88,18 @@ async fn turn(
     // between the stream pair and one end of an in-memory pipe, hyper
     // speaks on the other.
     let (client_io, tunnel_io) = tokio::io::duplex(64 * 1024);
+    // Ended when this function returns, however it returns.
     let cancel = CancellationToken::new();
-    let pump = tokio::spawn(clawfed_tunnel::pump(
+    let _stop_pump = cancel.clone().drop_guard();
+    tokio::spawn(clawfed_tunnel::pump(
         tunnel_io,
         opened.inbound,
         opened.outbound,
         Duration::from_secs(120),
-        cancel.clone(),
+        cancel,
         Arc::default(),
     ));
     let _slot = opened.slot;
-    let _stop_pump = cancel.clone().drop_guard();
     let no_answer = |e: &dyn std::fmt::Display| ProbeError::NoAnswer(e.to_string());
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(client_io))
@@ -130,7 +131,6 @@ async fn turn(
         .map_err(|e| no_answer(&e))?
         .to_bytes();
     connection.abort();
-    pump.abort();
     judge(status, &answer)
 }
 

@@ -693,16 +693,13 @@ impl Rollout {
                 if let wire::WorkSpec::HarnessApply(h) = &mut work {
                     h.credential = credential;
                     if h.runtime_config.is_some() {
-                        // The gateway's token: derived, so every pass and
-                        // replica sends the same Secret.
-                        let key = self
-                            .runtime_key
-                            .get_or_try_init(|| crate::gateway::TransportKey::load_or_create(store))
-                            .await
-                            .map_err(store_err)?;
+                        // Derived, so every pass and replica sends the same
+                        // Secret.
                         h.credential.0.insert(
                             wire::runtime::GATEWAY_TOKEN_ENV.to_owned(),
-                            key.runtime_token(&rev.id),
+                            self.runtime_token(store, &rev.id)
+                                .await
+                                .map_err(store_err)?,
                         );
                     }
                 }
@@ -1006,9 +1003,8 @@ impl Rollout {
             reason: e.to_string(),
         };
         if self.config.activation == Activation::ModelTurn && rev.spec.harness_kind.is_openclaw() {
-            let key = self
-                .runtime_key
-                .get_or_try_init(|| crate::gateway::TransportKey::load_or_create(store))
+            let token = self
+                .runtime_token(store, &rev.id)
                 .await
                 .map_err(|e| GatewayFailure {
                     reason: format!("the gateway token's key: {e}"),
@@ -1017,7 +1013,7 @@ impl Rollout {
             return crate::tunnel::probe::model_turn(
                 &self.link.state.tunnels,
                 &route,
-                &key.runtime_token(&rev.id),
+                &token,
                 &rev.id,
                 MODEL_TURN_TIMEOUT,
             )
@@ -1033,6 +1029,20 @@ impl Rollout {
         )
         .await
         .map_err(failure)
+    }
+
+    /// The OpenClaw gateway token of revision `revision_id` (the key is
+    /// loaded from the store once per process).
+    async fn runtime_token(
+        &self,
+        store: &dyn Store,
+        revision_id: &str,
+    ) -> Result<String, StoreError> {
+        let key = self
+            .runtime_key
+            .get_or_try_init(|| crate::gateway::TransportKey::load_or_create(store))
+            .await?;
+        Ok(key.runtime_token(revision_id))
     }
 
     async fn path_probe_failed(
