@@ -359,7 +359,7 @@ EOF
   # routes are in place).
   start_exe clawfed-podrunner "$DIR/bin/clawfed-podrunner" --kubeconfig "$DIR/kwok.kubeconfig" \
     --node "$NODE_NAME" --pod-cidr "$RUNNER_CIDR" --netns clawfed-pods --state-dir "$DIR/pods" \
-    --openclaw-dir "$OPENCLAW_DIR"
+    --openclaw-dir "$OPENCLAW_DIR" --volume-dir "$DIR/volumes"
 
   # The fake Node kwok manages (no taint: every Pod may land on it).
   kc apply -f - > /dev/null <<EOF

@@ -188,20 +188,9 @@ cf namespaces create demo --display-name "Demo tenant"
 # processes (a Harness that answers, a Gateway that forwards through the
 # hub's tunnel).
 # A dedicated Harness (its own Gateway in the control cluster; embedded
-# OpenClaw would run its gateway inside the workload) keeps a ReadWriteOnce
-# workspace: exec-a has no volume provisioner, so a PV pre-bound to the claim.
-dpns="$("$BIN/clawfed" namespaces get demo -o json | sed -n 's/.*"dataPlaneNamespace": *"\([^"]*\)".*/\1/p')"
-kc exec-a apply -f - >&2 <<EOF
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: "ws-$dpns-hello-r1"}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadWriteOnce]
-  persistentVolumeReclaimPolicy: Retain
-  hostPath: {path: /tmp/clawfed-demo-hello-r1}
-  claimRef: {namespace: $dpns, name: hello-r1-workspace}
-EOF
+# OpenClaw would run its gateway inside the workload) keeps its workspace on
+# the Agent-owned ReadWriteOnce claim `hello-workspace`: the test clusters'
+# provisioner (the pod runner) gives it a hostPath volume.
 cf agents create hello -n demo --harness-kind dedicated-codex \
   --image "clawfed.test/harness-standin@sha256:$(digest harness)" \
   --gateway-image "clawfed.test/gateway-standin@sha256:$(digest gateway)" \

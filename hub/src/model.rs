@@ -250,6 +250,16 @@ impl HarnessKind {
         .find(|k| k.as_str() == s)
     }
 
+    /// Whether a new revision replaces its predecessors exclusively (each
+    /// stopped and confirmed before the new Harness starts). Every kind
+    /// does: each keeps its state on the Agent-owned ReadWriteOnce claim,
+    /// which one runtime at a time may mount (for embedded OpenClaw this is
+    /// the seed's Recreate rollout of the Agent's gateway; for dedicated
+    /// ones its exclusive preparation contract).
+    pub fn replaces_exclusively(self) -> bool {
+        true
+    }
+
     /// Dedicated Harnesses own RWO workspace storage, so a replacement stops
     /// its predecessor before it starts.
     pub fn is_dedicated(self) -> bool {

@@ -2,7 +2,7 @@
 //! known about a revision (its facts), decide the one next step. No I/O:
 //! the driver (`worker/rollout.rs`) gathers the facts and performs steps.
 //!
-//! provision namespace → prepare (stop dedicated predecessors, each on its
+//! provision namespace → prepare (stop the predecessors, each on its
 //! own cluster; Harness via the spoke, then the Gateway's ensure queued as
 //! work of its own lane, which applies it in the control cluster) →
 //! readiness → activate (route to the new
@@ -155,8 +155,10 @@ pub struct Facts {
     /// Gateway and records `gateway_applied`, or fails the revision.
     pub gateway_queued: bool,
     pub gateway_applied: bool,
-    /// Dedicated Harnesses need their predecessors stopped first.
-    pub dedicated: bool,
+    /// The replacement is exclusive: every predecessor is stopped before
+    /// the Harness starts (the Agent-owned RWO claim is mounted by one
+    /// runtime at a time; see `HarnessKind::replaces_exclusively`).
+    pub exclusive: bool,
     pub predecessors: Vec<Predecessor>,
     /// The Harness work is in the cluster's outbox.
     pub harness_sent: bool,
@@ -362,9 +364,9 @@ pub fn decide(f: &Facts) -> Step {
     if f.phase == P::Pending || f.phase == P::Provisioning {
         return Step::Enter(P::Preparing);
     }
-    if f.dedicated && !f.harness_sent {
-        // RWO workspace: every predecessor is stopped, on its own cluster,
-        // before the new Harness starts.
+    if f.exclusive && !f.harness_sent {
+        // The Agent-owned RWO claim: every predecessor is stopped, on its
+        // own cluster, before the new Harness starts.
         let to_stop: Vec<i64> = f
             .predecessors
             .iter()
@@ -377,7 +379,7 @@ pub fn decide(f: &Facts) -> Step {
         if let Some(p) = f.predecessors.iter().find(|p| !p.retired() && !p.stopped()) {
             if let WorkOutcome::Failed(reason) = &p.stop {
                 return Step::Fail(format!(
-                    "stopping revision {} before the dedicated Harness starts failed: {reason}",
+                    "stopping revision {} before the new Harness starts failed: {reason}",
                     p.number
                 ));
             }
@@ -555,7 +557,7 @@ mod tests {
             control_gateway: true,
             gateway_queued: false,
             gateway_applied: false,
-            dedicated: false,
+            exclusive: false,
             predecessors: Vec::new(),
             harness_sent: false,
             harness: WorkOutcome::Waiting,
@@ -757,7 +759,7 @@ mod tests {
         let mut f = fresh();
         f.phase = P::Preparing;
         f.namespace = WorkOutcome::Applied;
-        f.dedicated = true;
+        f.exclusive = true;
         f.predecessors = vec![pred(1, "exec-a")];
         assert_eq!(decide(&f), Step::StopPredecessors(vec![1]));
         f.predecessors[0].stop_sent = true;
@@ -992,7 +994,7 @@ mod tests {
         f.phase = P::Preparing;
         f.namespace = WorkOutcome::Applied;
         f.gateway_applied = true;
-        f.dedicated = true;
+        f.exclusive = true;
         f.predecessors = vec![pred(1, "exec-a"), pred(2, "exec-b")];
         f.predecessors[0].phase = P::Stopped;
         f.predecessors[0].stop_sent = true;
@@ -1012,7 +1014,7 @@ mod tests {
         f.phase = P::Preparing;
         f.namespace = WorkOutcome::Applied;
         f.gateway_applied = true;
-        f.dedicated = true;
+        f.exclusive = true;
         f.predecessors = vec![pred(1, "exec-a")];
         f.predecessors[0].stop_sent = true;
         f.predecessors[0].stop = WorkOutcome::Failed("forbidden".into());

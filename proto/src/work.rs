@@ -21,7 +21,9 @@ pub enum WorkKind {
     /// Stop one Harness revision, keeping PVC and credential Secret
     /// ([`RevisionWork`]).
     HarnessStop,
-    /// Retire one Harness revision: the destructive cleanup ([`RevisionWork`]).
+    /// Retire one Harness revision: the destructive cleanup of its own
+    /// objects; the Agent-owned workspace claim goes only when the Agent was
+    /// deleted ([`RevisionWork`]).
     HarnessRetire,
 }
 
@@ -236,6 +238,11 @@ pub mod generation {
     pub const HARNESS_STOP: i64 = 2;
     /// `harness.retire`.
     pub const HARNESS_RETIRE: i64 = 3;
+    /// `harness.retire` sent because the Agent was deleted
+    /// ([`super::RevisionWork::agent_deleted`]): newer than a plain
+    /// retirement, so a revision retired before still gets its Agent's
+    /// storage removed.
+    pub const AGENT_DELETE: i64 = 4;
     /// `namespace.ensure` (the namespace's desired state does not change
     /// after provisioning; a teardown is sent with a newer generation).
     pub const NAMESPACE_ENSURE: i64 = 1;
@@ -271,9 +278,12 @@ pub mod harness {
         format!("{agent}-r{revision}-credentials")
     }
 
-    /// The workspace PVC: `<agent>-r<N>-workspace`.
-    pub fn workspace_name(agent: &str, revision: i64) -> String {
-        format!("{agent}-r{revision}-workspace")
+    /// The Agent-owned workspace PVC: `<agent>-workspace`. One claim per
+    /// Agent and execution cluster, reused by every revision there (the
+    /// runtime's state and workspace survive a redeploy); retirement keeps
+    /// it, only the Agent's deletion removes it ([`RevisionWork::agent_deleted`]).
+    pub fn workspace_name(agent: &str) -> String {
+        format!("{agent}-workspace")
     }
 
     /// The in-cluster URL of the Harness Service (valid inside the
@@ -685,6 +695,11 @@ pub struct RevisionWork {
     /// How it runs.
     #[serde(default)]
     pub execution: ExecutionMode,
+    /// Set on the retirement sent when the Agent is deleted: the Agent-owned
+    /// workspace claim goes too (a plain retirement keeps it for the next
+    /// revision).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub agent_deleted: bool,
 }
 
 /// Why an image reference is not pinned by digest.

@@ -55,6 +55,17 @@ pub enum Error {
     /// The operation was cancelled.
     #[error("cancelled")]
     Cancelled,
+    /// An object the work creates only once is still being deleted (an
+    /// Agent deleted and made again under its name): retried until it goes.
+    #[error("{kind} {namespace}/{name} is still being deleted")]
+    Terminating {
+        /// Object kind.
+        kind: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Object name.
+        name: String,
+    },
 }
 
 /// Result alias of the apply room.
@@ -77,7 +88,7 @@ impl Error {
         match self {
             Error::Kube { source, .. } => clawfed_kube::is_transient(source),
             Error::Object(e) => e.is_transient(),
-            Error::Cancelled => true,
+            Error::Cancelled | Error::Terminating { .. } => true,
             Error::Invalid(_) | Error::Namespace(_) => false,
         }
     }
@@ -137,6 +148,45 @@ where
             name,
             source: Box::new(source),
         })
+}
+
+/// Creates `obj` unless an object of its name exists, which is left as it
+/// is (for objects that outlive the work that made them, like the
+/// Agent-owned claim). One being deleted is [`Error::Terminating`].
+pub async fn create_if_absent<K>(api: &Api<K>, obj: &K) -> Result<()>
+where
+    K: Resource + k8s_openapi::Resource + Serialize + DeserializeOwned + Clone + Debug,
+    <K as Resource>::DynamicType: Default,
+{
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let namespace = obj.meta().namespace.clone().unwrap_or_default();
+    let kube_err = |action, source| Error::Kube {
+        action,
+        kind: kind_of::<K>(),
+        namespace: namespace.clone(),
+        name: name.clone(),
+        source: Box::new(source),
+    };
+    let existing = api.get_opt(&name).await.map_err(|e| kube_err("get", e))?;
+    let existing = match existing {
+        Some(o) => Some(o),
+        None => match api.create(&kube::api::PostParams::default(), obj).await {
+            Ok(_) => None,
+            // Made meanwhile (another spoke of the cluster): read it again.
+            Err(kube::Error::Api(r)) if r.code == 409 => {
+                api.get_opt(&name).await.map_err(|e| kube_err("get", e))?
+            }
+            Err(e) => return Err(kube_err("create", e)),
+        },
+    };
+    match existing {
+        Some(o) if o.meta().deletion_timestamp.is_some() => Err(Error::Terminating {
+            kind: kind_of::<K>(),
+            namespace,
+            name,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The static kind name of `K` (for error messages).

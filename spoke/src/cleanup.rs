@@ -6,7 +6,10 @@
 //!   gone, then ALWAYS run the provider's revision cleanup (an absent
 //!   Deployment does not skip it), then the revision's Service and
 //!   ServiceAccount. PVC and credential Secret are kept.
-//! - Retire: stop, then the destructive part: credential Secret and PVC.
+//! - Retire: stop, then the destructive part of the revision's own objects:
+//!   its credential Secret. The Agent-owned workspace claim is kept for the
+//!   Agent's next revision.
+//! - Agent deleted: retire, then the Agent-owned workspace claim.
 //! - Namespace teardown: the provider's namespace cleanup first, then the
 //!   credential revocation, and only then any Kubernetes infrastructure; a
 //!   failure in either of the first two deletes nothing.
@@ -27,7 +30,7 @@ pub enum RevisionStep {
     DeleteServiceAccount,
     /// Delete the credential Secret (retire only).
     DeleteCredentialSecret,
-    /// Delete the workspace PVC (retire only).
+    /// Delete the Agent-owned workspace PVC (the Agent's deletion only).
     DeleteWorkspace,
 }
 
@@ -51,8 +54,19 @@ pub const STOP: &[RevisionStep] = &[
     RevisionStep::DeleteServiceAccount,
 ];
 
-/// Retire: the destructive cleanup.
+/// Retire: the destructive cleanup of the revision's own objects; the
+/// Agent-owned claim stays.
 pub const RETIRE: &[RevisionStep] = &[
+    RevisionStep::DeleteDeployment,
+    RevisionStep::ProviderCleanupRevision,
+    RevisionStep::DeleteService,
+    RevisionStep::DeleteServiceAccount,
+    RevisionStep::DeleteCredentialSecret,
+];
+
+/// The retirement sent when the Agent is deleted: retire, then the
+/// Agent-owned claim (after the Deployment is gone, so no Pod holds it).
+pub const AGENT_DELETED: &[RevisionStep] = &[
     RevisionStep::DeleteDeployment,
     RevisionStep::ProviderCleanupRevision,
     RevisionStep::DeleteService,
@@ -153,10 +167,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn retire_is_stop_plus_the_destructive_steps() {
+    async fn retire_is_stop_plus_the_revisions_credential_and_keeps_the_agents_claim() {
         assert_eq!(&RETIRE[..STOP.len()], STOP);
-        assert!(RETIRE.contains(&RevisionStep::DeleteWorkspace));
         assert!(RETIRE.contains(&RevisionStep::DeleteCredentialSecret));
+        assert!(
+            !RETIRE.contains(&RevisionStep::DeleteWorkspace),
+            "the next revision mounts the Agent's claim"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_agents_deletion_is_retire_then_its_claim() {
+        assert_eq!(&AGENT_DELETED[..RETIRE.len()], RETIRE);
+        assert_eq!(AGENT_DELETED.last(), Some(&RevisionStep::DeleteWorkspace));
     }
 
     #[tokio::test]

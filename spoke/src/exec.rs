@@ -50,10 +50,10 @@ use tokio::sync::{OnceCell, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::namespace::{self as nsapply, NamespaceError, NamespaceObservation, Resolution};
-use crate::apply::{self, harness, ledger, merge_params, retry_forbidden, ssa};
+use crate::apply::{self, create_if_absent, harness, ledger, merge_params, retry_forbidden, ssa};
 use crate::cleanup::{
-    CleanupOps, NAMESPACE_TEARDOWN, NamespaceStep, PREPARATION_FAILED, RETIRE, RevisionStep, STOP,
-    StepFailed, run_plan,
+    AGENT_DELETED, CleanupOps, NAMESPACE_TEARDOWN, NamespaceStep, PREPARATION_FAILED, RETIRE,
+    RevisionStep, STOP, StepFailed, run_plan,
 };
 use crate::config::SpokeConfig;
 use crate::provider::ordinary::DeploymentDriver;
@@ -430,6 +430,9 @@ impl Executor {
             WorkSpec::NamespaceDelete(w) => self.delete_namespace(w, work).await,
             WorkSpec::HarnessApply(h) => self.apply_harness(h, work).await,
             WorkSpec::HarnessStop(r) => self.stop_revision(r, work, STOP).await,
+            WorkSpec::HarnessRetire(r) if r.agent_deleted => {
+                self.stop_revision(r, work, AGENT_DELETED).await
+            }
             WorkSpec::HarnessRetire(r) => self.stop_revision(r, work, RETIRE).await,
         };
         self.finish(work, outcome).await
@@ -820,8 +823,9 @@ impl Executor {
                 self.driver.name()
             )));
         }
-        if h.dedicated {
-            // RWO workspace: predecessors must be stopped before the new
+        if h.dedicated || h.workspace.is_some() {
+            // The Agent-owned RWO claim (and a dedicated Harness): one
+            // runtime at a time, so predecessors are stopped before the new
             // Harness starts.
             for p in &h.predecessors {
                 let r = RevisionWork {
@@ -832,6 +836,7 @@ impl Executor {
                     revision: p.revision,
                     revision_id: p.revision_id.clone(),
                     execution: p.execution,
+                    agent_deleted: false,
                 };
                 // The predecessor's record says stopped before its objects
                 // go, under its lock, so drift repair does not put them back.
@@ -877,6 +882,7 @@ impl Executor {
                 revision: h.revision,
                 revision_id: h.revision_id.clone(),
                 execution: h.execution,
+                agent_deleted: false,
             };
             if let Err(hook) = run_plan(&RevisionOps::new(self, &r), PREPARATION_FAILED).await {
                 tracing::warn!(error = %hook, "spoke.harness.cleanup_hook_failed");
@@ -913,7 +919,7 @@ impl Executor {
             harness::credential_secret(h, t, g),
             harness::service(h, t, g),
         );
-        let claim = harness::workspace_claim(h, t, g);
+        let claim = harness::workspace_claim(h);
         let (sas, secrets, services, claims) = (
             Api::<ServiceAccount>::namespaced(c.clone(), ns),
             Api::<Secret>::namespaced(c.clone(), ns),
@@ -926,8 +932,8 @@ impl Executor {
             ssa(&services, &service),
             async {
                 match &claim {
-                    Some(pvc) => ssa(&claims, pvc).await.map(Some),
-                    None => Ok(None),
+                    Some(pvc) => create_if_absent(&claims, pvc).await,
+                    None => Ok(()),
                 }
             },
         )?;
@@ -964,7 +970,7 @@ impl Executor {
         plan: &[RevisionStep],
     ) -> Result<Done, Failure> {
         let ns = r.data_plane_namespace.as_str();
-        let what = if plan == RETIRE { "retired" } else { "stopped" };
+        let what = if plan == STOP { "stopped" } else { "retired" };
         if !self
             .usable_namespace(ns, &r.tenant, &r.namespace_id)
             .await?

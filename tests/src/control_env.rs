@@ -1,9 +1,9 @@
 //! The hub's own identity in the test control cluster: applies
 //! `deploy/hub/{namespace,rbac}.yaml` (parsed into typed k8s-openapi
 //! objects, wildcards refused), a second identity without route rights, a
-//! StorageClass with pre-bound PVs for Gateway PVCs (the test clusters have
-//! no provisioner), and an edge Gateway/GatewayClass for the routes'
-//! parentRefs. Gateway tests and pipeline tests share it.
+//! StorageClass with pre-bound PVs for Gateway PVCs (their claims name a
+//! class, which the pod runner's provisioner leaves alone), and an edge
+//! Gateway/GatewayClass for the routes' parentRefs. Gateway tests and pipeline tests share it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -268,8 +268,8 @@ pub fn gateway_config() -> GatewayConfig {
 }
 
 /// A PV pre-bound to PVC `namespace/claim` of `storage_class` (`None`: the
-/// claim names no class). The test clusters have no provisioner; kwok does
-/// not mount anything. Returns the PV's name.
+/// claim names no class). The pod runner provisions only class-less claims
+/// no PV is pre-bound to; kwok mounts nothing. Returns the PV's name.
 pub async fn pre_bound_volume(
     admin: &Client,
     name: &str,

@@ -1206,24 +1206,12 @@ impl World {
         (ns, path)
     }
 
-    /// Deploy (or rollback `from`): a new revision, with its workspace PV
-    /// for a dedicated Harness made first (the clusters have no provisioner).
+    /// Deploy (or rollback `from`): a new revision. Its Agent-owned claim
+    /// gets a volume from the test clusters' provisioner.
     async fn deploy(&mut self, i: usize, from: Option<i64>) -> Result<()> {
         let (ns, path) = self.agent_path(i);
         let a = self.agents[i].clone();
         let next = a.revisions.last().copied().unwrap_or(0) + 1;
-        if a.dedicated {
-            let dpns = self.tenants[a.tenant].ns.data_plane_namespace.clone();
-            let pv = control_env::pre_bound_volume(
-                &self.execs[a.exec].admin(),
-                &format!("ws-{}-r{next}", a.name),
-                None,
-                &dpns,
-                &format!("{}-r{next}-workspace", a.name),
-            )
-            .await?;
-            self.pvs.push((1 + a.exec, pv));
-        }
         let key = uuid::Uuid::new_v4().to_string();
         let body = from.map(|r| json!({ "fromRevision": r }));
         let out = self

@@ -1472,17 +1472,6 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
         )
         .await?,
     ));
-    it.pvs.push((
-        false,
-        control_env::pre_bound_volume(
-            &exec_a.admin(),
-            &format!("helm-ws-{name}"),
-            None,
-            &ns.data_plane_namespace,
-            &format!("{name}-r1-workspace"),
-        )
-        .await?,
-    ));
     let _: AgentRevision = rest
         .call(
             Method::POST,

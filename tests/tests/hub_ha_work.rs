@@ -853,22 +853,13 @@ struct Cleanup {
 }
 
 impl Cleanup {
-    /// A dedicated Agent's Gateway volume (control) and r1's workspace
-    /// volume (exec-a): the test clusters have no provisioner.
+    /// A dedicated Agent's Gateway volume (control; its claim names the
+    /// test StorageClass, which the provisioner leaves alone). Its
+    /// workspace claim in exec-a gets a volume from the provisioner.
     async fn dedicated(&mut self, env: &Env, ns: &Namespace, agent: &str) -> Result<()> {
         self.gateways.push((ns.name.clone(), agent.to_owned()));
         self.control_pvs
             .push(control_env::volume_for(&env.control.admin(), agent).await?);
-        self.exec_pvs.push(
-            control_env::pre_bound_volume(
-                &env.exec.admin(),
-                &format!("ws-{agent}-r1"),
-                None,
-                &ns.data_plane_namespace,
-                &format!("{agent}-r1-workspace"),
-            )
-            .await?,
-        );
         Ok(())
     }
 

@@ -290,27 +290,6 @@ impl Cleanup {
         Ok(())
     }
 
-    /// A dedicated Harness's workspace PVC names no StorageClass and exec-a
-    /// has no provisioner: a PV pre-bound to revision `revision`'s claim.
-    async fn workspace(
-        &mut self,
-        exec: &Client,
-        ns: &Namespace,
-        agent: &str,
-        revision: i64,
-    ) -> Result<()> {
-        let pv = control_env::pre_bound_volume(
-            exec,
-            &format!("ws-{agent}-r{revision}"),
-            None,
-            &ns.data_plane_namespace,
-            &format!("{agent}-r{revision}-workspace"),
-        )
-        .await?;
-        self.exec_pvs.push(pv);
-        Ok(())
-    }
-
     fn is_empty(&self) -> bool {
         self.exec_namespaces.is_empty()
             && self.gateways.is_empty()
@@ -843,7 +822,6 @@ async fn deploy_puts_the_gateway_in_control_and_the_harness_in_exec_a() -> Resul
     let mut w = World::start().await?;
     let (ns, agent) = w.agent("dedicated-codex").await?;
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
-    w.cleanup.workspace(&exec, &ns, &agent.name, 1).await?;
     // Issue 12: the tenant is provisioned in no cluster before any spoke
     // reported it (the hub accepting it is not a provisioning).
     let before: Namespace = w
@@ -958,8 +936,6 @@ impl HeldEnsure {
         let (gate, held, entered, open) = GatedEnsure::gate();
         let mut w = World::start_wrapped(|_| {}, gate).await?;
         let (ns, agent) = w.agent("dedicated-codex").await?;
-        let exec = w.exec_a.admin();
-        w.cleanup.workspace(&exec, &ns, &agent.name, 1).await?;
         held.lock().expect("held").push(agent.name.clone());
         w.rest.deploy(&ns.name, &agent.name).await?;
         until(WAIT, "the Agent's Gateway ensure is held", || async {
@@ -1048,8 +1024,6 @@ async fn a_slow_gateway_ensure_holds_no_pipeline_slot() -> Result<()> {
     let (ns_slow, slow) = w.agent("dedicated-codex").await?;
     let (ns_fast, fast) = w.agent("dedicated-codex").await?;
     let exec = w.exec_a.admin();
-    w.cleanup.workspace(&exec, &ns_slow, &slow.name, 1).await?;
-    w.cleanup.workspace(&exec, &ns_fast, &fast.name, 1).await?;
     held.lock().expect("held").push(slow.name.clone());
 
     w.rest.deploy(&ns_slow.name, &slow.name).await?;
@@ -1602,9 +1576,9 @@ async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> 
 
 /// 3. stop → the route and Gateway runtime go first (hub, control), then
 /// the Harness Deployment (spoke, exec-a), then the provider's revision
-/// cleanup; PVCs are kept (the Gateway's in control, the dedicated
-/// Harness's workspace in exec-a, bound to a pre-bound PV there because
-/// the test clusters have no provisioner), and so is the Harness Secret.
+/// cleanup; PVCs are kept (the Gateway's in control, the Agent-owned
+/// workspace claim in exec-a, bound to a volume of the test clusters'
+/// provisioner), and so is the Harness Secret.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_removes_route_and_gateway_then_harness_then_provider_state() -> Result<()> {
     let mut w = World::start().await?;
@@ -1612,17 +1586,6 @@ async fn stop_removes_route_and_gateway_then_harness_then_provider_state() -> Re
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
     let dpns = ns.data_plane_namespace.clone();
     let name = agent.name.clone();
-    // The dedicated Harness's workspace PVC names no StorageClass; exec-a
-    // has no provisioner, so a PV pre-bound to it.
-    let pv = control_env::pre_bound_volume(
-        &exec,
-        &format!("ws-{name}"),
-        None,
-        &dpns,
-        &format!("{name}-r1-workspace"),
-    )
-    .await?;
-    w.cleanup.exec_pvs.push(pv);
 
     w.rest.deploy(&ns.name, &name).await?;
     w.rest
@@ -1630,7 +1593,7 @@ async fn stop_removes_route_and_gateway_then_harness_then_provider_state() -> Re
         .await?;
     assert_serving(&control, &exec, &dpns, &name, 1).await?;
     let claim = Api::<PersistentVolumeClaim>::namespaced(exec.clone(), &dpns)
-        .get(&format!("{name}-r1-workspace"))
+        .get(&format!("{name}-workspace"))
         .await?;
     assert_eq!(
         claim.status.and_then(|s| s.phase).as_deref(),
@@ -1825,7 +1788,7 @@ async fn stop_removes_route_and_gateway_then_harness_then_provider_state() -> Re
     );
     assert_eq!(
         live_names::<PersistentVolumeClaim>(&exec, &dpns, &name).await?,
-        [format!("{name}-r1-workspace")]
+        [format!("{name}-workspace")]
     );
     assert!(
         live_names::<Secret>(&exec, &dpns, &name)
@@ -2227,7 +2190,6 @@ async fn hub_killed_during_prepare_completes_after_restart_without_duplicates() 
     let name = agent.name.clone();
     let dpns = ns.data_plane_namespace.clone();
     cleanup.track(&control.admin(), &ns, &name).await?;
-    cleanup.workspace(&exec_a.admin(), &ns, &name, 1).await?;
 
     rest.deploy(&ns.name, &name).await?;
     let seen = until(WAIT, "revision 1 preparing", || async {
@@ -2346,7 +2308,6 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     let name = agent.name.clone();
     let dpns = ns.data_plane_namespace.clone();
     cleanup.track(&control.admin(), &ns, &name).await?;
-    cleanup.workspace(&exec_a.admin(), &ns, &name, 1).await?;
     rest.deploy(&ns.name, &name).await?;
     rest.wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
@@ -2637,15 +2598,6 @@ async fn a_dedicated_predecessor_is_stopped_and_retired_on_its_own_cluster() -> 
     let (ns, agent) = w.agent("dedicated-codex").await?;
     let exec_a = w.exec_a.admin();
     let (dpns, name) = (ns.data_plane_namespace.clone(), agent.name.clone());
-    let pv_a = control_env::pre_bound_volume(
-        &exec_a,
-        &format!("ws-{name}"),
-        None,
-        &dpns,
-        &format!("{name}-r1-workspace"),
-    )
-    .await?;
-    w.cleanup.exec_pvs.push(pv_a);
     w.rest.deploy(&ns.name, &name).await?;
     w.rest
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
@@ -2664,14 +2616,6 @@ async fn a_dedicated_predecessor_is_stopped_and_retired_on_its_own_cluster() -> 
     )
     .await?;
     w.rest.wait_online(&b_name, WAIT).await?;
-    let pv_b = control_env::pre_bound_volume(
-        &exec_b_admin,
-        &format!("ws-{name}"),
-        None,
-        &dpns,
-        &format!("{name}-r2-workspace"),
-    )
-    .await?;
 
     let result = async {
         let current = w.rest.agent(&ns.name, &name).await?;
@@ -2728,9 +2672,6 @@ async fn a_dedicated_predecessor_is_stopped_and_retired_on_its_own_cluster() -> 
     spoke_b.stop().await;
     let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(exec_b_admin.clone())
         .delete(&dpns, &DeleteParams::background())
-        .await;
-    let _ = Api::<PersistentVolume>::all(exec_b_admin)
-        .delete(&pv_b, &DeleteParams::background())
         .await;
     result?;
     w.finish().await
@@ -2849,9 +2790,6 @@ async fn the_gateway_reaches_its_harness_through_the_tunnel() -> Result<()> {
     .await?;
     let (ns, agent) = w
         .agent_with_images("dedicated-codex", STANDIN_HARNESS, &standin_gateway())
-        .await?;
-    w.cleanup
-        .workspace(&w.exec_a.admin(), &ns, &agent.name, 1)
         .await?;
     let control = w.control.admin();
     w.rest.deploy(&ns.name, &agent.name).await?;
@@ -3069,7 +3007,6 @@ async fn a_revision_activates_as_soon_as_its_gateway_turns_ready() -> Result<()>
         .push((ns.name.clone(), agent.name.clone()));
     w.cleanup.control_pvs.push(format!("gwtest-{}", agent.name));
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
-    w.cleanup.workspace(&exec, &ns, &agent.name, 1).await?;
     let gateway_ready = first_ready(control.clone(), GW_NS, &agent.name);
 
     w.rest.deploy(&ns.name, &agent.name).await?;
@@ -3161,7 +3098,6 @@ async fn hub_killed_ends_tunneled_connections_and_new_ones_work_after_restart() 
         .await?;
     let name = agent.name.clone();
     cleanup.track(&control.admin(), &ns, &name).await?;
-    cleanup.workspace(&exec_a.admin(), &ns, &name, 1).await?;
     rest.deploy(&ns.name, &name).await?;
     rest.wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
@@ -3225,9 +3161,6 @@ async fn a_broken_data_path_fails_the_revision_with_the_reason() -> Result<()> {
     .await?;
     let (ns, agent) = w
         .agent_with_images("dedicated-codex", STANDIN_HARNESS, &standin_gateway())
-        .await?;
-    w.cleanup
-        .workspace(&w.exec_a.admin(), &ns, &agent.name, 1)
         .await?;
     w.rest.deploy(&ns.name, &agent.name).await?;
     let r = until(WAIT, "revision 1 failed", || async {
@@ -3344,7 +3277,10 @@ async fn embedded_openclaw_has_no_control_gateway_and_is_probed_through_the_link
 /// at deploy, naming the key. The revision turned Active only after the
 /// hub's own model turn went hub -> spoke link -> the runtime -> the
 /// model; a second Agent whose provider refuses its key is never Active
-/// and fails with the runtime's answer.
+/// and fails with the runtime's answer. The conversation and a workspace
+/// file of revision 1 are there in revision 2 after a redeploy and after
+/// its Harness Pod is killed: the Agent-owned claim, which revision 1's
+/// retirement keeps and the Agent's deletion removes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration() -> Result<()> {
     use clawfed_tests::openclaw;
@@ -3532,6 +3468,102 @@ async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration()
             answer.contains(&format!("key: {}", &key[key.len() - 4..])),
             "with the Agent's managed key: {answer}"
         );
+        let answer = openclaw::chat(
+            addr,
+            &token,
+            "conv-files",
+            "write-file notes/r1.txt written-by-revision-1",
+        )
+        .await?;
+        println!("write-file turn: {answer}");
+
+        // The Agent-owned claim: revision 2 mounts the state revision 1
+        // left, after revision 1 was stopped (one runtime at a time on the
+        // RWO claim), and revision 1's retirement keeps it.
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(exec.clone(), &ns.data_plane_namespace);
+        let claim_name = clawfed_proto::work::harness::workspace_name(&agent.name);
+        let claim_uid = claims.get(&claim_name).await?.metadata.uid;
+        let redeployed = Instant::now();
+        w.rest.deploy(&ns.name, &agent.name).await?;
+        until(openclaw::START_WAIT, "revision 2 Active", || async {
+            let r = w.rest.revision(&ns.name, &agent.name, 2).await?;
+            ensure!(r.phase != RevisionPhase::Failed, "failed: {:?}", r.reason);
+            Ok((r.phase == RevisionPhase::Active).then_some(()))
+        })
+        .await?;
+        println!(
+            "redeploy -> revision 2 Active in {:?}",
+            redeployed.elapsed()
+        );
+        w.rest
+            .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Retired)
+            .await?;
+        let claim = claims.get(&claim_name).await?;
+        assert_eq!(claim.metadata.uid, claim_uid, "the same claim");
+        assert!(
+            claim.metadata.deletion_timestamp.is_none(),
+            "retiring revision 1 kept the Agent's claim"
+        );
+        let r2_pods = format!("{}={},{}=2", labels::AGENT, agent.name, labels::REVISION);
+        let r2_token = |secret: Secret| {
+            secret
+                .data
+                .unwrap_or_default()
+                .get(clawfed_proto::work::runtime::GATEWAY_TOKEN_ENV)
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                .context("revision 2's gateway token")
+        };
+        let token = r2_token(
+            Api::<Secret>::namespaced(exec.clone(), &ns.data_plane_namespace)
+                .get(&clawfed_proto::work::harness::credentials_name(
+                    &agent.name,
+                    2,
+                ))
+                .await?,
+        )?;
+        let mut not_uid = None;
+        for moment in ["after the redeploy", "after the Harness Pod was killed"] {
+            let pod =
+                openclaw::ready_pod(&pods, &r2_pods, not_uid.as_deref(), openclaw::START_WAIT)
+                    .await?;
+            let addr = std::net::SocketAddr::from((openclaw::pod_ip(&pod)?, 8080));
+            let answer = openclaw::chat(addr, &token, "conv-e2e", moment).await?;
+            println!("{moment}: {answer}");
+            assert!(
+                answer.contains("history: hello from the hub test"),
+                "the conversation of revision 1 is there {moment}: {answer}"
+            );
+            let answer =
+                openclaw::chat(addr, &token, "conv-files", "read-file notes/r1.txt").await?;
+            assert!(
+                answer.contains("written-by-revision-1"),
+                "the workspace file of revision 1 is there {moment}: {answer}"
+            );
+            // Kill the Pod: its Deployment starts another on the same claim.
+            not_uid = pod.metadata.uid.clone();
+            pods.delete(
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                &DeleteParams::default(),
+            )
+            .await?;
+        }
+
+        // The Agent's deletion removes its claim (after its Harness).
+        let (status, body) = w
+            .rest
+            .send(
+                Method::DELETE,
+                &format!("/namespaces/{}/agents/{}", ns.name, agent.name),
+                None,
+            )
+            .await?;
+        ensure!(status.is_success(), "delete the Agent: {status} {body}");
+        until(WAIT, "the Agent's claim goes with it", || async {
+            let c = claims.get_opt(&claim_name).await?;
+            Ok(going(c.as_ref().map(|c| &c.metadata)).then_some(()))
+        })
+        .await?;
 
         // The refused key: the runtime answered the turn with the
         // provider's 401, so the revision failed with that answer, without
@@ -3742,11 +3774,6 @@ async fn credentials_e2e(capture: LogCapture) -> Result<()> {
     let (ns, agent) = w
         .agent_with_images("dedicated-codex", STANDIN_HARNESS, &standin_gateway())
         .await?;
-    for revision in [1, 2] {
-        w.cleanup
-            .workspace(&w.exec_a.admin(), &ns, &agent.name, revision)
-            .await?;
-    }
     let key1 = format!("sk-e2e-one-{}", uuid::Uuid::new_v4().simple());
     let key2 = format!("sk-e2e-two-{}", uuid::Uuid::new_v4().simple());
     let cred_path = format!(
@@ -3957,9 +3984,6 @@ async fn startup_agent(w: &mut World, mode: &str) -> Result<(Namespace, Agent)> 
         .await?;
     w.cleanup
         .track(&w.control.admin(), &ns, &agent.name)
-        .await?;
-    w.cleanup
-        .workspace(&w.exec_a.admin(), &ns, &agent.name, 1)
         .await?;
     Ok((ns, agent))
 }
@@ -4207,7 +4231,6 @@ async fn diagnose_returns_checks_and_unknown_for_a_stopped_pod() -> Result<()> {
 async fn deploy_stop_delete(w: &mut World) -> Result<(Namespace, String)> {
     let (ns, agent) = w.agent("dedicated-codex").await?;
     let exec = w.exec_a.admin();
-    w.cleanup.workspace(&exec, &ns, &agent.name, 1).await?;
     let name = agent.name.clone();
     w.rest.deploy(&ns.name, &name).await?;
     w.rest
@@ -4228,7 +4251,7 @@ async fn deploy_stop_delete(w: &mut World) -> Result<(Namespace, String)> {
     let dpns = ns.data_plane_namespace.clone();
     ensure!(
         Api::<PersistentVolumeClaim>::namespaced(exec.clone(), &dpns)
-            .get_opt(&format!("{name}-r1-workspace"))
+            .get_opt(&format!("{name}-workspace"))
             .await?
             .is_some(),
         "the stop kept the workspace"
@@ -4303,7 +4326,7 @@ async fn deleting_an_agent_keeps_its_history_and_removes_its_state_in_both_clust
     let dpns = ns.data_plane_namespace.clone();
     until(WAIT, "the Harness state gone in exec-a", || async {
         let pvc = Api::<PersistentVolumeClaim>::namespaced(exec.clone(), &dpns)
-            .get_opt(&format!("{name}-r1-workspace"))
+            .get_opt(&format!("{name}-workspace"))
             .await?;
         let secret = Api::<Secret>::namespaced(exec.clone(), &dpns)
             .get_opt(&format!("{name}-r1-credentials"))
@@ -4591,9 +4614,6 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
         .await?;
     for (ns, agent) in [(&ns_a, &agent_a), (&ns_b, &agent_b)] {
         cleanup.track(&control.admin(), ns, &agent.name).await?;
-        cleanup
-            .workspace(&exec_a.admin(), ns, &agent.name, 1)
-            .await?;
     }
     // Tenant B runs before anyone looks: its events are in the log.
     rest.deploy(&ns_b.name, &agent_b.name).await?;

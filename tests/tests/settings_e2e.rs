@@ -470,7 +470,7 @@ async fn check(
     assert_eq!(service_principal(&o), sp);
     let workspace = get_when(
         &Api::<PersistentVolumeClaim>::namespaced(exec.clone(), dpns),
-        &format!("{codex}-r1-workspace"),
+        &format!("{codex}-workspace"),
     )
     .await?
     .spec

@@ -187,6 +187,7 @@ impl Tenant {
             revision,
             revision_id: format!("rev-{revision}"),
             execution,
+            agent_deleted: false,
         }
     }
 
@@ -506,7 +507,7 @@ impl SandboxDriver for Recording {
 }
 
 #[tokio::test]
-async fn stop_deletes_deployment_then_always_calls_provider_keeps_data_retire_removes_it()
+async fn stop_deletes_deployment_then_always_calls_provider_keeps_data_retire_keeps_the_agents_claim()
 -> Result<()> {
     let e = env().await?;
     let admin = e.cluster.admin();
@@ -569,9 +570,24 @@ async fn stop_deletes_deployment_then_always_calls_provider_keeps_data_retire_re
             .count(),
         3
     );
-    eventually(WAIT, "PVC and Secret removed on retire", || async {
-        let left = count::<PersistentVolumeClaim>(&admin, &t.ns, sel).await?
-            + count::<Secret>(&admin, &t.ns, sel).await?;
+    eventually(WAIT, "the credential Secret removed on retire", || async {
+        Ok((count::<Secret>(&admin, &t.ns, sel).await? == 0).then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        count::<PersistentVolumeClaim>(&admin, &t.ns, sel).await?,
+        1,
+        "retirement keeps the Agent-owned claim for the next revision"
+    );
+    // The Agent's deletion: its retirement removes the claim too.
+    let mut deleted = r.clone();
+    deleted.agent_deleted = true;
+    assert_applied(
+        &exec.apply(&t.retire(&deleted, 5)).await?,
+        "retire (agent deleted)",
+    );
+    eventually(WAIT, "the Agent's claim removed with the Agent", || async {
+        let left = count::<PersistentVolumeClaim>(&admin, &t.ns, sel).await?;
         Ok((left == 0).then_some(()))
     })
     .await?;

@@ -704,13 +704,6 @@ struct Bench {
     gateways: Option<Arc<GatewayWorld>>,
     /// Agent -> index of the cluster its Harness is placed on.
     placed: Arc<Mutex<HashMap<String, usize>>>,
-    /// Admin clients of the execution clusters, by index of `args.clusters`.
-    exec_admins: Vec<Client>,
-    /// The tenant's data-plane namespace.
-    data_plane: String,
-    /// Gateways on: the pre-bound PVs of the dedicated Harnesses'
-    /// workspaces (cluster index, PV name), removed after the run.
-    workspace_pvs: Arc<Mutex<Vec<(usize, String)>>>,
 }
 
 impl Bench {
@@ -779,20 +772,9 @@ impl Bench {
             .unwrap_or_else(|p| p.into_inner())
             .insert(agent.to_owned(), cluster);
         if let Some(g) = &self.gateways {
+            // The Agent-owned workspace claims get volumes from the
+            // execution clusters' provisioner.
             g.prepare(&self.tenant, agent).await?;
-            // The execution clusters have no provisioner either.
-            let pv = control_env::pre_bound_volume(
-                &self.exec_admins[cluster],
-                &format!("pbws-{agent}"),
-                None,
-                &self.data_plane,
-                &format!("{agent}-r1-workspace"),
-            )
-            .await?;
-            self.workspace_pvs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((cluster, pv));
         }
         self.rest
             .create_agent(
@@ -1541,7 +1523,6 @@ async fn run(args: Args) -> Result<()> {
     let mut watches = Vec::new();
     let mut data_plane = None;
     let placed: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
-    let workspace_pvs: Arc<Mutex<Vec<(usize, String)>>> = Arc::default();
     let suffix = &uuid::Uuid::new_v4().simple().to_string()[..6];
     let tenant = format!("pb{suffix}");
     let hub_clusters: Vec<String> = args
@@ -1662,9 +1643,6 @@ async fn run(args: Args) -> Result<()> {
             suffix: suffix.to_owned(),
             gateways: gateway_world.clone(),
             placed: placed.clone(),
-            exec_admins: clusters.iter().map(|c| c.admin.clone()).collect(),
-            data_plane: ns.data_plane_namespace.clone(),
-            workspace_pvs: workspace_pvs.clone(),
         };
         let (warm, lat) = bench.latency().await?;
         println!("latency phase done ({} revisions)", lat.len());
@@ -1712,10 +1690,6 @@ async fn run(args: Args) -> Result<()> {
         .ok();
     if let Some(g) = &gateway_world {
         g.cleanup().await;
-    }
-    let pvs = std::mem::take(&mut *workspace_pvs.lock().unwrap_or_else(|p| p.into_inner()));
-    for (cluster, pv) in pvs {
-        control_env::delete_volume(&clusters[cluster].admin, &pv).await;
     }
     if let Some(ns) = &data_plane {
         for c in &clusters {

@@ -17,6 +17,7 @@
 //! - [`env`]: env and volume files from the Pod and its Secrets/ConfigMaps
 //! - [`status`]: the Pod status the runner reports (pure)
 //! - [`probe`]: one readiness probe attempt
+//! - [`provisioner`]: hostPath volumes for class-less claims, reclaimed with them
 //! - [`process`]: start in the namespace, SIGTERM/SIGKILL, stale cleanup
 //! - [`supervisor`]: one Pod's life: start, probe, report, restart, stop
 //! - [`runner`]: the watch, the IPs, one supervisor per Pod
@@ -27,6 +28,7 @@ pub mod net;
 pub mod podspec;
 pub mod probe;
 pub mod process;
+pub mod provisioner;
 pub mod runner;
 pub mod runtime;
 pub mod sandbox;

@@ -52,6 +52,9 @@ pub struct RunnerConfig {
     /// The real runtime's install (`e2e/openclaw.sh`), for Pods of image
     /// `clawfed.test/openclaw:<its version>`.
     pub openclaw_dir: Option<PathBuf>,
+    /// Where the provisioner keeps the volumes it makes for class-less
+    /// claims ([`crate::provisioner`]); none: it does not run.
+    pub volume_dir: Option<PathBuf>,
 }
 
 /// Finds `ip` on PATH (resolved once: stand-ins get an empty environment).
@@ -132,6 +135,13 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
         done: done_tx,
         first_sync: true,
     };
+    if let Some(dir) = config.volume_dir.clone() {
+        runner.tasks.spawn(crate::provisioner::run(
+            client.clone(),
+            dir,
+            shutdown.clone(),
+        ));
+    }
     let pods: Api<Pod> = Api::all(client);
     let selector = format!("spec.nodeName={}", config.node);
     let mut events = watcher::watcher(pods, watcher::Config::default().fields(&selector))

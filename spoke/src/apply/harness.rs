@@ -59,6 +59,12 @@ pub fn startup_requirement(h: &HarnessWork) -> Option<StartupAnnotation> {
 /// The non-root uid/gid the Harness runs as.
 pub const HARNESS_UID: i64 = 65532;
 
+/// The Pod volume of the Agent-owned claim.
+pub const WORKSPACE_VOLUME: &str = "workspace";
+/// Where a Harness that is not an OpenClaw runtime mounts the claim (an
+/// OpenClaw runtime mounts it at its data dir, [`runtime::DATA_DIR`]).
+pub const WORKSPACE_DIR: &str = "/workspace";
+
 /// Object names of one revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Names {
@@ -66,7 +72,7 @@ pub struct Names {
     pub harness: String,
     /// The credential Secret.
     pub credentials: String,
-    /// The workspace PVC.
+    /// The Agent-owned workspace PVC (the same for every revision).
     pub workspace: String,
 }
 
@@ -76,7 +82,7 @@ pub fn names(agent: &str, revision: i64) -> Names {
     Names {
         harness: contract::object_name(agent, revision),
         credentials: contract::credentials_name(agent, revision),
-        workspace: contract::workspace_name(agent, revision),
+        workspace: contract::workspace_name(agent),
     }
 }
 
@@ -254,8 +260,8 @@ fn http_probe(path: &str, period: i32, failure_threshold: i32) -> Probe {
 }
 
 /// What an OpenClaw runtime adds to its Pod: the config file (read-only),
-/// a writable state dir (an emptyDir: the root filesystem is read-only),
-/// its environment, and the runtime's own health endpoints as startup,
+/// a writable data dir (the Agent-owned claim when the work has one, else
+/// an emptyDir: the root filesystem is read-only), its environment, and the runtime's own health endpoints as startup,
 /// readiness and liveness probes.
 struct RuntimeParts {
     volumes: Vec<Volume>,
@@ -286,16 +292,18 @@ fn runtime_parts(h: &HarnessWork, secret: &str) -> Option<RuntimeParts> {
         read_only: Some(true),
         ..Default::default()
     }];
-    volumes.push(Volume {
-        name: "openclaw-data".into(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Default::default()
-    });
-    mounts.push(VolumeMount {
-        name: "openclaw-data".into(),
-        mount_path: runtime::DATA_DIR.into(),
-        ..Default::default()
-    });
+    if h.workspace.is_none() {
+        volumes.push(Volume {
+            name: "openclaw-data".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "openclaw-data".into(),
+            mount_path: runtime::DATA_DIR.into(),
+            ..Default::default()
+        });
+    }
     let env = runtime::ENV
         .iter()
         .map(|(k, v)| EnvVar {
@@ -318,20 +326,23 @@ fn runtime_parts(h: &HarnessWork, secret: &str) -> Option<RuntimeParts> {
     })
 }
 
-/// The workspace PVC (ReadWriteOnce), when the work asks for one.
-pub fn workspace_claim(
-    h: &HarnessWork,
-    target: &str,
-    generation: i64,
-) -> Option<PersistentVolumeClaim> {
+/// The Agent-owned workspace PVC (ReadWriteOnce), when the work asks for
+/// one. It carries the Agent's labels but no revision's: every revision of
+/// the Agent on this cluster mounts it, one at a time (the replacement is
+/// exclusive), and only the Agent's deletion removes it. The spoke creates
+/// it when absent and never rewrites it (a claim's class and mode are
+/// immutable; a later revision asking otherwise keeps the existing claim).
+pub fn workspace_claim(h: &HarnessWork) -> Option<PersistentVolumeClaim> {
     let w = h.workspace.as_ref()?;
+    let mut labels = owner_labels(&h.tenant);
+    labels.insert(labels::AGENT.to_string(), h.agent.clone());
     Some(PersistentVolumeClaim {
-        metadata: meta(
-            &names(&h.agent, h.revision).workspace,
-            h,
-            target,
-            generation,
-        ),
+        metadata: ObjectMeta {
+            name: Some(names(&h.agent, h.revision).workspace),
+            namespace: Some(h.data_plane_namespace.clone()),
+            labels: Some(labels),
+            ..Default::default()
+        },
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".into()]),
             storage_class_name: w.storage_class.clone(),
@@ -365,22 +376,29 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
         mount_path: "/tmp".into(),
         ..Default::default()
     }];
+    let runtime = runtime_parts(h, &n.credentials);
     if h.workspace.is_some() {
         volumes.push(Volume {
-            name: "workspace".into(),
+            name: WORKSPACE_VOLUME.into(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
                 claim_name: n.workspace.clone(),
                 read_only: Some(false),
             }),
             ..Default::default()
         });
+        // An OpenClaw runtime keeps its state (SQLite, sessions, the
+        // workspace) and HOME under its data dir: all of it on the claim.
+        let mount_path = if runtime.is_some() {
+            runtime::DATA_DIR
+        } else {
+            WORKSPACE_DIR
+        };
         mounts.push(VolumeMount {
-            name: "workspace".into(),
-            mount_path: "/workspace".into(),
+            name: WORKSPACE_VOLUME.into(),
+            mount_path: mount_path.into(),
             ..Default::default()
         });
     }
-    let runtime = runtime_parts(h, &n.credentials);
     let runtime_env: Vec<&str> = runtime::ENV.iter().map(|(k, _)| *k).collect();
     let mut env: Vec<EnvVar> = h
         .env
@@ -616,6 +634,63 @@ pub(crate) mod tests {
             require_startup_status: false,
             runtime_config: None,
         }
+    }
+
+    /// The claim is the Agent's: one name for every revision, no revision
+    /// label, and an OpenClaw runtime's whole data dir (state, sessions,
+    /// workspace, HOME) is on it, so a redeploy finds its memory.
+    #[test]
+    fn the_agent_owned_claim_holds_the_runtime_data_dir_for_every_revision() {
+        let mut h = harness();
+        h.runtime_config = Some("{}".into());
+        let r3 = workspace_claim(&h).expect("a claim");
+        h.revision = 4;
+        let r4 = workspace_claim(&h).expect("a claim");
+        assert_eq!(r3.metadata.name.as_deref(), Some("a1-workspace"));
+        assert_eq!(r3, r4, "every revision asks for the same claim");
+        let labels = r3.metadata.labels.unwrap_or_default();
+        assert_eq!(labels.get(labels::AGENT).map(String::as_str), Some("a1"));
+        assert!(!labels.contains_key(labels::REVISION));
+        let pod = pod_spec(&h);
+        let mount = pod.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path == runtime::DATA_DIR)
+            .expect("the data dir is mounted");
+        let volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .expect("its volume");
+        assert_eq!(
+            volume
+                .persistent_volume_claim
+                .as_ref()
+                .map(|c| c.claim_name.as_str()),
+            Some("a1-workspace")
+        );
+        // Without a claim (a work that asks for none) it is an emptyDir.
+        h.workspace = None;
+        let pod = pod_spec(&h);
+        assert!(
+            pod.volumes
+                .iter()
+                .flatten()
+                .any(|v| v.name == "openclaw-data" && v.empty_dir.is_some())
+        );
+        // A Harness that is not OpenClaw mounts the claim at /workspace.
+        let mut codex = harness();
+        codex.runtime_config = None;
+        let pod = pod_spec(&codex);
+        assert!(
+            pod.containers[0]
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == WORKSPACE_VOLUME && m.mount_path == WORKSPACE_DIR)
+        );
     }
 
     #[test]

@@ -288,7 +288,7 @@ impl Model {
                 control_gateway: c.dedicated,
                 gateway_queued: false,
                 gateway_applied: false,
-                dedicated: c.dedicated,
+                exclusive: c.dedicated,
                 predecessors: c.predecessors.clone(),
                 harness_sent: false,
                 harness: WorkOutcome::Waiting,
@@ -564,7 +564,7 @@ fn check_step(f: &Facts, step: &Step) -> Result<(), TestCaseError> {
             // Gateway and Harness are prepared together (the Harness goes
             // out first, in the same pass); activation still requires the
             // Gateway Ready (checked at `Activate`).
-            if f.dedicated {
+            if f.exclusive {
                 for p in &f.predecessors {
                     prop_assert!(
                         stopped(p),
@@ -720,7 +720,7 @@ pub fn broken_ignores_gateway(f: &Facts) -> Step {
 /// soon as the predecessors' stops are sent, not confirmed.
 pub fn broken_does_not_wait_for_stops(f: &Facts) -> Step {
     let step = decide(f);
-    if f.dedicated
+    if f.exclusive
         && f.phase == P::Preparing
         && !f.harness_sent
         && f.wanted

@@ -32,6 +32,10 @@ struct Args {
     /// for Pods of image clawfed.test/openclaw:<its version>.
     #[arg(long)]
     openclaw_dir: Option<PathBuf>,
+    /// Provision a hostPath volume under this dir for every class-less claim
+    /// no volume is pre-bound to (and reclaim it with its claim).
+    #[arg(long)]
+    volume_dir: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -65,6 +69,7 @@ async fn main() -> Result<()> {
             state_dir: args.state_dir,
             standin_dir,
             openclaw_dir: args.openclaw_dir,
+            volume_dir: args.volume_dir,
         },
         shutdown,
     )

@@ -335,7 +335,7 @@ impl Rollout {
             control_gateway,
             gateway_queued: rev.progress.gateway_queued_at.is_some(),
             gateway_applied,
-            dedicated: rev.spec.harness_kind.is_dedicated(),
+            exclusive: rev.spec.harness_kind.replaces_exclusively(),
             predecessors,
             harness_sent: sent(generation::HARNESS_APPLY),
             harness: out(generation::HARNESS_APPLY),

@@ -119,7 +119,9 @@ pub fn harness_work(
         resources: harness_resources(rev, settings),
         port: settings.harness_port,
         env,
-        workspace: kind.is_dedicated().then(|| settings.workspace.clone()),
+        // The Agent-owned claim: the runtime's state and workspace for
+        // every revision of the Agent on this cluster.
+        workspace: Some(settings.workspace.clone()),
         credential: spec::SecretData::default(),
         dedicated: rev.spec.harness_kind.is_dedicated(),
         predecessors: same_cluster_predecessors
@@ -179,6 +181,7 @@ pub fn revision_work(
         revision: rev.number,
         revision_id: rev.id.clone(),
         execution: execution(rev),
+        agent_deleted: false,
     }
 }
 
@@ -397,7 +400,11 @@ runtime:
         let d = WorkloadSettings::default();
         let h = harness(&revision("embedded-openclaw", serde_json::json!({})), &d);
         assert_eq!(h.port, 8080);
-        assert_eq!(h.workspace, None);
+        assert_eq!(
+            h.workspace.map(|w| w.size).as_deref(),
+            Some("1Gi"),
+            "embedded OpenClaw keeps its state on the Agent's claim"
+        );
         assert_eq!(
             h.env.get("OPENCLAW_SESSION_CAPACITY").map(String::as_str),
             Some("8")
