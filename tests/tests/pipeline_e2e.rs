@@ -1448,6 +1448,9 @@ async fn a_trigger_that_runs_a_fallback_early_does_not_strand_the_revision() -> 
 
 /// 2. change the Agent → revision 2 Active, the Agent now → r2, the
 /// predecessor retired after the switch (phase retired, its Harness gone).
+/// The replacement is exclusive (issue 29: every revision mounts the
+/// Agent-owned ReadWriteOnce claim): no Pod of revision 2 exists before
+/// every Pod of revision 1 is gone.
 /// Embedded OpenClaw (issue 12): no Gateway of its own in the control
 /// cluster at any point; its gateway runs inside the data-plane workload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1462,43 +1465,49 @@ async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> 
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
 
-    // Observer: r1's Harness going while the Agent is not yet active on
-    // r2 would mean the predecessor was retired before the switch. Read the
-    // Harness first, then the Agent (so a Harness seen going is compared
-    // with an activation read after it).
-    let violated = Arc::new(AtomicBool::new(false));
-    let rounds = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
+    // Observer, from the Pod watch (events in the apiserver's order): a
+    // Pod of revision 2 seen while one of revision 1 still exists would be
+    // two runtimes on the Agent's claim.
+    let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
     let observer = {
-        let (rest, exec, dpns, name, tenant) = (
-            w.rest.clone(),
-            exec.clone(),
-            dpns.clone(),
-            name.clone(),
-            ns.name.clone(),
-        );
-        let (violated, rounds, stop) = (violated.clone(), rounds.clone(), stop.clone());
+        let pods = Api::<Pod>::namespaced(exec.clone(), &dpns);
+        let selector = format!("{}={name}", labels::AGENT);
         tokio::spawn(async move {
-            let harness = Api::<Deployment>::namespaced(exec, &dpns);
-            let mut seen_going = false;
-            while !stop.load(Ordering::SeqCst) {
-                let h1 = harness.get_opt(&format!("{name}-r1-harness")).await?;
-                let h1_going = going(h1.as_ref().map(|d| &d.metadata));
-                let active = rest.agent(&tenant, &name).await?.active_revision;
-                if h1_going && active != Some(2) {
-                    violated.store(true, Ordering::SeqCst);
+            use futures::StreamExt;
+            use kube::runtime::watcher::{self, Event};
+            let revision = |p: &Pod| p.labels().get(labels::REVISION).cloned();
+            let mut synced = Some(synced_tx);
+            let mut r1_live = std::collections::HashSet::new();
+            let mut r1_seen = false;
+            let mut stream = std::pin::pin!(watcher::watcher(
+                pods,
+                watcher::Config::default().labels(&selector)
+            ));
+            while let Some(event) = stream.next().await {
+                match event? {
+                    Event::InitDone => {
+                        if let Some(tx) = synced.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Event::Apply(p) | Event::InitApply(p) => match revision(&p).as_deref() {
+                        Some("1") => {
+                            r1_seen = true;
+                            r1_live.insert(p.uid().unwrap_or_default());
+                        }
+                        Some("2") => return anyhow::Ok((r1_seen, r1_live.len())),
+                        _ => {}
+                    },
+                    Event::Delete(p) => {
+                        r1_live.remove(&p.uid().unwrap_or_default());
+                    }
+                    Event::Init => {}
                 }
-                seen_going |= h1_going;
-                rounds.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            anyhow::Ok(seen_going)
+            bail!("the Pod watch ended")
         })
     };
-    until(WAIT, "observer running", || async {
-        Ok((rounds.load(Ordering::SeqCst) > 0).then_some(()))
-    })
-    .await?;
+    synced_rx.await.context("the Pod watch started")?;
 
     w.rest
         .edit_spec(&ns.name, &name, |s| {
@@ -1538,13 +1547,12 @@ async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> 
         );
     }
     assert_eq!(route_backend(&control, &name).await?, None, "no route");
-    stop.store(true, Ordering::SeqCst);
-    let seen_going = observer.await??;
-    assert!(
-        !violated.load(Ordering::SeqCst),
-        "r1's Harness went before the Agent was active on r2"
+    let (r1_seen, r1_left) = observer.await??;
+    assert!(r1_seen, "the observer saw revision 1's Pod");
+    assert_eq!(
+        r1_left, 0,
+        "a Pod of revision 2 started while revision 1 still had Pods"
     );
-    assert!(seen_going, "the observer saw r1's Harness go");
 
     assert_harness_serving(&exec, &dpns, &name, 2).await?;
     // Retired after r2 was activated, in the recorded progress too.
@@ -2452,10 +2460,11 @@ async fn wait_no_harness(exec: &Client, dpns: &str, agent: &str) -> Result<()> {
     .await
 }
 
-/// Defect 12: an Agent stopped while its second revision's Harness work
-/// waits for a paused spoke. Both revisions stay `stopping` (not `stopped`)
-/// until the spoke confirms; the queued Harness apply is superseded by its
-/// stop, so it never appears; afterwards no Harness of the Agent exists.
+/// Defect 12: an Agent stopped while its second revision waits for a
+/// paused spoke (the exclusive replacement queued revision 1's stop first;
+/// revision 2's Harness waits for its confirmation). Revision 1 stays
+/// `stopping` (not `stopped`) until the spoke confirms; revision 2's
+/// Harness never appears; afterwards no Harness of the Agent exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_before_the_second_revision_is_active_leaves_no_harness() -> Result<()> {
     let mut w = World::start().await?;
@@ -2467,18 +2476,24 @@ async fn stop_before_the_second_revision_is_active_leaves_no_harness() -> Result
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
 
-    // The spoke pauses; revision 2's Harness work waits in the outbox.
+    // The spoke pauses; revision 1's stop, which revision 2's Harness
+    // waits for, stays in the outbox.
     w.spoke.stop().await;
     w.rest.deploy(&ns.name, &name).await?;
     let store = w.hub.store();
     let cluster = store.get_cluster(&w.cluster_name).await?;
-    let r2_target = clawfed_proto::work::target::harness(&ns.id, &name, 2);
-    until(WAIT, "revision 2's Harness work queued", || async {
-        Ok(store
-            .outbox_latest_generation(&cluster.id, &r2_target)
-            .await?
-            .map(|_| ()))
-    })
+    let r1_target = clawfed_proto::work::target::harness(&ns.id, &name, 1);
+    until(
+        WAIT,
+        "revision 1's stop queued before revision 2's Harness",
+        || async {
+            Ok(store
+                .outbox_latest_generation(&cluster.id, &r1_target)
+                .await?
+                .filter(|g| *g == clawfed_proto::work::generation::HARNESS_STOP)
+                .map(|_| ()))
+        },
+    )
     .await?;
     w.rest
         .call::<Agent>(
@@ -2487,22 +2502,32 @@ async fn stop_before_the_second_revision_is_active_leaves_no_harness() -> Result
             None,
         )
         .await?;
-    for n in [1, 2] {
-        let r = revision_phase_is(
-            &w.rest,
-            &ns.name,
-            &name,
-            n,
-            &[RevisionPhase::Stopping, RevisionPhase::Stopped],
-        )
-        .await?;
-        ensure!(
-            r.phase == RevisionPhase::Stopping,
-            "revision {n} is {:?} ({:?}) while its cluster has not confirmed the stop",
-            r.phase,
-            r.reason
-        );
-    }
+    let r1 = revision_phase_is(
+        &w.rest,
+        &ns.name,
+        &name,
+        1,
+        &[RevisionPhase::Stopping, RevisionPhase::Stopped],
+    )
+    .await?;
+    ensure!(
+        r1.phase == RevisionPhase::Stopping,
+        "revision 1 is {:?} ({:?}) while its cluster has not confirmed the stop",
+        r1.phase,
+        r1.reason
+    );
+    // Revision 2 never had Harness work: nothing of it runs anywhere, so
+    // it is stopped without waiting for the cluster.
+    ensure!(
+        store
+            .outbox_latest_generation(
+                &cluster.id,
+                &clawfed_proto::work::target::harness(&ns.id, &name, 2)
+            )
+            .await?
+            .is_none(),
+        "revision 2's Harness went out before revision 1's stop was confirmed"
+    );
     ensure!(
         live_names::<Deployment>(&exec, &dpns, &name)
             .await?
@@ -2523,7 +2548,7 @@ async fn stop_before_the_second_revision_is_active_leaves_no_harness() -> Result
         !all_names::<Deployment>(&exec, &dpns, &name)
             .await?
             .contains(&format!("{name}-r2-harness")),
-        "revision 2's superseded apply must never reach the cluster"
+        "revision 2's Harness must never reach the cluster"
     );
     w.finish().await
 }
@@ -3549,7 +3574,18 @@ async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration()
             .await?;
         }
 
-        // The Agent's deletion removes its claim (after its Harness).
+        // The Agent's deletion (stopped first) removes its claim.
+        let _: Agent = w
+            .rest
+            .call(
+                Method::POST,
+                &format!("/namespaces/{}/agents/{}/stop", ns.name, agent.name),
+                Some(json!({})),
+            )
+            .await?;
+        w.rest
+            .wait_phase(&ns.name, &agent.name, 2, RevisionPhase::Stopped)
+            .await?;
         let (status, body) = w
             .rest
             .send(
