@@ -10,11 +10,19 @@
 #     applying work in the execution cluster as its own ServiceAccount
 #     (deploy/spoke),
 #   - a sample Agent deployed and followed until it is Active, then the
-#     fleet status (and the address of the web fleet view, /ui), and one request through its route's backend (the
-#     Gateway in control) answered by its Harness in exec-a, across the
-#     hub's tunnel and the spoke's outbound link. The test clusters' pod
-#     runner (e2e/pods) runs the stand-in images as real processes in the
-#     test Pod network (e2e/podnet.sh, 198.18.0.0/15).
+#     fleet status (and the address of the web fleet view, /ui), and one
+#     request through its route's backend (the Gateway in control) answered
+#     by its Harness in exec-a, across the hub's tunnel and the spoke's
+#     outbound link (stand-in images: the plumbing),
+#   - a real OpenClaw Agent (embedded: the OpenClaw gateway runs in exec-a,
+#     openclaw from npm, e2e/openclaw.sh), its Configuration naming a model
+#     API (a deterministic stand-in in exec-a: nothing here reaches the
+#     internet) and its managed key, Active only after the hub's own model
+#     turn, then one chat message sent by `clawfed agents chat` through
+#     the hub and the spoke to the runtime, and the model's answer.
+#   The test clusters' pod runner (e2e/pods) runs the images as real
+#   processes in the test Pod network (e2e/podnet.sh, 198.18.0.0/15), and
+#   each step's time is printed at the end.
 # Ctrl-C stops the hub and the spoke (and the clusters this script started);
 # `--once` does so right after printing.
 set -euo pipefail
@@ -27,7 +35,20 @@ ONCE=0
 STATE="$PWD/.clawfed"
 rm -rf "$STATE"
 mkdir -p "$STATE"
-log() { printf '\n== %s\n' "$*" >&2; }
+# Each step's wall time, printed at the end.
+timings=()
+step_name=""
+step_start=$SECONDS
+end_step() {
+  [ -n "$step_name" ] && timings+=("$(printf '%5ss  %s' $((SECONDS - step_start)) "$step_name")")
+  step_name=""
+}
+log() {
+  end_step
+  step_name="$*"
+  step_start=$SECONDS
+  printf '\n== %s\n' "$*" >&2
+}
 
 log "building clawfed"
 cargo build --locked -p clawfed-hub -p clawfed-spoke -p clawfed-pods --bins >&2
@@ -63,6 +84,7 @@ kc exec-a delete namespace -l clawfed.io/tenant=demo --ignore-not-found --wait=t
 kc control delete deployment,service,httproute,networkpolicy,secret,serviceaccount,pvc \
   -n clawfed-gateways -l clawfed.io/agent=hello --ignore-not-found --wait=true --timeout=60s >&2 2>/dev/null || true
 kc control delete pv clawfed-demo-hello-gateway --ignore-not-found --wait=true --timeout=30s >&2 || true
+kc exec-a delete namespace demo-model --ignore-not-found --wait=true --timeout=60s >&2 || true
 
 log "least-privilege identities: hub in control, spoke in exec-a"
 kc control apply --server-side --force-conflicts -f deploy/hub/namespace.yaml -f deploy/hub/rbac.yaml >&2
@@ -135,7 +157,9 @@ link: { addr: "127.0.0.1:18443", caDir: "$STATE/ca", heartbeatSeconds: 5 }
 # Gateways reach their Harness through this ingress: the root end of the
 # test Pod network, the one address the Gateway Pods can reach.
 tunnel: { addr: "198.18.0.1:18444" }
-pipeline: { readyDeadlineSeconds: 120, pathProbe: true }
+# The real runtime turns ready in 10-20 s idle, a minute or more on a busy
+# machine; its activation is a model turn (pipeline.activation: modelTurn).
+pipeline: { readyDeadlineSeconds: 300, pathProbe: true }
 gateway:
   enabled: true
   kubeconfig: "$STATE/hub-control.kubeconfig"
@@ -211,6 +235,61 @@ echo "\$ kubectl --context control get --raw /api/v1/namespaces/clawfed-gateways
 answer="$(kc control get --raw /api/v1/namespaces/clawfed-gateways/services/hello-r1-gateway:18789/proxy/identity)"
 echo "$answer"
 echo "$answer" | grep -q '"agent": *"hello"' || { echo "demo: the Harness did not answer as hello" >&2; exit 1; }
+
+log "a real OpenClaw Agent: its model API, Configuration and key; Active after a real model turn"
+OPENCLAW_VERSION="$(python3 -c 'import json; print(json.load(open("e2e/openclaw/package.json"))["dependencies"]["openclaw"])')"
+# The model API the runtime calls: a deterministic stand-in in exec-a (its
+# answer names the message, the conversation's history and the key's last
+# four characters).
+kc exec-a create namespace demo-model >&2
+kc exec-a apply -n demo-model -f - >&2 <<'EOF'
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: model }
+spec:
+  replicas: 1
+  selector: { matchLabels: { app: model } }
+  template:
+    metadata: { labels: { app: model } }
+    spec:
+      containers:
+        - name: model
+          image: clawfed.test/model-standin:demo
+          env: [{ name: MODEL_STANDIN_MODELS, value: standin-model }]
+          ports: [{ name: http, containerPort: 8000 }]
+          readinessProbe: { httpGet: { path: /healthz, port: http }, periodSeconds: 1 }
+EOF
+kc exec-a wait -n demo-model --for=condition=Ready pod -l app=model --timeout=120s >&2
+model_ip="$(kc exec-a get pod -n demo-model -l app=model -o jsonpath='{.items[0].status.podIP}')"
+# The Agent's Configuration is OpenClaw's own document; clawfed adds the
+# keys it owns (docs/openclaw-runtime.md) and the key as ${MODEL_API_KEY}.
+cat > "$STATE/assistant.json" <<EOF
+{ "models": { "providers": { "standin": {
+    "baseUrl": "http://$model_ip:8000/v1", "api": "openai-completions",
+    "models": [{ "id": "standin-model", "name": "standin-model" }] } } },
+  "agents": { "defaults": { "model": { "primary": "standin/standin-model" } } } }
+EOF
+cf configurations create assistant -n demo -f "$STATE/assistant.json"
+cf agents create assistant -n demo --harness-kind embedded-openclaw \
+  --image "clawfed.test/openclaw:$OPENCLAW_VERSION" --configuration assistant \
+  --cluster exec-a --memory-limit 2Gi
+echo "\$ clawfed agents credentials set assistant -n demo --kind model-api-key < (a generated key)"
+printf 'sk-demo-%s' "$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" |
+  "$BIN/clawfed" agents credentials set assistant -n demo --kind model-api-key
+cf deploy assistant -n demo
+cf agents get assistant -n demo --wait --timeout 360
+
+log "one chat message through the hub and the spoke to the runtime"
+echo "  clawfed -> hub -> spoke link (exec-a) -> OpenClaw gateway -> model API"
+chat="$(cf agents chat assistant -n demo -m "Hello from the clawfed demo" --conversation demo)"
+echo "$chat"
+echo "$chat" | grep -q 'model-standin answer: Hello from the clawfed demo' ||
+  { echo "demo: the runtime did not answer the chat" >&2; exit 1; }
+end_step
+
+echo
+echo "time per step:"
+printf '%s\n' "${timings[@]}"
 echo
 echo "logs: $STATE/hub.log $STATE/spoke.log   token: $STATE/admin.token"
 echo "web fleet view: $CLAWFED_SERVER/ui/ (sign in with the token in $STATE/admin.token)"

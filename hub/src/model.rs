@@ -478,6 +478,36 @@ pub struct UpdateAgent {
     pub version: i64,
 }
 
+/// Body of `POST .../agents/{name}/chat`: one message to the Agent's
+/// runtime.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChatRequest {
+    /// The user's message.
+    #[schema(min_length = 1, max_length = 16384)]
+    pub message: String,
+    /// The runtime's conversation (its OpenAI `user`: history is kept per
+    /// conversation); absent: one per caller, `clawfed-chat-<token name>`.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9._:-]+$")]
+    pub conversation: Option<String>,
+}
+
+/// The model's answer to a [`ChatRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatAnswer {
+    pub namespace: String,
+    pub agent: String,
+    /// The revision that answered (the active one).
+    pub revision: i64,
+    pub conversation: String,
+    /// The model's answer, as the runtime returned it.
+    pub answer: String,
+    /// From the hub's request to the runtime's complete answer.
+    pub elapsed_ms: i64,
+}
+
 /// Body of `POST .../agents/{name}/deploy` (optional).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

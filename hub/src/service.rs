@@ -2,6 +2,7 @@
 //! checks, validation, audit and the calls into the store. Both APIs are
 //! thin adapters over [`Service`], so they cannot drift apart.
 
+pub mod chat;
 pub mod diagnose;
 pub mod validate;
 
@@ -15,8 +16,8 @@ use crate::auth::{self, Action, Decision, Principal};
 use crate::model::{
     Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, Cluster, Configuration, CreateAgent,
     CreateBootstrapToken, CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest,
-    DesiredState, Diagnosis, FleetSummary, Namespace, UpdateAgent, UpdateConfiguration, WorkItem,
-    WorkState,
+    DesiredState, Diagnosis, FleetSummary, HarnessKind, Namespace, UpdateAgent,
+    UpdateConfiguration, WorkItem, WorkState,
 };
 use crate::secrets::{SecretBox, SecretValue};
 use crate::store::{
@@ -132,6 +133,9 @@ pub struct Service {
     /// Set once the link and the Gateways run (after the APIs started, so
     /// shared by every clone); unset, diagnose answers `unknown`.
     diagnostics: Arc<std::sync::OnceLock<Arc<dyn diagnose::DiagnosticsSource>>>,
+    /// Set once the link runs (like `diagnostics`); unset, chat is
+    /// unavailable.
+    chat: Arc<std::sync::OnceLock<Arc<dyn chat::ChatSource>>>,
     /// The watch feed, set once the hub started it; unset, watching is
     /// unavailable.
     watch: Arc<std::sync::OnceLock<Arc<crate::watch::Feed>>>,
@@ -154,6 +158,7 @@ impl Service {
             policy,
             secrets: None,
             diagnostics: Arc::default(),
+            chat: Arc::default(),
             watch: Arc::default(),
         }
     }
@@ -166,6 +171,11 @@ impl Service {
     /// Where `diagnose` reads from (once; later calls are ignored).
     pub fn set_diagnostics(&self, source: Arc<dyn diagnose::DiagnosticsSource>) {
         let _ = self.diagnostics.set(source);
+    }
+
+    /// Where `chat` sends its turns (once; later calls are ignored).
+    pub fn set_chat(&self, source: Arc<dyn chat::ChatSource>) {
+        let _ = self.chat.set(source);
     }
 
     /// Seals managed Agent credentials with `secrets`.
@@ -1018,6 +1028,85 @@ impl Service {
         })
     }
 
+    /// One chat message to the active revision's OpenClaw runtime, sent by
+    /// the hub through the revision's spoke ([`chat`]): the model's answer.
+    /// Needs deploy rights (a turn costs a model call) and is audited as
+    /// `agent.chat` without the message.
+    pub async fn chat(
+        &self,
+        p: &Principal,
+        ns: &str,
+        agent: &str,
+        req: crate::model::ChatRequest,
+    ) -> Result<crate::model::ChatAnswer> {
+        self.check_mutation(p, Action::Deploy, Some(ns), "agent.chat", agent)
+            .await?;
+        let invalid = |field: &str, reason: &str| ServiceError::InvalidArgument {
+            field: field.into(),
+            reason: reason.into(),
+        };
+        if req.message.trim().is_empty() || req.message.len() > MAX_CHAT_MESSAGE {
+            return Err(invalid(
+                "message",
+                &format!("must be 1 to {MAX_CHAT_MESSAGE} bytes of text"),
+            ));
+        }
+        let conversation = match req.conversation {
+            Some(c) if !is_conversation_id(&c) => {
+                return Err(invalid(
+                    "conversation",
+                    "must be 1 to 128 characters of A-Z a-z 0-9 . _ : -",
+                ));
+            }
+            Some(c) => c,
+            None => default_conversation(&p.token_name),
+        };
+        let a = self.store.get_agent(ns, agent).await?;
+        let Some(number) = a.active_revision else {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "agent {agent} has no active revision (deploy it and wait until it is active)"
+            )));
+        };
+        let rev = self.store.get_revision(ns, agent, number).await?;
+        if rev.spec.harness_kind != HarnessKind::EmbeddedOpenclaw {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "chat reaches an embedded OpenClaw runtime through its spoke; agent {agent} is {}: \
+                 send to its Gateway's route",
+                rev.spec.harness_kind.as_str()
+            )));
+        }
+        let source = self.chat.get().cloned().ok_or_else(|| {
+            ServiceError::Unavailable("this hub runs no spoke link to reach runtimes".into())
+        })?;
+        let started = std::time::Instant::now();
+        let outcome = source
+            .turn(&*self.store, &rev, &conversation, &req.message)
+            .await;
+        let elapsed_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let (result, detail) = match &outcome {
+            Ok(_) => ("ok", format!("revision {number}, {elapsed_ms} ms")),
+            Err(e) => ("failed", format!("revision {number}: {e}")),
+        };
+        let event = audit(p, "agent.chat", Some(ns), agent, result, Some(detail));
+        if let Err(e) = self.store.append_audit(&event).await {
+            tracing::warn!(error = %e, "audit.append_failed");
+        }
+        let answer = outcome.map_err(|e| match e {
+            chat::ChatError::Unreachable(_) | chat::ChatError::Key(_) => {
+                ServiceError::Unavailable(e.to_string())
+            }
+            chat::ChatError::NotAnswered(_) => ServiceError::FailedPrecondition(e.to_string()),
+        })?;
+        Ok(crate::model::ChatAnswer {
+            namespace: ns.to_owned(),
+            agent: agent.to_owned(),
+            revision: number,
+            conversation,
+            answer,
+            elapsed_ms,
+        })
+    }
+
     // ---- clusters, fleet, audit, work ---------------------------------------
 
     /// Enrolled clusters: every one for installation admins; for a tenant
@@ -1403,6 +1492,33 @@ fn credential_value(field: &str, value: &SecretValue) -> Result<()> {
         return invalid("must not contain NUL characters");
     }
     Ok(())
+}
+
+/// The largest chat message, in bytes.
+pub const MAX_CHAT_MESSAGE: usize = 16 * 1024;
+
+/// A conversation id the runtime gets as its OpenAI `user`.
+fn is_conversation_id(c: &str) -> bool {
+    (1..=128).contains(&c.len())
+        && c.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".:_-".contains(&b))
+}
+
+/// The caller's own conversation: `clawfed-chat-<token name>`, other
+/// characters as `-`.
+fn default_conversation(token_name: &str) -> String {
+    let name: String = token_name
+        .chars()
+        .take(100)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || ".:_-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("clawfed-chat-{name}")
 }
 
 fn audit(

@@ -932,6 +932,10 @@ const TWINS: &[(&str, &str)] = &[
         "get /api/v1/namespaces/{ns}/agents/{name}/diagnose",
         "DiagnoseAgent",
     ),
+    (
+        "post /api/v1/namespaces/{ns}/agents/{name}/chat",
+        "ChatAgent",
+    ),
     ("get /api/v1/clusters", "ListClusters"),
     ("get /api/v1/clusters/{name}", "GetCluster"),
     (

@@ -54,6 +54,7 @@ both_backends!(
     roles_are_enforced,
     tenant_isolation,
     diagnose_is_authorized_for_the_exact_agent,
+    chat_is_refused_clearly_until_a_runtime_can_answer,
     audit_records_every_mutation,
     bad_bodies_are_400_naming_the_field,
     invalid_names_and_specs_are_400_naming_the_field,
@@ -1626,6 +1627,78 @@ async fn diagnose_is_authorized_for_the_exact_agent(backend: Backend) {
         );
     }
     assert_eq!(snapshot(&c).await, before, "diagnose changes nothing");
+    hub.stop().await;
+}
+
+/// Issue 29: `POST .../agents/{name}/chat` needs deploy rights on the
+/// exact tenant, checks its body before anything else (each field named),
+/// and answers 409 saying why while the Agent has no active revision; none
+/// of that reaches a runtime or changes an object. (The answer of a real
+/// runtime: `pipeline_e2e`'s embedded OpenClaw test.)
+async fn chat_is_refused_clearly_until_a_runtime_can_answer(backend: Backend) {
+    let mut hub = TestHub::start(backend).await;
+    let c = root(&hub);
+    c.create_namespace("ns-a").await;
+    c.create_namespace("ns-b").await;
+    c.create_agent("ns-b", "b1", spec("img:1")).await;
+    c.deploy("ns-b", "b1", None, None).await.expect(201);
+    let a = Client::new(&hub, &hub.token("a-admin", Some("ns-a"), Role::Admin).await);
+    let viewer = Client::new(&hub, &hub.token("b-view", Some("ns-b"), Role::Viewer).await);
+    let path = "/namespaces/ns-b/agents/b1/chat";
+    let hello = json!({ "message": "hello" });
+
+    let before = snapshot(&c).await;
+    a.post(path, hello.clone())
+        .await
+        .expect_error(403, "permission_denied");
+    viewer
+        .post(path, hello.clone())
+        .await
+        .expect_error(403, "permission_denied");
+    c.post("/namespaces/ns-b/agents/nope/chat", hello.clone())
+        .await
+        .expect_error(404, "not_found");
+    for (body, field) in [
+        (json!({ "message": "  " }), "message"),
+        (json!({ "message": "x".repeat(16 * 1024 + 1) }), "message"),
+        (
+            json!({ "message": "hi", "conversation": "no spaces" }),
+            "conversation",
+        ),
+        (
+            json!({ "message": "hi", "conversation": "c".repeat(129) }),
+            "conversation",
+        ),
+    ] {
+        let e = c
+            .post(path, body.clone())
+            .await
+            .expect_error(400, "invalid_argument")
+            .clone();
+        assert_eq!(e["field"], field, "{body}: {e}");
+    }
+    let e = c
+        .post(path, json!({ "message": "hi", "model": "x" }))
+        .await
+        .expect_error(400, "invalid_argument")
+        .clone();
+    assert!(
+        e["message"].as_str().unwrap_or_default().contains("model"),
+        "{e}"
+    );
+    let e = c
+        .post(path, hello.clone())
+        .await
+        .expect_error(409, "failed_precondition")
+        .clone();
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no active revision"),
+        "{e}"
+    );
+    assert_eq!(snapshot(&c).await, before, "a refused chat changes nothing");
     hub.stop().await;
 }
 

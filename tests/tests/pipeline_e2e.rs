@@ -3493,6 +3493,24 @@ async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration()
             answer.contains(&format!("key: {}", &key[key.len() - 4..])),
             "with the Agent's managed key: {answer}"
         );
+        // The same through the hub (`agents chat`): hub -> spoke -> runtime.
+        let via_hub: serde_json::Value = w
+            .rest
+            .call(
+                Method::POST,
+                &format!("/namespaces/{}/agents/{}/chat", ns.name, agent.name),
+                Some(json!({ "message": "hello through the hub", "conversation": "conv-hub" })),
+            )
+            .await?;
+        println!("agents chat: {via_hub}");
+        let hub_answer = via_hub["answer"].as_str().unwrap_or_default();
+        assert!(
+            hub_answer.contains("model-standin answer: hello through the hub")
+                && hub_answer.contains(&format!("key: {}", &key[key.len() - 4..])),
+            "the hub's chat reached the runtime and its model: {via_hub}"
+        );
+        assert_eq!(via_hub["revision"], 1);
+        assert_eq!(via_hub["conversation"], "conv-hub");
         let answer = openclaw::chat(
             addr,
             &token,

@@ -729,6 +729,31 @@ impl AdminService for AdminApi {
         Ok(Response::new(diagnosis_to_pb(d)))
     }
 
+    async fn chat_agent(&self, req: Request<pb::ChatAgentRequest>) -> Reply<pb::ChatAnswer> {
+        let p = self.caller(&req).await?;
+        let r = req.into_inner();
+        let a = self
+            .service
+            .chat(
+                &p,
+                required("namespace", &r.namespace)?,
+                required("name", &r.name)?,
+                model::ChatRequest {
+                    message: r.message,
+                    conversation: (!r.conversation.is_empty()).then_some(r.conversation),
+                },
+            )
+            .await?;
+        Ok(Response::new(pb::ChatAnswer {
+            namespace: a.namespace,
+            agent: a.agent,
+            revision: a.revision,
+            conversation: a.conversation,
+            answer: a.answer,
+            elapsed_ms: a.elapsed_ms,
+        }))
+    }
+
     async fn get_revision(&self, req: Request<pb::GetRevisionRequest>) -> Reply<pb::AgentRevision> {
         let p = self.caller(&req).await?;
         let r = req.into_inner();

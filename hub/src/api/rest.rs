@@ -20,10 +20,10 @@ use super::AppState;
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use crate::auth::Principal;
 use crate::model::{
-    Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, Cluster, Configuration, CreateAgent,
-    CreateBootstrapToken, CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest,
-    Diagnosis, FleetSummary, List, Namespace, Object, SetCredential, UpdateAgent,
-    UpdateConfiguration, WorkItem,
+    Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, ChatAnswer, ChatRequest, Cluster,
+    Configuration, CreateAgent, CreateBootstrapToken, CreateConfiguration, CreateNamespace,
+    CredentialMeta, DeployRequest, Diagnosis, FleetSummary, List, Namespace, Object, SetCredential,
+    UpdateAgent, UpdateConfiguration, WorkItem,
 };
 use crate::secrets::SecretValue;
 use crate::service::ServiceError;
@@ -155,6 +155,7 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(set_credential, delete_credential))
         .routes(routes!(list_revision_credentials))
         .routes(routes!(diagnose))
+        .routes(routes!(chat))
         .routes(routes!(list_clusters))
         .routes(routes!(get_cluster))
         .routes(routes!(create_bootstrap_token))
@@ -757,6 +758,28 @@ async fn diagnose(
     PathParams((ns, name)): PathParams<(String, String)>,
 ) -> ApiResult<Json<Diagnosis>> {
     Ok(Json(s.service.diagnose(&p, &ns, &name).await?))
+}
+
+/// One chat message to the Agent's active revision, answered by its
+/// OpenClaw runtime: the hub sends it through the revision's spoke (no
+/// route to the runtime is needed) with the revision's gateway token, in
+/// `conversation` (history is kept per conversation). Needs deploy rights;
+/// audited as `agent.chat` without the message. 409 when the Agent has no
+/// active embedded OpenClaw revision or the runtime answered with an error
+/// (its status and body in the message); 503 when it cannot be reached.
+#[utoipa::path(post, path = "/api/v1/namespaces/{ns}/agents/{name}/chat", tag = "agents",
+    params(("ns" = String, Path), ("name" = String, Path)),
+    request_body = ChatRequest,
+    responses((status = 200, body = ChatAnswer), (status = 400, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn chat(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    PathParams((ns, name)): PathParams<(String, String)>,
+    Body(req): Body<ChatRequest>,
+) -> ApiResult<Json<ChatAnswer>> {
+    Ok(Json(s.service.chat(&p, &ns, &name, req).await?))
 }
 
 // ---- clusters, fleet, audit, work ----------------------------------------------

@@ -15,10 +15,10 @@ use serde::de::DeserializeOwned;
 use super::output::{self, Format, Tabular};
 use crate::api::error::ErrorBody;
 use crate::model::{
-    Agent, AgentRevision, AgentSpec, AuditEvent, Cluster, Configuration, CreateAgent,
-    CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest, Diagnosis, ExecutionMode,
-    FleetSummary, HarnessKind, List, Namespace, RevisionPhase, UpdateAgent, UpdateConfiguration,
-    WorkItem,
+    Agent, AgentRevision, AgentSpec, AuditEvent, ChatAnswer, ChatRequest, Cluster, Configuration,
+    CreateAgent, CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest, Diagnosis,
+    ExecutionMode, FleetSummary, HarnessKind, List, Namespace, RevisionPhase, UpdateAgent,
+    UpdateConfiguration, WorkItem,
 };
 use std::time::Duration;
 
@@ -245,6 +245,21 @@ enum AgentCommand {
         name: String,
         #[arg(long, short = 'n')]
         namespace: String,
+    },
+    /// Sends one chat message to the Agent's active revision (an embedded
+    /// OpenClaw runtime) through the hub and its spoke, and prints the
+    /// model's answer: the end-to-end proof that the Agent works.
+    Chat {
+        name: String,
+        #[arg(long, short = 'n')]
+        namespace: String,
+        /// The message.
+        #[arg(long, short = 'm')]
+        message: String,
+        /// The runtime's conversation (history is kept per conversation);
+        /// default: one per API token.
+        #[arg(long)]
+        conversation: Option<String>,
     },
     /// Managed credentials of an Agent (write-only).
     Credentials {
@@ -980,6 +995,32 @@ async fn run(cli: Cli) -> CliResult<String> {
                     Ok(format!("credential {kind} of agent {name} deleted\n"))
                 }
             },
+            AgentCommand::Chat {
+                name,
+                namespace,
+                message,
+                conversation,
+            } => {
+                let a = c
+                    .post::<_, ChatAnswer>(
+                        &format!("/namespaces/{namespace}/agents/{name}/chat"),
+                        &ChatRequest {
+                            message,
+                            conversation,
+                        },
+                    )
+                    .await?;
+                if f != Format::Table {
+                    return one(f, a);
+                }
+                Ok(format!(
+                    "{}\n(agent {name} revision {}, conversation {}, {} ms)\n",
+                    a.answer.trim_end(),
+                    a.revision,
+                    a.conversation,
+                    a.elapsed_ms
+                ))
+            }
             AgentCommand::Diagnose { name, namespace } => {
                 let d = c
                     .get::<Diagnosis>(&format!("/namespaces/{namespace}/agents/{name}/diagnose"))

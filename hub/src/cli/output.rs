@@ -177,6 +177,21 @@ pub fn startup_warnings(r: Option<&crate::link::report::ReadinessReport>) -> Opt
     })
 }
 
+impl Tabular for crate::model::ChatAnswer {
+    fn headers() -> &'static [&'static str] {
+        &["AGENT", "REVISION", "CONVERSATION", "MS", "ANSWER"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.agent.clone(),
+            self.revision.to_string(),
+            self.conversation.clone(),
+            self.elapsed_ms.to_string(),
+            self.answer.clone(),
+        ]
+    }
+}
+
 impl Tabular for crate::model::Diagnosis {
     fn headers() -> &'static [&'static str] {
         &["COMPONENT", "POD", "CHECK", "STATUS", "DETAIL"]

@@ -69,16 +69,44 @@ pub async fn model_turn(
     revision_id: &str,
     timeout: Duration,
 ) -> Result<String, ProbeError> {
-    tokio::time::timeout(timeout, turn(broker, route, token, revision_id))
+    let turn = Turn {
+        user: &format!("clawfed-activation-{revision_id}"),
+        message: MODEL_TURN_MESSAGE,
+        agent: "clawfed-hub-activation",
+    };
+    chat_turn(broker, route, token, &turn, timeout).await
+}
+
+/// One chat turn: who asks, in which conversation, what.
+#[derive(Debug, Clone, Copy)]
+pub struct Turn<'a> {
+    /// The runtime's conversation (OpenAI `user`).
+    pub user: &'a str,
+    /// The user's message.
+    pub message: &'a str,
+    /// The request's `User-Agent`.
+    pub agent: &'a str,
+}
+
+/// `turn` on the runtime of `route` through the tunnel (as
+/// [`model_turn`]): the model's answer, or why there is none.
+pub async fn chat_turn(
+    broker: &Broker,
+    route: &Route,
+    token: &str,
+    turn: &Turn<'_>,
+    timeout: Duration,
+) -> Result<String, ProbeError> {
+    tokio::time::timeout(timeout, send_turn(broker, route, token, turn))
         .await
         .map_err(|_| ProbeError::Timeout(timeout))?
 }
 
-async fn turn(
+async fn send_turn(
     broker: &Broker,
     route: &Route,
     token: &str,
-    revision_id: &str,
+    turn: &Turn<'_>,
 ) -> Result<String, ProbeError> {
     let opened = broker.open(route).await.map_err(|r| ProbeError::Refused {
         reason: r.reason,
@@ -108,14 +136,14 @@ async fn turn(
     let connection = tokio::spawn(conn);
     let body = serde_json::json!({
         "model": "openclaw/default",
-        "user": format!("clawfed-activation-{revision_id}"),
-        "messages": [{ "role": "user", "content": MODEL_TURN_MESSAGE }],
+        "user": turn.user,
+        "messages": [{ "role": "user", "content": turn.message }],
     });
     let request = http::Request::post(MODEL_TURN_PATH)
         .header(http::header::HOST, &route.authority)
         .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
         .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::USER_AGENT, "clawfed-hub-activation")
+        .header(http::header::USER_AGENT, turn.agent)
         .body(http_body_util::Full::new(bytes::Bytes::from(
             body.to_string(),
         )))

@@ -1,0 +1,106 @@
+//! Where `agents chat` sends its message: the active revision's OpenClaw
+//! runtime, by the path its activation turn took (hub -> the revision's
+//! spoke over the link's tunnel -> the runtime), with the revision's
+//! gateway token. The seed asks operators to prove a deployment with a real
+//! model call through an Agent; this is that call, without a route to the
+//! runtime from the operator's machine.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::gateway::TransportKey;
+use crate::link::LinkState;
+use crate::model::AgentRevision;
+use crate::store::Store;
+use crate::tunnel::probe::{self, ProbeError, Turn};
+
+/// How long a chat turn may take (a model turn on a busy runtime may take
+/// a minute).
+pub const CHAT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Why a chat turn has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    /// The runtime could not be reached (its cluster offline, the tunnel
+    /// refused or timed out): retrying later may work.
+    #[error("the runtime is not reachable: {0}")]
+    Unreachable(String),
+    /// The runtime answered, but not with a model's answer (its status and
+    /// body).
+    #[error("{0}")]
+    NotAnswered(String),
+    /// The gateway token's key could not be read.
+    #[error("the gateway token's key: {0}")]
+    Key(String),
+}
+
+/// Sends one chat turn to a revision's runtime.
+#[async_trait]
+pub trait ChatSource: Send + Sync + 'static {
+    /// `message` in `conversation` to the runtime of `rev`: the answer.
+    async fn turn(
+        &self,
+        store: &dyn Store,
+        rev: &AgentRevision,
+        conversation: &str,
+        message: &str,
+    ) -> Result<String, ChatError>;
+}
+
+/// Through the link's tunnels.
+pub struct LinkChat {
+    pub link: Arc<LinkState>,
+    /// The Harness port the runtime serves on.
+    pub harness_port: i32,
+    key: tokio::sync::OnceCell<TransportKey>,
+}
+
+impl LinkChat {
+    /// Chat through `link` to runtimes on `harness_port`.
+    pub fn new(link: Arc<LinkState>, harness_port: i32) -> Self {
+        Self {
+            link,
+            harness_port,
+            key: tokio::sync::OnceCell::new(),
+        }
+    }
+}
+
+#[async_trait]
+impl ChatSource for LinkChat {
+    async fn turn(
+        &self,
+        store: &dyn Store,
+        rev: &AgentRevision,
+        conversation: &str,
+        message: &str,
+    ) -> Result<String, ChatError> {
+        let route = crate::tunnel::route::route_of(store, rev, self.harness_port)
+            .await
+            .map_err(|r| ChatError::Unreachable(format!("{}: {}", r.reason, r.message)))?;
+        let key = self
+            .key
+            .get_or_try_init(|| TransportKey::load_or_create(store))
+            .await
+            .map_err(|e| ChatError::Key(e.to_string()))?;
+        let turn = Turn {
+            user: conversation,
+            message,
+            agent: "clawfed-hub-chat",
+        };
+        probe::chat_turn(
+            &self.link.tunnels,
+            &route,
+            &key.runtime_token(&rev.id),
+            &turn,
+            CHAT_TIMEOUT,
+        )
+        .await
+        .map_err(|e| match e {
+            e @ ProbeError::NotAnAnswer { .. } => ChatError::NotAnswered(e.to_string()),
+            e => ChatError::Unreachable(e.to_string()),
+        })
+    }
+}
