@@ -159,7 +159,10 @@ link: { addr: "127.0.0.1:18443", caDir: "$STATE/ca", heartbeatSeconds: 5 }
 tunnel: { addr: "198.18.0.1:18444" }
 # The real runtime turns ready in 10-20 s idle, a minute or more on a busy
 # machine; its activation is a model turn (pipeline.activation: modelTurn).
-pipeline: { readyDeadlineSeconds: 300, pathProbe: true }
+# Stock openclaw publishes no plugin-startup status (the reference's
+# runtime image wrapper does, on a private port): the activation's model
+# turn is the proof here.
+pipeline: { readyDeadlineSeconds: 300, pathProbe: true, startupStatus: false }
 gateway:
   enabled: true
   kubeconfig: "$STATE/hub-control.kubeconfig"

@@ -13,7 +13,7 @@ use clawfed_proto::labels;
 use clawfed_proto::link::v1::{Report, Work, report};
 use clawfed_proto::naming::data_plane_namespace;
 use clawfed_proto::work::{
-    ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, target,
+    ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, Workspace, target,
 };
 use clawfed_spoke::apply::namespace as nsapply;
 use clawfed_spoke::config::SpokeConfig;
@@ -431,6 +431,54 @@ async fn deleted_and_changed_objects_are_repaired_and_reported_foreign_fields_st
     // Every Deployment repair so far is one write: none for the annotation.
     assert_eq!(s.repairer.metrics().repairs_of("Deployment"), 4);
     let _ = namespaces.delete(&t.ns, &DeleteParams::background()).await;
+    Ok(())
+}
+
+/// What the apiserver gives back for a Harness with the Agent-owned claim
+/// and the OpenClaw runtime's volumes is what the spoke asked for: the
+/// Deployment's status changes (its Pod scheduled on the bound claim and
+/// Ready) and a foreign annotation are read, and nothing is repaired. A
+/// default the apiserver drops (`persistentVolumeClaim.readOnly: false`)
+/// was seen as drift and repaired over and over.
+#[tokio::test]
+async fn a_harness_with_the_agents_claim_is_not_repaired_when_nothing_changed() -> Result<()> {
+    let t = Tenant::new("calm");
+    let mut h = t.harness("calm");
+    h.workspace = Some(Workspace {
+        size: "1Gi".into(),
+        storage_class: None,
+    });
+    h.runtime_config = Some("{}".into());
+    let s = spoke(&t, &h, Budget::default()).await?;
+    let admin = s.cluster.admin();
+    let name = clawfed_proto::work::harness::object_name(&h.agent, 1);
+    let deployments = Api::<Deployment>::namespaced(admin.clone(), &t.ns);
+    deployment_where(&deployments, &name, "the Harness Ready on its claim", |d| {
+        d.status.as_ref().and_then(|s| s.ready_replicas) == Some(1)
+    })
+    .await?;
+    deployments
+        .patch(
+            &name,
+            &by("someone-else"),
+            &Patch::Merge(serde_json::json!({
+                "metadata": { "annotations": { "example.com/note": "hello" } }
+            })),
+        )
+        .await?;
+    // The repairer reads each of those events within milliseconds; a
+    // repair it would make is counted before this ends.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let metrics = s.repairer.metrics();
+    assert_eq!(
+        (
+            metrics.repairs_of("Deployment"),
+            metrics.repairs_of("Secret"),
+            metrics.repairs_of("PersistentVolumeClaim")
+        ),
+        (0, 0, 0),
+        "nothing changed, nothing repaired"
+    );
     Ok(())
 }
 

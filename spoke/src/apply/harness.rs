@@ -382,7 +382,9 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
             name: WORKSPACE_VOLUME.into(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
                 claim_name: n.workspace.clone(),
-                read_only: Some(false),
+                // `readOnly: false` is the default the apiserver drops: a drift
+                // check would see it changed on every read.
+                read_only: None,
             }),
             ..Default::default()
         });
