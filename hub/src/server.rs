@@ -63,6 +63,9 @@ pub enum ServerError {
     /// The admin API's certificate files could not be loaded.
     #[error(transparent)]
     ApiTls(#[from] crate::api::tls::ApiTlsError),
+    /// The Gateway transport key could not be loaded or sealed.
+    #[error(transparent)]
+    TransportKey(#[from] crate::gateway::transport::TransportKeyError),
 }
 
 /// A running hub.
@@ -385,7 +388,7 @@ pub async fn start_with_parts(
             None if config.gateway.enabled => Arc::new(
                 control_cluster_gateways(config)
                     .await?
-                    .with_transport(TransportCredentials::load(store.clone()).await?),
+                    .with_transport(TransportCredentials::load(store.clone(), &secrets).await?),
             ),
             None => Arc::new(GatewaysDisabled),
         };

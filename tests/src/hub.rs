@@ -25,6 +25,8 @@ pub struct TestHub {
     /// An installation-admin token.
     pub root_token: String,
     pub http: reqwest::Client,
+    /// The secrets key the hub seals with (shared by hubs on one database).
+    pub secrets: Arc<clawfed_hub::secrets::SecretBox>,
 }
 
 /// Which store a test hub runs on.
@@ -110,9 +112,14 @@ impl TestHub {
         };
         let mut config = test_config(&db.url);
         adjust(&mut config);
+        let secrets = Arc::new(
+            server::load_secrets_key(&config)
+                .await
+                .expect("secrets key"),
+        );
         let gateways: Option<Arc<dyn GatewayRuntime>> = match gateways {
             Some(g) => {
-                let credentials = TransportCredentials::load(db.dyn_store())
+                let credentials = TransportCredentials::load(db.dyn_store(), &secrets)
                     .await
                     .expect("transport key");
                 Some(wrap(Arc::new(g.with_transport(credentials))))
@@ -132,6 +139,7 @@ impl TestHub {
             db,
             root_token,
             http: reqwest::Client::new(),
+            secrets,
         }
     }
 

@@ -691,7 +691,7 @@ async fn transport_credential_is_stable_per_revision() -> Result<()> {
 
     let store = hub.store();
     let g = Gateways::new(e.hub.clone(), config())?
-        .with_transport(TransportCredentials::load(store.clone()).await?);
+        .with_transport(TransportCredentials::load(store.clone(), &hub.secrets).await?);
     let secrets = Api::<Secret>::namespaced(admin.clone(), GW_NS);
     let secret_name = format!("{agent}-gateway-transport");
     let token_of = |s: &Secret| -> Result<String> {
@@ -716,7 +716,7 @@ async fn transport_credential_is_stable_per_revision() -> Result<()> {
 
         // Another hub replica on the same store derives the same token.
         let replica = Gateways::new(e.hub.clone(), config())?
-            .with_transport(TransportCredentials::load(store.clone()).await?);
+            .with_transport(TransportCredentials::load(store.clone(), &hub.secrets).await?);
         GatewayRuntime::ensure(&replica, &t1).await?;
         let third = secrets.get(&secret_name).await?;
         anyhow::ensure!(

@@ -1585,9 +1585,37 @@ mod cases {
             .await
             .unwrap()
             .revision;
-        let one = TransportCredentials::load(s.clone()).await.unwrap();
-        let other = TransportCredentials::load(s.clone()).await.unwrap();
+        // A key an earlier hub stored in plaintext: loading it seals it in
+        // place, and the key (so every deployed Gateway's token) stays.
+        let secrets = clawfed_hub::secrets::SecretBox::generate().unwrap();
+        let legacy: [u8; 32] = rand::random();
+        s.hub_secret(transport::KEY_NAME, &hex::encode(legacy))
+            .await
+            .unwrap();
+        let one = TransportCredentials::load(s.clone(), &secrets)
+            .await
+            .unwrap();
+        let other = TransportCredentials::load(s.clone(), &secrets)
+            .await
+            .unwrap();
         let token = one.for_revision(&r1.id).await.unwrap().gateway_token;
+        assert_eq!(
+            token,
+            transport::TransportKey::from_bytes(&legacy).token(&r1.id),
+            "sealing kept the key"
+        );
+        let stored = s.hub_secret(transport::KEY_NAME, "unused").await.unwrap();
+        assert!(
+            clawfed_hub::secrets::Sealed::from_token(&stored).is_some()
+                && !stored.contains(&hex::encode(legacy)),
+            "the store holds the key sealed, never in plaintext: {stored}"
+        );
+        // Whoever reads the database without the secrets key cannot mint.
+        let stranger = clawfed_hub::secrets::SecretBox::generate().unwrap();
+        assert!(matches!(
+            TransportCredentials::load(s.clone(), &stranger).await,
+            Err(transport::TransportKeyError::Secrets(_))
+        ));
         assert_eq!(
             other.for_revision(&r1.id).await.unwrap().gateway_token,
             token,

@@ -114,7 +114,7 @@ async fn revision(hub: &TestHub, agent: &str) -> Rev {
         )
         .await
         .unwrap();
-    let token = TransportCredentials::load(store.clone())
+    let token = TransportCredentials::load(store.clone(), &hub.secrets)
         .await
         .unwrap()
         .for_revision(&id)

@@ -1459,12 +1459,6 @@ async fn run(args: Args) -> Result<()> {
         "SQLite"
     };
     let store: Arc<dyn Store> = Arc::new(store::connect(&db.url).await?);
-    // The hub's Gateways derive each revision's transport credential from a
-    // key kept in the store (as `clawfed-hub serve` sets them up).
-    let runtime: Arc<dyn GatewayRuntime> = match gateways {
-        Some(g) => Arc::new(g.with_transport(TransportCredentials::load(store.clone()).await?)),
-        None => Arc::new(GatewaysDisabled),
-    };
     let ca_dir = tempfile::tempdir()?;
     let mut config = HubConfig::default();
     config.database.url = db.url.clone();
@@ -1488,6 +1482,16 @@ async fn run(args: Args) -> Result<()> {
         clusters: args.clusters.join("+"),
         backend,
         poll,
+    };
+    // The hub's Gateways derive each revision's transport credential from a
+    // key kept in the store, sealed with the hub's secrets key (as
+    // `clawfed-hub serve` sets them up).
+    let secrets = clawfed_hub::server::load_secrets_key(&config).await?;
+    let runtime: Arc<dyn GatewayRuntime> = match gateways {
+        Some(g) => {
+            Arc::new(g.with_transport(TransportCredentials::load(store.clone(), &secrets).await?))
+        }
+        None => Arc::new(GatewaysDisabled),
     };
     let hub = clawfed_hub::server::start_with_parts(
         &config,

@@ -285,7 +285,9 @@ async fn hub_role(args: &Args) -> anyhow::Result<()> {
         .await?,
     )?;
     let ns = store.get_namespace(TENANT).await?;
-    let credentials = TransportCredentials::load(store.clone()).await?;
+    // Sealed with the hub's secrets key (the same key file the hub loaded).
+    let secrets = clawfed_hub::server::load_secrets_key(&config).await?;
+    let credentials = TransportCredentials::load(store.clone(), &secrets).await?;
     let mut agents: Vec<String> = (0..args.revisions).map(|i| format!("e{i:04}")).collect();
     agents.extend([SOURCE, SINK, SLOW].map(str::to_owned));
     let mut revisions = Vec::with_capacity(agents.len());

@@ -2,9 +2,14 @@
 //!
 //! `token = hex(HMAC-SHA256(key, "clawfed gateway transport v1" 0x00 revision id))`.
 //! The key is 32 random bytes that the first hub to need it creates and
-//! keeps in the store (`hub_secrets`), so every pipeline pass and every hub
+//! keeps in the store (`hub_secrets`), sealed with the installation's
+//! secrets key like the link CA's key, so every pipeline pass and every hub
 //! replica derives the same token: the transport Secret of a revision never
-//! changes, and another revision gets another token. The store keeps only
+//! changes, and another revision gets another token. Whoever reads the
+//! database or a backup without the secrets key cannot mint a credential.
+//! A key a hub stored before sealing (64 hex characters) is sealed in place
+//! the first time a hub loads it; the key itself stays, so no deployed
+//! Gateway's token changes. The store keeps only
 //! SHA-256(token) per revision, which is all a tunnel ingress needs to
 //! authenticate the Gateway; the token itself lives only in the Secret.
 
@@ -14,6 +19,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use super::Transport;
+use crate::secrets::{Sealed, SecretBox, SecretValue, SecretsError};
 use crate::store::{Store, StoreError};
 
 /// Name of the key in the store's hub secrets.
@@ -21,6 +27,21 @@ pub const KEY_NAME: &str = "gateway-transport-key";
 /// Domain separation: what the key derives for each purpose.
 const CONTEXT: &[u8] = b"clawfed gateway transport v1\0";
 const RUNTIME_CONTEXT: &[u8] = b"clawfed openclaw gateway token v1\0";
+
+/// Why the transport key cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportKeyError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The sealed key does not open with this hub's secrets key (another
+    /// installation's key, or the secrets key was replaced).
+    #[error("hub secret {KEY_NAME}: {0}")]
+    Secrets(#[from] SecretsError),
+    /// The stored record is neither sealed nor a plaintext key.
+    #[error("hub secret {KEY_NAME} is neither sealed nor 32 hex-encoded bytes")]
+    Corrupt,
+}
 
 /// The hub's key for transport tokens.
 #[derive(Clone)]
@@ -38,17 +59,34 @@ impl TransportKey {
         Self(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, bytes))
     }
 
-    /// The installation's key from `store`, created on first use.
-    pub async fn load_or_create(store: &dyn Store) -> Result<Self, StoreError> {
-        let candidate: [u8; 32] = rand::random();
-        let stored = store.hub_secret(KEY_NAME, &hex::encode(candidate)).await?;
-        let bytes: [u8; 32] = hex::decode(&stored)
-            .ok()
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| StoreError::Corrupt {
-                what: "hub secret",
-                detail: format!("{KEY_NAME} is not 32 hex-encoded bytes"),
-            })?;
+    /// The installation's key from `store`, opened with `secrets`; created
+    /// (sealed) on first use, and sealed in place when an earlier hub stored
+    /// it in plaintext.
+    pub async fn load_or_create(
+        store: &dyn Store,
+        secrets: &SecretBox,
+    ) -> Result<Self, TransportKeyError> {
+        let seal = |hex: String| {
+            secrets
+                .seal_hub_secret(KEY_NAME, &SecretValue::new(hex))
+                .map(|s| s.to_token())
+        };
+        let candidate = seal(hex::encode(rand::random::<[u8; 32]>()))?;
+        let stored = store.hub_secret(KEY_NAME, &candidate).await?;
+        if let Some(sealed) = Sealed::from_token(&stored) {
+            let hex = secrets.open_hub_secret(KEY_NAME, &sealed)?;
+            return Ok(Self::from_bytes(&key_bytes(hex.expose())?));
+        }
+        // Stored in plaintext by a hub before sealing: the same key, sealed
+        // now. A replica sealing it meanwhile wins; its record holds this
+        // same key.
+        let bytes = key_bytes(&stored)?;
+        if store
+            .replace_hub_secret(KEY_NAME, &stored, &seal(stored.clone())?)
+            .await?
+        {
+            tracing::info!(name = KEY_NAME, "gateway.transport_key_sealed");
+        }
         Ok(Self::from_bytes(&bytes))
     }
 
@@ -73,6 +111,13 @@ impl TransportKey {
     }
 }
 
+fn key_bytes(hex: &str) -> Result<[u8; 32], TransportKeyError> {
+    hex::decode(hex)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or(TransportKeyError::Corrupt)
+}
+
 /// SHA-256 of a token, hex: what the store keeps instead of the token.
 pub fn token_hash(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
@@ -94,9 +139,13 @@ impl fmt::Debug for TransportCredentials {
 }
 
 impl TransportCredentials {
-    /// Loads (or creates) the key from `store`, where hashes go too.
-    pub async fn load(store: Arc<dyn Store>) -> Result<Self, StoreError> {
-        let key = TransportKey::load_or_create(store.as_ref()).await?;
+    /// Loads (or creates) the key from `store`, where hashes go too,
+    /// opened (or sealed) with `secrets`.
+    pub async fn load(
+        store: Arc<dyn Store>,
+        secrets: &SecretBox,
+    ) -> Result<Self, TransportKeyError> {
+        let key = TransportKey::load_or_create(store.as_ref(), secrets).await?;
         Ok(Self { key, store })
     }
 

@@ -82,7 +82,7 @@ impl ChatSource for LinkChat {
             .map_err(|r| ChatError::Unreachable(format!("{}: {}", r.reason, r.message)))?;
         let key = self
             .key
-            .get_or_try_init(|| TransportKey::load_or_create(store))
+            .get_or_try_init(|| TransportKey::load_or_create(store, &self.link.secrets))
             .await
             .map_err(|e| ChatError::Key(e.to_string()))?;
         let turn = Turn {

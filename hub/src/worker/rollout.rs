@@ -699,7 +699,15 @@ impl Rollout {
                             wire::runtime::GATEWAY_TOKEN_ENV.to_owned(),
                             self.runtime_token(store, &rev.id)
                                 .await
-                                .map_err(store_err)?,
+                                .map_err(|e| match e {
+                                    crate::gateway::transport::TransportKeyError::Store(e) => {
+                                        store_err(e)
+                                    }
+                                    // Another secrets key: no pass fixes it.
+                                    e => WorkError::Permanent(format!(
+                                        "the gateway token's key: {e}"
+                                    )),
+                                })?,
                         );
                     }
                 }
@@ -1037,10 +1045,12 @@ impl Rollout {
         &self,
         store: &dyn Store,
         revision_id: &str,
-    ) -> Result<String, StoreError> {
+    ) -> Result<String, crate::gateway::transport::TransportKeyError> {
         let key = self
             .runtime_key
-            .get_or_try_init(|| crate::gateway::TransportKey::load_or_create(store))
+            .get_or_try_init(|| {
+                crate::gateway::TransportKey::load_or_create(store, &self.link.state.secrets)
+            })
             .await?;
         Ok(key.runtime_token(revision_id))
     }
