@@ -3,8 +3,11 @@
 //! Each object has a token bucket: a few repairs at once, then one per
 //! refill interval. An object that drifts again with an empty bucket is
 //! *contested* (another controller is fighting the spoke): it is reported,
-//! and looked at again only after an exponentially growing backoff, so a
-//! fight costs a bounded number of writes instead of a loop.
+//! and looked at again only after an exponentially growing backoff, with at
+//! most one repair per look, so a fight costs a bounded number of writes
+//! instead of a loop (the burst, then one per doubling backoff: 11 in a
+//! 5-minute fight with the default budget). The fight ends only when the
+//! object stays as desired until its bucket is full again.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -99,13 +102,10 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         };
         let b = self.refilled(*self.buckets.get(key).unwrap_or(&full), now);
         let (b, verdict) = if b.tokens >= 1.0 {
-            (
-                Bucket {
-                    tokens: b.tokens - 1.0,
-                    ..b
-                },
-                Verdict::Repair,
-            )
+            // A contested object gets one repair per look, not the tokens
+            // saved up during its backoff: the fighter would undo each.
+            let tokens = if b.strikes > 0 { 0.0 } else { b.tokens - 1.0 };
+            (Bucket { tokens, ..b }, Verdict::Repair)
         } else {
             let strikes = b.strikes + 1;
             let factor = 2u32.saturating_pow(strikes - 1);
@@ -126,16 +126,17 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         verdict
     }
 
-    /// `key` was seen in its desired state at `now`: the fight (if any) is
-    /// over; a full bucket is forgotten, so memory holds only recent drift.
+    /// `key` was seen in its desired state at `now`. The fight (if any) is
+    /// over only once the bucket has refilled, i.e. the object stayed as
+    /// desired for `burst` refill intervals: then it is forgotten, so
+    /// memory holds only recent drift. Until then the strikes stay, or a
+    /// fighter that reverts every repair would reset the backoff with the
+    /// repair's own watch event and cost one write per refill forever.
     pub fn settled(&mut self, key: &K, now: Instant) {
         let Some(b) = self.buckets.get(key).copied() else {
             return;
         };
-        let b = Bucket {
-            strikes: 0,
-            ..self.refilled(b, now)
-        };
+        let b = self.refilled(b, now);
         if b.tokens >= f64::from(self.budget.burst) {
             self.buckets.remove(key);
         } else {
@@ -197,6 +198,37 @@ mod tests {
         assert!(!l.contested(&"d"));
         l.settled(&"s", later + b.refill * b.burst);
         assert!(l.is_empty());
+    }
+
+    /// A controller that reverts every repair at once, for 5 minutes, with
+    /// the default budget: the repair's own watch event (`settled`) does not
+    /// end the fight, so the backoff keeps growing and the fight costs a
+    /// handful of writes (the burst, then one per doubling backoff), not one
+    /// per refill interval.
+    #[test]
+    fn a_five_minute_fight_costs_a_small_bounded_number_of_writes() {
+        let b = Budget::default();
+        let mut l = Limiter::new(b);
+        let start = Instant::now();
+        let end = start + Duration::from_secs(300);
+        let (mut at, mut writes) = (start, 0);
+        while at <= end {
+            match l.admit(&"d", at) {
+                Verdict::Repair => {
+                    writes += 1;
+                    // The repair's own event, then the fighter reverts.
+                    l.settled(&"d", at + Duration::from_millis(10));
+                    at += Duration::from_millis(50);
+                }
+                Verdict::Contested { retry_after, .. } => at += retry_after,
+            }
+        }
+        assert!(writes <= b.burst + 8, "{writes} writes in a 5-minute fight");
+        assert!(l.contested(&"d"), "still contested while it fights");
+        // The fight ends: once the object stays as desired until the
+        // bucket is full again, it is forgotten.
+        l.settled(&"d", end + b.refill * b.burst);
+        assert!(!l.contested(&"d") && l.is_empty());
     }
 
     #[test]
