@@ -1310,7 +1310,8 @@ impl Service {
                 ServiceError::OutOfRange(e.to_string())
             }
         })?;
-        Ok(feed.open(scope, after, follow))
+        let guard = token_guard(self.store.clone(), p, feed.token_recheck());
+        Ok(feed.open(scope, after, follow).until_invalid(guard))
     }
 
     /// Audit events, newest first. Tenant admins read their own namespace.
@@ -1419,6 +1420,41 @@ impl Service {
 
 /// The caller a stored token stands for, unless it is revoked or expired;
 /// `what` names it in the refusal.
+/// Resolves, with the reason, once `p`'s token is revoked, expired or
+/// deleted: looked up every `recheck`, and at its expiry. A store error is
+/// not a verdict (looked up again next time); the hub's own operator
+/// commands have no token to lose.
+fn token_guard(
+    store: Arc<dyn Store>,
+    p: &Principal,
+    recheck: std::time::Duration,
+) -> crate::watch::TokenGuard {
+    let (id, system) = (p.token_id.clone(), p.actor().starts_with("system:"));
+    Box::pin(async move {
+        if system {
+            return std::future::pending().await;
+        }
+        loop {
+            let wait = match store.get_token(&id).await {
+                Err(StoreError::NotFound { .. }) => return "the token was deleted".to_owned(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "watch.token_recheck_failed");
+                    recheck
+                }
+                Ok(t) if t.revoked_at.is_some() => return "the token was revoked".to_owned(),
+                Ok(t) => match t.expires_at {
+                    Some(at) => match (at - Utc::now()).to_std() {
+                        Ok(left) if !left.is_zero() => left.min(recheck),
+                        _ => return "the token expired".to_owned(),
+                    },
+                    None => recheck,
+                },
+            };
+            tokio::time::sleep(wait).await;
+        }
+    })
+}
+
 fn valid_token(token: crate::store::ApiToken, what: &str) -> Result<Principal> {
     if token.revoked_at.is_some() {
         return Err(ServiceError::Unauthenticated(format!("{what} is revoked")));

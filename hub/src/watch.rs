@@ -52,6 +52,10 @@ pub struct WatchSettings {
     pub ring_events: usize,
     /// How often the tail looks for events other hub replicas wrote.
     pub safety_poll_ms: u64,
+    /// How often an open stream re-checks its caller's token (and at the
+    /// token's expiry): a revoked or expired token's stream ends with an
+    /// `unauthenticated` frame.
+    pub token_recheck_ms: u64,
     /// How long the tail gathers commits before it reads and passes them
     /// on as one burst (0: at once). Each stream then wakes and writes to
     /// its client once per burst instead of once per event: at a thousand
@@ -69,6 +73,7 @@ impl Default for WatchSettings {
             slow_consumer_ms: 2_000,
             ring_events: 4_096,
             safety_poll_ms: 2_000,
+            token_recheck_ms: 5_000,
             batch_ms: 10,
         }
     }
@@ -97,6 +102,9 @@ impl WatchSettings {
         }
         if self.batch_ms > 1_000 {
             return Some(("watch.batchMs", "must be between 0 and 1000"));
+        }
+        if !(10..=300_000).contains(&self.token_recheck_ms) {
+            return Some(("watch.tokenRecheckMs", "must be between 10 and 300000"));
         }
         None
     }
@@ -265,22 +273,61 @@ pub enum Frame {
     Event(Arc<SharedEvent>),
     /// The last frame: the client must re-list.
     Relist(RelistEvent),
+    /// The last frame: the caller's token was revoked or expired (why).
+    Unauthenticated(String),
 }
 
+/// Resolves, with the reason, once the caller's token stops being valid.
+pub type TokenGuard = std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>;
+
 /// A caller's stream: the buffered events, then possibly a terminal
-/// `relist`. Dropping it stops its task.
-#[derive(Debug)]
+/// `relist`, or an `unauthenticated` frame when its token stops being
+/// valid. Dropping it stops its task.
 pub struct Subscription {
     events: mpsc::Receiver<Arc<SharedEvent>>,
     end: Option<oneshot::Receiver<RelistEvent>>,
+    guard: Option<TokenGuard>,
+    ended: bool,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("guarded", &self.guard.is_some())
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Subscription {
+    /// Ends the stream with [`Frame::Unauthenticated`] once `guard`
+    /// resolves (the caller's token was revoked or expired).
+    pub fn until_invalid(mut self, guard: TokenGuard) -> Self {
+        self.guard = Some(guard);
+        self
+    }
+
     /// The next frame; `None` when the stream ended.
     pub async fn next(&mut self) -> Option<Frame> {
-        if let Some(event) = self.events.recv().await {
+        if self.ended {
+            return None;
+        }
+        let event = match self.guard.as_mut() {
+            Some(guard) => tokio::select! {
+                // A revoked token gets nothing more, however much is buffered.
+                biased;
+                reason = guard => {
+                    self.ended = true;
+                    return Some(Frame::Unauthenticated(reason));
+                }
+                event = self.events.recv() => event,
+            },
+            None => self.events.recv().await,
+        };
+        if let Some(event) = event {
             return Some(Frame::Event(event));
         }
+        self.ended = true;
         let end = self.end.take()?;
         end.await.ok().map(Frame::Relist)
     }
@@ -309,6 +356,11 @@ impl std::fmt::Debug for Feed {
 }
 
 impl Feed {
+    /// How often open streams re-check their caller's token.
+    pub fn token_recheck(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.settings.token_recheck_ms)
+    }
+
     /// Starts the tail and the trim task (ending on `shutdown`). The tail's
     /// starting point (the log's head) is read before this returns, so
     /// before any stream opens: read later, an event committed between a
@@ -434,6 +486,8 @@ impl Feed {
         Subscription {
             events,
             end: Some(end),
+            guard: None,
+            ended: false,
         }
     }
 }

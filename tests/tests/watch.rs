@@ -700,6 +700,103 @@ async fn a_slow_consumer_is_cut_off_while_another_keeps_up() {
     hub.stop().await;
 }
 
+/// Issue 31 item 5: a watch stream ends when its token stops being valid.
+/// A token revoked while its SSE and gRPC streams are open: each gets a
+/// last `unauthenticated` answer (an SSE `error` event, gRPC status
+/// UNAUTHENTICATED) within one recheck, and nothing after; a reconnect is
+/// a 401. A
+/// token that expires while its stream is open ends it the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_or_expired_token_ends_its_open_streams() {
+    let mut hub = TestHub::start_with(
+        Backend::Sqlite,
+        |c| c.watch.token_recheck_ms = 100,
+        clawfed_hub::worker::Handlers::builtin(),
+    )
+    .await;
+    let store = hub.store();
+    let secret = hub.token("watcher", None, Role::InstallationAdmin).await;
+    let mut sse = SseStream::open(&hub.rest, &secret, "")
+        .await
+        .expect("watch");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", hub.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect gRPC");
+    let mut grpc = pb::admin_service_client::AdminServiceClient::new(channel)
+        .watch(authed(&secret, pb::WatchRequest::default()))
+        .await
+        .expect("grpc watch")
+        .into_inner();
+    append(store.as_ref(), 1).await;
+    assert_eq!(cursors(&sse.take(1).await), vec![1]);
+    let first = tokio::time::timeout(WAIT, grpc.message())
+        .await
+        .expect("in time")
+        .expect("grpc stream")
+        .expect("an event");
+    assert_eq!(first.cursor, 1);
+
+    store
+        .revoke_token("watcher", Utc::now())
+        .await
+        .expect("revoke");
+    // Within one recheck (100 ms here), without any event to carry it.
+    let last = sse.next().await.expect("a last event");
+    assert_eq!(last.event, "error", "{last:?}");
+    assert_eq!(last.data["error"]["code"], "unauthenticated", "{last:?}");
+    append(store.as_ref(), 1).await;
+    assert!(sse.next().await.is_none(), "the stream ends there");
+    let end = tokio::time::timeout(WAIT, async {
+        loop {
+            match grpc.message().await {
+                // Written after the SSE stream ended; this stream's own
+                // recheck may come a moment later.
+                Ok(Some(m)) => assert_eq!(m.cursor, 2, "{m:?}"),
+                Ok(None) => panic!("the stream ended without a status"),
+                Err(status) => return status,
+            }
+        }
+    })
+    .await
+    .expect("in time");
+    assert_eq!(end.code(), tonic::Code::Unauthenticated, "{end:?}");
+    assert!(end.message().contains("revoked"), "{end:?}");
+    let (status, _) = SseStream::open(&hub.rest, &secret, "")
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(status, 401);
+
+    // Expiry: a token valid for another 2 s when its stream opens.
+    let minted = clawfed_hub::auth::mint_token();
+    store
+        .create_token(&clawfed_hub::store::NewToken {
+            name: "short".into(),
+            namespace: None,
+            role: Role::InstallationAdmin,
+            hash: minted.hash,
+            expires_at: Some(Utc::now() + chrono::Duration::seconds(2)),
+        })
+        .await
+        .expect("token");
+    let mut short = SseStream::open(&hub.rest, &minted.secret, "?cursor=2")
+        .await
+        .expect("watch");
+    let last = short.next().await.expect("a last event");
+    assert_eq!(last.event, "error", "{last:?}");
+    assert!(
+        last.data["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("expired"),
+        "{last:?}"
+    );
+    assert!(short.next().await.is_none(), "the stream ends there");
+    hub.stop().await;
+}
+
 /// Tenant A's stream has A's events and the events of the cluster A's
 /// revision is placed on, never B's nor another cluster's; B's has only
 /// B's; an admin's has all. Over SSE and gRPC, on both backends.

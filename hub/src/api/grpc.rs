@@ -381,11 +381,13 @@ fn limit(n: i64) -> Option<i64> {
     if n == 0 { None } else { Some(n) }
 }
 
-/// A frame of a watch stream as a gRPC message.
-fn watch_message(frame: crate::watch::Frame) -> pb::WatchEvent {
+/// A frame of a watch stream as a gRPC message; a token that stopped being
+/// valid ends the stream with `UNAUTHENTICATED`.
+fn watch_message(frame: crate::watch::Frame) -> Result<pb::WatchEvent, Status> {
     use crate::model::event::EventBody;
     use crate::watch::Frame;
-    match frame {
+    Ok(match frame {
+        Frame::Unauthenticated(reason) => return Err(Status::unauthenticated(reason)),
         // Encoded once per event for every stream (`SharedEvent`).
         Frame::Event(e) => pb::WatchEvent {
             cursor: e.cursor,
@@ -406,7 +408,7 @@ fn watch_message(frame: crate::watch::Frame) -> pb::WatchEvent {
                 body_json: body.body_json().to_string(),
             }
         }
-    }
+    })
 }
 
 #[tonic::async_trait]
@@ -427,7 +429,7 @@ impl AdminService for AdminApi {
             .await
         {
             Ok(subscription) => Ok(Response::new(Box::pin(
-                subscription.into_stream().map(|f| Ok(watch_message(f))),
+                subscription.into_stream().map(watch_message),
             ))),
             // A terminal event, not OUT_OF_RANGE: the codec layer reserves
             // that code's trailers-only answers (see `codec_status_codes`).
@@ -437,7 +439,7 @@ impl AdminService for AdminApi {
                     message,
                 });
                 Ok(Response::new(Box::pin(futures::stream::once(async move {
-                    Ok(watch_message(relist))
+                    watch_message(relist)
                 }))))
             }
             Err(e) => Err(e.into()),

@@ -926,6 +926,14 @@ async fn watch(
                 .event("relist")
                 .json_data(crate::model::event::EventBody::Relist(r))
                 .unwrap_or_default(),
+            // The last event: the token was revoked or expired; a reconnect
+            // gets the 401.
+            Frame::Unauthenticated(reason) => Event::default()
+                .event("error")
+                .json_data(serde_json::json!({
+                    "error": { "code": "unauthenticated", "message": reason }
+                }))
+                .unwrap_or_default(),
         };
         Ok::<_, std::convert::Infallible>(event)
     });

@@ -20,6 +20,9 @@ pub enum ReadError {
     /// An event that is not what the hub's API documents.
     #[error("unexpected event from the hub: {0}")]
     Malformed(String),
+    /// The hub ended the stream because the token stopped being valid.
+    #[error("the hub ended the stream: {0}")]
+    Unauthenticated(String),
 }
 
 /// Reads events off an open `text/event-stream` response.
@@ -78,6 +81,15 @@ fn parse_block(block: &[u8]) -> Result<Option<Frame>, ReadError> {
         return Ok(None);
     }
     let malformed = |e: serde_json::Error| ReadError::Malformed(e.to_string());
+    if event == "error" {
+        let v: serde_json::Value = serde_json::from_str(&data).map_err(malformed)?;
+        return Err(ReadError::Unauthenticated(
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or("the token is no longer valid")
+                .to_owned(),
+        ));
+    }
     if event == "relist" {
         return match serde_json::from_str::<EventBody>(&data).map_err(malformed)? {
             EventBody::Relist(r) => Ok(Some(Frame::Relist(r))),
