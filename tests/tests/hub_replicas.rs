@@ -452,6 +452,48 @@ async fn revoke_through_one_replica_closes_the_stream_on_another_within_1s() {
     assert_eq!(connected_spokes(&http, &a).await, Some(0));
 }
 
+/// Issue 31 item 2: a revocation committed by a revoker whose clock is an
+/// hour behind (its `revoked_at` far older than any time window) still
+/// closes the cluster's live stream: revocations are paged by their commit
+/// sequence. (Paged by `revoked_at >= last check - 2 s`, it was never seen.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_stamped_by_a_clock_an_hour_behind_still_closes_the_stream() {
+    let db = clawfed_tests::db::postgres().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::new(tmp.path(), &db.url, SAFETY_POLL_MS);
+    let a = env.serve("a", &[]).await;
+    let http = http_client();
+    let (_, token_file) = env.enrollment().await;
+    let _spoke = env.spoke(1, &a.link, Some(&token_file));
+    wait_connected(&http, &a, 1, "the spoke on A").await;
+
+    // The revoker: another process on the same database, its clock behind.
+    let store = clawfed_hub::store::connect(&db.url).await.unwrap();
+    let behind = chrono::Utc::now() - chrono::Duration::hours(1);
+    clawfed_hub::store::LinkStore::revoke_cluster(
+        &store,
+        CLUSTER,
+        behind,
+        &clawfed_hub::store::Effects::audit(clawfed_hub::store::NewAudit {
+            actor: "system:test".into(),
+            action: "cluster.revoke".into(),
+            namespace: None,
+            target: format!("clusters/{CLUSTER}"),
+            result: "ok".into(),
+            detail: None,
+        }),
+    )
+    .await
+    .unwrap();
+    let at = Instant::now();
+    // Within A's safety poll at the latest.
+    wait_connected(&http, &a, 0, "A to close the revoked stream").await;
+    println!(
+        "revoked with a clock an hour behind -> stream closed in {:?}",
+        at.elapsed()
+    );
+}
+
 /// A counter or gauge line of a replica's metrics, by its full name.
 async fn metric(http: &reqwest::Client, replica: &Replica, name: &str) -> Option<i64> {
     let body = http

@@ -1646,6 +1646,43 @@ mod cases {
         assert_eq!(s.revision_by_transport_hash(&hash).await.unwrap(), None);
     }
 
+    /// Issue 31 item 2: a reader pages revocations by their sequence. A
+    /// revocation stamped by a clock an hour behind (or committed long
+    /// after its stamp) comes after everything read before it.
+    pub async fn revocations_are_paged_by_commit_sequence_not_by_clock(s: Arc<dyn Store>) {
+        let fx = || Effects::audit(audit("cluster.revoke", None, "clusters/x"));
+        let before = s.revoked_after(0).await.unwrap();
+        let seen = before.iter().map(|r| r.sequence).max().unwrap_or(0);
+        let a = online_cluster(s.as_ref(), "exec-rev-a").await;
+        let b = online_cluster(s.as_ref(), "exec-rev-b").await;
+        let now = Utc::now();
+        let later = now + chrono::Duration::days(30);
+        s.add_certificate(&a, "serial-a", later, now).await.unwrap();
+        s.add_certificate(&b, "serial-b", later, now).await.unwrap();
+        s.revoke_cluster("exec-rev-a", now, &fx()).await.unwrap();
+        let first = s.revoked_after(seen).await.unwrap();
+        assert_eq!(
+            first.iter().map(|r| r.serial.as_str()).collect::<Vec<_>>(),
+            ["serial-a"]
+        );
+        let cursor = first[0].sequence;
+        // The revoker's clock is an hour behind this reader's.
+        s.revoke_cluster("exec-rev-b", now - chrono::Duration::hours(1), &fx())
+            .await
+            .unwrap();
+        let next = s.revoked_after(cursor).await.unwrap();
+        assert_eq!(
+            next.iter().map(|r| r.serial.as_str()).collect::<Vec<_>>(),
+            ["serial-b"],
+            "a revocation stamped an hour earlier still comes after the cursor"
+        );
+        assert!(next[0].sequence > cursor);
+        assert!(s.revoked_after(next[0].sequence).await.unwrap().is_empty());
+        // Revoking again keeps the first sequence (nothing new to page).
+        s.revoke_cluster("exec-rev-b", now, &fx()).await.unwrap();
+        assert!(s.revoked_after(next[0].sequence).await.unwrap().is_empty());
+    }
+
     /// Online cluster `name` for the session cases.
     async fn online_cluster(s: &dyn Store, name: &str) -> String {
         s.upsert_cluster(&ClusterRecord {
@@ -2638,6 +2675,7 @@ suite!(
     outbox_acked_latest_and_resend,
     outbox_concurrent_puts_are_dense_and_once,
     transport_key_is_shared_and_only_hashes_are_kept,
+    revocations_are_paged_by_commit_sequence_not_by_clock,
     session_epochs_fence_offline_marking,
     lapsed_session_leases_go_offline_once,
     replicas_publish_their_address_and_load,

@@ -179,13 +179,9 @@ pub async fn start_with_ca(
 ) -> Result<LinkHandle, LinkError> {
     let LinkKeys { ca, secrets } = keys;
     let deny = Arc::new(DenyList::default());
-    deny.insert_all(
-        store
-            .revoked_since(None)
-            .await?
-            .into_iter()
-            .map(|r| r.serial),
-    );
+    let revoked = store.revoked_after(0).await?;
+    let revocations_seen = revoked.iter().map(|r| r.sequence).max().unwrap_or(0);
+    deny.insert_all(revoked.into_iter().map(|r| r.serial));
     // No session survives its replica: a cluster whose session lease
     // lapsed (its replica died, e.g. this one before a restart) is offline
     // until it reconnects. Clusters whose lease another live replica
@@ -261,7 +257,7 @@ pub async fn start_with_ca(
         tracing::info!("link.stopped");
     });
 
-    tasks.spawn(revocation_watcher(state.clone()));
+    tasks.spawn(revocation_watcher(state.clone(), revocations_seen));
     tasks.spawn(outbox_poller(state.clone()));
     tasks.spawn(session_keeper(state.clone()));
     if state.config.advertise_url.is_some() {
@@ -450,10 +446,12 @@ impl Handshake {
 }
 
 /// Picks up revocations (also those made by `clawfed-hub cluster revoke`
-/// in another process): the serial joins the handshake deny-list and the
-/// cluster's live stream is closed.
-async fn revocation_watcher(state: Arc<LinkState>) {
-    let mut since = Utc::now() - chrono::Duration::seconds(5);
+/// in another process or replica): the serial joins the handshake
+/// deny-list and the cluster's live stream is closed. Paged by revocation
+/// sequence from `seen` (what the start-up load covered), which commits in
+/// order, so no revocation is missed however late it commits or however
+/// wrong its revoker's clock.
+async fn revocation_watcher(state: Arc<LinkState>, mut seen: i64) {
     // A revocation committed in this process wakes the watcher at once; the
     // tick is the safety poll for revocations by other processes.
     let mut revoked_here = state.store.signals().revocations.subscribe();
@@ -465,18 +463,15 @@ async fn revocation_watcher(state: Arc<LinkState>) {
             _ = revoked_here.notified() => {}
         }
         revoked_here.mark_seen();
-        let checked_at = Utc::now();
-        match state.store.revoked_since(Some(since)).await {
+        match state.store.revoked_after(seen).await {
             Ok(revoked) => {
                 for r in &revoked {
                     if state.registry.close(&r.cluster_id, CloseReason::Revoked) {
                         tracing::warn!(clusterId = %r.cluster_id, "link.revoked_session_closed");
                     }
                 }
+                seen = revoked.iter().map(|r| r.sequence).max().unwrap_or(seen);
                 state.deny.insert_all(revoked.into_iter().map(|r| r.serial));
-                // Overlap the windows so a revocation committed during the
-                // query is not missed.
-                since = checked_at - chrono::Duration::seconds(2);
             }
             Err(e) => tracing::warn!(error = %e, "link.store_error"),
         }

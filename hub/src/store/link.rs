@@ -74,6 +74,9 @@ pub struct RevokedCertificate {
     pub cluster_id: String,
     pub serial: String,
     pub revoked_at: DateTime<Utc>,
+    /// The revocation's place in commit order: page by it, never by
+    /// `revoked_at` (the revoker's clock, read before its commit).
+    pub sequence: i64,
 }
 
 /// One outbox item.
@@ -159,8 +162,9 @@ pub trait LinkStore: Send + Sync {
     /// Revokes a cluster: state `revoked`, every certificate revoked.
     async fn revoke_cluster(&self, name: &str, at: DateTime<Utc>, fx: &Effects) -> Result<Cluster>;
 
-    /// Certificates revoked at or after `since` (all with `None`).
-    async fn revoked_since(&self, since: Option<DateTime<Utc>>) -> Result<Vec<RevokedCertificate>>;
+    /// Certificates revoked after revocation sequence `after` (all with 0),
+    /// in sequence order.
+    async fn revoked_after(&self, after: i64) -> Result<Vec<RevokedCertificate>>;
 
     /// Records connection state and what the spoke said of itself; never
     /// overrides a revocation.

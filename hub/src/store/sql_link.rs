@@ -163,15 +163,7 @@ impl LinkStore for SqlStore {
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| self.classify(e))?;
-                sqlx::query(
-                    "UPDATE cluster_certificates SET revoked_at = COALESCE(revoked_at, $1) \
-                     WHERE cluster_id = $2",
-                )
-                .bind(ms(now))
-                .bind(id.clone())
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| self.classify(e))?;
+                self.revoke_certificates(&mut tx, &id, now).await?;
                 id
             }
             None => {
@@ -332,15 +324,7 @@ impl LinkStore for SqlStore {
         .execute(&mut *tx)
         .await
         .map_err(|e| self.classify(e))?;
-        sqlx::query(
-            "UPDATE cluster_certificates SET revoked_at = COALESCE(revoked_at, $1) \
-             WHERE cluster_id = $2",
-        )
-        .bind(ms(at))
-        .bind(id.clone())
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?;
+        self.revoke_certificates(&mut tx, &id, at).await?;
         self.write_effects(&mut tx, fx, at).await?;
         self.insert_cluster_event(&mut tx, &id, at).await?;
         self.commit_effects(tx, fx).await?;
@@ -350,12 +334,12 @@ impl LinkStore for SqlStore {
         self.get_cluster_by_id(&id).await
     }
 
-    async fn revoked_since(&self, since: Option<DateTime<Utc>>) -> Result<Vec<RevokedCertificate>> {
+    async fn revoked_after(&self, after: i64) -> Result<Vec<RevokedCertificate>> {
         let rows = sqlx::query(
-            "SELECT cluster_id, serial, revoked_at FROM cluster_certificates \
-             WHERE revoked_at IS NOT NULL AND revoked_at >= $1",
+            "SELECT cluster_id, serial, revoked_at, revoked_seq FROM cluster_certificates \
+             WHERE revoked_seq > $1 ORDER BY revoked_seq",
         )
-        .bind(since.map_or(0, ms))
+        .bind(after)
         .fetch_all(self.reader())
         .await
         .map_err(|e| self.classify(e))?;
@@ -365,6 +349,7 @@ impl LinkStore for SqlStore {
                 cluster_id: r.get(0),
                 serial: r.get(1),
                 revoked_at: from_ms(r.get(2)),
+                sequence: r.get(3),
             })
             .collect())
     }
@@ -824,6 +809,34 @@ impl SqlStore {
     /// Appends a watch event with the cluster's state as `tx` sees it:
     /// connected, offline or revoked, with last seen, version,
     /// capabilities and the expiry of its newest unrevoked certificate.
+    /// Revokes every certificate of `cluster_id` not revoked yet, under
+    /// the next revocation sequence (the head row stays locked until the
+    /// transaction commits, so sequences become visible in order).
+    pub(super) async fn revoke_certificates(
+        &self,
+        tx: &mut super::sql::Tx,
+        cluster_id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<()> {
+        let seq: i64 =
+            sqlx::query("UPDATE revocation_head SET seq = seq + 1 WHERE id = 1 RETURNING seq")
+                .fetch_one(&mut **tx)
+                .await
+                .map_err(|e| self.classify(e))?
+                .get(0);
+        sqlx::query(
+            "UPDATE cluster_certificates SET revoked_at = COALESCE(revoked_at, $1), \
+             revoked_seq = COALESCE(revoked_seq, $2) WHERE cluster_id = $3",
+        )
+        .bind(ms(at))
+        .bind(seq)
+        .bind(cluster_id.to_owned())
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| self.classify(e))?;
+        Ok(())
+    }
+
     pub(super) async fn insert_cluster_event(
         &self,
         tx: &mut super::sql::Tx,
