@@ -336,6 +336,28 @@ struct Applies {
     queued: BTreeMap<String, pb::Work>,
 }
 
+/// Keeps the newest generation waiting per target; returns the one left
+/// behind (never applied: a newer generation of its target replaces it).
+fn enqueue(queued: &mut BTreeMap<String, pb::Work>, work: pb::Work) -> Option<pb::Work> {
+    match queued.get(&work.target) {
+        Some(waiting) if waiting.generation > work.generation => Some(work),
+        _ => queued.insert(work.target.clone(), work),
+    }
+}
+
+/// The ack of an item a newer generation of its target superseded before it
+/// was applied: work is level-based, so the newer one carries its intent.
+fn superseded_ack(work: &pb::Work) -> pb::SpokeMessage {
+    tracing::debug!(target = %work.target, generation = work.generation, sequence = work.sequence, "link.superseded_acked");
+    pb::SpokeMessage {
+        body: Some(spoke_message::Body::Ack(pb::Ack {
+            sequence: work.sequence,
+            target: work.target.clone(),
+            generation: work.generation,
+        })),
+    }
+}
+
 impl Applies {
     fn new(limit: Arc<ApplyLimit>) -> Self {
         Self {
@@ -346,18 +368,17 @@ impl Applies {
         }
     }
 
-    fn submit(&mut self, applier: &Arc<dyn WorkApplier>, work: pb::Work) {
+    /// Starts `work`, or queues it behind its target. Returns the item it
+    /// supersedes without applying it (an older generation of the target
+    /// that was waiting, or `work` itself when a newer one waits): the
+    /// caller acks it, or the hub would keep a send slot for it until the
+    /// session ends.
+    fn submit(&mut self, applier: &Arc<dyn WorkApplier>, work: pb::Work) -> Option<pb::Work> {
         if self.busy.contains(&work.target) || self.busy.len() >= self.limit.current() {
-            let newer_waiting = self
-                .queued
-                .get(&work.target)
-                .is_some_and(|q| q.generation > work.generation);
-            if !newer_waiting {
-                self.queued.insert(work.target.clone(), work);
-            }
-            return;
+            return enqueue(&mut self.queued, work);
         }
         self.start(applier, work);
+        None
     }
 
     fn start(&mut self, applier: &Arc<dyn WorkApplier>, work: pb::Work) {
@@ -929,8 +950,22 @@ impl Link {
                     last_heard = Instant::now();
                     match message {
                         Ok(Some(pb::HubMessage { body: Some(hub_message::Body::Work(work)) })) => {
-                            failed.remove(&work.target);
-                            applies.submit(&self.applier, work);
+                            // A failed item waiting for its retry and the new
+                            // item: the newer generation goes on, the other
+                            // is acked as superseded.
+                            let (work, dropped) = match failed.remove(&work.target) {
+                                Some(f) if f.generation > work.generation => (f, Some(work)),
+                                Some(f) if f.sequence != work.sequence => (work, Some(f)),
+                                _ => (work, None),
+                            };
+                            for dropped in dropped
+                                .into_iter()
+                                .chain(applies.submit(&self.applier, work))
+                            {
+                                if out.send(superseded_ack(&dropped)).await.is_err() {
+                                    return SessionEnd::Failed("outbound stream closed".into());
+                                }
+                            }
                         }
                         Ok(Some(pb::HubMessage { body: Some(hub_message::Body::GoAway(g)) })) => {
                             return go_away(g);
@@ -981,7 +1016,11 @@ impl Link {
                 }
                 _ = retry.tick(), if !failed.is_empty() => {
                     for (_, work) in std::mem::take(&mut failed) {
-                        applies.submit(&self.applier, work);
+                        if let Some(dropped) = applies.submit(&self.applier, work)
+                            && out.send(superseded_ack(&dropped)).await.is_err()
+                        {
+                            return SessionEnd::Failed("outbound stream closed".into());
+                        }
                     }
                 }
             }
@@ -1133,6 +1172,41 @@ impl WorkApplier for crate::exec::Executor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn work(target: &str, generation: i64, sequence: u64) -> pb::Work {
+        pb::Work {
+            sequence,
+            target: target.into(),
+            generation,
+            kind: "harness.apply".into(),
+            spec: Vec::new(),
+        }
+    }
+
+    /// Issue 31 item 3: an item left behind in the queue is handed back
+    /// (for its ack), never silently dropped: the hub frees its send slot
+    /// only on an ack.
+    #[test]
+    fn a_queued_item_a_newer_generation_replaces_is_handed_back() {
+        let mut q = BTreeMap::new();
+        assert!(enqueue(&mut q, work("t", 1, 10)).is_none());
+        let dropped = enqueue(&mut q, work("t", 2, 11)).expect("gen 1 replaced");
+        assert_eq!((dropped.generation, dropped.sequence), (1, 10));
+        // An older one arriving after a newer waits is handed back itself.
+        let dropped = enqueue(&mut q, work("t", 1, 12)).expect("older refused");
+        assert_eq!(dropped.sequence, 12);
+        assert!(enqueue(&mut q, work("other", 1, 13)).is_none());
+        assert_eq!(q["t"].sequence, 11);
+        let ack = superseded_ack(&dropped);
+        assert!(matches!(
+            ack.body,
+            Some(spoke_message::Body::Ack(pb::Ack {
+                sequence: 12,
+                generation: 1,
+                ..
+            }))
+        ));
+    }
 
     #[test]
     fn digest_ignores_order() {

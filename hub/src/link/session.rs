@@ -46,6 +46,26 @@ const SHUTTING_DOWN: &str = "hub shutting down, reconnect";
 /// How often an online cluster's last_seen is written to the store.
 const LAST_SEEN_WRITE_INTERVAL: Duration = Duration::from_secs(30);
 
+/// A sent item still unacked after this long stops holding a send slot
+/// (checked at each heartbeat): a spoke that dropped it without an ack (an
+/// older spoke superseding queued work) or an ack lost with a broken stream
+/// would otherwise shrink the window for the rest of the session. The item
+/// stays unacked in the outbox and goes again with the next session.
+const IN_FLIGHT_MAX_AGE: Duration = Duration::from_secs(600);
+
+/// The in-flight entries sent before `now - max_age`.
+fn aged_out(
+    in_flight: &HashMap<i64, (Instant, String, i64)>,
+    now: Instant,
+    max_age: Duration,
+) -> Vec<i64> {
+    in_flight
+        .iter()
+        .filter(|(_, (sent, _, _))| now.saturating_duration_since(*sent) >= max_age)
+        .map(|(sequence, _)| *sequence)
+        .collect()
+}
+
 /// The `SpokeLink` service.
 #[derive(Debug, Clone)]
 pub struct SpokeLinkApi {
@@ -650,6 +670,14 @@ impl Session {
                         .await
                         .map_err(Self::store_err)?;
                 }
+                let aged = aged_out(&self.in_flight, Instant::now(), IN_FLIGHT_MAX_AGE);
+                if !aged.is_empty() {
+                    tracing::warn!(cluster = %self.cluster.name, items = aged.len(), "link.in_flight_aged_out");
+                    for sequence in &aged {
+                        self.in_flight.remove(sequence);
+                    }
+                    self.dispatch().await?;
+                }
                 self.compare_digest(&beat.applied_digest).await
             }
             Some(spoke_message::Body::DiagnoseResult(result)) => {
@@ -842,5 +870,19 @@ impl Session {
             });
         }
         tracing::info!(cluster = %self.cluster.name, session = self.handle.id, reason = %why, "link.disconnected");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_entries_older_than_the_max_age_leave_the_window() {
+        // Later than the clock (no underflow on a machine just booted).
+        let now = Instant::now() + Duration::from_secs(1000);
+        let sent = |ago: u64| (now - Duration::from_secs(ago), "t".to_owned(), 1);
+        let in_flight = HashMap::from([(1, sent(601)), (2, sent(599)), (3, sent(0))]);
+        assert_eq!(aged_out(&in_flight, now, Duration::from_secs(600)), vec![1]);
     }
 }
