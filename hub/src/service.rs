@@ -1298,7 +1298,8 @@ impl Service {
             Scope::All
         } else {
             let own = self.own_namespace(p).await?;
-            Scope::tenant(own.name, own.id)
+            let placed = self.store.placed_clusters(&own.name).await?;
+            Scope::tenant(own.name, own.id, placed)
         };
         let bounds = self.store.event_bounds().await?;
         let after = crate::watch::start_after(cursor, bounds).map_err(|e| match e {

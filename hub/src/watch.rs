@@ -177,42 +177,46 @@ pub enum Scope {
 }
 
 impl Scope {
-    /// A tenant's scope (its placed clusters are looked up on demand).
-    pub fn tenant(namespace: String, namespace_id: String) -> Self {
+    /// A tenant's scope, knowing the clusters its revisions are placed on
+    /// when the stream opens.
+    pub fn tenant(
+        namespace: String,
+        namespace_id: String,
+        placed: impl IntoIterator<Item = String>,
+    ) -> Self {
         Self::Tenant {
             namespace,
             namespace_id,
-            clusters: HashSet::new(),
+            clusters: placed.into_iter().collect(),
         }
     }
 
-    /// Whether the caller sees `event`. A cluster event of a cluster not
-    /// (yet) known as the tenant's looks its placements up again: the
-    /// tenant's work may have been placed there since.
-    pub async fn sees(&mut self, store: &dyn Store, event: &WatchEvent) -> bool {
+    /// Whether the caller sees `event`, from memory: no store read per
+    /// event (a failover's thousands of cluster events, times every tenant
+    /// stream, would each have been one). A cluster the tenant's work is
+    /// placed on later is learnt from the tenant's own events, which name
+    /// their revision's cluster (a revision's phase event is written in the
+    /// transaction that changes it).
+    pub fn sees(&mut self, event: &WatchEvent) -> bool {
         let Self::Tenant {
-            namespace,
             namespace_id,
             clusters,
+            ..
         } = self
         else {
             return true;
         };
         if let Some(id) = &event.namespace_id {
-            return id == namespace_id;
+            let own = id == namespace_id;
+            if own && let Some(cluster) = &event.cluster {
+                clusters.insert(cluster.clone());
+            }
+            return own;
         }
-        let Some(cluster) = &event.cluster else {
-            return false;
-        };
-        if clusters.contains(cluster) {
-            return true;
-        }
-        match store.placed_clusters(namespace).await {
-            Ok(placed) => *clusters = placed.into_iter().collect(),
-            // Not shown when it cannot be checked (fail closed).
-            Err(e) => tracing::warn!(error = %e, "watch.scope_lookup_failed"),
-        }
-        clusters.contains(cluster)
+        event
+            .cluster
+            .as_ref()
+            .is_some_and(|cluster| clusters.contains(cluster))
     }
 }
 
@@ -594,7 +598,7 @@ impl Stream {
     /// Delivers `event` when the caller sees it; advances `last` either way.
     async fn pass(&mut self, event: Arc<SharedEvent>) -> Result<(), Stop> {
         self.last = event.cursor;
-        if !self.scope.sees(self.feed.store.as_ref(), &event).await {
+        if !self.scope.sees(&event) {
             return Ok(());
         }
         // Room in the buffer (the usual case): no timer, no select.
@@ -618,6 +622,55 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 31 item 11: scoping is decided from memory. A tenant sees its
+    /// own events, and cluster events of the clusters it was placed on when
+    /// the stream opened or that its own events named since; nothing else.
+    #[test]
+    fn a_tenant_scope_learns_its_clusters_from_its_own_events() {
+        use crate::model::ConnectionState;
+        use crate::model::event::{ClusterEvent, EventBody, WorkFailedEvent, WorkFailureSource};
+        let cluster = |name: &str| WatchEvent {
+            cursor: 1,
+            at: chrono::Utc::now(),
+            namespace: None,
+            cluster: Some(name.into()),
+            namespace_id: None,
+            body: EventBody::ClusterOffline(ClusterEvent {
+                state: ConnectionState::Offline,
+                last_seen: None,
+                version: String::new(),
+                capabilities: vec![],
+                certificate_expires_at: None,
+            }),
+        };
+        let own = |ns_id: &str, cluster: &str| WatchEvent {
+            cursor: 2,
+            at: chrono::Utc::now(),
+            namespace: Some("team".into()),
+            cluster: Some(cluster.into()),
+            namespace_id: Some(ns_id.into()),
+            body: EventBody::WorkFailed(WorkFailedEvent {
+                source: WorkFailureSource::Queue,
+                work_id: None,
+                work_kind: "k".into(),
+                target: "t".into(),
+                error: "e".into(),
+                attempts: None,
+            }),
+        };
+        let mut scope = Scope::tenant("team".into(), "id-1".into(), ["exec-a".to_owned()]);
+        assert!(scope.sees(&cluster("exec-a")));
+        assert!(!scope.sees(&cluster("exec-b")), "not placed there");
+        assert!(!scope.sees(&own("id-2", "exec-b")), "another tenant's");
+        assert!(
+            !scope.sees(&cluster("exec-b")),
+            "another tenant's placement"
+        );
+        assert!(scope.sees(&own("id-1", "exec-b")), "its own");
+        assert!(scope.sees(&cluster("exec-b")), "placed there since");
+        assert!(Scope::All.sees(&cluster("exec-z")));
+    }
 
     fn bounds(oldest: Option<i64>, head: i64) -> EventBounds {
         EventBounds { oldest, head }
