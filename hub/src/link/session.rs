@@ -79,6 +79,45 @@ impl SpokeLinkApi {
     }
 }
 
+/// Messages that are not outbox work (tunnel opens, diagnose requests)
+/// waiting for the spoke's stream.
+const CONTROL_QUEUE: usize = 256;
+
+/// The stream to a spoke.
+pub type HubStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::HubMessage, Status>> + Send>>;
+
+/// The session's two queues as one stream: control messages first, work
+/// after. It ends when the work queue ends (the session is over), however
+/// long a control sender (a registry handle) is still held.
+fn merged(
+    control: mpsc::Receiver<Result<pb::HubMessage, Status>>,
+    work: mpsc::Receiver<Result<pb::HubMessage, Status>>,
+) -> HubStream {
+    Box::pin(futures::stream::unfold(
+        (Some(control), work),
+        |(mut control, mut work)| async move {
+            loop {
+                let next = match control.as_mut() {
+                    Some(c) => tokio::select! {
+                        biased;
+                        m = c.recv() => match m {
+                            Some(m) => Some(m),
+                            None => {
+                                control = None;
+                                continue;
+                            }
+                        },
+                        m = work.recv() => return m.map(|m| (m, (control, work))),
+                    },
+                    None => work.recv().await,
+                };
+                return next.map(|m| (m, (control, work)));
+            }
+        },
+    ))
+}
+
 fn hub(body: hub_message::Body) -> pb::HubMessage {
     pb::HubMessage { body: Some(body) }
 }
@@ -94,7 +133,7 @@ fn jittered_retry_after(lo: u32, hi: u32) -> u32 {
 
 #[tonic::async_trait]
 impl SpokeLink for SpokeLinkApi {
-    type ConnectStream = ReceiverStream<Result<pb::HubMessage, Status>>;
+    type ConnectStream = HubStream;
 
     async fn connect(
         &self,
@@ -111,6 +150,10 @@ impl SpokeLink for SpokeLinkApi {
             return Err(CloseReason::Revoked.status("cluster revoked"));
         }
         let (tx, rx) = mpsc::channel(64);
+        // Tunnel opens and diagnose requests have a channel of their own,
+        // sent ahead of queued work: a spoke receiving its backlog must
+        // still get a CONNECT's open at once.
+        let (control, control_rx) = mpsc::channel(CONTROL_QUEUE);
         let at_capacity = self.state.registry.len() >= self.state.config.max_sessions
             && !self.state.registry.is_connected(&cluster.id);
         if at_capacity {
@@ -123,14 +166,14 @@ impl SpokeLink for SpokeLinkApi {
                     redirect_url: String::new(),
                 }))))
                 .await;
-            return Ok(Response::new(ReceiverStream::new(rx)));
+            return Ok(Response::new(merged(control_rx, rx)));
         }
         let state = self.state.clone();
         let inbound = request.into_inner();
         tokio::spawn(async move {
-            run(state, identity, cluster, inbound, tx).await;
+            run(state, identity, cluster, inbound, tx, control).await;
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(merged(control_rx, rx)))
     }
 
     async fn renew(
@@ -229,6 +272,7 @@ async fn run(
     cluster: Cluster,
     mut inbound: Streaming<pb::SpokeMessage>,
     tx: Outbound,
+    control: Outbound,
 ) {
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
         Ok(Ok(Some(pb::SpokeMessage {
@@ -261,7 +305,7 @@ async fn run(
     }
     let handle = state
         .registry
-        .register(&cluster.id, &cluster.name, now_ms(), Some(tx.clone()));
+        .register(&cluster.id, &cluster.name, now_ms(), Some(control));
     state.metrics.connected_spokes.inc();
     state
         .metrics
@@ -876,6 +920,36 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 31 item 10: a control message (a tunnel open) goes ahead of
+    /// the work already queued, and the stream ends with the work queue
+    /// even while a control sender is still held.
+    #[tokio::test]
+    async fn control_messages_overtake_queued_work_and_the_stream_ends_with_the_work() {
+        use futures::StreamExt;
+        let (control_tx, control_rx) = mpsc::channel(4);
+        let (work_tx, work_rx) = mpsc::channel(64);
+        let msg = |body| Ok(hub(body));
+        for _ in 0..64 {
+            work_tx
+                .try_send(msg(hub_message::Body::Work(pb::Work::default())))
+                .expect("room");
+        }
+        control_tx
+            .try_send(msg(
+                hub_message::Body::TunnelOpen(pb::TunnelOpen::default()),
+            ))
+            .expect("room beside a full work queue");
+        let mut stream = merged(control_rx, work_rx);
+        let first = stream.next().await.expect("a message").expect("ok");
+        assert!(
+            matches!(first.body, Some(hub_message::Body::TunnelOpen(_))),
+            "the open goes first"
+        );
+        drop(work_tx);
+        assert_eq!(stream.by_ref().count().await, 64, "then the work");
+        drop(control_tx);
+    }
 
     #[test]
     fn only_entries_older_than_the_max_age_leave_the_window() {
