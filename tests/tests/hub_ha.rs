@@ -542,8 +542,13 @@ async fn a_dead_replicas_cluster_is_marked_offline_by_another_within_two_heartbe
     eprintln!("offline {took:?} after kill -9 of the owning replica");
     let bound = 2 * HEARTBEAT + OFFLINE_MARGIN;
     assert!(took <= bound, "offline after {took:?}, bound {bound:?}");
-    // B and C both sweep: one of them marks it, once.
+    // B and C both sweep: one of them marks it, once. The sweep logs its
+    // mark after the store's commit this test saw: wait for the line.
     let swept = |r: &Replica| r.log().matches("link.lease_lapsed_offline").count();
+    wait_for(Duration::from_secs(5), "the sweep's log line", || async {
+        (swept(&b) + swept(&c) > 0).then_some(())
+    })
+    .await;
     assert_eq!(
         swept(&b) + swept(&c),
         1,
