@@ -93,9 +93,15 @@ impl Principal {
         }
     }
 
+    /// The hub's own operator commands ([`Principal::system`]): no API
+    /// token stands behind them.
+    pub fn is_system(&self) -> bool {
+        self.token_id == SYSTEM_TOKEN_ID
+    }
+
     /// How audit events name this caller.
     pub fn actor(&self) -> String {
-        if self.token_id == SYSTEM_TOKEN_ID {
+        if self.is_system() {
             format!("system:{}", self.token_name)
         } else {
             format!("token:{}", self.token_name)

@@ -165,6 +165,9 @@ pub struct LinkState {
     /// Where this replica's sessions go when it shuts down: planned once,
     /// by the first session that asks (see [`LinkState::handoff_redirect`]).
     pub handoff: tokio::sync::OnceCell<Handoff>,
+    /// The installation's transport key, loaded once: it derives each
+    /// OpenClaw Harness' gateway token ([`LinkState::runtime_token`]).
+    pub runtime_key: tokio::sync::OnceCell<crate::gateway::TransportKey>,
 }
 
 /// The redirects of a replica's sessions while it shuts down, handed out
@@ -189,6 +192,21 @@ impl Handoff {
 const HANDOFF_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl LinkState {
+    /// The OpenClaw gateway token of revision `revision_id`, which the hub
+    /// sends with its own requests to that runtime (the activation turn,
+    /// `agents chat`).
+    pub async fn runtime_token(
+        &self,
+        store: &dyn Store,
+        revision_id: &str,
+    ) -> Result<String, crate::gateway::transport::TransportKeyError> {
+        let key = self
+            .runtime_key
+            .get_or_try_init(|| crate::gateway::TransportKey::load_or_create(store, &self.secrets))
+            .await?;
+        Ok(key.runtime_token(revision_id))
+    }
+
     /// Where a session of this replica, shutting down, should reconnect:
     /// the least loaded other replicas, spread (`None` without an
     /// advertised address, or when no other replica takes redirects).

@@ -403,10 +403,10 @@ pub async fn start_with_parts(
             link: link.state.clone(),
             gateways: gateways.clone(),
         }));
-        service.set_chat(Arc::new(crate::service::chat::LinkChat::new(
-            link.state.clone(),
-            config.workload_settings().harness_port,
-        )));
+        service.set_chat(Arc::new(crate::service::chat::LinkChat {
+            link: link.state.clone(),
+            harness_port: config.workload_settings().harness_port,
+        }));
         let rollout = Rollout::new(
             link.clone(),
             gateways,

@@ -1430,7 +1430,7 @@ fn token_guard(
     p: &Principal,
     recheck: std::time::Duration,
 ) -> crate::watch::TokenGuard {
-    let (id, system) = (p.token_id.clone(), p.actor().starts_with("system:"));
+    let (id, system) = (p.token_id.clone(), p.is_system());
     Box::pin(async move {
         if system {
             return std::future::pending().await;

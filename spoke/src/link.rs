@@ -336,19 +336,33 @@ struct Applies {
     queued: BTreeMap<String, pb::Work>,
 }
 
-/// Keeps the newest generation waiting per target; returns the one left
-/// behind (never applied: a newer generation of its target replaces it).
-fn enqueue(queued: &mut BTreeMap<String, pb::Work>, work: pb::Work) -> Option<pb::Work> {
-    match queued.get(&work.target) {
-        Some(waiting) if waiting.generation > work.generation => Some(work),
-        _ => queued.insert(work.target.clone(), work),
+/// Of two items of one target, the one to apply and the one it supersedes
+/// (never applied, to be acked: work is level-based, so the newer
+/// generation carries the other's intent). The same item delivered twice
+/// supersedes nothing.
+fn supersede(kept: pb::Work, incoming: pb::Work) -> (pb::Work, Option<pb::Work>) {
+    if kept.generation > incoming.generation {
+        (kept, Some(incoming))
+    } else if kept.sequence == incoming.sequence {
+        (incoming, None)
+    } else {
+        (incoming, Some(kept))
     }
 }
 
-/// The ack of an item a newer generation of its target superseded before it
-/// was applied: work is level-based, so the newer one carries its intent.
-fn superseded_ack(work: &pb::Work) -> pb::SpokeMessage {
-    tracing::debug!(target = %work.target, generation = work.generation, sequence = work.sequence, "link.superseded_acked");
+/// Keeps the newest generation waiting per target; returns the one left
+/// behind ([`supersede`]).
+fn enqueue(queued: &mut BTreeMap<String, pb::Work>, work: pb::Work) -> Option<pb::Work> {
+    let (kept, dropped) = match queued.remove(&work.target) {
+        Some(waiting) => supersede(waiting, work),
+        None => (work, None),
+    };
+    queued.insert(kept.target.clone(), kept);
+    dropped
+}
+
+/// The ack of `work`: applied, or superseded before it was applied.
+fn ack(work: &pb::Work) -> pb::SpokeMessage {
     pb::SpokeMessage {
         body: Some(spoke_message::Body::Ack(pb::Ack {
             sequence: work.sequence,
@@ -356,6 +370,12 @@ fn superseded_ack(work: &pb::Work) -> pb::SpokeMessage {
             generation: work.generation,
         })),
     }
+}
+
+/// The ack of an item a newer generation of its target superseded.
+fn superseded_ack(work: &pb::Work) -> pb::SpokeMessage {
+    tracing::debug!(target = %work.target, generation = work.generation, sequence = work.sequence, "link.superseded_acked");
+    ack(work)
 }
 
 impl Applies {
@@ -954,9 +974,8 @@ impl Link {
                             // item: the newer generation goes on, the other
                             // is acked as superseded.
                             let (work, dropped) = match failed.remove(&work.target) {
-                                Some(f) if f.generation > work.generation => (f, Some(work)),
-                                Some(f) if f.sequence != work.sequence => (work, Some(f)),
-                                _ => (work, None),
+                                Some(f) => supersede(f, work),
+                                None => (work, None),
                             };
                             for dropped in dropped
                                 .into_iter()
@@ -1061,12 +1080,7 @@ impl Link {
                 let entry = applied.entry(work.target.clone()).or_insert(0);
                 *entry = (*entry).max(work.generation);
                 tracing::info!(target = %work.target, generation = work.generation, sequence = work.sequence, durationMs = elapsed.as_millis() as u64, "link.applied");
-                let ack = pb::Ack {
-                    sequence: work.sequence,
-                    target: work.target.clone(),
-                    generation: work.generation,
-                };
-                let _ = out.send(send(spoke_message::Body::Ack(ack))).await;
+                let _ = out.send(ack(&work)).await;
                 if !self.applier.reports_results() {
                     let report = pb::Report {
                         target: work.target,
@@ -1197,6 +1211,8 @@ mod tests {
         assert_eq!(dropped.sequence, 12);
         assert!(enqueue(&mut q, work("other", 1, 13)).is_none());
         assert_eq!(q["t"].sequence, 11);
+        // The same item again supersedes nothing (it would be acked unapplied).
+        assert!(enqueue(&mut q, work("t", 2, 11)).is_none());
         let ack = superseded_ack(&dropped);
         assert!(matches!(
             ack.body,

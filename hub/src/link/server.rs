@@ -219,6 +219,7 @@ pub async fn start_with_ca(
         shutdown: shutdown.clone(),
         secrets,
         handoff: Default::default(),
+        runtime_key: Default::default(),
     });
 
     let (conn_tx, conn_rx) = mpsc::channel(1024);

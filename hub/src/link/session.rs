@@ -98,21 +98,17 @@ fn merged(
         (Some(control), work),
         |(mut control, mut work)| async move {
             loop {
-                let next = match control.as_mut() {
-                    Some(c) => tokio::select! {
-                        biased;
-                        m = c.recv() => match m {
-                            Some(m) => Some(m),
-                            None => {
-                                control = None;
-                                continue;
-                            }
-                        },
-                        m = work.recv() => return m.map(|m| (m, (control, work))),
-                    },
-                    None => work.recv().await,
+                let Some(c) = control.as_mut() else {
+                    return work.recv().await.map(|m| (m, (control, work)));
                 };
-                return next.map(|m| (m, (control, work)));
+                tokio::select! {
+                    biased;
+                    m = c.recv() => match m {
+                        Some(m) => return Some((m, (control, work))),
+                        None => control = None,
+                    },
+                    m = work.recv() => return m.map(|m| (m, (control, work))),
+                }
             }
         },
     ))

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::gateway::TransportKey;
 use crate::link::LinkState;
 use crate::model::AgentRevision;
 use crate::store::Store;
@@ -54,18 +53,6 @@ pub struct LinkChat {
     pub link: Arc<LinkState>,
     /// The Harness port the runtime serves on.
     pub harness_port: i32,
-    key: tokio::sync::OnceCell<TransportKey>,
-}
-
-impl LinkChat {
-    /// Chat through `link` to runtimes on `harness_port`.
-    pub fn new(link: Arc<LinkState>, harness_port: i32) -> Self {
-        Self {
-            link,
-            harness_port,
-            key: tokio::sync::OnceCell::new(),
-        }
-    }
 }
 
 #[async_trait]
@@ -80,9 +67,9 @@ impl ChatSource for LinkChat {
         let route = crate::tunnel::route::route_of(store, rev, self.harness_port)
             .await
             .map_err(|r| ChatError::Unreachable(format!("{}: {}", r.reason, r.message)))?;
-        let key = self
-            .key
-            .get_or_try_init(|| TransportKey::load_or_create(store, &self.link.secrets))
+        let token = self
+            .link
+            .runtime_token(store, &rev.id)
             .await
             .map_err(|e| ChatError::Key(e.to_string()))?;
         let turn = Turn {
@@ -90,17 +77,11 @@ impl ChatSource for LinkChat {
             message,
             agent: "clawfed-hub-chat",
         };
-        probe::chat_turn(
-            &self.link.tunnels,
-            &route,
-            &key.runtime_token(&rev.id),
-            &turn,
-            CHAT_TIMEOUT,
-        )
-        .await
-        .map_err(|e| match e {
-            e @ ProbeError::NotAnAnswer { .. } => ChatError::NotAnswered(e.to_string()),
-            e => ChatError::Unreachable(e.to_string()),
-        })
+        probe::chat_turn(&self.link.tunnels, &route, &token, &turn, CHAT_TIMEOUT)
+            .await
+            .map_err(|e| match e {
+                e @ ProbeError::NotAnAnswer { .. } => ChatError::NotAnswered(e.to_string()),
+                e => ChatError::Unreachable(e.to_string()),
+            })
     }
 }

@@ -51,8 +51,8 @@ impl ProbeError {
 
 /// The chat path of the OpenClaw runtime (its OpenAI-compatible endpoint).
 pub const MODEL_TURN_PATH: &str = "/v1/chat/completions";
-/// The model turn's message: it names the revision, so the model's side
-/// can tell which revision asked.
+/// The activation turn's message (its conversation, the OpenAI `user`,
+/// names the revision: `clawfed-activation-<revision id>`).
 pub const MODEL_TURN_MESSAGE: &str = "clawfed activation check: answer briefly.";
 /// An answer larger than this is not read further.
 const MAX_ANSWER: usize = 1 << 20;

@@ -199,9 +199,6 @@ pub struct Rollout {
     /// Passes turned away by a lease held in this process (shared by every
     /// handler's copy).
     waiters: Arc<waiters::LeaseWaiters>,
-    /// The installation's key, loaded once: it derives each OpenClaw
-    /// Harness' gateway token ([`TransportKey::runtime_token`]).
-    runtime_key: Arc<tokio::sync::OnceCell<crate::gateway::TransportKey>>,
 }
 
 impl std::fmt::Debug for Rollout {
@@ -286,7 +283,6 @@ impl Rollout {
             secrets: None,
             holder: format!("hub-{}", uuid::Uuid::new_v4().simple()),
             waiters: Arc::default(),
-            runtime_key: Arc::default(),
         }
     }
 
@@ -697,7 +693,9 @@ impl Rollout {
                         // Secret.
                         h.credential.0.insert(
                             wire::runtime::GATEWAY_TOKEN_ENV.to_owned(),
-                            self.runtime_token(store, &rev.id)
+                            self.link
+                                .state
+                                .runtime_token(store, &rev.id)
                                 .await
                                 .map_err(|e| match e {
                                     crate::gateway::transport::TransportKeyError::Store(e) => {
@@ -1012,6 +1010,8 @@ impl Rollout {
         };
         if self.config.activation == Activation::ModelTurn && rev.spec.harness_kind.is_openclaw() {
             let token = self
+                .link
+                .state
                 .runtime_token(store, &rev.id)
                 .await
                 .map_err(|e| GatewayFailure {
@@ -1037,22 +1037,6 @@ impl Rollout {
         )
         .await
         .map_err(failure)
-    }
-
-    /// The OpenClaw gateway token of revision `revision_id` (the key is
-    /// loaded from the store once per process).
-    async fn runtime_token(
-        &self,
-        store: &dyn Store,
-        revision_id: &str,
-    ) -> Result<String, crate::gateway::transport::TransportKeyError> {
-        let key = self
-            .runtime_key
-            .get_or_try_init(|| {
-                crate::gateway::TransportKey::load_or_create(store, &self.link.state.secrets)
-            })
-            .await?;
-        Ok(key.runtime_token(revision_id))
     }
 
     async fn path_probe_failed(
