@@ -188,6 +188,11 @@ pub struct ApiConfig {
     /// unless this is set, and warns at every start when it is (local and
     /// development setups only: tokens would cross the network in clear).
     pub insecure: bool,
+    /// How long a listen address still in use (a replaced hub's sockets
+    /// not yet released) is retried before the hub fails to start. Every
+    /// listener is bound before any serves, so a hub that cannot listen
+    /// never answers `/healthz`.
+    pub bind_retry_seconds: u64,
 }
 
 impl Default for ApiConfig {
@@ -199,6 +204,7 @@ impl Default for ApiConfig {
             max_body_bytes: 1024 * 1024,
             tls: ApiTlsSettings::default(),
             insecure: false,
+            bind_retry_seconds: 15,
         }
     }
 }

@@ -31,6 +31,7 @@ pub mod registry;
 pub mod report;
 pub mod server;
 pub mod session;
+pub mod stream_limits;
 pub mod tls;
 
 use std::net::SocketAddr;

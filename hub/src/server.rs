@@ -31,6 +31,8 @@ use crate::worker::rollout::{
 };
 use crate::worker::{Handlers, Worker};
 
+mod listen;
+
 /// Errors starting the hub.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -114,11 +116,13 @@ enum Incoming {
 }
 
 /// The connections of `listener`: plain, or through a TLS accept loop
-/// (spawned into `tasks`) when `tls` gives its configuration.
+/// (spawned into `tasks`, accepting once `open` is cancelled) when `tls`
+/// gives its configuration.
 fn incoming<F>(
     listener: TcpListener,
     tls: Option<F>,
     what: &'static str,
+    open: &CancellationToken,
     shutdown: &CancellationToken,
     tasks: &mut JoinSet<()>,
 ) -> Incoming
@@ -129,20 +133,23 @@ where
         return Incoming::Plain(listener);
     };
     let (tx, rx) = mpsc::channel(64);
-    tasks.spawn(crate::api::tls::accept_loop(
-        listener,
-        config,
-        what,
-        tx,
-        shutdown.clone(),
-    ));
+    let (open, shutdown) = (open.clone(), shutdown.clone());
+    tasks.spawn(async move {
+        if opened(&open, &shutdown).await {
+            crate::api::tls::accept_loop(listener, config, what, tx, shutdown).await;
+        }
+    });
     Incoming::Tls(rx)
 }
 
-async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServerError::Bind { what, addr, source })
+/// Waits until the hub has started (`open`), or shutdown; true when it
+/// started. Listeners bound before the start finishes accept nothing until
+/// then: a hub whose start fails never answered a request.
+async fn opened(open: &CancellationToken, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = open.cancelled() => true,
+        _ = shutdown.cancelled() => false,
+    }
 }
 
 /// Opens the configured store and starts the hub.
@@ -172,9 +179,9 @@ pub async fn start_with_parts(
 ) -> Result<Hub, ServerError> {
     // `Config::load` checks too; a config built in code must not skip it.
     config.validate()?;
-    let rest_listener = bind("rest", config.api.rest_addr).await?;
-    let grpc_listener = bind("grpc", config.api.grpc_addr).await?;
-    let metrics_listener = bind("metrics", config.api.metrics_addr).await?;
+    let listeners = listen::Listeners::bind(config).await?;
+    let (rest_listener, grpc_listener, metrics_listener) =
+        (listeners.rest, listeners.grpc, listeners.metrics);
     let addr = |l: &TcpListener, what| {
         l.local_addr().map_err(|source| ServerError::Bind {
             what,
@@ -220,6 +227,8 @@ pub async fn start_with_parts(
         max_body_bytes: config.api.max_body_bytes,
     };
     let shutdown = CancellationToken::new();
+    // Cancelled when the start has finished: the APIs accept from then on.
+    let open = CancellationToken::new();
     let mut tasks = JoinSet::new();
     // Other replicas' writes wake this one at once (PostgreSQL); SQLite is
     // one process, whose store signals its own commits.
@@ -251,6 +260,7 @@ pub async fn start_with_parts(
         rest_listener,
         api_tls.clone().map(|t| move || t.rest_config()),
         "rest",
+        &open,
         &shutdown,
         &mut tasks,
     );
@@ -258,6 +268,7 @@ pub async fn start_with_parts(
         grpc_listener,
         api_tls.clone().map(|t| move || t.grpc_config()),
         "grpc",
+        &open,
         &shutdown,
         &mut tasks,
     );
@@ -266,8 +277,11 @@ pub async fn start_with_parts(
     // Requests finish even when their client goes away (see api::detach).
     let ready = metrics.clone();
     let rest_app = rest_app(state).layer(crate::api::detach::RunToCompletionLayer);
-    let token = shutdown.clone();
+    let (token, rest_open) = (shutdown.clone(), open.clone());
     tasks.spawn(async move {
+        if !opened(&rest_open, &token).await {
+            return;
+        }
         tracing::info!(addr = %rest_addr, tls, "rest.listening");
         let served = match rest_incoming {
             Incoming::Plain(listener) => {
@@ -293,8 +307,11 @@ pub async fn start_with_parts(
     });
 
     let ops = metrics::ops_router(metrics, store.clone());
-    let token = shutdown.clone();
+    let (token, metrics_open) = (shutdown.clone(), open.clone());
     tasks.spawn(async move {
+        if !opened(&metrics_open, &token).await {
+            return;
+        }
         tracing::info!(addr = %metrics_addr, "metrics.listening");
         let served = axum::serve(metrics_listener, ops)
             .with_graceful_shutdown(token.cancelled_owned())
@@ -308,8 +325,11 @@ pub async fn start_with_parts(
     let grpc = AdminServiceServer::new(AdminApi::new(service.clone()))
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(16 * 1024 * 1024);
-    let token = shutdown.clone();
+    let (token, grpc_open) = (shutdown.clone(), open.clone());
     tasks.spawn(async move {
+        if !opened(&grpc_open, &token).await {
+            return;
+        }
         tracing::info!(addr = %grpc_addr, tls, "grpc.listening");
         let router = tonic::transport::Server::builder()
             .layer(tower::util::MapResponseLayer::new(
@@ -355,9 +375,12 @@ pub async fn start_with_parts(
             .clone()
             .map(|t| t as Arc<dyn crate::link::ReportListener>);
         let link = crate::link::server::start(
-            crate::link::LinkConfig {
-                replica_id: replica_id.clone(),
-                ..config.link_config()
+            crate::link::server::LinkListener {
+                socket: listeners.link.expect("bound when the link is enabled"),
+                config: crate::link::LinkConfig {
+                    replica_id: replica_id.clone(),
+                    ..config.link_config()
+                },
             },
             store.clone(),
             secrets.clone(),
@@ -370,6 +393,7 @@ pub async fn start_with_parts(
         if config.tunnel.enabled {
             tunnel = Some(
                 crate::tunnel::ingress::start(
+                    listeners.tunnel.expect("bound when the tunnel is enabled"),
                     crate::tunnel::route::Routes::new(
                         store.clone(),
                         config.tunnel_config().route_ttl,
@@ -460,6 +484,7 @@ pub async fn start_with_parts(
 
     // The store is open and the link CA loaded (or the link is off).
     ready.set_replica_ready(&replica_id);
+    open.cancel();
     Ok(Hub {
         rest_addr,
         grpc_addr,

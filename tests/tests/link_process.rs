@@ -744,3 +744,81 @@ async fn a_spoke_is_back_within_seconds_of_each_of_several_quick_hub_restarts() 
         "{log}"
     );
 }
+
+/// Issue 31 item 13: a hub binds every listener before any serves. With its
+/// tunnel port still taken (held here, as a previous incarnation's socket
+/// would be) it never answers `/healthz` and, after `api.bindRetrySeconds`,
+/// exits naming the port; started again while the port is freed within
+/// that window, it waits for the port, takes it and serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_that_cannot_take_a_port_never_reports_healthy_and_takes_one_freed_in_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::new(tmp.path());
+    std::fs::write(
+        env.config_file(),
+        "version: 1\napi:\n  bindRetrySeconds: 3\n",
+    )
+    .unwrap();
+    let rest_port = free_port();
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let tunnel_addr = held.local_addr().unwrap().to_string();
+    let serve = |n: u32| {
+        let mut c = env.hub(&["serve"]);
+        c.env("CLAWFED_REST_ADDR", format!("127.0.0.1:{rest_port}"))
+            .env("CLAWFED_TUNNEL_ENABLED", "true")
+            .env("CLAWFED_TUNNEL_ADDR", &tunnel_addr);
+        Proc::spawn(&format!("hub-port-{n}"), &mut c, &env.logs)
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let healthz = format!("http://127.0.0.1:{rest_port}/healthz");
+    let healthy =
+        || async { matches!(http.get(&healthz).send().await, Ok(r) if r.status().is_success()) };
+
+    let mut hub = serve(1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut answered = 0;
+    let status = loop {
+        if let Some(status) = hub.child().try_wait().unwrap() {
+            hub.child = None;
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hub neither served nor exited"
+        );
+        if healthy().await {
+            answered += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let stderr = hub.stderr_text();
+    assert!(!status.success(), "{stderr}");
+    assert_eq!(
+        answered, 0,
+        "/healthz answered by a hub that could not listen"
+    );
+    assert!(
+        stderr.contains(&tunnel_addr) && stderr.contains("tunnel"),
+        "the error names the port: {stderr}"
+    );
+
+    let hub = serve(2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!healthy().await, "serving before every port is bound");
+    drop(held);
+    wait_for(
+        Duration::from_secs(20),
+        "the hub serves once the port frees",
+        || async { healthy().await.then_some(()) },
+    )
+    .await;
+    assert!(
+        hub.stderr_text().contains("hub.listen_address_in_use"),
+        "the wait is logged: {}",
+        hub.stderr_text()
+    );
+}

@@ -1151,3 +1151,47 @@ async fn logs_never_carry_bootstrap_tokens_or_private_keys() {
     // The hub's admin token never appears either.
     assert!(!logs.contains(&hub.root_token));
 }
+
+/// Issue 31 item 7: a cluster credential alone cannot make the hub hold
+/// `Tunnel` streams. Each of 400 streams on one connection sends a 1 MiB
+/// first frame and never ends; no tunnel open of the cluster waits for a
+/// stream, so each is refused at once with RESOURCE_EXHAUSTED (it used to
+/// be buffered whole, then held up to the 10 s open timeout, per stream,
+/// with no bound on streams per connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tunnel_streams_no_open_asked_for_are_refused_before_they_are_buffered() {
+    use clawfed_proto::link::v1::tunnel_frame;
+    use tonic::codegen::tokio_stream::{self, StreamExt};
+    const STREAMS: usize = 400;
+    let hub = start_hub(|_| {}).await;
+    let identity = enroll(&hub, "exec-a").await;
+    let channel = mtls_channel(&hub, &identity).await;
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..STREAMS {
+        let mut client =
+            SpokeLinkClient::new(channel.clone()).max_encoding_message_size(8 * 1024 * 1024);
+        calls.spawn(async move {
+            let first = pb::TunnelFrame {
+                body: Some(tunnel_frame::Body::Data(vec![i as u8; 1024 * 1024])),
+            };
+            let frames = tokio_stream::iter([first]).chain(tokio_stream::pending());
+            client.tunnel(frames).await.map(|_| ())
+        });
+    }
+    let mut codes = HashMap::<Code, usize>::new();
+    while let Some(done) = calls.join_next().await {
+        let status = done.unwrap().expect_err("refused");
+        if status.code() != Code::ResourceExhausted {
+            panic!("{status:?}");
+        }
+        *codes.entry(status.code()).or_default() += 1;
+    }
+    assert_eq!(codes, HashMap::from([(Code::ResourceExhausted, STREAMS)]));
+    let metrics = hub.scrape_metrics().await;
+    assert!(
+        metrics.contains(&format!(
+            "occ_tunnel_unpaired_streams_refused_total {STREAMS}"
+        )),
+        "{metrics}"
+    );
+}

@@ -2682,3 +2682,51 @@ suite!(
     a_handed_off_session_covers_the_move_then_lapses,
     a_stalled_replica_restores_only_the_sessions_it_holds,
 );
+
+/// Issue 31 item 17: `clawfed-hub cluster token create` beside a running
+/// embedded hub. The CLI's store (a second process's connection) reads
+/// before it writes; a writer of the hub commits meanwhile. The CLI must
+/// wait for that writer and succeed, not fail with "database unavailable"
+/// (a deferred transaction's snapshot goes stale and SQLite refuses its
+/// upgrade at once, busy timeout or not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_cli_write_waits_for_the_running_hubs_writer() {
+    use clawfed_hub::store::{LinkStore, NewBootstrapToken};
+    use sqlx::Connection;
+    let db = clawfed_tests::db::sqlite().await;
+    let cli = clawfed_hub::store::connect(&db.url).await.unwrap();
+    for round in 0..3 {
+        // The running hub's writer: holds the write lock, then commits.
+        let mut hub_writer = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "BEGIN IMMEDIATE; CREATE TABLE busy_probe_{round} (x INTEGER)"
+        )))
+        .execute(&mut hub_writer)
+        .await
+        .unwrap();
+        let created = tokio::spawn({
+            let cli = cli.clone();
+            async move {
+                cli.create_bootstrap_token(
+                    &NewBootstrapToken {
+                        cluster_name: format!("exec-{round}"),
+                        hash: format!("hash-{round}"),
+                        reenroll: false,
+                        require_approval: false,
+                        created_by: "system:cli".into(),
+                        expires_at: Utc::now() + chrono::Duration::hours(1),
+                    },
+                    &Effects::audit(audit("cluster.token.create", None, "clusters/x")),
+                )
+                .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        sqlx::raw_sql("COMMIT")
+            .execute(&mut hub_writer)
+            .await
+            .unwrap();
+        let created = created.await.unwrap();
+        assert!(created.is_ok(), "round {round}: {created:?}");
+    }
+}

@@ -366,19 +366,8 @@ async fn the_revision_limit_refuses_clearly() {
     assert_eq!(round_trip(s3, b"again").await, b"again");
 }
 
-/// A revoked cluster's open tunnels end, and no new one opens.
-#[tokio::test]
-async fn revocation_ends_open_tunnels() {
-    let mut e = start(Backend::Sqlite, |_| {}).await;
-    let a = revision(&e.hub, "bot").await;
-    e.spoke(HashMap::from([(a.target.clone(), echo_server().await)]))
-        .await;
-    let mut s = connect(&e.ingress, &a.authority, Some(&a.token))
-        .await
-        .unwrap();
-    s.write_all(b"ping").await.unwrap();
-    let mut buf = [0u8; 4];
-    s.read_exact(&mut buf).await.unwrap();
+/// Revokes exec-a through REST; `s` must end within 5 s.
+async fn revoke_and_see_the_tunnel_end(e: &Env, s: &mut Conn) {
     let revoked = e
         .hub
         .http
@@ -390,7 +379,14 @@ async fn revocation_ends_open_tunnels() {
     assert_eq!(revoked.status(), 200);
     let mut rest = Vec::new();
     let ended = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
-    assert!(ended.is_ok(), "the open tunnel ended after revocation");
+    assert!(ended.is_ok(), "the open tunnel ended after the revocation");
+}
+
+/// A revoked cluster's open tunnels end, and no new one opens.
+#[tokio::test]
+async fn revocation_ends_open_tunnels() {
+    let (e, a, mut s) = echo_tunnel().await;
+    revoke_and_see_the_tunnel_end(&e, &mut s).await;
     let r = connect(&e.ingress, &a.authority, Some(&a.token))
         .await
         .expect_err("refused");
@@ -471,4 +467,93 @@ async fn stuck_harnesses_block_no_other_connection(stuck_count: usize, bytes: us
     for f in fillers {
         f.abort();
     }
+}
+
+/// Writes `data` on an open tunnel and reads it echoed back.
+async fn echo_once(s: &mut Conn, data: &[u8]) -> Vec<u8> {
+    s.write_all(data).await.unwrap();
+    let mut buf = vec![0u8; data.len()];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut buf))
+        .await
+        .expect("echo within 5 s")
+        .expect("the tunnel is open");
+    buf
+}
+
+impl Env {
+    fn link(&self) -> &clawfed_hub::link::server::LinkHandle {
+        self.hub
+            .hub
+            .as_ref()
+            .and_then(|h| h.link.as_ref())
+            .expect("the link is on")
+    }
+
+    async fn cluster_id(&self) -> String {
+        cluster(&self.hub, "exec-a").await.expect("exec-a").id
+    }
+}
+
+/// A hub and the exec-a spoke with one tunnel open to an echoing Harness.
+async fn echo_tunnel() -> (Env, Rev, Conn) {
+    let mut e = start(Backend::Sqlite, |_| {}).await;
+    let a = revision(&e.hub, "bot").await;
+    e.spoke(HashMap::from([(a.target.clone(), echo_server().await)]))
+        .await;
+    let mut s = connect(&e.ingress, &a.authority, Some(&a.token))
+        .await
+        .unwrap();
+    assert_eq!(echo_once(&mut s, b"ping").await, b"ping");
+    (e, a, s)
+}
+
+/// Issue 31 item 8: a tunnel opened before its session was replaced (a
+/// certificate rotation or a reconnect registers a newer session) still
+/// ends when the cluster is revoked. It used to watch only the session
+/// that opened it, which had already ended as `Replaced`.
+#[tokio::test]
+async fn a_tunnel_opened_before_its_session_was_replaced_ends_on_revocation() {
+    let (e, _, mut s) = echo_tunnel().await;
+    let (id, registry) = (e.cluster_id().await, e.link().state.registry.clone());
+    // A newer session of the cluster takes over, as after a rotation.
+    let old = registry.get(&id).expect("a live session");
+    let newer = registry.register(&id, "exec-a", 0, None);
+    assert_eq!(
+        old.close_reason(),
+        Some(clawfed_hub::link::registry::CloseReason::Replaced)
+    );
+    assert_eq!(
+        echo_once(&mut s, b"still").await,
+        b"still",
+        "a replaced session leaves the tunnel open"
+    );
+    revoke_and_see_the_tunnel_end(&e, &mut s).await;
+    assert!(newer.close.is_cancelled(), "the current session closed too");
+}
+
+/// Issue 31 item 8: a balancing move (the session is told to go to another
+/// replica) does not cut the cluster's live tunnels: each is a stream of
+/// its own and lives on until it ends.
+#[tokio::test]
+async fn a_balancing_move_leaves_live_tunnels_open() {
+    let (e, _, mut s) = echo_tunnel().await;
+    let (id, registry) = (e.cluster_id().await, e.link().state.registry.clone());
+    let before = registry.get(&id).expect("a live session").id;
+    // Moved to "another replica": this hub's own link address.
+    let target = format!("https://{}", e.link().addr);
+    let moved = registry.redirect(std::slice::from_ref(&target));
+    assert_eq!(moved, vec![("exec-a".to_owned(), target)]);
+    eventually(WAIT, "the spoke's session moved", || async {
+        registry
+            .get(&id)
+            .filter(|s| s.id != before && !s.close.is_cancelled())
+            .map(|_| ())
+    })
+    .await;
+    assert_eq!(
+        echo_once(&mut s, b"after the move").await,
+        b"after the move",
+        "the move cut a live tunnel"
+    );
+    assert_eq!(round_trip(s, b"bye").await, b"bye");
 }

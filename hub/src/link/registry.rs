@@ -55,16 +55,6 @@ impl SessionHandle {
         *self.reason.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// What tells a holder that this session closed and why, without
-    /// holding its stream open (a held `outbound` would keep the spoke's
-    /// stream alive after the session ended).
-    pub fn close_signal(&self) -> CloseSignal {
-        CloseSignal {
-            close: self.close.clone(),
-            reason: self.reason.clone(),
-        }
-    }
-
     /// The replica this session was moved to, if it was.
     pub fn redirect_url(&self) -> Option<String> {
         self.redirect
@@ -79,25 +69,17 @@ impl SessionHandle {
     }
 }
 
-/// A session's close token and reason.
-#[derive(Debug, Clone)]
-pub struct CloseSignal {
-    pub close: CancellationToken,
-    reason: Arc<Mutex<Option<CloseReason>>>,
-}
-
-impl CloseSignal {
-    /// Why the session was closed, if it was.
-    pub fn reason(&self) -> Option<CloseReason> {
-        *self.reason.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 /// The registry of live sessions.
 #[derive(Debug, Default)]
 pub struct Registry {
     sessions: Mutex<HashMap<String, SessionHandle>>,
     next_id: AtomicU64,
+    /// Per cluster, what its tunnels on this replica end on: cancelled
+    /// when the cluster is revoked. A tunnel is its own stream and outlives
+    /// the session that opened it (replaced by a reconnect or a rotated
+    /// certificate, or moved to another replica), so it cannot end with
+    /// that session; a revocation reaches it whatever session is current.
+    tunnels_revoked: Mutex<HashMap<String, CancellationToken>>,
 }
 
 impl Registry {
@@ -154,6 +136,36 @@ impl Registry {
                 .fetch_max(head.unwrap_or(UNKNOWN_HEAD), Ordering::AcqRel);
             s.wake.notify_one();
         }
+    }
+
+    /// What the cluster's tunnels opened from now on end on: cancelled by
+    /// [`Self::revoke`].
+    pub fn tunnel_revocation(&self, cluster_id: &str) -> CancellationToken {
+        let mut map = self
+            .tunnels_revoked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let token = map.entry(cluster_id.to_owned()).or_default();
+        if token.is_cancelled() {
+            // Revoked before and enrolled again: a fresh start.
+            *token = CancellationToken::new();
+        }
+        token.clone()
+    }
+
+    /// The cluster is revoked: its session closes (if it has one here) and
+    /// every tunnel of it on this replica ends, whichever session opened
+    /// it. Returns whether a session was closed.
+    pub fn revoke(&self, cluster_id: &str) -> bool {
+        if let Some(tunnels) = self
+            .tunnels_revoked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(cluster_id)
+        {
+            tunnels.cancel();
+        }
+        self.close(cluster_id, CloseReason::Revoked)
     }
 
     /// Closes the cluster's session.

@@ -30,7 +30,7 @@ use super::admission::{Admission, Limits, Phase, Slots, phase_of};
 use super::ca::CertificateAuthority;
 use super::enroll::EnrollmentApi;
 use super::metrics::{ClusterLabel, LinkMetrics, ResultLabel};
-use super::registry::{CloseReason, Registry};
+use super::registry::Registry;
 use super::session::SpokeLinkApi;
 use super::tls::{DenyList, TlsError, server_config};
 use super::{LinkConfig, LinkState};
@@ -127,9 +127,17 @@ impl LinkHandle {
     }
 }
 
-/// Starts the link listener and its background tasks on `tasks`.
+/// The link's socket, bound by the caller (at `config.addr`, before
+/// anything of the hub serves), and its settings.
+#[derive(Debug)]
+pub struct LinkListener {
+    pub socket: TcpListener,
+    pub config: LinkConfig,
+}
+
+/// Starts the link on its listener and its background tasks on `tasks`.
 pub async fn start(
-    config: LinkConfig,
+    listener: LinkListener,
     store: Arc<dyn Store>,
     secrets: Arc<crate::secrets::SecretBox>,
     metrics: LinkMetrics,
@@ -141,14 +149,15 @@ pub async fn start(
     // (the first replica stored it, importing the CA directory if it held
     // one).
     let (ca, origin) =
-        super::ca::load_or_create_shared(store.as_ref(), &secrets, Some(&config.ca_dir)).await?;
+        super::ca::load_or_create_shared(store.as_ref(), &secrets, Some(&listener.config.ca_dir))
+            .await?;
     tracing::info!(origin = ?origin, "link.ca_loaded");
     let keys = LinkKeys {
         ca: Arc::new(ca),
         secrets,
     };
     start_with_ca(
-        config,
+        listener,
         keys,
         store,
         metrics,
@@ -169,7 +178,7 @@ pub struct LinkKeys {
 
 /// As [`start`], with the CA (and the sealing key) already in hand.
 pub async fn start_with_ca(
-    config: LinkConfig,
+    listener: LinkListener,
     keys: LinkKeys,
     store: Arc<dyn Store>,
     metrics: LinkMetrics,
@@ -178,6 +187,10 @@ pub async fn start_with_ca(
     tasks: &mut JoinSet<()>,
 ) -> Result<LinkHandle, LinkError> {
     let LinkKeys { ca, secrets } = keys;
+    let LinkListener {
+        socket: listener,
+        config,
+    } = listener;
     let deny = Arc::new(DenyList::default());
     let revoked = store.revoked_after(0).await?;
     let revocations_seen = revoked.iter().map(|r| r.sequence).max().unwrap_or(0);
@@ -189,12 +202,6 @@ pub async fn start_with_ca(
     let lapsed = store.offline_where_lease_expired(Utc::now(), true).await?;
     tracing::info!(replica = %config.replica_id, offline = lapsed.len(), "link.lapsed_sessions_offline");
     let tls = Arc::new(server_config(&ca, &config.server_names, deny.clone())?);
-    let listener = TcpListener::bind(config.addr)
-        .await
-        .map_err(|source| LinkError::Bind {
-            addr: config.addr,
-            source,
-        })?;
     let addr = listener.local_addr().map_err(|source| LinkError::Bind {
         addr: config.addr,
         source,
@@ -245,6 +252,15 @@ pub async fn start_with_ca(
                 config.tunnel.max_per_cluster,
             ))
             .initial_stream_window_size(clawfed_proto::tunnel::STREAM_WINDOW)
+            // What one credential can hold open: streams per connection,
+            // and Tunnel messages no larger than a data frame (a stream
+            // announcing more is refused before its bytes are buffered).
+            .max_concurrent_streams(super::stream_limits::max_concurrent_streams(
+                config.tunnel.max_per_cluster,
+            ))
+            .layer(tower::util::MapRequestLayer::new(
+                super::stream_limits::limit_tunnel_messages,
+            ))
             .add_service(link)
             .add_service(enroll)
             .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), async move {
@@ -467,7 +483,7 @@ async fn revocation_watcher(state: Arc<LinkState>, mut seen: i64) {
         match state.store.revoked_after(seen).await {
             Ok(revoked) => {
                 for r in &revoked {
-                    if state.registry.close(&r.cluster_id, CloseReason::Revoked) {
+                    if state.registry.revoke(&r.cluster_id) {
                         tracing::warn!(clusterId = %r.cluster_id, "link.revoked_session_closed");
                     }
                 }

@@ -143,8 +143,17 @@ impl SqlStore {
         &self.reader
     }
 
+    /// A write transaction. On SQLite it takes the write lock as it opens
+    /// (`BEGIN IMMEDIATE`), waiting up to the busy timeout for another
+    /// process's writer (the hub CLI beside a running hub): a deferred
+    /// transaction that read first would instead fail at its first write
+    /// with SQLITE_BUSY as soon as that writer committed, busy timeout or
+    /// not.
     pub(super) async fn begin(&self) -> Result<Tx> {
-        self.pool.begin().await.map_err(|e| self.classify(e))
+        match self.backend {
+            Backend::Sqlite => self.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await.map_err(|e| self.classify(e)),
+        }
     }
 
     /// A transaction opened by `statement` (SQLite's `BEGIN IMMEDIATE`).

@@ -16,6 +16,12 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite")
 /// Read connections beside the one writer.
 const READERS: u32 = 4;
 
+/// The writer's settings. `busy_timeout` first, and 30 s: how long a
+/// write waits for another process's writer (`clawfed-hub` CLI commands
+/// beside a running hub, or the reverse) before it fails.
+const WRITER_PRAGMAS: &str = "PRAGMA busy_timeout = 30000; PRAGMA journal_mode = WAL; \
+     PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;";
+
 pub(super) async fn connect(url: &str) -> Result<SqlStore> {
     sqlx::any::install_default_drivers();
     // Validate with the SQLite driver's own parser; create the file on
@@ -36,11 +42,7 @@ pub(super) async fn connect(url: &str) -> Result<SqlStore> {
         .acquire_timeout(Duration::from_secs(30))
         .after_connect(|conn, _meta| {
             Box::pin(async move {
-                conn.execute(
-                    "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                     PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
-                )
-                .await?;
+                conn.execute(WRITER_PRAGMAS).await?;
                 Ok(())
             })
         })

@@ -20,7 +20,7 @@ use tonic::{Status, Streaming};
 use super::metrics::TunnelMetrics;
 use super::route::Route;
 use super::{Refusal, TunnelConfig};
-use crate::link::registry::{CloseSignal, Registry};
+use crate::link::registry::Registry;
 
 /// Frames buffered per direction in the hub beyond the HTTP/2 windows.
 const FRAME_BUFFER: usize = 2;
@@ -36,8 +36,10 @@ pub struct SpokeSide {
 pub struct Opened {
     pub inbound: Streaming<pb::TunnelFrame>,
     pub outbound: mpsc::Sender<Result<pb::TunnelFrame, Status>>,
-    /// The session that opened it (a revocation closes the tunnel).
-    pub session: CloseSignal,
+    /// Cancelled when the cluster is revoked: the tunnel ends. Nothing
+    /// else about the session that opened it (replaced, moved to another
+    /// replica) ends the tunnel, which is a stream of its own.
+    pub revoked: CancellationToken,
     /// Holds the connection's place in the limits until dropped.
     pub slot: Slot,
 }
@@ -45,6 +47,78 @@ pub struct Opened {
 struct Pending {
     cluster_id: String,
     tx: oneshot::Sender<SpokeSide>,
+}
+
+/// Opens waiting for their spoke stream, and per cluster how many wait
+/// and how many of its `Tunnel` streams have not named theirs yet.
+#[derive(Default)]
+struct PendingOpens {
+    by_id: HashMap<String, Pending>,
+    /// cluster id → (opens waiting, streams unpaired).
+    per_cluster: HashMap<String, (usize, usize)>,
+}
+
+impl PendingOpens {
+    fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    fn insert(&mut self, id: String, pending: Pending) {
+        self.per_cluster
+            .entry(pending.cluster_id.clone())
+            .or_default()
+            .0 += 1;
+        self.by_id.insert(id, pending);
+    }
+
+    fn get(&self, id: &str) -> Option<&Pending> {
+        self.by_id.get(id)
+    }
+
+    fn remove(&mut self, id: &str) -> Option<Pending> {
+        let pending = self.by_id.remove(id)?;
+        self.count(&pending.cluster_id, |c| c.0 -= 1);
+        Some(pending)
+    }
+
+    /// Admits one more unpaired stream of `cluster_id` while it has fewer
+    /// than opens waiting: a spoke opens a stream only for an open it was
+    /// sent, so a cluster never needs more, and a credential alone cannot
+    /// make the hub hold streams for it.
+    fn admit_unpaired(&mut self, cluster_id: &str) -> bool {
+        match self.per_cluster.get_mut(cluster_id) {
+            Some((opens, unpaired)) if *unpaired < *opens => {
+                *unpaired += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn paired_or_gone(&mut self, cluster_id: &str) {
+        self.count(cluster_id, |c| c.1 -= 1);
+    }
+
+    fn count(&mut self, cluster_id: &str, change: impl FnOnce(&mut (usize, usize))) {
+        if let Some(c) = self.per_cluster.get_mut(cluster_id) {
+            change(c);
+            if *c == (0, 0) {
+                self.per_cluster.remove(cluster_id);
+            }
+        }
+    }
+}
+
+/// An admitted unpaired stream's place, given back however `accept` ends.
+struct UnpairedGuard<'a> {
+    broker: &'a Broker,
+    cluster_id: &'a str,
+}
+
+impl Drop for UnpairedGuard<'_> {
+    fn drop(&mut self) {
+        self.broker.pending().paired_or_gone(self.cluster_id);
+    }
 }
 
 #[derive(Debug, Default)]
@@ -95,7 +169,7 @@ pub struct Broker {
     registry: Arc<Registry>,
     config: TunnelConfig,
     metrics: TunnelMetrics,
-    pending: Mutex<HashMap<String, Pending>>,
+    pending: Mutex<PendingOpens>,
     counts: Arc<Mutex<Counts>>,
     shutdown: CancellationToken,
 }
@@ -119,7 +193,7 @@ impl Broker {
             registry,
             config,
             metrics,
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::default(),
             counts: Arc::default(),
             shutdown,
         }
@@ -133,7 +207,7 @@ impl Broker {
         &self.metrics
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, PendingOpens> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -186,7 +260,7 @@ impl Broker {
             )
         };
         let session = self.registry.get(&route.cluster_id).ok_or_else(offline)?;
-        let signal = session.close_signal();
+        let revoked = self.registry.tunnel_revocation(&route.cluster_id);
         let outbound = session.outbound.clone().ok_or_else(offline)?;
         drop(session);
 
@@ -267,7 +341,7 @@ impl Broker {
         Ok(Opened {
             inbound: side.inbound,
             outbound: side.outbound,
-            session: signal,
+            revoked,
             slot,
         })
     }
@@ -279,6 +353,16 @@ impl Broker {
         cluster_id: &str,
         mut inbound: Streaming<pb::TunnelFrame>,
     ) -> Result<ReceiverStream<Result<pb::TunnelFrame, Status>>, Status> {
+        if !self.pending().admit_unpaired(cluster_id) {
+            self.metrics.unpaired_refused.inc();
+            return Err(Status::resource_exhausted(
+                "no tunnel open of this cluster is waiting for a stream",
+            ));
+        }
+        let _unpaired = UnpairedGuard {
+            broker: self,
+            cluster_id,
+        };
         let first = tokio::time::timeout(self.config.open_timeout, inbound.message())
             .await
             .map_err(|_| Status::deadline_exceeded("no TunnelAccept frame in time"))??;

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use clawfed_proto::link::close::CloseReason;
 use clawfed_proto::tunnel::{REASON_HEADER, reason, refusal_status};
 use clawfed_tunnel::{Counters, pump};
 use http::{Method, Request, Response, StatusCode};
@@ -27,7 +26,6 @@ use super::broker::{Broker, Opened};
 use super::metrics::DirectionLabel;
 use super::route::{Route, Routes};
 use crate::link::ca::CertificateAuthority;
-use crate::link::registry::CloseSignal;
 use crate::link::tls::ingress_server_config;
 
 /// How long a Gateway may take to send its CONNECT request head.
@@ -63,8 +61,10 @@ struct Ingress {
     shutdown: CancellationToken,
 }
 
-/// Binds the ingress and serves it until `shutdown`.
+/// Serves the ingress on `listener` (bound by the caller, at the
+/// configured address) until `shutdown`.
 pub async fn start(
+    listener: TcpListener,
     routes: Routes,
     broker: Arc<Broker>,
     ca: Option<Arc<CertificateAuthority>>,
@@ -76,7 +76,6 @@ pub async fn start(
         addr: config.addr,
         source,
     };
-    let listener = TcpListener::bind(config.addr).await.map_err(bind)?;
     let addr = listener.local_addr().map_err(bind)?;
     // The certificate names the bound address, so it is issued after the
     // bind (an ephemeral port or a wildcard address is then known).
@@ -270,13 +269,22 @@ impl Ingress {
         let Opened {
             inbound,
             outbound,
-            session,
+            revoked,
             slot,
         } = opened;
         let metrics = self.broker.metrics().clone();
         metrics.open.inc();
         let cancel = self.shutdown.child_token();
-        let watcher = tokio::spawn(close_on_revocation(session, cancel.clone()));
+        // A revocation of the cluster ends the tunnel (a shutdown of this
+        // replica does, as `cancel` is its child); a balancing move or a
+        // replaced session does not.
+        let watcher = tokio::spawn({
+            let cancel = cancel.clone();
+            async move {
+                revoked.cancelled().await;
+                cancel.cancel();
+            }
+        });
         let counters = Arc::new(Counters::default());
         let result = pump(
             TokioIo::new(upgraded),
@@ -321,17 +329,5 @@ impl Ingress {
             result = result.as_ref().map_or_else(|e| e.label(), |_| "ok"),
             "tunnel.closed"
         );
-    }
-}
-
-/// Cancels `cancel` when the cluster is revoked (a replaced session leaves
-/// the tunnel alone: it lives on its own stream until that ends).
-async fn close_on_revocation(session: CloseSignal, cancel: CancellationToken) {
-    session.close.cancelled().await;
-    if matches!(
-        session.reason(),
-        Some(CloseReason::Revoked | CloseReason::ShuttingDown)
-    ) {
-        cancel.cancel();
     }
 }

@@ -26,6 +26,8 @@ pub struct TunnelMetrics {
     pub bytes: Family<DirectionLabel, Counter>,
     pub failures: Family<ReasonLabel, Counter>,
     pub setup: Histogram,
+    /// `Tunnel` streams refused because no open of their cluster waited.
+    pub unpaired_refused: Counter,
 }
 
 impl TunnelMetrics {
@@ -36,6 +38,7 @@ impl TunnelMetrics {
             bytes: Family::default(),
             failures: Family::default(),
             setup: Histogram::new(exponential_buckets(0.0002, 2.0, 16)),
+            unpaired_refused: Counter::default(),
         };
         // Every series at zero from the start, so `increase()` sees the first
         // failure and dashboards show 0 rather than no data.
@@ -66,6 +69,11 @@ impl TunnelMetrics {
             "occ_tunnel_setup_seconds",
             "From a Gateway's CONNECT to the spoke's accept",
             m.setup.clone(),
+        );
+        registry.register(
+            "occ_tunnel_unpaired_streams_refused",
+            "Spoke Tunnel streams refused because no open of their cluster was waiting for one",
+            m.unpaired_refused.clone(),
         );
         m
     }
