@@ -166,7 +166,7 @@ pub struct CreateNamespace {
     pub name: String,
     /// Free text: at most 256 characters, no control characters.
     #[serde(default)]
-    #[schema(max_length = 256)]
+    #[schema(max_length = 256, pattern = "^[^\\x00-\\x1F\\x7F-\\x9F]*$")]
     pub display_name: Option<String>,
     /// Adopt this operator-chosen Kubernetes namespace instead of `oce-<hash>`.
     /// It must already exist in the execution clusters and carry the label

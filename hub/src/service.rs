@@ -151,6 +151,11 @@ impl std::fmt::Debug for Service {
 }
 
 impl Service {
+    /// The installation policy this service enforces.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
     /// A service over `store` enforcing `policy`.
     pub fn new(store: Arc<dyn Store>, policy: Policy) -> Self {
         Self {

@@ -35,7 +35,9 @@ type ApiResult<T> = Result<T, ApiError>;
     info(
         title = "clawfed hub API",
         description = "Desired state of tenants, Agents and AgentRevisions; fleet status. \
-                       Same semantics as the gRPC service clawfed.admin.v1.AdminService."
+                       Same semantics as the gRPC service clawfed.admin.v1.AdminService. \
+                       Every query parameter an operation accepts is listed; any other is \
+                       refused with 400 (a misspelt filter never lists everything)."
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
@@ -173,6 +175,36 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
     (router, doc)
 }
 
+/// What this installation checks beyond the types, stated in `doc`: with
+/// no default agent image (`images.agent`), `spec.image` is required and
+/// may not be empty.
+pub fn state_installation_rules(
+    doc: &mut utoipa::openapi::OpenApi,
+    policy: &crate::service::Policy,
+) {
+    use utoipa::openapi::{RefOr, Schema};
+    if policy.default_agent_image.is_some() {
+        return;
+    }
+    let spec = doc
+        .components
+        .as_mut()
+        .and_then(|c| c.schemas.get_mut("AgentSpec"));
+    if let Some(RefOr::T(Schema::Object(spec))) = spec
+        && let Some(RefOr::T(Schema::Object(image))) = spec.properties.get_mut("image")
+    {
+        image.min_length = Some(1);
+        image.description = Some(
+            "Harness image reference; `name@sha256:<64 hex>` pins a digest. Required: this \
+             installation has no default agent image (`images.agent`)."
+                .into(),
+        );
+        if !spec.required.iter().any(|r| r == "image") {
+            spec.required.push("image".into());
+        }
+    }
+}
+
 // ---- extractors ------------------------------------------------------------
 
 /// The authenticated caller, from `Authorization: Bearer <token>`, or else
@@ -279,7 +311,19 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Body<T> {
     }
 }
 
-/// An optional JSON body: empty means the type's default.
+/// The `{kind}` of a credential path: the document lists the kinds the
+/// server accepts (`clawfed_proto::work::credential::CredentialKind`).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // A schema only: the path is parsed as a string.
+enum CredentialKindParam {
+    #[schema(rename = "model-api-key")]
+    ModelApiKey,
+    #[schema(rename = "service-account")]
+    ServiceAccount,
+}
+
+/// An optional JSON body: empty, or `null` (the document's schema for it
+/// is nullable), means the type's default.
 pub struct OptionalBody<T>(pub Body<Option<T>>);
 
 impl<T: DeserializeOwned> FromRequest<AppState> for OptionalBody<T> {
@@ -287,7 +331,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for OptionalBody<T> {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, BodyRejection> {
         let bytes = read_body(req, state).await?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
+        if matches!(bytes.trim_ascii(), b"" | b"null") {
             return Ok(OptionalBody(Body(None)));
         }
         Ok(OptionalBody(Body(Some(parse_json(&bytes)?))))
@@ -695,7 +739,7 @@ async fn list_credentials(
 /// `service-account` for dedicated-codex Agents). Write-only: the answer
 /// is metadata; the value is never returned. The next deploy carries it.
 #[utoipa::path(put, path = "/api/v1/namespaces/{ns}/agents/{name}/credentials/{kind}", tag = "agents",
-    params(("ns" = String, Path), ("name" = String, Path), ("kind" = String, Path)),
+    params(("ns" = String, Path), ("name" = String, Path), ("kind" = CredentialKindParam, Path)),
     request_body = SetCredential,
     responses((status = 200, body = CredentialMeta), (status = 400, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
@@ -715,7 +759,7 @@ async fn set_credential(
 
 /// Delete a managed credential (revisions keep what they froze).
 #[utoipa::path(delete, path = "/api/v1/namespaces/{ns}/agents/{name}/credentials/{kind}", tag = "agents",
-    params(("ns" = String, Path), ("name" = String, Path), ("kind" = String, Path)),
+    params(("ns" = String, Path), ("name" = String, Path), ("kind" = CredentialKindParam, Path)),
     responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn delete_credential(
     State(s): State<AppState>,
@@ -808,7 +852,8 @@ async fn get_cluster(
 
 /// Create a single-use, expiring bootstrap token to enroll a cluster.
 #[utoipa::path(post, path = "/api/v1/clusters/{name}/bootstrap-tokens", tag = "clusters",
-    params(("name" = String, Path)), request_body(content = Option<CreateBootstrapToken>),
+    params(("name" = String, Path, description = "The cluster's name: a DNS-1123 label.",
+            min_length = 1, max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")), request_body(content = Option<CreateBootstrapToken>),
     responses((status = 201, body = BootstrapTokenCreated), (status = 400, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn create_bootstrap_token(
