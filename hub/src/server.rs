@@ -550,9 +550,8 @@ async fn control_cluster_client(config: &Config) -> Result<kube::Client, ServerE
 /// The REST application: `/api/v1`, `/openapi.json`, `/healthz`, `/readyz`,
 /// and the web fleet view at `/ui`.
 pub fn rest_app(state: AppState) -> Router {
-    let (api, mut openapi) = rest::router();
-    rest::state_installation_rules(&mut openapi, state.service.policy());
-    let openapi = Arc::new(openapi);
+    let (api, openapi) = rest::router();
+    let openapi = Arc::new(rest::served_document(&openapi, state.service.policy()));
     let metrics_state = state.metrics.clone();
     api.route(
         "/openapi.json",

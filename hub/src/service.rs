@@ -4,6 +4,7 @@
 
 pub mod chat;
 pub mod diagnose;
+pub mod patterns;
 pub mod validate;
 
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The served OpenAPI document as a test oracle: a validator for the
 //! subset of JSON Schema the hub's document uses (`$ref`, `type` including
 //! type lists with `null`, `properties`, `required`, `additionalProperties`,
-//! `propertyNames`, `items`, `enum`, `oneOf`/`anyOf`/`allOf`, `minimum`/`maximum`,
+//! `propertyNames`, `items`, `uniqueItems`, `enum`, `oneOf`/`anyOf`/`allOf`, `minimum`/`maximum`,
 //! `minLength`/`maxLength`, `pattern`), and a walk over its operations.
 //!
 //! A keyword the validator does not know fails the validation, so the
@@ -143,6 +143,15 @@ fn check(doc: &Value, schema: &Value, value: &Value, at: &str, depth: u32) -> Re
                 if let Some(items) = value.as_array() {
                     for (i, v) in items.iter().enumerate() {
                         check(doc, arg, v, &format!("{at}[{i}]"), depth + 1)?;
+                    }
+                }
+            }
+            "uniqueItems" => {
+                if let (Some(items), Some(true)) = (value.as_array(), arg.as_bool()) {
+                    for (i, v) in items.iter().enumerate() {
+                        if items[..i].contains(v) {
+                            return Err(format!("{at}[{i}]: {v} is listed twice"));
+                        }
                     }
                 }
             }

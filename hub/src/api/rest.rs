@@ -175,34 +175,68 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
     (router, doc)
 }
 
-/// What this installation checks beyond the types, stated in `doc`: with
-/// no default agent image (`images.agent`), `spec.image` is required and
-/// may not be empty.
-pub fn state_installation_rules(
-    doc: &mut utoipa::openapi::OpenApi,
+/// The document as served: `doc` with the checks the types do not carry
+/// stated in it (the patterns of [`crate::service::patterns`], the rules
+/// of [`crate::service::validate`]), and what this installation checks:
+/// with no default agent image (`images.agent`), `spec.image` is required
+/// and may not be empty.
+pub fn served_document(
+    doc: &utoipa::openapi::OpenApi,
     policy: &crate::service::Policy,
-) {
-    use utoipa::openapi::{RefOr, Schema};
-    if policy.default_agent_image.is_some() {
-        return;
-    }
-    let spec = doc
-        .components
-        .as_mut()
-        .and_then(|c| c.schemas.get_mut("AgentSpec"));
-    if let Some(RefOr::T(Schema::Object(spec))) = spec
-        && let Some(RefOr::T(Schema::Object(image))) = spec.properties.get_mut("image")
-    {
-        image.min_length = Some(1);
-        image.description = Some(
-            "Harness image reference; `name@sha256:<64 hex>` pins a digest. Required: this \
-             installation has no default agent image (`images.agent`)."
-                .into(),
+) -> serde_json::Value {
+    use crate::service::patterns;
+    use serde_json::json;
+    let mut doc = serde_json::to_value(doc).unwrap_or_default();
+    let schemas = &mut doc["components"]["schemas"];
+    let dns_label = json!({ "minLength": 1, "maxLength": 63, "pattern": patterns::DNS_LABEL });
+    let labels = json!({
+        "propertyNames": { "pattern": patterns::LABEL_KEY },
+        "additionalProperties": { "type": "string", "pattern": patterns::LABEL_VALUE },
+    });
+    let image = |pattern: &str| json!({ "maxLength": patterns::IMAGE_MAX, "pattern": pattern });
+    let state = |schema: &mut serde_json::Value, rules: serde_json::Value| {
+        if let (Some(schema), Some(rules)) = (schema.as_object_mut(), rules.as_object()) {
+            schema.extend(rules.clone());
+        }
+    };
+    let spec = &mut schemas["AgentSpec"]["properties"];
+    state(&mut spec["image"], image(patterns::IMAGE_OR_EMPTY));
+    state(&mut spec["gatewayImage"], image(patterns::IMAGE));
+    state(&mut spec["configuration"], dns_label.clone());
+    state(&mut spec["requirementLabels"], labels.clone());
+    state(
+        &mut spec["plugins"],
+        json!({ "items": { "type": "string", "minLength": 1, "maxLength": 63,
+                           "pattern": patterns::DNS_LABEL },
+                "uniqueItems": true }),
+    );
+    let placement = &mut schemas["Placement"]["properties"];
+    state(&mut placement["cluster"], dns_label);
+    state(&mut placement["clusterSelector"], labels);
+    for field in ["cpuRequest", "cpuLimit", "memoryRequest", "memoryLimit"] {
+        state(
+            &mut schemas["Resources"]["properties"][field],
+            json!({ "pattern": patterns::QUANTITY }),
         );
-        if !spec.required.iter().any(|r| r == "image") {
-            spec.required.push("image".into());
+    }
+    if policy.default_agent_image.is_none() {
+        let spec = &mut schemas["AgentSpec"];
+        state(
+            &mut spec["properties"]["image"],
+            json!({
+                "minLength": 1,
+                "description": "Harness image reference; `name@sha256:<64 hex>` pins a digest. \
+                                Required: this installation has no default agent image \
+                                (`images.agent`)."
+            }),
+        );
+        if let Some(required) = spec["required"].as_array_mut()
+            && !required.contains(&json!("image"))
+        {
+            required.push(json!("image"));
         }
     }
+    doc
 }
 
 // ---- extractors ------------------------------------------------------------

@@ -155,7 +155,7 @@ pub fn image(field: &str, reference: &str) -> Result<(), ServiceError> {
     if reference.is_empty() {
         return Err(invalid(field, "must not be empty"));
     }
-    if reference.len() > 512 {
+    if reference.chars().count() > super::patterns::IMAGE_MAX {
         return Err(invalid(field, "must be at most 512 characters"));
     }
     if reference
