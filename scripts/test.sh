@@ -34,6 +34,7 @@ need chromium chromium            # the web fleet view's browser test (headless)
 need chromedriver chromium-driver # ... driven over WebDriver
 need tinyproxy tinyproxy          # the spoke's HTTP CONNECT proxy test (tests/tests/link_proxy.rs)
 need buildah buildah              # the image build test (tests/tests/images.rs, deploy/images/build.sh)
+need faketime faketime            # a hub replica whose clock runs ahead (tests/tests/link_process.rs)
 
 log "PostgreSQL"
 eval "$(scripts/postgres.sh env)"

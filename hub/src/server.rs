@@ -233,6 +233,7 @@ pub async fn start_with_parts(
     // Other replicas' writes wake this one at once (PostgreSQL); SQLite is
     // one process, whose store signals its own commits.
     if store.backend() == store::Backend::Postgres {
+        tasks.spawn(store::clock::keep_in_sync(store.clone(), shutdown.clone()));
         tasks.spawn(crate::wake::pg::run(
             config.database.url.clone(),
             store.signals(),

@@ -22,6 +22,7 @@
 //! the work it enqueues are written in the same transaction, so an audit
 //! record or a work item can never be lost or be left without its change.
 
+pub mod clock;
 mod credentials;
 mod group;
 mod link;
@@ -341,6 +342,13 @@ pub trait Store:
     fn signals(&self) -> crate::wake::StoreSignals;
     /// Checks the database answers (for `/readyz`).
     async fn ping(&self) -> Result<()>;
+    /// Now, by the database's clock ([`clock::StoreClock`]): what leases
+    /// are stamped and judged by, so replicas whose clocks disagree agree
+    /// on them.
+    fn now(&self) -> DateTime<Utc>;
+    /// Measures the database's clock again; returns its offset from this
+    /// process's (zero on SQLite, which is in process).
+    async fn sync_clock(&self) -> Result<chrono::Duration>;
 
     // Namespaces.
     async fn create_namespace(&self, ns: &NewNamespace, fx: &Effects) -> Result<Namespace>;

@@ -322,7 +322,7 @@ impl Worker {
             };
             if recovery_due {
                 last_recovery = Some(Instant::now());
-                match self.store.recover_expired_work(Utc::now()).await {
+                match self.store.recover_expired_work(self.store.now()).await {
                     Ok(r) if r.requeued + r.failed > 0 => {
                         tracing::warn!(worker = %id, requeued = r.requeued, failed = r.failed, "worker.recovered");
                     }
@@ -341,7 +341,13 @@ impl Worker {
             if free > 0 {
                 match self
                     .store
-                    .claim_work(&id, free, self.config.lease, Utc::now(), &self.config.lane)
+                    .claim_work(
+                        &id,
+                        free,
+                        self.config.lease,
+                        self.store.now(),
+                        &self.config.lane,
+                    )
                     .await
                 {
                     Ok(batch) => {
@@ -417,7 +423,8 @@ impl Worker {
         if ids.is_empty() {
             return;
         }
-        let until = Utc::now() + chrono::Duration::from_std(self.config.lease).unwrap_or_default();
+        let until =
+            self.store.now() + chrono::Duration::from_std(self.config.lease).unwrap_or_default();
         if let Err(e) = self
             .store
             .heartbeat_work(&self.config.id, &ids, until)
@@ -440,7 +447,8 @@ impl Worker {
                 return (safety.min(ERROR_RETRY), false);
             }
         };
-        let now = Utc::now();
+        // Due times and lease expiries are on the database's clock.
+        let now = self.store.now();
         let until = |at: chrono::DateTime<Utc>| (at - now).to_std().unwrap_or_default();
         let run = due.next_run_at.map(until);
         // A lease is recoverable once strictly past its expiry (ms clock).
@@ -462,7 +470,7 @@ impl Worker {
     }
 
     async fn log_health(&self, totals: &WorkerTotals) {
-        match self.store.work_stats(Utc::now()).await {
+        match self.store.work_stats(self.store.now()).await {
             Ok(stats) => tracing::info!(
                 worker = %self.config.id,
                 pending = stats.pending,
@@ -478,7 +486,7 @@ impl Worker {
     /// Settles finished items: retries, failures, deferrals and releases
     /// one by one, the done ones in one complete transaction.
     async fn settle_all(&self, finished: Vec<(WorkItem, Ran)>, totals: &mut WorkerTotals) {
-        let now = Utc::now();
+        let now = self.store.now();
         let mut done = Vec::new();
         for (
             item,

@@ -185,7 +185,11 @@ impl Env {
     }
 
     fn hub(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(bin("clawfed-hub"));
+        self.hub_by(Command::new(bin("clawfed-hub")), args)
+    }
+
+    /// As [`Self::hub`], started by `c` (e.g. `faketime -f +10s clawfed-hub`).
+    fn hub_by(&self, mut c: Command, args: &[&str]) -> Command {
         c.args(args).env_remove("CLAWFED_CONFIG");
         if self.config_file().exists() {
             c.env("CLAWFED_CONFIG", self.config_file());
@@ -821,4 +825,85 @@ async fn a_hub_that_cannot_take_a_port_never_reports_healthy_and_takes_one_freed
         "the wait is logged: {}",
         hub.stderr_text()
     );
+}
+
+/// Issue 31 item 9: a replica whose wall clock runs 10 s ahead (Debian's
+/// `faketime`) shares a PostgreSQL store with one whose clock is right. The
+/// spoke's session is on the right one; the skewed one sweeps lapsed
+/// session leases like every replica. Leases are judged by the database's
+/// clock, so the live cluster is never marked offline. It used to be, at
+/// every sweep: the skewed replica read the other's lease as expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_clock_runs_ahead_marks_no_live_cluster_offline() {
+    let faketime = which_faketime();
+    let db = clawfed_tests::db::postgres().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let right = Env {
+        db_url: db.url.clone(),
+        ..Env::new(tmp.path())
+    };
+    let ahead = Env {
+        db_url: db.url.clone(),
+        ca_dir: right.ca_dir.clone(),
+        ..Env::new(&tmp.path().join("ahead"))
+    };
+    let _right_hub = right.serve(1).await;
+    let token_file = enrollment(&right).await;
+    let store = store::connect(&db.url).await.unwrap();
+    let spoke = right.spoke(1, &tmp.path().join("spoke"), Some(&token_file));
+    wait_for(Duration::from_secs(30), "exec-a online", || async {
+        welcomed_again(&store, &spoke, 1).await.then_some(())
+    })
+    .await;
+
+    let mut c = Command::new(faketime);
+    c.args(["-f", "+10s"]).arg(bin("clawfed-hub"));
+    let mut ahead_hub = Proc::spawn("hub-ahead", &mut ahead.hub_by(c, &["serve"]), &ahead.logs);
+    let started = Instant::now();
+    while !ahead_hub.stdout_text().contains("clawfed-hub listening:") {
+        assert!(ahead_hub.alive(), "{}", ahead_hub.stderr_text());
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the skewed replica did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Many sweeps of the skewed replica (one per heartbeat, 1 s here).
+    let watch_for = Duration::from_secs(15);
+    let until = Instant::now() + watch_for;
+    let mut checks = 0;
+    while Instant::now() < until {
+        let c = store.get_cluster(CLUSTER).await.unwrap();
+        assert_eq!(
+            c.connection_state,
+            ConnectionState::Online,
+            "marked offline {:?} into the watch, after {checks} checks; skewed replica:\n{}",
+            watch_for - (until - Instant::now()),
+            ahead_hub.stderr_text()
+        );
+        checks += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        spoke.stderr_text().matches("link.connected").count() == 1,
+        "the spoke's session was never lost"
+    );
+    // The skew took effect, and the replica measured it.
+    let skewed = ahead_hub.stderr_text();
+    let offset = skewed
+        .lines()
+        .find(|l| l.contains("store.clock_offset"))
+        .unwrap_or_else(|| panic!("the skewed replica never measured its offset:\n{skewed}"));
+    assert!(offset.contains("\"offsetMs\":-"), "{offset}");
+    eprintln!("exec-a stayed online through {checks} checks over {watch_for:?}");
+}
+
+/// Debian's `faketime` (scripts/test.sh installs it).
+fn which_faketime() -> PathBuf {
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("faketime"))
+        .find(|p| p.exists());
+    found.expect("faketime is missing: `apt-get install faketime` (scripts/test.sh does)")
 }

@@ -199,7 +199,7 @@ pub async fn start_with_ca(
     // lapsed (its replica died, e.g. this one before a restart) is offline
     // until it reconnects. Clusters whose lease another live replica
     // renews are left alone.
-    let lapsed = store.offline_where_lease_expired(Utc::now(), true).await?;
+    let lapsed = store.offline_where_lease_expired(store.now(), true).await?;
     tracing::info!(replica = %config.replica_id, offline = lapsed.len(), "link.lapsed_sessions_offline");
     let tls = Arc::new(server_config(&ca, &config.server_names, deny.clone())?);
     let addr = listener.local_addr().map_err(|source| LinkError::Bind {
@@ -578,7 +578,7 @@ async fn session_keeper(state: Arc<LinkState>) {
         // Taken before the renewal: a session claimed after the snapshot
         // is not judged by a renewal that may have run before its claim.
         let claimed = state.registry.claimed();
-        let lease_until = Utc::now()
+        let lease_until = state.store.now()
             + chrono::Duration::from_std(config.lease_ttl()).unwrap_or(chrono::Duration::MAX);
         // No session claimed here, no lease to renew: an idle replica
         // costs the database its sweep only (issue 14, idle load). A claim
@@ -611,7 +611,7 @@ async fn session_keeper(state: Arc<LinkState>) {
         publish_replica(&state).await;
         match state
             .store
-            .offline_where_lease_expired(Utc::now(), false)
+            .offline_where_lease_expired(state.store.now(), false)
             .await
         {
             Ok(marked) => {
@@ -634,7 +634,7 @@ async fn publish_replica(state: &LinkState) {
         replica_id: state.config.replica_id.clone(),
         advertise_url: url.clone(),
         sessions: state.registry.len() as i64,
-        heartbeat_at: Utc::now(),
+        heartbeat_at: state.store.now(),
     };
     if let Err(e) = state.store.replica_heartbeat(&record).await {
         tracing::warn!(error = %e, "link.replica_publish_failed");
@@ -653,7 +653,7 @@ async fn balancer(state: Arc<LinkState>) {
             _ = state.shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        let since = Utc::now()
+        let since = state.store.now()
             - chrono::Duration::from_std(config.replica_ttl()).unwrap_or(chrono::Duration::MAX);
         let live = match state.store.replicas_live(since).await {
             Ok(live) => live,
@@ -701,7 +701,7 @@ async fn restore_online(
         .filter(|c| held.contains(*c))
         .cloned()
         .collect();
-    let lease_until = Utc::now()
+    let lease_until = state.store.now()
         + chrono::Duration::from_std(state.config.lease_ttl()).unwrap_or(chrono::Duration::MAX);
     match state
         .store
@@ -725,7 +725,7 @@ async fn hand_off_leases(state: &LinkState) {
     let config = &state.config;
     let window = Duration::from_secs(super::session::GO_AWAY_RETRY.1.into()) + config.lease_ttl();
     let lease_until =
-        Utc::now() + chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
+        state.store.now() + chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
     match state
         .store
         .session_renew(&config.replica_id, lease_until)

@@ -420,7 +420,7 @@ impl Session {
         // renewal), and from now on only this epoch may mark it offline.
         let config = &self.state.config;
         let epoch = store
-            .session_claim(&id, &config.replica_id, Utc::now() + config.lease_ttl())
+            .session_claim(&id, &config.replica_id, store.now() + config.lease_ttl())
             .await
             .map_err(Self::store_err)?;
         self.handle.epoch.store(epoch, Ordering::Release);
@@ -874,8 +874,8 @@ impl Session {
         if epoch > 0 && moved {
             let window =
                 Duration::from_secs(REDIRECT_RETRY.1.into()) + self.state.config.lease_ttl();
-            let until =
-                Utc::now() + chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
+            let until = self.state.store.now()
+                + chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
             if let Err(e) = self
                 .state
                 .store

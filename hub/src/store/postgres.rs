@@ -21,7 +21,10 @@ pub(super) async fn connect(url: &str, settings: super::PoolSettings) -> Result<
     // sqlx takes an advisory lock around migrations, so replicas starting
     // together apply each migration once.
     MIGRATOR.run(&pool).await?;
-    Ok(SqlStore::new(pool, Backend::Postgres))
+    let store = SqlStore::new(pool, Backend::Postgres);
+    // Leases are judged by the database's clock from the first one.
+    super::Store::sync_clock(&store).await?;
+    Ok(store)
 }
 
 /// The claim: due pending items in order, skipping rows another worker has

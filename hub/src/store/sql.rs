@@ -37,6 +37,8 @@ pub struct SqlStore {
     signals: crate::wake::StoreSignals,
     /// Outbox puts, acks and reports waiting for their group commit.
     group: std::sync::Arc<super::group::GroupCommit>,
+    /// The database's clock, which leases are stamped and judged by.
+    clock: std::sync::Arc<super::clock::StoreClock>,
 }
 
 pub(super) type Tx = Transaction<'static, Any>;
@@ -114,6 +116,7 @@ impl SqlStore {
             backend,
             signals: crate::wake::StoreSignals::default(),
             group: std::sync::Arc::new(super::group::GroupCommit::for_backend(backend)),
+            clock: Default::default(),
         }
     }
 
@@ -591,6 +594,24 @@ impl Store for SqlStore {
 
     fn signals(&self) -> crate::wake::StoreSignals {
         self.signals.clone()
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    async fn sync_clock(&self) -> Result<chrono::Duration> {
+        if self.backend == Backend::Postgres {
+            let sent = Utc::now();
+            let database_ms: i64 = sqlx::query_scalar(
+                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+            )
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.classify(e))?;
+            self.clock.record(sent, database_ms, Utc::now());
+        }
+        Ok(self.clock.offset())
     }
 
     async fn ping(&self) -> Result<()> {

@@ -357,7 +357,7 @@ impl Rollout {
         agent_id: &str,
         f: impl std::future::Future<Output = Result<T, WorkError>>,
     ) -> Result<Option<T>, WorkError> {
-        let now = Utc::now();
+        let now = store.now();
         let until = now + chrono::Duration::from_std(self.config.pass_lease).unwrap_or_default();
         let holder = pass_holder(&self.holder);
         if !store
@@ -419,7 +419,7 @@ impl Rollout {
         let lease = chrono::Duration::from_std(self.config.pass_lease).unwrap_or_default();
         loop {
             tokio::time::sleep(self.config.pass_lease / 3).await;
-            let now = Utc::now();
+            let now = store.now();
             match store
                 .begin_agent_pass(agent_id, holder, now, now + lease)
                 .await
@@ -939,7 +939,9 @@ impl Rollout {
         phase: RevisionPhase,
         reason: Option<String>,
     ) -> Result<(), PassError> {
-        let now = Utc::now();
+        // Phase times and deadlines are judged by any replica: the
+        // database's clock.
+        let now = store.now();
         rev.progress.phases.insert(phase.as_str().to_owned(), now);
         if phase == RevisionPhase::WaitingReady {
             rev.progress.ready_deadline = Some(
@@ -1056,7 +1058,7 @@ impl Rollout {
             },
             failure.reason
         );
-        let now = Utc::now();
+        let now = store.now();
         let expired = rev.progress.ready_deadline.is_some_and(|d| now >= d);
         if expired || !failure.transient {
             return self.fail(store, ns, g, rev, reason).await;

@@ -345,7 +345,7 @@ impl Rollout {
             gateway_ready,
             activated: rev.progress.activated_at.is_some(),
             predecessors_retired: rev.progress.predecessors_retired_at.is_some(),
-            deadline_passed: self.deadline(rev).is_some_and(|d| d <= Utc::now()),
+            deadline_passed: self.deadline(rev).is_some_and(|d| d <= store.now()),
         };
         Ok(Gathered {
             facts,
