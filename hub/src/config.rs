@@ -450,6 +450,11 @@ pub struct TunnelSettings {
     /// Extra names and IPs on the ingress certificate (the bound address
     /// and the advertised host are always on it).
     pub server_names: Vec<String>,
+    /// This replica's own ingress address for the other replicas (the
+    /// chart sets `https://$(POD_IP):<port>`), which forward it CONNECTs
+    /// for the clusters whose sessions it holds; default
+    /// `<scheme>://<addr>` unless `addr` is unspecified.
+    pub peer_url: Option<String>,
 }
 
 impl Default for TunnelSettings {
@@ -465,6 +470,7 @@ impl Default for TunnelSettings {
             idle_timeout_seconds: d.idle_timeout.as_secs(),
             tls: d.tls,
             server_names: d.server_names,
+            peer_url: d.peer_url,
         }
     }
 }
@@ -811,6 +817,7 @@ impl Config {
                 "CLAWFED_TUNNEL_TLS" => self.tunnel.tls = parse(name, value)?,
                 "CLAWFED_TUNNEL_ADDR" => self.tunnel.addr = parse(name, value)?,
                 "CLAWFED_TUNNEL_ADVERTISE_URL" => self.tunnel.advertise_url = Some(value.clone()),
+                "CLAWFED_TUNNEL_PEER_URL" => self.tunnel.peer_url = Some(value.clone()),
                 "CLAWFED_LINK_CA_DIR" => self.link.ca_dir = value.into(),
                 "CLAWFED_LINK_CERT_TTL_SECONDS" => self.link.cert_ttl_seconds = parse(name, value)?,
                 "CLAWFED_LINK_HEARTBEAT_SECONDS" => {
@@ -1185,6 +1192,7 @@ impl Config {
             idle_timeout: Duration::from_secs(self.tunnel.idle_timeout_seconds),
             tls: self.tunnel.tls,
             server_names: self.tunnel.server_names.clone(),
+            peer_url: self.tunnel.peer_url.clone(),
             ..crate::tunnel::TunnelConfig::default()
         }
     }

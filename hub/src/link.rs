@@ -169,6 +169,10 @@ pub struct LinkState {
     /// The installation's transport key, loaded once: it derives each
     /// OpenClaw Harness' gateway token ([`LinkState::runtime_token`]).
     pub runtime_key: tokio::sync::OnceCell<crate::gateway::TransportKey>,
+    /// Where this replica's tunnel ingress is reached (set once it
+    /// listens): published, so other replicas forward CONNECTs for the
+    /// clusters whose sessions this one holds.
+    pub tunnel_url: std::sync::OnceLock<String>,
 }
 
 /// The redirects of a replica's sessions while it shuts down, handed out
@@ -216,7 +220,7 @@ impl LinkState {
         let plan = self
             .handoff
             .get_or_init(|| async {
-                let since = chrono::Utc::now()
+                let since = self.store.now()
                     - chrono::Duration::from_std(self.config.replica_ttl())
                         .unwrap_or(chrono::Duration::MAX);
                 let live = match tokio::time::timeout(

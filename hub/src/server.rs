@@ -402,11 +402,17 @@ pub async fn start_with_parts(
                     .with_harness_port(config.workload_settings().harness_port),
                     link.state.tunnels.clone(),
                     Some(link.state.ca.clone()),
+                    replica_id.clone(),
                     shutdown.clone(),
                     &mut tasks,
                 )
                 .await?,
             );
+        }
+        if let Some(url) = tunnel.as_ref().and_then(|t| t.peer_url.clone()) {
+            // Published with the replica's heartbeat: others forward the
+            // CONNECTs for this replica's clusters here.
+            let _ = link.state.tunnel_url.set(url);
         }
         let gateways: Arc<dyn GatewayRuntime> = match gateways {
             Some(g) => g,

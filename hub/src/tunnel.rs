@@ -14,11 +14,14 @@
 //!   spoke's `Tunnel` stream with the waiting connection, enforces the
 //!   per-revision and per-cluster connection limits.
 //! - `ingress.rs`: the listener Gateways dial (HTTP CONNECT).
+//! - `forward.rs`: a CONNECT for a cluster whose session another replica
+//!   holds goes to that replica's ingress.
 //! - `probe.rs`: the hub's own request to a Harness without a
 //!   control-cluster Gateway (embedded OpenClaw).
 //! - `metrics.rs`: tunnel metrics.
 
 pub mod broker;
+pub mod forward;
 pub mod ingress;
 pub mod metrics;
 pub mod probe;
@@ -53,6 +56,11 @@ pub struct TunnelConfig {
     /// Names and IPs on the ingress certificate (beyond the bound address
     /// and the advertised host, which are always on it).
     pub server_names: Vec<String>,
+    /// Where the other hub replicas reach this replica's own ingress (not
+    /// the Service in front of all of them): they forward it the CONNECTs
+    /// for the clusters whose sessions this one holds. `None` derives
+    /// `<scheme>://<bound address>` unless that address is unspecified.
+    pub peer_url: Option<String>,
 }
 
 impl Default for TunnelConfig {
@@ -69,19 +77,20 @@ impl Default for TunnelConfig {
             route_ttl: Duration::from_secs(1),
             tls: true,
             server_names: vec!["localhost".into(), "127.0.0.1".into()],
+            peer_url: None,
         }
     }
 }
 
 impl TunnelConfig {
     /// The names on the ingress certificate: the configured ones, the bound
-    /// IP (unless unspecified) and the host of the advertised URL.
+    /// IP (unless unspecified) and the hosts of the advertised and peer URLs.
     pub fn certificate_names(&self, bound: std::net::SocketAddr) -> Vec<String> {
         let mut names = self.server_names.clone();
         if !bound.ip().is_unspecified() {
             names.push(bound.ip().to_string());
         }
-        if let Some(url) = &self.advertise_url {
+        for url in [&self.advertise_url, &self.peer_url].into_iter().flatten() {
             let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
             let authority = rest.split('/').next().unwrap_or_default();
             let host = authority
@@ -95,6 +104,16 @@ impl TunnelConfig {
         names.sort();
         names.dedup();
         names
+    }
+
+    /// Where other replicas reach this one's ingress, bound at `bound`.
+    pub fn peer_url(&self, bound: std::net::SocketAddr) -> Option<String> {
+        let scheme = if self.tls { "https" } else { "http" };
+        match &self.peer_url {
+            Some(url) => Some(url.clone()),
+            None if bound.ip().is_unspecified() => None,
+            None => Some(format!("{scheme}://{bound}")),
+        }
     }
 }
 

@@ -35,6 +35,11 @@ pub const MAX_FRAME: usize = 64 * 1024;
 /// without parsing the body.
 pub const REASON_HEADER: &str = "clawfed-tunnel-reason";
 
+/// Set by a hub replica that forwards a Gateway's CONNECT to the replica
+/// holding the cluster's session (its value: the forwarding replica). A
+/// forwarded CONNECT is never forwarded again.
+pub const FORWARDED_HEADER: &str = "clawfed-tunnel-forwarded-by";
+
 /// The authority (`host:port`) a Gateway names in CONNECT for the Harness
 /// of `agent` revision `revision` in physical namespace `namespace`: the
 /// host of [`crate::work::harness::service_url`].

@@ -186,7 +186,9 @@ pub fn start_spoke_to(
     )
 }
 
-fn spawn_spoke_to(
+/// As [`start_spoke_to`], serving tunnels with `tunnels` (when given) and
+/// advertising `capabilities`.
+pub fn spawn_spoke_to(
     hub_url: &str,
     ca_pem: &str,
     cluster: &str,

@@ -41,6 +41,81 @@ impl clawfed_spoke::tunnel::HarnessDialer for MapDialer {
     }
 }
 
+/// A Harness stand-in that echoes every connection: bytes back until EOF,
+/// then EOF.
+pub async fn echo_server() -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// A revision a Gateway may tunnel to, and what its Gateway would use.
+#[derive(Debug, Clone)]
+pub struct TunnelTarget {
+    pub rev: clawfed_hub::model::AgentRevision,
+    /// The Gateway's transport credential.
+    pub token: String,
+    /// The Harness authority it CONNECTs to.
+    pub authority: String,
+    /// The spoke's target for the Harness.
+    pub target: String,
+}
+
+/// Places revision `id` on `cluster` and moves it to `waiting-ready`, as
+/// the pipeline would before its Gateway connects (tests that play the
+/// pipeline's part), and derives its Gateway's credential with `secrets`
+/// (the hub's key, which seals the transport key in `store`).
+pub async fn ready_to_tunnel(
+    store: Arc<dyn clawfed_hub::store::Store>,
+    secrets: &clawfed_hub::secrets::SecretBox,
+    id: &str,
+    cluster: &str,
+) -> TunnelTarget {
+    store.place_revision(id, cluster).await.expect("place");
+    let rev = store.get_revision_by_id(id).await.expect("revision");
+    let rev = store
+        .update_revision(
+            id,
+            rev.version,
+            clawfed_hub::model::RevisionPhase::WaitingReady,
+            None,
+            &rev.progress,
+        )
+        .await
+        .expect("waiting-ready");
+    let token = clawfed_hub::gateway::TransportCredentials::load(store.clone(), secrets)
+        .await
+        .expect("transport key")
+        .for_revision(id)
+        .await
+        .expect("credential")
+        .gateway_token;
+    let ns = store
+        .get_namespace(&rev.namespace)
+        .await
+        .expect("namespace");
+    TunnelTarget {
+        authority: clawfed_proto::tunnel::harness_authority(
+            &rev.agent,
+            rev.number,
+            &ns.data_plane_namespace,
+            8080,
+        ),
+        target: clawfed_proto::work::target::harness(&ns.id, &rev.agent, rev.number),
+        token,
+        rev,
+    }
+}
+
 /// Where the ingress listens and the CA of its certificate (`None`: plain).
 #[derive(Debug, Clone)]
 pub struct Ingress {

@@ -587,14 +587,41 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
             .and_then(|d| d.get("hub.yaml"))
             .context("hub.yaml")?,
     )?;
+    // Each replica's own tunnel ingress, where the others forward the
+    // CONNECTs for the clusters whose sessions it holds (issue 31 item 1).
+    let peer = at("CLAWFED_TUNNEL_PEER_URL").context("tunnel peer address")?;
+    ensure!(ip < peer, "POD_IP must precede its use: {env:?}");
+    let peer_url = env[peer].value.clone().context("value")?;
+    assert_eq!(peer_url, "https://$(POD_IP):8444");
     let expanded = url.replace("$(POD_IP)", "198.18.0.7");
-    let env_map = [("CLAWFED_LINK_ADVERTISE_URL".to_owned(), expanded.clone())]
-        .into_iter()
-        .collect();
+    let expanded_peer = peer_url.replace("$(POD_IP)", "198.18.0.7");
+    let env_map = [
+        ("CLAWFED_LINK_ADVERTISE_URL".to_owned(), expanded.clone()),
+        ("CLAWFED_TUNNEL_PEER_URL".to_owned(), expanded_peer.clone()),
+    ]
+    .into_iter()
+    .collect();
     let config = clawfed_hub::config::Config::load(Some(&path), &env_map)?;
     assert_eq!(
         config.link.advertise_url.as_deref(),
         Some(expanded.as_str())
+    );
+    assert_eq!(
+        config.tunnel.peer_url.as_deref(),
+        Some(expanded_peer.as_str())
+    );
+    // The ingress certificate names the Pod's address, so a forwarding
+    // replica verifies it.
+    let bound: std::net::SocketAddr = "0.0.0.0:8444".parse()?;
+    let tunnel = config.tunnel_config();
+    assert!(
+        tunnel
+            .certificate_names(bound)
+            .contains(&"198.18.0.7".to_owned())
+    );
+    assert_eq!(
+        tunnel.peer_url(bound).as_deref(),
+        Some(expanded_peer.as_str())
     );
     assert_eq!(config.link.balance_interval_seconds, 30);
     let one = &of_kind::<Deployment>(&hub, "Deployment")?[0];

@@ -45,6 +45,10 @@ struct Replica {
     proc: Proc,
     rest: String,
     link_port: u16,
+    /// Its tunnel ingress (`tunnel=` of its listening line), when on.
+    tunnel: Option<SocketAddr>,
+    /// Its metrics endpoint (`metrics=`).
+    metrics: String,
 }
 
 impl Replica {
@@ -145,16 +149,22 @@ impl Replicas {
                 .lines()
                 .find(|l| l.starts_with("clawfed-hub listening:"))
             {
-                let rest = line
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("rest="))
-                    .expect("rest address")
-                    .to_owned();
+                let field = |key: &str| {
+                    line.split_whitespace()
+                        .find_map(|w| w.strip_prefix(key))
+                        .unwrap_or_else(|| panic!("no {key} in {line}"))
+                        .to_owned()
+                };
+                let tunnel = field("tunnel=");
                 return Replica {
                     tag: tag.to_owned(),
                     proc,
-                    rest,
+                    rest: field("rest="),
                     link_port,
+                    tunnel: tunnel
+                        .split_once("://")
+                        .and_then(|(_, addr)| addr.parse().ok()),
+                    metrics: field("metrics="),
                 };
             }
             assert!(
@@ -912,5 +922,175 @@ fn copy_dir(from: &Path, to: &Path) {
         } else {
             std::fs::copy(entry.path(), target).unwrap();
         }
+    }
+}
+
+/// Issue 31 item 1: every replica serves every tunnel. Three replicas with
+/// the tunnel on; the spoke's session is on the first. A Gateway's CONNECT
+/// may reach any replica (the tunnel Service spreads them): the other two
+/// forward it to the first, which authorizes it again and opens it through
+/// its session. Every CONNECT through each of the three echoes its bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_serves_a_tunnel_to_a_cluster_whose_session_another_holds() {
+    use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
+    use clawfed_tests::tunnel::{Ingress, MapDialer, connect};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const PER_REPLICA: usize = 10;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp = tempfile::tempdir().unwrap();
+    let (replicas, _db) = Replicas::new(tmp.path()).await;
+    let no_pipeline = [("CLAWFED_PIPELINE_ENABLED", "false".to_owned())];
+    let mut running = Vec::new();
+    for tag in ["r1", "r2", "r3"] {
+        running.push(replicas.serve_with(tag, free_port(), &no_pipeline).await);
+    }
+    let (token, ca) = replicas.enrollment().await;
+    let root = replicas
+        .cli(&[
+            "token",
+            "create",
+            "--name",
+            "root",
+            "--role",
+            "installation-admin",
+        ])
+        .await
+        .trim()
+        .to_owned();
+
+    // An Agent's revision on exec-a, waiting for readiness (the test plays
+    // the pipeline's part), and its Gateway's transport credential.
+    let http = reqwest::Client::new();
+    let post = |path: &'static str, body: serde_json::Value| {
+        let request = http
+            .post(format!("{}/api/v1{path}", running[0].rest))
+            .bearer_auth(&root)
+            .json(&body);
+        async move {
+            let r = request.send().await.unwrap();
+            assert!(r.status().is_success(), "{path}: {:?}", r.text().await);
+            r.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    post("/namespaces", serde_json::json!({ "name": "team" })).await;
+    post(
+        "/namespaces/team/agents",
+        serde_json::json!({ "name": "bot",
+            "spec": { "harnessKind": "embedded-openclaw", "image": "x:1" } }),
+    )
+    .await;
+    let deployed = post("/namespaces/team/agents/bot/deploy", serde_json::json!({})).await;
+    let id = deployed["id"].as_str().unwrap().to_owned();
+    let store = clawfed_hub::store::connect(&replicas.db_url).await.unwrap();
+    let mut config = clawfed_hub::config::Config::default();
+    config.link.ca_dir = replicas.ca_dir.clone();
+    let secrets = clawfed_hub::server::load_secrets_key(&config)
+        .await
+        .unwrap();
+    let store: Arc<dyn Store> = Arc::new(store);
+    let clawfed_tests::tunnel::TunnelTarget {
+        token: credential,
+        authority,
+        target,
+        ..
+    } = clawfed_tests::tunnel::ready_to_tunnel(store.clone(), &secrets, &id, CLUSTER).await;
+
+    // The spoke, on r1, with its Harness an echo server.
+    let echo_addr = clawfed_tests::tunnel::echo_server().await;
+    let tunnels = Arc::new(Tunnels::new(
+        Arc::new(MapDialer([(target, echo_addr)].into())),
+        TunnelSettings::default(),
+    ));
+    let _spoke = clawfed_tests::link::spawn_spoke_to(
+        &running[0].link_url(),
+        &ca,
+        CLUSTER,
+        Some(token),
+        &replicas.spoke_dir("spoke"),
+        Some(tunnels),
+        vec!["applier:ledger".into()],
+    );
+    let r1 = running[0].replica_id().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let cluster_id = store
+            .get_cluster(CLUSTER)
+            .await
+            .map(|c| c.id)
+            .unwrap_or_default();
+        let held = store.get_session(&cluster_id).await.ok().flatten();
+        if held.is_some_and(|s| s.replica_id == r1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "exec-a never held by r1");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let echo_once = |ingress: Ingress| {
+        let (authority, credential) = (authority.clone(), credential.clone());
+        async move {
+            let mut s = connect(&ingress, &authority, Some(&credential))
+                .await
+                .map_err(|r| format!("{r:?}"))?;
+            s.write_all(b"ping").await.map_err(|e| e.to_string())?;
+            let mut back = [0u8; 4];
+            tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut back))
+                .await
+                .map_err(|_| "no echo within 5 s".to_owned())?
+                .map_err(|e| e.to_string())?;
+            (&back == b"ping")
+                .then_some(())
+                .ok_or("wrong bytes".to_owned())
+        }
+    };
+    // r2 and r3 learn where r1's ingress is from its next heartbeat.
+    for r in &running[1..] {
+        let ingress = Ingress {
+            addr: r.tunnel.expect("tunnel on"),
+            ca_pem: Some(ca.clone()),
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while let Err(e) = echo_once(ingress.clone()).await {
+            assert!(Instant::now() < deadline, "{}: {e}", r.tag);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    for r in &running {
+        let ingress = Ingress {
+            addr: r.tunnel.expect("tunnel on"),
+            ca_pem: Some(ca.clone()),
+        };
+        let mut failed = Vec::new();
+        for _ in 0..PER_REPLICA {
+            if let Err(e) = echo_once(ingress.clone()).await {
+                failed.push(e);
+            }
+        }
+        assert!(
+            failed.is_empty(),
+            "{}: {} of {PER_REPLICA} CONNECTs failed: {failed:?}",
+            r.tag,
+            failed.len()
+        );
+        eprintln!("{}: {PER_REPLICA} of {PER_REPLICA} CONNECTs echoed", r.tag);
+    }
+    // r2 and r3 relayed theirs; r1 opened every one through its session.
+    for r in &running[1..] {
+        let metrics = reqwest::get(&r.metrics)
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let forwarded = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("occ_tunnel_forwarded_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        assert!(
+            forwarded >= PER_REPLICA as f64,
+            "{}: forwarded {forwarded}",
+            r.tag
+        );
     }
 }

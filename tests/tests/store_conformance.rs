@@ -1854,6 +1854,7 @@ mod cases {
             advertise_url: format!("https://{id}:8443"),
             sessions,
             heartbeat_at: at,
+            tunnel_url: (id == "a").then(|| format!("https://{id}:8444")),
         };
         let old = now - chrono::Duration::seconds(60);
         s.replica_heartbeat(&record("a", 5, now)).await.unwrap();
@@ -1878,6 +1879,12 @@ mod cases {
                 ("b", "https://b:8443", 2, ms(now)),
             ]
         );
+        assert_eq!(
+            live.iter()
+                .map(|r| r.tunnel_url.as_deref())
+                .collect::<Vec<_>>(),
+            [Some("https://a:8444"), None]
+        );
         // The dead one's row is gone, even for a wider look back.
         let all = s
             .replicas_live(old - chrono::Duration::seconds(1))
@@ -1892,6 +1899,43 @@ mod cases {
                 .collect::<Vec<_>>(),
             ["b"]
         );
+    }
+
+    /// Issue 31 item 1: the replica to forward a cluster's CONNECT to is
+    /// the one whose session lease is live, when it publishes an ingress
+    /// and is not the asking replica.
+    pub async fn the_session_holders_tunnel_is_found_while_its_lease_lives(s: Arc<dyn Store>) {
+        use clawfed_hub::store::ReplicaRecord;
+        let now = Utc::now();
+        let c = online_cluster(s.as_ref(), "exec-held").await;
+        let publish = |id: &str, tunnel: Option<&str>| ReplicaRecord {
+            replica_id: id.into(),
+            advertise_url: String::new(),
+            sessions: 1,
+            heartbeat_at: now,
+            tunnel_url: tunnel.map(str::to_owned),
+        };
+        s.replica_heartbeat(&publish("a", Some("https://198.18.0.7:8444")))
+            .await
+            .unwrap();
+        s.replica_heartbeat(&publish("b", None)).await.unwrap();
+        let lease = now + chrono::Duration::seconds(30);
+        s.session_claim(&c, "a", lease).await.unwrap();
+        assert_eq!(
+            s.session_holder_tunnel(&c, "b", now).await.unwrap(),
+            Some(("a".to_owned(), "https://198.18.0.7:8444".to_owned()))
+        );
+        // The holder itself, a lapsed lease, an unknown cluster: nobody.
+        assert_eq!(s.session_holder_tunnel(&c, "a", now).await.unwrap(), None);
+        let later = lease + chrono::Duration::seconds(1);
+        assert_eq!(s.session_holder_tunnel(&c, "b", later).await.unwrap(), None);
+        assert_eq!(
+            s.session_holder_tunnel("nope", "b", now).await.unwrap(),
+            None
+        );
+        // A holder that runs no ingress cannot be forwarded to.
+        s.session_claim(&c, "b", lease).await.unwrap();
+        assert_eq!(s.session_holder_tunnel(&c, "a", now).await.unwrap(), None);
     }
 
     /// Issue 14: after its renewals stalled past the lease, a replica
@@ -2679,6 +2723,7 @@ suite!(
     session_epochs_fence_offline_marking,
     lapsed_session_leases_go_offline_once,
     replicas_publish_their_address_and_load,
+    the_session_holders_tunnel_is_found_while_its_lease_lives,
     a_handed_off_session_covers_the_move_then_lapses,
     a_stalled_replica_restores_only_the_sessions_it_holds,
 );

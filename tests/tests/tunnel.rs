@@ -10,37 +10,20 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clawfed_hub::gateway::TransportCredentials;
-use clawfed_hub::model::{AgentRevision, RevisionPhase};
+use clawfed_hub::model::RevisionPhase;
 use clawfed_hub::worker::Handlers;
-use clawfed_proto::tunnel::{harness_authority, reason};
+use clawfed_proto::tunnel::reason;
 use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::link::{
     TestSpoke, bootstrap_token, cluster, eventually, start_spoke_with_tunnels,
 };
-use clawfed_tests::tunnel::{Conn, Ingress, MapDialer, connect};
+use clawfed_tests::tunnel::{Conn, Ingress, MapDialer, connect, echo_server};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const WAIT: Duration = Duration::from_secs(15);
-
-/// Echoes every connection: bytes back until EOF, then EOF.
-async fn echo_server() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = s.split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-                let _ = w.shutdown().await;
-            });
-        }
-    });
-    addr
-}
 
 /// Accepts connections and never reads from them (a stuck Harness).
 async fn stuck_server() -> SocketAddr {
@@ -62,12 +45,7 @@ struct Env {
     _dir: tempfile::TempDir,
 }
 
-struct Rev {
-    rev: AgentRevision,
-    token: String,
-    authority: String,
-    target: String,
-}
+type Rev = clawfed_tests::tunnel::TunnelTarget;
 
 async fn post(hub: &TestHub, path: &str, body: Value) -> Value {
     let r = hub
@@ -102,32 +80,7 @@ async fn revision(hub: &TestHub, agent: &str) -> Rev {
     )
     .await;
     let id = deployed["id"].as_str().expect("revision id").to_owned();
-    store.place_revision(&id, "exec-a").await.unwrap();
-    let rev = store.get_revision_by_id(&id).await.unwrap();
-    let rev = store
-        .update_revision(
-            &id,
-            rev.version,
-            RevisionPhase::WaitingReady,
-            None,
-            &rev.progress,
-        )
-        .await
-        .unwrap();
-    let token = TransportCredentials::load(store.clone(), &hub.secrets)
-        .await
-        .unwrap()
-        .for_revision(&id)
-        .await
-        .unwrap()
-        .gateway_token;
-    let ns = store.get_namespace("team").await.unwrap();
-    Rev {
-        authority: harness_authority(agent, rev.number, &ns.data_plane_namespace, 8080),
-        target: clawfed_proto::work::target::harness(&ns.id, agent, rev.number),
-        rev,
-        token,
-    }
+    clawfed_tests::tunnel::ready_to_tunnel(store, &hub.secrets, &id, "exec-a").await
 }
 
 async fn set_phase(hub: &TestHub, r: &Rev, phase: RevisionPhase) {

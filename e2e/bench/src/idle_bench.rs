@@ -125,19 +125,7 @@ fn sqlite_bytes(dir: &Path) -> u64 {
 }
 
 async fn run(a: Args) -> anyhow::Result<bool> {
-    let hub_bin = match a.hub_bin.clone() {
-        Some(b) => b,
-        None => std::env::current_exe()?
-            .parent()
-            .context("bench dir")?
-            .join("clawfed-hub"),
-    };
-    if !hub_bin.exists() {
-        bail!(
-            "{} not found: cargo build --release -p clawfed-hub",
-            hub_bin.display()
-        );
-    }
+    let hub_bin = clawfed_bench::hub_bin(a.hub_bin.clone())?;
     let dir = tempfile::tempdir()?;
     let (db_url, pg_name) = if a.postgres {
         let (url, name) = postgres_database().await?;

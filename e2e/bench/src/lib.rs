@@ -18,6 +18,26 @@ pub fn profile_of(bin: &Path) -> &'static str {
 }
 
 /// The `p`th percentile (0-100) of `sorted` (nearest rank); NaN when empty.
+/// The hub binary a bench runs: `given`, else `clawfed-hub` next to the
+/// bench's own binary (same profile); an error naming the build command
+/// when it is missing.
+pub fn hub_bin(given: Option<std::path::PathBuf>) -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context;
+    let bin = match given {
+        Some(b) => b,
+        None => std::env::current_exe()?
+            .parent()
+            .context("bench dir")?
+            .join("clawfed-hub"),
+    };
+    anyhow::ensure!(
+        bin.exists(),
+        "{} not found: cargo build [--release] -p clawfed-hub",
+        bin.display()
+    );
+    Ok(bin)
+}
+
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;

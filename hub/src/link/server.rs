@@ -227,6 +227,7 @@ pub async fn start_with_ca(
         secrets,
         handoff: Default::default(),
         runtime_key: Default::default(),
+        tunnel_url: Default::default(),
     });
 
     let (conn_tx, conn_rx) = mpsc::channel(1024);
@@ -624,17 +625,20 @@ async fn session_keeper(state: Arc<LinkState>) {
     }
 }
 
-/// Publishes this replica's advertised address and session count (when
-/// it advertises one), with the lease renewal: the others' view of it.
+/// Publishes this replica's advertised link address (empty: it takes no
+/// redirects), its tunnel ingress and its session count, with the lease
+/// renewal: the others' view of it. Nothing when it has neither address.
 async fn publish_replica(state: &LinkState) {
-    let Some(url) = &state.config.advertise_url else {
+    let tunnel_url = state.tunnel_url.get().cloned();
+    if state.config.advertise_url.is_none() && tunnel_url.is_none() {
         return;
-    };
+    }
     let record = crate::store::ReplicaRecord {
         replica_id: state.config.replica_id.clone(),
-        advertise_url: url.clone(),
+        advertise_url: state.config.advertise_url.clone().unwrap_or_default(),
         sessions: state.registry.len() as i64,
         heartbeat_at: state.store.now(),
+        tunnel_url,
     };
     if let Err(e) = state.store.replica_heartbeat(&record).await {
         tracing::warn!(error = %e, "link.replica_publish_failed");

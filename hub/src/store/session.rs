@@ -34,6 +34,8 @@ pub struct ReplicaRecord {
     /// Sessions it held when it published.
     pub sessions: i64,
     pub heartbeat_at: DateTime<Utc>,
+    /// Where its tunnel ingress is reached, when it runs one.
+    pub tunnel_url: Option<String>,
 }
 
 /// Session ownership across hub replicas.
@@ -121,4 +123,14 @@ pub trait SessionStore: Send + Sync {
 
     /// Removes `replica_id`'s row (it shuts down).
     async fn replica_remove(&self, replica_id: &str) -> Result<()>;
+    /// The replica other than `except` whose session lease on `cluster_id`
+    /// is live at `now`, and where its tunnel ingress is reached: (replica
+    /// id, tunnel URL). `None` when no other replica holds it or the holder
+    /// runs no ingress.
+    async fn session_holder_tunnel(
+        &self,
+        cluster_id: &str,
+        except: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<(String, String)>>;
 }

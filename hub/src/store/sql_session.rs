@@ -227,15 +227,17 @@ impl SessionStore for SqlStore {
 
     async fn replica_heartbeat(&self, replica: &ReplicaRecord) -> Result<()> {
         sqlx::query(
-            "INSERT INTO hub_replicas (replica_id, advertise_url, sessions, heartbeat_at) \
-             VALUES ($1, $2, $3, $4) \
+            "INSERT INTO hub_replicas (replica_id, advertise_url, sessions, heartbeat_at, \
+             tunnel_url) VALUES ($1, $2, $3, $4, $5) \
              ON CONFLICT (replica_id) DO UPDATE SET advertise_url = excluded.advertise_url, \
-             sessions = excluded.sessions, heartbeat_at = excluded.heartbeat_at",
+             sessions = excluded.sessions, heartbeat_at = excluded.heartbeat_at, \
+             tunnel_url = excluded.tunnel_url",
         )
         .bind(replica.replica_id.clone())
         .bind(replica.advertise_url.clone())
         .bind(replica.sessions)
         .bind(ms(replica.heartbeat_at))
+        .bind(replica.tunnel_url.clone())
         .execute(self.pool())
         .await
         .map_err(|e| self.classify(e))?;
@@ -249,8 +251,8 @@ impl SessionStore for SqlStore {
             .await
             .map_err(|e| self.classify(e))?;
         let rows = sqlx::query(
-            "SELECT replica_id, advertise_url, sessions, heartbeat_at FROM hub_replicas \
-             WHERE heartbeat_at >= $1 ORDER BY replica_id",
+            "SELECT replica_id, advertise_url, sessions, heartbeat_at, tunnel_url \
+             FROM hub_replicas WHERE heartbeat_at >= $1 ORDER BY replica_id",
         )
         .bind(ms(since))
         .fetch_all(self.pool())
@@ -263,6 +265,7 @@ impl SessionStore for SqlStore {
                     advertise_url: r.try_get(1)?,
                     sessions: r.try_get(2)?,
                     heartbeat_at: from_ms(r.try_get(3)?),
+                    tunnel_url: r.try_get(4)?,
                 })
             })
             .collect::<std::result::Result<_, sqlx::Error>>()
@@ -276,6 +279,29 @@ impl SessionStore for SqlStore {
             .await
             .map_err(|e| self.classify(e))?;
         Ok(())
+    }
+
+    async fn session_holder_tunnel(
+        &self,
+        cluster_id: &str,
+        except: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<(String, String)>> {
+        let row = sqlx::query(
+            "SELECT s.replica_id, r.tunnel_url FROM cluster_sessions s \
+             JOIN hub_replicas r ON r.replica_id = s.replica_id \
+             WHERE s.cluster_id = $1 AND s.replica_id <> $2 AND s.lease_expires_at > $3 \
+               AND r.tunnel_url IS NOT NULL",
+        )
+        .bind(cluster_id.to_owned())
+        .bind(except.to_owned())
+        .bind(ms(now))
+        .fetch_optional(self.reader())
+        .await
+        .map_err(|e| self.classify(e))?;
+        row.map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .transpose()
+            .map_err(|e: sqlx::Error| self.classify(e))
     }
 }
 

@@ -211,6 +211,11 @@ impl Broker {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether this replica holds `cluster_id`'s link session.
+    pub fn holds_session(&self, cluster_id: &str) -> bool {
+        self.registry.is_connected(cluster_id)
+    }
+
     /// Tunnels open now for `revision_id`.
     pub fn open_for_revision(&self, revision_id: &str) -> usize {
         let c = self.counts.lock().unwrap_or_else(|p| p.into_inner());

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use clawfed_proto::tunnel::{REASON_HEADER, reason, refusal_status};
+use clawfed_proto::tunnel::{FORWARDED_HEADER, REASON_HEADER, reason, refusal_status};
 use clawfed_tunnel::{Counters, pump};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Refusal;
 use super::broker::{Broker, Opened};
+use super::forward::Forwarding;
 use super::metrics::DirectionLabel;
 use super::route::{Route, Routes};
 use crate::link::ca::CertificateAuthority;
@@ -53,11 +54,15 @@ pub struct IngressHandle {
     pub url: String,
     /// The CA Gateways verify the ingress with (TLS only).
     pub ca_pem: Option<String>,
+    /// Where the other replicas reach this ingress (`TunnelConfig::peer_url`).
+    pub peer_url: Option<String>,
 }
 
 struct Ingress {
     routes: Routes,
     broker: Arc<Broker>,
+    /// CONNECTs for clusters whose session another replica holds.
+    forwarding: Forwarding,
     shutdown: CancellationToken,
 }
 
@@ -68,6 +73,7 @@ pub async fn start(
     routes: Routes,
     broker: Arc<Broker>,
     ca: Option<Arc<CertificateAuthority>>,
+    replica_id: String,
     shutdown: CancellationToken,
     tasks: &mut JoinSet<()>,
 ) -> Result<IngressHandle, IngressError> {
@@ -79,9 +85,10 @@ pub async fn start(
     let addr = listener.local_addr().map_err(bind)?;
     // The certificate names the bound address, so it is issued after the
     // bind (an ephemeral port or a wildcard address is then known).
-    let tls = match ca.filter(|_| config.tls) {
+    let ca = ca.filter(|_| config.tls);
+    let tls = match &ca {
         Some(ca) => {
-            let server = ingress_server_config(&ca, &config.certificate_names(addr))?;
+            let server = ingress_server_config(ca, &config.certificate_names(addr))?;
             Some((Arc::new(server), ca.ca_pem().to_owned()))
         }
         None => None,
@@ -91,16 +98,27 @@ pub async fn start(
         .advertise_url
         .clone()
         .unwrap_or_else(|| format!("{scheme}://{addr}"));
+    let forwarding = Forwarding::new(
+        routes.store(),
+        replica_id,
+        ca.as_ref().map(|ca| ca.ca_der()),
+    )?;
     let ingress = Arc::new(Ingress {
         routes,
         broker,
+        forwarding,
         shutdown: shutdown.clone(),
     });
     tracing::info!(%addr, %url, tls = tls.is_some(), "tunnel.listening");
     let ca_pem = tls.as_ref().map(|(_, ca)| ca.clone());
     let acceptor = tls.map(|(server, _)| tokio_rustls::TlsAcceptor::from(server));
     tasks.spawn(accept_loop(listener, acceptor, ingress));
-    Ok(IngressHandle { addr, url, ca_pem })
+    Ok(IngressHandle {
+        addr,
+        url,
+        ca_pem,
+        peer_url: config.peer_url(addr),
+    })
 }
 
 async fn accept_loop(
@@ -140,6 +158,22 @@ async fn accept_loop(
         });
     }
     tracing::info!("tunnel.stopped");
+}
+
+/// Relays a forwarded tunnel: the Gateway's connection (once hyper hands
+/// it over) and the holder replica's, both ways until either ends.
+async fn relay(req: Request<Incoming>, route: Route, upstream: hyper::upgrade::Upgraded) {
+    let gateway = match hyper::upgrade::on(req).await {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::debug!(agent = %route.agent, error = %e, "tunnel.upgrade_failed");
+            return;
+        }
+    };
+    let moved =
+        tokio::io::copy_bidirectional(&mut TokioIo::new(gateway), &mut TokioIo::new(upstream))
+            .await;
+    tracing::debug!(agent = %route.agent, cluster = %route.cluster_name, moved = ?moved, "tunnel.forward_closed");
 }
 
 /// Serves one Gateway connection (plain or TLS): its CONNECT request, then
@@ -248,6 +282,21 @@ impl Ingress {
             .resolve(token, &authority)
             .await
             .map_err(|r| (r, None))?;
+        // Held by another replica: forwarded there, once.
+        if !self.broker.holds_session(&route.cluster_id)
+            && !req.headers().contains_key(FORWARDED_HEADER)
+            && let Some((replica, url)) = self.forwarding.holder(&route.cluster_id).await
+        {
+            let upstream = self
+                .forwarding
+                .open(&url, &authority, token)
+                .await
+                .map_err(|r| (r, Some(route.clone())))?;
+            tracing::debug!(cluster = %route.cluster_name, %replica, "tunnel.forwarded");
+            self.broker.metrics().forwarded.inc();
+            tokio::spawn(relay(req, route, upstream));
+            return Ok(());
+        }
         let opened = self
             .broker
             .open(&route)

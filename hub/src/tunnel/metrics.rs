@@ -28,6 +28,8 @@ pub struct TunnelMetrics {
     pub setup: Histogram,
     /// `Tunnel` streams refused because no open of their cluster waited.
     pub unpaired_refused: Counter,
+    /// CONNECTs relayed to the replica holding their cluster's session.
+    pub forwarded: Counter,
 }
 
 impl TunnelMetrics {
@@ -39,6 +41,7 @@ impl TunnelMetrics {
             failures: Family::default(),
             setup: Histogram::new(exponential_buckets(0.0002, 2.0, 16)),
             unpaired_refused: Counter::default(),
+            forwarded: Counter::default(),
         };
         // Every series at zero from the start, so `increase()` sees the first
         // failure and dashboards show 0 rather than no data.
@@ -74,6 +77,11 @@ impl TunnelMetrics {
             "occ_tunnel_unpaired_streams_refused",
             "Spoke Tunnel streams refused because no open of their cluster was waiting for one",
             m.unpaired_refused.clone(),
+        );
+        registry.register(
+            "occ_tunnel_forwarded",
+            "Gateway CONNECTs relayed to the replica holding their cluster's session",
+            m.forwarded.clone(),
         );
         m
     }

@@ -75,6 +75,11 @@ fn store_refusal(e: StoreError) -> Refusal {
 }
 
 impl Routes {
+    /// The store routes are read from.
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+
     pub fn new(store: Arc<dyn Store>, ttl: std::time::Duration) -> Self {
         Self {
             store,
