@@ -266,6 +266,14 @@ pub struct WorkerSettings {
     pub backoff_base_ms: u64,
     pub backoff_cap_ms: u64,
     pub health_interval_seconds: u64,
+    /// This hub's name that survives its restarts (the chart sets the Pod
+    /// name, which a container restart keeps; `CLAWFED_INSTANCE_ID`). Its
+    /// work and Agent-pass claims carry it, so a restarted hub takes back
+    /// its dead incarnation's claims at once instead of waiting for their
+    /// leases. Unique among live replicas. On SQLite (one hub per database)
+    /// it defaults to `embedded`; on PostgreSQL, unset, nothing is taken
+    /// back early. Lowercase letters, digits, `-` and `.`.
+    pub instance_id: Option<String>,
 }
 
 impl Default for WorkerSettings {
@@ -280,6 +288,7 @@ impl Default for WorkerSettings {
             backoff_base_ms: 1000,
             backoff_cap_ms: 300_000,
             health_interval_seconds: 60,
+            instance_id: None,
         }
     }
 }
@@ -818,6 +827,7 @@ impl Config {
                 "CLAWFED_TUNNEL_ADDR" => self.tunnel.addr = parse(name, value)?,
                 "CLAWFED_TUNNEL_ADVERTISE_URL" => self.tunnel.advertise_url = Some(value.clone()),
                 "CLAWFED_TUNNEL_PEER_URL" => self.tunnel.peer_url = Some(value.clone()),
+                "CLAWFED_INSTANCE_ID" => self.worker.instance_id = Some(value.clone()),
                 "CLAWFED_LINK_CA_DIR" => self.link.ca_dir = value.into(),
                 "CLAWFED_LINK_CERT_TTL_SECONDS" => self.link.cert_ttl_seconds = parse(name, value)?,
                 "CLAWFED_LINK_HEARTBEAT_SECONDS" => {
@@ -883,6 +893,19 @@ impl Config {
         }
         if let Some((field, reason)) = self.watch.invalid() {
             return Err(invalid(field, reason));
+        }
+        if let Some(id) = &self.worker.instance_id {
+            let ok = !id.is_empty()
+                && id.len() <= 253
+                && id.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
+                });
+            if !ok {
+                return Err(invalid(
+                    "worker.instanceId",
+                    "must be 1-253 lowercase letters, digits, '-' or '.' (e.g. the Pod name)",
+                ));
+            }
         }
         if self.database.max_connections.is_some_and(|n| n < 2) {
             return Err(invalid("database.maxConnections", "must be at least 2"));
@@ -1229,6 +1252,17 @@ impl Config {
     }
 
     /// The worker settings this configuration sets.
+    /// This hub's instance name ([`WorkerSettings::instance_id`]), with
+    /// the SQLite default.
+    pub fn instance_id(&self) -> Option<String> {
+        self.worker.instance_id.clone().or_else(|| {
+            self.database
+                .url
+                .starts_with("sqlite:")
+                .then(|| "embedded".to_owned())
+        })
+    }
+
     pub fn worker_config(&self) -> WorkerConfig {
         WorkerConfig {
             batch_size: self.worker.batch_size,

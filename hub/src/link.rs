@@ -205,11 +205,28 @@ impl LinkState {
         store: &dyn Store,
         revision_id: &str,
     ) -> Result<String, crate::gateway::transport::TransportKeyError> {
-        let key = self
-            .runtime_key
+        Ok(self.transport_key(store).await?.runtime_token(revision_id))
+    }
+
+    /// The installation's transport key, loaded once.
+    async fn transport_key(
+        &self,
+        store: &dyn Store,
+    ) -> Result<&crate::gateway::TransportKey, crate::gateway::transport::TransportKeyError> {
+        self.runtime_key
             .get_or_try_init(|| crate::gateway::TransportKey::load_or_create(store, &self.secrets))
-            .await?;
-        Ok(key.runtime_token(revision_id))
+            .await
+    }
+
+    /// The revision's runtime token and transport credential, for the
+    /// hub's own requests to its Harness (both from the transport key).
+    pub async fn revision_tokens(
+        &self,
+        store: &dyn Store,
+        revision_id: &str,
+    ) -> Result<(String, String), crate::gateway::transport::TransportKeyError> {
+        let key = self.transport_key(store).await?;
+        Ok((key.runtime_token(revision_id), key.token(revision_id)))
     }
 
     /// Where a session of this replica, shutting down, should reconnect:

@@ -221,6 +221,25 @@ pub async fn start_with_parts(
     // sessions it records in the store (see `link::server`).
     let replica_id = uuid::Uuid::new_v4().to_string();
     tracing::info!(replica = %replica_id, "hub.replica");
+    // This instance's earlier incarnations (killed, then restarted) left
+    // claims that no one else may take before their leases run out; this
+    // incarnation takes them back at once, before its workers start. Its
+    // own claims carry the same prefix and its incarnation.
+    let instance = config.instance_id();
+    let owner_prefix = instance
+        .as_ref()
+        .map(|i| format!("{i}~{}~", uuid::Uuid::new_v4().simple()));
+    if let Some(instance) = &instance {
+        let reclaimed = store
+            .reclaim_incarnation(&format!("{instance}~"), store.now())
+            .await?;
+        tracing::info!(
+            %instance,
+            work = reclaimed.work,
+            passes = reclaimed.passes,
+            "hub.reclaimed_earlier_incarnation"
+        );
+    }
     let state = AppState {
         service: service.clone(),
         metrics: metrics.clone(),
@@ -467,6 +486,10 @@ pub async fn start_with_parts(
         )
         .with_metrics(pipeline_metrics)
         .with_secrets(secrets.clone());
+        let rollout = match &owner_prefix {
+            Some(prefix) => rollout.with_owner_prefix(prefix),
+            None => rollout,
+        };
         if config.pipeline_enabled() {
             handlers.register(REVISION_ROLLOUT, RolloutHandler(rollout.clone()));
             handlers.register(GATEWAY_ENSURE, GatewayEnsureHandler(rollout.clone()));
@@ -480,7 +503,10 @@ pub async fn start_with_parts(
     };
 
     if config.worker.enabled {
-        for lane in config.worker_lanes() {
+        for mut lane in config.worker_lanes() {
+            if let Some(prefix) = &owner_prefix {
+                lane.id = format!("{prefix}{}", lane.id);
+            }
             let worker = Worker::new(store.clone(), handlers.clone(), lane);
             let token = shutdown.clone();
             tasks.spawn(async move {

@@ -310,6 +310,15 @@ impl WorkLane {
     }
 }
 
+/// What taking back a dead incarnation's claims did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reclaimed {
+    /// Work claims returned to pending.
+    pub work: u64,
+    /// Agent-pass leases released.
+    pub passes: u64,
+}
+
 /// What recovering expired leases did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovered {
@@ -518,6 +527,15 @@ pub trait Store:
     /// Returns claims whose lease expired to pending (or fails them when
     /// they used their last attempt).
     async fn recover_expired_work(&self, now: DateTime<Utc>) -> Result<Recovered>;
+    /// Takes back, at once, the work claims and Agent-pass leases whose
+    /// holder names start with `owner_prefix` (a restarted hub's dead
+    /// incarnation, `<instance id>~`): the claims return to pending, due
+    /// `now`, the attempt not counted; the passes are released.
+    async fn reclaim_incarnation(
+        &self,
+        owner_prefix: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Reclaimed>;
     async fn get_work(&self, id: &str) -> Result<WorkItem>;
     async fn list_work(&self, filter: &WorkFilter) -> Result<Vec<WorkItem>>;
     async fn work_stats(&self, now: DateTime<Utc>) -> Result<WorkStats>;

@@ -16,12 +16,15 @@
 //! - `ingress.rs`: the listener Gateways dial (HTTP CONNECT).
 //! - `forward.rs`: a CONNECT for a cluster whose session another replica
 //!   holds goes to that replica's ingress.
+//! - `harness_stream.rs`: the hub's own connection to a Harness (probes,
+//!   chat), through its session or the holder's ingress.
 //! - `probe.rs`: the hub's own request to a Harness without a
 //!   control-cluster Gateway (embedded OpenClaw).
 //! - `metrics.rs`: tunnel metrics.
 
 pub mod broker;
 pub mod forward;
+pub mod harness_stream;
 pub mod ingress;
 pub mod metrics;
 pub mod probe;

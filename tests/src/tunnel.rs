@@ -58,6 +58,60 @@ pub async fn echo_server() -> SocketAddr {
     addr
 }
 
+/// A stand-in runtime for the hub's own requests through the data path:
+/// answers every HTTP request with an OpenAI chat completion whose text is
+/// `answer` (the real runtime's turn is proven in `openclaw_runtime.rs`;
+/// this one proves the path to it).
+pub async fn chat_completion_server(answer: &'static str) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                // The head, then as many body bytes as it announces.
+                loop {
+                    let Ok(n) = s.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request).to_string();
+                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                        let length = head
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        if body.len() >= length {
+                            break;
+                        }
+                    }
+                }
+                let body = serde_json::json!({
+                    "object": "chat.completion",
+                    "choices": [{ "index": 0,
+                        "message": { "role": "assistant", "content": answer } }],
+                })
+                .to_string();
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(response.as_bytes()).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
 /// A revision a Gateway may tunnel to, and what its Gateway would use.
 #[derive(Debug, Clone)]
 pub struct TunnelTarget {

@@ -593,6 +593,11 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
     ensure!(ip < peer, "POD_IP must precede its use: {env:?}");
     let peer_url = env[peer].value.clone().context("value")?;
     assert_eq!(peer_url, "https://$(POD_IP):8444");
+    // The Pod's name, kept across container restarts (issue 31 item 14).
+    let name = at("POD_NAME").context("POD_NAME")?;
+    let instance = at("CLAWFED_INSTANCE_ID").context("instance id")?;
+    ensure!(name < instance, "POD_NAME must precede its use: {env:?}");
+    assert_eq!(env[instance].value.as_deref(), Some("$(POD_NAME)"));
     let expanded = url.replace("$(POD_IP)", "198.18.0.7");
     let expanded_peer = peer_url.replace("$(POD_IP)", "198.18.0.7");
     let env_map = [

@@ -981,6 +981,19 @@ async fn every_replica_serves_a_tunnel_to_a_cluster_whose_session_another_holds(
     .await;
     let deployed = post("/namespaces/team/agents/bot/deploy", serde_json::json!({})).await;
     let id = deployed["id"].as_str().unwrap().to_owned();
+    // A second Agent, active, whose runtime answers chat turns.
+    post(
+        "/namespaces/team/agents",
+        serde_json::json!({ "name": "talker",
+            "spec": { "harnessKind": "embedded-openclaw", "image": "x:1" } }),
+    )
+    .await;
+    let talker = post(
+        "/namespaces/team/agents/talker/deploy",
+        serde_json::json!({}),
+    )
+    .await;
+    let talker_id = talker["id"].as_str().unwrap().to_owned();
     let store = clawfed_hub::store::connect(&replicas.db_url).await.unwrap();
     let mut config = clawfed_hub::config::Config::default();
     config.link.ca_dir = replicas.ca_dir.clone();
@@ -994,11 +1007,28 @@ async fn every_replica_serves_a_tunnel_to_a_cluster_whose_session_another_holds(
         target,
         ..
     } = clawfed_tests::tunnel::ready_to_tunnel(store.clone(), &secrets, &id, CLUSTER).await;
+    let talker =
+        clawfed_tests::tunnel::ready_to_tunnel(store.clone(), &secrets, &talker_id, CLUSTER).await;
+    assert!(
+        store
+            .activate_revision("team", "talker", talker.rev.number)
+            .await
+            .unwrap()
+    );
 
     // The spoke, on r1, with its Harness an echo server.
     let echo_addr = clawfed_tests::tunnel::echo_server().await;
     let tunnels = Arc::new(Tunnels::new(
-        Arc::new(MapDialer([(target, echo_addr)].into())),
+        Arc::new(MapDialer(
+            [
+                (target, echo_addr),
+                (
+                    talker.target.clone(),
+                    clawfed_tests::tunnel::chat_completion_server("pong").await,
+                ),
+            ]
+            .into(),
+        )),
         TunnelSettings::default(),
     ));
     let _spoke = clawfed_tests::link::spawn_spoke_to(
@@ -1073,6 +1103,24 @@ async fn every_replica_serves_a_tunnel_to_a_cluster_whose_session_another_holds(
             failed.len()
         );
         eprintln!("{}: {PER_REPLICA} of {PER_REPLICA} CONNECTs echoed", r.tag);
+    }
+    // The hub's own requests too: `agents chat` through each replica's API
+    // reaches the runtime (r2 and r3 through r1's ingress).
+    for r in &running {
+        let answer = http
+            .post(format!(
+                "{}/api/v1/namespaces/team/agents/talker/chat",
+                r.rest
+            ))
+            .bearer_auth(&root)
+            .json(&serde_json::json!({ "message": "ping" }))
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status();
+        let body: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(status, 200, "{}: {body}", r.tag);
+        assert_eq!(body["answer"], "pong", "{}: {body}", r.tag);
     }
     // r2 and r3 relayed theirs; r1 opened every one through its session.
     for r in &running[1..] {

@@ -835,7 +835,7 @@ async fn a_hub_that_cannot_take_a_port_never_reports_healthy_and_takes_one_freed
 /// every sweep: the skewed replica read the other's lease as expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_clock_runs_ahead_marks_no_live_cluster_offline() {
-    let faketime = which_faketime();
+    let libfaketime = libfaketime();
     let db = clawfed_tests::db::postgres().await;
     let tmp = tempfile::tempdir().unwrap();
     let right = Env {
@@ -856,8 +856,10 @@ async fn a_replica_whose_clock_runs_ahead_marks_no_live_cluster_offline() {
     })
     .await;
 
-    let mut c = Command::new(faketime);
-    c.args(["-f", "+10s"]).arg(bin("clawfed-hub"));
+    // libfaketime preloaded into the hub itself (not the `faketime`
+    // wrapper, whose child would outlive a kill of the wrapper).
+    let mut c = Command::new(bin("clawfed-hub"));
+    c.env("LD_PRELOAD", &libfaketime).env("FAKETIME", "+10s");
     let mut ahead_hub = Proc::spawn("hub-ahead", &mut ahead.hub_by(c, &["serve"]), &ahead.logs);
     let started = Instant::now();
     while !ahead_hub.stdout_text().contains("clawfed-hub listening:") {
@@ -898,12 +900,96 @@ async fn a_replica_whose_clock_runs_ahead_marks_no_live_cluster_offline() {
     eprintln!("exec-a stayed online through {checks} checks over {watch_for:?}");
 }
 
-/// Debian's `faketime` (scripts/test.sh installs it).
-fn which_faketime() -> PathBuf {
-    let found = std::env::var_os("PATH")
+/// Debian's libfaketime (package `faketime`, which scripts/test.sh
+/// installs): `/usr/lib/<triplet>/faketime/libfaketimeMT.so.1`.
+fn libfaketime() -> PathBuf {
+    let found = std::fs::read_dir("/usr/lib")
         .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join("faketime"))
+        .flatten()
+        .flatten()
+        .map(|d| d.path().join("faketime/libfaketimeMT.so.1"))
         .find(|p| p.exists());
-    found.expect("faketime is missing: `apt-get install faketime` (scripts/test.sh does)")
+    found.expect("libfaketime is missing: `apt-get install faketime` (scripts/test.sh does)")
+}
+
+/// Issue 31 item 14: a hub killed with work claimed (here a namespace's
+/// provisioning, claimed by its dead incarnation with a 10-minute lease)
+/// takes that work back as it restarts (instance `embedded`, the SQLite
+/// default) and runs it at once, instead of waiting for the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_hub_runs_its_dead_incarnations_claimed_work_at_once() {
+    use clawfed_hub::store::WorkLane;
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::new(tmp.path());
+    env.cli(&["migrate"]).await;
+    let store: std::sync::Arc<dyn Store> =
+        std::sync::Arc::new(store::connect(&env.db_url).await.unwrap());
+    // A namespace and its provisioning, as the hub's API queues them.
+    let id = uuid::Uuid::now_v7().to_string();
+    let fx = clawfed_hub::store::Effects {
+        audit: clawfed_hub::store::NewAudit {
+            actor: "test".into(),
+            action: "namespace.create".into(),
+            namespace: Some("team".into()),
+            target: "namespaces/team".into(),
+            result: "ok".into(),
+            detail: None,
+        },
+        work: vec![clawfed_hub::store::NewWork {
+            kind: clawfed_hub::worker::kinds::NAMESPACE_PROVISION.into(),
+            namespace_id: Some(id.clone()),
+            target: id.clone(),
+            payload: serde_json::json!({}),
+            requested_by: None,
+            max_attempts: 8,
+            run_at: chrono::Utc::now(),
+            coalesce: false,
+        }],
+    };
+    let ns = store
+        .create_namespace(
+            &clawfed_hub::store::NewNamespace {
+                id: id.clone(),
+                name: "team".into(),
+                display_name: String::new(),
+                data_plane_namespace: clawfed_proto::naming::data_plane_namespace(&id),
+                adopted: false,
+            },
+            &fx,
+        )
+        .await
+        .unwrap();
+    let claimed = store
+        .claim_work(
+            "embedded~dead~worker-1",
+            10,
+            Duration::from_secs(600),
+            chrono::Utc::now(),
+            &WorkLane::All,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.len(),
+        1,
+        "the provisioning, claimed by the dead incarnation"
+    );
+    let _hub = env.serve(1).await;
+    let provisioned = Instant::now();
+    wait_for(
+        Duration::from_secs(15),
+        "the namespace provisioned by the restarted hub",
+        || async {
+            store
+                .get_namespace(&ns.name)
+                .await
+                .ok()
+                .and_then(|n| n.provisioned_at)
+        },
+    )
+    .await;
+    eprintln!(
+        "provisioned {:?} after the restarted hub listened (its dead incarnation's lease: 600 s)",
+        provisioned.elapsed()
+    );
 }

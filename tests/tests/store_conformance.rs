@@ -1234,6 +1234,59 @@ mod cases {
         );
     }
 
+    /// Issue 31 item 14: a restarted hub takes back its dead incarnation's
+    /// claims and Agent-pass leases at once (their holders start with its
+    /// instance's prefix), the cut attempt not counted; another instance's
+    /// live claims keep their leases.
+    pub async fn a_dead_incarnations_claims_are_taken_back_at_once(s: Arc<dyn Store>) {
+        namespace(s.as_ref(), "team-a").await;
+        agent(s.as_ref(), "team-a", "one").await;
+        let agent_id = s.get_agent("team-a", "one").await.unwrap().id;
+        s.enqueue_work(&[work("k", None, "mine"), work("k", None, "theirs")])
+            .await
+            .unwrap();
+        let t0 = Utc::now();
+        let lease = Duration::from_secs(60);
+        let mine = s
+            .claim_work("hub-0~old~worker-1", 1, lease, t0, &WorkLane::All)
+            .await
+            .unwrap();
+        let theirs = s
+            .claim_work("hub-1~live~worker-1", 1, lease, t0, &WorkLane::All)
+            .await
+            .unwrap();
+        assert_eq!((mine.len(), theirs.len()), (1, 1));
+        let until = t0 + chrono::Duration::seconds(60);
+        assert!(
+            s.begin_agent_pass(&agent_id, "hub-0~old~hub-1", t0, until)
+                .await
+                .unwrap()
+        );
+        let reclaimed = s.reclaim_incarnation("hub-0~", t0).await.unwrap();
+        assert_eq!((reclaimed.work, reclaimed.passes), (1, 1));
+        // Due now, for the new incarnation, the cut attempt not counted.
+        let again = s
+            .claim_work("hub-0~new~worker-1", 10, lease, t0, &WorkLane::All)
+            .await
+            .unwrap();
+        assert_eq!(again.len(), 1, "only the dead incarnation's item");
+        assert_eq!(
+            (again[0].id.as_str(), again[0].attempts),
+            (mine[0].id.as_str(), 1)
+        );
+        assert!(
+            s.begin_agent_pass(&agent_id, "hub-0~new~hub-1", t0, until)
+                .await
+                .unwrap()
+        );
+        // Another instance's claim keeps its lease.
+        assert_eq!(s.reclaim_incarnation("hub-9~", t0).await.unwrap().work, 0);
+        assert_eq!(
+            s.get_work(&theirs[0].id).await.unwrap().state,
+            WorkState::Claimed
+        );
+    }
+
     pub async fn agent_pass_lease_is_exclusive_until_it_expires(s: Arc<dyn Store>) {
         namespace(s.as_ref(), "team-a").await;
         agent(s.as_ref(), "team-a", "one").await;
@@ -2714,6 +2767,7 @@ suite!(
     revision_updates_are_compare_and_swap,
     revision_staleness_names_in_progress_phases,
     agent_pass_lease_is_exclusive_until_it_expires,
+    a_dead_incarnations_claims_are_taken_back_at_once,
     activation_lands_only_while_the_agent_wants_the_revision,
     outbox_supersedes_and_reports_keep_the_newest,
     outbox_acked_latest_and_resend,

@@ -67,17 +67,21 @@ impl ChatSource for LinkChat {
         let route = crate::tunnel::route::route_of(store, rev, self.harness_port)
             .await
             .map_err(|r| ChatError::Unreachable(format!("{}: {}", r.reason, r.message)))?;
-        let token = self
+        let (runtime, transport) = self
             .link
-            .runtime_token(store, &rev.id)
+            .revision_tokens(store, &rev.id)
             .await
             .map_err(|e| ChatError::Key(e.to_string()))?;
+        let tokens = probe::Tokens {
+            runtime: &runtime,
+            transport: &transport,
+        };
         let turn = Turn {
             user: conversation,
             message,
             agent: "clawfed-hub-chat",
         };
-        probe::chat_turn(&self.link.tunnels, &route, &token, &turn, CHAT_TIMEOUT)
+        probe::chat_turn(&self.link.tunnels, &route, &tokens, &turn, CHAT_TIMEOUT)
             .await
             .map_err(|e| match e {
                 e @ ProbeError::NotAnAnswer { .. } => ChatError::NotAnswered(e.to_string()),

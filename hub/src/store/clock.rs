@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use chrono::{DateTime, Duration, Utc};
 
+/// Offsets smaller than this are taken as none ([`StoreClock::record`]).
+pub const DEAD_BAND: Duration = Duration::milliseconds(250);
+
 /// The offset of the database's clock from this process's.
 #[derive(Debug, Default)]
 pub struct StoreClock {
@@ -32,10 +35,18 @@ impl StoreClock {
 
     /// Records a reading of the database's clock, `database_ms` (unix
     /// milliseconds), taken between this process's `sent` and `received`.
+    /// An offset within [`DEAD_BAND`] is taken as none: that is within
+    /// what one reading can tell on a loaded machine, far below any lease,
+    /// and clocks on one host (or synced ones) then agree exactly.
     pub fn record(&self, sent: DateTime<Utc>, database_ms: i64, received: DateTime<Utc>) {
         let midpoint = sent.timestamp_millis() + (received - sent).num_milliseconds() / 2;
-        self.offset_ms
-            .store(database_ms - midpoint, Ordering::Relaxed);
+        let offset = database_ms - midpoint;
+        let offset = if offset.abs() < DEAD_BAND.num_milliseconds() {
+            0
+        } else {
+            offset
+        };
+        self.offset_ms.store(offset, Ordering::Relaxed);
     }
 }
 
@@ -86,5 +97,8 @@ mod tests {
         assert_eq!(clock.offset(), Duration::seconds(10));
         clock.record(sent, 1_000_000 + 20 - 3_000, received);
         assert_eq!(clock.offset(), Duration::seconds(-3));
+        // Within the dead band: none.
+        clock.record(sent, 1_000_000 + 20 + 60, received);
+        assert_eq!(clock.offset(), Duration::zero());
     }
 }

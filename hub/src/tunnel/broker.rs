@@ -172,6 +172,9 @@ pub struct Broker {
     pending: Mutex<PendingOpens>,
     counts: Arc<Mutex<Counts>>,
     shutdown: CancellationToken,
+    /// Reaches the replica holding a cluster's session, once the ingress
+    /// (which publishes this replica's own) runs.
+    forwarding: std::sync::OnceLock<Arc<super::forward::Forwarding>>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -196,6 +199,7 @@ impl Broker {
             pending: Mutex::default(),
             counts: Arc::default(),
             shutdown,
+            forwarding: std::sync::OnceLock::new(),
         }
     }
 
@@ -209,6 +213,16 @@ impl Broker {
 
     fn pending(&self) -> std::sync::MutexGuard<'_, PendingOpens> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets how the hub's own requests reach other replicas' sessions.
+    pub fn set_forwarding(&self, forwarding: Arc<super::forward::Forwarding>) {
+        let _ = self.forwarding.set(forwarding);
+    }
+
+    /// How the hub's own requests reach other replicas' sessions, once set.
+    pub fn forwarding(&self) -> Option<&Arc<super::forward::Forwarding>> {
+        self.forwarding.get()
     }
 
     /// Whether this replica holds `cluster_id`'s link session.

@@ -62,7 +62,7 @@ struct Ingress {
     routes: Routes,
     broker: Arc<Broker>,
     /// CONNECTs for clusters whose session another replica holds.
-    forwarding: Forwarding,
+    forwarding: Arc<Forwarding>,
     shutdown: CancellationToken,
 }
 
@@ -98,11 +98,12 @@ pub async fn start(
         .advertise_url
         .clone()
         .unwrap_or_else(|| format!("{scheme}://{addr}"));
-    let forwarding = Forwarding::new(
+    let forwarding = Arc::new(Forwarding::new(
         routes.store(),
         replica_id,
         ca.as_ref().map(|ca| ca.ca_der()),
-    )?;
+    )?);
+    broker.set_forwarding(forwarding.clone());
     let ingress = Arc::new(Ingress {
         routes,
         broker,

@@ -5,15 +5,28 @@
 //! installation chose the weaker proof, a health request was answered
 //! ([`http_get`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use clawfed_proto::link::v1::{TunnelFrame, tunnel_frame};
 use http_body_util::BodyExt;
-use tokio_util::sync::CancellationToken;
 
 use super::broker::Broker;
+use super::harness_stream::{self, HarnessIo, LocalTunnel};
 use super::route::Route;
+
+/// The Harness stream of `route` (and what keeps it up), or why the
+/// tunnel was refused.
+async fn open(
+    broker: &Broker,
+    route: &Route,
+    transport: &str,
+) -> Result<(HarnessIo, Option<LocalTunnel>), ProbeError> {
+    harness_stream::open(broker, route, transport)
+        .await
+        .map_err(|r| ProbeError::Refused {
+            reason: r.reason,
+            message: r.message,
+        })
+}
 
 /// The status line and headers are read at most this far.
 const MAX_HEAD: usize = 16 * 1024;
@@ -65,7 +78,7 @@ const MAX_ANSWER: usize = 1 << 20;
 pub async fn model_turn(
     broker: &Broker,
     route: &Route,
-    token: &str,
+    tokens: &Tokens<'_>,
     revision_id: &str,
     timeout: Duration,
 ) -> Result<String, ProbeError> {
@@ -74,7 +87,17 @@ pub async fn model_turn(
         message: MODEL_TURN_MESSAGE,
         agent: "clawfed-hub-activation",
     };
-    chat_turn(broker, route, token, &turn, timeout).await
+    chat_turn(broker, route, tokens, &turn, timeout).await
+}
+
+/// The revision's tokens a hub request needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Tokens<'a> {
+    /// The runtime's gateway token (`Authorization: Bearer`).
+    pub runtime: &'a str,
+    /// The revision's transport credential: another replica's ingress
+    /// admits the hub's tunnel with it when that replica holds the session.
+    pub transport: &'a str,
 }
 
 /// One chat turn: who asks, in which conversation, what.
@@ -93,11 +116,11 @@ pub struct Turn<'a> {
 pub async fn chat_turn(
     broker: &Broker,
     route: &Route,
-    token: &str,
+    tokens: &Tokens<'_>,
     turn: &Turn<'_>,
     timeout: Duration,
 ) -> Result<String, ProbeError> {
-    tokio::time::timeout(timeout, send_turn(broker, route, token, turn))
+    tokio::time::timeout(timeout, send_turn(broker, route, tokens, turn))
         .await
         .map_err(|_| ProbeError::Timeout(timeout))?
 }
@@ -105,35 +128,20 @@ pub async fn chat_turn(
 async fn send_turn(
     broker: &Broker,
     route: &Route,
-    token: &str,
+    tokens: &Tokens<'_>,
     turn: &Turn<'_>,
 ) -> Result<String, ProbeError> {
-    let opened = broker.open(route).await.map_err(|r| ProbeError::Refused {
-        reason: r.reason,
-        message: r.message,
-    })?;
-    // HTTP/1.1 over the tunnel: the tunnel's own pump moves the bytes
-    // between the stream pair and one end of an in-memory pipe, hyper
-    // speaks on the other.
-    let (client_io, tunnel_io) = tokio::io::duplex(64 * 1024);
-    // Ended when this function returns, however it returns.
-    let cancel = CancellationToken::new();
-    let _stop_pump = cancel.clone().drop_guard();
-    tokio::spawn(clawfed_tunnel::pump(
-        tunnel_io,
-        opened.inbound,
-        opened.outbound,
-        Duration::from_secs(120),
-        cancel,
-        Arc::default(),
-    ));
-    let _slot = opened.slot;
+    // HTTP/1.1 over the Harness stream, here or through the replica that
+    // holds the cluster's session.
+    let (stream, _tunnel) = open(broker, route, tokens.transport).await?;
     let no_answer = |e: &dyn std::fmt::Display| ProbeError::NoAnswer(e.to_string());
     let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(client_io))
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
             .map_err(|e| no_answer(&e))?;
-    let connection = tokio::spawn(conn);
+    // Ended with this function however it ends (a timeout included): the
+    // connection owns the stream, whose drop stops the tunnel.
+    let connection = AbortOnDrop(tokio::spawn(conn).abort_handle());
     let body = serde_json::json!({
         "model": "openclaw/default",
         "user": turn.user,
@@ -141,7 +149,10 @@ async fn send_turn(
     });
     let request = http::Request::post(MODEL_TURN_PATH)
         .header(http::header::HOST, &route.authority)
-        .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(
+            http::header::AUTHORIZATION,
+            format!("Bearer {}", tokens.runtime),
+        )
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::USER_AGENT, turn.agent)
         .body(http_body_util::Full::new(bytes::Bytes::from(
@@ -158,8 +169,17 @@ async fn send_turn(
         .await
         .map_err(|e| no_answer(&e))?
         .to_bytes();
-    connection.abort();
+    drop(connection);
     judge(status, &answer)
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The model's text when `status` and `body` are a chat completion.
@@ -185,49 +205,47 @@ pub fn judge(status: u16, body: &[u8]) -> Result<String, ProbeError> {
 pub async fn http_get(
     broker: &Broker,
     route: &Route,
+    transport: &str,
     path: &str,
     timeout: Duration,
 ) -> Result<(), ProbeError> {
-    tokio::time::timeout(timeout, get(broker, route, path))
+    tokio::time::timeout(timeout, get(broker, route, transport, path))
         .await
         .map_err(|_| ProbeError::Timeout(timeout))?
 }
 
-async fn get(broker: &Broker, route: &Route, path: &str) -> Result<(), ProbeError> {
-    let mut opened = broker.open(route).await.map_err(|r| ProbeError::Refused {
-        reason: r.reason,
-        message: r.message,
-    })?;
+async fn get(
+    broker: &Broker,
+    route: &Route,
+    transport: &str,
+    path: &str,
+) -> Result<(), ProbeError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut stream, _tunnel) = open(broker, route, transport).await?;
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: clawfed-hub-probe\r\nConnection: close\r\n\r\n",
         route.authority
     );
     // No half-close after the request: some servers end the connection on
     // read EOF before they answer. `Connection: close` ends it instead.
-    opened
-        .outbound
-        .send(Ok(TunnelFrame {
-            body: Some(tunnel_frame::Body::Data(request.into_bytes())),
-        }))
+    stream
+        .write_all(request.as_bytes())
         .await
-        .map_err(|_| ProbeError::NoAnswer("the tunnel closed before the request".into()))?;
+        .map_err(|e| ProbeError::NoAnswer(format!("the request: {e}")))?;
     let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
     while !head.windows(2).any(|w| w == b"\r\n") {
-        let frame = opened
-            .inbound
-            .message()
+        let n = stream
+            .read(&mut buf)
             .await
-            .map_err(|s| ProbeError::NoAnswer(s.message().to_owned()))?;
-        match frame.and_then(|f| f.body) {
-            Some(tunnel_frame::Body::Data(bytes)) => head.extend_from_slice(&bytes),
-            Some(tunnel_frame::Body::Fin(_)) | None => {
-                return Err(ProbeError::NoAnswer(format!(
-                    "{} bytes before the end",
-                    head.len()
-                )));
-            }
-            Some(tunnel_frame::Body::Accept(_)) => {}
+            .map_err(|e| ProbeError::NoAnswer(e.to_string()))?;
+        if n == 0 {
+            return Err(ProbeError::NoAnswer(format!(
+                "{} bytes before the end",
+                head.len()
+            )));
         }
+        head.extend_from_slice(&buf[..n]);
         if head.len() > MAX_HEAD {
             return Err(ProbeError::NoAnswer("no status line".into()));
         }

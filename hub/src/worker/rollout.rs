@@ -286,6 +286,14 @@ impl Rollout {
         }
     }
 
+    /// Names this process's Agent-pass holders `<owner_prefix>hub-…`: a
+    /// restarted hub of the same instance takes their leases back at once
+    /// (`Store::reclaim_incarnation`).
+    pub fn with_owner_prefix(mut self, owner_prefix: &str) -> Self {
+        self.holder = format!("{owner_prefix}{}", self.holder);
+        self
+    }
+
     /// Opens revisions' credentials with `secrets` for their Harness work.
     pub fn with_secrets(mut self, secrets: Arc<SecretBox>) -> Self {
         self.secrets = Some(secrets);
@@ -1010,20 +1018,24 @@ impl Rollout {
             transient: !e.is_answer(),
             reason: e.to_string(),
         };
+        let (runtime, transport) = self
+            .link
+            .state
+            .revision_tokens(store, &rev.id)
+            .await
+            .map_err(|e| GatewayFailure {
+                reason: format!("the gateway token's key: {e}"),
+                transient: true,
+            })?;
         if self.config.activation == Activation::ModelTurn && rev.spec.harness_kind.is_openclaw() {
-            let token = self
-                .link
-                .state
-                .runtime_token(store, &rev.id)
-                .await
-                .map_err(|e| GatewayFailure {
-                    reason: format!("the gateway token's key: {e}"),
-                    transient: true,
-                })?;
+            let tokens = crate::tunnel::probe::Tokens {
+                runtime: &runtime,
+                transport: &transport,
+            };
             return crate::tunnel::probe::model_turn(
                 &self.link.state.tunnels,
                 &route,
-                &token,
+                &tokens,
                 &rev.id,
                 MODEL_TURN_TIMEOUT,
             )
@@ -1034,6 +1046,7 @@ impl Rollout {
         crate::tunnel::probe::http_get(
             &self.link.state.tunnels,
             &route,
+            &transport,
             clawfed_proto::tunnel::PROBE_PATH,
             HARNESS_PROBE_TIMEOUT,
         )
