@@ -569,12 +569,10 @@ impl SqlStore {
         let array =
             |v: &[serde_json::Value]| serde_json::to_string(v).unwrap_or_else(|_| "[]".into());
         let mut results: Vec<Option<Result<Written>>> = writes.iter().map(|_| None).collect();
-        // IMMEDIATE: the group reads (newest generations) before it
-        // writes, and a deferred transaction whose snapshot another
-        // process's commit made stale cannot upgrade to a writer
-        // (SQLITE_BUSY_SNAPSHOT, not retried by the busy timeout). Taking
-        // the write lock first waits for that process instead.
-        let mut tx = self.begin_with("BEGIN IMMEDIATE").await?;
+        // The group reads (newest generations) before it writes: `begin`
+        // takes the write lock first on SQLite, so another process's
+        // commit is waited for, not a stale snapshot refused.
+        let mut tx = self.begin().await?;
 
         // Acks. A second ack of one item in the group finds it acked, as
         // one by one: only the first of each is sent.

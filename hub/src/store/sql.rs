@@ -153,18 +153,11 @@ impl SqlStore {
     /// with SQLITE_BUSY as soon as that writer committed, busy timeout or
     /// not.
     pub(super) async fn begin(&self) -> Result<Tx> {
-        match self.backend {
-            Backend::Sqlite => self.begin_with("BEGIN IMMEDIATE").await,
-            Backend::Postgres => self.pool.begin().await.map_err(|e| self.classify(e)),
-        }
-    }
-
-    /// A transaction opened by `statement` (SQLite's `BEGIN IMMEDIATE`).
-    pub(super) async fn begin_with(&self, statement: &'static str) -> Result<Tx> {
-        self.pool
-            .begin_with(statement)
-            .await
-            .map_err(|e| self.classify(e))
+        let tx = match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await,
+        };
+        tx.map_err(|e| self.classify(e))
     }
 
     pub(super) async fn commit(&self, tx: Tx) -> Result<()> {
