@@ -225,6 +225,27 @@ impl Broker {
         self.forwarding.get()
     }
 
+    /// When another replica holds `route`'s cluster session: the connection
+    /// to the Harness through it (a CONNECT with `credential` to its
+    /// ingress); `None` when this replica holds it or none does.
+    pub async fn through_holder(
+        &self,
+        route: &Route,
+        credential: &str,
+    ) -> Option<Result<hyper::upgrade::Upgraded, Refusal>> {
+        if self.holds_session(&route.cluster_id) {
+            return None;
+        }
+        let forwarding = self.forwarding()?;
+        let (replica, url) = forwarding.holder(&route.cluster_id).await?;
+        let upstream = forwarding.open(&url, &route.authority, credential).await;
+        if upstream.is_ok() {
+            tracing::debug!(cluster = %route.cluster_name, %replica, "tunnel.forwarded");
+            self.metrics.forwarded.inc();
+        }
+        Some(upstream)
+    }
+
     /// Whether this replica holds `cluster_id`'s link session.
     pub fn holds_session(&self, cluster_id: &str) -> bool {
         self.registry.is_connected(cluster_id)

@@ -7,7 +7,9 @@
 //! this replica only relays bytes. A forwarded CONNECT carries
 //! [`FORWARDED_HEADER`] and is never forwarded again.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use clawfed_proto::tunnel::{FORWARDED_HEADER, REASON_HEADER, reason};
@@ -23,10 +25,17 @@ use crate::store::Store;
 /// How long reaching the holder and its answer may take.
 const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The holder of a cluster's session as last read, and when.
+type HolderCache = std::sync::Mutex<HashMap<String, (Instant, Option<(String, String)>)>>;
+
 /// Forwards CONNECTs to the replica that holds a cluster's session.
 pub struct Forwarding {
     store: Arc<dyn Store>,
     replica_id: String,
+    /// How long a holder lookup is reused, as routes are: a CONNECT on a
+    /// replica without the session costs no store read of its own.
+    ttl: std::time::Duration,
+    holders: HolderCache,
     /// Verifies the holders' ingress certificates (the link CA); `None`
     /// when ingresses speak plain HTTP.
     tls: Option<tokio_rustls::TlsConnector>,
@@ -49,6 +58,7 @@ impl Forwarding {
     pub fn new(
         store: Arc<dyn Store>,
         replica_id: String,
+        ttl: std::time::Duration,
         ca_der: Option<&rustls_pki_types::CertificateDer<'static>>,
     ) -> Result<Self, crate::link::tls::TlsError> {
         let tls = match ca_der {
@@ -69,24 +79,35 @@ impl Forwarding {
         Ok(Self {
             store,
             replica_id,
+            ttl,
+            holders: HolderCache::default(),
             tls,
         })
     }
 
     /// The tunnel ingress of the other replica holding `cluster_id`'s
-    /// session, if one does.
+    /// session, if one does: (replica id, ingress URL).
     pub async fn holder(&self, cluster_id: &str) -> Option<(String, String)> {
-        match self
+        let cache = || self.holders.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, holder)) = cache().get(cluster_id)
+            && at.elapsed() < self.ttl
+        {
+            return holder.clone();
+        }
+        let holder = match self
             .store
             .session_holder_tunnel(cluster_id, &self.replica_id, self.store.now())
             .await
         {
             Ok(holder) => holder,
             Err(e) => {
+                // Not cached: the next CONNECT asks again.
                 tracing::warn!(cluster_id, error = %e, "tunnel.holder_lookup_failed");
-                None
+                return None;
             }
-        }
+        };
+        cache().insert(cluster_id.to_owned(), (Instant::now(), holder.clone()));
+        holder
     }
 
     /// Sends the CONNECT for `authority` with `token` to the ingress at

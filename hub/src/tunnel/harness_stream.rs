@@ -38,13 +38,8 @@ pub async fn open(
     route: &Route,
     credential: &str,
 ) -> Result<(HarnessIo, Option<LocalTunnel>), Refusal> {
-    if !broker.holds_session(&route.cluster_id)
-        && let Some(forwarding) = broker.forwarding()
-        && let Some((_, url)) = forwarding.holder(&route.cluster_id).await
-    {
-        let upstream = forwarding.open(&url, &route.authority, credential).await?;
-        broker.metrics().forwarded.inc();
-        return Ok((Either::Right(TokioIo::new(upstream)), None));
+    if let Some(upstream) = broker.through_holder(route, credential).await {
+        return Ok((Either::Right(TokioIo::new(upstream?)), None));
     }
     let opened = broker.open(route).await?;
     let (io, tunnel_io) = tokio::io::duplex(64 * 1024);

@@ -61,8 +61,6 @@ pub struct IngressHandle {
 struct Ingress {
     routes: Routes,
     broker: Arc<Broker>,
-    /// CONNECTs for clusters whose session another replica holds.
-    forwarding: Arc<Forwarding>,
     shutdown: CancellationToken,
 }
 
@@ -98,16 +96,17 @@ pub async fn start(
         .advertise_url
         .clone()
         .unwrap_or_else(|| format!("{scheme}://{addr}"));
-    let forwarding = Arc::new(Forwarding::new(
+    // CONNECTs (and the hub's own requests) for clusters whose session
+    // another replica holds go there.
+    broker.set_forwarding(Arc::new(Forwarding::new(
         routes.store(),
         replica_id,
+        config.route_ttl,
         ca.as_ref().map(|ca| ca.ca_der()),
-    )?);
-    broker.set_forwarding(forwarding.clone());
+    )?));
     let ingress = Arc::new(Ingress {
         routes,
         broker,
-        forwarding,
         shutdown: shutdown.clone(),
     });
     tracing::info!(%addr, %url, tls = tls.is_some(), "tunnel.listening");
@@ -284,17 +283,10 @@ impl Ingress {
             .await
             .map_err(|r| (r, None))?;
         // Held by another replica: forwarded there, once.
-        if !self.broker.holds_session(&route.cluster_id)
-            && !req.headers().contains_key(FORWARDED_HEADER)
-            && let Some((replica, url)) = self.forwarding.holder(&route.cluster_id).await
+        if !req.headers().contains_key(FORWARDED_HEADER)
+            && let Some(upstream) = self.broker.through_holder(&route, token).await
         {
-            let upstream = self
-                .forwarding
-                .open(&url, &authority, token)
-                .await
-                .map_err(|r| (r, Some(route.clone())))?;
-            tracing::debug!(cluster = %route.cluster_name, %replica, "tunnel.forwarded");
-            self.broker.metrics().forwarded.inc();
+            let upstream = upstream.map_err(|r| (r, Some(route.clone())))?;
             tokio::spawn(relay(req, route, upstream));
             return Ok(());
         }
