@@ -428,9 +428,13 @@ pub async fn start_with_parts(
                 .await?,
             );
         }
-        if let Some(url) = tunnel.as_ref().and_then(|t| t.peer_url.clone()) {
-            // Published with the replica's heartbeat: others forward the
-            // CONNECTs for this replica's clusters here.
+        // Published with the replica's heartbeat: others forward the
+        // CONNECTs for this replica's clusters here. Not on SQLite, which
+        // has one hub: nobody to forward, and an idle embedded hub keeps
+        // writing nothing.
+        if store.backend() == store::Backend::Postgres
+            && let Some(url) = tunnel.as_ref().and_then(|t| t.peer_url.clone())
+        {
             let _ = link.state.tunnel_url.set(url);
         }
         let gateways: Arc<dyn GatewayRuntime> = match gateways {
