@@ -209,7 +209,7 @@ impl LinkState {
     }
 
     /// The installation's transport key, loaded once.
-    async fn transport_key(
+    pub async fn transport_key(
         &self,
         store: &dyn Store,
     ) -> Result<&crate::gateway::TransportKey, crate::gateway::transport::TransportKeyError> {

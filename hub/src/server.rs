@@ -419,8 +419,7 @@ pub async fn start_with_parts(
                         config.tunnel_config().route_ttl,
                     )
                     .with_harness_port(config.workload_settings().harness_port),
-                    link.state.tunnels.clone(),
-                    Some(link.state.ca.clone()),
+                    link.state.clone(),
                     replica_id.clone(),
                     shutdown.clone(),
                     &mut tasks,

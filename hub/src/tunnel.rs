@@ -18,6 +18,8 @@
 //!   holds goes to that replica's ingress.
 //! - `harness_stream.rs`: the hub's own connection to a Harness (probes,
 //!   chat), through its session or the holder's ingress.
+//! - `replica_diagnose.rs`: `agents diagnose` on a replica without the
+//!   cluster's session asks the holder, on its ingress.
 //! - `probe.rs`: the hub's own request to a Harness without a
 //!   control-cluster Gateway (embedded OpenClaw).
 //! - `metrics.rs`: tunnel metrics.
@@ -28,6 +30,7 @@ pub mod harness_stream;
 pub mod ingress;
 pub mod metrics;
 pub mod probe;
+pub mod replica_diagnose;
 pub mod route;
 
 use std::net::SocketAddr;

@@ -270,6 +270,19 @@ pub struct Refused {
     pub body: String,
 }
 
+/// A connection to the ingress (TLS when it speaks TLS), nothing sent.
+pub async fn dial(ingress: &Ingress) -> std::io::Result<Conn> {
+    let tcp = TcpStream::connect(ingress.addr).await?;
+    let _ = tcp.set_nodelay(true);
+    Ok(match &ingress.ca_pem {
+        None => Conn::Plain(tcp),
+        Some(ca) => {
+            let name = ServerName::IpAddress(ingress.addr.ip().into());
+            Conn::Tls(Box::new(tls_connector(ca)?.connect(name, tcp).await?))
+        }
+    })
+}
+
 /// Opens a tunnel to `authority` through the ingress at `ingress` with
 /// `token`; the stream is connected to the Harness on success.
 pub async fn connect(
@@ -282,20 +295,7 @@ pub async fn connect(
         reason: "io".into(),
         body: e.to_string(),
     };
-    let tcp = TcpStream::connect(ingress.addr).await.map_err(io)?;
-    let _ = tcp.set_nodelay(true);
-    let mut s = match &ingress.ca_pem {
-        None => Conn::Plain(tcp),
-        Some(ca) => {
-            let name = ServerName::IpAddress(ingress.addr.ip().into());
-            let tls = tls_connector(ca)
-                .map_err(io)?
-                .connect(name, tcp)
-                .await
-                .map_err(io)?;
-            Conn::Tls(Box::new(tls))
-        }
-    };
+    let mut s = dial(ingress).await.map_err(io)?;
     let auth = token
         .map(|t| format!("Proxy-Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();

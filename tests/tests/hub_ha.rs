@@ -1122,6 +1122,62 @@ async fn every_replica_serves_a_tunnel_to_a_cluster_whose_session_another_holds(
         assert_eq!(status, 200, "{}: {body}", r.tag);
         assert_eq!(body["answer"], "pong", "{}: {body}", r.tag);
     }
+    // And `agents diagnose`: each replica's answer is the spoke's (r2 and r3
+    // ask r1, which holds the session), not "no live link session".
+    for r in &running {
+        let answer = http
+            .get(format!(
+                "{}/api/v1/namespaces/team/agents/talker/diagnose",
+                r.rest
+            ))
+            .bearer_auth(&root)
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status();
+        let body: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(status, 200, "{}: {body}", r.tag);
+        assert_eq!(
+            body["harness"]["checks"][0]["detail"], "this spoke runs no Harness Pods",
+            "{}: {body}",
+            r.tag
+        );
+    }
+    // Only a replica may ask: a question not signed with the installation's
+    // key is refused.
+    {
+        let mut s = clawfed_tests::tunnel::dial(&Ingress {
+            addr: running[0].tunnel.expect("tunnel on"),
+            ca_pem: Some(ca.clone()),
+        })
+        .await
+        .unwrap();
+        let cluster_id = store.get_cluster(CLUSTER).await.unwrap().id;
+        let body = serde_json::json!({ "cluster_id": cluster_id, "target": talker.target,
+            "revision_id": talker_id, "timeout_ms": 1000 })
+        .to_string();
+        s.write_all(
+            format!(
+                "POST {} HTTP/1.1\r\nHost: r1\r\nclawfed-replica-signature: {}\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                clawfed_hub::tunnel::replica_diagnose::PATH,
+                "00".repeat(32),
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.windows(2).any(|w| w == b"\r\n") {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&head));
+            head.extend_from_slice(&buf[..n]);
+        }
+        let head = String::from_utf8_lossy(&head);
+        assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+    }
     // r2 and r3 relayed theirs; r1 opened every one through its session.
     for r in &running[1..] {
         let metrics = reqwest::get(&r.metrics)

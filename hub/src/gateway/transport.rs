@@ -27,6 +27,7 @@ pub const KEY_NAME: &str = "gateway-transport-key";
 /// Domain separation: what the key derives for each purpose.
 const CONTEXT: &[u8] = b"clawfed gateway transport v1\0";
 const RUNTIME_CONTEXT: &[u8] = b"clawfed openclaw gateway token v1\0";
+const REPLICA_CONTEXT: &[u8] = b"clawfed replica request v1\0";
 
 /// Why the transport key cannot be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -103,10 +104,31 @@ impl TransportKey {
         self.derive(RUNTIME_CONTEXT, revision_id)
     }
 
+    /// The signature of a request one hub replica sends another (`body`,
+    /// whole): only a holder of the key, a replica, can make it.
+    pub fn replica_signature(&self, body: &[u8]) -> String {
+        self.derive_bytes(REPLICA_CONTEXT, body)
+    }
+
+    /// Whether `signature` (hex) is [`Self::replica_signature`] of `body`;
+    /// compared in constant time.
+    pub fn verify_replica_signature(&self, body: &[u8], signature: &str) -> bool {
+        let Ok(tag) = hex::decode(signature) else {
+            return false;
+        };
+        let mut signed = REPLICA_CONTEXT.to_vec();
+        signed.extend_from_slice(body);
+        ring::hmac::verify(&self.0, &signed, &tag).is_ok()
+    }
+
     fn derive(&self, context: &[u8], revision_id: &str) -> String {
+        self.derive_bytes(context, revision_id.as_bytes())
+    }
+
+    fn derive_bytes(&self, context: &[u8], data: &[u8]) -> String {
         let mut ctx = ring::hmac::Context::with_key(&self.0);
         ctx.update(context);
-        ctx.update(revision_id.as_bytes());
+        ctx.update(data);
         hex::encode(ctx.sign().as_ref())
     }
 }
@@ -183,5 +205,20 @@ mod tests {
         assert_eq!(t1, hex::encode(plain.as_ref()));
         assert_eq!(token_hash(&t1), hex::encode(Sha256::digest(t1.as_bytes())));
         assert!(!format!("{key:?}").contains(&t1));
+    }
+
+    #[test]
+    fn a_replica_signature_covers_its_body_and_needs_the_key() {
+        let key = TransportKey::from_bytes(&[7; 32]);
+        let signature = key.replica_signature(b"{\"a\":1}");
+        assert!(key.verify_replica_signature(b"{\"a\":1}", &signature));
+        assert!(!key.verify_replica_signature(b"{\"a\":2}", &signature));
+        assert!(
+            !TransportKey::from_bytes(&[8; 32]).verify_replica_signature(b"{\"a\":1}", &signature)
+        );
+        assert!(!key.verify_replica_signature(b"{\"a\":1}", "not hex"));
+        // Not any token the key derives for a Gateway or a runtime.
+        assert_ne!(signature, key.token("{\"a\":1}"));
+        assert_ne!(signature, key.runtime_token("{\"a\":1}"));
     }
 }

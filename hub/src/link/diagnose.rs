@@ -24,6 +24,9 @@ pub enum DiagnoseError {
     /// No answer within the timeout.
     #[error("the spoke did not answer within {0:?}")]
     Timeout(Duration),
+    /// Another replica holds the session and could not be asked.
+    #[error("the replica holding the cluster's session is unreachable: {0}")]
+    HolderUnreachable(String),
 }
 
 struct Pending {

@@ -1,6 +1,7 @@
 //! Where `agents diagnose` gets its checks: the Harness Pod through the
-//! revision's spoke (a `DiagnoseRequest` on the link), the Gateway Pod
-//! through the hub's own control-cluster client. Both are bounded reads
+//! revision's spoke (a `DiagnoseRequest` on the link, asked by the replica
+//! holding its session), the Gateway Pod through the hub's own
+//! control-cluster client. Both are bounded reads
 //! whose failures are `unknown` checks, never errors.
 
 use std::sync::Arc;
@@ -10,7 +11,9 @@ use async_trait::async_trait;
 use clawfed_proto::diagnostics;
 
 use crate::link::LinkState;
+use crate::link::diagnose::DiagnoseError;
 use crate::model::{ComponentDiagnosis, DiagnosticCheck};
+use crate::tunnel::replica_diagnose::{self, DiagnoseAsk};
 use crate::worker::rollout::GatewayRuntime;
 
 /// The sources of diagnostics.
@@ -49,6 +52,35 @@ pub struct LinkDiagnostics {
     pub gateways: Arc<dyn GatewayRuntime>,
 }
 
+impl LinkDiagnostics {
+    /// Asks the cluster's spoke: through this replica's session, or through
+    /// the replica holding it.
+    async fn ask(
+        &self,
+        cluster_id: &str,
+        target: &str,
+        revision_id: &str,
+        timeout: Duration,
+    ) -> Result<clawfed_proto::link::v1::DiagnoseResult, DiagnoseError> {
+        let link = &self.link;
+        if !link.tunnels.holds_session(cluster_id)
+            && let Some(forwarding) = link.tunnels.forwarding()
+            && let Some((_, url)) = forwarding.holder(cluster_id).await
+        {
+            let ask = DiagnoseAsk {
+                cluster_id: cluster_id.to_owned(),
+                target: target.to_owned(),
+                revision_id: revision_id.to_owned(),
+                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            };
+            return replica_diagnose::ask_holder(link, forwarding, &url, &ask).await;
+        }
+        link.diagnose
+            .ask(&link.registry, cluster_id, target, revision_id, timeout)
+            .await
+    }
+}
+
 #[async_trait]
 impl DiagnosticsSource for LinkDiagnostics {
     async fn harness(
@@ -58,18 +90,7 @@ impl DiagnosticsSource for LinkDiagnostics {
         revision_id: &str,
     ) -> ComponentDiagnosis {
         let timeout = Duration::from_millis(diagnostics::SPOKE_TIMEOUT_MS);
-        match self
-            .link
-            .diagnose
-            .ask(
-                &self.link.registry,
-                cluster_id,
-                target,
-                revision_id,
-                timeout,
-            )
-            .await
-        {
+        match self.ask(cluster_id, target, revision_id, timeout).await {
             Ok(result) => ComponentDiagnosis {
                 pod: (!result.pod.is_empty()).then_some(result.pod),
                 // The spoke bounds its checks; the hub bounds them again

@@ -13,7 +13,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use clawfed_proto::tunnel::{FORWARDED_HEADER, REASON_HEADER, reason};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -128,13 +129,11 @@ impl Forwarding {
             })
     }
 
-    async fn connect(
-        &self,
-        url: &str,
-        authority: &str,
-        token: &str,
-    ) -> Result<Upgraded, Forwarded> {
-        let failed = |e: &dyn std::fmt::Display| Forwarded::Failed(e.to_string());
+    /// An HTTP/1.1 connection to the replica ingress at `url` (verified
+    /// with the link CA when it speaks TLS); also carries the requests
+    /// replicas make of each other (`replica_diagnose.rs`).
+    pub(super) async fn dial(&self, url: &str) -> Result<SendRequest<Full<Bytes>>, String> {
+        let failed = |e: &dyn std::fmt::Display| e.to_string();
         let parsed: http::Uri = url.parse().map_err(|e| failed(&e))?;
         let https = parsed.scheme_str() == Some("https");
         let host = parsed.host().ok_or_else(|| failed(&"no host"))?;
@@ -155,17 +154,28 @@ impl Forwarding {
             (true, None) => return Err(failed(&"a TLS ingress, and no CA to verify it")),
             (false, _) => Box::new(tcp),
         };
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
             .await
             .map_err(|e| failed(&e))?;
         tokio::spawn(connection.with_upgrades());
+        Ok(sender)
+    }
+
+    async fn connect(
+        &self,
+        url: &str,
+        authority: &str,
+        token: &str,
+    ) -> Result<Upgraded, Forwarded> {
+        let failed = |e: &dyn std::fmt::Display| Forwarded::Failed(e.to_string());
+        let mut sender = self.dial(url).await.map_err(Forwarded::Failed)?;
         let request = http::Request::builder()
             .method(http::Method::CONNECT)
             .uri(authority)
             .header(http::header::HOST, authority)
             .header(http::header::PROXY_AUTHORIZATION, format!("Bearer {token}"))
             .header(FORWARDED_HEADER, &self.replica_id)
-            .body(Empty::<Bytes>::new())
+            .body(Full::new(Bytes::new()))
             .map_err(|e| failed(&e))?;
         let response = sender.send_request(request).await.map_err(|e| failed(&e))?;
         if response.status() != http::StatusCode::OK {

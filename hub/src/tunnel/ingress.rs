@@ -26,7 +26,7 @@ use super::broker::{Broker, Opened};
 use super::forward::Forwarding;
 use super::metrics::DirectionLabel;
 use super::route::{Route, Routes};
-use crate::link::ca::CertificateAuthority;
+use crate::link::LinkState;
 use crate::link::tls::ingress_server_config;
 
 /// How long a Gateway may take to send its CONNECT request head.
@@ -61,6 +61,8 @@ pub struct IngressHandle {
 struct Ingress {
     routes: Routes,
     broker: Arc<Broker>,
+    /// Answers other replicas' questions (`replica_diagnose.rs`).
+    link: Arc<LinkState>,
     shutdown: CancellationToken,
 }
 
@@ -69,12 +71,12 @@ struct Ingress {
 pub async fn start(
     listener: TcpListener,
     routes: Routes,
-    broker: Arc<Broker>,
-    ca: Option<Arc<CertificateAuthority>>,
+    link: Arc<LinkState>,
     replica_id: String,
     shutdown: CancellationToken,
     tasks: &mut JoinSet<()>,
 ) -> Result<IngressHandle, IngressError> {
+    let broker = link.tunnels.clone();
     let config = broker.config().clone();
     let bind = |source| IngressError::Bind {
         addr: config.addr,
@@ -83,7 +85,7 @@ pub async fn start(
     let addr = listener.local_addr().map_err(bind)?;
     // The certificate names the bound address, so it is issued after the
     // bind (an ephemeral port or a wildcard address is then known).
-    let ca = ca.filter(|_| config.tls);
+    let ca = Some(link.ca.clone()).filter(|_| config.tls);
     let tls = match &ca {
         Some(ca) => {
             let server = ingress_server_config(ca, &config.certificate_names(addr))?;
@@ -107,6 +109,7 @@ pub async fn start(
     let ingress = Arc::new(Ingress {
         routes,
         broker,
+        link,
         shutdown: shutdown.clone(),
     });
     tracing::info!(%addr, %url, tls = tls.is_some(), "tunnel.listening");
@@ -226,6 +229,9 @@ impl Ingress {
         req: Request<Incoming>,
         peer: SocketAddr,
     ) -> Response<Full<Bytes>> {
+        if super::replica_diagnose::is_question(&req) {
+            return super::replica_diagnose::serve(&self.link, req).await;
+        }
         match self.clone().open(req).await {
             Ok(()) => Response::new(Full::new(Bytes::new())),
             Err((r, route)) => {
