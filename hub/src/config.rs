@@ -390,6 +390,9 @@ pub struct LinkSettings {
     pub max_concurrent_handshakes: usize,
     /// TLS handshakes in progress from one source address at most.
     pub max_handshakes_per_source: usize,
+    /// Connections whose ClientHello is in that may wait for a handshake
+    /// slot; beyond, newcomers are closed at once.
+    pub max_waiting_handshakes: usize,
     pub max_message_bytes: usize,
     /// The safety poll (ms) for revocations and outbox writes made by other
     /// processes; those made by this hub wake the link at once.
@@ -423,6 +426,7 @@ impl Default for LinkSettings {
             max_sessions: d.max_sessions,
             max_concurrent_handshakes: d.max_concurrent_handshakes,
             max_handshakes_per_source: d.max_handshakes_per_source,
+            max_waiting_handshakes: d.max_waiting_handshakes,
             max_message_bytes: d.max_message_bytes,
             safety_poll_ms: d.poll_interval.as_millis() as u64,
             advertise_url: d.advertise_url,
@@ -1186,6 +1190,7 @@ impl Config {
             max_sessions: self.link.max_sessions,
             max_concurrent_handshakes: self.link.max_concurrent_handshakes,
             max_handshakes_per_source: self.link.max_handshakes_per_source,
+            max_waiting_handshakes: self.link.max_waiting_handshakes,
             max_message_bytes: self.link.max_message_bytes,
             poll_interval: Duration::from_millis(self.link.safety_poll_ms),
             tunnel: self.tunnel_config(),

@@ -26,6 +26,7 @@ pub mod balance;
 pub mod ca;
 pub mod diagnose;
 pub mod enroll;
+pub mod handshake_io;
 pub mod metrics;
 pub mod registry;
 pub mod report;
@@ -64,6 +65,13 @@ pub struct LinkConfig {
     pub handshake_stall_timeout: Duration,
     /// A TLS handshake must complete within this.
     pub handshake_timeout: Duration,
+    /// The least a handshake past its ClientHello is kept before a
+    /// newcomer whose ClientHello is in may take its slot (see
+    /// `admission.rs`: the budget grows with what handshakes take).
+    pub handshake_answer_floor: Duration,
+    /// Connections whose ClientHello is in that may wait for a handshake
+    /// slot (each a socket); beyond, newcomers are closed at once.
+    pub max_waiting_handshakes: usize,
     /// Largest message accepted from a spoke.
     pub max_message_bytes: usize,
     /// Unacked items sent ahead of acks on one stream.
@@ -116,12 +124,14 @@ impl Default for LinkConfig {
             cert_ttl: Duration::from_secs(24 * 3600),
             heartbeat: Duration::from_secs(10),
             max_sessions: 20_000,
-            max_concurrent_handshakes: 128,
+            max_concurrent_handshakes: 256,
             // Several spokes may share one egress address (NAT); a flood
             // from one address still leaves the other slots to the rest.
-            max_handshakes_per_source: 32,
+            max_handshakes_per_source: 128,
             handshake_stall_timeout: Duration::from_secs(2),
             handshake_timeout: Duration::from_secs(5),
+            handshake_answer_floor: Duration::from_millis(50),
+            max_waiting_handshakes: 8192,
             max_message_bytes: 4 * 1024 * 1024,
             send_window: 256,
             poll_interval: Duration::from_secs(2),

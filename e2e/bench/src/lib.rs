@@ -18,6 +18,30 @@ pub fn profile_of(bin: &Path) -> &'static str {
 }
 
 /// The `p`th percentile (0-100) of `sorted` (nearest rank); NaN when empty.
+/// `clawfed-hub <args>` on SQLite in `dir` (its database, its CA), every
+/// listener on an ephemeral loopback port, logging warnings.
+pub fn sqlite_hub(hub_bin: &Path, dir: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(hub_bin);
+    c.args(args)
+        .env_remove("CLAWFED_CONFIG")
+        .env(
+            "CLAWFED_DATABASE_URL",
+            format!("sqlite://{}", dir.join("hub.db").display()),
+        )
+        .env("CLAWFED_LINK_CA_DIR", dir.join("ca"))
+        .env("CLAWFED_LOG", "warn");
+    for var in [
+        "CLAWFED_REST_ADDR",
+        "CLAWFED_GRPC_ADDR",
+        "CLAWFED_METRICS_ADDR",
+        "CLAWFED_LINK_ADDR",
+        "CLAWFED_TUNNEL_ADDR",
+    ] {
+        c.env(var, "127.0.0.1:0");
+    }
+    c
+}
+
 /// The hub binary a bench runs: `given`, else `clawfed-hub` next to the
 /// bench's own binary (same profile); an error naming the build command
 /// when it is missing.

@@ -28,7 +28,6 @@ use clawfed_proto::link::v1::spoke_link_client::SpokeLinkClient;
 use clawfed_proto::link::v1::tunnel_frame;
 use clawfed_spoke::link::identity::{Identity, new_key_and_csr};
 use clawfed_spoke::link::tls::{self as spoke_tls, HubAddress, SwappableCert};
-use tokio::process::Command;
 use tokio_stream::StreamExt;
 
 #[derive(Debug, Parser)]
@@ -63,32 +62,10 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-/// `clawfed-hub <args>` on SQLite in `dir`, every listener on an
-/// ephemeral loopback port (settings by environment).
-fn hub(hub_bin: &Path, dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(hub_bin);
-    c.args(args)
-        .env_remove("CLAWFED_CONFIG")
-        .env(
-            "CLAWFED_DATABASE_URL",
-            format!("sqlite://{}", dir.join("hub.db").display()),
-        )
-        .env("CLAWFED_LINK_CA_DIR", dir.join("ca"))
-        .env("CLAWFED_LOG", "warn");
-    for var in [
-        "CLAWFED_REST_ADDR",
-        "CLAWFED_GRPC_ADDR",
-        "CLAWFED_METRICS_ADDR",
-        "CLAWFED_LINK_ADDR",
-        "CLAWFED_TUNNEL_ADDR",
-    ] {
-        c.env(var, "127.0.0.1:0");
-    }
-    c
-}
-
 async fn cli(hub_bin: &Path, dir: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let out = hub(hub_bin, dir, args).output().await?;
+    let out = clawfed_bench::sqlite_hub(hub_bin, dir, args)
+        .output()
+        .await?;
     if !out.status.success() {
         bail!(
             "clawfed-hub {args:?}: {}",
@@ -131,7 +108,7 @@ async fn run(a: Args) -> anyhow::Result<bool> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let hub_bin = clawfed_bench::hub_bin(a.hub_bin.clone())?;
     let dir = tempfile::tempdir()?;
-    let serve = hub(&hub_bin, dir.path(), &["serve"]);
+    let serve = clawfed_bench::sqlite_hub(&hub_bin, dir.path(), &["serve"]);
     let hub = HubProc::spawn(serve, &dir.path().join("hub.log"), false).await?;
     let channel = enrolled_channel(dir.path(), &hub_bin, hub.link).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;

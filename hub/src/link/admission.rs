@@ -9,10 +9,22 @@
 //! stall age): in a reconnect storm of real spokes the ClientHello of a
 //! just-accepted connection may simply not be there yet, and shedding it
 //! would only turn the storm into churn. A handshake past its ClientHello
-//! is shed only once it is older than the stall age. Pure bookkeeping, no I/O: the listener in
-//! `server.rs` does the sockets.
+//! is shed for a newcomer only once it has had its answer budget: a real
+//! spoke answers the server's flight within a few round trips, so a
+//! handshake that has not after four times the recent handshakes' typical
+//! duration (at least [`Limits::answer_floor`], at most the stall age) is
+//! given up for a newcomer whose ClientHello is in.
+//!
+//! Such a newcomer that finds no slot is not turned away: it waits in the
+//! [`Lobby`], first come first served per source, until a slot frees or a
+//! handshake overruns its budget. Closing it would let a flood that
+//! reconnects at once take every freed slot before a real spoke, backing
+//! off, comes back; waiting, a flood's connections queue behind each other
+//! and a new spoke is in after the handshakes queued before it, each a
+//! short budget. Pure bookkeeping, no I/O: the listener in `server.rs`
+//! does the sockets.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -26,6 +38,9 @@ pub struct Limits {
     /// A handshake past its ClientHello and older than this is stalled
     /// (a silent one after half of it).
     pub stall_after: Duration,
+    /// The least a handshake past its ClientHello is kept before a
+    /// newcomer with its ClientHello in may shed it.
+    pub answer_floor: Duration,
 }
 
 impl Limits {
@@ -43,8 +58,12 @@ pub enum Phase {
     Silent,
     /// Some bytes, the ClientHello not yet complete.
     Partial,
-    /// The ClientHello is in; the rest of the handshake is running.
+    /// The ClientHello is in; the server is working on its answer.
     Hello,
+    /// The server's flight went out; the client has not answered yet.
+    Awaiting,
+    /// The client answered the server's flight: a live client.
+    Answered,
 }
 
 #[derive(Debug)]
@@ -52,6 +71,8 @@ struct Entry<T> {
     source: IpAddr,
     started: Instant,
     phase: Phase,
+    /// When the server's flight went out (phase `Awaiting` on).
+    awaiting_since: Option<Instant>,
     value: T,
 }
 
@@ -74,6 +95,10 @@ pub struct Slots<T> {
     entries: BTreeMap<u64, Entry<T>>,
     per_source: HashMap<IpAddr, usize>,
     next_id: u64,
+    /// How long clients took to answer the server's flight (a moving
+    /// average): only a real client answers, so this is what a real one
+    /// needs here, now (its round trip and its own work, not the hub's).
+    typical: Option<Duration>,
 }
 
 impl<T> Slots<T> {
@@ -84,7 +109,19 @@ impl<T> Slots<T> {
             entries: BTreeMap::new(),
             per_source: HashMap::new(),
             next_id: 0,
+            typical: None,
         }
+    }
+
+    /// How long a handshake whose server flight went out may wait for
+    /// the client's answer before a newcomer with its ClientHello in may
+    /// shed it: four times what clients typically took, within [answer
+    /// floor, stall age].
+    pub fn answer_budget(&self) -> Duration {
+        let floor = self.limits.answer_floor.min(self.limits.stall_after);
+        self.typical
+            .map_or(floor, |t| t * 4)
+            .clamp(floor, self.limits.stall_after)
     }
 
     /// Handshakes in progress.
@@ -104,10 +141,14 @@ impl<T> Slots<T> {
         if self.entries.len() < self.limits.total || self.victim(now, None, false).is_some() {
             return None;
         }
+        let budget = self.answer_budget();
         self.entries
             .values()
-            .map(|e| match e.phase {
-                Phase::Silent => e.started + self.limits.silent_grace(),
+            .map(|e| match (e.phase, e.awaiting_since) {
+                (Phase::Silent, _) => e.started + self.limits.silent_grace(),
+                (Phase::Awaiting, Some(at)) => {
+                    (at + budget).min(e.started + self.limits.stall_after)
+                }
                 _ => e.started + self.limits.stall_after,
             })
             .min()
@@ -142,17 +183,34 @@ impl<T> Slots<T> {
                 source,
                 started: now,
                 phase,
+                awaiting_since: None,
                 value,
             },
         );
         Admission::Admitted { id, shed }
     }
 
-    /// Handshake `id` got to `phase` (no-op when it is gone).
-    pub fn advance(&mut self, id: u64, phase: Phase) {
-        if let Some(e) = self.entries.get_mut(&id) {
-            e.phase = e.phase.max(phase);
+    /// Handshake `id` got to `phase` at `now` (no-op when it is gone).
+    /// Its first answer after the server's flight joins the typical
+    /// answer time.
+    pub fn advance(&mut self, id: u64, phase: Phase, now: Instant) {
+        let Some(e) = self.entries.get_mut(&id) else {
+            return;
+        };
+        if phase == Phase::Awaiting && e.awaiting_since.is_none() {
+            e.awaiting_since = Some(now);
         }
+        if phase == Phase::Answered
+            && e.phase == Phase::Awaiting
+            && let Some(since) = e.awaiting_since
+        {
+            let took = now.saturating_duration_since(since);
+            self.typical = Some(match self.typical {
+                None => took,
+                Some(t) => (t * 7 + took) / 8,
+            });
+        }
+        e.phase = e.phase.max(phase);
     }
 
     /// Handshake `id` ended (no-op when it was shed).
@@ -173,7 +231,8 @@ impl<T> Slots<T> {
 
     /// The handshake to give up, of `source` or of any source: the oldest
     /// silent one past its grace (any silent one for a `proven` newcomer),
-    /// else the oldest partial one, else the oldest stalled one.
+    /// else the oldest partial one, else the oldest whose server flight is
+    /// unanswered past the answer budget, else the oldest stalled one.
     fn victim(&self, now: Instant, source: Option<IpAddr>, proven: bool) -> Option<u64> {
         let candidates = || {
             self.entries
@@ -186,6 +245,7 @@ impl<T> Slots<T> {
         } else {
             self.limits.silent_grace()
         };
+        let budget = self.answer_budget();
         candidates()
             .find(|(_, e)| e.phase == Phase::Silent && age(e) >= grace)
             .map(|(id, _)| *id)
@@ -195,12 +255,103 @@ impl<T> Slots<T> {
                     .map(|(id, _)| *id)
             })
             .or_else(|| {
+                // A server flight unanswered past the answer budget: a
+                // client that will not answer.
                 candidates()
                     .find(|(_, e)| {
-                        now.saturating_duration_since(e.started) >= self.limits.stall_after
+                        e.phase == Phase::Awaiting
+                            && e.awaiting_since
+                                .is_some_and(|at| now.saturating_duration_since(at) >= budget)
                     })
                     .map(|(id, _)| *id)
             })
+            .or_else(|| {
+                candidates()
+                    .find(|(_, e)| age(e) >= self.limits.stall_after)
+                    .map(|(id, _)| *id)
+            })
+    }
+}
+
+/// Connections whose ClientHello is in, waiting for a handshake slot:
+/// first come first served per source, at most `capacity` in all.
+#[derive(Debug)]
+pub struct Lobby<T> {
+    capacity: usize,
+    waiting: HashMap<IpAddr, VecDeque<(Instant, T)>>,
+    len: usize,
+}
+
+impl<T> Lobby<T> {
+    /// An empty lobby for at most `capacity` connections.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            waiting: HashMap::new(),
+            len: 0,
+        }
+    }
+
+    /// Connections waiting.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether none waits.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether a connection of `source` waits (a newcomer of that source
+    /// then queues behind it).
+    pub fn has(&self, source: IpAddr) -> bool {
+        self.waiting.contains_key(&source)
+    }
+
+    /// Queues `value` of `source`, arrived at `now`; it comes back when the
+    /// lobby is full.
+    pub fn push(&mut self, source: IpAddr, now: Instant, value: T) -> Result<(), T> {
+        if self.len >= self.capacity {
+            return Err(value);
+        }
+        self.waiting
+            .entry(source)
+            .or_default()
+            .push_back((now, value));
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Hands each source's waiting connections, oldest first, to `admit`
+    /// until it gives one back (no slot for that source now); those that
+    /// arrived before `expired_before` go to `expire` instead.
+    pub fn drain(
+        &mut self,
+        expired_before: Instant,
+        mut admit: impl FnMut(IpAddr, T) -> Option<T>,
+        mut expire: impl FnMut(T),
+    ) {
+        let mut emptied = Vec::new();
+        for (source, queue) in &mut self.waiting {
+            while let Some((arrived, value)) = queue.pop_front() {
+                self.len -= 1;
+                if arrived < expired_before {
+                    expire(value);
+                    continue;
+                }
+                if let Some(back) = admit(*source, value) {
+                    queue.push_front((arrived, back));
+                    self.len += 1;
+                    break;
+                }
+            }
+            if queue.is_empty() {
+                emptied.push(*source);
+            }
+        }
+        for source in emptied {
+            self.waiting.remove(&source);
+        }
     }
 }
 
@@ -228,12 +379,14 @@ mod tests {
     const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
     const STALL: Duration = Duration::from_secs(2);
     const GRACE: Duration = Duration::from_secs(1);
+    const ANSWER: Duration = Duration::from_millis(50);
 
     fn slots(total: usize, per_source: usize) -> Slots<&'static str> {
         Slots::new(Limits {
             total,
             per_source,
             stall_after: STALL,
+            answer_floor: ANSWER,
         })
     }
 
@@ -300,9 +453,9 @@ mod tests {
         let t = Instant::now();
         let mut s = slots(10, 3);
         let (hello, _) = admitted(s.admit(A, t, Phase::Silent, "hello"));
-        s.advance(hello, Phase::Hello);
+        s.advance(hello, Phase::Hello, t);
         let (partial, _) = admitted(s.admit(A, t, Phase::Silent, "partial"));
-        s.advance(partial, Phase::Partial);
+        s.advance(partial, Phase::Partial, t);
         admitted(s.admit(A, t, Phase::Silent, "silent"));
         admitted(s.admit(B, t, Phase::Silent, "other source"));
         let (_, shed) = admitted(s.admit(A, t + GRACE, Phase::Silent, "new 1"));
@@ -319,12 +472,12 @@ mod tests {
         let t = Instant::now();
         let mut s = slots(10, 2);
         let (hello, _) = admitted(s.admit(A, t, Phase::Silent, "hello"));
-        s.advance(hello, Phase::Hello);
+        s.advance(hello, Phase::Hello, t);
         let (partial, _) = admitted(s.admit(A, t, Phase::Silent, "partial"));
-        s.advance(partial, Phase::Partial);
+        s.advance(partial, Phase::Partial, t);
         let (new, shed) = admitted(s.admit(A, t, Phase::Silent, "new"));
         assert_eq!(shed, vec!["partial"]);
-        s.advance(new, Phase::Hello);
+        s.advance(new, Phase::Hello, t);
         // Both are young and past their ClientHello: refused for now...
         assert!(matches!(
             s.admit(A, t + Duration::from_millis(100), Phase::Silent, "x"),
@@ -336,12 +489,94 @@ mod tests {
     }
 
     #[test]
+    fn a_proven_newcomer_sheds_a_handshake_whose_flight_went_unanswered() {
+        let t = Instant::now();
+        let mut s = slots(10, 3);
+        let (working, _) = admitted(s.admit(A, t, Phase::Hello, "hub still working"));
+        let (staller, _) = admitted(s.admit(A, t, Phase::Hello, "staller"));
+        let (live, _) = admitted(s.admit(A, t, Phase::Hello, "live"));
+        s.advance(staller, Phase::Awaiting, t + ANSWER);
+        s.advance(live, Phase::Awaiting, t + ANSWER);
+        s.advance(live, Phase::Answered, t + ANSWER + Duration::from_millis(1));
+        // Within the budget the staller is kept: the client may be answering.
+        assert!(matches!(
+            s.admit(A, t + ANSWER * 3 / 2, Phase::Hello, "early"),
+            Admission::Refused("early")
+        ));
+        assert_eq!(s.full_until(t + ANSWER), None, "below the total");
+        // Past it, a newcomer takes its place (not the older one the hub is
+        // still working on, nor the live one).
+        let (_, shed) = admitted(s.admit(A, t + ANSWER * 2, Phase::Hello, "spoke"));
+        assert_eq!(shed, vec!["staller"]);
+        let _ = working;
+    }
+
+    #[test]
+    fn the_answer_budget_follows_how_fast_clients_answer() {
+        let t = Instant::now();
+        let mut s = slots(10, 10);
+        assert_eq!(s.answer_budget(), ANSWER, "nothing answered yet: the floor");
+        let (id, _) = admitted(s.admit(A, t, Phase::Hello, "far spoke"));
+        s.advance(id, Phase::Awaiting, t + Duration::from_millis(5));
+        s.advance(id, Phase::Answered, t + Duration::from_millis(105));
+        assert_eq!(s.answer_budget(), Duration::from_millis(400));
+        // Only the first answer after the flight counts.
+        s.advance(id, Phase::Answered, t + STALL);
+        assert_eq!(s.answer_budget(), Duration::from_millis(400));
+        // Never beyond the stall age.
+        let (id, _) = admitted(s.admit(B, t, Phase::Hello, "very slow"));
+        s.advance(id, Phase::Awaiting, t);
+        s.advance(id, Phase::Answered, t + STALL * 10);
+        assert_eq!(s.answer_budget(), STALL);
+    }
+
+    #[test]
+    fn the_lobby_serves_each_source_in_arrival_order_and_expires_the_old() {
+        let t = Instant::now();
+        let mut lobby = Lobby::new(3);
+        lobby.push(A, t, "a1").unwrap();
+        lobby.push(B, t, "b1").unwrap();
+        lobby.push(A, t + STALL, "a2").unwrap();
+        assert_eq!(lobby.push(A, t, "a3"), Err("a3"), "full");
+        assert!(lobby.has(A) && lobby.has(B));
+        // A has room for one now, B none.
+        let mut admitted = Vec::new();
+        let mut expired = Vec::new();
+        let mut room_a = 1;
+        lobby.drain(
+            t,
+            |source, v| {
+                if source == A && room_a > 0 {
+                    room_a -= 1;
+                    admitted.push(v);
+                    None
+                } else {
+                    Some(v)
+                }
+            },
+            |v| expired.push(v),
+        );
+        assert_eq!(admitted, vec!["a1"]);
+        assert!(expired.is_empty());
+        assert_eq!(lobby.len(), 2);
+        // Later, "b1" has waited too long; "a2" has not.
+        lobby.drain(
+            t + Duration::from_millis(1),
+            |_, v| Some(v),
+            |v| expired.push(v),
+        );
+        assert_eq!(expired, vec!["b1"]);
+        assert!(!lobby.has(B));
+        assert_eq!(lobby.len(), 1);
+    }
+
+    #[test]
     fn the_total_limit_sheds_across_sources_and_waits_only_for_live_handshakes() {
         let t = Instant::now();
         let mut s = slots(2, 2);
         let (b, _) = admitted(s.admit(B, t, Phase::Silent, "b silent"));
         let (a, _) = admitted(s.admit(A, t, Phase::Silent, "a"));
-        s.advance(a, Phase::Hello);
+        s.advance(a, Phase::Hello, t);
         assert_eq!(
             s.full_until(t),
             Some(t + GRACE),
@@ -351,7 +586,7 @@ mod tests {
         assert_eq!(s.full_until(later), None, "then it can be shed");
         let (c, shed) = admitted(s.admit(A, later, Phase::Silent, "a2"));
         assert_eq!(shed, vec!["b silent"]);
-        s.advance(c, Phase::Hello);
+        s.advance(c, Phase::Hello, t);
         assert_eq!(s.full_until(later), Some(t + STALL));
         assert!(matches!(
             s.admit(B, later, Phase::Silent, "b2"),

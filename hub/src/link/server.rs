@@ -26,9 +26,10 @@ use tokio_rustls::LazyConfigAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use super::admission::{Admission, Limits, Phase, Slots, phase_of};
+use super::admission::{Admission, Limits, Lobby, Phase, Slots, phase_of};
 use super::ca::CertificateAuthority;
 use super::enroll::EnrollmentApi;
+use super::handshake_io::Watched;
 use super::metrics::{ClusterLabel, LinkMetrics, ResultLabel};
 use super::registry::Registry;
 use super::session::SpokeLinkApi;
@@ -284,7 +285,7 @@ pub async fn start_with_ca(
     Ok(LinkHandle { addr, state })
 }
 
-type TlsConn = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+type TlsConn = tokio_rustls::server::TlsStream<Watched>;
 
 /// Handshakes in progress, each with the token that sheds it.
 type HandshakeSlots = Arc<Mutex<Slots<CancellationToken>>>;
@@ -293,39 +294,131 @@ fn lock(slots: &HandshakeSlots) -> std::sync::MutexGuard<'_, Slots<CancellationT
     slots.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// How often the lobby is looked at while connections wait in it (a
+/// handshake overrunning its budget frees no slot by itself).
+const LOBBY_RECHECK: Duration = Duration::from_millis(10);
+
+/// Starts admitted handshakes on tasks of their own.
+struct Handshakes {
+    slots: HandshakeSlots,
+    tls: Arc<rustls::ServerConfig>,
+    state: Arc<LinkState>,
+    conns: mpsc::Sender<Result<TlsConn, std::io::Error>>,
+    /// Wakes the accept loop when a handshake ends and frees a slot.
+    freed: Arc<Notify>,
+}
+
+impl Handshakes {
+    /// Admits a connection from `peer` that got to `phase`: a slot now
+    /// (shedding stalled handshakes), or the connection back.
+    fn admit(
+        &self,
+        tcp: tokio::net::TcpStream,
+        peer: SocketAddr,
+        phase: Phase,
+    ) -> Result<(), tokio::net::TcpStream> {
+        let cancel = CancellationToken::new();
+        let admitted = lock(&self.slots).admit(peer.ip(), Instant::now(), phase, cancel.clone());
+        match admitted {
+            Admission::Admitted { id, shed } => {
+                for stalled in shed {
+                    stalled.cancel();
+                }
+                self.start(id, cancel, tcp, peer);
+                Ok(())
+            }
+            Admission::Refused(_) => Err(tcp),
+        }
+    }
+
+    fn start(
+        &self,
+        id: u64,
+        cancel: CancellationToken,
+        tcp: tokio::net::TcpStream,
+        peer: SocketAddr,
+    ) {
+        let config = &self.state.config;
+        let task = Handshake {
+            id,
+            slots: self.slots.clone(),
+            stall_timeout: config.handshake_stall_timeout,
+            timeout: config.handshake_timeout,
+        };
+        let (tls, conns, state, freed) = (
+            self.tls.clone(),
+            self.conns.clone(),
+            self.state.clone(),
+            self.freed.clone(),
+        );
+        tokio::spawn(async move {
+            let result = tokio::select! {
+                _ = cancel.cancelled() => Err("shed"),
+                r = task.run(tcp, peer, tls) => r,
+            };
+            lock(&task.slots).release(id);
+            freed.notify_one();
+            let outcome = match result {
+                Ok(tls) => {
+                    let _ = conns.send(Ok(tls)).await;
+                    "ok"
+                }
+                Err(outcome) => outcome,
+            };
+            count_handshake(&state, outcome);
+        });
+    }
+}
+
 async fn accept_loop(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     state: Arc<LinkState>,
     conns: mpsc::Sender<Result<TlsConn, std::io::Error>>,
 ) {
-    let config = &state.config;
-    let slots: HandshakeSlots = Arc::new(Mutex::new(Slots::new(Limits {
-        total: config.max_concurrent_handshakes,
-        per_source: config.max_handshakes_per_source,
-        stall_after: config.handshake_stall_timeout,
-    })));
-    // Wakes the loop when a handshake ends and frees a slot.
-    let freed = Arc::new(Notify::new());
+    let config = state.config.clone();
+    let handshakes = Handshakes {
+        slots: Arc::new(Mutex::new(Slots::new(Limits {
+            total: config.max_concurrent_handshakes,
+            per_source: config.max_handshakes_per_source,
+            stall_after: config.handshake_stall_timeout,
+            answer_floor: config.handshake_answer_floor,
+        }))),
+        tls,
+        state: state.clone(),
+        conns,
+        freed: Arc::new(Notify::new()),
+    };
+    // Connections whose ClientHello is in and that found no slot.
+    let mut lobby = Lobby::new(config.max_waiting_handshakes);
     // Room for the largest TLS record: a whole ClientHello can be seen.
     let mut peeked = vec![0u8; 5 + 16 * 1024];
     loop {
+        let now = Instant::now();
+        // The lobby first: its connections came before any in the backlog.
+        if !lobby.is_empty() {
+            lobby.drain(
+                now.checked_sub(config.handshake_timeout).unwrap_or(now),
+                |_, (tcp, peer)| {
+                    handshakes
+                        .admit(tcp, peer, Phase::Hello)
+                        .err()
+                        .map(|t| (t, peer))
+                },
+                |_| count_handshake(&state, "expired"),
+            );
+        }
         // At the limit with every handshake live and young, stop accepting:
         // new connections wait in the backlog (a mass reconnect is absorbed
         // at a steady rate) until a slot frees or the oldest stalls.
-        loop {
-            let Some(until) = lock(&slots).full_until(Instant::now()) else {
-                break;
-            };
-            tokio::select! {
-                _ = state.shutdown.cancelled() => return,
-                _ = freed.notified() => {}
-                _ = tokio::time::sleep_until(until.into()) => {}
-            }
-        }
+        let paused_until = lock(&handshakes.slots).full_until(now);
+        let lobby_check = (!lobby.is_empty()).then(|| now + LOBBY_RECHECK);
+        let wake = paused_until.into_iter().chain(lobby_check).min();
         let (tcp, peer) = tokio::select! {
             _ = state.shutdown.cancelled() => return,
-            accepted = listener.accept() => match accepted {
+            _ = handshakes.freed.notified() => continue,
+            _ = tokio::time::sleep_until(wake.unwrap_or(now).into()), if wake.is_some() => continue,
+            accepted = listener.accept(), if paused_until.is_none() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     // Out of file descriptors and similar: back off briefly.
@@ -345,47 +438,24 @@ async fn accept_loop(
                 continue;
             }
         };
-        let cancel = CancellationToken::new();
-        let admitted = lock(&slots).admit(peer.ip(), Instant::now(), phase, cancel.clone());
-        let id = match admitted {
-            Admission::Admitted { id, shed } => {
-                for stalled in shed {
-                    stalled.cancel();
-                }
-                id
-            }
-            Admission::Refused(_) => {
-                // Its source is at its limit with only live handshakes:
-                // closed at once, the spoke retries with backoff.
-                tracing::debug!(%peer, "link.handshake_refused");
-                count_handshake(&state, "refused");
-                continue;
+        // A client whose ClientHello is in queues behind those of its
+        // source already waiting.
+        let tcp = if phase == Phase::Hello && lobby.has(peer.ip()) {
+            tcp
+        } else {
+            match handshakes.admit(tcp, peer, phase) {
+                Ok(()) => continue,
+                Err(tcp) => tcp,
             }
         };
-        let task = Handshake {
-            id,
-            slots: slots.clone(),
-            stall_timeout: config.handshake_stall_timeout,
-            timeout: config.handshake_timeout,
-        };
-        let (tls, conns, state, freed) = (tls.clone(), conns.clone(), state.clone(), freed.clone());
-        tokio::spawn(async move {
-            let result = tokio::select! {
-                _ = cancel.cancelled() => Err("shed"),
-                r = task.run(tcp, peer, tls) => r,
-            };
-            if lock(&task.slots).release(id).is_some() {
-                freed.notify_one();
-            }
-            let outcome = match result {
-                Ok(tls) => {
-                    let _ = conns.send(Ok(tls)).await;
-                    "ok"
-                }
-                Err(outcome) => outcome,
-            };
-            count_handshake(&state, outcome);
-        });
+        if phase == Phase::Hello && lobby.push(peer.ip(), now, (tcp, peer)).is_ok() {
+            continue;
+        }
+        // Its source is at its limit with only live handshakes (and, with
+        // its ClientHello in, the lobby is full): closed at once, the
+        // client retries with backoff.
+        tracing::debug!(%peer, "link.handshake_refused");
+        count_handshake(&state, "refused");
     }
 }
 
@@ -440,8 +510,13 @@ impl Handshake {
         match tokio::time::timeout(self.stall_timeout, tcp.peek(&mut first)).await {
             Err(_) => return Err("timeout"),
             Ok(Ok(0)) | Ok(Err(_)) => return Err("failed"),
-            Ok(Ok(_)) => lock(&self.slots).advance(self.id, Phase::Partial),
+            Ok(Ok(_)) => lock(&self.slots).advance(self.id, Phase::Partial, Instant::now()),
         }
+        let (slots, id) = (self.slots.clone(), self.id);
+        let tcp = Watched::new(
+            tcp,
+            Box::new(move |phase, at| lock(&slots).advance(id, phase, at)),
+        );
         let hello = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp);
         let start = match tokio::time::timeout_at(deadline, hello).await {
             Err(_) => return Err("timeout"),
@@ -451,7 +526,7 @@ impl Handshake {
             }
             Ok(Ok(start)) => start,
         };
-        lock(&self.slots).advance(self.id, Phase::Hello);
+        lock(&self.slots).advance(self.id, Phase::Hello, Instant::now());
         match tokio::time::timeout_at(deadline, start.into_stream(tls)).await {
             Err(_) => Err("timeout"),
             Ok(Err(e)) => {
