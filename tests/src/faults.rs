@@ -104,6 +104,9 @@ pub struct Options {
     /// After the final check, plant an extra Harness Deployment for one
     /// Agent and see the checker report it (proof it can fail).
     pub self_check: bool,
+    /// Inject only hub kills (each timed into the calls as the others):
+    /// what a pass cut by a kill costs a deploy.
+    pub hub_kills_only: bool,
 }
 
 impl Default for Options {
@@ -117,6 +120,7 @@ impl Default for Options {
             converge_within: Duration::from_secs(180),
             keep_dir: false,
             self_check: false,
+            hub_kills_only: false,
         }
     }
 }
@@ -144,6 +148,9 @@ pub struct Report {
     /// Per Agent and round: time from the round's last fault (healed) until
     /// its state first matched the desired one.
     pub converge: Vec<Duration>,
+    /// Per revision that went active: from its creation (the deploy call)
+    /// to its activation, both as the hub recorded them.
+    pub deploy_to_active: BTreeMap<String, Duration>,
     pub elapsed: Duration,
     pub dir: Option<PathBuf>,
     /// With [`Options::self_check`]: whether the planted extra object was
@@ -211,6 +218,23 @@ impl Report {
                 )
             }
             _ => s += "converged after the last fault: no samples\n",
+        }
+        let activations: Vec<Duration> = self.deploy_to_active.values().copied().collect();
+        match (
+            percentile(&activations, 50.0),
+            percentile(&activations, 95.0),
+            activations.iter().max(),
+        ) {
+            (Some(p50), Some(p95), Some(max)) => {
+                s += &format!(
+                    "deploy -> active: p50 {:.2} s  p95 {:.2} s  max {:.2} s  ({} revisions)\n",
+                    p50.as_secs_f64(),
+                    p95.as_secs_f64(),
+                    max.as_secs_f64(),
+                    activations.len()
+                )
+            }
+            _ => s += "deploy -> active: no revision went active\n",
         }
         s += &format!(
             "failed revisions (with reason): {}\n",
@@ -561,8 +585,11 @@ impl HubProc {
             },
             // Retries span ~75 s: longer than the 15 s Agent pass lease a
             // killed hub leaves behind (a shorter budget loses the work:
-            // see e2e/README.md, findings).
+            // see e2e/README.md, findings). The instance id survives the
+            // hub's restarts, as the chart's Pod name does: a restarted
+            // hub takes back its dead incarnation's claims and passes.
             "worker": {
+                "instanceId": "fault-hub",
                 "enabled": true, "batchSize": 32, "leaseSeconds": 2,
                 "pollIntervalMs": 20, "maxAttempts": 20, "backoffBaseMs": 200,
                 "backoffCapMs": 5000, "healthIntervalSeconds": 60
@@ -820,7 +847,10 @@ impl Fault {
 
 /// The fault sequence: every kind in turn (so a short run sees each),
 /// shuffled per turn by the seed.
-fn fault_plan(rng: &mut StdRng, n: usize, apiserver: bool) -> Vec<Fault> {
+fn fault_plan(rng: &mut StdRng, n: usize, apiserver: bool, hub_kills_only: bool) -> Vec<Fault> {
+    if hub_kills_only {
+        return vec![Fault::HubKill; n];
+    }
     let mut kinds = vec![
         Fault::HubKill,
         Fault::SpokeKill,
@@ -986,7 +1016,12 @@ impl World {
         while self.live_agents() < opts.agents {
             self.new_tenant().await?;
         }
-        let plan = fault_plan(&mut self.rng, opts.faults, opts.apiserver_faults);
+        let plan = fault_plan(
+            &mut self.rng,
+            opts.faults,
+            opts.apiserver_faults,
+            opts.hub_kills_only,
+        );
         let round = opts.round.max(1);
         for (i, fault) in plan.iter().enumerate() {
             let calls = self.rng.random_range(1..=3);
@@ -1560,7 +1595,26 @@ impl World {
                 self.violation(format!("changed after converging: {p}"));
             }
         }
+        self.record_activations().await?;
         self.check_revisions().await
+    }
+
+    /// Notes deploy -> active of every revision that went active so far
+    /// (read each round: a deleted Agent's revisions go with it).
+    async fn record_activations(&mut self) -> Result<()> {
+        use clawfed_hub::store::Store;
+        let store = clawfed_hub::store::connect(&self.pg.url()).await?;
+        for ns in store.list_namespaces(None).await? {
+            for agent in store.list_agents(&ns.name).await? {
+                for r in store.list_revisions(&ns.name, &agent.name).await? {
+                    if let Some(at) = r.progress.activated_at {
+                        let took = (at - r.created_at).to_std().unwrap_or_default();
+                        self.report.deploy_to_active.insert(r.id.clone(), took);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every revision active or terminal, with a reason where it failed,

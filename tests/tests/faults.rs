@@ -36,6 +36,7 @@ async fn short_fault_run_converges_without_violations() -> Result<()> {
         converge_within: Duration::from_secs(120),
         keep_dir: false,
         self_check: true,
+        hub_kills_only: false,
     })
     .await?;
     eprintln!("{}", report.render());

@@ -35,6 +35,10 @@ struct Args {
     /// Keep the run's directory (configs, logs).
     #[arg(long)]
     keep_dir: bool,
+    /// Inject only hub kills (timed into the calls, most of them deploys):
+    /// deploy -> active under kills that cut passes.
+    #[arg(long)]
+    hub_kills_only: bool,
 }
 
 #[tokio::main]
@@ -49,6 +53,7 @@ async fn main() -> Result<()> {
         converge_within: Duration::from_secs(a.converge_seconds),
         keep_dir: a.keep_dir,
         self_check: false,
+        hub_kills_only: a.hub_kills_only,
     })
     .await?;
     print!("{}", report.render());
