@@ -65,9 +65,9 @@ pub struct LinkConfig {
     pub handshake_stall_timeout: Duration,
     /// A TLS handshake must complete within this.
     pub handshake_timeout: Duration,
-    /// The least a handshake past its ClientHello is kept before a
-    /// newcomer whose ClientHello is in may take its slot (see
-    /// `admission.rs`: the budget grows with what handshakes take).
+    /// The least a server flight may wait for the client's answer before
+    /// a newcomer may take its handshake's slot (see `admission.rs`: the
+    /// budget grows with how long clients take to answer).
     pub handshake_answer_floor: Duration,
     /// Connections whose ClientHello is in that may wait for a handshake
     /// slot (each a socket); beyond, newcomers are closed at once.

@@ -9,13 +9,14 @@
 //! stall age): in a reconnect storm of real spokes the ClientHello of a
 //! just-accepted connection may simply not be there yet, and shedding it
 //! would only turn the storm into churn. A handshake past its ClientHello
-//! is shed for a newcomer only once it has had its answer budget: a real
-//! spoke answers the server's flight within a few round trips, so a
-//! handshake that has not after four times the recent handshakes' typical
-//! duration (at least [`Limits::answer_floor`], at most the stall age) is
-//! given up for a newcomer whose ClientHello is in.
+//! is shed for any newcomer once its server flight has gone unanswered for
+//! the answer budget: a real client answers within its round trip and its
+//! own work, so one that has not after four times what clients here
+//! typically take to answer (at least [`Limits::answer_floor`], at most
+//! the stall age) will not; else it is shed once older than the stall age.
 //!
-//! Such a newcomer that finds no slot is not turned away: it waits in the
+//! A newcomer whose ClientHello is in and that finds no slot is not turned
+//! away: it waits in the
 //! [`Lobby`], first come first served per source, until a slot frees or a
 //! handshake overruns its budget. Closing it would let a flood that
 //! reconnects at once take every freed slot before a real spoke, backing
@@ -38,8 +39,8 @@ pub struct Limits {
     /// A handshake past its ClientHello and older than this is stalled
     /// (a silent one after half of it).
     pub stall_after: Duration,
-    /// The least a handshake past its ClientHello is kept before a
-    /// newcomer with its ClientHello in may shed it.
+    /// The least a server flight may wait for the client's answer before
+    /// its handshake may be shed.
     pub answer_floor: Duration,
 }
 

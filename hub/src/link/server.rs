@@ -376,7 +376,7 @@ async fn accept_loop(
     state: Arc<LinkState>,
     conns: mpsc::Sender<Result<TlsConn, std::io::Error>>,
 ) {
-    let config = state.config.clone();
+    let config = &state.config;
     let handshakes = Handshakes {
         slots: Arc::new(Mutex::new(Slots::new(Limits {
             total: config.max_concurrent_handshakes,

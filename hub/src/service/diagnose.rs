@@ -63,10 +63,7 @@ impl LinkDiagnostics {
         timeout: Duration,
     ) -> Result<clawfed_proto::link::v1::DiagnoseResult, DiagnoseError> {
         let link = &self.link;
-        if !link.tunnels.holds_session(cluster_id)
-            && let Some(forwarding) = link.tunnels.forwarding()
-            && let Some((_, url)) = forwarding.holder(cluster_id).await
-        {
+        if let Some((forwarding, _, url)) = link.tunnels.other_holder(cluster_id).await {
             let ask = DiagnoseAsk {
                 cluster_id: cluster_id.to_owned(),
                 target: target.to_owned(),

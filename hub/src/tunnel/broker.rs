@@ -233,17 +233,28 @@ impl Broker {
         route: &Route,
         credential: &str,
     ) -> Option<Result<hyper::upgrade::Upgraded, Refusal>> {
-        if self.holds_session(&route.cluster_id) {
-            return None;
-        }
-        let forwarding = self.forwarding()?;
-        let (replica, url) = forwarding.holder(&route.cluster_id).await?;
+        let (forwarding, replica, url) = self.other_holder(&route.cluster_id).await?;
         let upstream = forwarding.open(&url, &route.authority, credential).await;
         if upstream.is_ok() {
             tracing::debug!(cluster = %route.cluster_name, %replica, "tunnel.forwarded");
             self.metrics.forwarded.inc();
         }
         Some(upstream)
+    }
+
+    /// The replica holding `cluster_id`'s session when it is another one:
+    /// how to reach it, its id and its ingress URL. `None` when this
+    /// replica holds it, none does, or nothing forwards.
+    pub async fn other_holder(
+        &self,
+        cluster_id: &str,
+    ) -> Option<(&Arc<super::forward::Forwarding>, String, String)> {
+        if self.holds_session(cluster_id) {
+            return None;
+        }
+        let forwarding = self.forwarding()?;
+        let (replica, url) = forwarding.holder(cluster_id).await?;
+        Some((forwarding, replica, url))
     }
 
     /// Whether this replica holds `cluster_id`'s link session.
