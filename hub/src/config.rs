@@ -1614,6 +1614,7 @@ mod tests {
                 gateway_token: "t".into(),
                 tls: None,
             },
+            runtime: None,
         };
         assert_eq!(
             crate::gateway::objects::validate(&spec, &g).as_deref(),

@@ -235,6 +235,39 @@ pub struct GatewaySpec {
     pub tunnel_ca_pem: Option<String>,
     /// Transport material projected into the Gateway Pod.
     pub transport: Transport,
+    /// The Gateway is the OpenClaw runtime: its config file and tokens.
+    /// `None`: a Gateway image of its own contract (the project's stand-in).
+    #[serde(default)]
+    pub runtime: Option<GatewayRuntimeFiles>,
+}
+
+/// What the OpenClaw runtime of a Gateway reads, all from its transport
+/// Secret: its config file, its own gateway token (the hub's activation
+/// turn sends it) and, for dedicated Codex, the app-server's capability
+/// token. None of it is a model credential.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GatewayRuntimeFiles {
+    /// The rendered config file (JSON): `crate::runtime_config::render_gateway`.
+    pub config: String,
+    /// `OPENCLAW_GATEWAY_TOKEN`: the revision's runtime token.
+    pub token: String,
+    /// `CODEX_APP_SERVER_TOKEN`: the Codex app-server's capability token.
+    #[serde(default)]
+    pub app_server_token: Option<String>,
+}
+
+impl fmt::Debug for GatewayRuntimeFiles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatewayRuntimeFiles")
+            .field("config_bytes", &self.config.len())
+            .field("token", &"<redacted>")
+            .field(
+                "app_server_token",
+                &self.app_server_token.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 impl fmt::Debug for GatewaySpec {
@@ -248,6 +281,7 @@ impl fmt::Debug for GatewaySpec {
             .field("harness_endpoint", &self.harness_endpoint)
             .field("tunnel_proxy", &self.tunnel_proxy)
             .field("transport", &self.transport)
+            .field("runtime", &self.runtime)
             .finish()
     }
 }

@@ -125,6 +125,78 @@ pub fn conflicts(configuration: &Value, port: i32) -> Vec<Conflict> {
     out
 }
 
+/// Where a dedicated Codex Gateway's Codex plugin reaches its app-server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppServerLink<'a> {
+    /// `ws(s)://...`: the hub's tunnel ingress at
+    /// [`clawfed_proto::tunnel::harness_upgrade_path`], or the Harness
+    /// itself.
+    pub url: &'a str,
+}
+
+/// The environment variable with the app-server's capability token.
+pub const APP_SERVER_TOKEN_VAR: &str = "CODEX_APP_SERVER_TOKEN";
+
+/// The model endpoint a dedicated Codex Agent's Harness uses: the
+/// Configuration's `models.providers.openai.baseUrl` (Codex's
+/// `openai_base_url`). The Gateway's config never carries it: Codex, not
+/// the Gateway, calls the model.
+pub fn codex_model_base_url(configuration: &Value) -> Option<String> {
+    get(configuration, &["models", "providers", "openai", "baseUrl"])
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// The config of a dedicated Agent's Gateway (the OpenClaw runtime in the
+/// control cluster, serving on `port`): as [`render`], without any model
+/// credential (a dedicated Gateway holds none: every provider's `apiKey`
+/// goes), and, with `app_server`, its Codex plugin on: Codex is the
+/// OpenAI provider's runtime (`agentRuntime.id: codex`, fail closed) and
+/// the plugin's app-server is the Agent's Harness, reached over WebSocket
+/// at `app_server.url` with the Agent's capability token (which the hub's
+/// tunnel ingress checks too). Nothing in the plugin's connection settings
+/// changes between revisions: the plugin keys each conversation's Codex
+/// thread by them (secrets hashed), so a change would start every
+/// conversation over.
+pub fn render_gateway(
+    configuration: &Value,
+    port: i32,
+    app_server: Option<AppServerLink>,
+) -> Value {
+    let mut doc = render(configuration, port);
+    for id in providers(&doc) {
+        if let Some(p) = doc["models"]["providers"][&id].as_object_mut() {
+            p.remove("apiKey");
+        }
+    }
+    if let Some(link) = app_server {
+        set(
+            &mut doc,
+            &["models", "providers", "openai"],
+            serde_json::json!({ "agentRuntime": { "id": "codex" } }),
+        );
+        set(
+            &mut doc,
+            &["plugins", "entries", "codex", "enabled"],
+            Value::from(true),
+        );
+        // The Gateway's workspace path does not exist on the Harness: the
+        // plugin maps it into the Harness' own (the Agent's claim there).
+        let app = serde_json::json!({
+            "transport": "websocket",
+            "url": link.url,
+            "authToken": format!("${{{APP_SERVER_TOKEN_VAR}}}"),
+            "remoteWorkspaceRoot": clawfed_proto::work::codex::WORKSPACE_ROOT,
+        });
+        set(
+            &mut doc,
+            &["plugins", "entries", "codex", "config", "appServer"],
+            app,
+        );
+    }
+    doc
+}
+
 /// The runtime's config: `configuration` (a JSON object, or `null` for
 /// none) with every owned key set over it. Owned keys win even where
 /// [`conflicts`] would refuse, so a document admitted before a key became
@@ -151,6 +223,61 @@ pub fn render(configuration: &Value, port: i32) -> Value {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_codex_gateway_gets_the_plugin_on_its_harness_and_no_model_credential() {
+        let user = json!({
+            "agents": {"defaults": {"model": "openai/gpt-5.4"}},
+            "models": {"providers": {
+                "openai": {"baseUrl": "http://198.18.0.9:8000/v1", "apiKey": "${MODEL_API_KEY}"},
+                "other": {"baseUrl": "http://198.18.0.9:9000/v1"}
+            }},
+            "plugins": {"entries": {"codex": {"config": {"sessionCatalog": {"enabled": false}}}}}
+        });
+        assert_eq!(
+            codex_model_base_url(&user).as_deref(),
+            Some("http://198.18.0.9:8000/v1")
+        );
+        let link = AppServerLink {
+            url: "wss://198.18.0.1:7443/_clawfed/harness/team/a1",
+        };
+        let doc = render_gateway(&user, 18789, Some(link));
+        assert_eq!(doc["gateway"]["port"], 18789);
+        assert_eq!(
+            doc["models"]["providers"]["openai"],
+            json!({"agentRuntime": {"id": "codex"}}),
+            "the model endpoint is the Harness', not the Gateway's"
+        );
+        assert!(doc["models"]["providers"]["other"].get("apiKey").is_none());
+        assert!(!doc.to_string().contains("MODEL_API_KEY"), "{doc}");
+        let codex = &doc["plugins"]["entries"]["codex"];
+        assert_eq!(codex["enabled"], true);
+        assert_eq!(
+            codex["config"]["sessionCatalog"]["enabled"], false,
+            "the user's keys stay"
+        );
+        assert_eq!(
+            codex["config"]["appServer"],
+            json!({
+                "transport": "websocket",
+                "url": "wss://198.18.0.1:7443/_clawfed/harness/team/a1",
+                "authToken": "${CODEX_APP_SERVER_TOKEN}",
+                "remoteWorkspaceRoot": "/workspace"
+            })
+        );
+        // Another dedicated Gateway: no plugin, still no credential.
+        let plain = render_gateway(&user, 18789, None);
+        assert!(
+            plain["plugins"]["entries"]["codex"]
+                .get("enabled")
+                .is_none()
+        );
+        assert!(
+            plain["models"]["providers"]["openai"]
+                .get("apiKey")
+                .is_none()
+        );
+    }
 
     #[test]
     fn the_owned_keys_are_set_over_the_users_document() {

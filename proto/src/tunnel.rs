@@ -13,6 +13,25 @@
 /// The Harness path the hub requests through the Gateway before it
 /// activates a revision (the data path probe); any 2xx answer passes.
 pub const PROBE_PATH: &str = "/healthz";
+/// The tunnel ingress' path for a client that cannot send `CONNECT` (the
+/// Codex plugin's WebSocket to its app-server):
+/// `<HARNESS_UPGRADE_PATH>/<tenant>/<agent>` with `Authorization: Bearer
+/// <the Agent's app-server token>` is passed on, with the path `/` and the
+/// same `Authorization`, to the Agent's newest serving Harness, and an
+/// upgrade it answers (`101`) carries the connection's bytes from then on.
+pub const HARNESS_UPGRADE_PATH: &str = "/_clawfed/harness";
+
+/// `HARNESS_UPGRADE_PATH/<tenant>/<agent>`.
+pub fn harness_upgrade_path(tenant: &str, agent: &str) -> String {
+    format!("{HARNESS_UPGRADE_PATH}/{tenant}/{agent}")
+}
+
+/// The tenant and Agent of a [`harness_upgrade_path`], if `path` is one.
+pub fn parse_harness_upgrade_path(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix(HARNESS_UPGRADE_PATH)?.strip_prefix('/')?;
+    let (tenant, agent) = rest.split_once('/')?;
+    (!tenant.is_empty() && !agent.is_empty() && !agent.contains('/')).then_some((tenant, agent))
+}
 
 /// The HTTP/2 receive window of one tunneled connection's stream, on both
 /// sides (the most either side buffers for a peer that stopped reading).
@@ -121,6 +140,24 @@ pub fn refusal_status(reason: &str) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upgrade_paths_name_tenant_and_agent() {
+        let p = harness_upgrade_path("team", "a1");
+        assert_eq!(p, "/_clawfed/harness/team/a1");
+        assert_eq!(parse_harness_upgrade_path(&p), Some(("team", "a1")));
+        for bad in [
+            "/_clawfed/harness",
+            "/_clawfed/harness/",
+            "/_clawfed/harness/team",
+            "/_clawfed/harness/team/",
+            "/_clawfed/harness//a1",
+            "/_clawfed/harness/team/a1/x",
+            "/_clawfed/harnessx/team/a1",
+        ] {
+            assert_eq!(parse_harness_upgrade_path(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn authority_is_the_service_url_host() {

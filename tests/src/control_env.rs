@@ -269,7 +269,10 @@ pub fn gateway_config() -> GatewayConfig {
 
 /// A PV pre-bound to PVC `namespace/claim` of `storage_class` (`None`: the
 /// claim names no class). The pod runner provisions only class-less claims
-/// no PV is pre-bound to; kwok mounts nothing. Returns the PV's name.
+/// no PV is pre-bound to; kwok mounts nothing. Its `hostPath` is under the
+/// cluster dirs, not `/tmp`: a runtime Pod's `/tmp` is an emptyDir mounted
+/// before its claims, which would hide the volume's directory. Returns the
+/// PV's name.
 pub async fn pre_bound_volume(
     admin: &Client,
     name: &str,
@@ -288,7 +291,11 @@ pub async fn pre_bound_volume(
             storage_class_name: storage_class.map(str::to_owned),
             persistent_volume_reclaim_policy: Some("Retain".into()),
             host_path: Some(HostPathVolumeSource {
-                path: format!("/tmp/{name}"),
+                path: crate::kube_env::clusters_dir()
+                    .join("test-volumes")
+                    .join(name)
+                    .to_string_lossy()
+                    .into_owned(),
                 type_: None,
             }),
             claim_ref: Some(ObjectReference {

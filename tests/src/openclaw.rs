@@ -43,6 +43,35 @@ pub fn image() -> Result<String> {
     Ok(format!("clawfed.test/openclaw:{}", version()?))
 }
 
+/// The Codex CLI's version in `e2e/openclaw/package-lock.json` (the
+/// bundled Codex plugin's `@openai/codex`, which the pod runner runs for
+/// `clawfed.test/codex:<version>`).
+pub fn codex_version() -> Result<String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../e2e/openclaw/package-lock.json"
+    );
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let v: serde_json::Value = serde_json::from_str(&text)?;
+    v["packages"]["node_modules/@openai/codex"]["version"]
+        .as_str()
+        .map(str::to_owned)
+        .context("package-lock.json has no @openai/codex")
+}
+
+/// `clawfed.test/codex:<version>`: `codex app-server` for a dedicated
+/// Codex Harness.
+pub fn codex_image() -> Result<String> {
+    Ok(format!("clawfed.test/codex:{}", codex_version()?))
+}
+
+/// [`image`] pinned by a digest too (`:<version>@sha256:<hex>`), for an
+/// installation that requires immutable digests; the pod runner runs the
+/// version.
+pub fn pinned_image() -> Result<String> {
+    Ok(format!("{}@sha256:{}", image()?, "0c".repeat(32)))
+}
+
 /// The live Ready Pod matching `labels` (other than `not_uid`), waiting up
 /// to `wait`.
 pub async fn ready_pod(

@@ -73,6 +73,7 @@ fn spec(agent: &str, revision: i64) -> GatewaySpec {
             gateway_token: "gw-token-not-real".into(),
             tls: None,
         },
+        runtime: None,
     }
 }
 
@@ -686,6 +687,8 @@ async fn transport_credential_is_stable_per_revision() -> Result<()> {
         harness_namespace: "oce-0123456789abcde".into(),
         harness_port: 8080,
         tunnel: None,
+        configuration: serde_json::Value::Null,
+        app_server: false,
     };
     let (t1, t2) = (target(&r1), target(&r2));
 

@@ -668,6 +668,7 @@ async fn a_spoke_behind_the_proxy_applies_a_harness_in_a_real_cluster() {
         plugin_selections: Vec::new(),
         require_startup_status: false,
         runtime_config: None,
+        app_server: None,
     };
     let link = setup.hub.hub.as_ref().unwrap().link.clone().unwrap();
     for (t, spec) in [

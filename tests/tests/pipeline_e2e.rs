@@ -3654,6 +3654,204 @@ async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration()
     w.finish().await
 }
 
+/// Issue 29: a dedicated Codex Agent on the real runtimes across clusters.
+/// Its Gateway is the real OpenClaw gateway in the control cluster with the
+/// bundled Codex plugin on; its Harness is the real `codex app-server` in
+/// exec-a, holding the model key; the plugin reaches the app-server over
+/// WebSocket through the hub's tunnel ingress and the spoke. Activation is
+/// a real model turn over that path, and so is a chat sent to the Gateway:
+/// the model stand-in (exec-a) answers with the user's text and the last
+/// characters of the Agent's managed key, which only the Harness holds. A
+/// redeploy keeps the conversation (the Gateway's claim in control, Codex's
+/// home on the Harness' claim in exec-a), also after the Harness Pod is
+/// killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dedicated_codex_runs_the_real_gateway_and_app_server_across_clusters() -> Result<()> {
+    use clawfed_hub::gateway::objects as gw;
+    use clawfed_tests::openclaw;
+    require_pod_network()?;
+    let mut w = World::start_with(|c| {
+        c.tunnel.addr = format!("{POD_NET_ROOT}:0").parse().expect("addr");
+        c.pipeline.path_probe = true;
+        c.pipeline.ready_deadline_seconds = 300;
+    })
+    .await?;
+    let exec = w.exec_a.admin();
+    let control = w.control.admin();
+    let model_ns = w.exec_a.create_namespace("model").await?;
+    let result = async {
+        let model_url = openclaw::deploy_model(&exec, &model_ns.name).await?;
+        let (ns, agent) = w
+            .agent_with_images(
+                "dedicated-codex",
+                &openclaw::codex_image()?,
+                &openclaw::pinned_image()?,
+            )
+            .await?;
+        w.rest
+            .call::<serde_json::Value>(
+                Method::POST,
+                &format!("/namespaces/{}/configurations", ns.name),
+                Some(json!({ "name": "codex", "data": {
+                    "models": { "providers": { "openai": { "baseUrl": model_url } } },
+                    "agents": { "defaults": { "model": "openai/gpt-5.4" } }
+                }})),
+            )
+            .await?;
+        w.rest
+            .edit_spec(&ns.name, &agent.name, |s| {
+                s.configuration = Some("codex".into())
+            })
+            .await?;
+        let key = format!("sk-codex-{}", uuid::Uuid::new_v4().simple());
+        let tail = format!("key: {}", &key[key.len() - 4..]);
+        let (status, body) = w
+            .rest
+            .send(
+                Method::PUT,
+                &format!(
+                    "/namespaces/{}/agents/{}/credentials/model-api-key",
+                    ns.name, agent.name
+                ),
+                Some(json!({ "value": key })),
+            )
+            .await?;
+        ensure!(status.is_success(), "set the key: {status} {body}");
+        let deployed = Instant::now();
+        w.rest.deploy(&ns.name, &agent.name).await?;
+        let active = until(openclaw::START_WAIT, "revision 1 Active", || async {
+            let r = w.rest.revision(&ns.name, &agent.name, 1).await?;
+            ensure!(r.phase != RevisionPhase::Failed, "failed: {:?}", r.reason);
+            Ok((r.phase == RevisionPhase::Active).then_some(r))
+        })
+        .await?;
+        println!(
+            "dedicated Codex: deploy -> Active in {:?} ({:?})",
+            deployed.elapsed(),
+            active.progress.durations_ms
+        );
+        // The activation was a model turn: Codex asked the model the hub's
+        // message, with the Agent's key.
+        let (_, users) = openclaw::model_requests(&model_url).await?;
+        assert!(
+            users
+                .iter()
+                .any(|u| u.contains(clawfed_hub::tunnel::probe::MODEL_TURN_MESSAGE)),
+            "the model was asked the activation turn: {users:?}"
+        );
+
+        // The Gateway holds its config and tokens, never the model key;
+        // the Harness holds the key.
+        let transport: Secret = Api::namespaced(control.clone(), GW_NS)
+            .get(&format!("{}-gateway-transport", agent.name))
+            .await?;
+        let data = transport.data.clone().unwrap_or_default();
+        let text = |k: &str| {
+            data.get(k)
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                .with_context(|| format!("transport Secret key {k}"))
+        };
+        let config: serde_json::Value = serde_json::from_str(&text(gw::RUNTIME_CONFIG_KEY)?)?;
+        assert_eq!(config["plugins"]["entries"]["codex"]["enabled"], true);
+        assert!(
+            config["plugins"]["entries"]["codex"]["config"]["appServer"]["url"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("wss://")
+                    && u.ends_with(&format!("/_clawfed/harness/{}/{}", ns.name, agent.name))),
+            "the app-server is reached through the hub's tunnel ingress: {config}"
+        );
+        assert!(
+            !config.to_string().contains(&model_url),
+            "the model endpoint is the Harness'"
+        );
+        for v in data.values() {
+            assert!(
+                !String::from_utf8_lossy(&v.0).contains(&key),
+                "the model key is never in the Gateway's Secret"
+            );
+        }
+        let token = text(gw::RUNTIME_TOKEN_KEY)?;
+        let gateway_addr = |ip: String| -> Result<std::net::SocketAddr> {
+            Ok(std::net::SocketAddr::new(
+                ip.parse()?,
+                u16::try_from(control_env::gateway_config().port)?,
+            ))
+        };
+        let (_, ip) = gateway_pod(&control, &agent.name).await?;
+        let nonce = format!("nonce-{}", &short_id()[..8]);
+        let first = format!("hello codex {nonce}");
+        let answer = openclaw::chat(gateway_addr(ip)?, &token, "conv-codex", &first).await?;
+        println!("through the Gateway: {answer}");
+        assert!(
+            answer.contains(&format!("model-standin answer: {first}")) && answer.contains(&tail),
+            "Codex in exec-a answered through the Gateway, with the Agent's key: {answer}"
+        );
+
+        // Redeploy: revision 2 replaces both (Recreate Gateway, exclusive
+        // Harness); the conversation is kept.
+        let redeployed = Instant::now();
+        w.rest.deploy(&ns.name, &agent.name).await?;
+        until(openclaw::START_WAIT, "revision 2 Active", || async {
+            let r = w.rest.revision(&ns.name, &agent.name, 2).await?;
+            ensure!(r.phase != RevisionPhase::Failed, "failed: {:?}", r.reason);
+            Ok((r.phase == RevisionPhase::Active).then_some(()))
+        })
+        .await?;
+        println!(
+            "dedicated Codex: redeploy -> revision 2 Active in {:?}",
+            redeployed.elapsed()
+        );
+        let transport: Secret = Api::namespaced(control.clone(), GW_NS)
+            .get(&format!("{}-gateway-transport", agent.name))
+            .await?;
+        let token = transport
+            .data
+            .unwrap_or_default()
+            .get(gw::RUNTIME_TOKEN_KEY)
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+            .context("revision 2's runtime token")?;
+        let pods: Api<Pod> = Api::namespaced(exec.clone(), &ns.data_plane_namespace);
+        let r2_pods = format!("{}={},{}=2", labels::AGENT, agent.name, labels::REVISION);
+        let mut not_uid = None;
+        for moment in ["after the redeploy", "after the Harness Pod was killed"] {
+            let pod =
+                openclaw::ready_pod(&pods, &r2_pods, not_uid.as_deref(), openclaw::START_WAIT)
+                    .await?;
+            let (_, ip) = gateway_pod(&control, &agent.name).await?;
+            // The Gateway's plugin reconnects to the new app-server.
+            let answer = until(
+                openclaw::START_WAIT,
+                "a turn through revision 2",
+                || async {
+                    Ok(
+                        openclaw::chat(gateway_addr(ip.clone())?, &token, "conv-codex", moment)
+                            .await
+                            .ok(),
+                    )
+                },
+            )
+            .await?;
+            println!("{moment}: {answer}");
+            assert!(
+                answer.contains(&format!("model-standin answer: {moment}"))
+                    && answer.contains(&first),
+                "the conversation of revision 1 is there {moment}: {answer}"
+            );
+            not_uid = pod.metadata.uid.clone();
+            pods.delete(
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                &DeleteParams::default(),
+            )
+            .await?;
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    model_ns.delete().await?;
+    result?;
+    w.finish().await
+}
+
 // ========================================================== credentials
 
 /// Everything tracing records on the threads it is installed on, as text.

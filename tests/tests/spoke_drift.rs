@@ -108,6 +108,7 @@ impl Tenant {
             plugin_selections: Vec::new(),
             require_startup_status: false,
             runtime_config: None,
+            app_server: None,
         }
     }
 

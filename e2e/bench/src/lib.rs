@@ -455,6 +455,7 @@ pub mod load {
             plugin_selections: Vec::new(),
             require_startup_status: false,
             runtime_config: None,
+            app_server: None,
         }
     }
 
@@ -758,6 +759,7 @@ pub mod load {
                             gateway_token: format!("bench-{run}-{i}"),
                             tls: None,
                         },
+                        runtime: None,
                         agent,
                     }
                 })

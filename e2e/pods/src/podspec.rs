@@ -16,6 +16,11 @@ pub const OPENCLAW_IMAGE: &str = "clawfed.test/openclaw";
 /// The runtime's arguments when the container gives none (its image's
 /// default command).
 pub const OPENCLAW_DEFAULT_ARGS: [&str; 2] = ["gateway", "run"];
+/// The image of the Codex CLI: `clawfed.test/codex:<version>` runs `codex`
+/// of that version (the `@openai/codex` the OpenClaw install carries).
+pub const CODEX_IMAGE: &str = "clawfed.test/codex";
+/// Its arguments when the container gives none.
+pub const CODEX_DEFAULT_ARGS: [&str; 1] = ["app-server"];
 
 /// Probe timing: every 200 ms until the first success, then every
 /// `periodSeconds`, at most this often apart.
@@ -35,7 +40,7 @@ pub enum Error {
     NoContainer,
     /// The image names no known stand-in binary.
     #[error(
-        "spec.containers[0].image {0:?}: not a stand-in image (want clawfed.test/<name>-standin[:tag|@digest] or clawfed.test/openclaw:<version>)"
+        "spec.containers[0].image {0:?}: not a stand-in image (want clawfed.test/<name>-standin[:tag|@digest], clawfed.test/openclaw:<version> or clawfed.test/codex:<version>)"
     )]
     NotAStandin(String),
     /// A runtime image without its version tag.
@@ -43,7 +48,7 @@ pub enum Error {
     NoRuntimeVersion(String),
     /// `command` on a runtime container: the image's entrypoint is fixed.
     #[error(
-        "spec.containers[0].command: the runtime image runs openclaw; give its arguments in args"
+        "spec.containers[0].command: the runtime image runs its program (openclaw or codex); give its arguments in args"
     )]
     RuntimeCommand,
     /// The first container has no port to listen on.
@@ -99,14 +104,28 @@ pub enum Program {
     Standin { binary: String },
     /// The real OpenClaw runtime of this version, with these arguments.
     OpenClaw { version: String, args: Vec<String> },
+    /// The Codex CLI of this version, with these arguments.
+    Codex { version: String, args: Vec<String> },
+}
+
+impl Program {
+    /// True for the real runtimes (run in a sandbox of their own).
+    pub fn is_runtime(&self) -> bool {
+        !matches!(self, Program::Standin { .. })
+    }
 }
 
 /// The program an image names: `clawfed.test/openclaw:<version>` is the
-/// real runtime (arguments from `args`, else `gateway run`); any other
-/// `clawfed.test/<name>-standin` is that stand-in binary.
+/// real runtime (arguments from `args`, else `gateway run`),
+/// `clawfed.test/codex:<version>` the Codex CLI (else `app-server`); any
+/// other `clawfed.test/<name>-standin` is that stand-in binary.
 pub fn program(c: &Container) -> Result<Program> {
     let image = c.image.clone().unwrap_or_default();
-    let Some(rest) = image.strip_prefix(OPENCLAW_IMAGE) else {
+    let (rest, defaults, codex) = if let Some(rest) = image.strip_prefix(OPENCLAW_IMAGE) {
+        (rest, &OPENCLAW_DEFAULT_ARGS[..], false)
+    } else if let Some(rest) = image.strip_prefix(CODEX_IMAGE) {
+        (rest, &CODEX_DEFAULT_ARGS[..], true)
+    } else {
         return Ok(Program::Standin {
             binary: binary_name(&image)?,
         });
@@ -115,8 +134,10 @@ pub fn program(c: &Container) -> Result<Program> {
     if !(rest.is_empty() || rest.starts_with([':', '@'])) {
         return Err(Error::NotAStandin(image));
     }
+    // `:<version>`, optionally pinned too (`:<version>@sha256:<hex>`).
     let version = rest
         .strip_prefix(':')
+        .map(|v| v.split_once('@').map_or(v, |(tag, _)| tag))
         .filter(|v| !v.is_empty() && !v.contains(['@', '/']))
         .ok_or_else(|| Error::NoRuntimeVersion(image.clone()))?
         .to_string();
@@ -125,9 +146,13 @@ pub fn program(c: &Container) -> Result<Program> {
     }
     let args = match &c.args {
         Some(a) if !a.is_empty() => a.clone(),
-        _ => OPENCLAW_DEFAULT_ARGS.map(String::from).to_vec(),
+        _ => defaults.iter().map(|a| a.to_string()).collect(),
     };
-    Ok(Program::OpenClaw { version, args })
+    Ok(if codex {
+        Program::Codex { version, args }
+    } else {
+        Program::OpenClaw { version, args }
+    })
 }
 
 /// What to check for readiness.
@@ -369,7 +394,35 @@ mod tests {
                 args: vec!["gateway".into(), "run".into(), "--verbose".into()]
             }
         );
+        assert_eq!(
+            program(&c(
+                json!({"name": "c", "image": "clawfed.test/codex:0.154.0", "args": ["app-server", "--listen", "ws://0.0.0.0:8080"]})
+            ))
+            .unwrap(),
+            Program::Codex {
+                version: "0.154.0".into(),
+                args: vec!["app-server".into(), "--listen".into(), "ws://0.0.0.0:8080".into()]
+            }
+        );
+        let pinned = format!("clawfed.test/openclaw:2026.9.6@sha256:{}", "ab".repeat(32));
+        assert_eq!(
+            program(&c(json!({"name": "c", "image": pinned}))).unwrap(),
+            Program::OpenClaw {
+                version: "2026.9.6".into(),
+                args: vec!["gateway".into(), "run".into()]
+            },
+            "a digest beside the version tag"
+        );
+        assert_eq!(
+            program(&c(json!({"name": "c", "image": "clawfed.test/codex:1"}))).unwrap(),
+            Program::Codex {
+                version: "1".into(),
+                args: vec!["app-server".into()]
+            }
+        );
         for (image, want) in [
+            ("clawfed.test/codex", "needs its version"),
+            ("clawfed.test/codexx:1", "not a stand-in image"),
             ("clawfed.test/openclaw", "needs its version"),
             ("clawfed.test/openclaw:", "needs its version"),
             ("clawfed.test/openclaw@sha256:ab", "needs its version"),

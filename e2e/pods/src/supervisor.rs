@@ -255,23 +255,52 @@ impl Supervisor {
                             ),
                         )
                     })?;
-                let argv = install.argv(args);
-                let names = sandbox::setup_network(
-                    &self.shared.ip_cmd,
-                    &self.shared.netns,
-                    &self.ident.uid,
-                    self.obs.pod_ip,
-                )
-                .await
-                .map_err(|e| ("CreatePodSandboxError", e.to_string()))?;
-                // cluster.sh down removes what a killed runner left.
-                let _ = std::fs::write(self.dir.join("netns"), &names.netns);
-                Ok(Started::Runtime {
-                    argv,
-                    netns: names.netns,
-                })
+                self.runtime_started(install.argv(args)).await
+            }
+            Program::Codex { version, args } => {
+                let install = self
+                    .shared
+                    .openclaw
+                    .as_ref()
+                    .filter(|i| i.codex_version.as_ref() == Some(version))
+                    .ok_or_else(|| {
+                        let have = self
+                            .shared
+                            .openclaw
+                            .as_ref()
+                            .and_then(|i| i.codex_version.clone())
+                            .unwrap_or_else(|| "none".into());
+                        (
+                            "ErrImageNeverPull",
+                            format!(
+                                "codex {version} is not installed for the pod runner (installed: {have}; e2e/openclaw.sh installs the @openai/codex of e2e/openclaw/package-lock.json)"
+                            ),
+                        )
+                    })?;
+                self.runtime_started(install.codex_argv(args)).await
             }
         }
+    }
+
+    /// A real runtime's sandbox network, for `argv`.
+    async fn runtime_started(
+        &mut self,
+        argv: Vec<std::ffi::OsString>,
+    ) -> Result<Started, (&'static str, String)> {
+        let names = sandbox::setup_network(
+            &self.shared.ip_cmd,
+            &self.shared.netns,
+            &self.ident.uid,
+            self.obs.pod_ip,
+        )
+        .await
+        .map_err(|e| ("CreatePodSandboxError", e.to_string()))?;
+        // cluster.sh down removes what a killed runner left.
+        let _ = std::fs::write(self.dir.join("netns"), &names.netns);
+        Ok(Started::Runtime {
+            argv,
+            netns: names.netns,
+        })
     }
 
     /// The runtime's bind mounts: Secret and ConfigMap files from the

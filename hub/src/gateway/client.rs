@@ -409,6 +409,17 @@ fn deleted(kind: &'static str, name: &str, existed: bool) -> Step {
     }
 }
 
+/// `http(s)://rest` as `ws(s)://rest`.
+fn websocket_url(http: &str) -> String {
+    if let Some(rest) = http.strip_prefix("https://") {
+        format!("wss://{rest}")
+    } else if let Some(rest) = http.strip_prefix("http://") {
+        format!("ws://{rest}")
+    } else {
+        http.to_owned()
+    }
+}
+
 fn label_of<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     meta.labels
         .as_ref()
@@ -447,6 +458,42 @@ impl Gateways {
                 revision_id: revision_id.to_owned(),
                 source: Box::new(source),
             })
+    }
+
+    /// The OpenClaw runtime's files for `t`'s Gateway: its config file,
+    /// rendered from the revision's Configuration, and its tokens.
+    pub fn runtime_files(&self, t: &super::GatewayTarget) -> Result<super::GatewayRuntimeFiles> {
+        let credentials = self.transport.as_ref().ok_or(Error::NoTransportKey)?;
+        let harness = clawfed_proto::work::harness::service_url(
+            &t.agent,
+            t.revision,
+            &t.harness_namespace,
+            t.harness_port,
+        );
+        // Per Agent, not per revision (see `render_gateway`): through the
+        // ingress, the Agent's path; direct, its Harness Service (a new one
+        // each revision: direct mode restarts conversations on redeploy).
+        let url = match &t.tunnel {
+            Some(tunnel) => format!(
+                "{}{}",
+                websocket_url(&tunnel.url),
+                clawfed_proto::tunnel::harness_upgrade_path(&t.tenant, &t.agent)
+            ),
+            None => websocket_url(&harness),
+        };
+        let link = t
+            .app_server
+            .then_some(crate::runtime_config::AppServerLink { url: &url });
+        let config =
+            crate::runtime_config::render_gateway(&t.configuration, self.config.port, link)
+                .to_string();
+        let (token, app_server_token) =
+            credentials.runtime_tokens(&t.revision_id, t.app_server.then_some(t.agent_id.as_str()));
+        Ok(super::GatewayRuntimeFiles {
+            config,
+            token,
+            app_server_token,
+        })
     }
 
     /// The settings in use.
@@ -616,6 +663,48 @@ impl Gateways {
             .trim()
             .to_owned();
         Err(failed(&name, format!("HTTP {status}: {text}")))
+    }
+
+    /// One model turn through the live Gateway Pod of `revision`, sent to
+    /// the Pod's address: the hub runs in the control cluster, and the
+    /// apiserver's Pod proxy would take the `Authorization` header (the
+    /// runtime's token) as a credential of its own.
+    pub async fn model_turn(
+        &self,
+        agent: &str,
+        revision: i64,
+        token: &str,
+        turn: &crate::tunnel::probe::Turn<'_>,
+        timeout: Duration,
+    ) -> std::result::Result<String, crate::tunnel::probe::ProbeError> {
+        use crate::tunnel::probe::ProbeError;
+        let no_answer = |why: String| ProbeError::NoAnswer(why);
+        let lp = ListParams::default().labels(&objects::revision_selector_string(agent, revision));
+        let pods = self
+            .api::<Pod>()
+            .list(&lp)
+            .await
+            .map_err(|e| no_answer(format!("listing the Gateway Pods: {e}")))?;
+        let ip = pods
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .find_map(|p| p.status.as_ref()?.pod_ip.clone())
+            .ok_or_else(|| no_answer("no live Gateway Pod with an address".into()))?;
+        let authority = match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]:{}", self.config.port),
+            _ => format!("{ip}:{}", self.config.port),
+        };
+        tokio::time::timeout(timeout, async {
+            let tcp = tokio::net::TcpStream::connect(&authority)
+                .await
+                .map_err(|e| {
+                    no_answer(format!("connecting to the Gateway Pod {authority}: {e}"))
+                })?;
+            crate::tunnel::probe::turn_over(tcp, &authority, token, turn).await
+        })
+        .await
+        .map_err(|_| ProbeError::Timeout(timeout))?
     }
 
     /// The diagnostics of the live Gateway Pod of `revision`, read from its

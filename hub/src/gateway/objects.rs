@@ -10,10 +10,11 @@ use clawfed_proto::naming::{validate_agent_name, validate_dns1123_label};
 use clawfed_proto::work::check_image_digest;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, Secret, SecretVolumeSource, Service, ServiceAccount, ServicePort,
-    ServiceSpec, TCPSocketAction, Volume, VolumeMount, VolumeResourceRequirements,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, Secret, SecretKeySelector, SecretVolumeSource,
+    Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
@@ -60,13 +61,25 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Keys the transport Secret may hold; nothing else is ever written to it.
-pub const TRANSPORT_KEYS: [&str; 5] = [
+pub const TRANSPORT_KEYS: [&str; 8] = [
     "gateway-token",
     "tls.crt",
     "tls.key",
     "ca.crt",
     "tunnel-ca.crt",
+    RUNTIME_CONFIG_KEY,
+    RUNTIME_TOKEN_KEY,
+    APP_SERVER_TOKEN_KEY,
 ];
+/// The OpenClaw runtime's config file in the transport Secret (and so at
+/// `TRANSPORT_DIR/openclaw.json`, read-only).
+pub const RUNTIME_CONFIG_KEY: &str = "openclaw.json";
+/// The runtime's own gateway token (`OPENCLAW_GATEWAY_TOKEN`).
+pub const RUNTIME_TOKEN_KEY: &str = "runtime-token";
+/// The Codex app-server's capability token (`CODEX_APP_SERVER_TOKEN`).
+pub const APP_SERVER_TOKEN_KEY: &str = "app-server-token";
+/// The environment variable with the app-server's capability token.
+pub const APP_SERVER_TOKEN_ENV: &str = "CODEX_APP_SERVER_TOKEN";
 /// Where the transport Secret is mounted (read-only) in the Gateway Pod.
 pub const TRANSPORT_DIR: &str = "/var/run/clawfed/transport";
 /// Where the Gateway PVC is mounted (the Gateway's SQLite state).
@@ -385,6 +398,13 @@ pub fn transport_secret(spec: &GatewaySpec, c: &GatewayConfig) -> Secret {
     if let Some(ca) = &spec.tunnel_ca_pem {
         data.insert(TRANSPORT_KEYS[4].into(), ca.clone());
     }
+    if let Some(r) = &spec.runtime {
+        data.insert(RUNTIME_CONFIG_KEY.into(), r.config.clone());
+        data.insert(RUNTIME_TOKEN_KEY.into(), r.token.clone());
+        if let Some(token) = &r.app_server_token {
+            data.insert(APP_SERVER_TOKEN_KEY.into(), token.clone());
+        }
+    }
     if let Some(tls) = &t.tls {
         data.insert(TRANSPORT_KEYS[1].into(), tls.cert_pem.clone());
         data.insert(TRANSPORT_KEYS[2].into(), tls.key_pem.clone());
@@ -541,6 +561,74 @@ fn env(name: &str, value: impl Into<String>) -> EnvVar {
     }
 }
 
+/// `name` from the transport Secret's `key`.
+fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.into(),
+                key: key.into(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// An HTTP GET probe of the Gateway port.
+fn http_probe(path: &str, period: i32, failure_threshold: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String("gateway".into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failure_threshold),
+        timeout_seconds: Some(2),
+        ..Default::default()
+    }
+}
+
+/// The OpenClaw runtime's environment in a Gateway Pod: its config file
+/// (read-only, from the transport Secret), its state on the Gateway's
+/// claim, its tokens by `secretKeyRef`, no update or discovery attempts,
+/// and the tunnel ingress' CA for Node's TLS (the Codex plugin's WebSocket
+/// to the ingress).
+fn runtime_env(spec: &GatewaySpec, c: &GatewayConfig) -> Vec<EnvVar> {
+    use clawfed_proto::work::runtime::GATEWAY_TOKEN_ENV;
+    let Some(r) = &spec.runtime else {
+        return Vec::new();
+    };
+    let secret = transport_secret_name(&spec.agent, c);
+    let mut out = vec![
+        env(
+            "OPENCLAW_CONFIG_PATH",
+            format!("{TRANSPORT_DIR}/{RUNTIME_CONFIG_KEY}"),
+        ),
+        env("OPENCLAW_CONFIG_READONLY", "1"),
+        env("OPENCLAW_NO_AUTO_UPDATE", "1"),
+        env("OPENCLAW_DISABLE_BONJOUR", "1"),
+        secret_env(GATEWAY_TOKEN_ENV, &secret, RUNTIME_TOKEN_KEY),
+    ];
+    if r.app_server_token.is_some() {
+        out.push(secret_env(
+            APP_SERVER_TOKEN_ENV,
+            &secret,
+            APP_SERVER_TOKEN_KEY,
+        ));
+    }
+    if spec.tunnel_ca_pem.is_some() {
+        out.push(env(
+            "NODE_EXTRA_CA_CERTS",
+            format!("{TRANSPORT_DIR}/{}", TRANSPORT_KEYS[4]),
+        ));
+    }
+    out
+}
+
 /// The hardened Pod spec: non-root, RuntimeDefault seccomp, all capabilities
 /// dropped, no privilege escalation, read-only root filesystem, no
 /// automounted ServiceAccount token (only the configured projected service
@@ -592,16 +680,31 @@ pub fn pod_spec(spec: &GatewaySpec, c: &GatewayConfig, image: &str) -> PodSpec {
                     )
                 }))
                 .chain(token_file.map(|f| env(SERVICE_PRINCIPAL_ENV, f)))
+                .chain(runtime_env(spec, c))
                 .collect(),
             ),
-            readiness_probe: Some(Probe {
-                tcp_socket: Some(TCPSocketAction {
-                    port: IntOrString::String("gateway".into()),
-                    host: None,
-                }),
-                period_seconds: Some(5),
-                ..Default::default()
+            // The runtime's own health endpoints (JSON bodies; an unknown
+            // path would answer 200 with HTML); a port that accepts is all
+            // another Gateway image promises.
+            startup_probe: spec
+                .runtime
+                .as_ref()
+                .map(|_| http_probe(clawfed_proto::work::runtime::STARTUP_PATH, 2, 90)),
+            readiness_probe: Some(match &spec.runtime {
+                Some(_) => http_probe(clawfed_proto::work::runtime::READY_PATH, 5, 3),
+                None => Probe {
+                    tcp_socket: Some(TCPSocketAction {
+                        port: IntOrString::String("gateway".into()),
+                        host: None,
+                    }),
+                    period_seconds: Some(5),
+                    ..Default::default()
+                },
             }),
+            liveness_probe: spec
+                .runtime
+                .as_ref()
+                .map(|_| http_probe(clawfed_proto::work::runtime::LIVE_PATH, 10, 6)),
             resources: Some(ResourceRequirements {
                 requests: quantities(&c.resources.requests),
                 limits: quantities(&c.resources.limits),
@@ -879,6 +982,7 @@ mod tests {
                     ca_pem: Some("CA".into()),
                 }),
             },
+            runtime: None,
         }
     }
 

@@ -28,6 +28,13 @@ pub struct GatewayTarget {
     /// The hub's tunnel ingress the Gateway dials (tunnel mode), or `None`
     /// for direct mode.
     pub tunnel: Option<TunnelEndpoint>,
+    /// The revision's frozen Configuration (OpenClaw's config document):
+    /// rendered into the Gateway's config file when the image is the
+    /// OpenClaw runtime.
+    pub configuration: serde_json::Value,
+    /// The Harness is a Codex app-server (dedicated Codex): the Gateway's
+    /// Codex plugin talks to it.
+    pub app_server: bool,
 }
 
 /// Where Gateways reach the hub's tunnel ingress.
@@ -59,6 +66,22 @@ pub trait GatewayRuntime: Send + Sync + 'static {
     /// Sends a request through the revision's Gateway to its Harness (the
     /// whole data path); Ok once it is answered with success.
     async fn probe(&self, target: &GatewayTarget) -> Result<(), GatewayFailure>;
+    /// One real model turn through the revision's Gateway (its OpenAI
+    /// chat endpoint, with the runtime's gateway `token`), which its
+    /// Harness answers: the model's answer. A wrong answer is not
+    /// transient (a model turn costs; it is not asked again).
+    async fn model_turn(
+        &self,
+        target: &GatewayTarget,
+        token: &str,
+        timeout: std::time::Duration,
+    ) -> Result<String, GatewayFailure> {
+        let _ = (target, token, timeout);
+        Err(GatewayFailure {
+            reason: "this Gateway runtime cannot send a model turn".into(),
+            transient: false,
+        })
+    }
     /// Routes to `revision`; fails before changing anything when routing
     /// cannot be done.
     async fn activate(&self, target: &GatewayTarget) -> Result<(), GatewayFailure>;
@@ -123,6 +146,7 @@ impl GatewayRuntime for crate::gateway::Gateways {
             tunnel_proxy: t.tunnel.as_ref().map(|e| e.url.clone()),
             tunnel_ca_pem: t.tunnel.as_ref().and_then(|e| e.ca_pem.clone()),
             transport,
+            runtime: Some(self.runtime_files(t).map_err(gateway_failure)?),
         };
         crate::gateway::Gateways::ensure(self, &spec)
             .await
@@ -150,6 +174,26 @@ impl GatewayRuntime for crate::gateway::Gateways {
         self.probe_path(&t.agent, t.revision, clawfed_proto::tunnel::PROBE_PATH)
             .await
             .map_err(gateway_failure)
+    }
+
+    async fn model_turn(
+        &self,
+        t: &GatewayTarget,
+        token: &str,
+        timeout: std::time::Duration,
+    ) -> Result<String, GatewayFailure> {
+        let user = format!("clawfed-activation-{}", t.revision_id);
+        let turn = crate::tunnel::probe::Turn {
+            user: &user,
+            message: crate::tunnel::probe::MODEL_TURN_MESSAGE,
+            agent: "clawfed-hub-activation",
+        };
+        crate::gateway::Gateways::model_turn(self, &t.agent, t.revision, token, &turn, timeout)
+            .await
+            .map_err(|e| GatewayFailure {
+                transient: !e.is_answer(),
+                reason: e.to_string(),
+            })
     }
 
     async fn activate(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {

@@ -28,6 +28,7 @@ pub const KEY_NAME: &str = "gateway-transport-key";
 const CONTEXT: &[u8] = b"clawfed gateway transport v1\0";
 const RUNTIME_CONTEXT: &[u8] = b"clawfed openclaw gateway token v1\0";
 const REPLICA_CONTEXT: &[u8] = b"clawfed replica request v1\0";
+const APP_SERVER_CONTEXT: &[u8] = b"clawfed codex app-server token v1\0";
 
 /// Why the transport key cannot be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +105,28 @@ impl TransportKey {
         self.derive(RUNTIME_CONTEXT, revision_id)
     }
 
+    /// The capability token of `agent_id`'s Codex app-servers (64 hex
+    /// characters): its Gateway presents it, its Harness checks it. One per
+    /// Agent, not per revision: the Codex plugin binds a conversation to its
+    /// Codex thread by the app-server's identity, token included, so a new
+    /// token on a redeploy would start every conversation over. Which
+    /// revision's Harness a Gateway reaches is the transport credential's
+    /// to say, and that one is per revision.
+    pub fn app_server_token(&self, agent_id: &str) -> String {
+        self.derive(APP_SERVER_CONTEXT, agent_id)
+    }
+
+    /// Whether `token` is [`Self::app_server_token`] of `agent_id`;
+    /// compared in constant time.
+    pub fn verify_app_server_token(&self, agent_id: &str, token: &str) -> bool {
+        let Ok(tag) = hex::decode(token) else {
+            return false;
+        };
+        let mut signed = APP_SERVER_CONTEXT.to_vec();
+        signed.extend_from_slice(agent_id.as_bytes());
+        ring::hmac::verify(&self.0, &signed, &tag).is_ok()
+    }
+
     /// The signature of a request one hub replica sends another (`body`,
     /// whole): only a holder of the key, a replica, can make it.
     pub fn replica_signature(&self, body: &[u8]) -> String {
@@ -171,6 +194,20 @@ impl TransportCredentials {
         Ok(Self { key, store })
     }
 
+    /// The runtime tokens of `revision_id`'s Gateway: its own gateway token
+    /// and, when its Harness is a Codex app-server, the Agent's
+    /// (`app_server_of`) capability token.
+    pub fn runtime_tokens(
+        &self,
+        revision_id: &str,
+        app_server_of: Option<&str>,
+    ) -> (String, Option<String>) {
+        (
+            self.key.runtime_token(revision_id),
+            app_server_of.map(|agent_id| self.key.app_server_token(agent_id)),
+        )
+    }
+
     /// The transport material of `revision_id`. Its hash is recorded first,
     /// so no Gateway ever holds a token the hub could not authenticate.
     pub async fn for_revision(&self, revision_id: &str) -> Result<Transport, StoreError> {
@@ -188,6 +225,21 @@ impl TransportCredentials {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn app_server_tokens_are_per_agent_and_verified_in_constant_time() {
+        let key = TransportKey::from_bytes(&[7; 32]);
+        let t = key.app_server_token("agent-1");
+        assert_eq!(t.len(), 64);
+        assert!(key.verify_app_server_token("agent-1", &t));
+        assert!(
+            !key.verify_app_server_token("agent-2", &t),
+            "another Agent's"
+        );
+        assert!(!key.verify_app_server_token("agent-1", "not hex"));
+        assert_ne!(t, key.runtime_token("agent-1"), "another context");
+        assert_ne!(t, key.token("agent-1"));
+    }
 
     #[test]
     fn one_token_per_revision_and_key() {

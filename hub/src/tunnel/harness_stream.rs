@@ -44,6 +44,16 @@ pub async fn open(
     let opened = broker.open(route).await?;
     let (io, tunnel_io) = tokio::io::duplex(64 * 1024);
     let cancel = CancellationToken::new();
+    // The cluster's revocation ends the stream, as it ends a Gateway's.
+    tokio::spawn({
+        let (cancel, revoked) = (cancel.clone(), opened.revoked);
+        async move {
+            tokio::select! {
+                _ = revoked.cancelled() => cancel.cancel(),
+                _ = cancel.cancelled() => {}
+            }
+        }
+    });
     tokio::spawn(clawfed_tunnel::pump(
         tunnel_io,
         opened.inbound,

@@ -4,6 +4,16 @@
 //! 4xx/5xx with the reason in the `clawfed-tunnel-reason` header and
 //! `<reason>: <message>` as the body, and is logged with the agent,
 //! revision and cluster (never the credential or a payload).
+//!
+//! A client that cannot send `CONNECT` (the OpenClaw Codex plugin's
+//! WebSocket to its app-server) sends its request to
+//! `HARNESS_UPGRADE_PATH/<tenant>/<agent>` instead, with `Authorization:
+//! Bearer <the Agent's app-server token>`: it is passed on, as `/` and with
+//! that same header (the app-server checks it too), to the Agent's newest
+//! serving Harness, and when the Harness answers `101 Switching Protocols`
+//! both connections carry bytes from then on, as a CONNECT tunnel does.
+//! The token is per Agent, not per revision, because the plugin keys
+//! conversations by its connection settings.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -11,10 +21,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use clawfed_proto::tunnel::{FORWARDED_HEADER, REASON_HEADER, reason, refusal_status};
+use clawfed_proto::tunnel::{
+    FORWARDED_HEADER, REASON_HEADER, parse_harness_upgrade_path, reason, refusal_status,
+};
 use clawfed_tunnel::{Counters, pump};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
@@ -211,11 +223,12 @@ fn refuse(r: &Refusal) -> Response<Full<Bytes>> {
 
 /// The bearer token of `Proxy-Authorization`.
 fn bearer(req: &Request<Incoming>) -> Option<&str> {
-    let value = req
-        .headers()
-        .get(http::header::PROXY_AUTHORIZATION)?
-        .to_str()
-        .ok()?;
+    bearer_of(req, http::header::PROXY_AUTHORIZATION)
+}
+
+/// The bearer token of header `name`.
+fn bearer_of(req: &Request<Incoming>, name: http::header::HeaderName) -> Option<&str> {
+    let value = req.headers().get(name)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")
@@ -232,8 +245,19 @@ impl Ingress {
         if super::replica_diagnose::is_question(&req) {
             return super::replica_diagnose::serve(&self.link, req).await;
         }
-        match self.clone().open(req).await {
-            Ok(()) => Response::new(Full::new(Bytes::new())),
+        let opened = if req.method() != Method::CONNECT
+            && let Some((tenant, agent)) = parse_harness_upgrade_path(req.uri().path())
+        {
+            let (tenant, agent) = (tenant.to_owned(), agent.to_owned());
+            self.clone().pass_on(req, &tenant, &agent).await
+        } else {
+            self.clone()
+                .open(req)
+                .await
+                .map(|()| Response::new(Full::new(Bytes::new())))
+        };
+        match opened {
+            Ok(response) => response,
             Err((r, route)) => {
                 self.broker.metrics().failed(r.reason);
                 match route {
@@ -303,6 +327,120 @@ impl Ingress {
             .map_err(|r| (r, Some(route.clone())))?;
         tokio::spawn(self.serve(req, route, opened));
         Ok(())
+    }
+
+    /// A request at `HARNESS_UPGRADE_PATH/<tenant>/<agent>`: authorized by
+    /// the Agent's app-server token, then sent to the Agent's newest
+    /// serving Harness as `/` (its `Authorization` kept: the app-server
+    /// checks the same token). An upgrade the Harness accepts joins the two
+    /// connections; any other answer is passed back whole (at most 1 MiB).
+    async fn pass_on(
+        self: Arc<Self>,
+        mut req: Request<Incoming>,
+        tenant: &str,
+        agent: &str,
+    ) -> Result<Response<Full<Bytes>>, (Refusal, Option<Route>)> {
+        let unauthenticated = || {
+            (
+                Refusal::new(
+                    reason::UNAUTHENTICATED,
+                    "Authorization: Bearer <the Agent's app-server token> is required",
+                ),
+                None,
+            )
+        };
+        let token = bearer_of(&req, http::header::AUTHORIZATION)
+            .ok_or_else(unauthenticated)?
+            .to_owned();
+        let (agent_id, route) = self
+            .routes
+            .resolve_agent(tenant, agent)
+            .await
+            .map_err(|r| (r, None))?;
+        let key = self
+            .link
+            .transport_key(self.routes.store().as_ref())
+            .await
+            .map_err(|e| {
+                (
+                    Refusal::new(reason::HUB_UNAVAILABLE, format!("the transport key: {e}")),
+                    None,
+                )
+            })?;
+        if !key.verify_app_server_token(&agent_id, &token) {
+            return Err(unauthenticated());
+        }
+        // Another replica's ingress, if it holds the session, admits the
+        // revision's transport credential.
+        let token = key.token(&route.revision_id);
+        let failed = |why: String| (Refusal::new(reason::SPOKE_ERROR, why), Some(route.clone()));
+        let (io, local) = super::harness_stream::open(&self.broker, &route, &token)
+            .await
+            .map_err(|r| (r, Some(route.clone())))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+            .await
+            .map_err(|e| failed(format!("HTTP to the Harness: {e}")))?;
+        let connection = tokio::spawn(conn.with_upgrades());
+        let downstream = hyper::upgrade::on(&mut req);
+        let (mut parts, body) = req.into_parts();
+        parts.uri = match parts.uri.query() {
+            Some(q) => format!("/?{q}")
+                .parse()
+                .unwrap_or_else(|_| http::Uri::from_static("/")),
+            None => http::Uri::from_static("/"),
+        };
+        parts.headers.remove(http::header::PROXY_AUTHORIZATION);
+        if let Ok(host) = http::HeaderValue::from_str(&route.authority) {
+            parts.headers.insert(http::header::HOST, host);
+        }
+        let mut answer = sender
+            .send_request(Request::from_parts(parts, body))
+            .await
+            .map_err(|e| failed(format!("the Harness did not answer: {e}")))?;
+        let status = answer.status();
+        let headers = answer.headers().clone();
+        if status != StatusCode::SWITCHING_PROTOCOLS {
+            let body = http_body_util::Limited::new(answer.into_body(), 1 << 20)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .map_err(|e| failed(format!("reading the Harness' answer: {e}")))?;
+            let mut resp = Response::new(Full::new(body));
+            *resp.status_mut() = status;
+            *resp.headers_mut() = headers;
+            return Ok(resp);
+        }
+        let upstream = hyper::upgrade::on(&mut answer);
+        let metrics = self.broker.metrics().clone();
+        let started = Instant::now();
+        tokio::spawn(async move {
+            let (down, up) = match tokio::try_join!(downstream, upstream) {
+                Ok(both) => both,
+                Err(e) => {
+                    tracing::debug!(agent = %route.agent, error = %e, "tunnel.upgrade_failed");
+                    return;
+                }
+            };
+            metrics.open.inc();
+            let moved =
+                tokio::io::copy_bidirectional(&mut TokioIo::new(down), &mut TokioIo::new(up)).await;
+            metrics.open.dec();
+            drop((local, connection));
+            tracing::info!(
+                tenant = %route.tenant,
+                agent = %route.agent,
+                revision = route.revision,
+                cluster = %route.cluster_name,
+                moved = ?moved.as_ref().ok(),
+                duration_ms = started.elapsed().as_millis() as u64,
+                result = if moved.is_ok() { "ok" } else { "error" },
+                "tunnel.upgrade_closed"
+            );
+        });
+        let mut resp = Response::new(Full::new(Bytes::new()));
+        *resp.status_mut() = status;
+        *resp.headers_mut() = headers;
+        Ok(resp)
     }
 
     async fn serve(self: Arc<Self>, req: Request<Incoming>, route: Route, opened: Opened) {

@@ -134,9 +134,24 @@ async fn send_turn(
     // HTTP/1.1 over the Harness stream, here or through the replica that
     // holds the cluster's session.
     let (stream, _tunnel) = open(broker, route, tokens.transport).await?;
+    turn_over(stream, &route.authority, tokens.runtime, turn).await
+}
+
+/// `turn` as `POST /v1/chat/completions` over `io` (a connection to the
+/// runtime at `authority`), with the runtime's gateway `token`: the
+/// model's answer, or why there is none.
+pub async fn turn_over<IO>(
+    io: IO,
+    authority: &str,
+    token: &str,
+    turn: &Turn<'_>,
+) -> Result<String, ProbeError>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
     let no_answer = |e: &dyn std::fmt::Display| ProbeError::NoAnswer(e.to_string());
     let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
             .await
             .map_err(|e| no_answer(&e))?;
     // Ended with this function however it ends (a timeout included): the
@@ -148,11 +163,8 @@ async fn send_turn(
         "messages": [{ "role": "user", "content": turn.message }],
     });
     let request = http::Request::post(MODEL_TURN_PATH)
-        .header(http::header::HOST, &route.authority)
-        .header(
-            http::header::AUTHORIZATION,
-            format!("Bearer {}", tokens.runtime),
-        )
+        .header(http::header::HOST, authority)
+        .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::USER_AGENT, turn.agent)
         .body(http_body_util::Full::new(bytes::Bytes::from(

@@ -106,6 +106,21 @@ impl Routes {
 
     /// The route of `token` if it may CONNECT to `authority`.
     pub async fn resolve(&self, token: &str, authority: &str) -> Result<Route, Refusal> {
+        let route = self.resolve_own(token).await?;
+        if route.authority != authority {
+            return Err(Refusal::new(
+                reason::FORBIDDEN_TARGET,
+                format!(
+                    "the credential of {}/{} revision {} may reach only {}, not {authority}",
+                    route.tenant, route.agent, route.revision, route.authority
+                ),
+            ));
+        }
+        Ok(route)
+    }
+
+    /// The route of `token`: its own revision's Harness.
+    pub async fn resolve_own(&self, token: &str) -> Result<Route, Refusal> {
         let hash = token_hash(token);
         let route = match self.cached(&hash) {
             Some(r) => r,
@@ -119,16 +134,40 @@ impl Routes {
                 r
             }
         };
-        if route.authority != authority {
-            return Err(Refusal::new(
-                reason::FORBIDDEN_TARGET,
-                format!(
-                    "the credential of {}/{} revision {} may reach only {}, not {authority}",
-                    route.tenant, route.agent, route.revision, route.authority
-                ),
-            ));
-        }
         Ok(route)
+    }
+
+    /// The route of Agent `tenant/agent`'s newest serving revision (its
+    /// Harness), with the Agent's id (what its app-server token derives
+    /// from). With exclusive replacement only one of its Harnesses runs on
+    /// a cluster at a time, and a new Gateway wants the new one.
+    pub async fn resolve_agent(
+        &self,
+        tenant: &str,
+        agent: &str,
+    ) -> Result<(String, Route), Refusal> {
+        let unknown = || Refusal::new(reason::UNAUTHENTICATED, "unknown Agent or token");
+        let a = match self.store.get_agent(tenant, agent).await {
+            Ok(a) => a,
+            Err(StoreError::NotFound { .. }) => return Err(unknown()),
+            Err(e) => return Err(store_refusal(e)),
+        };
+        let newest = self
+            .store
+            .list_revisions(tenant, agent)
+            .await
+            .map_err(store_refusal)?
+            .into_iter()
+            .filter(|r| serving(r.phase))
+            .max_by_key(|r| r.number)
+            .ok_or_else(|| {
+                Refusal::new(
+                    reason::REVISION_NOT_SERVING,
+                    format!("{tenant}/{agent} has no serving revision"),
+                )
+            })?;
+        let route = route_of(self.store.as_ref(), &newest, self.harness_port).await?;
+        Ok((a.id, route))
     }
 
     async fn lookup(&self, hash: &str) -> Result<Route, Refusal> {

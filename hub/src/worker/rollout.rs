@@ -696,25 +696,30 @@ impl Rollout {
                 );
                 if let wire::WorkSpec::HarnessApply(h) = &mut work {
                     h.credential = credential;
-                    if h.runtime_config.is_some() {
+                    if h.runtime_config.is_some() || h.app_server.is_some() {
                         // Derived, so every pass and replica sends the same
                         // Secret.
-                        h.credential.0.insert(
-                            wire::runtime::GATEWAY_TOKEN_ENV.to_owned(),
-                            self.link
-                                .state
-                                .runtime_token(store, &rev.id)
-                                .await
-                                .map_err(|e| match e {
-                                    crate::gateway::transport::TransportKeyError::Store(e) => {
-                                        store_err(e)
-                                    }
-                                    // Another secrets key: no pass fixes it.
-                                    e => WorkError::Permanent(format!(
-                                        "the gateway token's key: {e}"
-                                    )),
-                                })?,
-                        );
+                        let key = self.link.state.transport_key(store).await.map_err(|e| {
+                            match e {
+                                crate::gateway::transport::TransportKeyError::Store(e) => {
+                                    store_err(e)
+                                }
+                                // Another secrets key: no pass fixes it.
+                                e => WorkError::Permanent(format!("the gateway token's key: {e}")),
+                            }
+                        })?;
+                        if h.runtime_config.is_some() {
+                            h.credential.0.insert(
+                                wire::runtime::GATEWAY_TOKEN_ENV.to_owned(),
+                                key.runtime_token(&rev.id),
+                            );
+                        }
+                        if h.app_server.is_some() {
+                            h.credential.0.insert(
+                                wire::codex::TOKEN_FILE.to_owned(),
+                                key.app_server_token(&agent.id),
+                            );
+                        }
                     }
                 }
                 self.send(
@@ -773,7 +778,7 @@ impl Rollout {
                     self.config.workload.harness_port,
                 );
                 if self.config.path_probe
-                    && let Err(failure) = self.gateways.probe(&target).await
+                    && let Err(failure) = self.probe_gateway(store, &rev, &target).await
                 {
                     return self.path_probe_failed(store, ns, g, rev, failure).await;
                 }
@@ -1052,6 +1057,34 @@ impl Rollout {
         )
         .await
         .map_err(failure)
+    }
+
+    /// The data path of a revision with a control-cluster Gateway: a model
+    /// turn through the Gateway (OpenClaw), its Harness answering it
+    /// through the hub's tunnel and the spoke; or, where the installation
+    /// chose the weaker proof, a health request through the same path.
+    async fn probe_gateway(
+        &self,
+        store: &dyn Store,
+        rev: &AgentRevision,
+        target: &crate::gateway::GatewayTarget,
+    ) -> Result<(), GatewayFailure> {
+        if self.config.activation != Activation::ModelTurn {
+            return self.gateways.probe(target).await;
+        }
+        let token = self
+            .link
+            .state
+            .runtime_token(store, &rev.id)
+            .await
+            .map_err(|e| GatewayFailure {
+                reason: format!("the gateway token's key: {e}"),
+                transient: true,
+            })?;
+        self.gateways
+            .model_turn(target, &token, MODEL_TURN_TIMEOUT)
+            .await
+            .map(|_| ())
     }
 
     async fn path_probe_failed(

@@ -10,8 +10,8 @@ use clawfed_proto::labels;
 use clawfed_proto::naming::validate_agent_name;
 use clawfed_proto::readiness::{HARNESS_ROLE, ReadinessQuery, required_labels};
 use clawfed_proto::startup;
-use clawfed_proto::work::runtime;
 use clawfed_proto::work::{HarnessWork, check_image_digest};
+use clawfed_proto::work::{codex, runtime};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath,
@@ -229,6 +229,8 @@ fn credential_env(h: &HarnessWork, secret: &str) -> Vec<EnvVar> {
     h.credential
         .0
         .keys()
+        // The app-server's token is a mounted file, never in the environment.
+        .filter(|key| h.app_server.is_none() || key.as_str() != codex::TOKEN_FILE)
         .map(|key| EnvVar {
             name: key.clone(),
             value_from: Some(EnvVarSource {
@@ -270,28 +272,42 @@ struct RuntimeParts {
     probes: [Probe; 3],
 }
 
-fn runtime_parts(h: &HarnessWork, secret: &str) -> Option<RuntimeParts> {
-    h.runtime_config.as_ref()?;
-    let mut volumes = vec![Volume {
-        name: "openclaw-config".into(),
+/// Key `key` of the credential Secret as a read-only file of the same name
+/// in `dir` (volume `volume`).
+fn secret_file(volume: &str, secret: &str, key: &str, dir: &str) -> (Volume, VolumeMount) {
+    let v = Volume {
+        name: volume.into(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(secret.to_owned()),
             items: Some(vec![KeyToPath {
-                key: runtime::CONFIG_FILE.into(),
-                path: runtime::CONFIG_FILE.into(),
+                key: key.into(),
+                path: key.into(),
                 ..Default::default()
             }]),
             default_mode: Some(0o440),
             ..Default::default()
         }),
         ..Default::default()
-    }];
-    let mut mounts = vec![VolumeMount {
-        name: "openclaw-config".into(),
-        mount_path: runtime::CONFIG_DIR.into(),
+    };
+    let m = VolumeMount {
+        name: volume.into(),
+        mount_path: dir.into(),
         read_only: Some(true),
         ..Default::default()
-    }];
+    };
+    (v, m)
+}
+
+fn runtime_parts(h: &HarnessWork, secret: &str) -> Option<RuntimeParts> {
+    h.runtime_config.as_ref()?;
+    let (volume, mount) = secret_file(
+        "openclaw-config",
+        secret,
+        runtime::CONFIG_FILE,
+        runtime::CONFIG_DIR,
+    );
+    let mut volumes = vec![volume];
+    let mut mounts = vec![mount];
     if h.workspace.is_none() {
         volumes.push(Volume {
             name: "openclaw-data".into(),
@@ -324,6 +340,45 @@ fn runtime_parts(h: &HarnessWork, secret: &str) -> Option<RuntimeParts> {
             http_probe(runtime::LIVE_PATH, 10, 6),
         ],
     })
+}
+
+/// What a Codex app-server adds to its Pod: its capability token
+/// (read-only, from the credential Secret), `CODEX_HOME` on the workspace
+/// (an emptyDir when the work has no claim), its arguments and its health
+/// endpoints as probes.
+fn app_server_parts(h: &HarnessWork, secret: &str) -> Option<(RuntimeParts, Vec<String>)> {
+    let a = h.app_server.as_ref()?;
+    let (volume, mount) = secret_file("codex-token", secret, codex::TOKEN_FILE, codex::TOKEN_DIR);
+    let mut volumes = vec![volume];
+    let mut mounts = vec![mount];
+    if h.workspace.is_none() {
+        volumes.push(Volume {
+            name: WORKSPACE_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: WORKSPACE_VOLUME.into(),
+            mount_path: WORKSPACE_DIR.into(),
+            ..Default::default()
+        });
+    }
+    let env = vec![EnvVar {
+        name: "CODEX_HOME".into(),
+        value: Some(codex::HOME_DIR.into()),
+        ..Default::default()
+    }];
+    let parts = RuntimeParts {
+        volumes,
+        mounts,
+        env,
+        probes: [
+            http_probe(codex::READY_PATH, 2, 90),
+            http_probe(codex::READY_PATH, 5, 3),
+            http_probe(codex::LIVE_PATH, 10, 6),
+        ],
+    };
+    Some((parts, codex::args(h.port, a.model_base_url.as_deref())))
 }
 
 /// The Agent-owned workspace PVC (ReadWriteOnce), when the work asks for
@@ -377,6 +432,7 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
         ..Default::default()
     }];
     let runtime = runtime_parts(h, &n.credentials);
+    let app_server = app_server_parts(h, &n.credentials);
     if h.workspace.is_some() {
         volumes.push(Volume {
             name: WORKSPACE_VOLUME.into(),
@@ -440,6 +496,15 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
     env.extend(startup_env(h));
     env.extend(credential_env(h, &n.credentials));
     let mut probes = [None, None, None];
+    let mut args = None;
+    if let Some((parts, a)) = app_server {
+        args = Some(a);
+        env.retain(|e| e.name != "CODEX_HOME");
+        volumes.extend(parts.volumes);
+        mounts.extend(parts.mounts);
+        env.extend(parts.env);
+        probes = parts.probes.map(Some);
+    }
     if let Some(r) = runtime {
         volumes.extend(r.volumes);
         mounts.extend(r.mounts);
@@ -456,6 +521,7 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
         containers: vec![Container {
             name: CONTAINER.into(),
             image: Some(h.image.clone()),
+            args,
             ports: Some(vec![ContainerPort {
                 name: Some("harness".into()),
                 container_port: h.port,
@@ -635,6 +701,7 @@ pub(crate) mod tests {
             plugin_selections: Vec::new(),
             require_startup_status: false,
             runtime_config: None,
+            app_server: None,
         }
     }
 
@@ -693,6 +760,67 @@ pub(crate) mod tests {
                 .flatten()
                 .any(|m| m.name == WORKSPACE_VOLUME && m.mount_path == WORKSPACE_DIR)
         );
+    }
+
+    #[test]
+    fn a_codex_app_server_gets_its_token_file_home_args_and_probes() {
+        let mut h = harness();
+        h.runtime_config = None;
+        h.app_server = Some(clawfed_proto::work::AppServer {
+            model_base_url: Some("http://198.18.0.9:8000/v1".into()),
+        });
+        h.credential
+            .0
+            .insert(codex::TOKEN_FILE.into(), "cap-token".into());
+        let pod = pod_spec(&h);
+        let c = &pod.containers[0];
+        let args = c.args.clone().unwrap_or_default();
+        assert_eq!(args[..3], ["app-server", "--listen", "ws://0.0.0.0:8080"]);
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--ws-token-file", codex::TOKEN_PATH])
+        );
+        assert!(
+            args.contains(&r#"openai_base_url="http://198.18.0.9:8000/v1""#.to_string()),
+            "{args:?}"
+        );
+        let env: BTreeMap<String, EnvVar> = c
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.clone()))
+            .collect();
+        assert_eq!(env["CODEX_HOME"].value.as_deref(), Some(codex::HOME_DIR));
+        assert!(
+            env.contains_key("MODEL_API_KEY"),
+            "the model key is its env"
+        );
+        assert!(
+            !env.contains_key(codex::TOKEN_FILE),
+            "the token is a file, not env"
+        );
+        let mount = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path == codex::TOKEN_DIR)
+            .expect("the token is mounted");
+        assert_eq!(mount.read_only, Some(true));
+        assert!(
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == WORKSPACE_VOLUME && m.mount_path == WORKSPACE_DIR),
+            "CODEX_HOME is on the Agent's claim"
+        );
+        let ready = c.readiness_probe.as_ref().and_then(|p| p.http_get.as_ref());
+        assert_eq!(
+            ready.and_then(|g| g.path.as_deref()),
+            Some(codex::READY_PATH)
+        );
+        // A Harness that is no app-server gets no arguments.
+        h.app_server = None;
+        assert!(pod_spec(&h).containers[0].args.is_none());
     }
 
     #[test]

@@ -354,6 +354,17 @@ async fn diagnostics(State(g): State<Arc<Gateway>>) -> axum::Json<DiagnosticsBod
 pub fn router(g: Arc<Gateway>) -> axum::Router {
     axum::Router::new()
         .route("/_gateway/healthz", get(|| async { "ok" }))
+        // The runtime's startup and readiness endpoints (the Gateway Pod's
+        // probes), answered here as the OpenClaw runtime answers them;
+        // `/healthz` is forwarded: the hub's data path probe uses it.
+        .route(
+            clawfed_proto::work::runtime::STARTUP_PATH,
+            get(|| async { axum::Json(serde_json::json!({"ok": true, "status": "started"})) }),
+        )
+        .route(
+            clawfed_proto::work::runtime::READY_PATH,
+            get(|| async { axum::Json(serde_json::json!({"ready": true, "failing": []})) }),
+        )
         .route(clawfed_proto::diagnostics::PATH, get(diagnostics))
         .fallback(handle)
         .with_state(g)

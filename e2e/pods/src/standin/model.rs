@@ -34,6 +34,12 @@ use serde_json::{Value, json};
 /// OpenClaw sends its internal context as a user message starting with this;
 /// it is not what the user said.
 pub const INTERNAL_CONTEXT_MARKER: &str = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>";
+/// User messages Codex sends before the turn's own (its AGENTS.md
+/// instructions, its environment): context, not what the user said.
+pub const CODEX_CONTEXT_PREFIXES: [&str; 2] = ["# AGENTS.md instructions", "<environment_context>"];
+/// OpenClaw's Codex plugin sends the user's message after its runtime
+/// context, below this line.
+pub const CODEX_USER_REQUEST: &str = "\nCurrent user request:\n";
 /// Real OpenClaw requests are ~60 KB (a 50 KB system prompt); room to spare.
 pub const MAX_BODY: usize = 8 << 20;
 /// The model list when `MODEL_STANDIN_MODELS` is unset.
@@ -242,14 +248,21 @@ pub struct Conversation {
 }
 
 /// From `(role, raw text)` in order: user messages other than OpenClaw's
-/// internal context.
+/// and Codex's context; of a message that carries the user's request below
+/// the runtime's context (OpenClaw's Codex plugin), the request.
 pub fn conversation<'a>(messages: impl IntoIterator<Item = (&'a str, String)>) -> Conversation {
     let mut texts: Vec<String> = messages
         .into_iter()
         .filter(|(role, text)| {
-            *role == "user" && !text.trim_start().starts_with(INTERNAL_CONTEXT_MARKER)
+            let text = text.trim_start();
+            *role == "user"
+                && !text.starts_with(INTERNAL_CONTEXT_MARKER)
+                && !CODEX_CONTEXT_PREFIXES.iter().any(|p| text.starts_with(p))
         })
-        .map(|(_, text)| clean_user_text(&text))
+        .map(|(_, text)| match text.rsplit_once(CODEX_USER_REQUEST) {
+            Some((_, request)) => clean_user_text(request),
+            None => clean_user_text(&text),
+        })
         .collect();
     let user = texts.pop();
     Conversation {
@@ -801,6 +814,27 @@ mod tests {
             .iter()
             .map(|n| json!({"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}))
             .collect()
+    }
+
+    #[test]
+    fn a_codex_shaped_responses_input_is_answered_with_the_users_request() {
+        // As OpenClaw's Codex plugin has Codex send it (a real capture,
+        // shortened): Codex's context, then the runtime's context with the
+        // user's request last.
+        let part = |t: &str| json!([{"type": "input_text", "text": t}]);
+        let input = json!([
+            {"type": "message", "role": "developer", "content": part("You are a personal agent")},
+            {"type": "message", "role": "user", "content": part("# AGENTS.md instructions for /w\n\n<INSTRUCTIONS>")},
+            {"type": "message", "role": "user", "content": part("<environment_context>\n  <cwd>/w</cwd>")},
+            {"type": "message", "role": "user", "content": part(
+                "OpenClaw runtime context for this turn:\nTreat this as context.\n\n## Docs\n\nCurrent user request:\nfirst nonce-1")},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+            {"type": "message", "role": "user", "content": part(
+                "OpenClaw runtime context for this turn:\nTreat this as context.\n\nCurrent user request:\nsecond nonce-2")}
+        ]);
+        let conv = responses_conversation(&input);
+        assert_eq!(conv.user.as_deref(), Some("second nonce-2"));
+        assert_eq!(conv.history, vec!["first nonce-1".to_string()]);
     }
 
     #[test]

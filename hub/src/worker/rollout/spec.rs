@@ -142,9 +142,12 @@ pub fn harness_work(
         plugin_selections: rev.spec.plugins.clone(),
         require_startup_status: startup_status,
         // The Agent's Configuration reaches the OpenClaw runtime as its
-        // config file (Codex is configured otherwise).
+        // config file; a Codex app-server takes the model endpoint from it.
         runtime_config: kind.is_openclaw().then(|| {
             crate::runtime_config::render(&rev.configuration, settings.harness_port).to_string()
+        }),
+        app_server: (kind == HarnessKind::DedicatedCodex).then(|| spec::AppServer {
+            model_base_url: crate::runtime_config::codex_model_base_url(&rev.configuration),
         }),
     }))
 }
@@ -211,6 +214,8 @@ pub fn gateway_target(
         harness_namespace: data_plane_namespace.to_owned(),
         harness_port,
         tunnel: tunnel.cloned(),
+        configuration: rev.configuration.clone(),
+        app_server: rev.spec.harness_kind == HarnessKind::DedicatedCodex,
     }
 }
 
