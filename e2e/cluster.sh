@@ -377,9 +377,11 @@ metadata:
     kubernetes.io/role: agent
     node-role.kubernetes.io/agent: ""
     type: kwok
+# A fake node: room for thousands of Harnesses at the runtime's measured
+# default requests (1536Mi each), as the benches and suites deploy them.
 status:
-  allocatable: {cpu: "1000", memory: 1Ti, pods: "5000"}
-  capacity: {cpu: "1000", memory: 1Ti, pods: "5000"}
+  allocatable: {cpu: "100000", memory: 64Ti, pods: "5000"}
+  capacity: {cpu: "100000", memory: 64Ti, pods: "5000"}
   nodeInfo: {architecture: amd64, kubeProxyVersion: fake, kubeletVersion: fake, operatingSystem: linux}
   phase: Running
 EOF

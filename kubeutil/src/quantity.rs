@@ -39,6 +39,31 @@ pub fn check(value: &str) -> Result<(), QuantityError> {
     }
 }
 
+/// A memory quantity in bytes (`2Gi`, `1536Mi`, `2G`, `1000000`), for the
+/// quantities [`check`] accepts; `None` for a milli or fractional value, or
+/// one that overflows.
+pub fn bytes(value: &str) -> Option<u64> {
+    check(value).ok()?;
+    let (number, factor): (&str, u64) = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("Pi", 1 << 50),
+        ("Ei", 1 << 60),
+        ("k", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("T", 1_000_000_000_000),
+        ("P", 1_000_000_000_000_000),
+        ("E", 1_000_000_000_000_000_000),
+    ]
+    .into_iter()
+    .find_map(|(s, f)| value.strip_suffix(s).map(|n| (n, f)))
+    .unwrap_or((value, 1));
+    number.parse::<u64>().ok()?.checked_mul(factor)
+}
+
 /// `resource -> value` as k8s-openapi quantities; `None` for an empty map,
 /// so the field is left out of the object instead of written empty.
 pub fn quantities(m: &BTreeMap<String, String>) -> Option<BTreeMap<String, Quantity>> {
@@ -52,6 +77,17 @@ pub fn quantities(m: &BTreeMap<String, String>) -> Option<BTreeMap<String, Quant
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_in_bytes() {
+        assert_eq!(bytes("2Gi"), Some(2 << 30));
+        assert_eq!(bytes("1536Mi"), Some(1536 << 20));
+        assert_eq!(bytes("2G"), Some(2_000_000_000));
+        assert_eq!(bytes("1000"), Some(1000));
+        for none in ["500m", "1.5Gi", "x", "99999999Ei"] {
+            assert_eq!(bytes(none), None, "{none}");
+        }
+    }
 
     #[test]
     fn accepted_values() {

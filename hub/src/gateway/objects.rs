@@ -626,7 +626,27 @@ fn runtime_env(spec: &GatewaySpec, c: &GatewayConfig) -> Vec<EnvVar> {
             format!("{TRANSPORT_DIR}/{}", TRANSPORT_KEYS[4]),
         ));
     }
+    if let Some(limit) = gateway_resources(c)
+        .limits
+        .get("memory")
+        .and_then(|m| clawfed_kube::quantity::bytes(m))
+    {
+        out.push(env(
+            "NODE_OPTIONS",
+            clawfed_proto::work::runtime::node_options(limit),
+        ));
+    }
     out
+}
+
+/// The Gateway container's resources: the installation's, or, when it sets
+/// none, what the OpenClaw runtime was measured to need.
+pub fn gateway_resources(c: &GatewayConfig) -> clawfed_proto::work::Resources {
+    if c.resources == Default::default() {
+        clawfed_proto::work::runtime::default_resources()
+    } else {
+        c.resources.clone()
+    }
 }
 
 /// The hardened Pod spec: non-root, RuntimeDefault seccomp, all capabilities
@@ -705,11 +725,14 @@ pub fn pod_spec(spec: &GatewaySpec, c: &GatewayConfig, image: &str) -> PodSpec {
                 .runtime
                 .as_ref()
                 .map(|_| http_probe(clawfed_proto::work::runtime::LIVE_PATH, 10, 6)),
-            resources: Some(ResourceRequirements {
-                requests: quantities(&c.resources.requests),
-                limits: quantities(&c.resources.limits),
-                ..Default::default()
-            }),
+            resources: {
+                let r = gateway_resources(c);
+                Some(ResourceRequirements {
+                    requests: quantities(&r.requests),
+                    limits: quantities(&r.limits),
+                    ..Default::default()
+                })
+            },
             security_context: Some(security::hardened_container()),
             volume_mounts: Some(
                 vec![

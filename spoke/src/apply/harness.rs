@@ -320,7 +320,7 @@ fn runtime_parts(h: &HarnessWork, secret: &str) -> Option<RuntimeParts> {
             ..Default::default()
         });
     }
-    let env = runtime::ENV
+    let mut env: Vec<EnvVar> = runtime::ENV
         .iter()
         .map(|(k, v)| EnvVar {
             name: (*k).to_owned(),
@@ -328,6 +328,19 @@ fn runtime_parts(h: &HarnessWork, secret: &str) -> Option<RuntimeParts> {
             ..Default::default()
         })
         .collect();
+    // The heap within the container's memory limit, when it has one.
+    if let Some(limit) = h
+        .resources
+        .limits
+        .get("memory")
+        .and_then(|m| clawfed_kube::quantity::bytes(m))
+    {
+        env.push(EnvVar {
+            name: "NODE_OPTIONS".into(),
+            value: Some(runtime::node_options(limit)),
+            ..Default::default()
+        });
+    }
     Some(RuntimeParts {
         volumes,
         mounts,
@@ -462,8 +475,11 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
         .env
         .iter()
         .filter(|(k, _)| !startup_env_names().contains(&k.as_str()))
-        // The runtime's paths are the spoke's to set.
-        .filter(|(k, _)| runtime.is_none() || !runtime_env.contains(&k.as_str()))
+        // The runtime's paths (and heap) are the spoke's to set.
+        .filter(|(k, _)| {
+            runtime.is_none()
+                || !(runtime_env.contains(&k.as_str()) || k.as_str() == "NODE_OPTIONS")
+        })
         .map(|(k, v)| EnvVar {
             name: k.clone(),
             value: Some(v.clone()),
@@ -829,6 +845,9 @@ pub(crate) mod tests {
         let plain = pod_spec(&h);
         assert!(plain.containers[0].readiness_probe.is_none());
         h.runtime_config = Some(r#"{"gateway":{"port":8080}}"#.into());
+        h.resources.limits.insert("memory".into(), "2Gi".into());
+        h.env
+            .insert("NODE_OPTIONS".into(), "--max-old-space-size=99999".into());
         let secret = credential_secret(&h, "t", 1);
         let data = secret.string_data.clone().unwrap_or_default();
         assert_eq!(
@@ -845,6 +864,11 @@ pub(crate) mod tests {
             .flatten()
             .map(|e| (e.name.clone(), e.clone()))
             .collect();
+        assert_eq!(
+            env["NODE_OPTIONS"].value.as_deref(),
+            Some("--max-old-space-size=1536"),
+            "the heap within the 2Gi limit; the work's own value is not taken"
+        );
         assert_eq!(
             env["MODEL_API_KEY"]
                 .value_from

@@ -49,7 +49,16 @@ pub fn namespace_work(ns: &Namespace, settings: &WorkloadSettings) -> spec::Work
 /// The installation's agent resources with the revision's own on top, key
 /// by key (an Agent that sets only a memory limit keeps the default CPU).
 fn harness_resources(rev: &AgentRevision, settings: &WorkloadSettings) -> spec::Resources {
-    let mut out = settings.agent_resources.clone();
+    // The installation's, or, when it sets none, what the runtime of this
+    // kind was measured to need.
+    let mut out = if settings.agent_resources == spec::Resources::default() {
+        match rev.spec.harness_kind {
+            HarnessKind::DedicatedCodex => spec::codex::default_resources(),
+            _ => spec::runtime::default_resources(),
+        }
+    } else {
+        settings.agent_resources.clone()
+    };
     let r = &rev.spec.resources;
     for (limit, key, value) in [
         (false, "cpu", &r.cpu_request),
@@ -415,11 +424,17 @@ runtime:
             Some("8")
         );
         assert!(h.node_selector.is_empty());
-        assert_eq!(h.resources, spec::Resources::default());
+        assert_eq!(
+            h.resources,
+            spec::runtime::default_resources(),
+            "the OpenClaw runtime's measured needs"
+        );
+        assert_eq!(h.resources.limits["memory"], "2Gi");
         assert_eq!(h.seccomp_localhost_profile, None);
         assert_eq!(h.service_principal, None);
         let h = harness(&revision("dedicated-codex", serde_json::json!({})), &d);
         assert_eq!(h.workspace.map(|w| w.size).as_deref(), Some("1Gi"));
+        assert_eq!(h.resources, spec::codex::default_resources());
         assert_eq!(h.seccomp_localhost_profile, None);
         let spec::WorkSpec::NamespaceEnsure(n) = namespace_work(&namespace(), &d) else {
             panic!("kind")
