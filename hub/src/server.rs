@@ -458,6 +458,7 @@ pub async fn start_with_parts(
         }));
         service.set_chat(Arc::new(crate::service::chat::LinkChat {
             link: link.state.clone(),
+            gateways: gateways.clone(),
             harness_port: config.workload_settings().harness_port,
         }));
         let rollout = Rollout::new(

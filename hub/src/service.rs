@@ -17,8 +17,8 @@ use crate::auth::{self, Action, Decision, Principal};
 use crate::model::{
     Agent, AgentRevision, AuditEvent, BootstrapTokenCreated, Cluster, Configuration, CreateAgent,
     CreateBootstrapToken, CreateConfiguration, CreateNamespace, CredentialMeta, DeployRequest,
-    DesiredState, Diagnosis, FleetSummary, HarnessKind, Namespace, UpdateAgent,
-    UpdateConfiguration, WorkItem, WorkState,
+    DesiredState, Diagnosis, FleetSummary, Namespace, UpdateAgent, UpdateConfiguration, WorkItem,
+    WorkState,
 };
 use crate::secrets::{SecretBox, SecretValue};
 use crate::store::{
@@ -1074,13 +1074,6 @@ impl Service {
             )));
         };
         let rev = self.store.get_revision(ns, agent, number).await?;
-        if rev.spec.harness_kind != HarnessKind::EmbeddedOpenclaw {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "chat reaches an embedded OpenClaw runtime through its spoke; agent {agent} is {}: \
-                 send to its Gateway's route",
-                rev.spec.harness_kind.as_str()
-            )));
-        }
         let source = self.chat.get().cloned().ok_or_else(|| {
             ServiceError::Unavailable("this hub runs no spoke link to reach runtimes".into())
         })?;

@@ -3787,6 +3787,23 @@ async fn dedicated_codex_runs_the_real_gateway_and_app_server_across_clusters() 
             "Codex in exec-a answered through the Gateway, with the Agent's key: {answer}"
         );
 
+        // `agents chat` takes the same path: hub -> Gateway -> Harness.
+        let via_hub: serde_json::Value = w
+            .rest
+            .call(
+                Method::POST,
+                &format!("/namespaces/{}/agents/{}/chat", ns.name, agent.name),
+                Some(json!({ "message": "hello through the hub", "conversation": "conv-hub" })),
+            )
+            .await?;
+        println!("agents chat: {via_hub}");
+        let hub_answer = via_hub["answer"].as_str().unwrap_or_default();
+        assert!(
+            hub_answer.contains("model-standin answer: hello through the hub")
+                && hub_answer.contains(&tail),
+            "the hub's chat reached Codex through the Gateway: {via_hub}"
+        );
+
         // Redeploy: revision 2 replaces both (Recreate Gateway, exclusive
         // Harness); the conversation is kept.
         let redeployed = Instant::now();

@@ -839,11 +839,11 @@ async fn diagnose(
 }
 
 /// One chat message to the Agent's active revision, answered by its
-/// OpenClaw runtime: the hub sends it through the revision's spoke (no
-/// route to the runtime is needed) with the revision's gateway token, in
-/// `conversation` (history is kept per conversation). Needs deploy rights;
-/// audited as `agent.chat` without the message. 409 when the Agent has no
-/// active embedded OpenClaw revision or the runtime answered with an error
+/// runtime: the hub sends it through the revision's spoke (embedded
+/// OpenClaw) or to its Gateway (dedicated), with the revision's gateway
+/// token, in `conversation` (history is kept per conversation). Needs
+/// deploy rights; audited as `agent.chat` without the message. 409 when the
+/// Agent has no active revision or the runtime answered with an error
 /// (its status and body in the message); 503 when it cannot be reached.
 #[utoipa::path(post, path = "/api/v1/namespaces/{ns}/agents/{name}/chat", tag = "agents",
     params(("ns" = String, Path), ("name" = String, Path)),

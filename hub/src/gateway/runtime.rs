@@ -66,20 +66,22 @@ pub trait GatewayRuntime: Send + Sync + 'static {
     /// Sends a request through the revision's Gateway to its Harness (the
     /// whole data path); Ok once it is answered with success.
     async fn probe(&self, target: &GatewayTarget) -> Result<(), GatewayFailure>;
-    /// One real model turn through the revision's Gateway (its OpenAI
-    /// chat endpoint, with the runtime's gateway `token`), which its
-    /// Harness answers: the model's answer. A wrong answer is not
-    /// transient (a model turn costs; it is not asked again).
-    async fn model_turn(
+    /// One chat turn through the Gateway of `agent`'s `revision` (its
+    /// OpenAI chat endpoint, with the runtime's gateway `token`), which its
+    /// Harness answers: the model's answer, or why there is none. The
+    /// activation's model turn and `agents chat` of a dedicated Agent.
+    async fn chat_turn(
         &self,
-        target: &GatewayTarget,
+        agent: &str,
+        revision: i64,
         token: &str,
+        turn: &crate::tunnel::probe::Turn<'_>,
         timeout: std::time::Duration,
-    ) -> Result<String, GatewayFailure> {
-        let _ = (target, token, timeout);
-        Err(GatewayFailure {
-            reason: "this Gateway runtime cannot send a model turn".into(),
-            transient: false,
+    ) -> Result<String, crate::tunnel::probe::ProbeError> {
+        let _ = (agent, revision, token, turn, timeout);
+        Err(crate::tunnel::probe::ProbeError::Refused {
+            reason: clawfed_proto::tunnel::reason::NOT_MANAGED,
+            message: "this hub runs no control-cluster Gateways".into(),
         })
     }
     /// Routes to `revision`; fails before changing anything when routing
@@ -176,24 +178,15 @@ impl GatewayRuntime for crate::gateway::Gateways {
             .map_err(gateway_failure)
     }
 
-    async fn model_turn(
+    async fn chat_turn(
         &self,
-        t: &GatewayTarget,
+        agent: &str,
+        revision: i64,
         token: &str,
+        turn: &crate::tunnel::probe::Turn<'_>,
         timeout: std::time::Duration,
-    ) -> Result<String, GatewayFailure> {
-        let user = format!("clawfed-activation-{}", t.revision_id);
-        let turn = crate::tunnel::probe::Turn {
-            user: &user,
-            message: crate::tunnel::probe::MODEL_TURN_MESSAGE,
-            agent: "clawfed-hub-activation",
-        };
-        crate::gateway::Gateways::model_turn(self, &t.agent, t.revision, token, &turn, timeout)
-            .await
-            .map_err(|e| GatewayFailure {
-                transient: !e.is_answer(),
-                reason: e.to_string(),
-            })
+    ) -> Result<String, crate::tunnel::probe::ProbeError> {
+        crate::gateway::Gateways::model_turn(self, agent, revision, token, turn, timeout).await
     }
 
     async fn activate(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {

@@ -1,7 +1,8 @@
 //! Where `agents chat` sends its message: the active revision's OpenClaw
-//! runtime, by the path its activation turn took (hub -> the revision's
-//! spoke over the link's tunnel -> the runtime), with the revision's
-//! gateway token. The seed asks operators to prove a deployment with a real
+//! runtime, by the path its activation turn took, with the revision's
+//! gateway token: for embedded OpenClaw hub -> the revision's spoke over
+//! the link's tunnel -> the runtime; for a dedicated Agent its Gateway in
+//! the control cluster, which runs the turn on its Harness. The seed asks operators to prove a deployment with a real
 //! model call through an Agent; this is that call, without a route to the
 //! runtime from the operator's machine.
 
@@ -48,11 +49,20 @@ pub trait ChatSource: Send + Sync + 'static {
     ) -> Result<String, ChatError>;
 }
 
-/// Through the link's tunnels.
+/// Through the link's tunnels, or the Agent's Gateway.
 pub struct LinkChat {
     pub link: Arc<LinkState>,
+    /// The control-cluster Gateways (dedicated Agents).
+    pub gateways: Arc<dyn crate::gateway::GatewayRuntime>,
     /// The Harness port the runtime serves on.
     pub harness_port: i32,
+}
+
+fn chat_error(e: ProbeError) -> ChatError {
+    match e {
+        e @ ProbeError::NotAnAnswer { .. } => ChatError::NotAnswered(e.to_string()),
+        e => ChatError::Unreachable(e.to_string()),
+    }
 }
 
 #[async_trait]
@@ -64,6 +74,23 @@ impl ChatSource for LinkChat {
         conversation: &str,
         message: &str,
     ) -> Result<String, ChatError> {
+        let turn = Turn {
+            user: conversation,
+            message,
+            agent: "clawfed-hub-chat",
+        };
+        if rev.spec.harness_kind.has_control_gateway() {
+            let token = self
+                .link
+                .runtime_token(store, &rev.id)
+                .await
+                .map_err(|e| ChatError::Key(e.to_string()))?;
+            return self
+                .gateways
+                .chat_turn(&rev.agent, rev.number, &token, &turn, CHAT_TIMEOUT)
+                .await
+                .map_err(chat_error);
+        }
         let route = crate::tunnel::route::route_of(store, rev, self.harness_port)
             .await
             .map_err(|r| ChatError::Unreachable(format!("{}: {}", r.reason, r.message)))?;
@@ -76,16 +103,8 @@ impl ChatSource for LinkChat {
             runtime: &runtime,
             transport: &transport,
         };
-        let turn = Turn {
-            user: conversation,
-            message,
-            agent: "clawfed-hub-chat",
-        };
         probe::chat_turn(&self.link.tunnels, &route, &tokens, &turn, CHAT_TIMEOUT)
             .await
-            .map_err(|e| match e {
-                e @ ProbeError::NotAnAnswer { .. } => ChatError::NotAnswered(e.to_string()),
-                e => ChatError::Unreachable(e.to_string()),
-            })
+            .map_err(chat_error)
     }
 }

@@ -1081,10 +1081,27 @@ impl Rollout {
                 reason: format!("the gateway token's key: {e}"),
                 transient: true,
             })?;
+        let user = format!("clawfed-activation-{}", rev.id);
+        let turn = crate::tunnel::probe::Turn {
+            user: &user,
+            message: crate::tunnel::probe::MODEL_TURN_MESSAGE,
+            agent: "clawfed-hub-activation",
+        };
         self.gateways
-            .model_turn(target, &token, MODEL_TURN_TIMEOUT)
+            .chat_turn(
+                &target.agent,
+                target.revision,
+                &token,
+                &turn,
+                MODEL_TURN_TIMEOUT,
+            )
             .await
             .map(|_| ())
+            .map_err(|e| GatewayFailure {
+                // Answered wrongly: a model turn costs, it is not asked again.
+                transient: !e.is_answer(),
+                reason: e.to_string(),
+            })
     }
 
     async fn path_probe_failed(
