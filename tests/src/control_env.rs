@@ -291,11 +291,7 @@ pub async fn pre_bound_volume(
             storage_class_name: storage_class.map(str::to_owned),
             persistent_volume_reclaim_policy: Some("Retain".into()),
             host_path: Some(HostPathVolumeSource {
-                path: crate::kube_env::clusters_dir()
-                    .join("test-volumes")
-                    .join(name)
-                    .to_string_lossy()
-                    .into_owned(),
+                path: pre_bound_dir(name).to_string_lossy().into_owned(),
                 type_: None,
             }),
             claim_ref: Some(ObjectReference {
@@ -309,6 +305,14 @@ pub async fn pre_bound_volume(
     };
     ssa(Api::all(admin.clone()), &pv).await?;
     Ok(name.to_owned())
+}
+
+/// The host directory of [`pre_bound_volume`] `name` (where a test reads
+/// what a Pod wrote on it).
+pub fn pre_bound_dir(name: &str) -> std::path::PathBuf {
+    crate::kube_env::clusters_dir()
+        .join("test-volumes")
+        .join(name)
 }
 
 /// A PV pre-bound to the Agent's Gateway PVC.

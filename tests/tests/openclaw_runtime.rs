@@ -14,7 +14,7 @@
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result, ensure};
-use clawfed_tests::control_env::{delete_volume, pre_bound_volume};
+use clawfed_tests::control_env::{delete_volume, pre_bound_dir, pre_bound_volume};
 use clawfed_tests::kube_env;
 use clawfed_tests::openclaw::{self, PORT};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -64,7 +64,7 @@ async fn a_real_openclaw_pod_answers_a_model_turn_and_keeps_its_state_on_its_cla
     // Pass or fail, the runtime (about 1.3 GB) does not outlive the test.
     ns.delete().await?;
     delete_volume(&client, &pv_name).await;
-    let _ = std::fs::remove_dir_all(format!("/tmp/{pv_name}"));
+    let _ = std::fs::remove_dir_all(pre_bound_dir(&pv_name));
     result
 }
 
@@ -80,7 +80,7 @@ async fn runtime_keeps_state(
     let model_url = openclaw::deploy_model(&client, namespace).await?;
 
     // The state claim, on a host directory the test can read.
-    let host_dir = std::path::PathBuf::from(format!("/tmp/{pv_name}"));
+    let host_dir = pre_bound_dir(pv_name);
     pre_bound_volume(&client, pv_name, None, namespace, "openclaw-state").await?;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
     claims
