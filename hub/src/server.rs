@@ -563,16 +563,9 @@ async fn control_cluster_gateways(
 async fn control_cluster_client(config: &Config) -> Result<kube::Client, ServerError> {
     let gateway = |e: String| ServerError::Gateway(e);
     let kube_config = match &config.gateway.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| gateway(format!("gateway.kubeconfig {}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(
-                kubeconfig,
-                &kube::config::KubeConfigOptions::default(),
-            )
+        Some(path) => clawfed_kube::kubeconfig::load("gateway.kubeconfig", path)
             .await
-            .map_err(|e| gateway(format!("gateway.kubeconfig {}: {e}", path.display())))?
-        }
+            .map_err(|e| gateway(e.to_string()))?,
         // In-cluster credentials only: never an ambient KUBECONFIG or
         // ~/.kube/config the operator did not name.
         None => kube::Config::incluster().map_err(|e| {

@@ -11,12 +11,15 @@
 //!   clawfed workload runs with, and Localhost seccomp profiles. Pure.
 //! - [`token`]: the projected, audience-bound ServiceAccount token a
 //!   workload gets as its service principal credential. Pure.
+//! - [`kubeconfig`]: a kubeconfig an operator names, loaded only with the
+//!   apiserver's certificate verified.
 //! - [`object`]: delete-if-present and wait-until-gone against the
 //!   apiserver, with their typed [`object::Error`].
 //!
 //! `clawfed-proto` stays free of k8s-openapi and kube; these live here.
 
 pub mod classify;
+pub mod kubeconfig;
 pub mod object;
 pub mod quantity;
 pub mod security;

@@ -404,13 +404,7 @@ async fn kube_client(
     apply_limit: Arc<ApplyLimit>,
 ) -> anyhow::Result<kube::Client> {
     let mut config = match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("--kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("--kubeconfig {}", path.display()))?
-        }
+        Some(path) => clawfed_kube::kubeconfig::load("--kubeconfig", path).await?,
         None => kube::Config::incluster().context(
             "in-cluster credentials (the spoke's ServiceAccount) are not available; outside a cluster pass --kubeconfig FILE",
         )?,
