@@ -18,7 +18,8 @@ use crate::store::{self, NewToken, Store};
 #[derive(Debug, Parser)]
 #[command(name = "clawfed-hub", version, about)]
 struct Args {
-    /// YAML config file; without one the embedded defaults apply.
+    /// YAML config file; without one the embedded defaults apply. Also
+    /// read from `OCC_CONFIG_PATH`, the Compute Driver's name for it.
     #[arg(long, short = 'c', env = "CLAWFED_CONFIG", global = true)]
     config: Option<PathBuf>,
     #[command(subcommand)]
@@ -145,11 +146,44 @@ enum TokenCommand {
     },
 }
 
+/// The seed's environment variable for the config file, accepted beside
+/// `CLAWFED_CONFIG` (and `--config`).
+pub const OCC_CONFIG_PATH: &str = "OCC_CONFIG_PATH";
+
+/// The config file: `--config`/`CLAWFED_CONFIG`, else `OCC_CONFIG_PATH`.
+/// Both naming different files is an error naming both: one of them would
+/// be silently ignored.
+fn config_path(
+    given: Option<PathBuf>,
+    env: &HashMap<String, String>,
+) -> Result<Option<PathBuf>, String> {
+    let occ = env
+        .get(OCC_CONFIG_PATH)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    match (given, occ) {
+        (Some(a), Some(b)) if a != b => Err(format!(
+            "--config/CLAWFED_CONFIG ({}) and {OCC_CONFIG_PATH} ({}) name different files; set one",
+            a.display(),
+            b.display()
+        )),
+        (Some(a), _) => Ok(Some(a)),
+        (None, occ) => Ok(occ),
+    }
+}
+
 /// Entry point of `clawfed-hub`.
 pub fn main() -> ExitCode {
     let args = Args::parse();
     let env: HashMap<String, String> = std::env::vars().collect();
-    let config = match Config::load(args.config.as_deref(), &env) {
+    let path = match config_path(args.config.clone(), &env) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let config = match Config::load(path.as_deref(), &env) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -450,6 +484,30 @@ pub fn parse_ttl(s: &str) -> anyhow::Result<chrono::Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_config_file_comes_from_the_flag_or_occ_config_path() {
+        let env = |v: &[(&str, &str)]| -> HashMap<String, String> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let occ = env(&[(OCC_CONFIG_PATH, "/etc/occ.yaml")]);
+        assert_eq!(
+            config_path(None, &occ).unwrap(),
+            Some(PathBuf::from("/etc/occ.yaml"))
+        );
+        assert_eq!(
+            config_path(Some("/etc/occ.yaml".into()), &occ).unwrap(),
+            Some(PathBuf::from("/etc/occ.yaml")),
+            "the same file twice is fine"
+        );
+        assert!(config_path(Some("/etc/hub.yaml".into()), &occ).is_err());
+        assert_eq!(
+            config_path(None, &env(&[(OCC_CONFIG_PATH, "")])).unwrap(),
+            None
+        );
+    }
 
     #[test]
     fn ttls() {
