@@ -455,6 +455,19 @@ fn match_labels(m: &BTreeMap<String, String>) -> LabelSelector {
     }
 }
 
+/// The hub's Pods (`gateway.options.hub`) as a NetworkPolicy peer.
+fn hub_peer(c: &GatewayConfig) -> NetworkPolicyPeer {
+    let hub_ns = BTreeMap::from([(
+        "kubernetes.io/metadata.name".to_string(),
+        c.hub.namespace.clone(),
+    )]);
+    NetworkPolicyPeer {
+        namespace_selector: Some(match_labels(&hub_ns)),
+        pod_selector: Some(match_labels(&c.hub.pod_labels)),
+        ..Default::default()
+    }
+}
+
 /// The Gateway NetworkPolicy: default deny in both directions for the
 /// Agent's Gateway Pods. In: only the approved clients and the trusted proxy
 /// CIDRs, on the Gateway port. Out: DNS, and the hub's tunnel ingress in
@@ -481,7 +494,7 @@ pub fn network_policy(spec: &GatewaySpec, c: &GatewayConfig) -> NetworkPolicy {
             ..Default::default()
         });
     }
-    let ingress = if from.is_empty() {
+    let mut ingress = if from.is_empty() {
         Vec::new()
     } else {
         vec![NetworkPolicyIngressRule {
@@ -489,6 +502,12 @@ pub fn network_policy(spec: &GatewaySpec, c: &GatewayConfig) -> NetworkPolicy {
             ports: Some(vec![tcp_port(c.port)]),
         }]
     };
+    // The hub's own Pods: its activation turn and `agents chat` go to the
+    // Gateway Pod's address.
+    ingress.push(NetworkPolicyIngressRule {
+        from: Some(vec![hub_peer(c)]),
+        ports: Some(vec![tcp_port(c.port)]),
+    });
     let mut dns_ns = BTreeMap::new();
     dns_ns.insert(
         "kubernetes.io/metadata.name".to_string(),
@@ -512,16 +531,8 @@ pub fn network_policy(spec: &GatewaySpec, c: &GatewayConfig) -> NetworkPolicy {
         ),
     }];
     if spec.tunnel_proxy.is_some() {
-        let hub_ns = BTreeMap::from([(
-            "kubernetes.io/metadata.name".to_string(),
-            c.hub.namespace.clone(),
-        )]);
         egress.push(NetworkPolicyEgressRule {
-            to: Some(vec![NetworkPolicyPeer {
-                namespace_selector: Some(match_labels(&hub_ns)),
-                pod_selector: Some(match_labels(&c.hub.pod_labels)),
-                ..Default::default()
-            }]),
+            to: Some(vec![hub_peer(c)]),
             ports: Some(vec![tcp_port(c.hub.port)]),
         });
     }
@@ -1287,7 +1298,13 @@ mod tests {
             Some(vec!["Ingress".to_string(), "Egress".to_string()])
         );
         let ingress = np.ingress.expect("ingress");
-        assert_eq!(ingress.len(), 1);
+        assert_eq!(ingress.len(), 2, "approved clients, and the hub");
+        let hub = ingress[1].from.clone().expect("from");
+        assert_eq!(
+            hub[0].pod_selector.clone().and_then(|s| s.match_labels),
+            Some(config().hub.pod_labels),
+            "the hub's Pods send the activation turn"
+        );
         let from = ingress[0].from.clone().expect("from");
         assert_eq!(from.len(), 2);
         assert!(from[0].namespace_selector.is_some() && from[0].pod_selector.is_some());
@@ -1306,11 +1323,21 @@ mod tests {
             Some("192.0.2.0/24".into())
         );
 
-        // Nothing approved: ingress denied entirely, never "from everywhere".
+        // Nothing approved: only the hub, never "from everywhere".
         let bare = network_policy(&spec(), &GatewayConfig::default())
             .spec
             .expect("spec");
-        assert_eq!(bare.ingress, Some(vec![]));
+        let only_hub = bare.ingress.expect("ingress");
+        assert_eq!(only_hub.len(), 1);
+        assert!(
+            only_hub[0]
+                .from
+                .iter()
+                .flatten()
+                .all(|p| p.pod_selector.is_some()
+                    && p.namespace_selector.is_some()
+                    && p.ip_block.is_none())
+        );
         let mut c = config();
         c.approved_client_namespace_labels.clear();
         c.trusted_proxy_cidrs.clear();
