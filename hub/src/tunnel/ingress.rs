@@ -352,11 +352,6 @@ impl Ingress {
         let token = bearer_of(&req, http::header::AUTHORIZATION)
             .ok_or_else(unauthenticated)?
             .to_owned();
-        let (agent_id, route) = self
-            .routes
-            .resolve_agent(tenant, agent)
-            .await
-            .map_err(|r| (r, None))?;
         let key = self
             .link
             .transport_key(self.routes.store().as_ref())
@@ -367,9 +362,12 @@ impl Ingress {
                     None,
                 )
             })?;
-        if !key.verify_app_server_token(&agent_id, &token) {
-            return Err(unauthenticated());
-        }
+        // The token first: nothing about the Agent is told without it.
+        let route = self
+            .routes
+            .resolve_agent(tenant, agent, |id| key.verify_app_server_token(id, &token))
+            .await
+            .map_err(|r| (r, None))?;
         // Another replica's ingress, if it holds the session, admits the
         // revision's transport credential.
         let token = key.token(&route.revision_id);

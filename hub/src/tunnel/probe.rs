@@ -82,12 +82,23 @@ pub async fn model_turn(
     revision_id: &str,
     timeout: Duration,
 ) -> Result<String, ProbeError> {
-    let turn = Turn {
-        user: &format!("clawfed-activation-{revision_id}"),
+    let user = activation_conversation(revision_id);
+    chat_turn(broker, route, tokens, &activation_turn(&user), timeout).await
+}
+
+/// The activation turn's conversation: one per revision.
+pub fn activation_conversation(revision_id: &str) -> String {
+    format!("clawfed-activation-{revision_id}")
+}
+
+/// The activation turn in conversation `user`
+/// ([`activation_conversation`]), whichever way it is sent.
+pub fn activation_turn(user: &str) -> Turn<'_> {
+    Turn {
+        user,
         message: MODEL_TURN_MESSAGE,
         agent: "clawfed-hub-activation",
-    };
-    chat_turn(broker, route, tokens, &turn, timeout).await
+    }
 }
 
 /// The revision's tokens a hub request needs.

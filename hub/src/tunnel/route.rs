@@ -141,17 +141,24 @@ impl Routes {
     /// Harness), with the Agent's id (what its app-server token derives
     /// from). With exclusive replacement only one of its Harnesses runs on
     /// a cluster at a time, and a new Gateway wants the new one.
+    /// `authorized` judges the caller by the Agent's id before anything
+    /// else about the Agent is told: an unknown Agent and a wrong token get
+    /// the same refusal.
     pub async fn resolve_agent(
         &self,
         tenant: &str,
         agent: &str,
-    ) -> Result<(String, Route), Refusal> {
+        authorized: impl FnOnce(&str) -> bool,
+    ) -> Result<Route, Refusal> {
         let unknown = || Refusal::new(reason::UNAUTHENTICATED, "unknown Agent or token");
         let a = match self.store.get_agent(tenant, agent).await {
             Ok(a) => a,
             Err(StoreError::NotFound { .. }) => return Err(unknown()),
             Err(e) => return Err(store_refusal(e)),
         };
+        if !authorized(&a.id) {
+            return Err(unknown());
+        }
         let newest = self
             .store
             .list_revisions(tenant, agent)
@@ -166,8 +173,7 @@ impl Routes {
                     format!("{tenant}/{agent} has no serving revision"),
                 )
             })?;
-        let route = route_of(self.store.as_ref(), &newest, self.harness_port).await?;
-        Ok((a.id, route))
+        route_of(self.store.as_ref(), &newest, self.harness_port).await
     }
 
     async fn lookup(&self, hash: &str) -> Result<Route, Refusal> {

@@ -108,6 +108,16 @@ const HARNESS_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// latency on top); a busy node doubles it.
 const MODEL_TURN_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// A data path probe's failure: the runtime answered the turn, wrongly,
+/// is final (a model turn costs; asking again is no readiness check); no
+/// answer at all is retried until the readiness deadline.
+fn probe_failure(e: crate::tunnel::probe::ProbeError) -> GatewayFailure {
+    GatewayFailure {
+        transient: !e.is_answer(),
+        reason: e.to_string(),
+    }
+}
+
 /// How soon a failed data path probe is tried again (until the readiness
 /// deadline).
 const PROBE_RETRY: Duration = Duration::from_millis(500);
@@ -1017,12 +1027,6 @@ impl Rollout {
                 reason: format!("{}: {}", r.reason, r.message),
                 transient: true,
             })?;
-        let failure = |e: crate::tunnel::probe::ProbeError| GatewayFailure {
-            // The runtime answered the turn, wrongly: asking again is not
-            // a readiness check (a model turn costs), so it fails.
-            transient: !e.is_answer(),
-            reason: e.to_string(),
-        };
         let (runtime, transport) = self
             .link
             .state
@@ -1046,7 +1050,7 @@ impl Rollout {
             )
             .await
             .map(|_| ())
-            .map_err(failure);
+            .map_err(probe_failure);
         }
         crate::tunnel::probe::http_get(
             &self.link.state.tunnels,
@@ -1056,7 +1060,7 @@ impl Rollout {
             HARNESS_PROBE_TIMEOUT,
         )
         .await
-        .map_err(failure)
+        .map_err(probe_failure)
     }
 
     /// The data path of a revision with a control-cluster Gateway: a model
@@ -1081,12 +1085,8 @@ impl Rollout {
                 reason: format!("the gateway token's key: {e}"),
                 transient: true,
             })?;
-        let user = format!("clawfed-activation-{}", rev.id);
-        let turn = crate::tunnel::probe::Turn {
-            user: &user,
-            message: crate::tunnel::probe::MODEL_TURN_MESSAGE,
-            agent: "clawfed-hub-activation",
-        };
+        let user = crate::tunnel::probe::activation_conversation(&rev.id);
+        let turn = crate::tunnel::probe::activation_turn(&user);
         self.gateways
             .chat_turn(
                 &target.agent,
@@ -1097,11 +1097,7 @@ impl Rollout {
             )
             .await
             .map(|_| ())
-            .map_err(|e| GatewayFailure {
-                // Answered wrongly: a model turn costs, it is not asked again.
-                transient: !e.is_answer(),
-                reason: e.to_string(),
-            })
+            .map_err(probe_failure)
     }
 
     async fn path_probe_failed(
