@@ -10,8 +10,16 @@
 //! the Harness and namespace settings ([`WorkloadSettings`]) exist only
 //! here. Pure: no I/O.
 //!
-//! The schema is documented, with a full example, in
-//! `docs/compute-driver-config.md` and `deploy/examples/compute-driver.yaml`.
+//! The seed's own spellings (`resources.namespace.{quota,containerDefaults}`,
+//! `network.gatewayTrustedProxyCidrs`, `network.gatewayClients`,
+//! `servicePrincipalCredentials.mode`, `runtime.gatewayStorageClassName`)
+//! are the documented ones; clawfed's earlier spellings stay accepted as
+//! aliases, and giving a key in both spellings is an error naming both.
+//!
+//! The schema is documented, with full examples, in
+//! `docs/compute-driver-config.md`, `deploy/examples/compute-driver.yaml`
+//! and (the seed's section, byte for byte)
+//! `deploy/examples/seed-compute-driver.yaml`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -115,12 +123,55 @@ pub struct DriverResources {
     /// spec's `resources` override them key by key.
     #[serde(default)]
     pub agent: Option<Resources>,
-    /// ResourceQuota `spec.hard` of every data-plane namespace.
+    /// The guard rails of every physical namespace (the seed's spelling).
     #[serde(default)]
-    pub namespace_quota: BTreeMap<String, String>,
-    /// LimitRange container defaults of every data-plane namespace.
+    pub namespace: Option<NamespaceResources>,
+    /// Alias of `namespace.quota`.
+    #[serde(default)]
+    pub namespace_quota: Option<BTreeMap<String, String>>,
+    /// Alias of `namespace.containerDefaults`, as LimitRange keys
+    /// (`defaultRequest`, `defaultLimit`).
     #[serde(default)]
     pub container_defaults: Option<ContainerDefaults>,
+}
+
+/// `resources.namespace`: applied separately to each physical namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NamespaceResources {
+    /// ResourceQuota `spec.hard`.
+    #[serde(default)]
+    pub quota: Option<BTreeMap<String, String>>,
+    /// LimitRange container defaults: `requests` are `defaultRequest`,
+    /// `limits` are `default`.
+    #[serde(default)]
+    pub container_defaults: Option<Resources>,
+}
+
+impl DriverResources {
+    /// The namespace quota, whichever spelling gave it.
+    pub fn quota(&self) -> BTreeMap<String, String> {
+        self.namespace
+            .as_ref()
+            .and_then(|n| n.quota.clone())
+            .or_else(|| self.namespace_quota.clone())
+            .unwrap_or_default()
+    }
+
+    /// The container defaults, whichever spelling gave them.
+    pub fn container_defaults(&self) -> ContainerDefaults {
+        match self
+            .namespace
+            .as_ref()
+            .and_then(|n| n.container_defaults.as_ref())
+        {
+            Some(r) => ContainerDefaults {
+                default_request: r.requests.clone(),
+                default_limit: r.limits.clone(),
+            },
+            None => self.container_defaults.clone().unwrap_or_default(),
+        }
+    }
 }
 
 /// `network`.
@@ -136,21 +187,53 @@ pub struct Network {
     /// The DNS Pods Gateway and Harness NetworkPolicies admit.
     #[serde(default)]
     pub dns: Option<DnsTarget>,
-    /// CIDRs of the proxies allowed to reach Gateways.
+    /// CIDRs of the proxies allowed to reach Gateways (and trusted for
+    /// forwarded client addresses by the OpenClaw gateway).
+    #[serde(default)]
+    pub gateway_trusted_proxy_cidrs: Option<Vec<String>>,
+    /// Alias of `gatewayTrustedProxyCidrs`.
     #[serde(default)]
     pub trusted_proxy_cidrs: Option<Vec<String>>,
+    /// The Pods allowed to call Gateways, each an exact namespace and Pod
+    /// labels.
+    #[serde(default)]
+    pub gateway_clients: Option<Vec<GatewayClient>>,
     /// Egress allowed to Harness Pods (e.g. the model provider).
     #[serde(default)]
     pub egress: Vec<EgressRule>,
+}
+
+/// One approved Gateway client: Pods with `podLabels` in the namespace
+/// named `namespace`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GatewayClient {
+    /// The client's namespace, by name.
+    pub namespace: String,
+    /// The client Pods' labels (required: never a whole namespace).
+    pub pod_labels: BTreeMap<String, String>,
+}
+
+/// `servicePrincipalCredentials.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ServicePrincipalMode {
+    /// No token.
+    Disabled,
+    /// A projected ServiceAccount token for `audience`.
+    ProjectedServiceAccountToken,
 }
 
 /// `servicePrincipalCredentials`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServicePrincipalCredentials {
-    /// Give Harness and Gateway Pods a projected token.
+    /// `disabled` or `projectedServiceAccountToken` (the seed's spelling).
     #[serde(default)]
-    pub enabled: bool,
+    pub mode: Option<ServicePrincipalMode>,
+    /// Alias of `mode`: `true` is `projectedServiceAccountToken`.
+    #[serde(default)]
+    pub enabled: Option<bool>,
     /// The token's audience (required when enabled).
     #[serde(default)]
     pub audience: Option<String>,
@@ -162,7 +245,8 @@ pub struct ServicePrincipalCredentials {
 impl Default for ServicePrincipalCredentials {
     fn default() -> Self {
         Self {
-            enabled: false,
+            mode: None,
+            enabled: None,
             audience: None,
             expiration_seconds: default_token_seconds(),
         }
@@ -171,6 +255,16 @@ impl Default for ServicePrincipalCredentials {
 
 fn default_token_seconds() -> i64 {
     harness::SERVICE_PRINCIPAL_TOKEN_SECONDS
+}
+
+impl ServicePrincipalCredentials {
+    /// Whether workloads get the token, whichever spelling said so.
+    pub fn projected(&self) -> bool {
+        match self.mode {
+            Some(m) => m == ServicePrincipalMode::ProjectedServiceAccountToken,
+            None => self.enabled == Some(true),
+        }
+    }
 }
 
 /// `runtime`.
@@ -184,6 +278,9 @@ pub struct Runtime {
     #[serde(default)]
     pub gateway_node_selector: Option<BTreeMap<String, String>>,
     /// StorageClass of the Gateway PVC.
+    #[serde(default)]
+    pub gateway_storage_class_name: Option<String>,
+    /// Alias of `gatewayStorageClassName`.
     #[serde(default)]
     pub gateway_storage_class: Option<String>,
     /// Size of a dedicated Harness' workspace PVC (default 1Gi).
@@ -237,11 +334,92 @@ impl Default for WorkloadSettings {
     }
 }
 
+impl Runtime {
+    /// The Gateway PVC's StorageClass, whichever spelling gave it.
+    pub fn gateway_storage_class(&self) -> Option<&String> {
+        self.gateway_storage_class_name
+            .as_ref()
+            .or(self.gateway_storage_class.as_ref())
+    }
+}
+
+impl Network {
+    /// The trusted proxy CIDRs, whichever spelling gave them.
+    pub fn trusted_proxy_cidrs(&self) -> Option<&Vec<String>> {
+        self.gateway_trusted_proxy_cidrs
+            .as_ref()
+            .or(self.trusted_proxy_cidrs.as_ref())
+    }
+}
+
+/// Keys given in both spellings: (the seed's, the alias), relative to the
+/// section.
+const ALIASES: [(&str, &str); 5] = [
+    ("resources.namespace.quota", "resources.namespaceQuota"),
+    (
+        "resources.namespace.containerDefaults",
+        "resources.containerDefaults",
+    ),
+    (
+        "network.gatewayTrustedProxyCidrs",
+        "network.trustedProxyCidrs",
+    ),
+    (
+        "servicePrincipalCredentials.mode",
+        "servicePrincipalCredentials.enabled",
+    ),
+    (
+        "runtime.gatewayStorageClassName",
+        "runtime.gatewayStorageClass",
+    ),
+];
+
 impl ComputeDriverConfig {
+    /// Refuses a key given in both its seed spelling and its alias.
+    fn check_aliases(&self) -> Result<(), Invalid> {
+        let given = [
+            (
+                self.resources
+                    .namespace
+                    .as_ref()
+                    .is_some_and(|n| n.quota.is_some()),
+                self.resources.namespace_quota.is_some(),
+            ),
+            (
+                self.resources
+                    .namespace
+                    .as_ref()
+                    .is_some_and(|n| n.container_defaults.is_some()),
+                self.resources.container_defaults.is_some(),
+            ),
+            (
+                self.network.gateway_trusted_proxy_cidrs.is_some(),
+                self.network.trusted_proxy_cidrs.is_some(),
+            ),
+            (
+                self.service_principal_credentials.mode.is_some(),
+                self.service_principal_credentials.enabled.is_some(),
+            ),
+            (
+                self.runtime.gateway_storage_class_name.is_some(),
+                self.runtime.gateway_storage_class.is_some(),
+            ),
+        ];
+        for ((seed, alias), (a, b)) in ALIASES.iter().zip(given) {
+            if a && b {
+                return Err(invalid(
+                    seed,
+                    format!("also given as its alias {SECTION}.{alias}; keep one"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The service principal the section gives workloads, when enabled.
     pub fn service_principal(&self) -> Option<ServicePrincipal> {
         let s = &self.service_principal_credentials;
-        s.enabled.then(|| ServicePrincipal {
+        s.projected().then(|| ServicePrincipal {
             audience: s.audience.clone().unwrap_or_default(),
             expiration_seconds: s.expiration_seconds,
         })
@@ -252,12 +430,8 @@ impl ComputeDriverConfig {
         let r = &self.runtime;
         WorkloadSettings {
             agent_resources: self.resources.agent.clone().unwrap_or_default(),
-            namespace_quota: self.resources.namespace_quota.clone(),
-            container_defaults: self
-                .resources
-                .container_defaults
-                .clone()
-                .unwrap_or_default(),
+            namespace_quota: self.resources.quota(),
+            container_defaults: self.resources.container_defaults(),
             node_selector: r.node_selector.clone(),
             workspace: Workspace {
                 size: r.workspace_size.clone().unwrap_or_else(|| "1Gi".into()),
@@ -276,6 +450,7 @@ impl ComputeDriverConfig {
 
     /// Checks every value; errors name the full key path.
     pub fn validate(&self) -> Result<(), Invalid> {
+        self.check_aliases()?;
         if let Some(a) = &self.authentication {
             match (a.mode, &a.kubeconfig) {
                 (AuthMode::Kubeconfig, None) => {
@@ -318,7 +493,17 @@ impl ComputeDriverConfig {
         if let Some(r) = &res.agent {
             resources("resources.agent", r)?;
         }
-        quantities("resources.namespaceQuota", &res.namespace_quota)?;
+        if let Some(n) = &res.namespace {
+            if let Some(q) = &n.quota {
+                quantities("resources.namespace.quota", q)?;
+            }
+            if let Some(d) = &n.container_defaults {
+                resources("resources.namespace.containerDefaults", d)?;
+            }
+        }
+        if let Some(q) = &res.namespace_quota {
+            quantities("resources.namespaceQuota", q)?;
+        }
         if let Some(d) = &res.container_defaults {
             quantities(
                 "resources.containerDefaults.defaultRequest",
@@ -344,8 +529,27 @@ impl ComputeDriverConfig {
             }
             labels("network.dns.podLabels", &dns.pod_labels)?;
         }
-        for (i, cidr) in net.trusted_proxy_cidrs.iter().flatten().enumerate() {
-            check_cidr(&format!("network.trustedProxyCidrs[{i}]"), cidr)?;
+        let proxy_key = if net.gateway_trusted_proxy_cidrs.is_some() {
+            "network.gatewayTrustedProxyCidrs"
+        } else {
+            "network.trustedProxyCidrs"
+        };
+        for (i, cidr) in net.trusted_proxy_cidrs().into_iter().flatten().enumerate() {
+            let key = format!("{proxy_key}[{i}]");
+            check_cidr(&key, cidr)?;
+            if cidr.ends_with("/0") {
+                return Err(invalid(&key, "cannot trust every source"));
+            }
+        }
+        for (i, client) in net.gateway_clients.iter().flatten().enumerate() {
+            let key = format!("network.gatewayClients[{i}]");
+            validate_dns1123_label(&client.namespace)
+                .map_err(|e| invalid(&format!("{key}.namespace"), e.to_string()))?;
+            if client.pod_labels.is_empty() {
+                // An empty selector would admit every Pod of the namespace.
+                return Err(invalid(&format!("{key}.podLabels"), "must not be empty"));
+            }
+            labels(&format!("{key}.podLabels"), &client.pod_labels)?;
         }
         for (i, rule) in net.egress.iter().enumerate() {
             check_cidr(&format!("network.egress[{i}].cidr"), &rule.cidr)?;
@@ -360,10 +564,10 @@ impl ComputeDriverConfig {
             }
         }
         let sp = &self.service_principal_credentials;
-        if sp.enabled && sp.audience.as_deref().is_none_or(str::is_empty) {
+        if sp.projected() && sp.audience.as_deref().is_none_or(str::is_empty) {
             return Err(invalid(
                 "servicePrincipalCredentials.audience",
-                "required when servicePrincipalCredentials.enabled is true",
+                "required when servicePrincipalCredentials.mode is projectedServiceAccountToken",
             ));
         }
         clawfed_kube::token::check_expiration(sp.expiration_seconds).map_err(|e| {
@@ -378,6 +582,10 @@ impl ComputeDriverConfig {
             labels("runtime.gatewayNodeSelector", sel)?;
         }
         for (key, class) in [
+            (
+                "runtime.gatewayStorageClassName",
+                &rt.gateway_storage_class_name,
+            ),
             ("runtime.gatewayStorageClass", &rt.gateway_storage_class),
             ("runtime.workspaceStorageClass", &rt.workspace_storage_class),
         ] {

@@ -135,6 +135,10 @@ pub struct DriversConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ComputeDriverSection {
+    /// `drivers.compute.id`: which driver the section is for. clawfed is the
+    /// Kubernetes Compute Driver; another id is refused (absent: that one).
+    #[serde(default)]
+    pub id: Option<String>,
     /// `drivers.compute.configuration`.
     #[serde(default)]
     pub configuration: crate::compute_driver::ComputeDriverConfig,
@@ -587,7 +591,7 @@ impl Default for Config {
 /// Settings of the Compute Driver section that clawfed also has keys of
 /// its own for: (driver key under `drivers.compute.configuration`, the own
 /// keys it would contradict).
-const SHARED_KEYS: [(&str, &[&str]); 12] = [
+const SHARED_KEYS: [(&str, &[&str]); 15] = [
     ("authentication", &["gateway.kubeconfig"]),
     (
         "images.gateway",
@@ -602,12 +606,21 @@ const SHARED_KEYS: [(&str, &[&str]); 12] = [
     ("network.gatewayPort", &["gateway.options.port"]),
     ("network.dns", &["gateway.options.dns"]),
     (
-        "network.trustedProxyCidrs",
+        "network.gatewayTrustedProxyCidrs",
         &["gateway.options.trustedProxyCidrs"],
     ),
     (
+        "network.trustedProxyCidrs",
+        &["gateway.options.trustedProxyCidrs"],
+    ),
+    ("network.gatewayClients", &["gateway.options.clients"]),
+    (
         "runtime.gatewayNodeSelector",
         &["gateway.options.nodeSelector"],
+    ),
+    (
+        "runtime.gatewayStorageClassName",
+        &["gateway.options.storageClass"],
     ),
     (
         "runtime.gatewayStorageClass",
@@ -622,6 +635,9 @@ const SHARED_KEYS: [(&str, &[&str]); 12] = [
         &["gateway.options.servicePrincipal"],
     ),
 ];
+
+/// The id of the OpenClaw Kubernetes Compute Driver (`drivers.compute.id`).
+pub const KUBERNETES_COMPUTE_DRIVER: &str = "compute-kubernetes";
 
 /// Whether the dotted `key` is present in the YAML document `doc`.
 fn has_key(doc: &serde_yaml_ng::Value, key: &str) -> bool {
@@ -713,6 +729,16 @@ impl Config {
         };
         let driver_section = "drivers.compute.configuration";
         if let Some(section) = config.drivers.compute.clone() {
+            if let Some(id) = section.id.as_deref()
+                && id != KUBERNETES_COMPUTE_DRIVER
+            {
+                return Err(ConfigError::Invalid {
+                    field: "drivers.compute.id".into(),
+                    reason: format!(
+                        "{id:?}: clawfed is the Kubernetes Compute Driver ({KUBERNETES_COMPUTE_DRIVER})"
+                    ),
+                });
+            }
             for (driver_key, own_keys) in SHARED_KEYS {
                 if !has_key(&doc, &format!("{driver_section}.{driver_key}")) {
                     continue;
@@ -772,14 +798,23 @@ impl Config {
                 pod_labels: dns.pod_labels.clone(),
             };
         }
-        if let Some(cidrs) = &net.trusted_proxy_cidrs {
+        if let Some(cidrs) = net.trusted_proxy_cidrs() {
             options.trusted_proxy_cidrs = cidrs.clone();
+        }
+        if let Some(clients) = &net.gateway_clients {
+            options.clients = clients
+                .iter()
+                .map(|c| crate::gateway::ClientPeer {
+                    namespace: c.namespace.clone(),
+                    pod_labels: c.pod_labels.clone(),
+                })
+                .collect();
         }
         let rt = &driver.runtime;
         if let Some(sel) = &rt.gateway_node_selector {
             options.node_selector = sel.clone();
         }
-        if let Some(class) = &rt.gateway_storage_class {
+        if let Some(class) = rt.gateway_storage_class() {
             options.storage_class = Some(class.clone());
         }
         if let Some(prefix) = &rt.transport_secret_prefix {
@@ -788,7 +823,9 @@ impl Config {
         if let Some(sp) = driver.service_principal() {
             options.service_principal = Some(sp);
         }
+        let id = self.drivers.compute.as_ref().and_then(|c| c.id.clone());
         self.drivers.compute = Some(ComputeDriverSection {
+            id,
             configuration: driver,
         });
         Ok(())
@@ -1810,6 +1847,16 @@ mod tests {
             expiration_seconds: 900,
         };
         assert_eq!(g.service_principal, Some(sp.clone()));
+        assert_eq!(
+            g.clients,
+            vec![crate::gateway::ClientPeer {
+                namespace: "openclaw-system".into(),
+                pod_labels: std::collections::BTreeMap::from([(
+                    "app".into(),
+                    "approved-gateway-client".into()
+                )]),
+            }]
+        );
         assert_eq!(g.namespace, "clawfed-gateways", "clawfed's own key is kept");
         assert!(crate::gateway::objects::validate_config(&g).is_ok());
         // Harness and namespace settings -> every work item.
@@ -1938,7 +1985,7 @@ mod tests {
             (
                 "requests.memory: 16Gi",
                 "requests.memory: lots",
-                "resources.namespaceQuota.requests.memory",
+                "resources.namespace.quota.requests.memory",
             ),
             (
                 "requests: { cpu: 500m, memory: 1Gi }",
@@ -1946,14 +1993,14 @@ mod tests {
                 "resources.agent.requests.cpu",
             ),
             (
-                "defaultLimit: { cpu: 500m",
-                "defaultLimit: { cpu: -1",
-                "resources.containerDefaults.defaultLimit.cpu",
+                "limits: { cpu: 500m, memory: 512Mi }",
+                "limits: { cpu: -1, memory: 512Mi }",
+                "resources.namespace.containerDefaults.limits.cpu",
             ),
             (
-                "trustedProxyCidrs: [10.0.0.0/24]",
-                "trustedProxyCidrs: [10.0.0.0/33]",
-                "network.trustedProxyCidrs[0]",
+                "gatewayTrustedProxyCidrs: [10.0.0.0/24]",
+                "gatewayTrustedProxyCidrs: [10.0.0.0/33]",
+                "network.gatewayTrustedProxyCidrs[0]",
             ),
             (
                 "- cidr: 203.0.113.0/24",
@@ -2007,9 +2054,9 @@ mod tests {
                 "runtime.transportSecretPrefix",
             ),
             (
-                "gatewayStorageClass: fast-rwo",
-                "gatewayStorageClass: Fast_RWO",
-                "runtime.gatewayStorageClass",
+                "gatewayStorageClassName: fast-rwo",
+                "gatewayStorageClassName: Fast_RWO",
+                "runtime.gatewayStorageClassName",
             ),
             (
                 "kubeconfig: /etc/openclaw/control.kubeconfig",
@@ -2041,7 +2088,7 @@ mod tests {
                 "    namespace: clawfed-gateways\n",
                 "    namespace: clawfed-gateways\n    storageClass: other\n",
                 "gateway.options.storageClass",
-                "runtime.gatewayStorageClass",
+                "runtime.gatewayStorageClassName",
             ),
             (
                 "    namespace: clawfed-gateways\n",
@@ -2059,7 +2106,7 @@ mod tests {
                 "    namespace: clawfed-gateways\n",
                 "    namespace: clawfed-gateways\n    trustedProxyCidrs: []\n",
                 "gateway.options.trustedProxyCidrs",
-                "network.trustedProxyCidrs",
+                "network.gatewayTrustedProxyCidrs",
             ),
             (
                 "  enabled: true\n",
@@ -2092,7 +2139,7 @@ mod tests {
         }
         // Without the driver's key, clawfed's own one is used as before.
         let text = example_text()
-            .replacen("        gatewayStorageClass: fast-rwo\n", "", 1)
+            .replacen("        gatewayStorageClassName: fast-rwo\n", "", 1)
             .replacen(
                 "    namespace: clawfed-gateways\n",
                 "    namespace: clawfed-gateways\n    storageClass: other\n",

@@ -82,6 +82,11 @@ pub struct GatewayConfig {
     /// namespace).
     #[serde(default)]
     pub approved_client_pod_labels: BTreeMap<String, String>,
+    /// Approved Gateway clients, each an exact namespace and Pod labels
+    /// (the Compute Driver's `network.gatewayClients`): one NetworkPolicy
+    /// peer each, beside the label pair above.
+    #[serde(default)]
+    pub clients: Vec<ClientPeer>,
     /// Egress allowed to the Harness endpoints (execution clusters).
     #[serde(default)]
     pub harness_egress: Vec<EgressRule>,
@@ -135,6 +140,7 @@ impl Default for GatewayConfig {
             trusted_proxy_cidrs: Vec::new(),
             approved_client_namespace_labels: BTreeMap::new(),
             approved_client_pod_labels: BTreeMap::new(),
+            clients: Vec::new(),
             harness_egress: Vec::new(),
             dns: DnsPeer::default(),
             hub: HubPeer::default(),
@@ -168,6 +174,17 @@ impl Default for DnsPeer {
             pod_labels: BTreeMap::from([("k8s-app".into(), "kube-dns".into())]),
         }
     }
+}
+
+/// One approved Gateway client: Pods labelled `pod_labels` in the
+/// namespace named `namespace`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClientPeer {
+    /// The client's namespace, by name.
+    pub namespace: String,
+    /// The client Pods' labels (not empty).
+    pub pod_labels: BTreeMap<String, String>,
 }
 
 /// The hub's tunnel ingress as a NetworkPolicy peer: in tunnel mode the

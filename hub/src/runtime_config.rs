@@ -157,13 +157,24 @@ pub fn codex_model_base_url(configuration: &Value) -> Option<String> {
 /// tunnel ingress checks too). Nothing in the plugin's connection settings
 /// changes between revisions: the plugin keys each conversation's Codex
 /// thread by them (secrets hashed), so a change would start every
-/// conversation over.
+/// conversation over. The installation's trusted proxy CIDRs
+/// (`network.gatewayTrustedProxyCidrs`), when it gives any, are the
+/// gateway's `gateway.trustedProxies`: the same sources its NetworkPolicy
+/// admits are the ones whose forwarded client addresses it believes.
 pub fn render_gateway(
     configuration: &Value,
     port: i32,
+    trusted_proxies: &[String],
     app_server: Option<AppServerLink>,
 ) -> Value {
     let mut doc = render(configuration, port);
+    if !trusted_proxies.is_empty() {
+        set(
+            &mut doc,
+            &["gateway", "trustedProxies"],
+            Value::from(trusted_proxies.to_vec()),
+        );
+    }
     for id in providers(&doc) {
         if let Some(p) = doc["models"]["providers"][&id].as_object_mut() {
             p.remove("apiKey");
@@ -241,7 +252,7 @@ mod tests {
         let link = AppServerLink {
             url: "wss://198.18.0.1:7443/_clawfed/harness/team/a1",
         };
-        let doc = render_gateway(&user, 18789, Some(link));
+        let doc = render_gateway(&user, 18789, &[], Some(link));
         assert_eq!(doc["gateway"]["port"], 18789);
         assert_eq!(
             doc["models"]["providers"]["openai"],
@@ -266,7 +277,13 @@ mod tests {
             })
         );
         // Another dedicated Gateway: no plugin, still no credential.
-        let plain = render_gateway(&user, 18789, None);
+        let plain = render_gateway(&user, 18789, &["198.18.7.0/24".to_string()], None);
+        assert_eq!(
+            plain["gateway"]["trustedProxies"],
+            json!(["198.18.7.0/24"]),
+            "the installation's trusted proxies"
+        );
+        assert!(doc["gateway"].get("trustedProxies").is_none());
         assert!(
             plain["plugins"]["entries"]["codex"]
                 .get("enabled")

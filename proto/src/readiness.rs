@@ -230,6 +230,9 @@ pub fn evaluate(
         if name.is_empty() || namespace.is_empty() {
             return Err(ReadinessError::InvalidPodIdentity);
         }
+        // Every listed Pod's conditions are checked, candidate or not: a
+        // malformed observation is an error wherever it shows (seed rule).
+        let pod_is_ready = pod_ready(name, pod)?;
         if namespace != query.namespace || pod.deleting {
             continue;
         }
@@ -240,7 +243,7 @@ pub fn evaluate(
             continue;
         }
         live += 1;
-        if pod_ready(name, pod)? {
+        if pod_is_ready {
             ready += 1;
             ready_pod = Some(name.to_string());
         }
@@ -260,7 +263,7 @@ pub fn evaluate(
     })
 }
 
-/// `Ready=True` on a candidate, validating its conditions.
+/// `Ready=True` on a listed Pod, validating its conditions.
 fn pod_ready(name: &str, pod: &PodObservation) -> Result<bool, ReadinessError> {
     let Some(conditions) = pod.status.as_ref().and_then(|s| s.conditions.as_ref()) else {
         return Ok(false);
@@ -723,14 +726,42 @@ mod tests {
     }
 
     #[test]
-    fn invalid_conditions_of_non_candidates_do_not_matter() {
-        let other = with(pod("x", true), |p| {
-            p.labels.insert(labels::AGENT.into(), "a2".into());
+    fn malformed_conditions_of_any_listed_pod_are_an_observation_error() {
+        let bad_status = |p: &mut PodObservation| {
             p.status = Some(PodStatusObservation {
                 conditions: Some(vec![cond("Ready", "maybe")]),
             });
-        });
-        let v = evaluate(&query(), &list(vec![pod("p1", true), other]), false).expect("verdict");
-        assert!(v.ready);
+        };
+        let duplicate = |p: &mut PodObservation| {
+            p.status = Some(PodStatusObservation {
+                conditions: Some(vec![cond("Ready", "True"), cond("Ready", "False")]),
+            });
+        };
+        let others = [
+            with(pod("other-agent", true), |p| {
+                p.labels.insert(labels::AGENT.into(), "a2".into());
+                bad_status(p);
+            }),
+            with(pod("other-ns", true), |p| {
+                p.namespace = Some("oce-other".into());
+                duplicate(p);
+            }),
+            with(pod("leaving", true), |p| {
+                p.deleting = true;
+                bad_status(p);
+            }),
+        ];
+        for other in others {
+            let name = other.name.clone();
+            let got = evaluate(&query(), &list(vec![pod("p1", true), other]), false);
+            assert!(
+                matches!(
+                    got,
+                    Err(ReadinessError::InvalidCondition { .. }
+                        | ReadinessError::DuplicateCondition { .. })
+                ),
+                "{name:?}: {got:?}"
+            );
+        }
     }
 }

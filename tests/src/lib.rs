@@ -28,6 +28,7 @@ pub mod openapi;
 pub mod openclaw;
 pub mod procs;
 pub mod properties;
+pub mod seed;
 pub mod spoke_env;
 pub mod tunnel;
 pub mod webdriver;

@@ -1,6 +1,7 @@
 //! Installation settings end to end on real clusters: a hub whose config
 //! carries the OpenClaw Compute Driver's own section
-//! (`drivers.compute.configuration`), a real spoke on exec-a over mTLS and
+//! (`drivers.compute.configuration`, the seed's example byte for byte,
+//! `deploy/examples/seed-compute-driver.yaml`), a real spoke on exec-a over mTLS and
 //! the hub's Gateways in control. Every setting is read back from the
 //! objects it governs: ResourceQuota, LimitRange and NetworkPolicies in the
 //! tenant's exec namespace, the Harness Deployments and workspace PVC, and
@@ -40,59 +41,26 @@ use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(90);
 
-fn pinned(name: &str, byte: &str) -> String {
-    format!("registry.invalid/{name}@sha256:{}", byte.repeat(32))
-}
+/// The trusted proxy CIDR filled into the seed's placeholder.
+const PROXY_CIDR: &str = "198.18.77.0/24";
 
-/// The operator's Compute Driver section, as its own YAML.
-fn driver_yaml() -> String {
-    format!(
-        r#"
-images:
-  gateway: {gateway}
-  agent: {agent}
-  requireImmutableDigest: true
-resources:
-  gateway:
-    requests: {{ cpu: 150m, memory: 160Mi }}
-    limits: {{ cpu: 700m, memory: 704Mi }}
-  agent:
-    requests: {{ cpu: 250m, memory: 256Mi }}
-    limits: {{ cpu: "1", memory: 1Gi }}
-  namespaceQuota: {{ pods: "12", requests.cpu: "6", requests.memory: 12Gi }}
-  containerDefaults:
-    defaultRequest: {{ cpu: 50m, memory: 64Mi }}
-    defaultLimit: {{ cpu: 500m, memory: 512Mi }}
-network:
-  gatewayPort: 18888
-  harnessPort: 8181
-  dns: {{ namespace: dns-system, podLabels: {{ app: coredns }} }}
-  trustedProxyCidrs: [198.18.77.0/24]
-  egress: [{{ cidr: 203.0.113.0/24, ports: [443] }}]
-servicePrincipalCredentials:
-  enabled: true
-  audience: openclaw.clawfed.test
-  expirationSeconds: 900
-runtime:
-  nodeSelector: {{ type: kwok, clawfed.test/pool: agents }}
-  gatewayNodeSelector: {{ type: kwok, clawfed.test/pool: gateways }}
-  gatewayStorageClass: clawfed-test-gateway
-  workspaceSize: 3Gi
-  workspaceStorageClass: clawfed-test-workspace
-  nativeOpenClawSessionCapacity: 24
-  transportSecretPrefix: oc-transport
-  codexSeccompProfile: profiles/openclaw-codex.json
-"#,
-        gateway = pinned("openclaw-gateway", "cd"),
-        agent = pinned("openclaw", "ab"),
-    )
+fn pinned(name: &str, c: &str) -> String {
+    format!("registry.example/{name}@sha256:{}", c.repeat(64))
 }
 
 /// The test hub's settings: the test control cluster's Gateway options
-/// (namespace, routing, approved clients), then the driver section.
+/// (namespace, routing, approved clients), then the seed's Compute Driver
+/// section, loaded as a hub config file loads it (byte for byte, its
+/// placeholder filled).
 fn configure(c: &mut Config) {
+    let seed = Config::from_yaml(
+        &clawfed_tests::seed::compute_driver_section(PROXY_CIDR),
+        "seed-compute-driver.yaml",
+    )
+    .expect("the seed's section loads");
+    let section = seed.drivers.compute.expect("section").configuration;
     c.gateway.options = control_env::gateway_config();
-    c.set_compute_driver(serde_yaml_ng::from_str(&driver_yaml()).expect("driver yaml"))
+    c.set_compute_driver(section)
         .expect("driver section accepted");
     c.pipeline.enabled = true;
     c.pipeline.ready_deadline_seconds = 120;
@@ -359,11 +327,7 @@ async fn check(
     .await?;
     assert_eq!(
         quota.spec.and_then(|s| s.hard),
-        quantities(&[
-            ("pods", "12"),
-            ("requests.cpu", "6"),
-            ("requests.memory", "12Gi")
-        ])
+        quantities(&[("pods", "10")])
     );
     let limits = get_when(
         &Api::<LimitRange>::namespaced(exec.clone(), dpns),
@@ -374,11 +338,11 @@ async fn check(
     assert_eq!(item.type_, "Container");
     assert_eq!(
         item.default_request,
-        quantities(&[("cpu", "50m"), ("memory", "64Mi")])
+        quantities(&[("cpu", "100m"), ("memory", "128Mi")])
     );
     assert_eq!(
         item.default,
-        quantities(&[("cpu", "500m"), ("memory", "512Mi")])
+        quantities(&[("cpu", "500m"), ("memory", "256Mi")])
     );
     let policies = Api::<NetworkPolicy>::namespaced(exec.clone(), dpns);
     let dns = get_when(&policies, "clawfed-allow-dns").await?;
@@ -389,12 +353,12 @@ async fn check(
         .clone();
     assert_eq!(
         peer.namespace_selector.and_then(|s| s.match_labels),
-        Some(map(&[("kubernetes.io/metadata.name", "dns-system")])),
+        Some(map(&[("kubernetes.io/metadata.name", "kube-system")])),
         "the installation's DNS target"
     );
     assert_eq!(
         peer.pod_selector.and_then(|s| s.match_labels),
-        Some(map(&[("app", "coredns")]))
+        Some(map(&[("k8s-app", "kube-dns")]))
     );
     let flows = get_when(&policies, "clawfed-harness-flows")
         .await?
@@ -408,46 +372,42 @@ async fn check(
         .clone();
     assert_eq!(
         ingress_port,
-        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(8181))
-    );
-    let egress = flows.egress.expect("egress");
-    assert_eq!(
-        egress[0].to.clone().expect("to")[0]
-            .ip_block
-            .clone()
-            .map(|b| b.cidr),
-        Some("203.0.113.0/24".to_string())
+        Some(
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(
+                clawfed_proto::work::harness::DEFAULT_PORT
+            )
+        )
     );
 
     // The Harness Deployments.
     let deployments = Api::<Deployment>::namespaced(exec.clone(), dpns);
-    let agent_image = pinned("openclaw", "ab");
-    let sp = Some(("openclaw.clawfed.test".to_string(), 900, true));
+    let agent_image = pinned("openclaw-codex", "b");
+    let sp = Some(("openclaw-enterprise".to_string(), 900, true));
     let c = pod(&get_when(&deployments, &format!("{codex}-r1-harness")).await?);
     assert_eq!(c.automount_service_account_token, Some(false));
-    assert_eq!(
-        c.node_selector,
-        Some(map(&[("type", "kwok"), ("clawfed.test/pool", "agents")]))
-    );
+    assert_eq!(c.node_selector, Some(map(&[("oce-role", "agents")])));
     let ctr = &c.containers[0];
     assert_eq!(ctr.image.as_deref(), Some(agent_image.as_str()));
     let res = ctr.resources.clone().expect("resources");
     assert_eq!(
         res.requests,
-        quantities(&[("cpu", "250m"), ("memory", "256Mi")])
+        quantities(&[("cpu", "100m"), ("memory", "128Mi")])
     );
     assert_eq!(
         res.limits,
-        quantities(&[("cpu", "1"), ("memory", "2Gi")]),
+        quantities(&[("cpu", "500m"), ("memory", "2Gi")]),
         "the Agent's memory limit overrides the installation's"
     );
-    assert_eq!(ctr.ports.clone().expect("ports")[0].container_port, 8181);
+    assert_eq!(
+        ctr.ports.clone().expect("ports")[0].container_port,
+        clawfed_proto::work::harness::DEFAULT_PORT
+    );
     assert_eq!(
         seccomp(&c),
         (
             Some("Localhost".to_string()),
-            Some("profiles/openclaw-codex.json".to_string()),
-            Some("profiles/openclaw-codex.json".to_string())
+            Some("profiles/codex-0.158.0.json".to_string()),
+            Some("profiles/codex-0.158.0.json".to_string())
         )
     );
     assert_eq!(
@@ -459,7 +419,7 @@ async fn check(
     let o = pod(&get_when(&deployments, &format!("{native}-r1-harness")).await?);
     assert_eq!(
         env_of(&o.containers[0], "OPENCLAW_SESSION_CAPACITY").as_deref(),
-        Some("24")
+        Some("8")
     );
     assert_eq!(
         seccomp(&o).0.as_deref(),
@@ -476,12 +436,12 @@ async fn check(
     .spec
     .expect("spec");
     assert_eq!(
-        workspace.storage_class_name.as_deref(),
-        Some("clawfed-test-workspace")
+        workspace.storage_class_name, None,
+        "the seed names no workspace class: the cluster's default"
     );
     assert_eq!(
         workspace.resources.and_then(|r| r.requests),
-        quantities(&[("storage", "3Gi")])
+        quantities(&[("storage", "1Gi")])
     );
 
     // The Gateway objects in control.
@@ -491,27 +451,25 @@ async fn check(
     )
     .await?);
     assert_eq!(g.automount_service_account_token, Some(false));
-    assert_eq!(
-        g.node_selector,
-        Some(map(&[("type", "kwok"), ("clawfed.test/pool", "gateways")]))
-    );
+    assert_eq!(g.node_selector, Some(map(&[("oce-role", "control-plane")])));
     let gctr = &g.containers[0];
-    let gateway_image = pinned("openclaw-gateway", "cd");
+    let gateway_image = pinned("openclaw-gateway", "a");
     assert_eq!(gctr.image.as_deref(), Some(gateway_image.as_str()));
     let res = gctr.resources.clone().expect("resources");
     assert_eq!(
         res.requests,
-        quantities(&[("cpu", "150m"), ("memory", "160Mi")])
+        quantities(&[("cpu", "100m"), ("memory", "128Mi")])
     );
     assert_eq!(
         res.limits,
-        quantities(&[("cpu", "700m"), ("memory", "704Mi")])
+        quantities(&[("cpu", "500m"), ("memory", "256Mi")])
     );
-    assert_eq!(gctr.ports.clone().expect("ports")[0].container_port, 18888);
+    assert_eq!(gctr.ports.clone().expect("ports")[0].container_port, 8080);
     assert_eq!(service_principal(&g), sp);
     assert!(
-        env_of(gctr, clawfed_hub::gateway::objects::HARNESS_ENDPOINT_ENV)
-            .is_some_and(|e| e.ends_with(":8181")),
+        env_of(gctr, clawfed_hub::gateway::objects::HARNESS_ENDPOINT_ENV).is_some_and(
+            |e| e.ends_with(&format!(":{}", clawfed_proto::work::harness::DEFAULT_PORT))
+        ),
         "the Gateway is pointed at the Harness port"
     );
     let data = get_when(
@@ -521,10 +479,10 @@ async fn check(
     .await?;
     assert_eq!(
         data.spec.and_then(|s| s.storage_class_name).as_deref(),
-        Some("clawfed-test-gateway")
+        Some("sqlite-block")
     );
     let secrets = Api::<Secret>::namespaced(control.clone(), GW_NS);
-    get_when(&secrets, &format!("oc-transport-{codex}")).await?;
+    get_when(&secrets, &format!("openclaw-agent-transport-{codex}")).await?;
     assert!(
         secrets
             .get_opt(&format!("{codex}-gateway-transport"))
@@ -541,20 +499,31 @@ async fn check(
     .expect("spec");
     let rule = np.ingress.expect("ingress")[0].clone();
     assert!(
-        rule.from.iter().flatten().any(|p| p
-            .ip_block
-            .as_ref()
-            .is_some_and(|b| b.cidr == "198.18.77.0/24")),
+        rule.from
+            .iter()
+            .flatten()
+            .any(|p| p.ip_block.as_ref().is_some_and(|b| b.cidr == PROXY_CIDR)),
         "trusted proxy CIDR admitted"
+    );
+    assert!(
+        rule.from.iter().flatten().any(|p| {
+            p.namespace_selector
+                .as_ref()
+                .and_then(|s| s.match_labels.clone())
+                == Some(map(&[("kubernetes.io/metadata.name", "openclaw-system")]))
+                && p.pod_selector.as_ref().and_then(|s| s.match_labels.clone())
+                    == Some(map(&[("app", "approved-gateway-client")]))
+        }),
+        "the seed's gateway client admitted"
     );
     assert_eq!(
         rule.ports.expect("ports")[0].port,
-        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(18888))
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(8080))
     );
     let dns_peer = np.egress.expect("egress")[0].to.clone().expect("to")[0].clone();
     assert_eq!(
         dns_peer.namespace_selector.and_then(|s| s.match_labels),
-        Some(map(&[("kubernetes.io/metadata.name", "dns-system")]))
+        Some(map(&[("kubernetes.io/metadata.name", "kube-system")]))
     );
     Ok(())
 }

@@ -484,9 +484,13 @@ impl Gateways {
         let link = t
             .app_server
             .then_some(crate::runtime_config::AppServerLink { url: &url });
-        let config =
-            crate::runtime_config::render_gateway(&t.configuration, self.config.port, link)
-                .to_string();
+        let config = crate::runtime_config::render_gateway(
+            &t.configuration,
+            self.config.port,
+            &self.config.trusted_proxy_cidrs,
+            link,
+        )
+        .to_string();
         let (token, app_server_token) =
             credentials.runtime_tokens(&t.revision_id, t.app_server.then_some(t.agent_id.as_str()));
         Ok(super::GatewayRuntimeFiles {

@@ -124,17 +124,25 @@ pub fn names(agent: &str) -> Names {
 }
 
 /// The transport Secret of `agent`: `<transportSecretPrefix>-<agent>` when
-/// the installation sets a prefix, else [`Names::transport`].
+/// the installation sets a prefix, else [`Names::transport`]. A name that
+/// would not be a DNS label (a long prefix and a long Agent name) is
+/// `<prefix>-<first 12 hex of SHA-256(agent)>` instead: stable and unique
+/// per Agent, as the OpenClaw Compute Driver names its own.
 pub fn transport_secret_name(agent: &str, c: &GatewayConfig) -> String {
     match &c.transport_secret_prefix {
-        Some(prefix) => format!("{prefix}-{agent}"),
+        Some(prefix) if prefix.len() + 1 + agent.len() <= 63 => format!("{prefix}-{agent}"),
+        Some(prefix) => {
+            use sha2::Digest;
+            let digest = hex::encode(sha2::Sha256::digest(agent.as_bytes()));
+            format!("{prefix}-{}", &digest[..12])
+        }
         None => names(agent).transport,
     }
 }
 
-/// The longest transport Secret prefix: `<prefix>-<agent>` stays a DNS
-/// label for every Agent name (at most 40 characters).
-pub const MAX_TRANSPORT_PREFIX: usize = 22;
+/// The longest transport Secret prefix: `<prefix>-<12 hex>` stays a DNS
+/// label (the seed's own `openclaw-agent-transport` is 24 characters).
+pub const MAX_TRANSPORT_PREFIX: usize = 50;
 
 /// The per-revision Service: `<agent>-r<revision>-gateway`.
 pub fn service_name(agent: &str, revision: i64) -> String {
@@ -229,6 +237,17 @@ pub fn validate_config(c: &GatewayConfig) -> Result<()> {
         .chain(c.harness_egress.iter().map(|r| &r.cidr))
     {
         validate_cidr(cidr)?;
+    }
+    for client in &c.clients {
+        validate_dns1123_label(&client.namespace)
+            .map_err(|e| name_error("clients.namespace", &client.namespace, e))?;
+        if client.pod_labels.is_empty() {
+            // An empty selector would admit every Pod of the namespace.
+            return Err(Error::Invalid {
+                field: "gateways.clients.podLabels",
+                reason: format!("must not be empty (client namespace {})", client.namespace),
+            });
+        }
     }
     if let Some(prefix) = &c.transport_secret_prefix {
         validate_dns1123_label(prefix)
@@ -482,6 +501,17 @@ pub fn network_policy(spec: &GatewaySpec, c: &GatewayConfig) -> NetworkPolicy {
         from.push(NetworkPolicyPeer {
             namespace_selector: (!ns_labels.is_empty()).then(|| match_labels(ns_labels)),
             pod_selector: (!pod_labels.is_empty()).then(|| match_labels(pod_labels)),
+            ..Default::default()
+        });
+    }
+    for client in &c.clients {
+        let ns = BTreeMap::from([(
+            "kubernetes.io/metadata.name".to_string(),
+            client.namespace.clone(),
+        )]);
+        from.push(NetworkPolicyPeer {
+            namespace_selector: Some(match_labels(&ns)),
+            pod_selector: Some(match_labels(&client.pod_labels)),
             ..Default::default()
         });
     }
@@ -1151,7 +1181,7 @@ mod tests {
             .expect("mount");
         assert_eq!(mount.read_only, Some(true));
 
-        c.transport_secret_prefix = Some("x".repeat(23));
+        c.transport_secret_prefix = Some("x".repeat(MAX_TRANSPORT_PREFIX + 1));
         assert!(validate_config(&c).is_err(), "prefix too long");
         c.transport_secret_prefix = Some("Bad_Prefix".into());
         assert!(validate_config(&c).is_err());
@@ -1344,6 +1374,55 @@ mod tests {
         let np = network_policy(&spec(), &c).spec.expect("spec");
         let peer = &np.ingress.expect("ingress")[0].from.clone().expect("from")[0];
         assert!(peer.namespace_selector.is_none() && peer.pod_selector.is_some());
+
+        // The Compute Driver's gatewayClients: one exact peer each, the
+        // namespace by name.
+        let mut c = GatewayConfig {
+            clients: vec![super::super::ClientPeer {
+                namespace: "openclaw-system".into(),
+                pod_labels: BTreeMap::from([("app".into(), "approved".into())]),
+            }],
+            ..Default::default()
+        };
+        let np = network_policy(&spec(), &c).spec.expect("spec");
+        let rule = &np.ingress.expect("ingress")[0];
+        let peer = &rule.from.clone().expect("from")[0];
+        assert_eq!(
+            peer.namespace_selector.clone().and_then(|s| s.match_labels),
+            Some(BTreeMap::from([(
+                "kubernetes.io/metadata.name".to_string(),
+                "openclaw-system".to_string()
+            )]))
+        );
+        assert_eq!(
+            peer.pod_selector.clone().and_then(|s| s.match_labels),
+            Some(BTreeMap::from([(
+                "app".to_string(),
+                "approved".to_string()
+            )]))
+        );
+        assert_eq!(rule.ports, Some(vec![tcp_port(c.port)]));
+        c.clients[0].pod_labels.clear();
+        assert!(validate_config(&c).is_err(), "never a whole namespace");
+    }
+
+    #[test]
+    fn a_long_prefix_and_a_long_agent_name_still_name_a_dns_label() {
+        let mut c = GatewayConfig {
+            transport_secret_prefix: Some("p".repeat(MAX_TRANSPORT_PREFIX)),
+            ..Default::default()
+        };
+        validate_config(&c).expect("the longest prefix");
+        let a = transport_secret_name(&"a".repeat(40), &c);
+        let b = transport_secret_name(&"b".repeat(40), &c);
+        assert_ne!(a, b, "unique per Agent");
+        for name in [&a, &b] {
+            validate_dns1123_label(name).expect("a DNS label");
+        }
+        c.transport_secret_prefix = Some("oc".into());
+        assert_eq!(transport_secret_name("a1", &c), "oc-a1");
+        c.transport_secret_prefix = Some("p".repeat(MAX_TRANSPORT_PREFIX + 1));
+        assert!(validate_config(&c).is_err());
     }
 
     #[test]
