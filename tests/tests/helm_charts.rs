@@ -477,11 +477,62 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
         "the chart's admission policy is deploy/spoke's"
     );
 
+    // No metrics Service and no metrics scrape admitted by default;
     // ServiceMonitor only when enabled; the image by digest.
+    let metrics_port = |d: &Value| {
+        d["spec"]["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["name"] == "metrics")
+    };
+    let metrics_ingress = |docs: &[Value]| -> Vec<Value> {
+        docs.iter()
+            .filter(|d| d["kind"] == "NetworkPolicy")
+            .flat_map(|np| np["spec"]["ingress"].as_array().cloned().unwrap_or_default())
+            .filter(|rule| rule["ports"][0]["port"] == "metrics")
+            .collect()
+    };
     for (name, docs) in [("clawfed-hub", &hub), ("clawfed-spoke", &spoke)] {
         assert!(
             !docs.iter().any(|d| d["kind"] == "ServiceMonitor"),
             "{name}: no ServiceMonitor by default"
+        );
+        assert!(
+            !docs
+                .iter()
+                .any(|d| d["kind"] == "Service" && metrics_port(d)),
+            "{name}: no Service exposes metrics by default"
+        );
+        assert_eq!(
+            metrics_ingress(docs),
+            Vec::<Value>::new(),
+            "{name}: no scrape admitted by default"
+        );
+        let mut v = if name == "clawfed-hub" {
+            hub_values()
+        } else {
+            spoke_values()
+        };
+        let prometheus = json!([{
+            "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "monitoring" } },
+            "podSelector": { "matchLabels": { "app": "prometheus" } }
+        }]);
+        v["networkPolicy"]["metricsFrom"] = prometheus.clone();
+        v["metrics"] = json!({ "service": { "enabled": true } });
+        let on = documents(&helm.template(name, name, "clawfed-system", &v)?)?;
+        let rules = metrics_ingress(&on);
+        assert_eq!(rules.len(), 1, "{name}: one metrics rule");
+        assert_eq!(rules[0]["from"], prometheus, "{name}: only the selected scrapers");
+        let services: Vec<&Value> = on
+            .iter()
+            .filter(|d| d["kind"] == "Service" && metrics_port(d))
+            .collect();
+        assert_eq!(services.len(), 1, "{name}: the metrics Service when asked for");
+        assert_eq!(
+            services[0]["metadata"]["name"],
+            format!("{name}-metrics"),
+            "{name}"
         );
         let mut v = if name == "clawfed-hub" {
             hub_values()
@@ -498,6 +549,16 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
             .collect();
         assert_eq!(monitors.len(), 1, "{name}: one ServiceMonitor when enabled");
         assert_eq!(monitors[0]["spec"]["endpoints"][0]["port"], "metrics");
+        assert_eq!(
+            monitors[0]["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"],
+            "metrics",
+            "{name}: the monitor selects the metrics Service"
+        );
+        assert!(
+            on.iter().any(|d| d["kind"] == "Service"
+                && d["metadata"]["name"] == format!("{name}-metrics")),
+            "{name}: the ServiceMonitor brings its Service"
+        );
         let d = &of_kind::<Deployment>(&on, "Deployment")?[0];
         let image = pod_spec(d).containers[0].image.clone();
         assert_eq!(
