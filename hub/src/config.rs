@@ -71,6 +71,12 @@ pub struct Config {
     /// Format version of this file; only 1 exists.
     #[serde(default = "one")]
     pub version: u32,
+    /// What the installation is for: `production` keeps the seeds' rules
+    /// (image digests required, no tagged default image, dedicated
+    /// Gateways on their own nodes); `demo` (the default, and what the
+    /// embedded quickstart runs) relaxes them and says so at start.
+    #[serde(default)]
+    pub mode: InstallationMode,
     #[serde(default)]
     pub database: DatabaseConfig,
     #[serde(default)]
@@ -102,6 +108,31 @@ pub struct Config {
     /// default ([`Config::apply_backend_defaults`]).
     #[serde(skip)]
     explicit_polls: ExplicitPolls,
+    /// The file or the environment set the digest rule (else production
+    /// turns it on, [`Config::apply_mode_defaults`]).
+    #[serde(skip)]
+    explicit_digest_rule: bool,
+}
+
+/// `mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum InstallationMode {
+    /// The seeds' production rules hold; nothing relaxes them.
+    Production,
+    /// Relaxed for trying clawfed out; logged at start.
+    #[default]
+    Demo,
+}
+
+impl InstallationMode {
+    /// The value as written in the config file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Production => "production",
+            Self::Demo => "demo",
+        }
+    }
 }
 
 /// The safety polls' default on PostgreSQL (worker, link and watch):
@@ -584,6 +615,8 @@ impl Default for Config {
             secrets: SecretsSettings::default(),
             watch: crate::watch::WatchSettings::default(),
             explicit_polls: ExplicitPolls::default(),
+            mode: InstallationMode::default(),
+            explicit_digest_rule: false,
         }
     }
 }
@@ -673,8 +706,37 @@ impl Config {
         };
         config.apply_env(env)?;
         config.apply_backend_defaults();
+        config.apply_mode_defaults();
         config.validate()?;
         Ok(config)
+    }
+
+    /// The defaults that depend on the installation's mode: in production
+    /// the digest rule is on unless the file or the environment said
+    /// otherwise (and [`Self::validate`] refuses that).
+    pub fn apply_mode_defaults(&mut self) {
+        if self.mode == InstallationMode::Production && !self.explicit_digest_rule {
+            self.policy.require_immutable_digest = true;
+        }
+    }
+
+    /// What demo mode relaxes, for the hub to say at start; empty in
+    /// production.
+    pub fn demo_relaxations(&self) -> Vec<&'static str> {
+        if self.mode == InstallationMode::Production {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        if !self.policy.require_immutable_digest {
+            out.push("images need not be pinned by digest (policy.requireImmutableDigest is off)");
+        }
+        if clawfed_proto::work::check_image_digest(&self.policy.default_gateway_image).is_err() {
+            out.push("the default Gateway image is a tag, not a digest");
+        }
+        if self.gateway.options.node_selector.is_empty() {
+            out.push("dedicated Gateways may run on any node (no gatewayNodeSelector)");
+        }
+        out
     }
 
     /// The defaults that depend on the database: on PostgreSQL the safety
@@ -722,6 +784,11 @@ impl Config {
                 source,
             }
         })?;
+        config.explicit_digest_rule = has_key(&doc, "policy.requireImmutableDigest")
+            || has_key(
+                &doc,
+                "drivers.compute.configuration.images.requireImmutableDigest",
+            );
         config.explicit_polls = ExplicitPolls {
             worker: has_key(&doc, "worker.safetyPollMs") || has_key(&doc, "worker.pollIntervalMs"),
             link: has_key(&doc, "link.safetyPollMs"),
@@ -884,7 +951,20 @@ impl Config {
                     self.link.balance_max_moves = parse(name, value)?
                 }
                 "CLAWFED_REQUIRE_IMMUTABLE_DIGEST" => {
-                    self.policy.require_immutable_digest = parse(name, value)?
+                    self.policy.require_immutable_digest = parse(name, value)?;
+                    self.explicit_digest_rule = true;
+                }
+                "CLAWFED_MODE" => {
+                    self.mode = match value.as_str() {
+                        "production" => InstallationMode::Production,
+                        "demo" => InstallationMode::Demo,
+                        _ => {
+                            return Err(ConfigError::Env {
+                                name: name.clone(),
+                                reason: format!("{value:?}: expected production or demo"),
+                            });
+                        }
+                    }
                 }
                 "CLAWFED_LOG_FORMAT" => {
                     self.log.format = match value.as_str() {
@@ -1052,6 +1132,14 @@ impl Config {
             return Err(invalid("api.maxBodyBytes", "must be at least 1024"));
         }
         self.validate_api_tls()?;
+        if self.mode == InstallationMode::Production && !self.policy.require_immutable_digest {
+            return Err(invalid(
+                "policy.requireImmutableDigest",
+                "mode is production, which requires image digests \
+                 (policy.requireImmutableDigest or images.requireImmutableDigest true); \
+                 mode: demo relaxes it",
+            ));
+        }
         if self.policy.require_immutable_digest {
             // The defaults are admitted into every revision that names no
             // image of its own: a tagged one would make every such deploy
@@ -1208,6 +1296,8 @@ impl Config {
             work_max_attempts: self.worker.max_attempts,
             pipeline: self.pipeline_enabled(),
             harness_port: self.workload_settings().harness_port,
+            gateway_node_selector_required: self.mode == InstallationMode::Production
+                && self.gateway.options.node_selector.is_empty(),
         }
     }
 

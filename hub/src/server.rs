@@ -197,6 +197,16 @@ pub async fn start_with_parts(
         // local/dev choice that must not go unnoticed in production.
         tracing::warn!(%rest_addr, %grpc_addr, "{warning}");
     }
+    let relaxed = config.demo_relaxations();
+    if !relaxed.is_empty() {
+        // At every start too: a demo installation must not pass for a
+        // production one. `mode: production` keeps the seeds' rules.
+        tracing::warn!(
+            mode = config.mode.as_str(),
+            relaxed = %relaxed.join("; "),
+            "installation.demo_mode"
+        );
+    }
 
     let secrets = Arc::new(load_secrets_key(config).await?);
     tracing::info!(key_id = %secrets.key_id(), "secrets.key_loaded");

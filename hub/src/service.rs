@@ -105,6 +105,10 @@ pub struct Policy {
     /// The port Harnesses serve on: the OpenClaw config's `gateway.port`,
     /// which a Configuration may not set otherwise.
     pub harness_port: i32,
+    /// A production installation without a Gateway node selector: deploys
+    /// that need a dedicated Gateway are refused (the seeds' rule: a real
+    /// Gateway runs on the trusted nodes, never beside tenant workloads).
+    pub gateway_node_selector_required: bool,
 }
 
 impl Default for Policy {
@@ -116,6 +120,7 @@ impl Default for Policy {
             work_max_attempts: 8,
             pipeline: false,
             harness_port: clawfed_proto::work::harness::DEFAULT_PORT,
+            gateway_node_selector_required: false,
         }
     }
 }
@@ -682,6 +687,15 @@ impl Service {
                 ),
                 reason: conflict.to_string(),
             });
+        }
+        if self.policy.gateway_node_selector_required && spec.harness_kind.has_control_gateway() {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "the installation is in production mode and sets no \
+                 drivers.compute.configuration.runtime.gatewayNodeSelector \
+                 (gateway.options.nodeSelector): a {} Agent's Gateway must run on the \
+                 trusted nodes it selects",
+                spec.harness_kind.as_str()
+            )));
         }
         let gateway_image = spec
             .gateway_image

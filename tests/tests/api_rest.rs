@@ -48,6 +48,7 @@ both_backends!(
     tenants_see_only_their_clusters_and_counts,
     idempotency_key_replays_and_rejects_reuse,
     digest_policy_is_enforced_at_deploy,
+    production_refuses_a_dedicated_gateway_without_its_node_selector,
     concurrent_deploys_get_distinct_consecutive_numbers,
     optimistic_concurrency,
     authentication_failures_are_401,
@@ -1028,6 +1029,59 @@ async fn digest_policy_is_enforced_at_deploy(backend: Backend) {
         err.to_string().contains("policy.defaultGatewayImage"),
         "{err}"
     );
+}
+
+/// Issue 30: in production mode a deploy that needs a dedicated Gateway is
+/// refused while the installation names no Gateway node selector (the
+/// seeds: real Gateways run on the trusted nodes), naming the setting, and
+/// nothing is admitted; embedded OpenClaw (no control-cluster Gateway) is
+/// admitted; with the selector the dedicated deploy is admitted too.
+async fn production_refuses_a_dedicated_gateway_without_its_node_selector(backend: Backend) {
+    let digest = format!("sha256:{}", "cd".repeat(32));
+    let pinned = format!("reg.example/harness@{digest}");
+    for selector in [false, true] {
+        let gateway = format!("reg.example/gateway@{digest}");
+        let mut hub = TestHub::start_with(
+            backend,
+            move |config| {
+                config.mode = clawfed_hub::config::InstallationMode::Production;
+                config.policy.require_immutable_digest = true;
+                config.policy.default_gateway_image = gateway;
+                if selector {
+                    config.gateway.options.node_selector =
+                        [("pool".to_string(), "gateways".to_string())].into();
+                }
+            },
+            Handlers::builtin(),
+        )
+        .await;
+        let c = root(&hub);
+        c.create_namespace("team").await;
+        let mut dedicated = spec(&pinned);
+        dedicated["harnessKind"] = json!("dedicated-codex");
+        c.create_agent("team", "codex", dedicated).await;
+        c.create_agent("team", "embedded", spec(&pinned)).await;
+        let r = c.deploy("team", "codex", None, None).await;
+        if selector {
+            r.expect(201);
+        } else {
+            let error = r.expect_error(409, "failed_precondition");
+            let message = error["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("runtime.gatewayNodeSelector") && message.contains("production"),
+                "{message}"
+            );
+            assert!(
+                c.get("/namespaces/team/agents/codex/revisions")
+                    .await
+                    .items()
+                    .is_empty(),
+                "nothing admitted"
+            );
+        }
+        c.deploy("team", "embedded", None, None).await.expect(201);
+        hub.stop().await;
+    }
 }
 
 // ---- 2. Idempotency-Key ------------------------------------------------------------

@@ -489,7 +489,12 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
     let metrics_ingress = |docs: &[Value]| -> Vec<Value> {
         docs.iter()
             .filter(|d| d["kind"] == "NetworkPolicy")
-            .flat_map(|np| np["spec"]["ingress"].as_array().cloned().unwrap_or_default())
+            .flat_map(|np| {
+                np["spec"]["ingress"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
             .filter(|rule| rule["ports"][0]["port"] == "metrics")
             .collect()
     };
@@ -523,12 +528,19 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
         let on = documents(&helm.template(name, name, "clawfed-system", &v)?)?;
         let rules = metrics_ingress(&on);
         assert_eq!(rules.len(), 1, "{name}: one metrics rule");
-        assert_eq!(rules[0]["from"], prometheus, "{name}: only the selected scrapers");
+        assert_eq!(
+            rules[0]["from"], prometheus,
+            "{name}: only the selected scrapers"
+        );
         let services: Vec<&Value> = on
             .iter()
             .filter(|d| d["kind"] == "Service" && metrics_port(d))
             .collect();
-        assert_eq!(services.len(), 1, "{name}: the metrics Service when asked for");
+        assert_eq!(
+            services.len(),
+            1,
+            "{name}: the metrics Service when asked for"
+        );
         assert_eq!(
             services[0]["metadata"]["name"],
             format!("{name}-metrics"),
@@ -555,8 +567,9 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
             "{name}: the monitor selects the metrics Service"
         );
         assert!(
-            on.iter().any(|d| d["kind"] == "Service"
-                && d["metadata"]["name"] == format!("{name}-metrics")),
+            on.iter()
+                .any(|d| d["kind"] == "Service"
+                    && d["metadata"]["name"] == format!("{name}-metrics")),
             "{name}: the ServiceMonitor brings its Service"
         );
         let d = &of_kind::<Deployment>(&on, "Deployment")?[0];
@@ -763,6 +776,11 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
         "in-cluster credentials"
     );
     assert!(config.policy.require_immutable_digest);
+    assert_eq!(
+        config.mode,
+        clawfed_hub::config::InstallationMode::Production,
+        "the chart installs a production hub by default"
+    );
     assert!(
         config
             .link

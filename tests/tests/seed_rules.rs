@@ -7,6 +7,9 @@
 //!   `clawfed_kube::kubeconfig`, unit-tested there).
 //! - `OCC_CONFIG_PATH` names the hub's config file, beside
 //!   `CLAWFED_CONFIG`.
+//! - Production mode (`mode: production`): image digests required (on by
+//!   default, refused off), no tagged default image; demo mode says what it
+//!   relaxes (`api_rest` has the deploy-time Gateway node selector rule).
 //! - The seed's Compute Driver section loads byte for byte (its one
 //!   placeholder filled) and every key lands on the setting it governs
 //!   (`settings_e2e` reads them back from the objects on real clusters).
@@ -263,4 +266,69 @@ fn a_key_in_both_its_seed_spelling_and_its_alias_is_refused_naming_both() {
             .to_string();
         assert!(err.contains(key), "{yaml}: {err}");
     }
+}
+
+#[test]
+fn production_mode_requires_digests_and_a_pinned_default_image() {
+    use clawfed_hub::config::{Config, InstallationMode};
+    let dir = tempfile::tempdir().unwrap();
+    let load = |text: &str, env: &[(&str, &str)]| {
+        let path = dir.path().join("hub.yaml");
+        std::fs::write(&path, text).unwrap();
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::load(Some(&path), &env).map_err(|e| e.to_string())
+    };
+    let pinned = format!("reg.example/gateway@sha256:{}", "ab".repeat(32));
+    // The built-in default Gateway image is a tag: production refuses it.
+    let err = load("mode: production\n", &[]).unwrap_err();
+    assert!(err.contains("policy.defaultGatewayImage"), "{err}");
+    // With a pinned image the digest rule is on without being asked for.
+    let text = format!("mode: production\npolicy: {{ defaultGatewayImage: {pinned} }}\n");
+    let c = load(&text, &[]).unwrap();
+    assert_eq!(c.mode, InstallationMode::Production);
+    assert!(c.policy.require_immutable_digest);
+    assert!(c.demo_relaxations().is_empty());
+    // Turning it off, in the file, the driver section or the environment,
+    // is refused, naming the setting.
+    for (text, env) in [
+        (
+            format!(
+                "mode: production\npolicy: {{ defaultGatewayImage: {pinned}, requireImmutableDigest: false }}\n"
+            ),
+            vec![],
+        ),
+        (
+            format!(
+                "mode: production\ndrivers: {{ compute: {{ configuration: {{ images: {{ gateway: {pinned}, requireImmutableDigest: false }} }} }} }}\n"
+            ),
+            vec![],
+        ),
+        (
+            text.clone(),
+            vec![("CLAWFED_REQUIRE_IMMUTABLE_DIGEST", "false")],
+        ),
+    ] {
+        let err = load(&text, &env).unwrap_err();
+        assert!(
+            err.contains("policy.requireImmutableDigest") && err.contains("production"),
+            "{text}: {err}"
+        );
+    }
+    // Demo (the default) relaxes it, and says what it relaxes.
+    let c = load("version: 1\n", &[]).unwrap();
+    assert_eq!(c.mode, InstallationMode::Demo);
+    assert!(!c.policy.require_immutable_digest);
+    let relaxed = c.demo_relaxations().join("; ");
+    assert!(
+        relaxed.contains("digest") && relaxed.contains("gatewayNodeSelector"),
+        "{relaxed}"
+    );
+    // The environment can mark it production too.
+    let err = load("version: 1\n", &[("CLAWFED_MODE", "production")]).unwrap_err();
+    assert!(err.contains("policy.defaultGatewayImage"), "{err}");
+    let err = load("version: 1\n", &[("CLAWFED_MODE", "prod")]).unwrap_err();
+    assert!(err.contains("CLAWFED_MODE"), "{err}");
 }
