@@ -1004,15 +1004,43 @@ impl Service {
     /// its Harness Pod through the revision's spoke, its Gateway Pod in the
     /// control cluster. A read, authorized for the exact Agent; it never
     /// changes the deployment's status.
-    pub async fn diagnose(&self, p: &Principal, ns: &str, agent: &str) -> Result<Diagnosis> {
+    pub async fn diagnose(
+        &self,
+        p: &Principal,
+        ns: &str,
+        agent: &str,
+        revision: Option<i64>,
+    ) -> Result<Diagnosis> {
         self.check_read(p, Action::Read, Some(ns))?;
         let a = self.store.get_agent(ns, agent).await?;
-        let Some(number) = a.active_revision.or(a.latest_revision) else {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "agent {agent} has no revision to diagnose (deploy it first)"
-            )));
+        // The chosen revision (authorized with its Agent: the same tenant),
+        // else the active one, else the latest.
+        let number = match revision {
+            Some(n) if n < 1 => {
+                return Err(ServiceError::InvalidArgument {
+                    field: "revision".into(),
+                    reason: format!("{n} is not a revision number (1 or more)"),
+                });
+            }
+            Some(n) => n,
+            None => match a.active_revision.or(a.latest_revision) {
+                Some(n) => n,
+                None => {
+                    return Err(ServiceError::FailedPrecondition(format!(
+                        "agent {agent} has no revision to diagnose (deploy it first)"
+                    )));
+                }
+            },
         };
-        let rev = self.store.get_revision(ns, agent, number).await?;
+        let rev = match self.store.get_revision(ns, agent, number).await {
+            Err(StoreError::NotFound { .. }) if revision.is_some() => {
+                return Err(ServiceError::InvalidArgument {
+                    field: "revision".into(),
+                    reason: format!("agent {agent:?} has no revision {number}"),
+                });
+            }
+            other => other?,
+        };
         let source = self.diagnostics.get().cloned();
         let cluster_id = match &rev.resolved_cluster {
             Some(name) => self

@@ -1214,6 +1214,7 @@ async fn grpc_diagnose_is_authorized_for_the_exact_agent(backend: Backend) {
     let req = |name: &str| pb::DiagnoseAgentRequest {
         namespace: "ns-b".into(),
         name: name.into(),
+        revision: 0,
     };
     fails(
         g.diagnose_agent(authed(&a, req("b1"))).await,
@@ -1230,6 +1231,21 @@ async fn grpc_diagnose_is_authorized_for_the_exact_agent(backend: Backend) {
     invalid(g.diagnose_agent(authed(&root, req(""))).await, "name");
     let d = ok(g.diagnose_agent(authed(&b, req("b1"))).await);
     assert_eq!((d.agent.as_str(), d.revision), ("b1", 1));
+    // A chosen revision: that one, or an error naming `revision`.
+    let chosen = |revision| pb::DiagnoseAgentRequest {
+        revision,
+        ..req("b1")
+    };
+    assert_eq!(
+        ok(g.diagnose_agent(authed(&b, chosen(1))).await).revision,
+        1
+    );
+    invalid(g.diagnose_agent(authed(&b, chosen(2))).await, "revision");
+    invalid(g.diagnose_agent(authed(&b, chosen(-1))).await, "revision");
+    fails(
+        g.diagnose_agent(authed(&a, chosen(1))).await,
+        Code::PermissionDenied,
+    );
     for c in [d.harness, d.gateway] {
         let checks = c.expect("component").checks;
         assert!(!checks.is_empty());

@@ -1680,7 +1680,47 @@ async fn diagnose_is_authorized_for_the_exact_agent(backend: Backend) {
             "nothing to read is unknown: {d}"
         );
     }
+    // A chosen revision: the same authorization, a bad or unknown number
+    // named as `revision`.
+    a.get("/namespaces/ns-b/agents/b1/diagnose?revision=1")
+        .await
+        .expect_error(403, "permission_denied");
+    for bad in ["0", "-1", "2"] {
+        viewer
+            .get(&format!(
+                "/namespaces/ns-b/agents/b1/diagnose?revision={bad}"
+            ))
+            .await
+            .expect_invalid("revision");
+    }
+    viewer
+        .get("/namespaces/ns-b/agents/b1/diagnose?revision=one")
+        .await
+        .expect_error(400, "invalid_argument");
+    let chosen = viewer
+        .get("/namespaces/ns-b/agents/b1/diagnose?revision=1")
+        .await
+        .expect(200)
+        .clone();
+    assert_eq!(
+        (chosen["revision"].clone(), chosen["revisionId"].clone()),
+        (json!(1), d["revisionId"].clone())
+    );
     assert_eq!(snapshot(&c).await, before, "diagnose changes nothing");
+    c.deploy("ns-b", "b1", None, None).await.expect(201);
+    let latest = viewer
+        .get("/namespaces/ns-b/agents/b1/diagnose")
+        .await
+        .expect(200)
+        .clone();
+    assert_eq!(latest["revision"], 2, "no active revision: the latest");
+    let first = viewer
+        .get("/namespaces/ns-b/agents/b1/diagnose?revision=1")
+        .await
+        .expect(200)
+        .clone();
+    assert_eq!(first["revision"], 1);
+    assert_eq!(first["revisionId"], d["revisionId"]);
     hub.stop().await;
 }
 

@@ -4471,6 +4471,52 @@ async fn diagnose_returns_checks_and_unknown_for_a_stopped_pod() -> Result<()> {
     let r1 = w.rest.revision(&ns.name, &name, 1).await?;
     assert_eq!(r1.phase, RevisionPhase::Active, "diagnose changes nothing");
 
+    // A chosen revision (issue 30): once revision 2 replaced revision 1,
+    // `?revision=1` reads revision 1's (gone) Pods, `?revision=2` and the
+    // default read revision 2's.
+    w.rest.deploy(&ns.name, &name).await?;
+    w.rest
+        .wait_phase(&ns.name, &name, 2, RevisionPhase::Active)
+        .await?;
+    let d2 = until(WAIT, "diagnose of revision 2", || async {
+        let d: clawfed_hub::model::Diagnosis = w
+            .rest
+            .call(Method::GET, &format!("{path}?revision=2"), None)
+            .await?;
+        Ok((d.gateway.pod.is_some() && d.harness.pod.is_some()).then_some(d))
+    })
+    .await?;
+    let r2 = w.rest.revision(&ns.name, &name, 2).await?;
+    assert_eq!((d2.revision, d2.revision_id.as_str()), (2, r2.id.as_str()));
+    assert_ne!(
+        d2.harness.pod, d.harness.pod,
+        "revision 2's own Harness Pod"
+    );
+    let d1 = until(WAIT, "diagnose of the retired revision 1", || async {
+        let d: clawfed_hub::model::Diagnosis = w
+            .rest
+            .call(Method::GET, &format!("{path}?revision=1"), None)
+            .await?;
+        Ok((d.harness.pod.is_none() && d.gateway.pod.is_none()).then_some(d))
+    })
+    .await?;
+    assert_eq!((d1.revision, d1.revision_id.as_str()), (1, r1.id.as_str()));
+    let latest: clawfed_hub::model::Diagnosis = w.rest.call(Method::GET, &path, None).await?;
+    assert_eq!(latest.revision, 2, "the default is the active revision");
+    let shown = cli(
+        &w.hub,
+        &[
+            "agents",
+            "diagnose",
+            &name,
+            "-n",
+            &ns.name,
+            "--revision",
+            "1",
+        ],
+    )?;
+    ensure!(shown.contains("revision 1"), "{shown}");
+
     w.rest
         .call::<Agent>(
             Method::POST,
@@ -4489,7 +4535,7 @@ async fn diagnose_returns_checks_and_unknown_for_a_stopped_pod() -> Result<()> {
         Ok((unknown(&d.harness) && unknown(&d.gateway)).then_some(d))
     })
     .await?;
-    assert_eq!(d.revision, 1, "the stopped revision is the one diagnosed");
+    assert_eq!(d.revision, 2, "the stopped revision is the one diagnosed");
     w.finish().await
 }
 

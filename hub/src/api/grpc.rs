@@ -726,6 +726,7 @@ impl AdminService for AdminApi {
                 &p,
                 required("namespace", &r.namespace)?,
                 required("name", &r.name)?,
+                (r.revision != 0).then_some(r.revision),
             )
             .await?;
         Ok(Response::new(diagnosis_to_pb(d)))

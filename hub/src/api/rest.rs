@@ -822,20 +822,32 @@ async fn list_revision_credentials(
     ))
 }
 
-/// Bounded diagnostics of the Agent's active (or latest) revision: its
-/// Harness Pod (read by the spoke) and its Gateway Pod (read by the hub).
-/// Missing Pods and unreachable endpoints are `unknown` checks; this never
-/// changes the deployment's status.
+/// Which revision to diagnose.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct DiagnoseParams {
+    /// The revision number; absent: the active revision (else the latest).
+    #[param(minimum = 1)]
+    revision: Option<i64>,
+}
+
+/// Bounded diagnostics of one revision of the Agent (`revision`, else the
+/// active, else the latest): its Harness Pod (read by the spoke) and its
+/// Gateway Pod (read by the hub). Missing Pods and unreachable endpoints
+/// are `unknown` checks; this never changes the deployment's status.
 #[utoipa::path(get, path = "/api/v1/namespaces/{ns}/agents/{name}/diagnose", tag = "agents",
-    params(("ns" = String, Path), ("name" = String, Path)),
-    responses((status = 200, body = Diagnosis), (status = 403, body = ErrorBody),
-              (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    params(("ns" = String, Path), ("name" = String, Path), DiagnoseParams),
+    responses((status = 200, body = Diagnosis), (status = 400, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody)))]
 async fn diagnose(
     State(s): State<AppState>,
     Caller(p): Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
+    Params(q): Params<DiagnoseParams>,
 ) -> ApiResult<Json<Diagnosis>> {
-    Ok(Json(s.service.diagnose(&p, &ns, &name).await?))
+    Ok(Json(s.service.diagnose(&p, &ns, &name, q.revision).await?))
 }
 
 /// One chat message to the Agent's active revision, answered by its

@@ -239,12 +239,16 @@ enum AgentCommand {
         #[arg(long, short = 'n')]
         namespace: String,
     },
-    /// Bounded checks of the active (or latest) revision's Harness and
-    /// Gateway Pods; `unknown` where a Pod is missing or does not answer.
+    /// Bounded checks of a revision's Harness and Gateway Pods (the active,
+    /// else the latest, unless --revision names one); `unknown` where a Pod
+    /// is missing or does not answer.
     Diagnose {
         name: String,
         #[arg(long, short = 'n')]
         namespace: String,
+        /// The revision number to diagnose.
+        #[arg(long)]
+        revision: Option<i64>,
     },
     /// Sends one chat message to the Agent's active revision (an embedded
     /// OpenClaw runtime) through the hub and its spoke, and prints the
@@ -1021,9 +1025,18 @@ async fn run(cli: Cli) -> CliResult<String> {
                     a.elapsed_ms
                 ))
             }
-            AgentCommand::Diagnose { name, namespace } => {
+            AgentCommand::Diagnose {
+                name,
+                namespace,
+                revision,
+            } => {
+                let query = revision
+                    .map(|n| format!("?revision={n}"))
+                    .unwrap_or_default();
                 let d = c
-                    .get::<Diagnosis>(&format!("/namespaces/{namespace}/agents/{name}/diagnose"))
+                    .get::<Diagnosis>(&format!(
+                        "/namespaces/{namespace}/agents/{name}/diagnose{query}"
+                    ))
                     .await?;
                 if f != Format::Table {
                     return one(f, d);
