@@ -279,6 +279,19 @@ pub struct Link {
     hubs: Arc<std::sync::Mutex<Hubs>>,
     /// The window the first attempt after a lost session is spread over.
     reconnect_spread: Duration,
+    /// What enrolment says about the cluster (see [`Link::with_cluster`]).
+    cluster: ClusterIdentity,
+}
+
+/// Which Kubernetes cluster the spoke runs in, as enrolment reports it: the
+/// hub refuses a second spoke in a cluster another name has (shared
+/// clusters are unsupported) unless the operator forced it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterIdentity {
+    /// The UID of the cluster's kube-system namespace.
+    pub kubernetes_uid: Option<String>,
+    /// `--allow-shared-cluster`.
+    pub allow_shared: bool,
 }
 
 /// Computes `Heartbeat.applied_digest` (`None` while not known yet).
@@ -452,6 +465,7 @@ impl Link {
                 0,
             ))),
             reconnect_spread: reconnect::DEFAULT_SPREAD,
+            cluster: ClusterIdentity::default(),
             config,
         }
     }
@@ -489,6 +503,13 @@ impl Link {
     /// apiserver's throttling sets it.
     pub fn with_apply_limit(mut self, limit: Arc<ApplyLimit>) -> Self {
         self.apply_limit = limit;
+        self
+    }
+
+    /// Enrolment reports `cluster` (without it: nothing, and the hub does
+    /// not check).
+    pub fn with_cluster(mut self, cluster: ClusterIdentity) -> Self {
+        self.cluster = cluster;
         self
     }
 
@@ -749,6 +770,8 @@ impl Link {
                 cluster_name: self.config.cluster_name.clone(),
                 csr_pem,
                 spoke_version: self.config.version.clone(),
+                kubernetes_uid: self.cluster.kubernetes_uid.clone().unwrap_or_default(),
+                allow_shared_cluster: self.cluster.allow_shared,
             })
             .await;
         let response = match response {

@@ -135,6 +135,11 @@ struct Args {
     /// a mounted Secret key); overrides credentials in the proxy URL.
     #[arg(long, env = "CLAWFED_HUB_PROXY_CREDENTIALS_FILE")]
     hub_proxy_credentials_file: Option<PathBuf>,
+    /// Enrol although another cluster name of the hub is this Kubernetes
+    /// cluster (the same kube-system UID). Shared execution clusters are
+    /// not supported: without this the hub refuses the enrolment.
+    #[arg(long, env = "CLAWFED_ALLOW_SHARED_CLUSTER")]
+    allow_shared_cluster: bool,
     /// Namespace of the spoke's own ServiceAccount: each data-plane
     /// namespace binds --tenant-cluster-role to it (a Helm release names it).
     #[arg(
@@ -315,9 +320,27 @@ async fn main() -> anyhow::Result<()> {
         .as_deref()
         .map(server_name)
         .transpose()?;
+    // Which Kubernetes cluster this is, for enrolment's one-spoke-per-
+    // cluster rule (only needed before the spoke has an identity).
+    let kubernetes_uid = match &kube {
+        Some(client) => Some(
+            kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                .get("kube-system")
+                .await
+                .context("reading namespace kube-system (the cluster's identity)")?
+                .metadata
+                .uid
+                .context("namespace kube-system has no uid")?,
+        ),
+        None => None,
+    };
     let link = link
         .with_hubs(Hubs::random_start(hubs).with_server_name(server_name))
-        .with_apply_limit(apply_limit.clone());
+        .with_apply_limit(apply_limit.clone())
+        .with_cluster(clawfed_spoke::link::ClusterIdentity {
+            kubernetes_uid,
+            allow_shared: args.allow_shared_cluster,
+        });
     let link = match tunnels {
         Some(t) => link.with_tunnels(t),
         None => link,

@@ -73,6 +73,7 @@ async fn try_enroll(hub: &TestHub, name: &str, token: &str) -> Result<Identity, 
             cluster_name: name.to_owned(),
             csr_pem,
             spoke_version: "test".into(),
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -769,6 +770,7 @@ async fn a_token_for_another_cluster_name_is_refused_and_stays_usable(backend: B
             cluster_name: "exec-a".into(),
             csr_pem: "not a CSR".into(),
             spoke_version: "test".into(),
+            ..Default::default()
         })
         .await
         .err()
@@ -830,6 +832,7 @@ async fn plaintext_connections_are_refused() {
             cluster_name: "exec-a".into(),
             csr_pem: new_key_and_csr().unwrap().1,
             spoke_version: "test".into(),
+            ..Default::default()
         })
         .await
         .expect_err("h2c refused");

@@ -95,6 +95,7 @@ async fn enrolled_channel(
             cluster_name: "exec-a".into(),
             csr_pem,
             spoke_version: "stream-flood-bench".into(),
+            ..Default::default()
         })
         .await?
         .into_inner();

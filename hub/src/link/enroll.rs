@@ -76,7 +76,16 @@ impl Enrollment for EnrollmentApi {
         let cluster = match self
             .state
             .store
-            .begin_enrollment(&hash, &req.cluster_name, now)
+            .begin_enrollment(
+                &hash,
+                &req.cluster_name,
+                &crate::store::ClusterClaim {
+                    kubernetes_uid: (!req.kubernetes_uid.is_empty())
+                        .then(|| req.kubernetes_uid.clone()),
+                    allow_shared: req.allow_shared_cluster,
+                },
+                now,
+            )
             .await
             .map_err(store_status)?
         {
@@ -85,7 +94,7 @@ impl Enrollment for EnrollmentApi {
                 tracing::warn!(cluster = %req.cluster_name, reason = %rejected, "link.enroll_refused");
                 self.count("refused");
                 return Err(match rejected {
-                    EnrollRejected::AlreadyEnrolled(_) => {
+                    EnrollRejected::AlreadyEnrolled(_) | EnrollRejected::SharedCluster { .. } => {
                         Status::failed_precondition(rejected.to_string())
                     }
                     // Retryable by the spoke: it keeps its key and asks again.

@@ -59,6 +59,29 @@ pub enum EnrollRejected {
         "cluster {0:?} is already enrolled; re-enrollment needs a token created with --reenroll"
     )]
     AlreadyEnrolled(String),
+    /// Another enrolled cluster name is the same Kubernetes cluster (its
+    /// kube-system UID): shared clusters are unsupported. Nothing is
+    /// consumed.
+    #[error(
+        "this Kubernetes cluster (kube-system uid {uid}) is already enrolled as {other:?}: \
+         shared execution clusters are not supported (one spoke per cluster); start the \
+         spoke with --allow-shared-cluster to enrol anyway"
+    )]
+    SharedCluster {
+        /// The name it is enrolled under.
+        other: String,
+        /// The kube-system namespace UID both report.
+        uid: String,
+    },
+}
+
+/// What a spoke says about the cluster it enrols.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterClaim {
+    /// The UID of the cluster's kube-system namespace.
+    pub kubernetes_uid: Option<String>,
+    /// The operator forced enrolment into a cluster another name has.
+    pub allow_shared: bool,
 }
 
 /// A certificate's standing.
@@ -124,11 +147,14 @@ pub trait LinkStore: Send + Sync {
     ) -> Result<BootstrapToken>;
 
     /// Consumes a bootstrap token and creates (or, with a re-enrollment
-    /// token, revives) the cluster in state `pending`. Returns its id.
+    /// token, revives) the cluster in state `pending`, recording the
+    /// claim's Kubernetes cluster UID. Refused, consuming nothing, when
+    /// another enrolled name has that UID and the claim does not allow it.
     async fn begin_enrollment(
         &self,
         token_hash: &str,
         cluster_name: &str,
+        claim: &ClusterClaim,
         now: DateTime<Utc>,
     ) -> Result<Result<Cluster, EnrollRejected>>;
 

@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use super::group::{LinkWrite, Written};
 use super::link::{
-    BootstrapToken, CertificateStatus, EnrollRejected, LinkStore, NewBootstrapToken, OutboxItem,
-    OutboxSummary, RevokedCertificate, SpokeReport,
+    BootstrapToken, CertificateStatus, ClusterClaim, EnrollRejected, LinkStore, NewBootstrapToken,
+    OutboxItem, OutboxSummary, RevokedCertificate, SpokeReport,
 };
 use super::sql::{CLUSTER_COLS, SqlStore, cluster_from_row, from_ms, ms, not_found};
 use super::{Effects, Result, StoreError};
@@ -86,6 +86,7 @@ impl LinkStore for SqlStore {
         &self,
         token_hash: &str,
         cluster_name: &str,
+        claim: &ClusterClaim,
         now: DateTime<Utc>,
     ) -> Result<Result<Cluster, EnrollRejected>> {
         let mut tx = self.begin().await?;
@@ -145,6 +146,25 @@ impl LinkStore for SqlStore {
             .fetch_optional(&mut *tx)
             .await
             .map_err(|e| self.classify(e))?;
+        // One spoke per Kubernetes cluster: a refusal returns before the
+        // commit, so the token is not consumed.
+        if let Some(uid) = &claim.kubernetes_uid
+            && !claim.allow_shared
+            && let Some(other) = sqlx::query(
+                "SELECT name FROM clusters WHERE kubernetes_uid = $1 AND name <> $2 \
+                 AND revoked_at IS NULL ORDER BY name LIMIT 1",
+            )
+            .bind(uid.clone())
+            .bind(cluster_name.to_owned())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?
+        {
+            return Ok(Err(EnrollRejected::SharedCluster {
+                other: other.get(0),
+                uid: uid.clone(),
+            }));
+        }
         let id = match existing {
             Some(_) if !reenroll => {
                 return Ok(Err(EnrollRejected::AlreadyEnrolled(
@@ -182,6 +202,12 @@ impl LinkStore for SqlStore {
                 id
             }
         };
+        sqlx::query("UPDATE clusters SET kubernetes_uid = $1 WHERE id = $2")
+            .bind(claim.kubernetes_uid.clone())
+            .bind(id.clone())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.classify(e))?;
         let audit = super::NewAudit {
             actor: "system:link".into(),
             action: if reenroll {
