@@ -426,6 +426,57 @@ async fn escalation(
             .await,
         "bind the tenant role to every authenticated user",
     )?;
+    // Issue 30: no path from the spoke's RoleBinding rights to more rights,
+    // for it or for a tenant's workloads (deploy/spoke/README.md, "Why the
+    // spoke creates RoleBindings").
+    let mut admin_role = spoke_binding(&own, &tenant, &config);
+    admin_role.metadata.name = Some(format!("admin-{}", rand(6)));
+    admin_role.role_ref.name = "cluster-admin".into();
+    forbidden(
+        Api::<RoleBinding>::namespaced(sa.clone(), &own)
+            .create(&PostParams::default(), &admin_role)
+            .await,
+        "bind cluster-admin to itself in its own namespace (escalation)",
+    )?;
+    let mut workload = spoke_binding(&own, &tenant, &config);
+    workload.metadata.name = Some(format!("workload-{}", rand(6)));
+    workload.subjects = Some(vec![Subject {
+        kind: "ServiceAccount".into(),
+        name: "default".into(),
+        namespace: Some(own.clone()),
+        ..Default::default()
+    }]);
+    denied_by_policy(
+        Api::<RoleBinding>::namespaced(sa.clone(), &own)
+            .create(&PostParams::default(), &workload)
+            .await,
+        "bind the tenant role to a workload ServiceAccount of the namespace",
+    )?;
+    let mut widened = spoke_binding(&own, &tenant, &config);
+    widened
+        .subjects
+        .get_or_insert_with(Vec::new)
+        .push(workload.subjects.clone().unwrap_or_default()[0].clone());
+    denied_by_policy(
+        Api::<RoleBinding>::namespaced(sa.clone(), &own)
+            .patch(SPOKE_BINDING, &apply_params(), &Patch::Apply(&widened))
+            .await,
+        "add a workload ServiceAccount to its own binding",
+    )?;
+    let role = k8s_openapi::api::rbac::v1::Role {
+        metadata: ObjectMeta {
+            name: Some(format!("mine-{}", rand(6))),
+            namespace: Some(own.clone()),
+            ..Default::default()
+        },
+        rules: None,
+    };
+    forbidden(
+        Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(sa.clone(), &own)
+            .create(&PostParams::default(), &role)
+            .await,
+        "create a Role of its own to bind",
+    )?;
 
     // Adopt a namespace an operator marked; the mark stays the operator's.
     ns_admin
