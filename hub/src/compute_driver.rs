@@ -26,7 +26,8 @@ use std::path::PathBuf;
 
 use clawfed_proto::naming::validate_dns1123_label;
 use clawfed_proto::work::{
-    ContainerDefaults, DnsTarget, EgressRule, Resources, ServicePrincipal, Workspace, harness,
+    ContainerDefaults, DnsTarget, EgressRule, Resources, ServicePrincipal, Toleration, Workspace,
+    harness,
 };
 use serde::Deserialize;
 
@@ -277,6 +278,12 @@ pub struct Runtime {
     /// Node selector of Gateway Pods.
     #[serde(default)]
     pub gateway_node_selector: Option<BTreeMap<String, String>>,
+    /// Taints Harness (and embedded) Pods tolerate (clawfed's key).
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+    /// Taints Gateway Pods tolerate (clawfed's key).
+    #[serde(default)]
+    pub gateway_tolerations: Option<Vec<Toleration>>,
     /// StorageClass of the Gateway PVC.
     #[serde(default)]
     pub gateway_storage_class_name: Option<String>,
@@ -312,6 +319,8 @@ pub struct WorkloadSettings {
     pub container_defaults: ContainerDefaults,
     /// Node selector of Harness Pods.
     pub node_selector: BTreeMap<String, String>,
+    /// Taints Harness Pods tolerate.
+    pub tolerations: Vec<Toleration>,
     /// The workspace PVC of dedicated Harnesses.
     pub workspace: Workspace,
     /// `OPENCLAW_SESSION_CAPACITY` of native OpenClaw Harnesses.
@@ -433,6 +442,7 @@ impl ComputeDriverConfig {
             namespace_quota: self.resources.quota(),
             container_defaults: self.resources.container_defaults(),
             node_selector: r.node_selector.clone(),
+            tolerations: r.tolerations.clone(),
             workspace: Workspace {
                 size: r.workspace_size.clone().unwrap_or_else(|| "1Gi".into()),
                 storage_class: r.workspace_storage_class.clone(),
@@ -578,6 +588,18 @@ impl ComputeDriverConfig {
         })?;
         let rt = &self.runtime;
         labels("runtime.nodeSelector", &rt.node_selector)?;
+        for (key, list) in [
+            ("runtime.tolerations", Some(&rt.tolerations)),
+            (
+                "runtime.gatewayTolerations",
+                rt.gateway_tolerations.as_ref(),
+            ),
+        ] {
+            for (i, t) in list.into_iter().flatten().enumerate() {
+                t.check()
+                    .map_err(|(field, reason)| invalid(&format!("{key}[{i}].{field}"), reason))?;
+            }
+        }
         if let Some(sel) = &rt.gateway_node_selector {
             labels("runtime.gatewayNodeSelector", sel)?;
         }

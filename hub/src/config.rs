@@ -624,7 +624,7 @@ impl Default for Config {
 /// Settings of the Compute Driver section that clawfed also has keys of
 /// its own for: (driver key under `drivers.compute.configuration`, the own
 /// keys it would contradict).
-const SHARED_KEYS: [(&str, &[&str]); 15] = [
+const SHARED_KEYS: [(&str, &[&str]); 16] = [
     ("authentication", &["gateway.kubeconfig"]),
     (
         "images.gateway",
@@ -650,6 +650,10 @@ const SHARED_KEYS: [(&str, &[&str]); 15] = [
     (
         "runtime.gatewayNodeSelector",
         &["gateway.options.nodeSelector"],
+    ),
+    (
+        "runtime.gatewayTolerations",
+        &["gateway.options.tolerations"],
     ),
     (
         "runtime.gatewayStorageClassName",
@@ -880,6 +884,9 @@ impl Config {
         let rt = &driver.runtime;
         if let Some(sel) = &rt.gateway_node_selector {
             options.node_selector = sel.clone();
+        }
+        if let Some(t) = &rt.gateway_tolerations {
+            options.tolerations = t.clone();
         }
         if let Some(class) = rt.gateway_storage_class() {
             options.storage_class = Some(class.clone());
@@ -2237,6 +2244,51 @@ mod tests {
             );
         let c = load_text(&text).expect("no conflict");
         assert_eq!(c.gateway_options().storage_class.as_deref(), Some("other"));
+    }
+
+    #[test]
+    fn tolerations_reach_harness_and_gateway_settings_and_bad_ones_name_their_key() {
+        let text = "drivers:\n  compute:\n    configuration:\n      runtime:\n        tolerations: [{ key: pool, operator: Equal, value: agents, effect: NoSchedule }]\n        gatewayTolerations: [{ key: trusted, operator: Exists }]\n";
+        let c = Config::from_yaml(text, "t").unwrap();
+        let w = c.workload_settings();
+        assert_eq!(w.tolerations.len(), 1);
+        assert_eq!(w.tolerations[0].value.as_deref(), Some("agents"));
+        let g = c.gateway_options();
+        assert_eq!(g.tolerations[0].key.as_deref(), Some("trusted"));
+        for (bad, key) in [
+            (
+                "{ key: pool, operator: Maybe }",
+                "runtime.tolerations[0].operator",
+            ),
+            (
+                "{ key: pool, effect: Never }",
+                "runtime.tolerations[0].effect",
+            ),
+            (
+                "{ operator: Equal, value: x }",
+                "runtime.tolerations[0].key",
+            ),
+            (
+                "{ key: pool, operator: Exists, value: x }",
+                "runtime.tolerations[0].value",
+            ),
+            (
+                "{ key: pool, tolerationSeconds: 5 }",
+                "runtime.tolerations[0].tolerationSeconds",
+            ),
+        ] {
+            let text = format!(
+                "drivers:\n  compute:\n    configuration:\n      runtime:\n        tolerations: [{bad}]\n"
+            );
+            let err = Config::from_yaml(&text, "t").unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("drivers.compute.configuration.{key}")),
+                "{bad}: {err}"
+            );
+        }
+        let both = "gateway:\n  options:\n    tolerations: []\ndrivers:\n  compute:\n    configuration:\n      runtime:\n        gatewayTolerations: []\n";
+        let err = Config::from_yaml(both, "t").unwrap_err().to_string();
+        assert!(err.contains("gateway.options.tolerations"), "{err}");
     }
 
     #[test]

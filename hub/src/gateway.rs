@@ -70,6 +70,9 @@ pub struct GatewayConfig {
     /// Node selector of Gateway Pods (the trusted nodes).
     #[serde(default)]
     pub node_selector: BTreeMap<String, String>,
+    /// Taints Gateway Pods tolerate (e.g. the trusted pool's own taint).
+    #[serde(default)]
+    pub tolerations: Vec<clawfed_proto::work::Toleration>,
     /// CIDRs of the trusted proxies (the Gateway API data plane) allowed in.
     #[serde(default)]
     pub trusted_proxy_cidrs: Vec<String>,
@@ -137,6 +140,7 @@ impl Default for GatewayConfig {
             storage_class: None,
             workspace_size: default_workspace_size(),
             node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
             trusted_proxy_cidrs: Vec::new(),
             approved_client_namespace_labels: BTreeMap::new(),
             approved_client_pod_labels: BTreeMap::new(),

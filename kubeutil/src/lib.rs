@@ -22,6 +22,7 @@ pub mod classify;
 pub mod kubeconfig;
 pub mod object;
 pub mod quantity;
+pub mod scheduling;
 pub mod security;
 pub mod token;
 

@@ -715,6 +715,9 @@ pub struct HarnessWork {
     /// Node selector of the Harness Pod.
     #[serde(default)]
     pub node_selector: BTreeMap<String, String>,
+    /// Taints the Harness Pod tolerates (the installation's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
     /// Make the Harness Service headless (`clusterIP: None`): no virtual IP
     /// is allocated (large fleets, small Service CIDRs).
     #[serde(default)]
@@ -757,6 +760,58 @@ pub struct AppServer {
     /// default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_base_url: Option<String>,
+}
+
+/// A taint a workload Pod tolerates (Kubernetes `Toleration`), from the
+/// installation: e.g. a node pool tainted for agents only.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Toleration {
+    /// The taint key; `None` (with `Exists`) tolerates every taint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// `Equal` (default) or `Exists`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+    /// The taint value (`Equal` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`; `None`: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<String>,
+    /// How long a `NoExecute` taint is tolerated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toleration_seconds: Option<i64>,
+}
+
+impl Toleration {
+    /// The rules the apiserver applies, checked before any object is
+    /// built; the error names the bad field (relative to the toleration).
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        let operator = self.operator.as_deref().unwrap_or("Equal");
+        match operator {
+            "Equal" | "Exists" => {}
+            other => return Err(("operator", format!("{other:?} is not Equal or Exists"))),
+        }
+        if let Some(effect) = self.effect.as_deref()
+            && !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute")
+        {
+            return Err((
+                "effect",
+                format!("{effect:?} is not NoSchedule, PreferNoSchedule or NoExecute"),
+            ));
+        }
+        if operator == "Exists" && self.value.as_deref().is_some_and(|v| !v.is_empty()) {
+            return Err(("value", "must be empty with operator Exists".into()));
+        }
+        if self.key.as_deref().is_none_or(str::is_empty) && operator != "Exists" {
+            return Err(("key", "required unless operator is Exists".into()));
+        }
+        if self.toleration_seconds.is_some() && self.effect.as_deref() != Some("NoExecute") {
+            return Err(("tolerationSeconds", "only with effect NoExecute".into()));
+        }
+        Ok(())
+    }
 }
 
 /// A projected, audience-bound ServiceAccount token given to a workload as

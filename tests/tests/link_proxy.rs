@@ -662,6 +662,7 @@ async fn a_spoke_behind_the_proxy_applies_a_harness_in_a_real_cluster() {
         predecessors: vec![],
         execution: ExecutionMode::Ordinary,
         node_selector: Default::default(),
+        tolerations: Vec::new(),
         headless_service: false,
         seccomp_localhost_profile: None,
         service_principal: None,

@@ -102,6 +102,7 @@ impl Tenant {
                 "kubernetes.io/hostname".into(),
                 "kwok-node-0".into(),
             )]),
+            tolerations: Vec::new(),
             headless_service: false,
             seccomp_localhost_profile: None,
             service_principal: None,

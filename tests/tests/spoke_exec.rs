@@ -161,6 +161,13 @@ impl Tenant {
                 "kubernetes.io/hostname".into(),
                 "kwok-node-0".into(),
             )]),
+            // The installation's tolerations reach the Pod (issue 30).
+            tolerations: vec![clawfed_proto::work::Toleration {
+                key: Some("clawfed.test/agents".into()),
+                operator: Some("Exists".into()),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            }],
             headless_service: false,
             seccomp_localhost_profile: None,
             service_principal: None,
@@ -365,6 +372,23 @@ async fn namespace_guard_rails_and_ready_verdict_then_not_unique_at_two_pods() -
         .get("scout-r1-harness")
         .await?;
     let tpl = d.spec.template.clone();
+    let tolerations = tpl
+        .spec
+        .as_ref()
+        .and_then(|p| p.tolerations.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        tolerations
+            .iter()
+            .map(|t| (t.key.as_deref(), t.operator.as_deref(), t.effect.as_deref()))
+            .collect::<Vec<_>>(),
+        [(
+            Some("clawfed.test/agents"),
+            Some("Exists"),
+            Some("NoSchedule")
+        )],
+        "the installation's tolerations, as the apiserver stored them"
+    );
     let pod_labels = tpl.metadata.and_then(|m| m.labels).unwrap_or_default();
     assert_eq!(
         pod_labels

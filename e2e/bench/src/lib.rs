@@ -448,6 +448,7 @@ pub mod load {
             predecessors: vec![],
             execution: ExecutionMode::Ordinary,
             node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
             // 1,000 ClusterIPs do not fit the test cluster's Service CIDR.
             headless_service: true,
             seccomp_localhost_profile: None,

@@ -709,6 +709,7 @@ pub fn pod_spec(spec: &GatewaySpec, c: &GatewayConfig, image: &str) -> PodSpec {
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
         node_selector: (!c.node_selector.is_empty()).then(|| c.node_selector.clone()),
+        tolerations: clawfed_kube::scheduling::tolerations(&c.tolerations),
         security_context: Some(security::hardened_pod(GATEWAY_UID)),
         containers: vec![Container {
             name: "gateway".into(),
@@ -1404,6 +1405,22 @@ mod tests {
         assert_eq!(rule.ports, Some(vec![tcp_port(c.port)]));
         c.clients[0].pod_labels.clear();
         assert!(validate_config(&c).is_err(), "never a whole namespace");
+    }
+
+    #[test]
+    fn gateway_pods_get_the_installations_tolerations() {
+        let c = GatewayConfig {
+            tolerations: vec![clawfed_proto::work::Toleration {
+                key: Some("trusted".into()),
+                operator: Some("Exists".into()),
+                ..Default::default()
+            }],
+            ..config()
+        };
+        let pod = pod_spec(&spec(), &c, "img@sha256:x");
+        let t = pod.tolerations.expect("tolerations");
+        assert_eq!(t[0].key.as_deref(), Some("trusted"));
+        assert_eq!(pod_spec(&spec(), &config(), "img").tolerations, None);
     }
 
     #[test]

@@ -533,6 +533,7 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
         node_selector: (!h.node_selector.is_empty()).then(|| h.node_selector.clone()),
+        tolerations: clawfed_kube::scheduling::tolerations(&h.tolerations),
         security_context: Some(pod_security),
         containers: vec![Container {
             name: CONTAINER.into(),
@@ -711,6 +712,12 @@ pub(crate) mod tests {
             }],
             execution: ExecutionMode::Ordinary,
             node_selector: BTreeMap::from([("type".into(), "kwok".into())]),
+            tolerations: vec![clawfed_proto::work::Toleration {
+                key: Some("clawfed.test/agents".into()),
+                operator: Some("Exists".into()),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            }],
             headless_service: false,
             seccomp_localhost_profile: None,
             service_principal: None,
@@ -1016,6 +1023,13 @@ pub(crate) mod tests {
                 .map(String::as_str),
             Some("kwok")
         );
+        let tolerations = pod
+            .tolerations
+            .clone()
+            .expect("the installation's tolerations");
+        assert_eq!(tolerations[0].key.as_deref(), Some("clawfed.test/agents"));
+        assert_eq!(tolerations[0].operator.as_deref(), Some("Exists"));
+        assert_eq!(tolerations[0].effect.as_deref(), Some("NoSchedule"));
         let psc = pod.security_context.expect("psc");
         assert_eq!(psc.run_as_non_root, Some(true));
         assert_eq!(

@@ -143,6 +143,7 @@ pub fn harness_work(
             .collect(),
         execution: execution(rev),
         node_selector: settings.node_selector.clone(),
+        tolerations: settings.tolerations.clone(),
         headless_service: false,
         seccomp_localhost_profile: (kind == HarnessKind::DedicatedCodex)
             .then(|| settings.codex_seccomp_profile.clone())
@@ -397,6 +398,7 @@ network:
 servicePrincipalCredentials: { enabled: true, audience: openclaw.example }
 runtime:
   nodeSelector: { pool: agents }
+  tolerations: [{ key: pool, operator: Exists }]
   workspaceSize: 5Gi
   workspaceStorageClass: standard-rwo
   nativeOpenClawSessionCapacity: 16
@@ -466,6 +468,11 @@ runtime:
         );
         assert_eq!(h.resources.limits, want(&[("cpu", "2"), ("memory", "8Gi")]));
         assert_eq!(h.node_selector, want(&[("pool", "agents")]));
+        assert_eq!(
+            h.tolerations, s.tolerations,
+            "the installation's tolerations"
+        );
+        assert_eq!(h.tolerations[0].key.as_deref(), Some("pool"));
         assert_eq!(
             h.workspace,
             Some(spec::Workspace {
