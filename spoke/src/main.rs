@@ -135,6 +135,12 @@ struct Args {
     /// a mounted Secret key); overrides credentials in the proxy URL.
     #[arg(long, env = "CLAWFED_HUB_PROXY_CREDENTIALS_FILE")]
     hub_proxy_credentials_file: Option<PathBuf>,
+    /// With --sandbox-driver crd: the operator-approved RuntimeClass the
+    /// provider's Pods run under (deploy/spoke/provider-crd.yaml admits a
+    /// provider's privileged parts only under `clawfed-sandbox`). It must
+    /// exist: the spoke refuses to start otherwise.
+    #[arg(long, env = "CLAWFED_SANDBOX_RUNTIME_CLASS")]
+    sandbox_runtime_class: Option<String>,
     /// Enrol although another cluster name of the hub is this Kubernetes
     /// cluster (the same kube-system UID). Shared execution clusters are
     /// not supported: without this the hub refuses the enrolment.
@@ -193,6 +199,11 @@ async fn main() -> anyhow::Result<()> {
         None => None,
     };
 
+    if args.sandbox_runtime_class.is_some() && args.sandbox_driver != SandboxDriverKind::Crd {
+        anyhow::bail!(
+            "--sandbox-runtime-class: only a provisioning driver runs Pods under a sandbox runtime (use --sandbox-driver crd)"
+        );
+    }
     if !args.sandbox_containment.is_empty() && args.sandbox_driver != SandboxDriverKind::Crd {
         // Ordinary Deployments contain nothing beyond the Pod's hardening:
         // declaring more would place dedicated native OpenClaw unsafely.
@@ -234,15 +245,28 @@ async fn main() -> anyhow::Result<()> {
                 SandboxDriverKind::Deployment => {
                     Arc::new(clawfed_spoke::provider::ordinary::DeploymentDriver)
                 }
-                SandboxDriverKind::Crd => Arc::new(
-                    clawfed_spoke::provider::crd::CrdSandboxDriver::new(client.clone())
-                        .with_containment(
-                            args.sandbox_containment
-                                .iter()
-                                .map(|c| c.capability())
-                                .collect(),
-                        ),
-                ),
+                SandboxDriverKind::Crd => {
+                    if let Some(class) = &args.sandbox_runtime_class {
+                        // Fail closed at start: a Pod naming a missing
+                        // RuntimeClass would only fail later, per revision.
+                        kube::Api::<k8s_openapi::api::node::v1::RuntimeClass>::all(client.clone())
+                            .get(class)
+                            .await
+                            .with_context(|| {
+                                format!("--sandbox-runtime-class {class}: the RuntimeClass must exist (the operator's approval)")
+                            })?;
+                    }
+                    Arc::new(
+                        clawfed_spoke::provider::crd::CrdSandboxDriver::new(client.clone())
+                            .with_containment(
+                                args.sandbox_containment
+                                    .iter()
+                                    .map(|c| c.capability())
+                                    .collect(),
+                            )
+                            .with_runtime_class(args.sandbox_runtime_class.clone()),
+                    )
+                }
             };
             capabilities.extend(clawfed_spoke::provider::capabilities(driver.as_ref()));
             let executor = Arc::new(clawfed_spoke::exec::Executor::with_driver(

@@ -476,6 +476,26 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
         c.spec, p.spec,
         "the chart's admission policy is deploy/spoke's"
     );
+    // With provider crd, also provider-crd.yaml's policy on privileged parts.
+    let provider_policy = |d: &[Value], name: &str| -> Result<ValidatingAdmissionPolicy> {
+        of_kind::<ValidatingAdmissionPolicy>(d, "ValidatingAdmissionPolicy")?
+            .into_iter()
+            .find(|p| p.name_any() == name)
+            .with_context(|| format!("policy {name}"))
+    };
+    assert_eq!(
+        provider_policy(&crd, "clawfed-spoke-provider-privileged-parts")?.spec,
+        provider_policy(
+            &plain("deploy/spoke/provider-crd.yaml")?,
+            "clawfed-provider-privileged-parts"
+        )?
+        .spec,
+        "the chart's provider policy is deploy/spoke/provider-crd.yaml's"
+    );
+    ensure!(
+        provider_policy(&spoke, "clawfed-spoke-provider-privileged-parts").is_err(),
+        "no provider policy without provider crd"
+    );
 
     // No metrics Service and no metrics scrape admitted by default;
     // ServiceMonitor only when enabled; the image by digest.

@@ -728,3 +728,115 @@ fn provider_rights_live_in_their_own_rbac_file() -> Result<()> {
     );
     Ok(())
 }
+
+/// Issue 30: a provider's privileged parts run only under the
+/// operator-approved RuntimeClass (`clawfed-sandbox`), and the Harness
+/// container itself never is privileged: deploy/spoke/provider-crd.yaml's
+/// policy on a real apiserver, for any creator (here the cluster admin) in
+/// a clawfed-managed namespace, server-side dry runs.
+#[tokio::test]
+async fn a_providers_privileged_parts_run_only_under_the_approved_runtime_class() -> Result<()> {
+    use k8s_openapi::api::core::v1::{Capabilities, Container, Pod, PodSpec, SecurityContext};
+    use k8s_openapi::api::node::v1::RuntimeClass;
+    const PROVIDER_POLICY: &str = "clawfed-provider-privileged-parts";
+    const APPROVED: &str = "clawfed-sandbox";
+    let e = env().await?;
+    let admin = e.cluster.admin();
+    let ns = format!("oce-{}", rand(15));
+    Api::<Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &namespace(&ns, &[(labels::MANAGED_BY, labels::MANAGER)], &[]),
+        )
+        .await?;
+    let classes = Api::<RuntimeClass>::all(admin.clone());
+    if classes.get_opt(APPROVED).await?.is_none() {
+        classes
+            .create(
+                &PostParams::default(),
+                &RuntimeClass {
+                    metadata: ObjectMeta {
+                        name: Some(APPROVED.into()),
+                        ..Default::default()
+                    },
+                    handler: "runc".into(),
+                    ..Default::default()
+                },
+            )
+            .await?;
+    }
+    let container = |name: &str, privileged: bool| Container {
+        name: name.into(),
+        image: Some("registry.invalid/x@sha256:00".into()),
+        security_context: privileged.then(|| SecurityContext {
+            capabilities: Some(Capabilities {
+                add: Some(vec!["NET_ADMIN".into()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let pod = |init_privileged: bool, harness_privileged: bool, class: Option<&str>| Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("p-{}", rand(6))),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            init_containers: Some(vec![container("setup", init_privileged)]),
+            containers: vec![container("harness", harness_privileged)],
+            runtime_class_name: class.map(str::to_owned),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let pods = Api::<Pod>::namespaced(admin.clone(), &ns);
+    let denied = |res: Result<Pod, kube::Error>, what: &str| -> Result<bool> {
+        match res {
+            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(PROVIDER_POLICY) => {
+                Ok(true)
+            }
+            Ok(_) => Ok(false),
+            Err(e) => bail!("{what}: {e}"),
+        }
+    };
+    let result = async {
+        // The policy is enforced a moment after it is created.
+        eventually(WAIT, "the provider policy to be enforced", || async {
+            Ok(denied(
+                pods.create(&dry_post(), &pod(true, false, None)).await,
+                "probe",
+            )?
+            .then_some(()))
+        })
+        .await?;
+        ensure!(
+            !denied(
+                pods.create(&dry_post(), &pod(true, false, Some(APPROVED)))
+                    .await,
+                "privileged init under the approved class"
+            )?,
+            "a privileged init container under the approved RuntimeClass is admitted"
+        );
+        ensure!(
+            denied(
+                pods.create(&dry_post(), &pod(false, true, Some(APPROVED)))
+                    .await,
+                "privileged harness"
+            )?,
+            "the Harness container itself is never privileged"
+        );
+        ensure!(
+            !denied(
+                pods.create(&dry_post(), &pod(false, false, None)).await,
+                "plain pod"
+            )?,
+            "an unprivileged Pod needs no RuntimeClass"
+        );
+        Ok(())
+    }
+    .await;
+    delete_namespaces(&admin, &[ns]).await;
+    result
+}

@@ -120,6 +120,10 @@ pub struct CrdSandboxDriver {
     /// What the runtime behind the custom resource guarantees, as the
     /// operator declared it (`--sandbox-containment`).
     containment: Vec<&'static str>,
+    /// The operator-approved RuntimeClass the provider's Pods run under
+    /// (`--sandbox-runtime-class`); the admission policy admits a
+    /// provider's privileged parts only under it.
+    runtime_class: Option<String>,
 }
 
 impl std::fmt::Debug for CrdSandboxDriver {
@@ -136,7 +140,15 @@ impl CrdSandboxDriver {
             installed: OnceCell::new(),
             delete_timeout: Duration::from_secs(60),
             containment: Vec::new(),
+            runtime_class: None,
         }
+    }
+
+    /// Runs the provider's Pods under `runtime_class` (an operator-approved
+    /// RuntimeClass the caller checked exists).
+    pub fn with_runtime_class(mut self, runtime_class: Option<String>) -> Self {
+        self.runtime_class = runtime_class;
+        self
     }
 
     /// Declares the containment of the sandbox runtime behind the custom
@@ -279,13 +291,17 @@ impl SandboxDriver for CrdSandboxDriver {
             clawfed_proto::labels::REVISION_ID_ANNOTATION.into(),
             h.work.revision_id.clone(),
         );
+        let mut pod_spec = h.pod_spec.clone();
+        if let Some(class) = &self.runtime_class {
+            pod_spec.runtime_class_name = Some(class.clone());
+        }
         let spec = serde_json::json!({
             "spec": {
                 "agent": h.work.agent,
                 "revision": h.work.revision,
                 "revisionId": h.work.revision_id,
                 "podLabels": h.pod_labels,
-                "podSpec": h.pod_spec,
+                "podSpec": pod_spec,
             }
         });
         let mut cr = DynamicObject::new(&h.name, &api_resource())
@@ -317,7 +333,7 @@ impl SandboxDriver for CrdSandboxDriver {
                 }]),
                 ..Default::default()
             },
-            spec: Some(h.pod_spec.clone()),
+            spec: Some(pod_spec),
             status: None,
         };
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
