@@ -6,6 +6,7 @@
 //! ([`owner_labels`]) so cleanup and a restarted spoke know exactly what the
 //! spoke owns.
 
+pub mod environment;
 pub mod harness;
 pub mod ledger;
 pub mod namespace;

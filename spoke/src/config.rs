@@ -51,6 +51,9 @@ pub struct SpokeConfig {
     /// Label put on every data-plane namespace for Pod Security admission
     /// (`pod-security.kubernetes.io/enforce`); `None` leaves it unset.
     pub pod_security_level: Option<String>,
+    /// What this cluster requires of workload Pods (registry mirror, pull
+    /// credentials, proxy, CA bundle): air-gapped clusters.
+    pub cluster: crate::apply::environment::ClusterEnvironment,
 }
 
 impl Default for SpokeConfig {
@@ -65,6 +68,7 @@ impl Default for SpokeConfig {
             rbac_settle_timeout: Duration::from_secs(10),
             forbidden_retry_window: Duration::from_secs(30),
             pod_security_level: Some("restricted".into()),
+            cluster: Default::default(),
         }
     }
 }

@@ -647,6 +647,17 @@ impl Executor {
         for p in nsapply::network_policies(w, &name, &self.config) {
             ssa(&policies, &p).await?;
         }
+        // This cluster's pull credentials and CA bundle, for its Harness Pods.
+        let (pull, bundle) = self
+            .config
+            .cluster
+            .namespace_objects(&name, apply::owner_labels(&w.tenant));
+        if let Some(secret) = pull {
+            ssa(&Api::<Secret>::namespaced(c.clone(), &name), &secret).await?;
+        }
+        if let Some(bundle) = bundle {
+            ssa(&Api::<ConfigMap>::namespaced(c.clone(), &name), &bundle).await?;
+        }
         ssa(
             &Api::<ConfigMap>::namespaced(c.clone(), &name),
             &ledger::ledger_object(&name, &w.tenant),
@@ -941,7 +952,7 @@ impl Executor {
             ExecutionMode::Ordinary => {
                 ssa(
                     &Api::<Deployment>::namespaced(c.clone(), ns),
-                    &harness::deployment(h, t, g),
+                    &harness::deployment_in(h, &self.config.cluster, t, g),
                 )
                 .await?;
             }
@@ -951,7 +962,7 @@ impl Executor {
                     name: harness::names(&h.agent, h.revision).harness,
                     object_labels: harness::object_labels(&h.tenant, &h.agent, h.revision),
                     pod_labels: harness::pod_labels(h),
-                    pod_spec: harness::pod_spec(h),
+                    pod_spec: harness::pod_spec_in(h, &self.config.cluster),
                     target: t.into(),
                     generation: g,
                 };

@@ -135,6 +135,33 @@ struct Args {
     /// a mounted Secret key); overrides credentials in the proxy URL.
     #[arg(long, env = "CLAWFED_HUB_PROXY_CREDENTIALS_FILE")]
     hub_proxy_credentials_file: Option<PathBuf>,
+    /// Air-gapped clusters: pull Harness images from a mirror, `FROM=TO`
+    /// (registry hosts, optional path), e.g.
+    /// `registry.example=mirror.internal:5000`; repeat or comma-separate.
+    /// The digest is kept.
+    #[arg(long, env = "CLAWFED_REGISTRY_MIRRORS", value_delimiter = ',')]
+    registry_mirror: Vec<clawfed_spoke::apply::environment::RegistryMirror>,
+    /// A `.dockerconfigjson` file (e.g. a mounted Secret key): written as
+    /// Secret clawfed-image-pull into every data-plane namespace and named
+    /// in every Harness Pod's imagePullSecrets.
+    #[arg(long, env = "CLAWFED_IMAGE_PULL_SECRET_FILE")]
+    image_pull_secret_file: Option<PathBuf>,
+    /// The proxy Harness Pods reach the model API through
+    /// (`http://host:port`; no credentials: they would be readable in the
+    /// Pod spec): HTTPS_PROXY/HTTP_PROXY/NO_PROXY of every Harness. An IP
+    /// literal host also gets a NetworkPolicy egress rule.
+    #[arg(long, env = "CLAWFED_WORKLOAD_PROXY")]
+    workload_proxy: Option<String>,
+    /// Extra NO_PROXY entries of Harness Pods (comma-separated), beside the
+    /// cluster's own addresses.
+    #[arg(long, env = "CLAWFED_WORKLOAD_NO_PROXY", value_delimiter = ',')]
+    workload_no_proxy: Vec<String>,
+    /// PEM certificates Harness runtimes trust besides the system's (e.g. a
+    /// proxy's re-signing CA): ConfigMap clawfed-ca-bundle in every
+    /// data-plane namespace, mounted read-only, named by
+    /// NODE_EXTRA_CA_CERTS and SSL_CERT_FILE (give the full bundle).
+    #[arg(long, env = "CLAWFED_CA_BUNDLE_FILE")]
+    ca_bundle_file: Option<PathBuf>,
     /// With --sandbox-driver crd: the operator-approved RuntimeClass the
     /// provider's Pods run under (deploy/spoke/provider-crd.yaml admits a
     /// provider's privileged parts only under `clawfed-sandbox`). It must
@@ -275,6 +302,7 @@ async fn main() -> anyhow::Result<()> {
                     service_account_namespace: args.service_account_namespace.clone(),
                     service_account_name: args.service_account_name.clone(),
                     tenant_cluster_role: args.tenant_cluster_role.clone(),
+                    cluster: cluster_environment(&args)?,
                     ..Default::default()
                 },
                 reports_tx,
@@ -446,6 +474,68 @@ fn with_proxy(hub: HubAddress, args: &Args) -> anyhow::Result<HubAddress> {
 
 /// The execution cluster's client: the named kubeconfig, or in-cluster
 /// credentials; no fallback between them.
+/// This cluster's requirements of workload Pods, from the flags.
+fn cluster_environment(
+    args: &Args,
+) -> anyhow::Result<clawfed_spoke::apply::environment::ClusterEnvironment> {
+    use clawfed_spoke::apply::environment::{ClusterEnvironment, WorkloadProxy};
+    let read = |flag: &str, path: &Option<PathBuf>| -> anyhow::Result<Option<String>> {
+        path.as_ref()
+            .map(|p| std::fs::read_to_string(p).with_context(|| format!("{flag} {}", p.display())))
+            .transpose()
+    };
+    let proxy = match &args.workload_proxy {
+        Some(url) => {
+            let rest = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"))
+                .with_context(|| {
+                    format!("--workload-proxy {url:?}: must be http(s)://host:port")
+                })?;
+            let authority = rest.split('/').next().unwrap_or_default();
+            anyhow::ensure!(
+                !authority.contains('@'),
+                "--workload-proxy: no credentials in the URL (they would be readable in every Harness Pod's spec)"
+            );
+            anyhow::ensure!(
+                !authority.is_empty(),
+                "--workload-proxy {url:?}: must be http(s)://host:port"
+            );
+            Some(WorkloadProxy {
+                url: url.clone(),
+                no_proxy: args.workload_no_proxy.clone(),
+            })
+        }
+        None => {
+            anyhow::ensure!(
+                args.workload_no_proxy.is_empty(),
+                "--workload-no-proxy: only with --workload-proxy"
+            );
+            None
+        }
+    };
+    let pull_credentials = read("--image-pull-secret-file", &args.image_pull_secret_file)?;
+    if let Some(c) = &pull_credentials {
+        serde_json::from_str::<serde_json::Value>(c)
+            .ok()
+            .filter(|v| v.get("auths").is_some())
+            .context("--image-pull-secret-file: not a .dockerconfigjson document (no \"auths\")")?;
+    }
+    let ca_bundle = read("--ca-bundle-file", &args.ca_bundle_file)?;
+    if let Some(pem) = &ca_bundle {
+        anyhow::ensure!(
+            pem.contains("-----BEGIN CERTIFICATE-----"),
+            "--ca-bundle-file: no PEM certificate in it"
+        );
+    }
+    Ok(ClusterEnvironment {
+        registry_mirrors: args.registry_mirror.clone(),
+        pull_credentials,
+        proxy,
+        ca_bundle,
+    })
+}
+
 async fn kube_client(
     kubeconfig: Option<&std::path::Path>,
     apply_limit: Arc<ApplyLimit>,

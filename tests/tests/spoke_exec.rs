@@ -1265,3 +1265,117 @@ async fn forbidden_is_retried_for_its_window_then_final() -> Result<()> {
     t.cleanup(&admin).await;
     Ok(())
 }
+
+/// Issue 30, air-gapped clusters: the spoke's own cluster settings reach
+/// every data-plane namespace and Harness Pod it applies, as the apiserver
+/// stores them: the image from the cluster's mirror (digest kept), the
+/// pull Secret and `imagePullSecrets`, the model API proxy in the
+/// environment with the cluster's addresses exempt and a NetworkPolicy
+/// egress rule to it, and the CA bundle mounted read-only.
+#[tokio::test]
+async fn an_air_gapped_clusters_settings_reach_namespace_and_harness() -> Result<()> {
+    use clawfed_spoke::apply::environment::{self as envt, ClusterEnvironment, WorkloadProxy};
+    let e = env().await?;
+    let admin = e.cluster.admin();
+    let t = Tenant::new("airgap");
+    let (tx, _reports) = Reports::new();
+    let mut cfg = config();
+    cfg.cluster = ClusterEnvironment {
+        registry_mirrors: vec![
+            "registry.invalid=mirror.clawfed.test:5000/mirror"
+                .parse()
+                .map_err(anyhow::Error::msg)?,
+        ],
+        pull_credentials: Some(r#"{"auths":{"mirror.clawfed.test:5000":{"auth":"dTpw"}}}"#.into()),
+        proxy: Some(WorkloadProxy {
+            url: "http://198.18.9.9:3128".into(),
+            no_proxy: vec!["models.internal".into()],
+        }),
+        ca_bundle: Some("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into()),
+    };
+    let exec = Executor::new(e.spoke.clone(), cfg, tx);
+    let result = async {
+        assert_applied(&exec.apply(&t.ensure(1)).await?, "namespace.ensure");
+        let pull = Api::<Secret>::namespaced(admin.clone(), &t.ns)
+            .get(envt::PULL_SECRET)
+            .await?;
+        assert_eq!(
+            pull.type_.as_deref(),
+            Some("kubernetes.io/dockerconfigjson")
+        );
+        Api::<ConfigMap>::namespaced(admin.clone(), &t.ns)
+            .get(envt::CA_BUNDLE)
+            .await?;
+        let flows = Api::<NetworkPolicy>::namespaced(admin.clone(), &t.ns)
+            .get("clawfed-harness-flows")
+            .await?;
+        let to_proxy = flows
+            .spec
+            .and_then(|s| s.egress)
+            .unwrap_or_default()
+            .iter()
+            .any(|r| {
+                r.to.iter()
+                    .flatten()
+                    .any(|p| p.ip_block.as_ref().map(|b| b.cidr.as_str()) == Some("198.18.9.9/32"))
+                    && r.ports.iter().flatten().any(|p| {
+                        p.port
+                            == Some(
+                                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(
+                                    3128,
+                                ),
+                            )
+                    })
+            });
+        anyhow::ensure!(to_proxy, "Harness egress to the proxy");
+
+        let h = t.harness("airgap", 1);
+        assert_applied(&exec.apply(&t.apply(&h, 1)).await?, "harness.apply");
+        let d = Api::<Deployment>::namespaced(admin.clone(), &t.ns)
+            .get("airgap-r1-harness")
+            .await?;
+        let pod = d.spec.template.spec.context("pod")?;
+        let digest = h.image.split_once('@').map(|(_, d)| d).context("digest")?;
+        assert_eq!(
+            pod.containers[0].image.clone().unwrap_or_default(),
+            format!("mirror.clawfed.test:5000/mirror/openclaw@{digest}"),
+            "from the mirror, digest kept"
+        );
+        assert_eq!(
+            pod.image_pull_secrets.unwrap_or_default()[0].name,
+            envt::PULL_SECRET.to_string()
+        );
+        let env: BTreeMap<String, String> = pod.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .filter_map(|v| Some((v.name.clone(), v.value.clone()?)))
+            .collect();
+        assert_eq!(
+            env.get("HTTPS_PROXY").map(String::as_str),
+            Some("http://198.18.9.9:3128")
+        );
+        assert!(
+            env.get("NO_PROXY")
+                .is_some_and(|n| n.contains(".svc") && n.contains("models.internal")),
+            "{env:?}"
+        );
+        assert_eq!(
+            env.get("NODE_EXTRA_CA_CERTS").map(String::as_str),
+            Some("/etc/clawfed/ca-bundle/ca.crt")
+        );
+        anyhow::ensure!(
+            pod.containers[0]
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.mount_path == envt::CA_BUNDLE_DIR && m.read_only == Some(true)),
+            "the CA bundle mounted read-only"
+        );
+        Ok(())
+    }
+    .await;
+    exec.shutdown();
+    t.cleanup(&admin).await;
+    result
+}

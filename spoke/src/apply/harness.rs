@@ -603,6 +603,27 @@ pub fn startup_env(h: &HarnessWork) -> Vec<EnvVar> {
     ]
 }
 
+/// The Harness Pod as execution cluster `cluster` runs it: its image from
+/// the cluster's mirror, its pull credentials, proxy and CA bundle
+/// ([`super::environment`]).
+pub fn pod_spec_in(h: &HarnessWork, cluster: &super::environment::ClusterEnvironment) -> PodSpec {
+    let mut pod = pod_spec(&cluster.work(h));
+    cluster.decorate(&mut pod);
+    pod
+}
+
+/// [`deployment`] as execution cluster `cluster` runs it ([`pod_spec_in`]).
+pub fn deployment_in(
+    h: &HarnessWork,
+    cluster: &super::environment::ClusterEnvironment,
+    target: &str,
+    generation: i64,
+) -> Deployment {
+    let mut d = deployment(h, target, generation);
+    d.spec.template.spec = Some(pod_spec_in(h, cluster));
+    d
+}
+
 /// The ordinary Harness Deployment: one replica, `Recreate` (the workspace is
 /// ReadWriteOnce, so two Pods never overlap).
 pub fn deployment(h: &HarnessWork, target: &str, generation: i64) -> Deployment {

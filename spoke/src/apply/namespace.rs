@@ -493,18 +493,22 @@ pub fn network_policies(
                 }),
         )
         .collect();
+    // The installation's egress, and this cluster's workload proxy.
+    let proxy = config.cluster.proxy_endpoint().map(|(ip, p)| {
+        let bits = if ip.is_ipv4() { 32 } else { 128 };
+        (format!("{ip}/{bits}"), vec![i32::from(p)])
+    });
     let egress = n
         .egress
         .iter()
-        .map(|r| NetworkPolicyEgressRule {
+        .map(|r| (r.cidr.clone(), r.ports.clone()))
+        .chain(proxy)
+        .map(|(cidr, ports)| NetworkPolicyEgressRule {
             to: Some(vec![NetworkPolicyPeer {
-                ip_block: Some(IPBlock {
-                    cidr: r.cidr.clone(),
-                    except: None,
-                }),
+                ip_block: Some(IPBlock { cidr, except: None }),
                 ..Default::default()
             }]),
-            ports: Some(r.ports.iter().map(|p| port("TCP", *p)).collect()),
+            ports: Some(ports.iter().map(|p| port("TCP", *p)).collect()),
         })
         .collect();
     let flows = NetworkPolicy {

@@ -290,7 +290,7 @@ pub fn observe_credential(live: Value) -> Value {
 pub fn desired(record: &Record, config: &SpokeConfig) -> Vec<Desired> {
     match WorkKind::parse(&record.kind) {
         Some(WorkKind::HarnessApply) => serde_json::from_value::<HarnessWork>(record.spec.clone())
-            .map(|h| harness_objects(&h, record))
+            .map(|h| harness_objects(&h, record, config))
             .unwrap_or_default(),
         Some(WorkKind::NamespaceEnsure) => {
             serde_json::from_value::<NamespaceWork>(record.spec.clone())
@@ -301,7 +301,7 @@ pub fn desired(record: &Record, config: &SpokeConfig) -> Vec<Desired> {
     }
 }
 
-fn harness_objects(h: &HarnessWork, r: &Record) -> Vec<Desired> {
+fn harness_objects(h: &HarnessWork, r: &Record, config: &SpokeConfig) -> Vec<Desired> {
     let (t, g) = (r.target.as_str(), r.generation);
     // The record's spec has no credential, but the Pod refers to each of its
     // keys (one `secretKeyRef` each): the keys come back from the record's
@@ -320,7 +320,12 @@ fn harness_objects(h: &HarnessWork, r: &Record) -> Vec<Desired> {
         Desired::Credential(Box::new(credential_secret(h, r))),
     ];
     if h.execution == ExecutionMode::Ordinary {
-        out.push(Desired::Deployment(Box::new(harness::deployment(h, t, g))));
+        out.push(Desired::Deployment(Box::new(harness::deployment_in(
+            h,
+            &config.cluster,
+            t,
+            g,
+        ))));
     }
     out.push(Desired::Service(Box::new(harness::service(h, t, g))));
     out

@@ -1,0 +1,320 @@
+//! What an execution cluster needs of its workload Pods beyond the work the
+//! hub sends: an air-gapped cluster pulls images only from its own mirror,
+//! with pull credentials, and reaches the model API only through a proxy
+//! that may re-sign TLS with a corporate CA. These are the spoke's own
+//! settings (they differ per cluster; the hub never knows them), applied to
+//! every Harness Pod and data-plane namespace it manages. Pure: no I/O.
+
+use std::collections::BTreeMap;
+
+use clawfed_proto::work::HarnessWork;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, EnvVar, LocalObjectReference, PodSpec, Secret, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// The pull Secret the spoke writes into every data-plane namespace.
+pub const PULL_SECRET: &str = "clawfed-image-pull";
+/// The ConfigMap holding the CA bundle, in every data-plane namespace.
+pub const CA_BUNDLE: &str = "clawfed-ca-bundle";
+/// Its key.
+pub const CA_BUNDLE_KEY: &str = "ca.crt";
+/// Where Harness containers find it.
+pub const CA_BUNDLE_DIR: &str = "/etc/clawfed/ca-bundle";
+/// Addresses never sent to the proxy: the cluster's own.
+pub const CLUSTER_NO_PROXY: &str = "localhost,127.0.0.1,.svc,.cluster.local";
+
+/// `from` (a registry host, optionally with a path) is pulled from `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryMirror {
+    pub from: String,
+    pub to: String,
+}
+
+impl std::str::FromStr for RegistryMirror {
+    type Err = String;
+
+    /// `FROM=TO`, e.g. `registry.example=mirror.internal:5000/mirror`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (from, to) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?}: expected FROM=TO (registry hosts)"))?;
+        let ok = |r: &str| {
+            !r.is_empty()
+                && !r.ends_with('/')
+                && !r.contains("://")
+                && r.chars().all(|c| c.is_ascii_graphic() && c != '@')
+        };
+        if !ok(from) || !ok(to) {
+            return Err(format!(
+                "{s:?}: FROM and TO are registry hosts (with an optional path), no scheme, no trailing /"
+            ));
+        }
+        Ok(RegistryMirror {
+            from: from.to_owned(),
+            to: to.to_owned(),
+        })
+    }
+}
+
+/// The proxy workloads reach the outside (the model API) through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadProxy {
+    /// `http://host:port`.
+    pub url: String,
+    /// Extra `NO_PROXY` entries, beside [`CLUSTER_NO_PROXY`].
+    pub no_proxy: Vec<String>,
+}
+
+/// The execution cluster's requirements of workload Pods.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterEnvironment {
+    /// Image registries rewritten to the cluster's mirror (first match).
+    pub registry_mirrors: Vec<RegistryMirror>,
+    /// A `.dockerconfigjson` document: written as [`PULL_SECRET`] and named
+    /// in every Harness Pod's `imagePullSecrets`.
+    pub pull_credentials: Option<String>,
+    /// `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` of Harness containers.
+    pub proxy: Option<WorkloadProxy>,
+    /// PEM certificates the runtimes trust besides the system's (a
+    /// corporate proxy's CA): [`CA_BUNDLE`], mounted read-only.
+    pub ca_bundle: Option<String>,
+}
+
+impl ClusterEnvironment {
+    /// `image` as this cluster pulls it: the first mirror whose `from` is
+    /// its registry (or a path prefix of it) replaces that part; the rest,
+    /// tag or digest included, is kept.
+    pub fn image(&self, image: &str) -> String {
+        for m in &self.registry_mirrors {
+            if let Some(rest) = image.strip_prefix(&m.from)
+                && rest.starts_with('/')
+            {
+                return format!("{}{rest}", m.to);
+            }
+        }
+        image.to_owned()
+    }
+
+    /// The work as this cluster runs it (the image it can pull).
+    pub fn work(&self, h: &HarnessWork) -> HarnessWork {
+        let mut h = h.clone();
+        h.image = self.image(&h.image);
+        h
+    }
+
+    /// Adds what the cluster requires to a Harness Pod built from the work.
+    pub fn decorate(&self, pod: &mut PodSpec) {
+        if self.pull_credentials.is_some() {
+            pod.image_pull_secrets = Some(vec![LocalObjectReference {
+                name: PULL_SECRET.into(),
+            }]);
+        }
+        let mut env = Vec::new();
+        if let Some(p) = &self.proxy {
+            let no_proxy = std::iter::once(CLUSTER_NO_PROXY.to_owned())
+                .chain(p.no_proxy.iter().cloned())
+                .collect::<Vec<_>>()
+                .join(",");
+            for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+                env.push(var(name, &p.url));
+            }
+            env.push(var("NO_PROXY", &no_proxy));
+            env.push(var("no_proxy", &no_proxy));
+            // Node's fetch (the OpenClaw runtime) honours the variables
+            // only when asked to.
+            env.push(var("NODE_USE_ENV_PROXY", "1"));
+        }
+        if self.ca_bundle.is_some() {
+            let file = format!("{CA_BUNDLE_DIR}/{CA_BUNDLE_KEY}");
+            env.push(var("NODE_EXTRA_CA_CERTS", &file));
+            env.push(var("SSL_CERT_FILE", &file));
+            pod.volumes.get_or_insert_with(Vec::new).push(Volume {
+                name: "ca-bundle".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: CA_BUNDLE.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        for c in &mut pod.containers {
+            if !env.is_empty() {
+                c.env
+                    .get_or_insert_with(Vec::new)
+                    .extend(env.iter().cloned());
+            }
+            if self.ca_bundle.is_some() {
+                c.volume_mounts
+                    .get_or_insert_with(Vec::new)
+                    .push(VolumeMount {
+                        name: "ca-bundle".into(),
+                        mount_path: CA_BUNDLE_DIR.into(),
+                        read_only: Some(true),
+                        ..Default::default()
+                    });
+            }
+        }
+    }
+
+    /// The proxy's address when its URL names an IP literal: the Harness
+    /// NetworkPolicy lets Harness Pods reach it (a host name cannot be a
+    /// NetworkPolicy peer; then the installation's egress rules must).
+    pub fn proxy_endpoint(&self) -> Option<(std::net::IpAddr, u16)> {
+        let url = &self.proxy.as_ref()?.url;
+        let (scheme, rest) = url.split_once("://")?;
+        let authority = rest.split('/').next()?;
+        let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+        let default_port = if scheme == "https" { 443 } else { 80 };
+        if let Ok(sock) = authority.parse::<std::net::SocketAddr>() {
+            return Some((sock.ip(), sock.port()));
+        }
+        let host = authority.trim_start_matches('[').trim_end_matches(']');
+        host.parse::<std::net::IpAddr>()
+            .ok()
+            .map(|ip| (ip, default_port))
+    }
+
+    /// The objects every data-plane namespace gets for it.
+    pub fn namespace_objects(
+        &self,
+        namespace: &str,
+        labels: BTreeMap<String, String>,
+    ) -> (Option<Secret>, Option<ConfigMap>) {
+        let meta = |name: &str| ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(labels.clone()),
+            ..Default::default()
+        };
+        let secret = self.pull_credentials.as_ref().map(|c| Secret {
+            metadata: meta(PULL_SECRET),
+            type_: Some("kubernetes.io/dockerconfigjson".into()),
+            data: Some(BTreeMap::from([(
+                ".dockerconfigjson".to_string(),
+                ByteString(c.as_bytes().to_vec()),
+            )])),
+            ..Default::default()
+        });
+        let bundle = self.ca_bundle.as_ref().map(|pem| ConfigMap {
+            metadata: meta(CA_BUNDLE),
+            data: Some(BTreeMap::from([(CA_BUNDLE_KEY.to_string(), pem.clone())])),
+            ..Default::default()
+        });
+        (secret, bundle)
+    }
+}
+
+fn var(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mirrored() -> ClusterEnvironment {
+        ClusterEnvironment {
+            registry_mirrors: vec![
+                "registry.example=mirror.internal:5000/mirror"
+                    .parse()
+                    .unwrap(),
+                "ghcr.io/openclaw=mirror.internal:5000/openclaw"
+                    .parse()
+                    .unwrap(),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_mirror_replaces_the_registry_and_keeps_the_digest() {
+        let e = mirrored();
+        let digest = format!("@sha256:{}", "a".repeat(64));
+        assert_eq!(
+            e.image(&format!("registry.example/openclaw-codex{digest}")),
+            format!("mirror.internal:5000/mirror/openclaw-codex{digest}")
+        );
+        assert_eq!(
+            e.image("ghcr.io/openclaw/openclaw:1.2"),
+            "mirror.internal:5000/openclaw/openclaw:1.2"
+        );
+        // Only whole registry (or path) components match.
+        assert_eq!(
+            e.image("registry.example.org/x:1"),
+            "registry.example.org/x:1"
+        );
+        assert_eq!(e.image("ghcr.io/openclawx/y:1"), "ghcr.io/openclawx/y:1");
+        assert_eq!(ClusterEnvironment::default().image("a/b:1"), "a/b:1");
+        for bad in [
+            "registry.example",
+            "=x",
+            "x=",
+            "https://a=b",
+            "a/=b",
+            "a=b@c",
+        ] {
+            assert!(bad.parse::<RegistryMirror>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn pods_get_pull_credentials_proxy_and_ca_bundle() {
+        let e = ClusterEnvironment {
+            pull_credentials: Some("{\"auths\":{}}".into()),
+            proxy: Some(WorkloadProxy {
+                url: "http://198.18.9.9:3128".into(),
+                no_proxy: vec!["models.internal".into()],
+            }),
+            ca_bundle: Some("-----BEGIN CERTIFICATE-----\n".into()),
+            ..Default::default()
+        };
+        let mut pod = PodSpec {
+            containers: vec![Default::default()],
+            ..Default::default()
+        };
+        e.decorate(&mut pod);
+        assert_eq!(
+            pod.image_pull_secrets.unwrap()[0].name,
+            PULL_SECRET.to_string()
+        );
+        let env: BTreeMap<String, String> = pod.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|v| (v.name.clone(), v.value.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(env["HTTPS_PROXY"], "http://198.18.9.9:3128");
+        assert_eq!(
+            env["NO_PROXY"],
+            format!("{CLUSTER_NO_PROXY},models.internal")
+        );
+        assert_eq!(env["NODE_USE_ENV_PROXY"], "1");
+        assert_eq!(env["NODE_EXTRA_CA_CERTS"], "/etc/clawfed/ca-bundle/ca.crt");
+        let mount = &pod.containers[0].volume_mounts.as_ref().unwrap()[0];
+        assert_eq!(
+            (mount.mount_path.as_str(), mount.read_only),
+            (CA_BUNDLE_DIR, Some(true))
+        );
+        let (secret, bundle) = e.namespace_objects("oce-x", BTreeMap::new());
+        assert_eq!(
+            secret.unwrap().type_.as_deref(),
+            Some("kubernetes.io/dockerconfigjson")
+        );
+        assert!(bundle.unwrap().data.unwrap().contains_key(CA_BUNDLE_KEY));
+        // Nothing configured: nothing added.
+        let plain = PodSpec {
+            containers: vec![Default::default()],
+            ..Default::default()
+        };
+        let mut same = plain.clone();
+        ClusterEnvironment::default().decorate(&mut same);
+        assert_eq!(same, plain);
+    }
+}
