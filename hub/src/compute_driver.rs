@@ -696,12 +696,7 @@ fn check_cidr(key: &str, cidr: &str) -> Result<(), Invalid> {
 }
 
 fn dns_subdomain(key: &str, name: &str) -> Result<(), Invalid> {
-    let ok = !name.is_empty()
-        && name.len() <= 253
-        && name
-            .split('.')
-            .all(|part| validate_dns1123_label(part).is_ok());
-    if ok {
+    if clawfed_proto::naming::is_dns1123_subdomain(name) {
         Ok(())
     } else {
         Err(invalid(key, format!("{name:?} is not a DNS subdomain")))

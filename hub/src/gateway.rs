@@ -73,6 +73,14 @@ pub struct GatewayConfig {
     /// Taints Gateway Pods tolerate (e.g. the trusted pool's own taint).
     #[serde(default)]
     pub tolerations: Vec<clawfed_proto::work::Toleration>,
+    /// Air-gapped control cluster: Gateway images are pulled from these
+    /// mirrors (`{from, to}`, digest kept).
+    #[serde(default)]
+    pub registry_mirrors: Vec<clawfed_proto::registry::RegistryMirror>,
+    /// Secrets of the gateway namespace (the operator's) named in every
+    /// Gateway Pod's `imagePullSecrets`.
+    #[serde(default)]
+    pub image_pull_secrets: Vec<String>,
     /// CIDRs of the trusted proxies (the Gateway API data plane) allowed in.
     #[serde(default)]
     pub trusted_proxy_cidrs: Vec<String>,
@@ -141,6 +149,8 @@ impl Default for GatewayConfig {
             workspace_size: default_workspace_size(),
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),
+            registry_mirrors: Vec::new(),
+            image_pull_secrets: Vec::new(),
             trusted_proxy_cidrs: Vec::new(),
             approved_client_namespace_labels: BTreeMap::new(),
             approved_client_pod_labels: BTreeMap::new(),

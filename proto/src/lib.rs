@@ -28,6 +28,7 @@ pub mod digest;
 pub mod labels;
 pub mod naming;
 pub mod readiness;
+pub mod registry;
 pub mod startup;
 pub mod tunnel;
 pub mod work;

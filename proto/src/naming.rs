@@ -39,6 +39,17 @@ pub fn data_plane_namespace(namespace_id: &str) -> String {
     format!("{DATA_PLANE_PREFIX}{}", &hex[..DATA_PLANE_HASH_LEN])
 }
 
+/// Whether `name` is a DNS-1123 subdomain (an object name such as a
+/// Secret's or a StorageClass's): dot-separated labels, at most 253
+/// characters.
+pub fn is_dns1123_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .split('.')
+            .all(|part| validate_dns1123_label(part).is_ok())
+}
+
 /// Validates a DNS-1123 label (RFC 1123): at most 63 lower case alphanumerics
 /// or '-', starting and ending with an alphanumeric.
 pub fn validate_dns1123_label(name: &str) -> Result<(), NameError> {

@@ -602,6 +602,47 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
         assert_restricted(d)?;
     }
 
+    // Air-gapped workloads: the flags, and the pull Secret and CA bundle
+    // mounted read-only from the release namespace.
+    let mut v = spoke_values();
+    v["workloads"] = json!({
+        "registryMirrors": ["registry.example=mirror.internal:5000"],
+        "pullSecret": "mirror-pull",
+        "proxy": "http://198.18.9.9:3128",
+        "noProxy": ["models.internal"],
+        "caBundleConfigMap": "corp-ca"
+    });
+    let gapped =
+        documents(&helm.template("clawfed-spoke", "clawfed-spoke", "clawfed-system", &v)?)?;
+    let d = &of_kind::<Deployment>(&gapped, "Deployment")?[0];
+    let args = container_args(d);
+    for want in [
+        "--registry-mirror=registry.example=mirror.internal:5000",
+        "--workload-proxy=http://198.18.9.9:3128",
+        "--workload-no-proxy=models.internal",
+        "--image-pull-secret-file=/etc/clawfed/workload-pull/.dockerconfigjson",
+        "--ca-bundle-file=/etc/clawfed/workload-ca/ca.crt",
+    ] {
+        assert!(args.contains(&want.to_owned()), "{want}: {args:?}");
+    }
+    let volumes = pod_spec(d).volumes.clone().unwrap_or_default();
+    assert!(
+        volumes.iter().any(
+            |v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some("mirror-pull")
+        )
+    );
+    assert!(
+        volumes
+            .iter()
+            .any(|v| v.config_map.as_ref().map(|c| c.name.as_str()) == Some("corp-ca"))
+    );
+    assert!(
+        !container_args(&of_kind::<Deployment>(&spoke, "Deployment")?[0])
+            .iter()
+            .any(|a| a.starts_with("--workload-proxy") || a.starts_with("--registry-mirror")),
+        "nothing of it by default"
+    );
+
     // A proxy for the hub: its URL in the spoke's own variable, the
     // credentials from a mounted Secret key (never in the URL), egress to
     // its port; without one the spoke dials directly whatever HTTPS_PROXY

@@ -238,6 +238,12 @@ pub fn validate_config(c: &GatewayConfig) -> Result<()> {
     {
         validate_cidr(cidr)?;
     }
+    for name in &c.image_pull_secrets {
+        validate_dns_subdomain(name).map_err(|reason| Error::Invalid {
+            field: "gateways.imagePullSecrets",
+            reason: format!("{name:?}: {reason}"),
+        })?;
+    }
     for client in &c.clients {
         validate_dns1123_label(&client.namespace)
             .map_err(|e| name_error("clients.namespace", &client.namespace, e))?;
@@ -290,6 +296,15 @@ pub fn validate_config(c: &GatewayConfig) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A DNS subdomain (an object name such as a Secret's).
+fn validate_dns_subdomain(name: &str) -> std::result::Result<(), String> {
+    if clawfed_proto::naming::is_dns1123_subdomain(name) {
+        Ok(())
+    } else {
+        Err("is not a DNS subdomain (a Secret name)".into())
+    }
 }
 
 fn validate_cidr(cidr: &str) -> Result<()> {
@@ -710,10 +725,19 @@ pub fn pod_spec(spec: &GatewaySpec, c: &GatewayConfig, image: &str) -> PodSpec {
         enable_service_links: Some(false),
         node_selector: (!c.node_selector.is_empty()).then(|| c.node_selector.clone()),
         tolerations: clawfed_kube::scheduling::tolerations(&c.tolerations),
+        image_pull_secrets: (!c.image_pull_secrets.is_empty()).then(|| {
+            c.image_pull_secrets
+                .iter()
+                .map(|name| k8s_openapi::api::core::v1::LocalObjectReference { name: name.clone() })
+                .collect()
+        }),
         security_context: Some(security::hardened_pod(GATEWAY_UID)),
         containers: vec![Container {
             name: "gateway".into(),
-            image: Some(image.to_string()),
+            image: Some(clawfed_proto::registry::mirrored(
+                &c.registry_mirrors,
+                image,
+            )),
             ports: Some(vec![ContainerPort {
                 name: Some("gateway".into()),
                 container_port: c.port,
@@ -1405,6 +1429,31 @@ mod tests {
         assert_eq!(rule.ports, Some(vec![tcp_port(c.port)]));
         c.clients[0].pod_labels.clear();
         assert!(validate_config(&c).is_err(), "never a whole namespace");
+    }
+
+    #[test]
+    fn air_gapped_gateway_pods_pull_from_the_mirror_with_credentials() {
+        let c = GatewayConfig {
+            registry_mirrors: vec!["registry.example=mirror.internal:5000".parse().unwrap()],
+            image_pull_secrets: vec!["mirror-pull".into()],
+            ..config()
+        };
+        let digest = format!("@sha256:{}", "c".repeat(64));
+        let pod = pod_spec(
+            &spec(),
+            &c,
+            &format!("registry.example/openclaw-gateway{digest}"),
+        );
+        assert_eq!(
+            pod.containers[0].image.as_deref(),
+            Some(format!("mirror.internal:5000/openclaw-gateway{digest}").as_str())
+        );
+        assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "mirror-pull");
+        let bad = GatewayConfig {
+            image_pull_secrets: vec!["Not_A_Name".into()],
+            ..config()
+        };
+        assert!(validate_config(&bad).is_err());
     }
 
     #[test]

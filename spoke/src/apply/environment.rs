@@ -26,38 +26,7 @@ pub const CA_BUNDLE_DIR: &str = "/etc/clawfed/ca-bundle";
 /// Addresses never sent to the proxy: the cluster's own.
 pub const CLUSTER_NO_PROXY: &str = "localhost,127.0.0.1,.svc,.cluster.local";
 
-/// `from` (a registry host, optionally with a path) is pulled from `to`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegistryMirror {
-    pub from: String,
-    pub to: String,
-}
-
-impl std::str::FromStr for RegistryMirror {
-    type Err = String;
-
-    /// `FROM=TO`, e.g. `registry.example=mirror.internal:5000/mirror`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (from, to) = s
-            .split_once('=')
-            .ok_or_else(|| format!("{s:?}: expected FROM=TO (registry hosts)"))?;
-        let ok = |r: &str| {
-            !r.is_empty()
-                && !r.ends_with('/')
-                && !r.contains("://")
-                && r.chars().all(|c| c.is_ascii_graphic() && c != '@')
-        };
-        if !ok(from) || !ok(to) {
-            return Err(format!(
-                "{s:?}: FROM and TO are registry hosts (with an optional path), no scheme, no trailing /"
-            ));
-        }
-        Ok(RegistryMirror {
-            from: from.to_owned(),
-            to: to.to_owned(),
-        })
-    }
-}
+pub use clawfed_proto::registry::RegistryMirror;
 
 /// The proxy workloads reach the outside (the model API) through.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,14 +57,7 @@ impl ClusterEnvironment {
     /// its registry (or a path prefix of it) replaces that part; the rest,
     /// tag or digest included, is kept.
     pub fn image(&self, image: &str) -> String {
-        for m in &self.registry_mirrors {
-            if let Some(rest) = image.strip_prefix(&m.from)
-                && rest.starts_with('/')
-            {
-                return format!("{}{rest}", m.to);
-            }
-        }
-        image.to_owned()
+        clawfed_proto::registry::mirrored(&self.registry_mirrors, image)
     }
 
     /// The work as this cluster runs it (the image it can pull).
@@ -218,51 +180,6 @@ fn var(name: &str, value: &str) -> EnvVar {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn mirrored() -> ClusterEnvironment {
-        ClusterEnvironment {
-            registry_mirrors: vec![
-                "registry.example=mirror.internal:5000/mirror"
-                    .parse()
-                    .unwrap(),
-                "ghcr.io/openclaw=mirror.internal:5000/openclaw"
-                    .parse()
-                    .unwrap(),
-            ],
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_mirror_replaces_the_registry_and_keeps_the_digest() {
-        let e = mirrored();
-        let digest = format!("@sha256:{}", "a".repeat(64));
-        assert_eq!(
-            e.image(&format!("registry.example/openclaw-codex{digest}")),
-            format!("mirror.internal:5000/mirror/openclaw-codex{digest}")
-        );
-        assert_eq!(
-            e.image("ghcr.io/openclaw/openclaw:1.2"),
-            "mirror.internal:5000/openclaw/openclaw:1.2"
-        );
-        // Only whole registry (or path) components match.
-        assert_eq!(
-            e.image("registry.example.org/x:1"),
-            "registry.example.org/x:1"
-        );
-        assert_eq!(e.image("ghcr.io/openclawx/y:1"), "ghcr.io/openclawx/y:1");
-        assert_eq!(ClusterEnvironment::default().image("a/b:1"), "a/b:1");
-        for bad in [
-            "registry.example",
-            "=x",
-            "x=",
-            "https://a=b",
-            "a/=b",
-            "a=b@c",
-        ] {
-            assert!(bad.parse::<RegistryMirror>().is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn pods_get_pull_credentials_proxy_and_ca_bundle() {
