@@ -24,6 +24,14 @@ pub const ALL_CONTAINMENT: [&str; 3] = [
     CONTAINMENT_PROCESS,
 ];
 
+/// Prefix of what applies the hub's work: `applier:<name>`.
+pub const APPLIER_PREFIX: &str = "applier:";
+
+/// `applier:<name>` (`kube`, `ledger`).
+pub fn applier(name: &str) -> String {
+    format!("{APPLIER_PREFIX}{name}")
+}
+
 /// `sandbox-driver:<name>`.
 pub fn sandbox_driver(name: &str) -> String {
     format!("{SANDBOX_DRIVER_PREFIX}{name}")

@@ -30,6 +30,30 @@ pub const ADOPTED: &str = "clawfed.io/adopted";
 /// and refuses it any write to an unmanaged namespace that lacks it.
 pub const ADOPTABLE: &str = "clawfed.io/adoptable";
 
+/// Annotation on the Harness Service: the revision's requirement labels
+/// (JSON), so a restarted spoke can rebuild its readiness queries from the
+/// cluster.
+pub const REQUIREMENTS_ANNOTATION: &str = "clawfed.io/requirement-labels";
+/// Annotation on the Harness Service: the execution mode.
+pub const EXECUTION_ANNOTATION: &str = "clawfed.io/execution";
+/// Annotation on the Harness Service, present when readiness requires a
+/// plugin startup status (JSON), so a restarted spoke keeps requiring it.
+pub const STARTUP_ANNOTATION: &str = "clawfed.io/startup-status";
+/// Label of Harness objects: the revision's Harness kind.
+pub const HARNESS_KIND: &str = "clawfed.io/harness-kind";
+/// Label marking a spoke's desired-state record (value `true`).
+pub const DESIRED_STATE: &str = "clawfed.io/desired-state";
+
+/// The prefix of every label and annotation key clawfed owns.
+pub const CLAWFED_PREFIX: &str = "clawfed.io/";
+
+/// Whether a label key is clawfed's own (its prefix, or the manager label):
+/// a user-supplied label (an Agent's requirement labels) may not claim it.
+/// The one rule, for the hub's admission and the spoke's check alike.
+pub fn is_reserved(key: &str) -> bool {
+    key.starts_with(CLAWFED_PREFIX) || key == MANAGED_BY
+}
+
 /// The markers the OpenClaw Kubernetes Compute Driver puts on the tenant
 /// namespaces it made. clawfed recognises them (all three, exactly, as
 /// with its own) so an existing OpenClaw installation's namespaces can be
@@ -41,4 +65,31 @@ pub mod openclaw {
     pub const NAMESPACE_ID_ANNOTATION: &str = "openclaw.ai/namespace-id";
     /// Value of [`super::MANAGED_BY`] on the driver's namespaces.
     pub const MANAGER: &str = "openclaw-compute-driver";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_keys_are_clawfeds_prefix_and_the_manager_label() {
+        for key in [
+            TENANT,
+            AGENT,
+            REVISION,
+            WORKLOAD_ROLE,
+            MANAGED_BY,
+            "clawfed.io/x",
+        ] {
+            assert!(is_reserved(key), "{key}");
+        }
+        for key in [
+            "sandbox.clawfed.io/class",
+            "app.kubernetes.io/managed-by-team",
+            "app.kubernetes.io/name",
+            "clawfed.iox/a",
+        ] {
+            assert!(!is_reserved(key), "{key}");
+        }
+    }
 }

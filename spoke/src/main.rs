@@ -264,7 +264,11 @@ async fn main() -> anyhow::Result<()> {
     let mut tunnels = None;
     let mut repairer = None;
     let drift_metrics = clawfed_spoke::drift::DriftMetrics::default();
-    let mut capabilities = vec![format!("applier:{:?}", args.applier).to_lowercase()];
+    let applier_name = match args.applier {
+        Applier::Kube => "kube",
+        Applier::Ledger => "ledger",
+    };
+    let mut capabilities = vec![clawfed_proto::capability::applier(applier_name)];
     let applier: Arc<dyn WorkApplier> = match (args.applier, &kube) {
         (Applier::Kube, Some(client)) => {
             let driver: Arc<dyn clawfed_spoke::provider::SandboxDriver> = match args.sandbox_driver

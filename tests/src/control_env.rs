@@ -248,7 +248,7 @@ pub fn gateway_config() -> GatewayConfig {
         node_selector: BTreeMap::from([("type".into(), "kwok".into())]),
         trusted_proxy_cidrs: vec!["10.244.0.0/24".into()],
         approved_client_namespace_labels: BTreeMap::from([(
-            "clawfed.io/gateway-clients".into(),
+            "clawfed.test/gateway-clients".into(),
             "true".into(),
         )]),
         harness_egress: vec![EgressRule {

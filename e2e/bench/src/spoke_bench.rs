@@ -249,7 +249,7 @@ async fn parent(args: &Args) -> Result<()> {
                 .metadata
                 .labels
                 .as_ref()
-                .and_then(|l| l.get("clawfed.io/agent"))
+                .and_then(|l| l.get(clawfed_proto::labels::AGENT))
                 .cloned()
                 .unwrap_or_default();
             if let Ok(mut m) = s2.lock() {

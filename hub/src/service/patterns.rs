@@ -119,9 +119,7 @@ mod tests {
         // Reserved prefixes are refused for another reason than syntax.
         let strings: Vec<String> = strings
             .into_iter()
-            .filter(|k| {
-                !k.starts_with("clawfed.io/") && !k.starts_with("app.kubernetes.io/managed-by")
-            })
+            .filter(|k| !clawfed_proto::labels::is_reserved(k))
             .collect();
         agree(LABEL_KEY, None, |k| spec(k, "v"), &strings);
         agree(LABEL_VALUE, None, |v| spec("k", v), &strings);

@@ -8,9 +8,6 @@ use clawfed_proto::naming;
 use super::ServiceError;
 use crate::model::{AgentSpec, ExecutionMode, HarnessKind, ImageRef, Resources};
 
-/// Label keys clawfed sets itself; a requirement label may not claim them.
-const RESERVED_LABEL_PREFIXES: [&str; 2] = ["clawfed.io/", "app.kubernetes.io/managed-by"];
-
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ServiceError {
     ServiceError::InvalidArgument {
         field: field.into(),
@@ -72,7 +69,7 @@ pub fn agent_spec(spec: &AgentSpec, default_image: bool) -> Result<(), ServiceEr
     for (key, value) in &spec.requirement_labels {
         let field = format!("spec.requirementLabels[{key:?}]");
         label_key(&field, key)?;
-        if RESERVED_LABEL_PREFIXES.iter().any(|p| key.starts_with(p)) {
+        if clawfed_proto::labels::is_reserved(key) {
             return Err(invalid(field, "is a label key clawfed sets itself"));
         }
         label_value(&field, value)?;

@@ -26,18 +26,15 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{Error, Result, owner_labels, work_annotations};
 
-/// Annotation on the Harness Service: the requirement labels (JSON object), so
-/// a restarted spoke can rebuild its readiness queries from the cluster.
 /// The Harness container's name in its Pod.
 pub const CONTAINER: &str = "harness";
 
-pub const REQUIREMENTS_ANNOTATION: &str = "clawfed.io/requirement-labels";
-/// Annotation on the Harness Service: the execution mode.
-pub const EXECUTION_ANNOTATION: &str = "clawfed.io/execution";
-/// Annotation on the Harness Service, present when readiness requires a
-/// plugin startup status: [`StartupAnnotation`] (JSON), so a restarted
-/// spoke keeps requiring it.
-pub const STARTUP_ANNOTATION: &str = "clawfed.io/startup-status";
+// The Harness Service's annotations (the contract's keys, in proto): the
+// requirement labels, the execution mode and, when readiness requires a
+// plugin startup status, a [`StartupAnnotation`].
+pub use clawfed_proto::labels::{
+    EXECUTION_ANNOTATION, REQUIREMENTS_ANNOTATION, STARTUP_ANNOTATION,
+};
 
 /// What a restarted spoke needs to check a revision's startup status.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -109,7 +106,7 @@ pub fn pod_labels(h: &HarnessWork) -> BTreeMap<String, String> {
         l.insert(k.clone(), v.clone());
     }
     if !h.harness_kind.is_empty() {
-        l.insert("clawfed.io/harness-kind".into(), h.harness_kind.clone());
+        l.insert(labels::HARNESS_KIND.into(), h.harness_kind.clone());
     }
     l
 }
@@ -144,7 +141,7 @@ pub fn validate(h: &HarnessWork) -> Result<()> {
     }
     required_labels(&readiness_query(h)).map_err(|e| Error::Invalid(e.to_string()))?;
     for k in h.requirement_labels.keys() {
-        if k.starts_with("clawfed.io/") || k == labels::MANAGED_BY {
+        if labels::is_reserved(k) {
             return Err(Error::Invalid(format!(
                 "requirement label {k} uses a key reserved for clawfed"
             )));

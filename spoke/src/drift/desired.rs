@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::apply::{self, Error, Result, ledger, owner_labels, ssa};
 
 /// Label marking a desired-state record (value `true`).
-pub const LABEL: &str = "clawfed.io/desired-state";
+pub const LABEL: &str = clawfed_proto::labels::DESIRED_STATE;
 /// The Secret key holding the [`Record`] (JSON).
 pub const KEY: &str = "record";
 

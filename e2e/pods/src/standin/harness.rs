@@ -128,8 +128,8 @@ impl Harness {
                 .unwrap_or_default()
         };
         let identity = Identity {
-            agent: pick("CLAWFED_AGENT", "clawfed.io/agent"),
-            revision: pick("CLAWFED_REVISION", "clawfed.io/revision"),
+            agent: pick("CLAWFED_AGENT", clawfed_proto::labels::AGENT),
+            revision: pick("CLAWFED_REVISION", clawfed_proto::labels::REVISION),
             pod: env.get("CLAWFED_POD_NAME").cloned().unwrap_or_default(),
             namespace: env
                 .get("CLAWFED_POD_NAMESPACE")
