@@ -489,27 +489,10 @@ fn cluster_environment(
             .transpose()
     };
     let proxy = match &args.workload_proxy {
-        Some(url) => {
-            let rest = url
-                .strip_prefix("http://")
-                .or_else(|| url.strip_prefix("https://"))
-                .with_context(|| {
-                    format!("--workload-proxy {url:?}: must be http(s)://host:port")
-                })?;
-            let authority = rest.split('/').next().unwrap_or_default();
-            anyhow::ensure!(
-                !authority.contains('@'),
-                "--workload-proxy: no credentials in the URL (they would be readable in every Harness Pod's spec)"
-            );
-            anyhow::ensure!(
-                !authority.is_empty(),
-                "--workload-proxy {url:?}: must be http(s)://host:port"
-            );
-            Some(WorkloadProxy {
-                url: url.clone(),
-                no_proxy: args.workload_no_proxy.clone(),
-            })
-        }
+        Some(url) => Some(
+            WorkloadProxy::parse(url, args.workload_no_proxy.clone())
+                .map_err(|e| anyhow::anyhow!("--workload-proxy: {e}"))?,
+        ),
         None => {
             anyhow::ensure!(
                 args.workload_no_proxy.is_empty(),

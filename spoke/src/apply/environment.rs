@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 
-use clawfed_proto::work::HarnessWork;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, EnvVar, LocalObjectReference, PodSpec, Secret, Volume,
@@ -37,6 +36,30 @@ pub struct WorkloadProxy {
     pub no_proxy: Vec<String>,
 }
 
+impl WorkloadProxy {
+    /// `url` must be `http(s)://host[:port]` without credentials (they would
+    /// be readable in every Harness Pod's spec).
+    pub fn parse(url: &str, no_proxy: Vec<String>) -> Result<Self, String> {
+        match scheme_and_authority(url) {
+            Some((_, authority)) if authority.contains('@') => Err(
+                "no credentials in the URL (they would be readable in every Harness Pod's spec)"
+                    .into(),
+            ),
+            Some((_, authority)) if !authority.is_empty() => Ok(WorkloadProxy {
+                url: url.to_owned(),
+                no_proxy,
+            }),
+            _ => Err(format!("{url:?}: must be http(s)://host:port")),
+        }
+    }
+}
+
+/// `(scheme, host[:port])` of an `http(s)://` URL.
+fn scheme_and_authority(url: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    matches!(scheme, "http" | "https").then(|| (scheme, rest.split('/').next().unwrap_or_default()))
+}
+
 /// The execution cluster's requirements of workload Pods.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterEnvironment {
@@ -60,15 +83,18 @@ impl ClusterEnvironment {
         clawfed_proto::registry::mirrored(&self.registry_mirrors, image)
     }
 
-    /// The work as this cluster runs it (the image it can pull).
-    pub fn work(&self, h: &HarnessWork) -> HarnessWork {
-        let mut h = h.clone();
-        h.image = self.image(&h.image);
-        h
-    }
-
-    /// Adds what the cluster requires to a Harness Pod built from the work.
+    /// Adds what the cluster requires to a Harness Pod built from the work:
+    /// images from its mirror, pull credentials, proxy, CA bundle.
     pub fn decorate(&self, pod: &mut PodSpec) {
+        for c in pod
+            .containers
+            .iter_mut()
+            .chain(pod.init_containers.iter_mut().flatten())
+        {
+            if let Some(image) = c.image.as_mut() {
+                *image = self.image(image);
+            }
+        }
         if self.pull_credentials.is_some() {
             pod.image_pull_secrets = Some(vec![LocalObjectReference {
                 name: PULL_SECRET.into(),
@@ -125,10 +151,7 @@ impl ClusterEnvironment {
     /// NetworkPolicy lets Harness Pods reach it (a host name cannot be a
     /// NetworkPolicy peer; then the installation's egress rules must).
     pub fn proxy_endpoint(&self) -> Option<(std::net::IpAddr, u16)> {
-        let url = &self.proxy.as_ref()?.url;
-        let (scheme, rest) = url.split_once("://")?;
-        let authority = rest.split('/').next()?;
-        let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+        let (scheme, authority) = scheme_and_authority(&self.proxy.as_ref()?.url)?;
         let default_port = if scheme == "https" { 443 } else { 80 };
         if let Ok(sock) = authority.parse::<std::net::SocketAddr>() {
             return Some((sock.ip(), sock.port()));
@@ -182,6 +205,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_proxy_url_is_http_without_credentials_and_an_ip_gets_its_endpoint() {
+        let p = WorkloadProxy::parse("http://198.18.9.9:3128", vec![]).unwrap();
+        let e = ClusterEnvironment {
+            proxy: Some(p),
+            ..Default::default()
+        };
+        assert_eq!(
+            e.proxy_endpoint(),
+            Some(("198.18.9.9".parse().unwrap(), 3128))
+        );
+        let named = ClusterEnvironment {
+            proxy: Some(WorkloadProxy::parse("https://proxy.corp", vec![]).unwrap()),
+            ..Default::default()
+        };
+        assert_eq!(
+            named.proxy_endpoint(),
+            None,
+            "a host name is no NetworkPolicy peer"
+        );
+        for bad in [
+            "http://u:p@198.18.9.9:3128",
+            "socks5://198.18.9.9:1080",
+            "198.18.9.9:3128",
+            "http://",
+        ] {
+            assert!(WorkloadProxy::parse(bad, vec![]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn pods_get_pull_credentials_proxy_and_ca_bundle() {
         let e = ClusterEnvironment {
             pull_credentials: Some("{\"auths\":{}}".into()),
@@ -190,13 +243,21 @@ mod tests {
                 no_proxy: vec!["models.internal".into()],
             }),
             ca_bundle: Some("-----BEGIN CERTIFICATE-----\n".into()),
-            ..Default::default()
+            registry_mirrors: vec!["registry.example=mirror.internal:5000".parse().unwrap()],
         };
         let mut pod = PodSpec {
-            containers: vec![Default::default()],
+            containers: vec![k8s_openapi::api::core::v1::Container {
+                image: Some("registry.example/openclaw@sha256:ab".into()),
+                ..Default::default()
+            }],
             ..Default::default()
         };
         e.decorate(&mut pod);
+        assert_eq!(
+            pod.containers[0].image.as_deref(),
+            Some("mirror.internal:5000/openclaw@sha256:ab"),
+            "from the mirror, digest kept"
+        );
         assert_eq!(
             pod.image_pull_secrets.unwrap()[0].name,
             PULL_SECRET.to_string()

@@ -604,7 +604,7 @@ pub fn startup_env(h: &HarnessWork) -> Vec<EnvVar> {
 /// the cluster's mirror, its pull credentials, proxy and CA bundle
 /// ([`super::environment`]).
 pub fn pod_spec_in(h: &HarnessWork, cluster: &super::environment::ClusterEnvironment) -> PodSpec {
-    let mut pod = pod_spec(&cluster.work(h));
+    let mut pod = pod_spec(h);
     cluster.decorate(&mut pod);
     pod
 }
@@ -617,7 +617,9 @@ pub fn deployment_in(
     generation: i64,
 ) -> Deployment {
     let mut d = deployment(h, target, generation);
-    d.spec.template.spec = Some(pod_spec_in(h, cluster));
+    if let Some(pod) = d.spec.template.spec.as_mut() {
+        cluster.decorate(pod);
+    }
     d
 }
 
