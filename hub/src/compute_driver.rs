@@ -361,60 +361,44 @@ impl Network {
     }
 }
 
-/// Keys given in both spellings: (the seed's, the alias), relative to the
-/// section.
-const ALIASES: [(&str, &str); 5] = [
-    ("resources.namespace.quota", "resources.namespaceQuota"),
-    (
-        "resources.namespace.containerDefaults",
-        "resources.containerDefaults",
-    ),
-    (
-        "network.gatewayTrustedProxyCidrs",
-        "network.trustedProxyCidrs",
-    ),
-    (
-        "servicePrincipalCredentials.mode",
-        "servicePrincipalCredentials.enabled",
-    ),
-    (
-        "runtime.gatewayStorageClassName",
-        "runtime.gatewayStorageClass",
-    ),
-];
-
 impl ComputeDriverConfig {
-    /// Refuses a key given in both its seed spelling and its alias.
+    /// Refuses a key given in both its seed spelling and its alias: (the
+    /// seed's key, the alias, each given?), keys relative to the section.
     fn check_aliases(&self) -> Result<(), Invalid> {
-        let given = [
+        let ns = self.resources.namespace.as_ref();
+        let both = [
             (
-                self.resources
-                    .namespace
-                    .as_ref()
-                    .is_some_and(|n| n.quota.is_some()),
+                "resources.namespace.quota",
+                "resources.namespaceQuota",
+                ns.is_some_and(|n| n.quota.is_some()),
                 self.resources.namespace_quota.is_some(),
             ),
             (
-                self.resources
-                    .namespace
-                    .as_ref()
-                    .is_some_and(|n| n.container_defaults.is_some()),
+                "resources.namespace.containerDefaults",
+                "resources.containerDefaults",
+                ns.is_some_and(|n| n.container_defaults.is_some()),
                 self.resources.container_defaults.is_some(),
             ),
             (
+                "network.gatewayTrustedProxyCidrs",
+                "network.trustedProxyCidrs",
                 self.network.gateway_trusted_proxy_cidrs.is_some(),
                 self.network.trusted_proxy_cidrs.is_some(),
             ),
             (
+                "servicePrincipalCredentials.mode",
+                "servicePrincipalCredentials.enabled",
                 self.service_principal_credentials.mode.is_some(),
                 self.service_principal_credentials.enabled.is_some(),
             ),
             (
+                "runtime.gatewayStorageClassName",
+                "runtime.gatewayStorageClass",
                 self.runtime.gateway_storage_class_name.is_some(),
                 self.runtime.gateway_storage_class.is_some(),
             ),
         ];
-        for ((seed, alias), (a, b)) in ALIASES.iter().zip(given) {
+        for (seed, alias, a, b) in both {
             if a && b {
                 return Err(invalid(
                     seed,
