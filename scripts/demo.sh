@@ -81,13 +81,12 @@ kc() { e2e/cluster.sh kubectl "$@"; }
 # A previous run's tenant namespace would make the spoke fail closed (two
 # namespaces claiming tenant "demo"): remove leftovers of this demo only.
 kc exec-a delete namespace -l clawfed.io/tenant=demo --ignore-not-found --wait=true --timeout=60s >&2 || true
-kc control delete deployment,service,httproute,networkpolicy,secret,serviceaccount,pvc \
-  -n clawfed-gateways -l clawfed.io/agent=hello --ignore-not-found --wait=true --timeout=60s >&2 2>/dev/null || true
+kc control delete namespace -l clawfed.io/tenant=demo --ignore-not-found --wait=true --timeout=60s >&2 || true
 kc control delete pv clawfed-demo-hello-gateway --ignore-not-found --wait=true --timeout=30s >&2 || true
 kc exec-a delete namespace demo-model --ignore-not-found --wait=true --timeout=60s >&2 || true
 
 log "least-privilege identities: hub in control, spoke in exec-a"
-kc control apply --server-side --force-conflicts -f deploy/hub/namespace.yaml -f deploy/hub/rbac.yaml >&2
+kc control apply --server-side --force-conflicts -f deploy/hub/namespace.yaml -f deploy/hub/rbac.yaml -f deploy/hub/admission.yaml >&2
 kc exec-a apply --server-side --force-conflicts -f deploy/spoke/namespace.yaml -f deploy/spoke/rbac.yaml -f deploy/spoke/provider-crd.yaml -f deploy/spoke/admission.yaml >&2
 # Storage for the Gateway's SQLite volume (kwok nodes mount nothing, and the
 # test clusters have no provisioner) and an edge Gateway for the routes.
@@ -98,17 +97,6 @@ metadata: { name: clawfed-demo-local }
 provisioner: kubernetes.io/no-provisioner
 volumeBindingMode: Immediate
 reclaimPolicy: Retain
----
-apiVersion: v1
-kind: PersistentVolume
-metadata: { name: clawfed-demo-hello-gateway }
-spec:
-  capacity: { storage: 1Gi }
-  accessModes: [ReadWriteOnce]
-  storageClassName: clawfed-demo-local
-  persistentVolumeReclaimPolicy: Retain
-  hostPath: { path: /var/lib/clawfed-demo/hello-gateway }
-  claimRef: { namespace: clawfed-gateways, name: hello-gateway-data }
 ---
 apiVersion: v1
 kind: Namespace
@@ -167,7 +155,6 @@ gateway:
   enabled: true
   kubeconfig: "$STATE/hub-control.kubeconfig"
   options:
-    namespace: clawfed-gateways
     storageClass: clawfed-demo-local
     workspaceSize: 1Gi
     trustedProxyCidrs: ["10.244.0.0/16"]
@@ -211,6 +198,23 @@ cf clusters list
 log "a sample Agent, deployed and followed until Active"
 digest() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
 cf namespaces create demo --display-name "Demo tenant"
+# The tenant's Gateways run in its own namespace in control,
+# oce-gateways-<first 24 hex of sha256(namespace id)>, which the hub makes;
+# the Gateway's volume is bound to its claim there in advance.
+DEMO_ID="$("$BIN/clawfed" namespaces get demo -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
+GW_NS="oce-gateways-$(printf '%s' "$DEMO_ID" | sha256sum | cut -c1-24)"
+kc control apply --server-side --force-conflicts -f - >&2 <<EOF
+apiVersion: v1
+kind: PersistentVolume
+metadata: { name: clawfed-demo-hello-gateway }
+spec:
+  capacity: { storage: 1Gi }
+  accessModes: [ReadWriteOnce]
+  storageClassName: clawfed-demo-local
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: { path: /var/lib/clawfed-demo/hello-gateway }
+  claimRef: { namespace: $GW_NS, name: hello-gateway-data }
+EOF
 # Stand-in images: the test clusters' pod runner runs them as real
 # processes (a Harness that answers, a Gateway that forwards through the
 # hub's tunnel).
@@ -228,14 +232,14 @@ cf revisions list -a hello -n demo
 cf fleet
 echo
 echo "Gateway and route in the control cluster:"
-kc control get deployments,services,httproutes -n clawfed-gateways -o name
+kc control get deployments,services,httproutes -n "$GW_NS" -o name
 echo "Harness in the execution cluster:"
 kc exec-a get deployments,pods -A -l clawfed.io/agent=hello -o wide
 echo
 echo "A request through the route's backend (Service hello-r1-gateway in control):"
 echo "  Gateway (control) -> hub tunnel ingress -> spoke link -> Harness (exec-a)"
-echo "\$ kubectl --context control get --raw /api/v1/namespaces/clawfed-gateways/services/hello-r1-gateway:18789/proxy/identity"
-answer="$(kc control get --raw /api/v1/namespaces/clawfed-gateways/services/hello-r1-gateway:18789/proxy/identity)"
+echo "\$ kubectl --context control get --raw /api/v1/namespaces/$GW_NS/services/hello-r1-gateway:18789/proxy/identity"
+answer="$(kc control get --raw "/api/v1/namespaces/$GW_NS/services/hello-r1-gateway:18789/proxy/identity")"
 echo "$answer"
 echo "$answer" | grep -q '"agent": *"hello"' || { echo "demo: the Harness did not answer as hello" >&2; exit 1; }
 

@@ -1278,6 +1278,9 @@ impl Config {
     pub fn gateway_options(&self) -> crate::gateway::GatewayConfig {
         let mut options = self.gateway.options.clone();
         options.require_immutable_digest = self.policy.require_immutable_digest;
+        let workload = self.workload_settings();
+        options.namespace_quota = workload.namespace_quota;
+        options.container_defaults = workload.container_defaults;
         if options.default_image.is_none() {
             options.default_image = Some(self.policy.default_gateway_image.clone());
         }
@@ -1737,6 +1740,7 @@ mod tests {
         assert!(crate::gateway::objects::validate_config(&g).is_ok());
         let spec = crate::gateway::GatewaySpec {
             tenant: "team".into(),
+            namespace_id: "team-id".into(),
             agent: "bot".into(),
             revision: 1,
             revision_id: "r1".into(),
@@ -1954,7 +1958,7 @@ mod tests {
                 )]),
             }]
         );
-        assert_eq!(g.namespace, "clawfed-gateways", "clawfed's own key is kept");
+        assert_eq!(g.namespace_quota, c.workload_settings().namespace_quota);
         assert!(crate::gateway::objects::validate_config(&g).is_ok());
         // Harness and namespace settings -> every work item.
         let w = c.workload_settings();
@@ -2182,26 +2186,26 @@ mod tests {
     fn a_setting_given_twice_names_both_keys() {
         let cases = [
             (
-                "    namespace: clawfed-gateways\n",
-                "    namespace: clawfed-gateways\n    storageClass: other\n",
+                "    namespacePrefix: oce-gateways\n",
+                "    namespacePrefix: oce-gateways\n    storageClass: other\n",
                 "gateway.options.storageClass",
                 "runtime.gatewayStorageClassName",
             ),
             (
-                "    namespace: clawfed-gateways\n",
-                "    namespace: clawfed-gateways\n    port: 8443\n",
+                "    namespacePrefix: oce-gateways\n",
+                "    namespacePrefix: oce-gateways\n    port: 8443\n",
                 "gateway.options.port",
                 "network.gatewayPort",
             ),
             (
-                "    namespace: clawfed-gateways\n",
-                "    namespace: clawfed-gateways\n    nodeSelector: { a: b }\n",
+                "    namespacePrefix: oce-gateways\n",
+                "    namespacePrefix: oce-gateways\n    nodeSelector: { a: b }\n",
                 "gateway.options.nodeSelector",
                 "runtime.gatewayNodeSelector",
             ),
             (
-                "    namespace: clawfed-gateways\n",
-                "    namespace: clawfed-gateways\n    trustedProxyCidrs: []\n",
+                "    namespacePrefix: oce-gateways\n",
+                "    namespacePrefix: oce-gateways\n    trustedProxyCidrs: []\n",
                 "gateway.options.trustedProxyCidrs",
                 "network.gatewayTrustedProxyCidrs",
             ),
@@ -2238,8 +2242,8 @@ mod tests {
         let text = example_text()
             .replacen("        gatewayStorageClassName: fast-rwo\n", "", 1)
             .replacen(
-                "    namespace: clawfed-gateways\n",
-                "    namespace: clawfed-gateways\n    storageClass: other\n",
+                "    namespacePrefix: oce-gateways\n",
+                "    namespacePrefix: oce-gateways\n    storageClass: other\n",
                 1,
             );
         let c = load_text(&text).expect("no conflict");

@@ -1,8 +1,11 @@
 //! The Gateway room: each Agent's Gateway in the control cluster, managed
-//! with the hub's own least-privilege identity (`deploy/hub/rbac.yaml`: a Role
-//! in the gateway namespace only).
+//! with the hub's own least-privilege identity (`deploy/hub/rbac.yaml`: it
+//! creates each tenant's Gateway namespace and binds its Gateway runtime
+//! role there, nowhere else; `deploy/hub/admission.yaml` holds it to that).
 //!
-//! Per Agent, in the managed gateway namespace ([`GatewayConfig::namespace`]):
+//! Per tenant, a managed Gateway runtime namespace
+//! ([`clawfed_proto::naming::gateway_namespace`]) with the tenant's quota and
+//! container defaults. Per Agent, in its tenant's Gateway namespace:
 //! a ServiceAccount, a transport Secret (never the model credential: that
 //! goes to the Harness only), a ReadWriteOnce PVC, a default-deny
 //! NetworkPolicy, a single-replica `Recreate` Deployment (the PVC holds
@@ -34,7 +37,7 @@ use std::fmt;
 use clawfed_proto::work::{EgressRule, Resources};
 use serde::{Deserialize, Serialize};
 
-pub use client::{Activation, Error, Gateways, Result, Step, StepAction};
+pub use client::{Activation, Error, Gateways, Result, Step, StepAction, TenantGateways};
 pub use ready::{NotReady, Readiness};
 pub use runtime::{
     GatewayFailure, GatewayRuntime, GatewayTarget, GatewaysDisabled, TunnelEndpoint,
@@ -46,8 +49,8 @@ pub use watch::{GatewayReady, GatewayWatch, ReadyListener};
 pub const FIELD_MANAGER: &str = "clawfed-hub";
 /// Value of the workload-role label on Gateway objects.
 pub const GATEWAY_ROLE: &str = "gateway";
-/// Default managed gateway namespace.
-pub const DEFAULT_NAMESPACE: &str = "clawfed-gateways";
+/// Default ClusterRole the hub binds in each Gateway namespace.
+pub const DEFAULT_RUNTIME_CLUSTER_ROLE: &str = "clawfed-hub-gateway-runtime";
 /// Default API version of HTTPRoute (Gateway API, standard channel).
 pub const DEFAULT_ROUTE_API_VERSION: &str = "gateway.networking.k8s.io/v1";
 /// Default port of the OpenClaw Gateway.
@@ -57,9 +60,31 @@ pub const DEFAULT_GATEWAY_PORT: i32 = 18789;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GatewayConfig {
-    /// The managed gateway namespace in the control cluster.
-    #[serde(default = "default_namespace")]
-    pub namespace: String,
+    /// Each tenant's Gateways run in its own managed namespace
+    /// `<namespacePrefix>-<24 hex of sha256(namespace id)>` in the control
+    /// cluster, which the hub creates.
+    #[serde(default = "default_namespace_prefix")]
+    pub namespace_prefix: String,
+    /// Removed (one namespace shared by every tenant): refused with a
+    /// message naming [`Self::namespace_prefix`].
+    #[serde(default, skip_serializing)]
+    pub namespace: Option<String>,
+    /// The ClusterRole the hub binds to its own ServiceAccount in each
+    /// Gateway namespace it creates (deploy/hub/rbac.yaml).
+    #[serde(default = "default_runtime_cluster_role")]
+    pub runtime_cluster_role: String,
+    /// The hub's own ServiceAccount: the subject of that binding.
+    #[serde(default)]
+    pub service_account: ServiceAccountRef,
+    /// ResourceQuota `spec.hard` of each Gateway namespace. Not a setting of
+    /// its own: the Compute Driver's `resources.namespace.quota` (quotas
+    /// apply to each physical namespace separately).
+    #[serde(skip)]
+    pub namespace_quota: BTreeMap<String, String>,
+    /// LimitRange container defaults of each Gateway namespace (the Compute
+    /// Driver's `resources.namespace.containerDefaults`).
+    #[serde(skip)]
+    pub container_defaults: clawfed_proto::work::ContainerDefaults,
     /// StorageClass of the Gateway PVC (SQLite-safe block storage); `None`
     /// uses the cluster default.
     #[serde(default)]
@@ -144,7 +169,12 @@ pub struct GatewayConfig {
 impl Default for GatewayConfig {
     fn default() -> Self {
         Self {
-            namespace: default_namespace(),
+            namespace_prefix: default_namespace_prefix(),
+            namespace: None,
+            runtime_cluster_role: default_runtime_cluster_role(),
+            service_account: ServiceAccountRef::default(),
+            namespace_quota: BTreeMap::new(),
+            container_defaults: Default::default(),
             storage_class: None,
             workspace_size: default_workspace_size(),
             node_selector: BTreeMap::new(),
@@ -167,6 +197,25 @@ impl Default for GatewayConfig {
             delete_timeout_seconds: default_delete_timeout(),
             transport_secret_prefix: None,
             service_principal: None,
+        }
+    }
+}
+
+/// A ServiceAccount, by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServiceAccountRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl Default for ServiceAccountRef {
+    fn default() -> Self {
+        Self {
+            namespace: "clawfed-system".into(),
+            name: "clawfed-hub".into(),
         }
     }
 }
@@ -245,6 +294,8 @@ pub struct PrivateRouting {
 pub struct GatewaySpec {
     /// The clawfed namespace (tenant) name.
     pub tenant: String,
+    /// The clawfed namespace id: names the tenant's Gateway namespace.
+    pub namespace_id: String,
     /// Agent name (DNS-1123, at most 40 characters).
     pub agent: String,
     /// AgentRevision number.
@@ -358,8 +409,12 @@ impl fmt::Debug for TlsBundle {
     }
 }
 
-fn default_namespace() -> String {
-    DEFAULT_NAMESPACE.into()
+fn default_namespace_prefix() -> String {
+    clawfed_proto::naming::GATEWAY_NAMESPACE_PREFIX.into()
+}
+
+fn default_runtime_cluster_role() -> String {
+    DEFAULT_RUNTIME_CLUSTER_ROLE.into()
 }
 
 fn default_workspace_size() -> String {

@@ -1052,9 +1052,9 @@ impl Service {
                 .map(|c| c.id),
             None => None,
         };
+        let ns_id = self.store.get_namespace(ns).await?.id;
         let harness = match (&source, &cluster_id) {
             (Some(s), Some(cid)) => {
-                let ns_id = self.store.get_namespace(ns).await?.id;
                 let target = clawfed_proto::work::target::harness(&ns_id, agent, number);
                 s.harness(cid, &target, &rev.id).await
             }
@@ -1062,7 +1062,7 @@ impl Service {
             (_, None) => diagnose::unknown("harness", "the revision is not placed on a cluster"),
         };
         let gateway = match &source {
-            Some(s) => s.gateway(agent, number).await,
+            Some(s) => s.gateway(&ns_id, agent, number).await,
             None => diagnose::unknown("gateway", "this hub runs no control-cluster Gateways"),
         };
         Ok(Diagnosis {

@@ -30,6 +30,12 @@ pub const ADOPTED: &str = "clawfed.io/adopted";
 /// and refuses it any write to an unmanaged namespace that lacks it.
 pub const ADOPTABLE: &str = "clawfed.io/adoptable";
 
+/// Label on a tenant's managed Gateway runtime namespace in the control
+/// cluster: the clawfed namespace id it holds the Gateways of. The hub
+/// finds, changes and deletes only namespaces carrying it
+/// (deploy/hub/admission.yaml).
+pub const GATEWAY_NAMESPACE: &str = "clawfed.io/gateway-namespace";
+
 /// Annotation on the Harness Service: the revision's requirement labels
 /// (JSON), so a restarted spoke can rebuild its readiness queries from the
 /// cluster.

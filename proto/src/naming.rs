@@ -39,6 +39,25 @@ pub fn data_plane_namespace(namespace_id: &str) -> String {
     format!("{DATA_PLANE_PREFIX}{}", &hex[..DATA_PLANE_HASH_LEN])
 }
 
+/// Default prefix of the managed Gateway runtime namespaces in the control
+/// cluster (the seeds' `oce-gateways-<hash>`).
+pub const GATEWAY_NAMESPACE_PREFIX: &str = "oce-gateways";
+/// Hex characters of SHA-256(namespace id) in a Gateway runtime namespace name.
+pub const GATEWAY_NAMESPACE_HASH_LEN: usize = 24;
+/// Longest Gateway namespace prefix: `<prefix>-<24 hex>` stays a DNS-1123
+/// label (63).
+pub const MAX_GATEWAY_NAMESPACE_PREFIX_LEN: usize = 63 - 1 - GATEWAY_NAMESPACE_HASH_LEN;
+
+/// A tenant's managed Gateway runtime namespace in the control cluster:
+/// `<prefix>-` followed by the first 24 hex characters of
+/// SHA-256(namespace id). Each tenant's dedicated Gateways live there, with
+/// the tenant's quota and container defaults, apart from every other
+/// tenant's (two tenants may both have an Agent `support`).
+pub fn gateway_namespace(prefix: &str, namespace_id: &str) -> String {
+    let hex = hex::encode(Sha256::digest(namespace_id.as_bytes()));
+    format!("{prefix}-{}", &hex[..GATEWAY_NAMESPACE_HASH_LEN])
+}
+
 /// Whether `name` is a DNS-1123 subdomain (an object name such as a
 /// Secret's or a StorageClass's): dot-separated labels, at most 253
 /// characters.
@@ -102,6 +121,21 @@ pub fn is_legacy_data_plane_shape(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gateway_namespace_is_prefix_and_twenty_four_hex_of_sha256() {
+        // sha256("abc") = ba7816bf8f01cfea414140de5dae2223b00361a3...
+        assert_eq!(
+            gateway_namespace(GATEWAY_NAMESPACE_PREFIX, "abc"),
+            "oce-gateways-ba7816bf8f01cfea414140de"
+        );
+        let longest = "p".repeat(MAX_GATEWAY_NAMESPACE_PREFIX_LEN);
+        assert_eq!(gateway_namespace(&longest, "abc").len(), 63);
+        assert_ne!(
+            gateway_namespace(GATEWAY_NAMESPACE_PREFIX, "a"),
+            gateway_namespace(GATEWAY_NAMESPACE_PREFIX, "b")
+        );
+    }
 
     #[test]
     fn data_plane_namespace_is_prefix_and_fifteen_hex_of_sha256() {

@@ -11,11 +11,14 @@ use std::path::Path;
 use anyhow::{Context, Result, bail, ensure};
 use clawfed_hub::gateway::{DEFAULT_ROUTE_API_VERSION, GatewayConfig, PrivateRouting};
 use clawfed_proto::work::EgressRule;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::{
     HostPathVolumeSource, Namespace, ObjectReference, PersistentVolume, PersistentVolumeSpec,
     ServiceAccount,
 };
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -31,10 +34,20 @@ use crate::kube_env::{self, TestCluster};
 pub const HUB_NS: &str = "clawfed-system";
 /// The hub's ServiceAccount.
 pub const HUB_SA: &str = "clawfed-hub";
-/// The managed gateway namespace.
-pub const GW_NS: &str = "clawfed-gateways";
-/// A ServiceAccount with the hub's Role minus the httproutes rule.
+/// A ServiceAccount with the hub's rights, its Gateway runtime role minus
+/// the httproutes rule.
 pub const NOROUTE_SA: &str = "clawfed-hub-noroute";
+/// The Gateway runtime ClusterRole of [`NOROUTE_SA`].
+pub const NOROUTE_RUNTIME_ROLE: &str = "clawfed-hub-noroute-gateway-runtime";
+
+/// The managed Gateway namespace of the tenant whose clawfed namespace id
+/// is `namespace_id` (the hub's default prefix).
+pub fn gateway_ns(namespace_id: &str) -> String {
+    clawfed_proto::naming::gateway_namespace(
+        clawfed_proto::naming::GATEWAY_NAMESPACE_PREFIX,
+        namespace_id,
+    )
+}
 /// StorageClass of the Gateway PVCs (no provisioner; see [`volume_for`]).
 pub const STORAGE_CLASS: &str = "clawfed-gateway-test";
 /// Namespace of the edge Gateway the routes attach to.
@@ -83,7 +96,7 @@ fn documents(file: &str) -> Result<Vec<serde_json::Value>> {
     Ok(out)
 }
 
-fn no_wildcards(role: &Role) -> Result<()> {
+fn no_wildcards(role: &ClusterRole) -> Result<()> {
     for rule in role.rules.iter().flatten() {
         for field in [
             &rule.verbs,
@@ -108,14 +121,14 @@ pub fn gateway_api(kind: &str, plural: &str) -> ApiResource {
     )
 }
 
-/// Applies deploy/hub/{namespace,rbac}.yaml as admin, each document parsed
-/// into its typed k8s-openapi object, plus a second identity whose Role is
-/// the hub's without the httproutes rule, the Gateway StorageClass and the
-/// edge Gateway. Idempotent.
+/// Applies deploy/hub/{namespace,rbac,admission}.yaml as admin, each
+/// document parsed into its typed k8s-openapi object, plus a second
+/// identity whose Gateway runtime role is the hub's without the httproutes
+/// rule, the Gateway StorageClass and the edge Gateway. Idempotent.
 pub async fn install_hub(c: &TestCluster) -> Result<()> {
     let admin = c.admin();
-    let mut hub_role = None;
-    for file in ["namespace.yaml", "rbac.yaml"] {
+    let mut roles = BTreeMap::new();
+    for file in ["namespace.yaml", "rbac.yaml", "admission.yaml"] {
         for v in documents(file)? {
             match v["kind"].as_str().unwrap_or_default() {
                 "Namespace" => ssa(Api::all(admin.clone()), &typed::<Namespace>(&v)?).await?,
@@ -124,54 +137,78 @@ pub async fn install_hub(c: &TestCluster) -> Result<()> {
                     let ns = sa.namespace().context("sa namespace")?;
                     ssa(Api::namespaced(admin.clone(), &ns), &sa).await?
                 }
-                "Role" => {
-                    let role: Role = typed(&v)?;
+                "ClusterRole" => {
+                    let role: ClusterRole = typed(&v)?;
                     no_wildcards(&role)?;
-                    let ns = role.namespace().context("role namespace")?;
-                    ensure!(ns == GW_NS, "the hub's Role lives in {GW_NS}, not {ns}");
-                    ssa(Api::namespaced(admin.clone(), &ns), &role).await?;
-                    hub_role = Some(role);
+                    ssa(Api::all(admin.clone()), &role).await?;
+                    roles.insert(role.name_any(), role);
                 }
-                "RoleBinding" => {
-                    let rb: RoleBinding = typed(&v)?;
-                    let ns = rb.namespace().context("rb namespace")?;
-                    ssa(Api::namespaced(admin.clone(), &ns), &rb).await?
+                "ClusterRoleBinding" => {
+                    ssa(Api::all(admin.clone()), &typed::<ClusterRoleBinding>(&v)?).await?
                 }
-                other => {
-                    bail!("unexpected kind {other} in deploy/hub/{file} (no ClusterRole needed)")
+                "ValidatingAdmissionPolicy" => {
+                    ssa(
+                        Api::all(admin.clone()),
+                        &typed::<ValidatingAdmissionPolicy>(&v)?,
+                    )
+                    .await?
                 }
+                "ValidatingAdmissionPolicyBinding" => {
+                    ssa(
+                        Api::all(admin.clone()),
+                        &typed::<ValidatingAdmissionPolicyBinding>(&v)?,
+                    )
+                    .await?
+                }
+                other => bail!("unexpected kind {other} in deploy/hub/{file}"),
             }
         }
     }
-    // The same Role without route rights, for a second ServiceAccount.
-    let mut role = hub_role.context("deploy/hub/rbac.yaml has no Role")?;
-    role.metadata = ObjectMeta {
-        name: Some(NOROUTE_SA.into()),
-        namespace: Some(GW_NS.into()),
+    ensure!(!roles.is_empty(), "deploy/hub/rbac.yaml has no ClusterRole");
+    // The same rights for a second ServiceAccount, its Gateway runtime role
+    // without route rights.
+    let mut runtime = roles
+        .remove(clawfed_hub::gateway::DEFAULT_RUNTIME_CLUSTER_ROLE)
+        .context("deploy/hub/rbac.yaml has no Gateway runtime ClusterRole")?;
+    runtime.metadata = ObjectMeta {
+        name: Some(NOROUTE_RUNTIME_ROLE.into()),
         ..Default::default()
     };
-    let before = role.rules.as_ref().map_or(0, Vec::len);
-    role.rules = role.rules.map(|rules| {
+    let before = runtime.rules.as_ref().map_or(0, Vec::len);
+    runtime.rules = runtime.rules.map(|rules| {
         rules
             .into_iter()
             .filter(|r| !r.resources.iter().flatten().any(|x| x == "httproutes"))
             .collect()
     });
     ensure!(
-        role.rules.as_ref().map_or(0, Vec::len) + 1 == before,
+        runtime.rules.as_ref().map_or(0, Vec::len) + 1 == before,
         "one httproutes rule"
     );
-    ssa(Api::namespaced(admin.clone(), GW_NS), &role).await?;
+    ssa(Api::all(admin.clone()), &runtime).await?;
+    let mut cluster = roles
+        .remove(HUB_SA)
+        .context("deploy/hub/rbac.yaml has no ClusterRole clawfed-hub")?;
+    cluster.metadata = ObjectMeta {
+        name: Some(NOROUTE_SA.into()),
+        ..Default::default()
+    };
+    for rule in cluster.rules.iter_mut().flatten() {
+        if let Some(names) = rule.resource_names.as_mut() {
+            *names = vec![NOROUTE_RUNTIME_ROLE.into()];
+        }
+    }
+    ssa(Api::all(admin.clone()), &cluster).await?;
     let sa: ServiceAccount = typed(&json!({
         "metadata": { "name": NOROUTE_SA, "namespace": HUB_NS }
     }))?;
     ssa(Api::namespaced(admin.clone(), HUB_NS), &sa).await?;
-    let rb: RoleBinding = typed(&json!({
-        "metadata": { "name": NOROUTE_SA, "namespace": GW_NS },
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NOROUTE_SA },
+    let crb: ClusterRoleBinding = typed(&json!({
+        "metadata": { "name": NOROUTE_SA },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NOROUTE_SA },
         "subjects": [{ "kind": "ServiceAccount", "name": NOROUTE_SA, "namespace": HUB_NS }]
     }))?;
-    ssa(Api::namespaced(admin.clone(), GW_NS), &rb).await?;
+    ssa(Api::all(admin.clone()), &crb).await?;
 
     // Storage for the Gateway PVCs (pre-bound PVs, see `volume_for`).
     install_storage_class(&admin, STORAGE_CLASS).await?;
@@ -242,7 +279,6 @@ pub async fn hub_client(control: &TestCluster) -> Result<Client> {
 /// the kwok node, routes through the edge Gateway, digests required.
 pub fn gateway_config() -> GatewayConfig {
     GatewayConfig {
-        namespace: GW_NS.into(),
         storage_class: Some(STORAGE_CLASS.into()),
         workspace_size: "1Gi".into(),
         node_selector: BTreeMap::from([("type".into(), "kwok".into())]),
@@ -315,13 +351,14 @@ pub fn pre_bound_dir(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
-/// A PV pre-bound to the Agent's Gateway PVC.
-pub async fn volume_for(admin: &Client, agent: &str) -> Result<String> {
+/// A PV pre-bound to the Agent's Gateway PVC in Gateway namespace
+/// `gateway_ns` ([`gateway_ns`]).
+pub async fn volume_for(admin: &Client, gateway_ns: &str, agent: &str) -> Result<String> {
     pre_bound_volume(
         admin,
         &format!("gwtest-{agent}"),
         Some(STORAGE_CLASS),
-        GW_NS,
+        gateway_ns,
         &format!("{agent}-gateway-data"),
     )
     .await

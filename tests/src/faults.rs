@@ -61,7 +61,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::control_env::{self, GW_NS};
+use crate::control_env::{self, gateway_ns};
 use crate::kube_env::{self, TestCluster};
 use crate::procs::{Proc, bin, free_port};
 use crate::spoke_env;
@@ -1163,7 +1163,12 @@ impl World {
             let dedicated = self.rng.random_bool(0.6);
             let exec = self.rng.random_range(0..2);
             if dedicated {
-                let pv = control_env::volume_for(&self.control.admin(), &agent).await?;
+                let pv = control_env::volume_for(
+                    &self.control.admin(),
+                    &gateway_ns(&self.tenants[t].ns.id),
+                    &agent,
+                )
+                .await?;
                 self.pvs.push((0, pv));
             }
             let spec = self.spec(dedicated, exec, 0);
@@ -1693,6 +1698,7 @@ impl World {
         let t = &self.tenants[a.tenant];
         let ns = &t.ns.name;
         let dpns = &t.ns.data_plane_namespace;
+        let gw_ns = &gateway_ns(&t.ns.id);
         let who = format!("{ns}/{}", a.name);
         let exec = self.execs[a.exec].admin();
         let control = self.control.admin();
@@ -1730,8 +1736,8 @@ impl World {
             .filter(|d| d.name_any().ends_with("-harness"))
             .collect();
         let harness_names: Vec<String> = harness.iter().map(|d| d.name_any()).collect();
-        let gw_deployments = live_names::<Deployment>(&control, GW_NS, &a.name).await?;
-        let route = routes(&control)?.get_opt(&a.name).await?;
+        let gw_deployments = live_names::<Deployment>(&control, gw_ns, &a.name).await?;
+        let route = routes(&control, gw_ns)?.get_opt(&a.name).await?;
         // Secrets and PVCs of retired revisions are destroyed by the
         // retirement: none may be left.
         for (kind, names) in [
@@ -1766,19 +1772,19 @@ impl World {
                     ("Deployment", gw_deployments.clone()),
                     (
                         "Service",
-                        live_names::<Service>(&control, GW_NS, &a.name).await?,
+                        live_names::<Service>(&control, gw_ns, &a.name).await?,
                     ),
                     (
                         "Secret",
-                        live_names::<Secret>(&control, GW_NS, &a.name).await?,
+                        live_names::<Secret>(&control, gw_ns, &a.name).await?,
                     ),
                     (
                         "ServiceAccount",
-                        live_names::<ServiceAccount>(&control, GW_NS, &a.name).await?,
+                        live_names::<ServiceAccount>(&control, gw_ns, &a.name).await?,
                     ),
                     (
                         "PersistentVolumeClaim",
-                        live_names::<PersistentVolumeClaim>(&control, GW_NS, &a.name).await?,
+                        live_names::<PersistentVolumeClaim>(&control, gw_ns, &a.name).await?,
                     ),
                 ] {
                     if !names.is_empty() {
@@ -1837,7 +1843,7 @@ impl World {
                     .any(|r| r.progress.gateway_applied_at.is_some());
                 if a.dedicated && gateway_made {
                     let pvcs =
-                        live_names::<PersistentVolumeClaim>(&control, GW_NS, &a.name).await?;
+                        live_names::<PersistentVolumeClaim>(&control, gw_ns, &a.name).await?;
                     let want = format!("{}-gateway-data", a.name);
                     if !pvcs.contains(&want) {
                         p.push(format!(
@@ -2005,11 +2011,11 @@ impl World {
         if let Some(mut p) = self.hub_proc.take() {
             p.terminate().await;
         }
+        // Each tenant's Gateway namespace goes with everything in it.
         let g = Gateways::new(self.control.admin(), control_env::gateway_config())?;
-        for a in &self.agents {
-            let ns = &self.tenants[a.tenant].ns.name;
-            if let Err(e) = g.delete(ns, &a.name).await {
-                eprintln!("cleanup: gateway {ns}/{}: {e}", a.name);
+        for t in &self.tenants {
+            if let Err(e) = g.delete_namespace(&t.ns.id).await {
+                eprintln!("cleanup: gateway namespace of {}: {e}", t.ns.name);
             }
         }
         for exec in &self.execs {
@@ -2046,9 +2052,9 @@ fn revision_of(name: &str, agent: &str) -> Option<i64> {
     digits.parse().ok()
 }
 
-fn routes(client: &Client) -> Result<Api<DynamicObject>> {
+fn routes(client: &Client, gateway_ns: &str) -> Result<Api<DynamicObject>> {
     let ar = route_api_resource(clawfed_hub::gateway::DEFAULT_ROUTE_API_VERSION)?;
-    Ok(Api::namespaced_with(client.clone(), GW_NS, &ar))
+    Ok(Api::namespaced_with(client.clone(), gateway_ns, &ar))
 }
 
 fn agent_selector(agent: &str) -> ListParams {

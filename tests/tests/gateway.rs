@@ -11,11 +11,11 @@ use anyhow::{Context, Result};
 use clawfed_hub::gateway::objects::{TRANSPORT_KEYS, route_api_resource, route_spec};
 use clawfed_hub::gateway::{
     Activation, DEFAULT_ROUTE_API_VERSION, Error, GatewayConfig, GatewaySpec, Gateways,
-    PrivateRouting, Readiness, StepAction, Transport,
+    PrivateRouting, Readiness, StepAction, TenantGateways, Transport,
 };
 use clawfed_proto::labels;
 use clawfed_tests::control_env::{
-    self, EDGE_GATEWAY, EDGE_NS, GW_NS, HUB_NS, NOROUTE_SA, STORAGE_CLASS, delete_volume, typed,
+    self, EDGE_GATEWAY, EDGE_NS, HUB_NS, NOROUTE_SA, STORAGE_CLASS, delete_volume, typed,
     volume_for,
 };
 use clawfed_tests::kube_env::{TestCluster, eventually, is_forbidden};
@@ -31,6 +31,14 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
+
+/// The clawfed namespace id of the test tenant `team-gw`.
+const NS_ID: &str = "0190e5a0-0000-7000-8000-00000000team";
+
+/// Its managed Gateway namespace.
+fn gw_ns() -> String {
+    control_env::gateway_ns(NS_ID)
+}
 
 struct Env {
     cluster: TestCluster,
@@ -59,6 +67,7 @@ fn agent_name(prefix: &str) -> String {
 fn spec(agent: &str, revision: i64) -> GatewaySpec {
     GatewaySpec {
         tenant: "team-gw".into(),
+        namespace_id: NS_ID.into(),
         agent: agent.into(),
         revision,
         revision_id: format!("rev-{revision}"),
@@ -77,7 +86,7 @@ fn spec(agent: &str, revision: i64) -> GatewaySpec {
     }
 }
 
-async fn wait_ready(g: &Gateways, agent: &str, revision: i64) -> Result<()> {
+async fn wait_ready(g: &TenantGateways, agent: &str, revision: i64) -> Result<()> {
     eventually(
         WAIT,
         &format!("gateway {agent} r{revision} ready"),
@@ -88,7 +97,7 @@ async fn wait_ready(g: &Gateways, agent: &str, revision: i64) -> Result<()> {
 
 fn routes(admin: &Client) -> Result<Api<DynamicObject>> {
     let ar = route_api_resource(DEFAULT_ROUTE_API_VERSION)?;
-    Ok(Api::namespaced_with(admin.clone(), GW_NS, &ar))
+    Ok(Api::namespaced_with(admin.clone(), &gw_ns(), &ar))
 }
 
 async fn backend(admin: &Client, agent: &str) -> Result<Option<String>> {
@@ -110,7 +119,7 @@ where
         + std::fmt::Debug,
 {
     let lp = ListParams::default().labels(&format!("{}={agent}", labels::AGENT));
-    Ok(Api::<K>::namespaced(admin.clone(), GW_NS)
+    Ok(Api::<K>::namespaced(admin.clone(), &gw_ns())
         .list_metadata(&lp)
         .await?
         .items
@@ -121,9 +130,9 @@ where
 async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
     let e = env().await?;
     let admin = e.cluster.admin();
-    let g = Gateways::new(e.hub.clone(), config())?;
+    let g = Gateways::new(e.hub.clone(), config())?.tenant(NS_ID);
     let agent = agent_name("gwl");
-    let pv = volume_for(&admin, &agent).await?;
+    let pv = volume_for(&admin, &gw_ns(), &agent).await?;
 
     let steps = g.ensure(&spec(&agent, 1)).await?;
     let kinds: Vec<&str> = steps.iter().map(|s| s.kind).collect();
@@ -140,7 +149,7 @@ async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
     );
 
     // What the hub applied, read back as admin.
-    let d = Api::<Deployment>::namespaced(admin.clone(), GW_NS)
+    let d = Api::<Deployment>::namespaced(admin.clone(), &gw_ns())
         .get(&format!("{agent}-gateway"))
         .await?;
     assert_eq!(d.spec.replicas, Some(1));
@@ -189,7 +198,7 @@ async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
             .map(String::as_str),
         Some("kwok")
     );
-    let pvc = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), GW_NS)
+    let pvc = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), &gw_ns())
         .get(&format!("{agent}-gateway-data"))
         .await?;
     let pvc_spec = pvc.spec.context("pvc spec")?;
@@ -198,17 +207,17 @@ async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
         pvc_spec.access_modes,
         Some(vec!["ReadWriteOnce".to_string()])
     );
-    let secret = Api::<Secret>::namespaced(admin.clone(), GW_NS)
+    let secret = Api::<Secret>::namespaced(admin.clone(), &gw_ns())
         .get(&format!("{agent}-gateway-transport"))
         .await?;
     let keys: Vec<String> = secret.data.unwrap_or_default().into_keys().collect();
     assert_eq!(keys, ["gateway-token"]);
     assert!(keys.iter().all(|k| TRANSPORT_KEYS.contains(&k.as_str())));
-    let sa = Api::<ServiceAccount>::namespaced(admin.clone(), GW_NS)
+    let sa = Api::<ServiceAccount>::namespaced(admin.clone(), &gw_ns())
         .get(&format!("{agent}-gateway"))
         .await?;
     assert_eq!(sa.automount_service_account_token, Some(false));
-    let np = Api::<NetworkPolicy>::namespaced(admin.clone(), GW_NS)
+    let np = Api::<NetworkPolicy>::namespaced(admin.clone(), &gw_ns())
         .get(&format!("{agent}-gateway"))
         .await?
         .spec
@@ -217,7 +226,7 @@ async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
         np.policy_types,
         Some(vec!["Ingress".to_string(), "Egress".to_string()])
     );
-    let svc = Api::<Service>::namespaced(admin.clone(), GW_NS)
+    let svc = Api::<Service>::namespaced(admin.clone(), &gw_ns())
         .get(&format!("{agent}-r1-gateway"))
         .await?;
     let sel = svc.spec.and_then(|s| s.selector).context("selector")?;
@@ -308,7 +317,7 @@ async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
         let (admin, agent) = (admin.clone(), agent.clone());
         let (violated, rounds, stop_flag) = (violated.clone(), rounds.clone(), stop_flag.clone());
         tokio::spawn(async move {
-            let deployments = Api::<Deployment>::namespaced(admin.clone(), GW_NS);
+            let deployments = Api::<Deployment>::namespaced(admin.clone(), &gw_ns());
             let routes = routes(&admin)?;
             while !stop_flag.load(Ordering::SeqCst) {
                 let d = deployments.get_opt(&format!("{agent}-gateway")).await?;
@@ -387,7 +396,7 @@ async fn gateway_lifecycle_ensure_ready_activate_stop_delete() -> Result<()> {
 async fn ensure_refuses_tags_when_digests_are_required_and_a_missing_namespace() -> Result<()> {
     let e = env().await?;
     let admin = e.cluster.admin();
-    let g = Gateways::new(e.hub.clone(), config())?;
+    let g = Gateways::new(e.hub.clone(), config())?.tenant(NS_ID);
     let agent = agent_name("gwd");
     let mut s = spec(&agent, 1);
     s.image = Some("registry.invalid/openclaw-gateway:latest".into());
@@ -408,25 +417,43 @@ async fn ensure_refuses_tags_when_digests_are_required_and_a_missing_namespace()
             require_immutable_digest: false,
             ..config()
         },
-    )?;
+    )?
+    .tenant(NS_ID);
     relaxed.ensure(&s).await?;
     assert_eq!(count::<Deployment>(&admin, &agent).await?, 1);
     relaxed.delete("team-gw", &agent).await?;
 
-    // A gateway namespace that does not exist and that the hub may not create.
-    let missing = Gateways::new(
-        e.hub.clone(),
-        GatewayConfig {
-            namespace: agent_name("no-such-gw"),
-            ..config()
-        },
-    )?;
-    let err = missing
-        .ensure(&spec(&agent, 1))
+    // A namespace of the Gateway namespace's name that is not the
+    // tenant's (no mark: made by someone else) is refused, nothing applied.
+    let squatter_id = agent_name("squatted");
+    let squatted = control_env::gateway_ns(&squatter_id);
+    let ns: Namespace = typed(&json!({ "metadata": { "name": squatted } }))?;
+    Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    let mut s = spec(&agent, 1);
+    s.namespace_id = squatter_id.clone();
+    let err = Gateways::new(e.hub.clone(), config())?
+        .tenant(&squatter_id)
+        .ensure(&s)
         .await
-        .expect_err("no namespace");
+        .expect_err("not the tenant's namespace");
     assert!(matches!(err, Error::NamespaceUnavailable { .. }), "{err}");
     assert_eq!(err.reason(), "GatewayNamespaceUnavailable");
+    assert!(err.to_string().contains(labels::GATEWAY_NAMESPACE), "{err}");
+    let sa = Api::<ServiceAccount>::namespaced(admin.clone(), &squatted)
+        .get_opt(&format!("{agent}-gateway"))
+        .await?;
+    assert!(sa.is_none(), "nothing applied there");
+    // Nor does the tenant's teardown delete it.
+    let err = Gateways::new(e.hub.clone(), config())?
+        .delete_namespace(&squatter_id)
+        .await
+        .expect_err("not the tenant's namespace");
+    assert!(matches!(err, Error::NamespaceUnavailable { .. }), "{err}");
+    Api::<Namespace>::all(admin)
+        .delete(&squatted, &Default::default())
+        .await?;
     Ok(())
 }
 
@@ -434,9 +461,9 @@ async fn ensure_refuses_tags_when_digests_are_required_and_a_missing_namespace()
 async fn routing_failures_fail_clearly_and_leave_the_route_unchanged() -> Result<()> {
     let e = env().await?;
     let admin = e.cluster.admin();
-    let g = Gateways::new(e.hub.clone(), config())?;
+    let g = Gateways::new(e.hub.clone(), config())?.tenant(NS_ID);
     let agent = agent_name("gwr");
-    let pv = volume_for(&admin, &agent).await?;
+    let pv = volume_for(&admin, &gw_ns(), &agent).await?;
     g.ensure(&spec(&agent, 1)).await?;
     wait_ready(&g, &agent, 1).await?;
     g.activate("team-gw", &agent, 1).await?;
@@ -450,7 +477,18 @@ async fn routing_failures_fail_clearly_and_leave_the_route_unchanged() -> Result
         .cluster
         .service_account_client(HUB_NS, NOROUTE_SA, None)
         .await?;
-    let noroute = Gateways::new(noroute_client, config())?;
+    let noroute = Gateways::new(
+        noroute_client,
+        GatewayConfig {
+            runtime_cluster_role: control_env::NOROUTE_RUNTIME_ROLE.into(),
+            service_account: clawfed_hub::gateway::ServiceAccountRef {
+                namespace: HUB_NS.into(),
+                name: NOROUTE_SA.into(),
+            },
+            ..config()
+        },
+    )?
+    .tenant(NS_ID);
     let err = noroute
         .activate("team-gw", &agent, 2)
         .await
@@ -482,7 +520,8 @@ async fn routing_failures_fail_clearly_and_leave_the_route_unchanged() -> Result
             }),
             ..config()
         },
-    )?;
+    )?
+    .tenant(NS_ID);
     let err = bogus
         .activate("team-gw", &agent, 2)
         .await
@@ -510,7 +549,8 @@ async fn routing_failures_fail_clearly_and_leave_the_route_unchanged() -> Result
             private_routing: None,
             ..config()
         },
-    )?;
+    )?
+    .tenant(NS_ID);
     assert_eq!(
         unrouted.activate("team-gw", &agent, 2).await?,
         Activation::RoutingDisabled
@@ -524,7 +564,7 @@ async fn routing_failures_fail_clearly_and_leave_the_route_unchanged() -> Result
 }
 
 #[tokio::test]
-async fn the_hub_identity_is_confined_to_the_gateway_namespace() -> Result<()> {
+async fn the_hub_identity_is_confined_to_its_gateway_namespaces() -> Result<()> {
     let e = env().await?;
     let admin = e.cluster.admin();
     let other = e.cluster.create_namespace("gw-outside").await?;
@@ -550,15 +590,10 @@ async fn the_hub_identity_is_confined_to_the_gateway_namespace() -> Result<()> {
         .await
         .expect_err("cluster-wide secrets");
     assert!(is_forbidden(&err), "{err}");
-    let err = Api::<Secret>::namespaced(hub.clone(), GW_NS)
+    let err = Api::<Secret>::namespaced(hub.clone(), &gw_ns())
         .list(&ListParams::default())
         .await
         .expect_err("secrets are write-only for the hub");
-    assert!(is_forbidden(&err), "{err}");
-    let err = Api::<Namespace>::all(hub.clone())
-        .get("default")
-        .await
-        .expect_err("other namespaces");
     assert!(is_forbidden(&err), "{err}");
     let err = Api::<ClusterRole>::all(hub.clone())
         .list(&ListParams::default())
@@ -566,28 +601,82 @@ async fn the_hub_identity_is_confined_to_the_gateway_namespace() -> Result<()> {
         .expect_err("cluster roles");
     assert!(is_forbidden(&err), "{err}");
 
-    // Pointed at another (existing) namespace, ensure fails clearly and
-    // applies nothing there.
-    let outside = Gateways::new(
-        hub,
-        GatewayConfig {
-            namespace: other.name.clone(),
-            ..config()
-        },
-    )?;
+    // Its cluster-wide namespace and RoleBinding rights are held to its own
+    // Gateway namespaces by deploy/hub/admission.yaml: no unmarked
+    // namespace, no label on another namespace, no deleting one, no binding
+    // outside its namespaces, of another role, or to another subject.
+    let namespaces = Api::<Namespace>::all(hub.clone());
+    let unmarked: Namespace = typed(&json!({
+        "metadata": { "name": control_env::gateway_ns("unmarked"),
+                      "labels": { "app.kubernetes.io/managed-by": "clawfed" } }
+    }))?;
+    let err = namespaces
+        .create(&PostParams::default(), &unmarked)
+        .await
+        .expect_err("an unmarked namespace");
+    assert!(is_forbidden(&err), "{err}");
+    let misnamed: Namespace = typed(&json!({
+        "metadata": { "name": agent_name("misnamed"),
+                      "labels": { "app.kubernetes.io/managed-by": "clawfed",
+                                  labels::GATEWAY_NAMESPACE: "x" } }
+    }))?;
+    let err = namespaces
+        .create(&PostParams::default(), &misnamed)
+        .await
+        .expect_err("not <prefix>-<24 hex>");
+    assert!(is_forbidden(&err), "{err}");
+    let mark = json!({ "metadata": { "labels": { labels::GATEWAY_NAMESPACE: "x" } } });
+    let err = namespaces
+        .patch(
+            &other.name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&mark),
+        )
+        .await
+        .expect_err("marking another namespace");
+    assert!(is_forbidden(&err), "{err}");
+    let err = namespaces
+        .delete(&other.name, &Default::default())
+        .await
+        .expect_err("deleting another namespace");
+    assert!(is_forbidden(&err), "{err}");
+    let binding = |namespace: &str,
+                   role: &str,
+                   sa: &str|
+     -> Result<k8s_openapi::api::rbac::v1::RoleBinding> {
+        typed(&json!({
+            "metadata": { "name": "clawfed-hub", "namespace": namespace },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role },
+            "subjects": [{ "kind": "ServiceAccount", "name": sa, "namespace": HUB_NS }]
+        }))
+    };
+    let runtime_role = clawfed_hub::gateway::DEFAULT_RUNTIME_CLUSTER_ROLE;
+    let err = Api::namespaced(hub.clone(), &other.name)
+        .create(
+            &PostParams::default(),
+            &binding(&other.name, runtime_role, "clawfed-hub")?,
+        )
+        .await
+        .expect_err("binding outside its namespaces");
+    assert!(is_forbidden(&err), "{err}");
+    // In its own Gateway namespace (made by a first ensure): not another
+    // role, not to another subject.
+    let g = Gateways::new(hub.clone(), config())?.tenant(NS_ID);
     let agent = agent_name("gwo");
-    let err = outside.ensure(&spec(&agent, 1)).await.expect_err("outside");
-    assert!(
-        matches!(
-            err,
-            Error::RouteForbidden { .. } | Error::NamespaceUnavailable { .. }
-        ),
-        "{err}"
-    );
+    g.ensure(&spec(&agent, 1)).await?;
+    let own = gw_ns();
+    for (role, sa) in [("cluster-admin", "clawfed-hub"), (runtime_role, "default")] {
+        let err = Api::namespaced(hub.clone(), &own)
+            .create(&PostParams::default(), &binding(&own, role, sa)?)
+            .await
+            .expect_err("another role or subject");
+        assert!(is_forbidden(&err), "{role} to {sa}: {err}");
+    }
+    g.delete("team-gw", &agent).await?;
     let sas = Api::<ServiceAccount>::namespaced(admin, &other.name)
-        .get_opt(&format!("{agent}-gateway"))
+        .list_metadata(&ListParams::default())
         .await?;
-    assert!(sas.is_none());
+    assert!(sas.items.iter().all(|sa| sa.name_any() == "default"));
     other.delete().await?;
     Ok(())
 }
@@ -595,7 +684,7 @@ async fn the_hub_identity_is_confined_to_the_gateway_namespace() -> Result<()> {
 #[tokio::test]
 async fn readiness_reports_why_not() -> Result<()> {
     let e = env().await?;
-    let g = Gateways::new(e.hub.clone(), config())?;
+    let g = Gateways::new(e.hub.clone(), config())?.tenant(NS_ID);
     let agent = agent_name("gwn");
     assert_eq!(
         g.is_ready(&agent, 1).await?,
@@ -604,7 +693,7 @@ async fn readiness_reports_why_not() -> Result<()> {
     // Without a bound PVC the Pod stays Pending: never ready. Asked once
     // the scheduler has turned the Pod down, so the cluster had its say.
     g.ensure(&spec(&agent, 1)).await?;
-    let pods = Api::<Pod>::namespaced(e.cluster.admin(), GW_NS);
+    let pods = Api::<Pod>::namespaced(e.cluster.admin(), &gw_ns());
     let of_agent = ListParams::default().labels(&format!("{}={agent}", labels::AGENT));
     eventually(WAIT, "the Gateway Pod found unschedulable", || async {
         let unschedulable = pods.list(&of_agent).await?.items.iter().any(|p| {
@@ -677,7 +766,7 @@ async fn transport_credential_is_stable_per_revision() -> Result<()> {
     );
     let target = |rev: &serde_json::Value| GatewayTarget {
         tenant: "team-gw".into(),
-        namespace_id: String::new(),
+        namespace_id: NS_ID.into(),
         agent: agent.clone(),
         agent_id: String::new(),
         revision: rev["number"].as_i64().unwrap_or_default(),
@@ -695,7 +784,7 @@ async fn transport_credential_is_stable_per_revision() -> Result<()> {
     let store = hub.store();
     let g = Gateways::new(e.hub.clone(), config())?
         .with_transport(TransportCredentials::load(store.clone(), &hub.secrets).await?);
-    let secrets = Api::<Secret>::namespaced(admin.clone(), GW_NS);
+    let secrets = Api::<Secret>::namespaced(admin.clone(), &gw_ns());
     let secret_name = format!("{agent}-gateway-transport");
     let token_of = |s: &Secret| -> Result<String> {
         let data = s.data.as_ref().context("secret data")?;
@@ -756,7 +845,7 @@ async fn transport_credential_is_stable_per_revision() -> Result<()> {
         Ok::<_, anyhow::Error>(())
     }
     .await;
-    g.delete("team-gw", &agent).await?;
+    g.tenant(NS_ID).delete("team-gw", &agent).await?;
     hub.stop().await;
     result
 }

@@ -423,7 +423,7 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
     };
     let helm = Helm::new(bin)?;
 
-    // Hub: deploy/hub/rbac.yaml (no ClusterRole at all).
+    // Hub: deploy/hub/rbac.yaml and admission.yaml.
     let hub = documents(&helm.template(
         "clawfed-hub",
         "clawfed-hub",
@@ -431,7 +431,21 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
         &hub_values(),
     )?)?;
     same_rbac(&hub, &plain("deploy/hub/rbac.yaml")?, "hub")?;
-    ensure!(of_kind::<ClusterRole>(&hub, "ClusterRole")?.is_empty());
+    let hub_policy = |d: &[Value]| -> Result<ValidatingAdmissionPolicy> {
+        of_kind::<ValidatingAdmissionPolicy>(d, "ValidatingAdmissionPolicy")?
+            .into_iter()
+            .next()
+            .context("the hub's ValidatingAdmissionPolicy")
+    };
+    let (c, p) = (
+        hub_policy(&hub)?,
+        hub_policy(&plain("deploy/hub/admission.yaml")?)?,
+    );
+    assert_eq!(c.name_any(), p.name_any());
+    assert_eq!(
+        c.spec, p.spec,
+        "the chart's admission policy is deploy/hub's"
+    );
 
     // Spoke, default provider: deploy/spoke/rbac.yaml and nothing of the
     // CRD provider.
@@ -830,7 +844,8 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
     std::fs::write(&path, text)?;
     let config = clawfed_hub::config::Config::load(Some(&path), &Default::default())
         .with_context(|| format!("the chart's hub.yaml:\n{text}"))?;
-    assert_eq!(config.gateway.options.namespace, "clawfed-gateways");
+    assert_eq!(config.gateway.options.namespace, None);
+    assert_eq!(config.gateway.options.namespace_prefix, "oce-gateways");
     assert_eq!(config.gateway.options.hub.namespace, "clawfed-system");
     assert!(
         config.gateway.kubeconfig.is_none(),

@@ -42,7 +42,7 @@ use clawfed_hub::model::{
 use clawfed_hub::store::{NewToken, SessionStore, SqlStore, Store, WatchStore, WorkFilter};
 use clawfed_hub::worker::kinds::rollout_work;
 use clawfed_proto::labels;
-use clawfed_tests::control_env::{self, GW_NS};
+use clawfed_tests::control_env::{self, gateway_ns};
 use clawfed_tests::kube_env::{self, TestCluster};
 use clawfed_tests::procs::{Proc, bin, free_port};
 use clawfed_tests::{db, spoke_env, until};
@@ -847,7 +847,8 @@ fn log_count(log: &str, message: &str, id: &str) -> usize {
 #[derive(Default)]
 struct Cleanup {
     exec_namespaces: Vec<String>,
-    gateways: Vec<(String, String)>,
+    /// Tenants (namespace ids) whose Gateway namespace goes.
+    gateways: Vec<String>,
     control_pvs: Vec<String>,
     exec_pvs: Vec<String>,
 }
@@ -857,9 +858,11 @@ impl Cleanup {
     /// test StorageClass, which the provisioner leaves alone). Its
     /// workspace claim in exec-a gets a volume from the provisioner.
     async fn dedicated(&mut self, env: &Env, ns: &Namespace, agent: &str) -> Result<()> {
-        self.gateways.push((ns.name.clone(), agent.to_owned()));
+        if !self.gateways.contains(&ns.id) {
+            self.gateways.push(ns.id.clone());
+        }
         self.control_pvs
-            .push(control_env::volume_for(&env.control.admin(), agent).await?);
+            .push(control_env::volume_for(&env.control.admin(), &gateway_ns(&ns.id), agent).await?);
         Ok(())
     }
 
@@ -874,9 +877,9 @@ impl Cleanup {
         let control = kube_env::cluster("control").await?;
         let exec_a = kube_env::cluster("exec-a").await?;
         let g = Gateways::new(control.admin(), control_env::gateway_config())?;
-        for (tenant, agent) in self.gateways.drain(..) {
-            if let Err(e) = g.delete(&tenant, &agent).await {
-                eprintln!("cleanup: gateway {tenant}/{agent}: {e}");
+        for namespace_id in self.gateways.drain(..) {
+            if let Err(e) = g.delete_namespace(&namespace_id).await {
+                eprintln!("cleanup: gateway namespace of {namespace_id}: {e}");
             }
         }
         for pv in self.control_pvs.drain(..) {
@@ -982,7 +985,7 @@ async fn kill9_of_the_session_owner_during_pending_deploys_applies_each_harness_
         tenant_with_agents(&env, &b_rest, &mut cleanup, &cluster, "dedicated-codex", 3).await?;
     let dpns = ns.data_plane_namespace.clone();
     let harness = DeploymentLog::start(env.exec.admin(), &dpns).await?;
-    let gateways = DeploymentLog::start(env.control.admin(), GW_NS).await?;
+    let gateways = DeploymentLog::start(env.control.admin(), &gateway_ns(&ns.id)).await?;
 
     // Deploys through B while A holds the session.
     let started = Instant::now();
@@ -1128,7 +1131,7 @@ async fn two_replicas_driving_the_same_revisions_at_once_apply_each_step_once() 
     .await?;
     let dpns = ns.data_plane_namespace.clone();
     let harness = DeploymentLog::start(env.exec.admin(), &dpns).await?;
-    let gateways = DeploymentLog::start(env.control.admin(), GW_NS).await?;
+    let gateways = DeploymentLog::start(env.control.admin(), &gateway_ns(&ns.id)).await?;
 
     let started = Instant::now();
     let mut revisions = Vec::new();

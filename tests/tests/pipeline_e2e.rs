@@ -39,7 +39,7 @@ use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
 use clawfed_spoke::provider::{NamespaceContext, ProviderError, RevisionContext, SandboxDriver};
 use clawfed_spoke::tunnel::resolve::KubeHarnessDialer;
 use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
-use clawfed_tests::control_env::{self, GW_NS};
+use clawfed_tests::control_env::{self, gateway_ns};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env::{self, TestCluster};
 use clawfed_tests::procs::{Proc, bin, free_port};
@@ -273,7 +273,8 @@ impl Rest {
 #[derive(Default)]
 struct Cleanup {
     exec_namespaces: Vec<String>,
-    gateways: Vec<(String, String)>,
+    /// Tenants (namespace ids) whose Gateway namespace goes.
+    gateways: Vec<String>,
     control_pvs: Vec<String>,
     exec_pvs: Vec<String>,
 }
@@ -284,9 +285,11 @@ impl Cleanup {
     /// here) in control.
     async fn track(&mut self, control: &Client, ns: &Namespace, agent: &str) -> Result<()> {
         self.exec_namespaces.push(ns.data_plane_namespace.clone());
-        self.gateways.push((ns.name.clone(), agent.to_owned()));
+        if !self.gateways.contains(&ns.id) {
+            self.gateways.push(ns.id.clone());
+        }
         self.control_pvs
-            .push(control_env::volume_for(control, agent).await?);
+            .push(control_env::volume_for(control, &gateway_ns(&ns.id), agent).await?);
         Ok(())
     }
 
@@ -301,9 +304,9 @@ impl Cleanup {
         let control = kube_env::cluster("control").await?;
         let exec_a = kube_env::cluster("exec-a").await?;
         let g = Gateways::new(control.admin(), control_env::gateway_config())?;
-        for (tenant, agent) in self.gateways.drain(..) {
-            if let Err(e) = g.delete(&tenant, &agent).await {
-                eprintln!("cleanup: gateway {tenant}/{agent}: {e}");
+        for namespace_id in self.gateways.drain(..) {
+            if let Err(e) = g.delete_namespace(&namespace_id).await {
+                eprintln!("cleanup: gateway namespace of {namespace_id}: {e}");
             }
         }
         for pv in self.control_pvs.drain(..) {
@@ -518,13 +521,13 @@ impl Drop for InSpoke {
 
 // ------------------------------------------------------- cluster reads
 
-fn routes(client: &Client) -> Result<Api<DynamicObject>> {
+fn routes(client: &Client, gw_ns: &str) -> Result<Api<DynamicObject>> {
     let ar = route_api_resource(DEFAULT_ROUTE_API_VERSION)?;
-    Ok(Api::namespaced_with(client.clone(), GW_NS, &ar))
+    Ok(Api::namespaced_with(client.clone(), gw_ns, &ar))
 }
 
-async fn route_backend(control: &Client, agent: &str) -> Result<Option<String>> {
-    let Some(r) = routes(control)?.get_opt(agent).await? else {
+async fn route_backend(control: &Client, gw_ns: &str, agent: &str) -> Result<Option<String>> {
+    let Some(r) = routes(control, gw_ns)?.get_opt(agent).await? else {
         return Ok(None);
     };
     let s = route_spec(&r)?;
@@ -617,10 +620,11 @@ async fn assert_serving(
     control: &Client,
     exec: &Client,
     dpns: &str,
+    gw_ns: &str,
     agent: &str,
     revision: i64,
 ) -> Result<()> {
-    let gw = Api::<Deployment>::namespaced(control.clone(), GW_NS)
+    let gw = Api::<Deployment>::namespaced(control.clone(), gw_ns)
         .get(&format!("{agent}-gateway"))
         .await
         .context("gateway Deployment in control")?;
@@ -641,12 +645,12 @@ async fn assert_serving(
         "the Gateway is pointed at the revision's Harness Service"
     );
     assert_eq!(
-        live_names::<Service>(control, GW_NS, agent).await?,
+        live_names::<Service>(control, gw_ns, agent).await?,
         [format!("{agent}-r{revision}-gateway")],
         "one per-revision gateway Service"
     );
     assert_eq!(
-        route_backend(control, agent).await?,
+        route_backend(control, gw_ns, agent).await?,
         Some(format!("{agent}-r{revision}-gateway")),
         "HTTPRoute backendRef"
     );
@@ -821,6 +825,7 @@ impl World {
 async fn deploy_puts_the_gateway_in_control_and_the_harness_in_exec_a() -> Result<()> {
     let mut w = World::start().await?;
     let (ns, agent) = w.agent("dedicated-codex").await?;
+    let gw_ns = gateway_ns(&ns.id);
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
     // Issue 12: the tenant is provisioned in no cluster before any spoke
     // reported it (the hub accepting it is not a provisioning).
@@ -864,7 +869,15 @@ async fn deploy_puts_the_gateway_in_control_and_the_harness_in_exec_a() -> Resul
         r1.resolved_cluster.as_deref(),
         Some(w.cluster_name.as_str())
     );
-    assert_serving(&control, &exec, &ns.data_plane_namespace, &agent.name, 1).await?;
+    assert_serving(
+        &control,
+        &exec,
+        &ns.data_plane_namespace,
+        &gw_ns,
+        &agent.name,
+        1,
+    )
+    .await?;
     // The Gateway's objects live in the control cluster only.
     assert!(
         live_names::<Deployment>(&exec, &ns.data_plane_namespace, &agent.name)
@@ -993,14 +1006,23 @@ impl GatewayRuntime for GatedEnsure {
     async fn activate(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
         self.inner.activate(t).await
     }
-    async fn stop(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure> {
-        self.inner.stop(tenant, agent).await
+    async fn stop(&self, id: &str, tenant: &str, agent: &str) -> Result<(), GatewayFailure> {
+        self.inner.stop(id, tenant, agent).await
     }
-    async fn delete(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure> {
-        self.inner.delete(tenant, agent).await
+    async fn delete(&self, id: &str, tenant: &str, agent: &str) -> Result<(), GatewayFailure> {
+        self.inner.delete(id, tenant, agent).await
     }
-    async fn retire(&self, tenant: &str, agent: &str, revision: i64) -> Result<(), GatewayFailure> {
-        self.inner.retire(tenant, agent, revision).await
+    async fn retire(
+        &self,
+        id: &str,
+        tenant: &str,
+        agent: &str,
+        revision: i64,
+    ) -> Result<(), GatewayFailure> {
+        self.inner.retire(id, tenant, agent, revision).await
+    }
+    async fn delete_namespace(&self, id: &str) -> Result<(), GatewayFailure> {
+        self.inner.delete_namespace(id).await
     }
     fn start_watch(
         &self,
@@ -1078,6 +1100,7 @@ async fn a_slow_gateway_ensure_holds_no_pipeline_slot() -> Result<()> {
         &control,
         &exec,
         &ns_slow.data_plane_namespace,
+        &gateway_ns(&ns_slow.id),
         &slow.name,
         1,
     )
@@ -1457,6 +1480,7 @@ async fn a_trigger_that_runs_a_fallback_early_does_not_strand_the_revision() -> 
 async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> {
     let mut w = World::start().await?;
     let (ns, agent) = w.agent("embedded-openclaw").await?;
+    let gw_ns = gateway_ns(&ns.id);
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
     let dpns = ns.data_plane_namespace.clone();
     let name = agent.name.clone();
@@ -1533,20 +1557,27 @@ async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> 
     for (kind, names) in [
         (
             "Deployment",
-            all_names::<Deployment>(&control, GW_NS, &name).await?,
+            all_names::<Deployment>(&control, &gw_ns, &name).await?,
         ),
         (
             "Service",
-            all_names::<Service>(&control, GW_NS, &name).await?,
+            all_names::<Service>(&control, &gw_ns, &name).await?,
         ),
-        ("Secret", all_names::<Secret>(&control, GW_NS, &name).await?),
+        (
+            "Secret",
+            all_names::<Secret>(&control, &gw_ns, &name).await?,
+        ),
     ] {
         assert!(
             names.is_empty(),
             "embedded Agent has control {kind}s {names:?}"
         );
     }
-    assert_eq!(route_backend(&control, &name).await?, None, "no route");
+    assert_eq!(
+        route_backend(&control, &gw_ns, &name).await?,
+        None,
+        "no route"
+    );
     let (r1_seen, r1_left) = observer.await??;
     assert!(r1_seen, "the observer saw revision 1's Pod");
     assert_eq!(
@@ -1591,6 +1622,7 @@ async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> 
 async fn stop_removes_route_and_gateway_then_harness_then_provider_state() -> Result<()> {
     let mut w = World::start().await?;
     let (ns, agent) = w.agent("dedicated-codex").await?;
+    let gw_ns = gateway_ns(&ns.id);
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
     let dpns = ns.data_plane_namespace.clone();
     let name = agent.name.clone();
@@ -1599,7 +1631,7 @@ async fn stop_removes_route_and_gateway_then_harness_then_provider_state() -> Re
     w.rest
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
-    assert_serving(&control, &exec, &dpns, &name, 1).await?;
+    assert_serving(&control, &exec, &dpns, &gw_ns, &name, 1).await?;
     let claim = Api::<PersistentVolumeClaim>::namespaced(exec.clone(), &dpns)
         .get(&format!("{name}-workspace"))
         .await?;
@@ -1631,11 +1663,11 @@ async fn stop_removes_route_and_gateway_then_harness_then_provider_state() -> Re
     let observer = {
         let (control, exec, dpns, name) =
             (control.clone(), exec.clone(), dpns.clone(), name.clone());
-        let (seen, stop) = (seen.clone(), stop.clone());
+        let (seen, stop, gw_ns) = (seen.clone(), stop.clone(), gw_ns.clone());
         tokio::spawn(async move {
             let harness = Api::<Deployment>::namespaced(exec, &dpns);
-            let gateways = Api::<Deployment>::namespaced(control.clone(), GW_NS);
-            let routes = routes(&control)?;
+            let gateways = Api::<Deployment>::namespaced(control.clone(), &gw_ns);
+            let routes = routes(&control, &gw_ns)?;
             while !stop.load(Ordering::SeqCst) {
                 let read_h = Instant::now();
                 let h = harness.get_opt(&format!("{name}-r1-harness")).await?;
@@ -1764,14 +1796,14 @@ async fn stop_removes_route_and_gateway_then_harness_then_provider_state() -> Re
 
     // Gone: route, Gateway runtime and Service, Harness Deployment,
     // Service and Pods.
-    assert!(routes(&control)?.get_opt(&name).await?.is_none());
+    assert!(routes(&control, &gw_ns)?.get_opt(&name).await?.is_none());
     assert!(
-        all_names::<Deployment>(&control, GW_NS, &name)
+        all_names::<Deployment>(&control, &gw_ns, &name)
             .await?
             .is_empty()
     );
     assert!(
-        all_names::<Service>(&control, GW_NS, &name)
+        all_names::<Service>(&control, &gw_ns, &name)
             .await?
             .is_empty()
     );
@@ -1791,7 +1823,7 @@ async fn stop_removes_route_and_gateway_then_harness_then_provider_state() -> Re
     // Kept: the Gateway PVC (control), the workspace PVC and the
     // credential Secret (exec-a).
     assert_eq!(
-        live_names::<PersistentVolumeClaim>(&control, GW_NS, &name).await?,
+        live_names::<PersistentVolumeClaim>(&control, &gw_ns, &name).await?,
         [format!("{name}-gateway-data")]
     );
     assert_eq!(
@@ -1893,7 +1925,7 @@ async fn a_tenant_token_cannot_deploy_into_another_tenant() -> Result<()> {
     assert_eq!(b.active_revision, None);
     // Nothing of tenant B reached either cluster.
     assert!(
-        all_names::<Deployment>(&w.control.admin(), GW_NS, &agent_b.name)
+        all_names::<Deployment>(&w.control.admin(), &gateway_ns(&ns_b.id), &agent_b.name)
             .await?
             .is_empty()
     );
@@ -2148,6 +2180,7 @@ async fn workloads(
     control: &Client,
     exec: &Client,
     dpns: &str,
+    gw_ns: &str,
     agent: &str,
 ) -> Result<Vec<(String, Version)>> {
     let mut out = Vec::new();
@@ -2162,7 +2195,7 @@ async fn workloads(
     {
         out.push((p.name_any(), version(&p.metadata)));
     }
-    let g = Api::<Deployment>::namespaced(control.clone(), GW_NS)
+    let g = Api::<Deployment>::namespaced(control.clone(), gw_ns)
         .get(&format!("{agent}-gateway"))
         .await?;
     out.push((g.name_any(), version(&g.metadata)));
@@ -2195,6 +2228,7 @@ async fn hub_killed_during_prepare_completes_after_restart_without_duplicates() 
     let (ns, agent) = rest
         .tenant_with_agent(&cluster_name, "dedicated-codex")
         .await?;
+    let gw_ns = gateway_ns(&ns.id);
     let name = agent.name.clone();
     let dpns = ns.data_plane_namespace.clone();
     cleanup.track(&control.admin(), &ns, &name).await?;
@@ -2215,8 +2249,8 @@ async fn hub_killed_during_prepare_completes_after_restart_without_duplicates() 
         "killed in {:?}; gateway applied: {}; gateway objects then: deployments {:?}, services {:?}; harness {:?}",
         seen.phase,
         seen.progress.gateway_applied_at.is_some(),
-        all_names::<Deployment>(&control_admin, GW_NS, &name).await?,
-        all_names::<Service>(&control_admin, GW_NS, &name).await?,
+        all_names::<Deployment>(&control_admin, &gw_ns, &name).await?,
+        all_names::<Service>(&control_admin, &gw_ns, &name).await?,
         all_names::<Deployment>(&exec_admin, &dpns, &name).await?,
     );
     let at_kill = rest.revision(&ns.name, &name, 1).await;
@@ -2227,7 +2261,7 @@ async fn hub_killed_during_prepare_completes_after_restart_without_duplicates() 
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
     assert!(r1.progress.durations_ms.contains_key("elapsedMs"));
-    assert_serving(&control_admin, &exec_admin, &dpns, &name, 1).await?;
+    assert_serving(&control_admin, &exec_admin, &dpns, &gw_ns, &name, 1).await?;
     // Exactly one of each, deleting or not.
     assert_eq!(
         all_names::<Deployment>(&exec_admin, &dpns, &name).await?,
@@ -2238,15 +2272,15 @@ async fn hub_killed_during_prepare_completes_after_restart_without_duplicates() 
         [format!("{name}-r1-harness")]
     );
     assert_eq!(
-        all_names::<Deployment>(&control_admin, GW_NS, &name).await?,
+        all_names::<Deployment>(&control_admin, &gw_ns, &name).await?,
         [format!("{name}-gateway")]
     );
     assert_eq!(
-        all_names::<Service>(&control_admin, GW_NS, &name).await?,
+        all_names::<Service>(&control_admin, &gw_ns, &name).await?,
         [format!("{name}-r1-gateway")]
     );
     assert_eq!(
-        all_names::<PersistentVolumeClaim>(&control_admin, GW_NS, &name).await?,
+        all_names::<PersistentVolumeClaim>(&control_admin, &gw_ns, &name).await?,
         [format!("{name}-gateway-data")]
     );
     let revisions = env.store.list_revisions(&ns.name, &name).await?;
@@ -2313,6 +2347,7 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     let (ns, agent) = rest
         .tenant_with_agent(&cluster_name, "dedicated-codex")
         .await?;
+    let gw_ns = gateway_ns(&ns.id);
     let name = agent.name.clone();
     let dpns = ns.data_plane_namespace.clone();
     cleanup.track(&control.admin(), &ns, &name).await?;
@@ -2320,8 +2355,8 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     rest.wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
     let (control_admin, exec_admin) = (control.admin(), exec_a.admin());
-    assert_serving(&control_admin, &exec_admin, &dpns, &name, 1).await?;
-    let before = workloads(&control_admin, &exec_admin, &dpns, &name).await?;
+    assert_serving(&control_admin, &exec_admin, &dpns, &gw_ns, &name, 1).await?;
+    let before = workloads(&control_admin, &exec_admin, &dpns, &gw_ns, &name).await?;
     assert_eq!(before.len(), 3, "{before:?}");
 
     // --- the spoke killed -------------------------------------------------
@@ -2341,7 +2376,7 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     // three heartbeats, and nothing may change meanwhile.
     tokio::time::sleep(3 * HEARTBEAT).await;
     assert_eq!(
-        workloads(&control_admin, &exec_admin, &dpns, &name).await?,
+        workloads(&control_admin, &exec_admin, &dpns, &gw_ns, &name).await?,
         before,
         "workloads changed while the spoke was down"
     );
@@ -2356,7 +2391,7 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     assert_eq!(r.phase, RevisionPhase::Active);
     resumed(env.store.as_ref(), &cluster_id, restarted_at).await?;
     assert_eq!(
-        workloads(&control_admin, &exec_admin, &dpns, &name).await?,
+        workloads(&control_admin, &exec_admin, &dpns, &gw_ns, &name).await?,
         before,
         "the restarted spoke changed running workloads"
     );
@@ -2377,7 +2412,7 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     .await?;
     assert!(spoke.alive(), "the spoke keeps running without the hub");
     assert_eq!(
-        workloads(&control_admin, &exec_admin, &dpns, &name).await?,
+        workloads(&control_admin, &exec_admin, &dpns, &gw_ns, &name).await?,
         before,
         "the spoke changed workloads when it lost the hub"
     );
@@ -2412,7 +2447,7 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     assert_eq!(rest.agent(&ns.name, &name).await?.active_revision, Some(1));
     resumed(env.store.as_ref(), &cluster_id, hub_back_at).await?;
     assert_eq!(
-        workloads(&control_admin, &exec_admin, &dpns, &name).await?,
+        workloads(&control_admin, &exec_admin, &dpns, &gw_ns, &name).await?,
         before,
         "workloads changed across the hub outage"
     );
@@ -2781,9 +2816,9 @@ fn require_pod_network() -> Result<()> {
 }
 
 /// The live Gateway Pod of `agent` in control: (name, IP).
-async fn gateway_pod(control: &Client, agent: &str) -> Result<(String, String)> {
+async fn gateway_pod(control: &Client, gw_ns: &str, agent: &str) -> Result<(String, String)> {
     until(WAIT, "the Gateway Pod's IP", || async {
-        let pods = Api::<Pod>::namespaced(control.clone(), GW_NS)
+        let pods = Api::<Pod>::namespaced(control.clone(), gw_ns)
             .list(&agent_selector(agent))
             .await?;
         Ok(pods.items.into_iter().find_map(|p| {
@@ -2816,6 +2851,7 @@ async fn the_gateway_reaches_its_harness_through_the_tunnel() -> Result<()> {
     let (ns, agent) = w
         .agent_with_images("dedicated-codex", STANDIN_HARNESS, &standin_gateway())
         .await?;
+    let gw_ns = gateway_ns(&ns.id);
     let control = w.control.admin();
     w.rest.deploy(&ns.name, &agent.name).await?;
     let r1 = w
@@ -2824,7 +2860,7 @@ async fn the_gateway_reaches_its_harness_through_the_tunnel() -> Result<()> {
         .await?;
     eprintln!("active after {:?}", r1.progress.durations_ms);
 
-    let (pod, ip) = gateway_pod(&control, &agent.name).await?;
+    let (pod, ip) = gateway_pod(&control, &gw_ns, &agent.name).await?;
     let port = control_env::gateway_config().port;
     let base = format!("http://{ip}:{port}");
     let http = reqwest::Client::builder()
@@ -2853,7 +2889,7 @@ async fn the_gateway_reaches_its_harness_through_the_tunnel() -> Result<()> {
 
     // The control cluster's Pod proxy reaches the Gateway stand-in too (the
     // path the probe took), and through it the Harness.
-    let url = format!("/api/v1/namespaces/{GW_NS}/pods/{pod}:{port}/proxy/identity");
+    let url = format!("/api/v1/namespaces/{gw_ns}/pods/{pod}:{port}/proxy/identity");
     let via_proxy = control
         .request_text(http::Request::get(&url).body(Vec::new())?)
         .await?;
@@ -2902,7 +2938,7 @@ async fn the_gateway_reaches_its_harness_through_the_tunnel() -> Result<()> {
     );
 
     // The Gateway's credential reaches its own Harness only.
-    let secret = Api::<Secret>::namespaced(control.clone(), GW_NS)
+    let secret = Api::<Secret>::namespaced(control.clone(), &gw_ns)
         .get(&format!("{}-gateway-transport", agent.name))
         .await?;
     let token = secret
@@ -3023,16 +3059,15 @@ async fn a_revision_activates_as_soon_as_its_gateway_turns_ready() -> Result<()>
             &standin_gateway(),
         )
         .await?;
+    let gw_ns = gateway_ns(&ns.id);
     // Tracked for cleanup by hand: the Gateway's PV comes later.
     w.cleanup
         .exec_namespaces
         .push(ns.data_plane_namespace.clone());
-    w.cleanup
-        .gateways
-        .push((ns.name.clone(), agent.name.clone()));
+    w.cleanup.gateways.push(ns.id.clone());
     w.cleanup.control_pvs.push(format!("gwtest-{}", agent.name));
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
-    let gateway_ready = first_ready(control.clone(), GW_NS, &agent.name);
+    let gateway_ready = first_ready(control.clone(), &gw_ns, &agent.name);
 
     w.rest.deploy(&ns.name, &agent.name).await?;
     let cluster = w.rest.cluster(&w.cluster_name).await?;
@@ -3065,7 +3100,7 @@ async fn a_revision_activates_as_soon_as_its_gateway_turns_ready() -> Result<()>
     );
 
     // The Gateway may run now.
-    control_env::volume_for(&control, &agent.name).await?;
+    control_env::volume_for(&control, &gw_ns, &agent.name).await?;
     let r1 = w
         .rest
         .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
@@ -3083,7 +3118,15 @@ async fn a_revision_activates_as_soon_as_its_gateway_turns_ready() -> Result<()>
         "activated {} ms after the Gateway Pod turned Ready (recheck 30 s: the watch did not wake the pass)",
         after.num_milliseconds()
     );
-    assert_serving(&control, &exec, &ns.data_plane_namespace, &agent.name, 1).await?;
+    assert_serving(
+        &control,
+        &exec,
+        &ns.data_plane_namespace,
+        &gw_ns,
+        &agent.name,
+        1,
+    )
+    .await?;
     w.finish().await
 }
 
@@ -3121,13 +3164,14 @@ async fn hub_killed_ends_tunneled_connections_and_new_ones_work_after_restart() 
             &standin_gateway(),
         )
         .await?;
+    let gw_ns = gateway_ns(&ns.id);
     let name = agent.name.clone();
     cleanup.track(&control.admin(), &ns, &name).await?;
     rest.deploy(&ns.name, &name).await?;
     rest.wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
 
-    let (_, ip) = gateway_pod(&control.admin(), &name).await?;
+    let (_, ip) = gateway_pod(&control.admin(), &gw_ns, &name).await?;
     let base = format!("http://{ip}:{}", control_env::gateway_config().port);
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -3250,17 +3294,21 @@ async fn embedded_openclaw_has_no_control_gateway_and_is_probed_through_the_link
         1,
     )
     .await?;
-    for agent in [&live.name, &dead.name] {
+    for (ns, agent) in [(&live_ns, &live.name), (&dead_ns, &dead.name)] {
+        let gw_ns = gateway_ns(&ns.id);
         for (kind, names) in [
             (
                 "Deployment",
-                all_names::<Deployment>(&control, GW_NS, agent).await?,
+                all_names::<Deployment>(&control, &gw_ns, agent).await?,
             ),
             (
                 "Service",
-                all_names::<Service>(&control, GW_NS, agent).await?,
+                all_names::<Service>(&control, &gw_ns, agent).await?,
             ),
-            ("Secret", all_names::<Secret>(&control, GW_NS, agent).await?),
+            (
+                "Secret",
+                all_names::<Secret>(&control, &gw_ns, agent).await?,
+            ),
         ] {
             assert!(
                 names.is_empty(),
@@ -3688,6 +3736,7 @@ async fn dedicated_codex_runs_the_real_gateway_and_app_server_across_clusters() 
                 &openclaw::pinned_image()?,
             )
             .await?;
+        let gw_ns = gateway_ns(&ns.id);
         w.rest
             .call::<serde_json::Value>(
                 Method::POST,
@@ -3742,7 +3791,7 @@ async fn dedicated_codex_runs_the_real_gateway_and_app_server_across_clusters() 
 
         // The Gateway holds its config and tokens, never the model key;
         // the Harness holds the key.
-        let transport: Secret = Api::namespaced(control.clone(), GW_NS)
+        let transport: Secret = Api::namespaced(control.clone(), &gw_ns)
             .get(&format!("{}-gateway-transport", agent.name))
             .await?;
         let data = transport.data.clone().unwrap_or_default();
@@ -3777,7 +3826,7 @@ async fn dedicated_codex_runs_the_real_gateway_and_app_server_across_clusters() 
                 u16::try_from(control_env::gateway_config().port)?,
             ))
         };
-        let (_, ip) = gateway_pod(&control, &agent.name).await?;
+        let (_, ip) = gateway_pod(&control, &gw_ns, &agent.name).await?;
         let nonce = format!("nonce-{}", &short_id()[..8]);
         let first = format!("hello codex {nonce}");
         let answer = openclaw::chat(gateway_addr(ip)?, &token, "conv-codex", &first).await?;
@@ -3818,7 +3867,7 @@ async fn dedicated_codex_runs_the_real_gateway_and_app_server_across_clusters() 
             "dedicated Codex: redeploy -> revision 2 Active in {:?}",
             redeployed.elapsed()
         );
-        let transport: Secret = Api::namespaced(control.clone(), GW_NS)
+        let transport: Secret = Api::namespaced(control.clone(), &gw_ns)
             .get(&format!("{}-gateway-transport", agent.name))
             .await?;
         let token = transport
@@ -3834,7 +3883,7 @@ async fn dedicated_codex_runs_the_real_gateway_and_app_server_across_clusters() 
             let pod =
                 openclaw::ready_pod(&pods, &r2_pods, not_uid.as_deref(), openclaw::START_WAIT)
                     .await?;
-            let (_, ip) = gateway_pod(&control, &agent.name).await?;
+            let (_, ip) = gateway_pod(&control, &gw_ns, &agent.name).await?;
             // The Gateway's plugin reconnects to the new app-server.
             let answer = until(
                 openclaw::START_WAIT,
@@ -4043,6 +4092,7 @@ async fn credentials_e2e(capture: LogCapture) -> Result<()> {
     let (ns, agent) = w
         .agent_with_images("dedicated-codex", STANDIN_HARNESS, &standin_gateway())
         .await?;
+    let gw_ns = gateway_ns(&ns.id);
     let key1 = format!("sk-e2e-one-{}", uuid::Uuid::new_v4().simple());
     let key2 = format!("sk-e2e-two-{}", uuid::Uuid::new_v4().simple());
     let cred_path = format!(
@@ -4068,7 +4118,7 @@ async fn credentials_e2e(capture: LogCapture) -> Result<()> {
         .await?;
 
     // The Harness process has it, asked through the Gateway and the tunnel.
-    let (_, ip) = gateway_pod(&control, &agent.name).await?;
+    let (_, ip) = gateway_pod(&control, &gw_ns, &agent.name).await?;
     let port = control_env::gateway_config().port;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -4638,6 +4688,7 @@ async fn deleting_an_agent_keeps_its_history_and_removes_its_state_in_both_clust
     let mut w = World::start().await?;
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
     let (ns, name) = deploy_stop_delete(&mut w).await?;
+    let gw_ns = gateway_ns(&ns.id);
     let dpns = ns.data_plane_namespace.clone();
     until(WAIT, "the Harness state gone in exec-a", || async {
         let pvc = Api::<PersistentVolumeClaim>::namespaced(exec.clone(), &dpns)
@@ -4653,23 +4704,23 @@ async fn deleting_an_agent_keeps_its_history_and_removes_its_state_in_both_clust
     for (kind, live) in [
         (
             "Deployment",
-            live_names::<Deployment>(&control, GW_NS, &name).await?,
+            live_names::<Deployment>(&control, &gw_ns, &name).await?,
         ),
         (
             "Service",
-            live_names::<Service>(&control, GW_NS, &name).await?,
+            live_names::<Service>(&control, &gw_ns, &name).await?,
         ),
         (
             "Secret",
-            live_names::<Secret>(&control, GW_NS, &name).await?,
+            live_names::<Secret>(&control, &gw_ns, &name).await?,
         ),
         (
             "ServiceAccount",
-            live_names::<ServiceAccount>(&control, GW_NS, &name).await?,
+            live_names::<ServiceAccount>(&control, &gw_ns, &name).await?,
         ),
         (
             "PersistentVolumeClaim",
-            live_names::<PersistentVolumeClaim>(&control, GW_NS, &name).await?,
+            live_names::<PersistentVolumeClaim>(&control, &gw_ns, &name).await?,
         ),
     ] {
         ensure!(live.is_empty(), "control still has {kind}s {live:?}");
@@ -4700,6 +4751,7 @@ async fn retain_on_agent_delete_keeps_its_state_in_both_clusters() -> Result<()>
     let mut w = World::start_with(|c| c.pipeline.retain_on_agent_delete = true).await?;
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
     let (ns, name) = deploy_stop_delete(&mut w).await?;
+    let gw_ns = gateway_ns(&ns.id);
     let dpns = ns.data_plane_namespace.clone();
     ensure!(
         !live_names::<PersistentVolumeClaim>(&exec, &dpns, &name)
@@ -4715,7 +4767,7 @@ async fn retain_on_agent_delete_keeps_its_state_in_both_clusters() -> Result<()>
         "the credential Secret was kept"
     );
     ensure!(
-        !live_names::<PersistentVolumeClaim>(&control, GW_NS, &name)
+        !live_names::<PersistentVolumeClaim>(&control, &gw_ns, &name)
             .await?
             .is_empty(),
         "the Gateway's storage was kept"

@@ -24,7 +24,7 @@ use clawfed_spoke::exec::Executor;
 use clawfed_spoke::link::identity::FileIdentityStore;
 use clawfed_spoke::link::tls::HubAddress;
 use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
-use clawfed_tests::control_env::{self, GW_NS};
+use clawfed_tests::control_env::{self, gateway_ns};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env;
 use clawfed_tests::spoke_env;
@@ -237,6 +237,14 @@ async fn every_installation_setting_is_visible_on_the_objects_it_governs() -> Re
             Some(json!({ "name": tenant })),
         )
         .await?;
+    // A second tenant, with an Agent of the same name.
+    let other: Namespace = rest
+        .call(
+            reqwest::Method::POST,
+            "/namespaces",
+            Some(json!({ "name": format!("u{id}") })),
+        )
+        .await?;
     let codex = format!("c{id}");
     let native = format!("o{id}");
     let result = check(
@@ -249,6 +257,12 @@ async fn every_installation_setting_is_visible_on_the_objects_it_governs() -> Re
         &native,
     )
     .await;
+    let result = match result {
+        Ok(()) => {
+            two_tenants_one_agent_name(&rest, &control.admin(), &ns, &other, &cluster, &codex).await
+        }
+        e => e,
+    };
 
     // Clean up whatever happened: Gateway objects (by the prefixed
     // transport Secret name too), the exec namespace.
@@ -256,19 +270,19 @@ async fn every_installation_setting_is_visible_on_the_objects_it_governs() -> Re
     let _ = tokio::time::timeout(Duration::from_secs(10), spoke).await;
     hub.stop().await;
     let cleanup = Gateways::new(control.admin(), options)?;
-    for agent in [&codex, &native] {
-        if let Err(e) = cleanup.delete(&ns.name, agent).await {
-            eprintln!("cleanup: gateway {agent}: {e}");
-        }
-    }
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(exec_a.admin());
-    match namespaces
-        .delete(&ns.data_plane_namespace, &DeleteParams::background())
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => eprintln!("cleanup: namespace: {e}"),
+    for t in [&ns, &other] {
+        if let Err(e) = cleanup.delete_namespace(&t.id).await {
+            eprintln!("cleanup: gateway namespace of {}: {e}", t.name);
+        }
+        match namespaces
+            .delete(&t.data_plane_namespace, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => eprintln!("cleanup: namespace: {e}"),
+        }
     }
     result
 }
@@ -444,9 +458,11 @@ async fn check(
         quantities(&[("storage", "1Gi")])
     );
 
-    // The Gateway objects in control.
+    // The Gateway objects in control, in the tenant's own Gateway
+    // namespace.
+    let gw_ns = gateway_ns(&ns.id);
     let g = pod(&get_when(
-        &Api::<Deployment>::namespaced(control.clone(), GW_NS),
+        &Api::<Deployment>::namespaced(control.clone(), &gw_ns),
         &format!("{codex}-gateway"),
     )
     .await?);
@@ -473,7 +489,7 @@ async fn check(
         "the Gateway is pointed at the Harness port"
     );
     let data = get_when(
-        &Api::<PersistentVolumeClaim>::namespaced(control.clone(), GW_NS),
+        &Api::<PersistentVolumeClaim>::namespaced(control.clone(), &gw_ns),
         &format!("{codex}-gateway-data"),
     )
     .await?;
@@ -481,7 +497,7 @@ async fn check(
         data.spec.and_then(|s| s.storage_class_name).as_deref(),
         Some("sqlite-block")
     );
-    let secrets = Api::<Secret>::namespaced(control.clone(), GW_NS);
+    let secrets = Api::<Secret>::namespaced(control.clone(), &gw_ns);
     get_when(&secrets, &format!("openclaw-agent-transport-{codex}")).await?;
     assert!(
         secrets
@@ -491,7 +507,7 @@ async fn check(
         "the prefix names the transport Secret"
     );
     let np = get_when(
-        &Api::<NetworkPolicy>::namespaced(control.clone(), GW_NS),
+        &Api::<NetworkPolicy>::namespaced(control.clone(), &gw_ns),
         &format!("{codex}-gateway"),
     )
     .await?
@@ -525,5 +541,98 @@ async fn check(
         dns_peer.namespace_selector.and_then(|s| s.match_labels),
         Some(map(&[("kubernetes.io/metadata.name", "kube-system")]))
     );
+    Ok(())
+}
+
+/// Two tenants deploy an Agent of one name: each Gateway lands in its own
+/// tenant's Gateway namespace, each namespace carrying the installation's
+/// quota and container defaults (the seed's `resources.namespace`, applied
+/// to each physical namespace).
+async fn two_tenants_one_agent_name(
+    rest: &Rest,
+    control: &Client,
+    first: &Namespace,
+    second: &Namespace,
+    cluster: &str,
+    agent: &str,
+) -> Result<()> {
+    let _: Agent = rest
+        .call(
+            reqwest::Method::POST,
+            &format!("/namespaces/{}/agents", second.name),
+            Some(json!({
+                "name": agent,
+                "spec": { "harnessKind": "dedicated-codex", "placement": { "cluster": cluster } }
+            })),
+        )
+        .await?;
+    let _: AgentRevision = rest
+        .call(
+            reqwest::Method::POST,
+            &format!("/namespaces/{}/agents/{agent}/deploy", second.name),
+            None,
+        )
+        .await?;
+    let (a, b) = (gateway_ns(&first.id), gateway_ns(&second.id));
+    assert_ne!(a, b);
+    for (tenant, gw_ns) in [(first, &a), (second, &b)] {
+        let d = get_when(
+            &Api::<Deployment>::namespaced(control.clone(), gw_ns),
+            &format!("{agent}-gateway"),
+        )
+        .await?;
+        assert_eq!(
+            d.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(clawfed_proto::labels::TENANT)),
+            Some(&tenant.name),
+            "{gw_ns} holds {}'s Gateway",
+            tenant.name
+        );
+        let namespace = Api::<k8s_openapi::api::core::v1::Namespace>::all(control.clone())
+            .get(gw_ns)
+            .await?;
+        assert_eq!(
+            namespace
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(clawfed_proto::labels::GATEWAY_NAMESPACE)),
+            Some(&tenant.id),
+            "marked with its tenant's namespace id"
+        );
+        let quota = get_when(
+            &Api::<ResourceQuota>::namespaced(control.clone(), gw_ns),
+            clawfed_hub::gateway::objects::NAMESPACE_QUOTA,
+        )
+        .await?;
+        assert_eq!(
+            quota.spec.and_then(|s| s.hard),
+            quantities(&[("pods", "10")])
+        );
+        let limits = get_when(
+            &Api::<LimitRange>::namespaced(control.clone(), gw_ns),
+            clawfed_hub::gateway::objects::NAMESPACE_LIMITS,
+        )
+        .await?;
+        let item = limits.spec.expect("spec").limits[0].clone();
+        assert_eq!(
+            item.default,
+            quantities(&[("cpu", "500m"), ("memory", "256Mi")])
+        );
+        // The quota counts the Gateway Pod: it is in force there.
+        kube_env::eventually(WAIT, "the quota counting the Gateway Pod", || async {
+            let q = Api::<ResourceQuota>::namespaced(control.clone(), gw_ns)
+                .get(clawfed_hub::gateway::objects::NAMESPACE_QUOTA)
+                .await?;
+            let used = q
+                .status
+                .and_then(|s| s.used)
+                .and_then(|u| u.get("pods").cloned());
+            Ok((used == Some(Quantity("1".into()))).then_some(()))
+        })
+        .await?;
+    }
     Ok(())
 }

@@ -376,6 +376,7 @@ async fn a_gateway_turning_ready_queues_a_pass_for_the_revision_waiting_for_it(b
     });
     let ready = |agent: &str| GatewayReady {
         tenant: tenant.clone(),
+        namespace: "oce-gateways-0".into(),
         agent: agent.into(),
         revision: 1,
     };

@@ -710,6 +710,8 @@ pub mod load {
     pub struct DirectGateways {
         admin: kube::Client,
         config: clawfed_hub::gateway::GatewayConfig,
+        /// The run's tenant id: names its Gateway namespace.
+        namespace_id: String,
         specs: Vec<clawfed_hub::gateway::GatewaySpec>,
         pvs: Vec<String>,
         ready_rx: tokio::sync::mpsc::UnboundedReceiver<std::time::Instant>,
@@ -745,11 +747,29 @@ pub mod load {
             use clawfed_hub::gateway::{GATEWAY_ROLE, GatewaySpec, Transport};
             use k8s_openapi::api::core::v1::Pod;
             let run = uuid::Uuid::new_v4().simple().to_string();
+            // A Gateway namespace of this run's own (a tenant the hub would
+            // make it for), created here as clawfed's hub would.
+            let namespace_id = format!("bench-direct-{run}");
+            let gateway_ns =
+                clawfed_proto::naming::gateway_namespace(&config.namespace_prefix, &namespace_id);
+            let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+                kube::Api::all(admin.clone());
+            namespaces
+                .create(
+                    &kube::api::PostParams::default(),
+                    &clawfed_hub::gateway::objects::gateway_namespace(
+                        &gateway_ns,
+                        &namespace_id,
+                        tenant,
+                    ),
+                )
+                .await?;
             let specs: Vec<GatewaySpec> = (0..n)
                 .map(|i| {
                     let agent = format!("{prefix}{i}-{}", &run[..8]);
                     GatewaySpec {
                         tenant: tenant.to_owned(),
+                        namespace_id: namespace_id.clone(),
                         harness_endpoint: harness_endpoint(&agent),
                         revision: 1,
                         revision_id: format!("rev-{agent}"),
@@ -769,12 +789,15 @@ pub mod load {
             // to each PVC, as the pipeline bench does for clawfed's run.
             let mut pvs = Vec::with_capacity(n);
             for spec in &specs {
-                pvs.push(clawfed_tests::control_env::volume_for(&admin, &spec.agent).await?);
+                pvs.push(
+                    clawfed_tests::control_env::volume_for(&admin, &gateway_ns, &spec.agent)
+                        .await?,
+                );
             }
             let agents: std::collections::HashSet<String> =
                 specs.iter().map(|s| s.agent.clone()).collect();
             let (ready_tx, ready_rx) = tokio::sync::mpsc::unbounded_channel();
-            let pods: kube::Api<Pod> = kube::Api::namespaced(admin.clone(), &config.namespace);
+            let pods: kube::Api<Pod> = kube::Api::namespaced(admin.clone(), &gateway_ns);
             let selector = format!("{}={GATEWAY_ROLE}", clawfed_proto::labels::WORKLOAD_ROLE);
             let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
             let watch = tokio::spawn(async move {
@@ -786,7 +809,6 @@ pub mod load {
                 while let Some(ev) = stream.next().await {
                     match ev {
                         Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                            // The Gateway namespace is shared with other runs.
                             let agent = p
                                 .metadata
                                 .labels
@@ -815,6 +837,7 @@ pub mod load {
             Ok(Self {
                 admin,
                 config,
+                namespace_id,
                 specs,
                 pvs,
                 ready_rx,
@@ -885,10 +908,11 @@ pub mod load {
                     return;
                 }
             };
-            let gateways = &gateways;
+            let tenant = gateways.tenant(&self.namespace_id);
+            let tenant = &tenant;
             let failed: Vec<String> = futures::stream::iter(&self.specs)
                 .map(|s| async move {
-                    gateways
+                    tenant
                         .delete(&s.tenant, &s.agent)
                         .await
                         .err()
@@ -900,6 +924,9 @@ pub mod load {
                 .await;
             for e in failed {
                 eprintln!("deleting a direct Gateway: {e}");
+            }
+            if let Err(e) = gateways.delete_namespace(&self.namespace_id).await {
+                eprintln!("deleting the direct Gateway namespace: {e}");
             }
             for pv in &self.pvs {
                 clawfed_tests::control_env::delete_volume(&self.admin, pv).await;
@@ -944,9 +971,10 @@ pub mod load {
         use k8s_openapi::api::apps::v1::Deployment;
         use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service, ServiceAccount};
         use k8s_openapi::api::networking::v1::NetworkPolicy;
-        let ns = config.namespace.as_str();
         futures::stream::iter(specs)
             .map(|spec| async move {
+                let namespace = objects::namespace_of(spec, config);
+                let ns = namespace.as_str();
                 let start = std::time::Instant::now();
                 let image = objects::validate(spec, config)?;
                 put::<ServiceAccount>(client, ns, &objects::service_account(spec, config)).await?;

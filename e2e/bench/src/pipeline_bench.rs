@@ -695,6 +695,8 @@ struct Bench {
     args: Args,
     rest: Rest,
     tenant: String,
+    /// The tenant's clawfed namespace id (names its Gateway namespace).
+    namespace_id: String,
     /// Hub cluster names, by index of `args.clusters`.
     hub_clusters: Vec<String>,
     times: Times,
@@ -774,7 +776,7 @@ impl Bench {
         if let Some(g) = &self.gateways {
             // The Agent-owned workspace claims get volumes from the
             // execution clusters' provisioner.
-            g.prepare(&self.tenant, agent).await?;
+            g.prepare(&self.namespace_id, agent).await?;
         }
         self.rest
             .create_agent(
@@ -1351,7 +1353,7 @@ struct GatewayWorld {
     /// The same Gateway room as the admin, for cleanup after the hub stopped.
     admin: Gateways,
     /// (tenant, agent) of every Gateway this run may have made.
-    made: Mutex<Vec<(String, String)>>,
+    made: Mutex<Vec<String>>,
     /// The pre-bound PVs of their PVCs.
     pvs: Mutex<Vec<String>>,
 }
@@ -1381,30 +1383,30 @@ impl GatewayWorld {
 
     /// The PV the Agent's Gateway PVC binds to (the test clusters have no
     /// provisioner); records both for cleanup.
-    async fn prepare(&self, tenant: &str, agent: &str) -> Result<()> {
-        self.made
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((tenant.to_owned(), agent.to_owned()));
-        let pv = control_env::volume_for(&self.control.admin(), agent).await?;
+    async fn prepare(&self, namespace_id: &str, agent: &str) -> Result<()> {
+        {
+            let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
+            if !made.iter().any(|id| id == namespace_id) {
+                made.push(namespace_id.to_owned());
+            }
+        }
+        let pv = control_env::volume_for(
+            &self.control.admin(),
+            &control_env::gateway_ns(namespace_id),
+            agent,
+        )
+        .await?;
         self.pvs.lock().unwrap_or_else(|p| p.into_inner()).push(pv);
         Ok(())
     }
 
-    /// Deletes every Gateway (route, runtime, Services, PVC, ...) and PV.
+    /// Deletes every tenant's Gateway namespace (with its Gateways) and
+    /// the PVs.
     async fn cleanup(&self) {
         let made = std::mem::take(&mut *self.made.lock().unwrap_or_else(|p| p.into_inner()));
-        let results: Vec<_> = futures::stream::iter(made)
-            .map(|(tenant, agent)| async move {
-                let r = self.admin.delete(&tenant, &agent).await;
-                (agent, r)
-            })
-            .buffer_unordered(8)
-            .collect()
-            .await;
-        for (agent, r) in results {
-            if let Err(e) = r {
-                eprintln!("deleting the Gateway of {agent}: {e}");
+        for namespace_id in made {
+            if let Err(e) = self.admin.delete_namespace(&namespace_id).await {
+                eprintln!("deleting the Gateway namespace of {namespace_id}: {e}");
             }
         }
         let pvs = std::mem::take(&mut *self.pvs.lock().unwrap_or_else(|p| p.into_inner()));
@@ -1526,6 +1528,7 @@ async fn run(args: Args) -> Result<()> {
     let mut spokes = Vec::new();
     let mut watches = Vec::new();
     let mut data_plane = None;
+    let mut namespace_id = None;
     let placed: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     let suffix = &uuid::Uuid::new_v4().simple().to_string()[..6];
     let tenant = format!("pb{suffix}");
@@ -1600,6 +1603,7 @@ async fn run(args: Args) -> Result<()> {
             )
             .await?;
         data_plane = Some(ns.data_plane_namespace.clone());
+        namespace_id = Some(ns.id.clone());
         let mut synced = Vec::new();
         let mut watched: Vec<(Client, String, Watched)> = clusters
             .iter()
@@ -1615,7 +1619,7 @@ async fn run(args: Args) -> Result<()> {
         if let Some(g) = &gateway_world {
             watched.push((
                 g.control.admin(),
-                control_env::GW_NS.to_owned(),
+                control_env::gateway_ns(&ns.id),
                 Watched::Gateway,
             ));
         }
@@ -1642,6 +1646,7 @@ async fn run(args: Args) -> Result<()> {
             args,
             rest,
             tenant: tenant.clone(),
+            namespace_id: namespace_id.clone().context("the tenant was created")?,
             hub_clusters: hub_clusters.clone(),
             times: times.clone(),
             suffix: suffix.to_owned(),

@@ -10,6 +10,7 @@
 //!   the revision Services); the PVC, ServiceAccount, Secret and
 //!   NetworkPolicy stay. Absent objects count as done, so stop converges.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -178,6 +179,18 @@ pub enum Error {
         /// Revision.
         revision: i64,
     },
+    /// The hub's RoleBinding in the Gateway namespace is not honoured yet.
+    #[error(
+        "gateway namespace {namespace}: the hub's role binding is not in force after {waited:?} ({reason})"
+    )]
+    BindingPending {
+        /// The namespace.
+        namespace: String,
+        /// How long it waited.
+        waited: Duration,
+        /// The authorizer's last answer.
+        reason: String,
+    },
     /// These Gateways have no transport key ([`Gateways::with_transport`]).
     #[error("no transport key: the hub derives each revision's transport token from it")]
     NoTransportKey,
@@ -225,6 +238,7 @@ impl Error {
             Error::RevisionActive { .. } => "RevisionActive",
             Error::DeleteTimeout { .. } => "DeleteTimeout",
             Error::NoTransportKey => "NoTransportKey",
+            Error::BindingPending { .. } => "GatewayNamespaceBindingPending",
             Error::Transport { .. } => "TransportCredential",
         }
     }
@@ -236,7 +250,10 @@ impl Error {
             Error::Kube { source, .. } => clawfed_kube::is_transient(source),
             // The path may come up (a spoke reconnecting, endpoints being
             // published); the pipeline's deadline bounds the retries.
-            Error::NotReady { .. } | Error::DeleteTimeout { .. } | Error::PathProbe { .. } => true,
+            Error::NotReady { .. }
+            | Error::DeleteTimeout { .. }
+            | Error::PathProbe { .. }
+            | Error::BindingPending { .. } => true,
             Error::Transport { source, .. } => {
                 matches!(source.as_ref(), crate::store::StoreError::Unavailable(_))
             }
@@ -304,13 +321,17 @@ pub struct Gateways {
 impl std::fmt::Debug for Gateways {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateways")
-            .field("namespace", &self.config.namespace)
+            .field("namespace_prefix", &self.config.namespace_prefix)
             .finish()
     }
 }
 
 /// How long the data path probe waits for an answer.
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long `ensure` waits for the authorizer to honour the RoleBinding it
+/// applied in a new Gateway namespace.
+const AUTHORIZE_WAIT: Duration = Duration::from_secs(15);
 
 /// How long a passed namespace or routing check is trusted before it is
 /// made again. Every Gateway ensure and activation needs both, and each
@@ -321,22 +342,33 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// the Gateway's objects are applied; any failed write forgets the checks.
 const CHECK_TTL: Duration = Duration::from_secs(60);
 
-/// When each of the cluster-wide checks last passed (shared by clones).
+/// When each check last passed, per Gateway namespace (shared by clones).
 #[derive(Debug, Default)]
 struct PassedChecks {
-    namespace: std::sync::Mutex<Option<std::time::Instant>>,
-    routing: std::sync::Mutex<Option<std::time::Instant>>,
+    namespace: PassedIn,
+    routing: PassedIn,
 }
 
-impl PassedChecks {
-    fn fresh(slot: &std::sync::Mutex<Option<std::time::Instant>>) -> bool {
-        slot.lock()
+/// When one check last passed in each namespace.
+#[derive(Debug, Default)]
+struct PassedIn(std::sync::Mutex<HashMap<String, std::time::Instant>>);
+
+impl PassedIn {
+    fn fresh(&self, namespace: &str) -> bool {
+        self.0
+            .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .get(namespace)
             .is_some_and(|at| at.elapsed() < CHECK_TTL)
     }
 
-    fn set(slot: &std::sync::Mutex<Option<std::time::Instant>>, passed: bool) {
-        *slot.lock().unwrap_or_else(|p| p.into_inner()) = passed.then(std::time::Instant::now);
+    fn set(&self, namespace: &str, passed: bool) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if passed {
+            map.insert(namespace.to_owned(), std::time::Instant::now());
+        } else {
+            map.remove(namespace);
+        }
     }
 }
 
@@ -505,8 +537,110 @@ impl Gateways {
         &self.config
     }
 
+    /// The Gateways of the tenant whose clawfed namespace id is
+    /// `namespace_id`, in its own managed runtime namespace
+    /// ([`clawfed_proto::naming::gateway_namespace`]).
+    pub fn tenant(&self, namespace_id: &str) -> TenantGateways {
+        TenantGateways {
+            namespace: clawfed_proto::naming::gateway_namespace(
+                &self.config.namespace_prefix,
+                namespace_id,
+            ),
+            namespace_id: namespace_id.to_owned(),
+            gateways: self.clone(),
+        }
+    }
+
+    /// Starts watching the Gateway Deployments and Pods of every tenant
+    /// (once; `None` when this room, or a clone of it, watches already):
+    /// from then on [`TenantGateways::is_ready`] answers from the watch's
+    /// stores once they are in sync, and `listener` hears of every Gateway
+    /// turning Ready. The returned future runs the watch until `shutdown`.
+    pub fn watch(
+        &self,
+        listener: Arc<dyn ReadyListener>,
+        shutdown: CancellationToken,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let (watch, run) = GatewayWatch::start(self.client.clone(), listener, shutdown);
+        self.watch.set(watch).ok()?;
+        Some(run)
+    }
+
+    /// Deletes the managed Gateway namespace of the tenant `namespace_id`
+    /// (its teardown: every Agent's Gateway and storage with it) and waits
+    /// until it is gone. Only a namespace carrying the tenant's
+    /// [`labels::GATEWAY_NAMESPACE`] mark is deleted; an absent one is done.
+    pub async fn delete_namespace(&self, namespace_id: &str) -> Result<Step> {
+        let tenant = self.tenant(namespace_id);
+        let name = tenant.namespace.clone();
+        let api = Api::<Namespace>::all(self.client.clone());
+        let found = api
+            .get_opt(&name)
+            .await
+            .map_err(|e| kube_error("get", "Namespace", "", &name, e))?;
+        let Some(found) = found else {
+            return Ok(deleted("Namespace", &name, false));
+        };
+        if label_of(&found.metadata, labels::GATEWAY_NAMESPACE) != Some(namespace_id) {
+            return Err(Error::NamespaceUnavailable {
+                namespace: name,
+                reason: format!(
+                    "not marked {}={namespace_id}: not clawfed's to delete",
+                    labels::GATEWAY_NAMESPACE
+                ),
+            });
+        }
+        let existed = clawfed_kube::object::delete_if_present(
+            &api,
+            "Namespace",
+            &name,
+            &DeleteParams::background(),
+        )
+        .await?;
+        if existed {
+            tenant.wait_gone(&api, "Namespace", &name).await?;
+        }
+        self.passed.namespace.set(&name, false);
+        self.passed.routing.set(&name, false);
+        tracing::info!(namespace = %name, namespace_id, "gateway.namespace_deleted");
+        Ok(deleted("Namespace", &name, existed))
+    }
+}
+
+/// One tenant's Gateways: the operations on its Agents' Gateway objects,
+/// all in its managed runtime namespace ([`Gateways::tenant`]).
+#[derive(Clone)]
+pub struct TenantGateways {
+    gateways: Gateways,
+    /// The managed Gateway runtime namespace.
+    namespace: String,
+    /// The clawfed namespace id it belongs to.
+    namespace_id: String,
+}
+
+impl std::fmt::Debug for TenantGateways {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantGateways")
+            .field("namespace", &self.namespace)
+            .finish()
+    }
+}
+
+impl std::ops::Deref for TenantGateways {
+    type Target = Gateways;
+    fn deref(&self) -> &Gateways {
+        &self.gateways
+    }
+}
+
+impl TenantGateways {
+    /// The managed Gateway runtime namespace of this tenant.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     fn ns(&self) -> &str {
-        &self.config.namespace
+        &self.namespace
     }
 
     fn api<K>(&self) -> Api<K>
@@ -542,7 +676,16 @@ impl Gateways {
     /// `CHECK_TTL`).
     pub async fn ensure(&self, spec: &GatewaySpec) -> Result<Vec<Step>> {
         let image = objects::validate(spec, &self.config)?;
-        self.ensure_namespace().await?;
+        if spec.namespace_id != self.namespace_id {
+            return Err(Error::Invalid(objects::Error::Invalid {
+                field: "namespaceId",
+                reason: format!(
+                    "{:?} is not the tenant of these Gateways ({:?})",
+                    spec.namespace_id, self.namespace_id
+                ),
+            }));
+        }
+        self.ensure_namespace(&spec.tenant).await?;
         self.check_routing().await?;
         self.check_owner(spec).await?;
         let c = &self.config;
@@ -578,26 +721,15 @@ impl Gateways {
         Ok(steps)
     }
 
-    /// Starts watching the Gateway Deployments and Pods (once; `None` when
-    /// this room, or a clone of it, watches already): from then on
-    /// [`Self::is_ready`] answers from the watch's stores once they are in
-    /// sync, and `listener` hears of every Gateway turning Ready. The
-    /// returned future runs the watch until `shutdown`.
-    pub fn watch(
-        &self,
-        listener: Arc<dyn ReadyListener>,
-        shutdown: CancellationToken,
-    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
-        let (watch, run) = GatewayWatch::start(self.client.clone(), self.ns(), listener, shutdown);
-        self.watch.set(watch).ok()?;
-        Some(run)
-    }
-
     /// Whether `revision`'s Gateway is ready (see [`ready::evaluate`]): from
     /// the watch when it runs and is in sync, else read from the API.
     pub async fn is_ready(&self, agent: &str, revision: i64) -> Result<Readiness> {
         objects::validate_names(agent, revision)?;
-        if let Some(verdict) = self.watch.get().and_then(|w| w.readiness(agent, revision)) {
+        if let Some(verdict) = self
+            .watch
+            .get()
+            .and_then(|w| w.readiness(self.ns(), agent, revision))
+        {
             return Ok(verdict);
         }
         let name = objects::names(agent).gateway;
@@ -792,11 +924,13 @@ impl Gateways {
         if self.config.private_routing.is_none() {
             return Ok(false);
         }
-        if PassedChecks::fresh(&self.passed.routing) {
+        if self.passed.routing.fresh(self.ns()) {
             return Ok(true);
         }
         let verdict = self.check_routing_now().await;
-        PassedChecks::set(&self.passed.routing, matches!(verdict, Ok(true)));
+        self.passed
+            .routing
+            .set(self.ns(), matches!(verdict, Ok(true)));
         verdict
     }
 
@@ -840,7 +974,7 @@ impl Gateways {
                 ));
             }
         }
-        let reviews = WRITE_VERBS.map(|verb| self.access_review(&ar.group, verb));
+        let reviews = WRITE_VERBS.map(|verb| self.access_review(&ar.group, ROUTE_PLURAL, verb));
         let denied: Vec<(&str, String)> = try_join_all(reviews)
             .await?
             .into_iter()
@@ -867,13 +1001,19 @@ impl Gateways {
         })
     }
 
-    /// `None` when `verb` on routes is allowed, else the authorizer's reason.
-    async fn access_review(&self, group: &str, verb: &str) -> Result<Option<String>> {
+    /// `None` when `verb` on `group`/`resource` in the Gateway namespace is
+    /// allowed, else the authorizer's reason.
+    async fn access_review(
+        &self,
+        group: &str,
+        resource: &str,
+        verb: &str,
+    ) -> Result<Option<String>> {
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
                     group: Some(group.to_string()),
-                    resource: Some(ROUTE_PLURAL.into()),
+                    resource: Some(resource.into()),
                     namespace: Some(self.ns().to_string()),
                     verb: Some(verb.to_string()),
                     ..Default::default()
@@ -968,7 +1108,7 @@ impl Gateways {
             }
             None => None,
         };
-        let obj = objects::route(&tenant, agent, revision, &self.config, routing)?;
+        let obj = objects::route(self.ns(), &tenant, agent, revision, &self.config, routing)?;
         routes
             .patch(&name, &apply_params(), &Patch::Apply(&obj))
             .await
@@ -1081,54 +1221,95 @@ impl Gateways {
     /// Makes the next ensure or activation check the namespace and the
     /// routing rights again (a write failed: one may have changed).
     fn forget_checks(&self) {
-        PassedChecks::set(&self.passed.namespace, false);
-        PassedChecks::set(&self.passed.routing, false);
+        self.passed.namespace.set(self.ns(), false);
+        self.passed.routing.set(self.ns(), false);
     }
 
-    /// The namespace must exist; the hub creates it only if it may (the
-    /// least-privilege deployment creates it with deploy/hub/namespace.yaml).
-    async fn ensure_namespace(&self) -> Result<()> {
-        if PassedChecks::fresh(&self.passed.namespace) {
+    /// The tenant's Gateway namespace, ready for its Gateways (made and
+    /// bound at most once per `CHECK_TTL` while it passes).
+    async fn ensure_namespace(&self, tenant: &str) -> Result<()> {
+        if self.passed.namespace.fresh(self.ns()) {
             return Ok(());
         }
-        let verdict = self.ensure_namespace_now().await;
-        PassedChecks::set(&self.passed.namespace, verdict.is_ok());
+        let verdict = self.ensure_namespace_now(tenant).await;
+        self.passed.namespace.set(self.ns(), verdict.is_ok());
         verdict
     }
 
-    async fn ensure_namespace_now(&self) -> Result<()> {
+    /// Creates the tenant's Gateway namespace (marked with its namespace
+    /// id), binds the hub's Gateway runtime role there, and applies the
+    /// tenant's quota and container defaults. A namespace of that name
+    /// carrying another id, or none, is refused: it is not this tenant's.
+    async fn ensure_namespace_now(&self, tenant: &str) -> Result<()> {
         let api = Api::<Namespace>::all(self.client.clone());
         let unavailable = |reason: String| Error::NamespaceUnavailable {
             namespace: self.ns().to_string(),
             reason,
         };
-        match api.get_opt(self.ns()).await {
-            Ok(Some(_)) => return Ok(()),
-            Ok(None) => {}
+        let found = match api.get_opt(self.ns()).await {
+            Ok(found) => found,
             Err(e) if is_forbidden(&e) => {
                 return Err(unavailable(
-                    "clawfed-hub may not read it (missing, or not the namespace deploy/hub/rbac.yaml grants)".into(),
+                    "clawfed-hub may not read namespaces (apply deploy/hub/rbac.yaml)".into(),
                 ));
             }
             Err(e) => return Err(kube_error("get", "Namespace", "", self.ns(), e)),
-        }
-        let ns = Namespace {
-            metadata: ObjectMeta {
-                name: Some(self.ns().to_string()),
-                labels: Some(
-                    [(labels::MANAGED_BY.to_string(), labels::MANAGER.to_string())].into(),
-                ),
-                ..Default::default()
-            },
-            ..Default::default()
         };
-        match api.create(&PostParams::default(), &ns).await {
-            Ok(_) => Ok(()),
-            Err(e) if is_status(&e, 409) => Ok(()),
-            Err(e) if is_forbidden(&e) => Err(unavailable(
-                "it does not exist and clawfed-hub may not create namespaces; apply deploy/hub/namespace.yaml".into(),
-            )),
-            Err(e) => Err(kube_error("create", "Namespace", "", self.ns(), e)),
+        if let Some(found) = &found {
+            let mark = label_of(&found.metadata, labels::GATEWAY_NAMESPACE);
+            if mark != Some(self.namespace_id.as_str()) {
+                return Err(unavailable(format!(
+                    "it exists without the mark {}={} (not this tenant's)",
+                    labels::GATEWAY_NAMESPACE,
+                    self.namespace_id
+                )));
+            }
+        } else {
+            let ns = objects::gateway_namespace(self.ns(), &self.namespace_id, tenant);
+            match api.create(&PostParams::default(), &ns).await {
+                Ok(_) => {}
+                Err(e) if is_status(&e, 409) => {}
+                Err(e) if is_forbidden(&e) => {
+                    return Err(unavailable(format!(
+                        "clawfed-hub may not create it: {e} (apply deploy/hub/rbac.yaml and admission.yaml)"
+                    )));
+                }
+                Err(e) => return Err(kube_error("create", "Namespace", "", self.ns(), e)),
+            }
+        }
+        let c = &self.config;
+        self.apply(&objects::runtime_binding(self.ns(), c)).await?;
+        self.wait_authorized().await?;
+        let (quota, limits) = (
+            objects::namespace_quota(self.ns(), c),
+            objects::namespace_limits(self.ns(), c),
+        );
+        futures::try_join!(self.apply(&quota), self.apply(&limits))?;
+        tracing::info!(namespace = %self.ns(), namespace_id = %self.namespace_id, "gateway.namespace_ready");
+        Ok(())
+    }
+
+    /// Waits until the RoleBinding just applied is in force (the
+    /// authorizer learns of it from a watch, a moment later): the hub may
+    /// create ServiceAccounts there. Bounded; a binding still not honoured
+    /// is a transient failure.
+    async fn wait_authorized(&self) -> Result<()> {
+        let mut interval = clawfed_kube::object::FIRST_POLL;
+        let start = tokio::time::Instant::now();
+        loop {
+            let denied = self.access_review("", "serviceaccounts", "create").await?;
+            let Some(reason) = denied else {
+                return Ok(());
+            };
+            if start.elapsed() >= AUTHORIZE_WAIT {
+                return Err(Error::BindingPending {
+                    namespace: self.ns().to_string(),
+                    waited: AUTHORIZE_WAIT,
+                    reason,
+                });
+            }
+            tokio::time::sleep(interval).await;
+            interval = (interval * 2).min(clawfed_kube::object::MAX_POLL);
         }
     }
 

@@ -11,15 +11,17 @@ use clawfed_proto::work::check_image_digest;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, Secret, SecretKeySelector, SecretVolumeSource,
-    Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe,
+    ResourceQuota, ResourceQuotaSpec, ResourceRequirements, Secret, SecretKeySelector,
+    SecretVolumeSource, Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
     NetworkPolicyPort, NetworkPolicySpec,
 };
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -224,7 +226,33 @@ pub fn validate_names(agent: &str, revision: i64) -> Result<()> {
 
 /// Checks the Gateway settings once, when [`super::Gateways`] is built.
 pub fn validate_config(c: &GatewayConfig) -> Result<()> {
-    validate_dns1123_label(&c.namespace).map_err(|e| name_error("namespace", &c.namespace, e))?;
+    if let Some(old) = &c.namespace {
+        return Err(Error::Invalid {
+            field: "gateways.namespace",
+            reason: format!(
+                "{old:?}: one shared Gateway namespace is no longer used; each tenant's Gateways run in its own namespace <namespacePrefix>-<24 hex>, set gateways.namespacePrefix (default {})",
+                clawfed_proto::naming::GATEWAY_NAMESPACE_PREFIX
+            ),
+        });
+    }
+    validate_dns1123_label(&c.namespace_prefix)
+        .map_err(|e| name_error("namespacePrefix", &c.namespace_prefix, e))?;
+    let max = clawfed_proto::naming::MAX_GATEWAY_NAMESPACE_PREFIX_LEN;
+    if c.namespace_prefix.len() > max {
+        return Err(Error::Invalid {
+            field: "gateways.namespacePrefix",
+            reason: format!(
+                "{:?} is longer than {max} characters (<prefix>-<24 hex> must fit 63)",
+                c.namespace_prefix
+            ),
+        });
+    }
+    validate_dns1123_label(&c.runtime_cluster_role)
+        .map_err(|e| name_error("runtimeClusterRole", &c.runtime_cluster_role, e))?;
+    validate_dns1123_label(&c.service_account.namespace)
+        .map_err(|e| name_error("serviceAccount.namespace", &c.service_account.namespace, e))?;
+    validate_dns1123_label(&c.service_account.name)
+        .map_err(|e| name_error("serviceAccount.name", &c.service_account.name, e))?;
     if !(1..=65535).contains(&c.port) {
         return Err(Error::Invalid {
             field: "gateways.port",
@@ -391,10 +419,15 @@ pub fn route_api_resource(api_version: &str) -> Result<ApiResource> {
     ))
 }
 
+/// The managed Gateway runtime namespace of `spec`'s tenant.
+pub fn namespace_of(spec: &GatewaySpec, c: &GatewayConfig) -> String {
+    clawfed_proto::naming::gateway_namespace(&c.namespace_prefix, &spec.namespace_id)
+}
+
 fn meta(name: &str, spec: &GatewaySpec, c: &GatewayConfig) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.to_string()),
-        namespace: Some(c.namespace.clone()),
+        namespace: Some(namespace_of(spec, c)),
         labels: Some(owner_labels(&spec.tenant, &spec.agent)),
         ..Default::default()
     }
@@ -984,6 +1017,7 @@ struct RouteBody {
 /// The Agent's HTTPRoute `<agent>`, attached to the configured Gateway, with
 /// its one backend the revision's Service. Ownership labels name the Agent.
 pub fn route(
+    namespace: &str,
     tenant: &str,
     agent: &str,
     revision: i64,
@@ -991,7 +1025,7 @@ pub fn route(
     routing: &PrivateRouting,
 ) -> Result<DynamicObject> {
     let ar = route_api_resource(&routing.api_version)?;
-    let mut obj = DynamicObject::new(&names(agent).route, &ar).within(&c.namespace);
+    let mut obj = DynamicObject::new(&names(agent).route, &ar).within(namespace);
     let mut l = owner_labels(tenant, agent);
     l.insert(labels::REVISION.to_string(), revision.to_string());
     obj.metadata.labels = Some(l);
@@ -1045,6 +1079,100 @@ pub fn routed_revision(agent: &str, spec: &RouteSpec) -> Option<i64> {
     revisions.all(|r| r == Some(first)).then_some(first)
 }
 
+/// Name of the tenant's ResourceQuota in its Gateway namespace.
+pub const NAMESPACE_QUOTA: &str = "clawfed-tenant-quota";
+/// Name of the tenant's LimitRange (container defaults) there.
+pub const NAMESPACE_LIMITS: &str = "clawfed-container-defaults";
+
+fn namespace_meta(name: &str, namespace: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(namespace.to_owned()),
+        labels: Some(BTreeMap::from([(
+            labels::MANAGED_BY.to_string(),
+            labels::MANAGER.to_string(),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// A tenant's managed Gateway runtime namespace `name`: marked with the
+/// clawfed namespace id it serves (the hub changes and deletes only
+/// namespaces with that mark) and labelled with the tenant's name (for
+/// operators: `-l clawfed.io/tenant=<name>`), Pod Security `restricted`
+/// enforced.
+pub fn gateway_namespace(name: &str, namespace_id: &str, tenant: &str) -> Namespace {
+    Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(BTreeMap::from([
+                (labels::MANAGED_BY.to_string(), labels::MANAGER.to_string()),
+                (
+                    labels::GATEWAY_NAMESPACE.to_string(),
+                    namespace_id.to_owned(),
+                ),
+                (labels::TENANT.to_string(), tenant.to_owned()),
+                (
+                    "pod-security.kubernetes.io/enforce".to_string(),
+                    "restricted".to_string(),
+                ),
+            ])),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The RoleBinding of the hub's Gateway runtime ClusterRole to the hub's
+/// own ServiceAccount, in `namespace` only: the hub's rights over Gateway
+/// objects exist only in the Gateway namespaces it made. Named after the
+/// ServiceAccount, so two identities never overwrite each other's.
+pub fn runtime_binding(namespace: &str, c: &GatewayConfig) -> RoleBinding {
+    RoleBinding {
+        metadata: namespace_meta(&c.service_account.name, namespace),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: c.runtime_cluster_role.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: c.service_account.name.clone(),
+            namespace: Some(c.service_account.namespace.clone()),
+            ..Default::default()
+        }]),
+    }
+}
+
+/// The tenant's ResourceQuota in its Gateway namespace (quotas apply to
+/// each physical namespace separately).
+pub fn namespace_quota(namespace: &str, c: &GatewayConfig) -> ResourceQuota {
+    ResourceQuota {
+        metadata: namespace_meta(NAMESPACE_QUOTA, namespace),
+        spec: Some(ResourceQuotaSpec {
+            hard: quantities(&c.namespace_quota),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The tenant's container defaults in its Gateway namespace.
+pub fn namespace_limits(namespace: &str, c: &GatewayConfig) -> LimitRange {
+    let d = &c.container_defaults;
+    LimitRange {
+        metadata: namespace_meta(NAMESPACE_LIMITS, namespace),
+        spec: Some(LimitRangeSpec {
+            limits: vec![LimitRangeItem {
+                type_: "Container".into(),
+                default: quantities(&d.default_limit),
+                default_request: quantities(&d.default_request),
+                ..Default::default()
+            }],
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1056,6 +1184,7 @@ mod tests {
     fn spec() -> GatewaySpec {
         GatewaySpec {
             tenant: "team-a".into(),
+            namespace_id: "ns-id-a".into(),
             agent: "a1".into(),
             revision: 3,
             revision_id: "rev-3".into(),
@@ -1103,7 +1232,14 @@ mod tests {
         let image = validate(&s, &c).expect("valid");
         let d = deployment(&s, &c, &image);
         assert_eq!(d.metadata.name.as_deref(), Some("a1-gateway"));
-        assert_eq!(d.metadata.namespace.as_deref(), Some("clawfed-gateways"));
+        assert_eq!(
+            d.metadata.namespace,
+            Some(clawfed_proto::naming::gateway_namespace(
+                "oce-gateways",
+                "ns-id-a"
+            )),
+            "the tenant's own Gateway namespace"
+        );
         let ds = d.spec;
         assert_eq!(ds.replicas, Some(1));
         assert_eq!(
@@ -1495,7 +1631,8 @@ mod tests {
     fn route_attaches_to_the_gateway_and_points_at_the_revision() {
         let c = config();
         let routing = c.private_routing.clone().expect("routing");
-        let r = route("team-a", "a1", 2, &c, &routing).expect("route");
+        let r = route("gw-ns", "team-a", "a1", 2, &c, &routing).expect("route");
+        assert_eq!(r.metadata.namespace.as_deref(), Some("gw-ns"));
         assert_eq!(r.metadata.name.as_deref(), Some("a1"));
         let types = r.types.clone().expect("types");
         assert_eq!(types.api_version, "gateway.networking.k8s.io/v1");
@@ -1536,13 +1673,73 @@ mod tests {
         assert!(validate(&s, &config()).is_err());
         s.harness_endpoint = "ftp://host".into();
         assert!(validate(&s, &config()).is_err());
-        let yaml = "namespace: gw\nprivateRouting:\n  gatewayName: edge\n  gatewayNamespace: edge\n  hostnameSuffix: x.example\n";
+        let yaml = "namespacePrefix: gw\nprivateRouting:\n  gatewayName: edge\n  gatewayNamespace: edge\n  hostnameSuffix: x.example\n";
         let c: GatewayConfig = serde_yaml_ng::from_str(yaml).expect("yaml");
-        assert_eq!(c.namespace, "gw");
+        assert_eq!(c.namespace_prefix, "gw");
+        assert!(validate_config(&c).is_ok());
         assert_eq!(
             c.private_routing.map(|r| r.api_version).as_deref(),
             Some(crate::gateway::DEFAULT_ROUTE_API_VERSION)
         );
         assert!(serde_yaml_ng::from_str::<GatewayConfig>("bogus: 1").is_err());
+    }
+
+    #[test]
+    fn the_shared_namespace_key_is_refused_naming_its_replacement() {
+        let c: GatewayConfig =
+            serde_yaml_ng::from_str("namespace: clawfed-gateways\n").expect("yaml");
+        let err = validate_config(&c).expect_err("removed").to_string();
+        assert!(err.contains("gateways.namespace"), "{err}");
+        assert!(err.contains("namespacePrefix"), "{err}");
+        let mut c = config();
+        c.namespace_prefix =
+            "p".repeat(clawfed_proto::naming::MAX_GATEWAY_NAMESPACE_PREFIX_LEN + 1);
+        let err = validate_config(&c).expect_err("too long").to_string();
+        assert!(err.contains("namespacePrefix"), "{err}");
+    }
+
+    #[test]
+    fn a_gateway_namespace_is_marked_bound_and_bounded() {
+        let mut c = config();
+        c.namespace_quota = BTreeMap::from([("pods".into(), "10".into())]);
+        c.container_defaults.default_limit = BTreeMap::from([("cpu".into(), "500m".into())]);
+        let ns = gateway_namespace("oce-gateways-x", "id-1", "team-a");
+        let l = ns.metadata.labels.expect("labels");
+        assert_eq!(l.get(labels::TENANT).map(String::as_str), Some("team-a"));
+        assert_eq!(
+            l.get(labels::GATEWAY_NAMESPACE).map(String::as_str),
+            Some("id-1")
+        );
+        assert_eq!(
+            l.get(labels::MANAGED_BY).map(String::as_str),
+            Some(labels::MANAGER)
+        );
+        assert_eq!(
+            l.get("pod-security.kubernetes.io/enforce")
+                .map(String::as_str),
+            Some("restricted")
+        );
+        let b = runtime_binding("oce-gateways-x", &c);
+        assert_eq!(b.metadata.namespace.as_deref(), Some("oce-gateways-x"));
+        assert_eq!(b.role_ref.kind, "ClusterRole");
+        assert_eq!(
+            b.role_ref.name,
+            crate::gateway::DEFAULT_RUNTIME_CLUSTER_ROLE
+        );
+        let subjects = b.subjects.expect("subjects");
+        assert_eq!(subjects.len(), 1);
+        assert_eq!(subjects[0].kind, "ServiceAccount");
+        assert_eq!(subjects[0].name, "clawfed-hub");
+        assert_eq!(subjects[0].namespace.as_deref(), Some("clawfed-system"));
+        let q = namespace_quota("oce-gateways-x", &c);
+        assert_eq!(
+            q.spec.and_then(|s| s.hard),
+            Some(BTreeMap::from([("pods".into(), Quantity("10".into()))]))
+        );
+        let lr = namespace_limits("oce-gateways-x", &c);
+        assert_eq!(
+            lr.spec.expect("spec").limits[0].default,
+            Some(BTreeMap::from([("cpu".into(), Quantity("500m".into()))]))
+        );
     }
 }

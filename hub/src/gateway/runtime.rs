@@ -72,13 +72,14 @@ pub trait GatewayRuntime: Send + Sync + 'static {
     /// activation's model turn and `agents chat` of a dedicated Agent.
     async fn chat_turn(
         &self,
+        namespace_id: &str,
         agent: &str,
         revision: i64,
         token: &str,
         turn: &crate::tunnel::probe::Turn<'_>,
         timeout: std::time::Duration,
     ) -> Result<String, crate::tunnel::probe::ProbeError> {
-        let _ = (agent, revision, token, turn, timeout);
+        let _ = (namespace_id, agent, revision, token, turn, timeout);
         Err(crate::tunnel::probe::ProbeError::Refused {
             reason: clawfed_proto::tunnel::reason::NOT_MANAGED,
             message: "this hub runs no control-cluster Gateways".into(),
@@ -88,12 +89,35 @@ pub trait GatewayRuntime: Send + Sync + 'static {
     /// cannot be done.
     async fn activate(&self, target: &GatewayTarget) -> Result<(), GatewayFailure>;
     /// Deletes the route, then the Gateway runtime (keeps its storage).
-    async fn stop(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure>;
+    /// `namespace_id` is the tenant's (it names the Gateway namespace).
+    async fn stop(
+        &self,
+        namespace_id: &str,
+        tenant: &str,
+        agent: &str,
+    ) -> Result<(), GatewayFailure>;
     /// Destructive: stops the Gateway, then deletes its storage, transport
     /// Secret, ServiceAccount and NetworkPolicy (a deleted Agent).
-    async fn delete(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure>;
+    async fn delete(
+        &self,
+        namespace_id: &str,
+        tenant: &str,
+        agent: &str,
+    ) -> Result<(), GatewayFailure>;
     /// Removes what only `revision` used.
-    async fn retire(&self, tenant: &str, agent: &str, revision: i64) -> Result<(), GatewayFailure>;
+    async fn retire(
+        &self,
+        namespace_id: &str,
+        tenant: &str,
+        agent: &str,
+        revision: i64,
+    ) -> Result<(), GatewayFailure>;
+    /// Deletes the tenant's Gateway namespace (its teardown), waiting until
+    /// it is gone. A runtime without one has nothing to delete.
+    async fn delete_namespace(&self, namespace_id: &str) -> Result<(), GatewayFailure> {
+        let _ = namespace_id;
+        Ok(())
+    }
     /// Starts watching the Gateways, when this runtime can: [`Self::ready`]
     /// then answers from the watch, and `listener` hears of each Gateway
     /// turning Ready (so the pipeline needs no poll). Returns the task to
@@ -111,10 +135,11 @@ pub trait GatewayRuntime: Send + Sync + 'static {
     /// without Pods knows nothing.
     async fn diagnose(
         &self,
+        namespace_id: &str,
         agent: &str,
         revision: i64,
     ) -> (Option<String>, Vec<clawfed_proto::diagnostics::Check>) {
-        let _ = (agent, revision);
+        let _ = (namespace_id, agent, revision);
         (
             None,
             vec![clawfed_proto::diagnostics::unknown(
@@ -135,6 +160,7 @@ impl GatewayRuntime for crate::gateway::Gateways {
             .map_err(gateway_failure)?;
         let spec = crate::gateway::GatewaySpec {
             tenant: t.tenant.clone(),
+            namespace_id: t.namespace_id.clone(),
             agent: t.agent.clone(),
             revision: t.revision,
             revision_id: t.revision_id.clone(),
@@ -150,7 +176,8 @@ impl GatewayRuntime for crate::gateway::Gateways {
             transport,
             runtime: Some(self.runtime_files(t).map_err(gateway_failure)?),
         };
-        crate::gateway::Gateways::ensure(self, &spec)
+        self.tenant(&t.namespace_id)
+            .ensure(&spec)
             .await
             .map(|_| ())
             .map_err(gateway_failure)
@@ -166,31 +193,40 @@ impl GatewayRuntime for crate::gateway::Gateways {
     }
 
     async fn ready(&self, t: &GatewayTarget) -> Result<bool, GatewayFailure> {
-        crate::gateway::Gateways::is_ready(self, &t.agent, t.revision)
+        self.tenant(&t.namespace_id)
+            .is_ready(&t.agent, t.revision)
             .await
             .map(|r| matches!(r, crate::gateway::Readiness::Ready))
             .map_err(gateway_failure)
     }
 
     async fn probe(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
-        self.probe_path(&t.agent, t.revision, clawfed_proto::tunnel::PROBE_PATH)
+        self.tenant(&t.namespace_id)
+            .probe_path(&t.agent, t.revision, clawfed_proto::tunnel::PROBE_PATH)
             .await
             .map_err(gateway_failure)
     }
 
     async fn chat_turn(
         &self,
+        namespace_id: &str,
         agent: &str,
         revision: i64,
         token: &str,
         turn: &crate::tunnel::probe::Turn<'_>,
         timeout: std::time::Duration,
     ) -> Result<String, crate::tunnel::probe::ProbeError> {
-        crate::gateway::Gateways::model_turn(self, agent, revision, token, turn, timeout).await
+        self.tenant(namespace_id)
+            .model_turn(agent, revision, token, turn, timeout)
+            .await
     }
 
     async fn activate(&self, t: &GatewayTarget) -> Result<(), GatewayFailure> {
-        match crate::gateway::Gateways::activate(self, &t.tenant, &t.agent, t.revision).await {
+        match self
+            .tenant(&t.namespace_id)
+            .activate(&t.tenant, &t.agent, t.revision)
+            .await
+        {
             Ok(crate::gateway::Activation::RoutingDisabled) => {
                 tracing::warn!(agent = %t.agent, revision = t.revision, "pipeline.routing_not_configured: gateway.options.privateRouting is unset; the Gateway serves without an HTTPRoute");
                 Ok(())
@@ -200,22 +236,48 @@ impl GatewayRuntime for crate::gateway::Gateways {
         }
     }
 
-    async fn stop(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure> {
-        crate::gateway::Gateways::stop(self, tenant, agent)
+    async fn stop(
+        &self,
+        namespace_id: &str,
+        tenant: &str,
+        agent: &str,
+    ) -> Result<(), GatewayFailure> {
+        self.tenant(namespace_id)
+            .stop(tenant, agent)
             .await
             .map(|_| ())
             .map_err(gateway_failure)
     }
 
-    async fn delete(&self, tenant: &str, agent: &str) -> Result<(), GatewayFailure> {
-        crate::gateway::Gateways::delete(self, tenant, agent)
+    async fn delete(
+        &self,
+        namespace_id: &str,
+        tenant: &str,
+        agent: &str,
+    ) -> Result<(), GatewayFailure> {
+        self.tenant(namespace_id)
+            .delete(tenant, agent)
             .await
             .map(|_| ())
             .map_err(gateway_failure)
     }
 
-    async fn retire(&self, tenant: &str, agent: &str, revision: i64) -> Result<(), GatewayFailure> {
-        crate::gateway::Gateways::retire_revision(self, tenant, agent, revision)
+    async fn retire(
+        &self,
+        namespace_id: &str,
+        tenant: &str,
+        agent: &str,
+        revision: i64,
+    ) -> Result<(), GatewayFailure> {
+        self.tenant(namespace_id)
+            .retire_revision(tenant, agent, revision)
+            .await
+            .map(|_| ())
+            .map_err(gateway_failure)
+    }
+
+    async fn delete_namespace(&self, namespace_id: &str) -> Result<(), GatewayFailure> {
+        crate::gateway::Gateways::delete_namespace(self, namespace_id)
             .await
             .map(|_| ())
             .map_err(gateway_failure)
@@ -223,10 +285,11 @@ impl GatewayRuntime for crate::gateway::Gateways {
 
     async fn diagnose(
         &self,
+        namespace_id: &str,
         agent: &str,
         revision: i64,
     ) -> (Option<String>, Vec<clawfed_proto::diagnostics::Check>) {
-        crate::gateway::Gateways::diagnose(self, agent, revision).await
+        self.tenant(namespace_id).diagnose(agent, revision).await
     }
 }
 
@@ -259,14 +322,15 @@ impl GatewayRuntime for GatewaysDisabled {
         tracing::warn!(agent = %target.agent, revision = target.revision, "pipeline.activated_without_gateway: gateway.enabled is false in the hub config, no route programmed");
         Ok(())
     }
-    async fn stop(&self, _tenant: &str, _agent: &str) -> Result<(), GatewayFailure> {
+    async fn stop(&self, _ns: &str, _tenant: &str, _agent: &str) -> Result<(), GatewayFailure> {
         Ok(())
     }
-    async fn delete(&self, _tenant: &str, _agent: &str) -> Result<(), GatewayFailure> {
+    async fn delete(&self, _ns: &str, _tenant: &str, _agent: &str) -> Result<(), GatewayFailure> {
         Ok(())
     }
     async fn retire(
         &self,
+        _ns: &str,
         _tenant: &str,
         _agent: &str,
         _revision: i64,

@@ -1,7 +1,8 @@
 //! Event-driven Gateway readiness (issue 17): one watch of the Gateway
-//! Deployments and one of the Gateway Pods in the managed namespace
-//! (label-selected: managed by clawfed, workload role `gateway`), each kept
-//! in a reflector store.
+//! Deployments and one of the Gateway Pods across every tenant's managed
+//! Gateway namespace (label-selected: managed by clawfed, workload role
+//! `gateway`), each kept in a reflector store. An Agent is known by its
+//! Gateway namespace and name: two tenants may both have `support`.
 //!
 //! - [`super::Gateways::is_ready`] answers from the stores once both are in
 //!   sync, with the same verdict ([`super::ready::evaluate`]); before that,
@@ -45,6 +46,8 @@ use super::ready::{self, Readiness};
 pub struct GatewayReady {
     /// The tenant (namespace name) on the Gateway's labels.
     pub tenant: String,
+    /// The Gateway namespace it runs in.
+    pub namespace: String,
     pub agent: String,
     pub revision: i64,
 }
@@ -73,50 +76,51 @@ fn label<'a, K: Resource>(obj: &'a K, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// The stores' view of the Gateway namespace.
+/// One Agent's Gateway: its Gateway namespace and the Agent's name.
+pub type GatewayKey = (String, String);
+
+fn key_of<K: Resource>(obj: &K) -> Option<GatewayKey> {
+    Some((
+        obj.meta().namespace.clone()?,
+        label(obj, labels::AGENT)?.to_owned(),
+    ))
+}
+
+/// The stores' view of the Gateway namespaces.
 #[derive(Clone)]
 pub struct Index {
-    namespace: String,
     deployments: Store<Deployment>,
     pods: Store<Pod>,
 }
 
 impl Index {
-    /// A view of `namespace` over these stores.
-    pub fn new(namespace: &str, deployments: Store<Deployment>, pods: Store<Pod>) -> Self {
-        Self {
-            namespace: namespace.to_owned(),
-            deployments,
-            pods,
-        }
+    /// A view over these stores.
+    pub fn new(deployments: Store<Deployment>, pods: Store<Pod>) -> Self {
+        Self { deployments, pods }
     }
 
-    fn deployment(&self, agent: &str) -> Option<Arc<Deployment>> {
+    fn deployment(&self, (namespace, agent): &GatewayKey) -> Option<Arc<Deployment>> {
         self.deployments
-            .get(&ObjectRef::new(&objects::names(agent).gateway).within(&self.namespace))
+            .get(&ObjectRef::new(&objects::names(agent).gateway).within(namespace))
     }
 
-    fn pods(&self, agent: &str) -> Vec<Pod> {
+    fn pods(&self, key: &GatewayKey) -> Vec<Pod> {
         self.pods
             .state()
             .into_iter()
-            .filter(|p| label(p.as_ref(), labels::AGENT) == Some(agent))
+            .filter(|p| key_of(p.as_ref()).as_ref() == Some(key))
             .map(|p| p.as_ref().clone())
             .collect()
     }
 
-    /// The verdict for `agent`'s Gateway serving `revision`.
-    pub fn readiness(&self, agent: &str, revision: i64) -> Readiness {
-        ready::evaluate(
-            revision,
-            self.deployment(agent).as_deref(),
-            &self.pods(agent),
-        )
+    /// The verdict for the Gateway `key` serving `revision`.
+    pub fn readiness(&self, key: &GatewayKey, revision: i64) -> Readiness {
+        ready::evaluate(revision, self.deployment(key).as_deref(), &self.pods(key))
     }
 
-    /// The revision `agent`'s Deployment runs, when it is Ready for it.
-    fn ready_now(&self, agent: &str) -> Option<GatewayReady> {
-        let d = self.deployment(agent)?;
+    /// The revision `key`'s Deployment runs, when it is Ready for it.
+    fn ready_now(&self, key: &GatewayKey) -> Option<GatewayReady> {
+        let d = self.deployment(key)?;
         let revision = d
             .spec
             .template
@@ -126,24 +130,24 @@ impl Index {
             .and_then(|l| l.get(labels::REVISION))
             .and_then(|r| r.parse::<i64>().ok())?;
         let tenant = label(d.as_ref(), labels::TENANT)?.to_owned();
-        ready::evaluate(revision, Some(d.as_ref()), &self.pods(agent))
+        ready::evaluate(revision, Some(d.as_ref()), &self.pods(key))
             .is_ready()
             .then(|| GatewayReady {
                 tenant,
-                agent: agent.to_owned(),
+                namespace: key.0.clone(),
+                agent: key.1.clone(),
                 revision,
             })
     }
 
-    /// Every Agent with a Gateway Deployment or Pod in the stores.
-    fn agents(&self) -> BTreeSet<String> {
+    /// Every Gateway with a Deployment or Pod in the stores.
+    fn agents(&self) -> BTreeSet<GatewayKey> {
         let deployments = self.deployments.state();
         let pods = self.pods.state();
         deployments
             .iter()
-            .filter_map(|d| label(d.as_ref(), labels::AGENT))
-            .chain(pods.iter().filter_map(|p| label(p.as_ref(), labels::AGENT)))
-            .map(str::to_owned)
+            .filter_map(|d| key_of(d.as_ref()))
+            .chain(pods.iter().filter_map(|p| key_of(p.as_ref())))
             .collect()
     }
 }
@@ -154,7 +158,7 @@ impl Index {
 /// again.
 #[derive(Debug, Default)]
 pub struct Transitions {
-    ready: HashMap<String, i64>,
+    ready: HashMap<GatewayKey, i64>,
 }
 
 impl Transitions {
@@ -162,18 +166,18 @@ impl Transitions {
     pub fn look(
         &mut self,
         index: &Index,
-        agents: impl IntoIterator<Item = String>,
+        agents: impl IntoIterator<Item = GatewayKey>,
     ) -> Vec<GatewayReady> {
         let mut turned = Vec::new();
-        for agent in agents {
-            match index.ready_now(&agent) {
+        for key in agents {
+            match index.ready_now(&key) {
                 Some(now) => {
-                    if self.ready.insert(agent, now.revision) != Some(now.revision) {
+                    if self.ready.insert(key, now.revision) != Some(now.revision) {
                         turned.push(now);
                     }
                 }
                 None => {
-                    self.ready.remove(&agent);
+                    self.ready.remove(&key);
                 }
             }
         }
@@ -192,8 +196,8 @@ impl Transitions {
 /// What one watch event means here.
 #[derive(Debug, PartialEq, Eq)]
 enum Seen {
-    /// An object of this Agent changed or went (`None`: not a Gateway's).
-    Changed(Option<String>),
+    /// An object of this Gateway changed or went (`None`: not a Gateway's).
+    Changed(Option<GatewayKey>),
     /// A (re)list completed: the store holds the whole namespace.
     Synced,
     /// The watch failed (it retries with backoff): the store may be stale.
@@ -204,9 +208,7 @@ enum Seen {
 
 fn seen<K: Resource>(event: Result<watcher::Event<K>, watcher::Error>) -> Seen {
     match event {
-        Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
-            Seen::Changed(label(&o, labels::AGENT).map(str::to_owned))
-        }
+        Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => Seen::Changed(key_of(&o)),
         Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Seen::Listing,
         Ok(watcher::Event::InitDone) => Seen::Synced,
         Err(e) => Seen::Failed(e.to_string()),
@@ -241,8 +243,11 @@ impl GatewayWatch {
 
     /// The verdict from the stores; `None` while they are not in sync (the
     /// caller reads the API instead).
-    pub fn readiness(&self, agent: &str, revision: i64) -> Option<Readiness> {
-        self.synced().then(|| self.index.readiness(agent, revision))
+    pub fn readiness(&self, namespace: &str, agent: &str, revision: i64) -> Option<Readiness> {
+        self.synced().then(|| {
+            self.index
+                .readiness(&(namespace.to_owned(), agent.to_owned()), revision)
+        })
     }
 
     /// Applies what one event means to the sync state; returns the Agents
@@ -275,36 +280,33 @@ impl GatewayWatch {
                     return Vec::new();
                 }
                 if !was {
-                    tracing::info!(namespace = %self.index.namespace, "gateway.watch_synced");
+                    tracing::info!("gateway.watch_synced");
                 }
                 transitions.look_all(&self.index)
             }
         }
     }
 
-    /// Starts watching `namespace` as `client`: the watch, and the task
-    /// that tells `listener` of each Gateway turning Ready. Both end on
-    /// `shutdown`. Returns the watch (for readiness) and the future to run.
+    /// Starts watching every namespace as `client` (label-selected: the
+    /// Gateway objects only): the watch, and the task that tells
+    /// `listener` of each Gateway turning Ready. Both end on `shutdown`.
+    /// Returns the watch (for readiness) and the future to run.
     pub fn start(
         client: Client,
-        namespace: &str,
         listener: Arc<dyn ReadyListener>,
         shutdown: CancellationToken,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (deployment_store, deployment_writer) = reflector::store::<Deployment>();
         let (pod_store, pod_writer) = reflector::store::<Pod>();
-        let watch = Self::over(Index::new(namespace, deployment_store, pod_store));
+        let watch = Self::over(Index::new(deployment_store, pod_store));
         let config = watcher::Config::default().labels(&selector());
         // Managed fields are never read: not kept in memory.
-        let deployments = watcher(
-            Api::<Deployment>::namespaced(client.clone(), namespace),
-            config.clone(),
-        )
-        .default_backoff()
-        .modify(|d| d.managed_fields_mut().clear())
-        .reflect(deployment_writer)
-        .map(|e| (DEPLOYMENTS, seen(e)));
-        let pods = watcher(Api::<Pod>::namespaced(client, namespace), config)
+        let deployments = watcher(Api::<Deployment>::all(client.clone()), config.clone())
+            .default_backoff()
+            .modify(|d| d.managed_fields_mut().clear())
+            .reflect(deployment_writer)
+            .map(|e| (DEPLOYMENTS, seen(e)));
+        let pods = watcher(Api::<Pod>::all(client), config)
             .default_backoff()
             .modify(|p| p.managed_fields_mut().clear())
             .reflect(pod_writer)
@@ -351,7 +353,8 @@ mod tests {
     use kube::runtime::reflector::store::Writer;
     use std::collections::BTreeMap;
 
-    const NS: &str = "clawfed-gateways";
+    const NS: &str = "oce-gateways-000000000000000000000001";
+    const OTHER_NS: &str = "oce-gateways-000000000000000000000002";
 
     fn gateway_labels(agent: &str, revision: Option<i64>) -> BTreeMap<String, String> {
         let mut l = objects::owner_labels("team-a", agent);
@@ -430,7 +433,7 @@ mod tests {
             let (ds, deployments) = reflector::store::<Deployment>();
             let (ps, pods) = reflector::store::<Pod>();
             Self {
-                watch: GatewayWatch::over(Index::new(NS, ds, ps)),
+                watch: GatewayWatch::over(Index::new(ds, ps)),
                 deployments,
                 pods,
                 transitions: Transitions::default(),
@@ -463,6 +466,7 @@ mod tests {
     fn turned(agent: &str, revision: i64) -> Vec<GatewayReady> {
         vec![GatewayReady {
             tenant: "team-a".into(),
+            namespace: NS.into(),
             agent: agent.into(),
             revision,
         }]
@@ -478,7 +482,7 @@ mod tests {
             "Pod not Ready"
         );
         assert_eq!(
-            f.watch.readiness("a1", 1),
+            f.watch.readiness(NS, "a1", 1),
             Some(Readiness::NotReady(ready::NotReady::Unavailable))
         );
         // The Pod turns Ready first, then the Deployment Available: the
@@ -488,7 +492,7 @@ mod tests {
             f.deployment(Apply(deployment("a1", 1, true))),
             turned("a1", 1)
         );
-        assert_eq!(f.watch.readiness("a1", 1), Some(Readiness::Ready));
+        assert_eq!(f.watch.readiness(NS, "a1", 1), Some(Readiness::Ready));
         // Further events of a Gateway that stays Ready wake nothing, nor do
         // events of other Agents.
         assert!(f.pod(Apply(pod("a1", 1, true))).is_empty());
@@ -501,7 +505,7 @@ mod tests {
         assert!(f.pod(watcher::Event::Delete(pod("a1", 1, true))).is_empty());
         assert_eq!(f.pod(Apply(pod("a1", 2, true))), turned("a1", 2));
         assert_eq!(
-            f.watch.readiness("a1", 1),
+            f.watch.readiness(NS, "a1", 1),
             Some(Readiness::NotReady(ready::NotReady::OtherRevisionDeployed))
         );
     }
@@ -510,17 +514,21 @@ mod tests {
     fn nothing_is_told_or_answered_before_both_stores_are_in_sync() {
         use watcher::Event::{Init, InitApply, InitDone};
         let mut f = Fed::new();
-        assert_eq!(f.watch.readiness("a1", 1), None, "the API is read instead");
+        assert_eq!(
+            f.watch.readiness(NS, "a1", 1),
+            None,
+            "the API is read instead"
+        );
         for e in [Init, InitApply(deployment("a1", 1, true)), InitDone] {
             assert!(f.deployment(e).is_empty());
         }
-        assert_eq!(f.watch.readiness("a1", 1), None, "Pods not listed yet");
+        assert_eq!(f.watch.readiness(NS, "a1", 1), None, "Pods not listed yet");
         assert!(f.pod(Init).is_empty());
         assert!(f.pod(InitApply(pod("a1", 1, true))).is_empty());
         // The list completes: a Gateway Ready already is told (its revision
         // may be waiting).
         assert_eq!(f.pod(InitDone), turned("a1", 1));
-        assert_eq!(f.watch.readiness("a1", 1), Some(Readiness::Ready));
+        assert_eq!(f.watch.readiness(NS, "a1", 1), Some(Readiness::Ready));
     }
 
     #[test]
@@ -530,10 +538,36 @@ mod tests {
         assert!(f.deployment(Apply(deployment("a1", 1, true))).is_empty());
         let failed = Seen::Failed("connection reset".into());
         assert!(f.watch.on(PODS, failed, &mut f.transitions).is_empty());
-        assert_eq!(f.watch.readiness("a1", 1), None);
+        assert_eq!(f.watch.readiness(NS, "a1", 1), None);
         // The Pod watch resumes with the event it missed.
         assert_eq!(f.pod(Apply(pod("a1", 1, true))), turned("a1", 1));
-        assert_eq!(f.watch.readiness("a1", 1), Some(Readiness::Ready));
+        assert_eq!(f.watch.readiness(NS, "a1", 1), Some(Readiness::Ready));
+    }
+
+    #[test]
+    fn two_tenants_gateways_of_one_agent_name_are_told_apart() {
+        use watcher::Event::Apply;
+        let mut f = Fed::new().synced();
+        let mut other = deployment("a1", 1, true);
+        other.metadata.namespace = Some(OTHER_NS.into());
+        let mut other_pod = pod("a1", 1, true);
+        other_pod.metadata.namespace = Some(OTHER_NS.into());
+        assert!(f.deployment(Apply(other)).is_empty());
+        let told = f.pod(Apply(other_pod));
+        assert_eq!(told.len(), 1);
+        assert_eq!(told[0].namespace, OTHER_NS);
+        assert_eq!(f.watch.readiness(OTHER_NS, "a1", 1), Some(Readiness::Ready));
+        // The other tenant's Ready Gateway says nothing of this one's.
+        assert_eq!(
+            f.watch.readiness(NS, "a1", 1),
+            Some(Readiness::NotReady(ready::NotReady::NoDeployment))
+        );
+        assert!(f.deployment(Apply(deployment("a1", 1, false))).is_empty());
+        assert!(f.pod(Apply(pod("a1", 1, true))).is_empty());
+        assert_eq!(
+            f.deployment(Apply(deployment("a1", 1, true))),
+            turned("a1", 1)
+        );
     }
 
     #[test]

@@ -80,6 +80,11 @@ impl ChatSource for LinkChat {
             agent: "clawfed-hub-chat",
         };
         if rev.spec.harness_kind.has_control_gateway() {
+            let namespace_id = store
+                .get_namespace(&rev.namespace)
+                .await
+                .map_err(|e| ChatError::Unreachable(format!("the agent's namespace: {e}")))?
+                .id;
             let token = self
                 .link
                 .runtime_token(store, &rev.id)
@@ -87,7 +92,14 @@ impl ChatSource for LinkChat {
                 .map_err(|e| ChatError::Key(e.to_string()))?;
             return self
                 .gateways
-                .chat_turn(&rev.agent, rev.number, &token, &turn, CHAT_TIMEOUT)
+                .chat_turn(
+                    &namespace_id,
+                    &rev.agent,
+                    rev.number,
+                    &token,
+                    &turn,
+                    CHAT_TIMEOUT,
+                )
                 .await
                 .map_err(chat_error);
         }

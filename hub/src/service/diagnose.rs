@@ -27,7 +27,9 @@ pub trait DiagnosticsSource: Send + Sync + 'static {
         revision_id: &str,
     ) -> ComponentDiagnosis;
     /// The Gateway of `agent` at `revision`.
-    async fn gateway(&self, agent: &str, revision: i64) -> ComponentDiagnosis;
+    /// The Gateway of `agent`'s `revision` in the Gateway namespace of the
+    /// tenant `namespace_id`.
+    async fn gateway(&self, namespace_id: &str, agent: &str, revision: i64) -> ComponentDiagnosis;
 }
 
 /// One `unknown` check.
@@ -117,8 +119,8 @@ impl DiagnosticsSource for LinkDiagnostics {
         }
     }
 
-    async fn gateway(&self, agent: &str, revision: i64) -> ComponentDiagnosis {
-        let (pod, checks) = self.gateways.diagnose(agent, revision).await;
+    async fn gateway(&self, namespace_id: &str, agent: &str, revision: i64) -> ComponentDiagnosis {
+        let (pod, checks) = self.gateways.diagnose(namespace_id, agent, revision).await;
         ComponentDiagnosis {
             pod,
             checks: checks.into_iter().map(check).collect(),

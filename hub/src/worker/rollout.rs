@@ -764,7 +764,7 @@ impl Rollout {
                     .any(|p| p.revision.spec.harness_kind.has_control_gateway())
                 {
                     self.gateways
-                        .stop(&ns.name, &rev.agent)
+                        .stop(&ns.id, &ns.name, &rev.agent)
                         .await
                         .map_err(|e| WorkError::Retryable(format!("activation: {e}")))?;
                 }
@@ -934,7 +934,7 @@ impl Rollout {
         number: i64,
     ) -> Result<(), WorkError> {
         self.gateways
-            .retire(&ns.name, agent, number)
+            .retire(&ns.id, &ns.name, agent, number)
             .await
             .map_err(|e| WorkError::Retryable(format!("retiring revision {number}: {e}")))
     }
@@ -1089,6 +1089,7 @@ impl Rollout {
         let turn = crate::tunnel::probe::activation_turn(&user);
         self.gateways
             .chat_turn(
+                &target.namespace_id,
                 &target.agent,
                 target.revision,
                 &token,
@@ -1271,7 +1272,7 @@ impl Rollout {
             return Ok(()); // redeployed since: nothing to stop
         }
         self.gateways
-            .stop(&ns.name, &agent.name)
+            .stop(&ns.id, &ns.name, &agent.name)
             .await
             .map_err(|e| WorkError::Retryable(format!("gateway stop: {e}")))?;
         store

@@ -46,7 +46,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- $advertise := default (printf "https://%s-tunnel.%s.svc:%v" $full $ns .Values.tunnel.port) .Values.tunnel.advertiseUrl -}}
 {{- $hubPeer := dict "namespace" $ns "podLabels" (include "clawfed-hub.selectorLabels" . | fromYaml) "port" (int .Values.tunnel.port) -}}
-{{- $gwOptions := mergeOverwrite (deepCopy .Values.gateway.options) (dict "namespace" .Values.gateway.namespace "hub" $hubPeer) -}}
+{{- $hubAccount := dict "namespace" $ns "name" (include "clawfed-hub.serviceAccountName" .) -}}
+{{- $gwOptions := mergeOverwrite (deepCopy .Values.gateway.options) (dict "runtimeClusterRole" (printf "%s-gateway-runtime" $full) "serviceAccount" $hubAccount "hub" $hubPeer) -}}
 {{- $cfg := dict "version" 1
   "api" (dict "restAddr" (printf "0.0.0.0:%v" .Values.api.restPort) "grpcAddr" (printf "0.0.0.0:%v" .Values.api.grpcPort) "metricsAddr" (printf "0.0.0.0:%v" .Values.metrics.port) "maxBodyBytes" (int .Values.api.maxBodyBytes))
   "link" (dict "enabled" true "addr" (printf "0.0.0.0:%v" .Values.link.port) "caDir" "/etc/clawfed/ca" "serverNames" (concat $svcNames .Values.link.serverNames | uniq) "certTtlSeconds" (int .Values.link.certTtlSeconds) "heartbeatSeconds" (int .Values.link.heartbeatSeconds) "maxSessions" (int .Values.link.maxSessions) "balanceIntervalSeconds" (int .Values.link.balance.intervalSeconds) "balanceSlack" (int .Values.link.balance.slack) "balanceMaxMoves" (int .Values.link.balance.maxMoves))

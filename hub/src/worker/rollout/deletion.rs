@@ -40,7 +40,7 @@ impl Rollout {
             return Ok(());
         }
         self.gateways
-            .delete(&ns.name, agent)
+            .delete(&ns.id, &ns.name, agent)
             .await
             .map_err(|e| WorkError::Retryable(format!("gateway delete: {e}")))?;
         let mut retired = 0;

@@ -1,7 +1,8 @@
 //! Tenant teardown: every cluster the tenant was provisioned in deletes its
-//! namespace (the spoke runs the provider's namespace cleanup first); the
-//! tenant is deleted when all report it gone, and kept as
-//! `teardown-failed` with the reason otherwise.
+//! namespace (the spoke runs the provider's namespace cleanup first), then
+//! the hub deletes the tenant's Gateway namespace in the control cluster;
+//! the tenant is deleted when all are gone, and kept as `teardown-failed`
+//! with the reason otherwise.
 
 use clawfed_proto::work::{self as spec, target};
 
@@ -101,6 +102,12 @@ impl Rollout {
             }
             return Ok(());
         }
+        // The tenant's Gateway namespace in the control cluster goes last,
+        // with every Gateway left in it (its Agents are gone by now).
+        self.gateways
+            .delete_namespace(&ns.id)
+            .await
+            .map_err(|e| WorkError::Retryable(format!("gateway namespace: {e}")))?;
         match store
             .delete_namespace(
                 &ns.name,
