@@ -981,7 +981,6 @@ async fn rendered_charts_pass_a_server_side_dry_run() -> Result<()> {
     };
     let helm = Helm::new(bin)?;
     let hub_ns = control.create_namespace("helm-dry-hub").await?;
-    let gw_ns = control.create_namespace("helm-dry-gw").await?;
     let spoke_ns = exec_a.create_namespace("helm-dry-spoke").await?;
     let result = async {
         restricted(&control, &hub_ns.name).await?;
@@ -991,13 +990,15 @@ async fn rendered_charts_pass_a_server_side_dry_run() -> Result<()> {
             "clawfed-hub",
             &release,
             &hub_ns.name,
-            &json!({ "replicas": 2, "gateway": { "namespace": gw_ns.name }, "api": hub_values()["api"].clone() }),
+            &json!({ "replicas": 2, "api": hub_values()["api"].clone() }),
         )?;
         let out = kubectl_apply_dry_run(&control, &hub)?;
         for what in [
             "deployment.apps/",
             "networkpolicy.networking.k8s.io/",
-            "role.rbac.authorization.k8s.io/",
+            "clusterrole.rbac.authorization.k8s.io/",
+            "clusterrolebinding.rbac.authorization.k8s.io/",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/",
             "service/",
             "configmap/",
         ] {
@@ -1048,7 +1049,6 @@ async fn rendered_charts_pass_a_server_side_dry_run() -> Result<()> {
     }
     .await;
     hub_ns.delete().await?;
-    gw_ns.delete().await?;
     spoke_ns.delete().await?;
     result
 }
@@ -1281,8 +1281,6 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
     // ---- hub chart into control
     let hub_ns = control.create_namespace("helm-hub").await?.name;
     it.namespaces.push((true, hub_ns.clone()));
-    let gw_ns = format!("{hub_ns}-gw");
-    it.namespaces.push((true, gw_ns.clone()));
     restricted(&control, &hub_ns).await?;
     let db = db::postgres().await;
     secret(
@@ -1363,7 +1361,7 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
         "api": hub_values()["api"].clone(),
         "nodeSelector": { "type": "kwok" },
         "link": { "serverNames": ["127.0.0.1", "localhost"], "heartbeatSeconds": 1 },
-        "gateway": { "namespace": gw_ns, "options": gw_options },
+        "gateway": { "options": gw_options },
         "config": {
             "policy": hub_values()["config"]["policy"].clone(),
             "pipeline": { "readyDeadlineSeconds": 60, "pathProbe": false, "startupStatus": false },
@@ -1398,13 +1396,6 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
     let hub_full = format!("{release}-clawfed-hub");
     // Pod Security `restricted` admitted both replicas' Pods.
     deployment_ready(&control, &hub_ns, &hub_full, 2).await?;
-    let gw = Api::<Namespace>::all(control.admin()).get(&gw_ns).await?;
-    assert_eq!(
-        gw.labels()
-            .get("pod-security.kubernetes.io/enforce")
-            .map(String::as_str),
-        Some("restricted")
-    );
 
     // ---- the hub process: the chart's config, as the chart's ServiceAccount
     let hub_kubeconfig = dir.path().join("hub.kubeconfig");
@@ -1631,6 +1622,9 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
         .call(Method::POST, "/namespaces", Some(json!({ "name": tenant })))
         .await?;
     it.namespaces.push((false, ns.data_plane_namespace.clone()));
+    // The tenant's Gateway namespace, which the hub creates.
+    let gw_ns = control_env::gateway_ns(&ns.id);
+    it.namespaces.push((true, gw_ns.clone()));
     let agent: Agent = rest
         .call(
             Method::POST,
@@ -1690,13 +1684,32 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
         r1.phase,
         r1.reason
     );
-    // The Gateway in the chart's gateway namespace, the Harness in exec-a,
-    // the spoke's binding of the chart's tenant role to the chart's
-    // ServiceAccount.
+    // The Gateway in the tenant's Gateway namespace (made by the hub as
+    // the chart's ServiceAccount, Pod Security restricted, the chart's
+    // runtime role bound there to it), the Harness in exec-a, the spoke's
+    // binding of the chart's tenant role to the chart's ServiceAccount.
     Api::<Deployment>::namespaced(control.admin(), &gw_ns)
         .get(&format!("{name}-gateway"))
         .await
-        .context("Gateway Deployment in the chart's gateway namespace")?;
+        .context("Gateway Deployment in the tenant's Gateway namespace")?;
+    let gw = Api::<Namespace>::all(control.admin()).get(&gw_ns).await?;
+    assert_eq!(
+        gw.labels()
+            .get("pod-security.kubernetes.io/enforce")
+            .map(String::as_str),
+        Some("restricted")
+    );
+    let hub_binding = Api::<RoleBinding>::namespaced(control.admin(), &gw_ns)
+        .get(&hub_full)
+        .await?;
+    assert_eq!(hub_binding.role_ref.name, format!("{hub_full}-gateway-runtime"));
+    assert_eq!(
+        hub_binding
+            .subjects
+            .as_ref()
+            .map(|s| (s[0].name.clone(), s[0].namespace.clone())),
+        Some((hub_full.clone(), Some(hub_ns.clone())))
+    );
     Api::<Deployment>::namespaced(exec_a.admin(), &ns.data_plane_namespace)
         .get(&format!("{name}-r1-harness"))
         .await
@@ -1716,6 +1729,8 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
     // ---- kubectl auth can-i --as: needed allowed, the rest denied
     let hub_sa = format!("system:serviceaccount:{hub_ns}:{hub_full}");
     let g = gw_ns.as_str();
+    let hub_runtime_bind =
+        format!("clusterroles.rbac.authorization.k8s.io/{hub_full}-gateway-runtime");
     expect_rights(
         &control,
         &hub_sa,
@@ -1741,10 +1756,20 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
             (false, &["list", "secrets", "--all-namespaces"]),
             (false, &["create", "deployments.apps", "-n", "kube-system"]),
             (false, &["create", "deployments.apps", "-n", &hub_ns]),
-            (false, &["create", "namespaces"]),
+            // Cluster-wide, narrowed by the admission policy to the
+            // tenants' Gateway namespaces (gateway.rs tests the denials).
+            (true, &["create", "namespaces"]),
+            (
+                true,
+                &["create", "rolebindings.rbac.authorization.k8s.io", "-n", g],
+            ),
+            (true, &["bind", &hub_runtime_bind]),
             (
                 false,
-                &["get", "namespaces/kube-system", "-n", "kube-system"],
+                &[
+                    "bind",
+                    "clusterroles.rbac.authorization.k8s.io/cluster-admin",
+                ],
             ),
             (false, &["get", "nodes"]),
             (false, &["create", "pods", "--subresource=exec", "-n", g]),
@@ -1753,10 +1778,6 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
                 &["escalate", "clusterroles.rbac.authorization.k8s.io"],
             ),
             (false, &["bind", "clusterroles.rbac.authorization.k8s.io"]),
-            (
-                false,
-                &["create", "rolebindings.rbac.authorization.k8s.io", "-n", g],
-            ),
             (false, &["update", "deployments.apps", "-n", g]),
         ],
     )?;
@@ -1860,13 +1881,23 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
             .is_none(),
         "admission policy left after uninstall"
     );
-    // The gateway namespace is kept (resource-policy keep): it holds Gateways.
+    for role in [hub_full.clone(), format!("{hub_full}-gateway-runtime")] {
+        ensure!(
+            Api::<ClusterRole>::all(control.admin())
+                .get_opt(&role)
+                .await?
+                .is_none(),
+            "ClusterRole {role} left after uninstall"
+        );
+    }
+    // The tenant's Gateway namespace is not the chart's: it holds Gateways
+    // and goes at the tenant's teardown.
     ensure!(
         Api::<Namespace>::all(control.admin())
             .get_opt(&gw_ns)
             .await?
             .is_some(),
-        "gateway namespace kept on uninstall"
+        "the tenant's Gateway namespace kept on uninstall"
     );
     Ok(())
 }
