@@ -14,7 +14,10 @@
 #   e2e/cluster.sh env    NAME             print KUBECONFIG=... for NAME
 #   e2e/cluster.sh restart NAME COMPONENT  kill -9 COMPONENT, start it again with the same flags (fault runs)
 #
-# NAME is control, exec-a or exec-b (fixed ports, see ports() below).
+# NAME is control, exec-a, exec-b or exec-air (fixed ports, see ports()
+# below). exec-air is an air-gapped execution cluster: its Pods pull only
+# from the registry mirror mirror.airgap.test (the pod runner refuses any
+# other image with ErrImagePull, and kwok makes none of its Pods Ready).
 # Cluster dirs live under ${CLAWFED_CLUSTERS_DIR:-${CLAWFED_CACHE:-$HOME/.cache/clawfed}/clusters}/NAME:
 # admin.kubeconfig, pki/, logs/<component>.log, pids/<component>.pid, etcd/.
 set -euo pipefail
@@ -40,7 +43,8 @@ ports() {
     control) i=0 ;;
     exec-a) i=1 ;;
     exec-b) i=2 ;;
-    *) die "unknown cluster name '$1' (known: control, exec-a, exec-b)" ;;
+    exec-air) i=3 ;;
+    *) die "unknown cluster name '$1' (known: control, exec-a, exec-b, exec-air)" ;;
   esac
   APISERVER_PORT=$((16443 + i))
   ETCD_PORT=$((12379 + 10 * i))
@@ -54,9 +58,14 @@ ports() {
   SERVICE_IP="198.19.$i.1"
 }
 
+# The registry mirror an air-gapped cluster's Pods pull from (only there).
+AIRGAP_MIRROR_HOST="mirror.airgap.test"
+
 setup_vars() {
   NAME="$1"
   ports "$NAME"
+  MIRROR_ONLY=""
+  [[ "$NAME" == exec-air ]] && MIRROR_ONLY="$AIRGAP_MIRROR_HOST"
   DIR="$CLUSTERS/$NAME"
   PKI="$DIR/pki"
   KUBECONFIG_ADMIN="$DIR/admin.kubeconfig"
@@ -184,12 +193,16 @@ install_runtime() {
 # their probe passed. Selector keys are jq expressions (gojq in kwok's
 # pkg/utils/expression): `NotIn ['true']` holds for `false`, and for Pods
 # without containers, where the expression errors and yields nothing.
+# In a mirror-only cluster the runner takes every Pod (it runs the mirror's
+# images and refuses the rest): the prefix is empty, so kwok skips them all.
 write_stages() {
-  awk '
+  local prefix="clawfed.test/"
+  [[ -n "$MIRROR_ONLY" ]] && prefix=""
+  awk -v prefix="$prefix" '
     /^  name: pod-ready$/ { in_ready = 1 }
     in_ready && /^    matchExpressions:$/ {
       print
-      print "    - key: '"'"'.spec.containers[0].image | startswith(\"clawfed.test/\")'"'"'"
+      print "    - key: '"'"'.spec.containers[0].image | startswith(\"" prefix "\")'"'"'"
       print "      operator: '"'"'NotIn'"'"'"
       print "      values:"
       print "      - '"'"'true'"'"'"
@@ -359,7 +372,8 @@ EOF
   # routes are in place).
   start_exe clawfed-podrunner "$DIR/bin/clawfed-podrunner" --kubeconfig "$DIR/kwok.kubeconfig" \
     --node "$NODE_NAME" --pod-cidr "$RUNNER_CIDR" --netns clawfed-pods --state-dir "$DIR/pods" \
-    --openclaw-dir "$OPENCLAW_DIR" --volume-dir "$DIR/volumes"
+    --openclaw-dir "$OPENCLAW_DIR" --volume-dir "$DIR/volumes" \
+    ${MIRROR_ONLY:+--registry-mirror-only "$MIRROR_ONLY"}
 
   # The fake Node kwok manages (no taint: every Pod may land on it).
   kc apply -f - > /dev/null <<EOF
@@ -471,7 +485,7 @@ case "$cmd" in
     for n in "$@"; do cluster_down "$n"; done ;;
   status)
     # With names: exit 1 unless every one is fully running. Without: list all.
-    if (( $# == 0 )); then for n in control exec-a exec-b; do cluster_status "$n" || true; done; exit 0; fi
+    if (( $# == 0 )); then for n in control exec-a exec-b exec-air; do cluster_status "$n" || true; done; exit 0; fi
     rc=0; for n in "$@"; do cluster_status "$n" || rc=1; done; exit $rc ;;
   kubectl)
     (( $# > 0 )) || die "usage: cluster.sh kubectl NAME ARGS..."

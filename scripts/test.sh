@@ -4,7 +4,7 @@
 #      with a test role and database (scripts/postgres.sh);
 #   2. the real Kubernetes control planes built from upstream Go modules
 #      (e2e/build.sh, cached outside the repo) and started as the `control`,
-#      `exec-a` and `exec-b` clusters (e2e/cluster.sh), each with its pod
+#      `exec-a`, `exec-b` and the air-gapped `exec-air` clusters (e2e/cluster.sh), each with its pod
 #      runner in the Pod network of e2e/podnet.sh (root, iproute2);
 #   3. promtool (built from the Prometheus Go module, e2e/promtool.sh) checks
 #      deploy/monitoring/alerts.yaml and runs its alert unit tests;
@@ -59,7 +59,7 @@ CLAWFED_HELM="$(e2e/helm.sh)"
 export CLAWFED_HELM
 log "helm built or reused in $(( $(date +%s) - start )) s"
 
-CLUSTERS=(control exec-a exec-b)
+CLUSTERS=(control exec-a exec-b exec-air)
 started=()
 cleanup() {
   if [ ${#started[@]} -gt 0 ]; then

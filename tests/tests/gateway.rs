@@ -681,6 +681,30 @@ async fn the_hub_identity_is_confined_to_its_gateway_namespaces() -> Result<()> 
     Ok(())
 }
 
+/// A tenant that never had a dedicated Gateway (embedded Agents only) has
+/// no Gateway namespace, and the hub no rights in one: its Agents' stop,
+/// retirement and deletion are done at once, readiness says there is no
+/// Deployment, and nothing is created.
+#[tokio::test]
+async fn a_tenant_without_a_gateway_namespace_has_nothing_to_stop() -> Result<()> {
+    let e = env().await?;
+    let id = agent_name("no-gateways");
+    let g = Gateways::new(e.hub.clone(), config())?.tenant(&id);
+    assert!(g.stop("team-x", "bot").await?.is_empty());
+    assert!(g.retire_revision("team-x", "bot", 1).await?.is_empty());
+    assert!(g.delete("team-x", "bot").await?.is_empty());
+    assert_eq!(g.active_revision("bot").await?, None);
+    assert_eq!(
+        g.is_ready("bot", 1).await?,
+        Readiness::NotReady(clawfed_hub::gateway::NotReady::NoDeployment)
+    );
+    let ns = Api::<Namespace>::all(e.cluster.admin())
+        .get_opt(g.namespace())
+        .await?;
+    assert!(ns.is_none(), "nothing was created");
+    Ok(())
+}
+
 #[tokio::test]
 async fn readiness_reports_why_not() -> Result<()> {
     let e = env().await?;

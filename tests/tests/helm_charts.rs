@@ -1702,7 +1702,10 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
     let hub_binding = Api::<RoleBinding>::namespaced(control.admin(), &gw_ns)
         .get(&hub_full)
         .await?;
-    assert_eq!(hub_binding.role_ref.name, format!("{hub_full}-gateway-runtime"));
+    assert_eq!(
+        hub_binding.role_ref.name,
+        format!("{hub_full}-gateway-runtime")
+    );
     assert_eq!(
         hub_binding
             .subjects

@@ -90,6 +90,17 @@ struct Rest {
 }
 
 impl Rest {
+    /// `DELETE path`: its status.
+    async fn delete(&self, path: &str) -> Result<reqwest::StatusCode> {
+        Ok(self
+            .http
+            .delete(format!("{}/api/v1{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await?
+            .status())
+    }
+
     async fn call<T: serde::de::DeserializeOwned>(
         &self,
         method: reqwest::Method,
@@ -634,5 +645,39 @@ async fn two_tenants_one_agent_name(
         })
         .await?;
     }
+    // The second tenant's teardown deletes its Gateway namespace, and only
+    // its own: the first tenant's Gateway of the same name stays.
+    let status = rest
+        .delete(&format!("/namespaces/{}/agents/{agent}", second.name))
+        .await?;
+    ensure!(status.is_success(), "agent delete: {status}");
+    // Accepted once the Agent is gone from the tenant.
+    kube_env::eventually(WAIT, "the second tenant's teardown accepted", || async {
+        let status = rest.delete(&format!("/namespaces/{}", second.name)).await?;
+        Ok(status.is_success().then_some(()))
+    })
+    .await?;
+    kube_env::eventually(WAIT, "the second tenant deleted", || async {
+        let status = rest
+            .http
+            .get(format!("{}/api/v1/namespaces/{}", rest.base, second.name))
+            .bearer_auth(&rest.token)
+            .send()
+            .await?
+            .status();
+        Ok((status == reqwest::StatusCode::NOT_FOUND).then_some(()))
+    })
+    .await?;
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(control.clone());
+    kube_env::eventually(
+        WAIT,
+        "the second tenant's Gateway namespace gone",
+        || async { Ok(namespaces.get_opt(&b).await?.is_none().then_some(())) },
+    )
+    .await?;
+    Api::<Deployment>::namespaced(control.clone(), &a)
+        .get(&format!("{agent}-gateway"))
+        .await
+        .context("the first tenant's Gateway stays")?;
     Ok(())
 }

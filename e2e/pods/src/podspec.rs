@@ -38,6 +38,12 @@ pub enum Error {
     /// `spec.containers` is empty.
     #[error("spec.containers is empty")]
     NoContainer,
+    /// The cluster pulls only from its registry mirror, and the image is
+    /// not there (an air-gapped cluster reaches no other registry).
+    #[error(
+        "spec.containers[0].image {image:?}: this cluster pulls only from its registry mirror {mirror}/ (air-gapped: no other registry is reachable)"
+    )]
+    NotFromMirror { image: String, mirror: String },
     /// The image names no known stand-in binary.
     #[error(
         "spec.containers[0].image {0:?}: not a stand-in image (want clawfed.test/<name>-standin[:tag|@digest], clawfed.test/openclaw:<version> or clawfed.test/codex:<version>)"
@@ -66,6 +72,50 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Which registry the cluster's Pods pull from: any (the stand-in images
+/// are taken as they are), or only a mirror (an air-gapped cluster): then
+/// every Pod is the runner's, an image under `<mirror>/` runs as the image
+/// after it, and any other image is refused as unpullable (kwok's stages
+/// make no Pod Ready in such a cluster; see e2e/cluster.sh).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Registry {
+    mirror: Option<String>,
+}
+
+impl Registry {
+    /// Pods pull only from `mirror` (a registry host, e.g.
+    /// `mirror.airgap.test`).
+    pub fn mirror_only(mirror: &str) -> Self {
+        Self {
+            mirror: Some(mirror.trim_end_matches('/').to_owned()),
+        }
+    }
+
+    /// Whether the runner runs (or refuses) this Pod rather than kwok.
+    pub fn runs(&self, pod: &Pod) -> bool {
+        match &self.mirror {
+            Some(_) => first_container(pod).is_some(),
+            None => is_standin(pod),
+        }
+    }
+
+    /// The image as pulled: the mirror's prefix removed; refused when the
+    /// cluster is mirror-only and the image is not from the mirror.
+    pub fn pulled(&self, image: &str) -> Result<String> {
+        let Some(mirror) = &self.mirror else {
+            return Ok(image.to_owned());
+        };
+        image
+            .strip_prefix(mirror.as_str())
+            .and_then(|rest| rest.strip_prefix('/'))
+            .map(str::to_owned)
+            .ok_or_else(|| Error::NotFromMirror {
+                image: image.to_owned(),
+                mirror: mirror.clone(),
+            })
+    }
+}
 
 /// True for Pods whose first container runs a stand-in image.
 pub fn is_standin(pod: &Pod) -> bool {
@@ -183,10 +233,15 @@ pub struct RunPlan {
     pub grace: Duration,
 }
 
-pub fn run_plan(pod: &Pod) -> Result<RunPlan> {
+/// The plan for `pod`, its image pulled from `registry`.
+pub fn run_plan(pod: &Pod, registry: &Registry) -> Result<RunPlan> {
     let c = first_container(pod).ok_or(Error::NoContainer)?;
     let image = c.image.clone().unwrap_or_default();
-    let program = program(c)?;
+    let pulled = Container {
+        image: Some(registry.pulled(&image)?),
+        ..c.clone()
+    };
+    let program = program(&pulled)?;
     let first = c.ports.iter().flatten().next().ok_or(Error::NoPort)?;
     let port = port_number(
         "spec.containers[0].ports[0].containerPort",
@@ -343,6 +398,44 @@ mod tests {
     }
 
     #[test]
+    fn a_mirror_only_cluster_runs_mirrored_images_and_refuses_the_rest() {
+        let mirror = Registry::mirror_only("mirror.airgap.test");
+        let c = |image: &str| {
+            pod(json!({"name": "c", "image": image,
+                       "ports": [{"containerPort": 8080}]}))
+        };
+        let mirrored = c("mirror.airgap.test/clawfed.test/harness-standin@sha256:ab");
+        assert!(mirror.runs(&mirrored));
+        let plan = run_plan(&mirrored, &mirror).unwrap();
+        assert_eq!(
+            plan.program,
+            Program::Standin {
+                binary: "harness-standin".into()
+            }
+        );
+        assert_eq!(
+            plan.image, "mirror.airgap.test/clawfed.test/harness-standin@sha256:ab",
+            "the status names the image as written"
+        );
+        // Not from the mirror: refused (not run, not left to kwok).
+        for image in [
+            "clawfed.test/harness-standin:x",
+            "registry.example/app:1",
+            "mirror.airgap.test.evil/clawfed.test/harness-standin:x",
+        ] {
+            let p = c(image);
+            assert!(mirror.runs(&p), "{image}");
+            assert!(
+                matches!(run_plan(&p, &mirror), Err(Error::NotFromMirror { .. })),
+                "{image}"
+            );
+        }
+        // Without a mirror, a mirrored name is no stand-in.
+        assert!(!Registry::default().runs(&mirrored));
+        assert!(Registry::default().runs(&c("clawfed.test/harness-standin:x")));
+    }
+
+    #[test]
     fn plan_reads_port_probe_and_grace() {
         let mut p = pod(json!({
             "name": "harness", "image": "clawfed.test/harness-standin:test",
@@ -351,7 +444,7 @@ mod tests {
                                "periodSeconds": 30, "failureThreshold": 2}
         }));
         p.spec.as_mut().unwrap().termination_grace_period_seconds = Some(30);
-        let plan = run_plan(&p).unwrap();
+        let plan = run_plan(&p, &Registry::default()).unwrap();
         assert_eq!(
             plan.program,
             Program::Standin {
@@ -445,7 +538,7 @@ mod tests {
                            "ports": [{"containerPort": 9000}]}),
         );
         assert_eq!(
-            run_plan(&p).unwrap().probe.target,
+            run_plan(&p, &Registry::default()).unwrap().probe.target,
             ProbeTarget::Tcp { port: 9000 }
         );
     }
@@ -453,13 +546,13 @@ mod tests {
     #[test]
     fn bad_specs_name_the_field() {
         let no_port = pod(json!({"name": "c", "image": "clawfed.test/harness-standin:test"}));
-        assert_eq!(run_plan(&no_port), Err(Error::NoPort));
+        assert_eq!(run_plan(&no_port, &Registry::default()), Err(Error::NoPort));
         let unknown = pod(
             json!({"name": "c", "image": "clawfed.test/harness-standin:test",
             "ports": [{"containerPort": 8080}],
             "readinessProbe": {"tcpSocket": {"port": "admin"}}}),
         );
-        let e = run_plan(&unknown).unwrap_err();
+        let e = run_plan(&unknown, &Registry::default()).unwrap_err();
         assert!(
             e.to_string()
                 .contains("readinessProbe.tcpSocket.port: no containerPort named \"admin\""),
@@ -470,6 +563,9 @@ mod tests {
             "ports": [{"containerPort": 8080}],
             "readinessProbe": {"exec": {"command": ["true"]}}}),
         );
-        assert_eq!(run_plan(&exec), Err(Error::UnsupportedProbe));
+        assert_eq!(
+            run_plan(&exec, &Registry::default()),
+            Err(Error::UnsupportedProbe)
+        );
     }
 }

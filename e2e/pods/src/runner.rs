@@ -55,6 +55,9 @@ pub struct RunnerConfig {
     /// Where the provisioner keeps the volumes it makes for class-less
     /// claims ([`crate::provisioner`]); none: it does not run.
     pub volume_dir: Option<PathBuf>,
+    /// Where the cluster's Pods pull from (an air-gapped cluster: only its
+    /// mirror).
+    pub registry: podspec::Registry,
 }
 
 /// Finds `ip` on PATH (resolved once: stand-ins get an empty environment).
@@ -123,6 +126,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
         standin_dir: config.standin_dir.clone(),
         state_dir,
         openclaw: openclaw.clone(),
+        registry: config.registry.clone(),
     });
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     let mut runner = Runner {
@@ -186,20 +190,20 @@ fn recorded_ip(pod: &Pod, cidr: &Cidr) -> Option<Ipv4Addr> {
     cidr.contains(ip).then_some(ip)
 }
 
-fn wants_run(pod: &Pod) -> bool {
+fn wants_run(pod: &Pod, registry: &podspec::Registry) -> bool {
     let terminal = pod
         .status
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .is_some_and(|p| p == "Succeeded" || p == "Failed");
-    podspec::is_standin(pod) && pod.metadata.deletion_timestamp.is_none() && !terminal
+    registry.runs(pod) && pod.metadata.deletion_timestamp.is_none() && !terminal
 }
 
 impl Runner {
     /// A full listing (first start or after a watch restart): keep the IPs
     /// Pods already have, start what is new, stop what vanished meanwhile.
     fn resync(&mut self, pods: Vec<Pod>) {
-        for pod in pods.iter().filter(|p| wants_run(p)) {
+        for pod in pods.iter().filter(|p| wants_run(p, &self.shared.registry)) {
             let uid = uid_of(pod);
             if let Some(ip) = recorded_ip(pod, &self.cidr)
                 && !self.alloc.reserve(&uid, ip)
@@ -207,7 +211,11 @@ impl Runner {
                 tracing::warn!(%uid, %ip, "recorded pod IP is taken; the pod gets a new one");
             }
         }
-        let live: HashSet<String> = pods.iter().filter(|p| wants_run(p)).map(uid_of).collect();
+        let live: HashSet<String> = pods
+            .iter()
+            .filter(|p| wants_run(p, &self.shared.registry))
+            .map(uid_of)
+            .collect();
         let vanished: Vec<String> = self
             .tracked
             .keys()
@@ -241,10 +249,10 @@ impl Runner {
 
     fn apply(&mut self, pod: &Pod) {
         let uid = uid_of(pod);
-        if uid.is_empty() || !podspec::is_standin(pod) {
+        if uid.is_empty() || !self.shared.registry.runs(pod) {
             return;
         }
-        if !wants_run(pod) {
+        if !wants_run(pod, &self.shared.registry) {
             self.gone(&uid);
             return;
         }

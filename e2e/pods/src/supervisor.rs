@@ -30,6 +30,8 @@ pub struct Shared {
     pub state_dir: PathBuf,
     /// The real runtime, when the runner was given an install.
     pub openclaw: Option<OpenClawInstall>,
+    /// Where the cluster's Pods pull from.
+    pub registry: podspec::Registry,
 }
 
 /// What the runner starts for a Pod, resolved once.
@@ -148,8 +150,11 @@ impl Supervisor {
         if let Err(e) = std::fs::create_dir_all(&self.dir) {
             tracing::error!(error = %e, dir = %self.dir.display(), "cannot create the pod's state dir");
         }
-        let plan = match podspec::run_plan(&self.pod) {
+        let plan = match podspec::run_plan(&self.pod, &self.shared.registry) {
             Ok(plan) => plan,
+            Err(e @ podspec::Error::NotFromMirror { .. }) => {
+                return self.refuse("ErrImagePull", e.to_string(), stops).await;
+            }
             Err(e) => return self.refuse("InvalidImageName", e.to_string(), stops).await,
         };
         let program = match self.resolve(&plan).await {

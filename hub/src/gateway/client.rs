@@ -643,6 +643,22 @@ impl TenantGateways {
         &self.namespace
     }
 
+    /// Whether the tenant's Gateway namespace exists. The hub may read and
+    /// write in it only once it made it (its binding is made there); before
+    /// that none of the tenant's Gateway objects exist, so stop, retire and
+    /// delete are done and readiness is "no Deployment", without asking
+    /// the apiserver for objects in a namespace it has no rights in.
+    async fn namespace_exists(&self) -> Result<bool> {
+        if self.passed.namespace.fresh(self.ns()) {
+            return Ok(true);
+        }
+        Api::<Namespace>::all(self.client.clone())
+            .get_opt(self.ns())
+            .await
+            .map(|found| found.is_some())
+            .map_err(|e| kube_error("get", "Namespace", "", self.ns(), e))
+    }
+
     fn api<K>(&self) -> Api<K>
     where
         K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
@@ -731,6 +747,9 @@ impl TenantGateways {
             .and_then(|w| w.readiness(self.ns(), agent, revision))
         {
             return Ok(verdict);
+        }
+        if !self.namespace_exists().await? {
+            return Ok(Readiness::NotReady(ready::NotReady::NoDeployment));
         }
         let name = objects::names(agent).gateway;
         let d = self
@@ -859,6 +878,12 @@ impl TenantGateways {
         };
         if objects::validate_names(agent, revision).is_err() {
             return unknown(None, "invalid Agent name or revision");
+        }
+        if !matches!(self.namespace_exists().await, Ok(true)) {
+            return unknown(
+                None,
+                "the tenant has no Gateway namespace (no Gateway was ever made)",
+            );
         }
         let lp = ListParams::default().labels(&objects::revision_selector_string(agent, revision));
         let pods = match self.api::<Pod>().list(&lp).await {
@@ -1037,6 +1062,9 @@ impl TenantGateways {
         let Some((routes, _)) = self.routes()? else {
             return Ok(None);
         };
+        if !self.namespace_exists().await? {
+            return Ok(None);
+        }
         let name = objects::names(agent).route;
         let route = match routes.get_opt(&name).await {
             Ok(r) => r,
@@ -1137,6 +1165,9 @@ impl TenantGateways {
     /// Refuses (before deleting anything) a Gateway of another tenant.
     pub async fn stop(&self, tenant: &str, agent: &str) -> Result<Vec<Step>> {
         objects::validate_names(agent, 0)?;
+        if !self.namespace_exists().await? {
+            return Ok(Vec::new());
+        }
         self.check_tenant(tenant, agent).await?;
         let n = objects::names(agent);
         let mut steps = Vec::new();
@@ -1178,6 +1209,9 @@ impl TenantGateways {
         revision: i64,
     ) -> Result<Vec<Step>> {
         objects::validate_names(agent, revision)?;
+        if !self.namespace_exists().await? {
+            return Ok(Vec::new());
+        }
         self.check_tenant(tenant, agent).await?;
         if self.active_revision(agent).await? == Some(revision) {
             return Err(Error::RevisionActive {
@@ -1192,6 +1226,10 @@ impl TenantGateways {
     /// Secret, ServiceAccount and PVC (the Gateway's state is lost; waits
     /// until the PVC is gone).
     pub async fn delete(&self, tenant: &str, agent: &str) -> Result<Vec<Step>> {
+        objects::validate_names(agent, 0)?;
+        if !self.namespace_exists().await? {
+            return Ok(Vec::new());
+        }
         let mut steps = self.stop(tenant, agent).await?;
         let n = objects::names(agent);
         let dp = DeleteParams::background();

@@ -36,6 +36,11 @@ struct Args {
     /// no volume is pre-bound to (and reclaim it with its claim).
     #[arg(long)]
     volume_dir: Option<PathBuf>,
+    /// An air-gapped cluster: Pods pull only from this registry mirror
+    /// (host); an image under `<mirror>/` runs as the image after it, any
+    /// other is refused (ErrImagePull).
+    #[arg(long)]
+    registry_mirror_only: Option<String>,
 }
 
 #[tokio::main]
@@ -70,6 +75,11 @@ async fn main() -> Result<()> {
             standin_dir,
             openclaw_dir: args.openclaw_dir,
             volume_dir: args.volume_dir,
+            registry: args
+                .registry_mirror_only
+                .as_deref()
+                .map(clawfed_pods::podspec::Registry::mirror_only)
+                .unwrap_or_default(),
         },
         shutdown,
     )
