@@ -647,10 +647,21 @@ async fn two_tenants_one_agent_name(
     }
     // The second tenant's teardown deletes its Gateway namespace, and only
     // its own: the first tenant's Gateway of the same name stays.
-    let status = rest
-        .delete(&format!("/namespaces/{}/agents/{agent}", second.name))
+    // An Agent is deleted once stopped.
+    let _: serde_json::Value = rest
+        .call(
+            reqwest::Method::POST,
+            &format!("/namespaces/{}/agents/{agent}/stop", second.name),
+            None,
+        )
         .await?;
-    ensure!(status.is_success(), "agent delete: {status}");
+    kube_env::eventually(WAIT, "the second tenant's Agent deleted", || async {
+        let status = rest
+            .delete(&format!("/namespaces/{}/agents/{agent}", second.name))
+            .await?;
+        Ok(status.is_success().then_some(()))
+    })
+    .await?;
     // Accepted once the Agent is gone from the tenant.
     kube_env::eventually(WAIT, "the second tenant's teardown accepted", || async {
         let status = rest.delete(&format!("/namespaces/{}", second.name)).await?;
