@@ -16,17 +16,24 @@
 //! - [`objects`]: pure builders of the typed objects (no I/O).
 //! - [`ready`]: the Gateway readiness verdict, a pure function.
 //! - [`runtime`]: the pipeline's [`GatewayRuntime`] over [`Gateways`].
-//! - [`client`]: [`Gateways`], the thin I/O adapter (server-side apply as
-//!   [`FIELD_MANAGER`], discovery and access checks before routing changes,
-//!   ordered stop).
+//! - [`client`]: [`Gateways`] and each tenant's [`TenantGateways`], the thin
+//!   I/O adapter (server-side apply as [`FIELD_MANAGER`], ordered stop);
+//!   beside it, by job: `namespace` (each tenant's Gateway namespace, its
+//!   binding, quota and defaults), `routing` (the checks before a route is
+//!   touched, activation), `reach` (readiness, the data path probe, the
+//!   model turn, diagnostics) and `error`.
 //! - [`transport`]: each revision's transport token, derived from a hub key
 //!   kept in the store (stable per revision); the store keeps its hash.
 //! - [`watch`]: the watch of the Gateway Deployments and Pods: readiness from
 //!   reflector stores, and a wake-up for each Gateway turning Ready.
 
 pub mod client;
+mod error;
+mod namespace;
 pub mod objects;
+mod reach;
 pub mod ready;
+mod routing;
 pub mod runtime;
 pub mod transport;
 pub mod watch;
@@ -37,7 +44,8 @@ use std::fmt;
 use clawfed_proto::work::{EgressRule, Resources};
 use serde::{Deserialize, Serialize};
 
-pub use client::{Activation, Error, Gateways, Result, Step, StepAction, TenantGateways};
+pub use client::{Activation, Gateways, Step, StepAction, TenantGateways};
+pub use error::{Error, Result};
 pub use ready::{NotReady, Readiness};
 pub use runtime::{
     GatewayFailure, GatewayRuntime, GatewayTarget, GatewaysDisabled, TunnelEndpoint,

@@ -1,266 +1,37 @@
-//! [`Gateways`]: applies the Gateway objects to the control cluster with the
-//! hub's own client, reads readiness, switches routes and stops Gateways.
+//! [`Gateways`] (every tenant's, one kube client: the hub's own identity in
+//! the control cluster) and [`TenantGateways`] (one tenant's, in its Gateway
+//! namespace): applies the Gateway objects, stops and deletes Gateways.
 //!
-//! Order matters in two places, and both are decided here:
-//! - activation checks that the route API is served (discovery) and that the
-//!   hub may write routes (SelfSubjectAccessReview) BEFORE the route is
-//!   touched, so a missing CRD or permission leaves the route as it was and
-//!   fails with a reason; routing is never silently skipped;
-//! - stop deletes the route first, then the runtime (Deployment, its Pods,
-//!   the revision Services); the PVC, ServiceAccount, Secret and
-//!   NetworkPolicy stay. Absent objects count as done, so stop converges.
+//! Stop deletes the route first, then the runtime (Deployment, its Pods,
+//! the revision Services); the PVC, ServiceAccount, Secret and
+//! NetworkPolicy stay. Absent objects count as done, so stop converges.
+//! Activation and its checks are in `routing`, the Gateway namespace in
+//! `namespace`, readiness and the probes in `reach`.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use clawfed_kube::{is_forbidden, is_not_found, is_status};
 use clawfed_proto::labels;
-use futures::future::try_join_all;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::{
     Namespace, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use super::objects::{self, ROUTE_KIND, ROUTE_PLURAL};
-use super::ready::{self, Readiness};
+use super::error::{Error, Result, kube_error};
+use super::objects::{self, ROUTE_KIND};
 use super::transport::TransportCredentials;
 use super::watch::{GatewayWatch, ReadyListener};
 use super::{FIELD_MANAGER, GatewayConfig, GatewaySpec, PrivateRouting};
-
-/// Errors of the Gateway client.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The spec or config is not acceptable (nothing was applied).
-    #[error("invalid gateway: {0}")]
-    Invalid(#[from] objects::Error),
-    /// The managed gateway namespace cannot be used.
-    #[error("gateway namespace {namespace}: {reason}")]
-    NamespaceUnavailable {
-        /// The namespace.
-        namespace: String,
-        /// Why.
-        reason: String,
-    },
-    /// Private routing is configured but the control cluster does not serve
-    /// HTTPRoute at the configured API version.
-    #[error(
-        "private routing is enabled but the control cluster does not serve {kind} {api_version}: {reason}; install the Gateway API CRDs or fix gateways.privateRouting.apiVersion (the route was not changed)"
-    )]
-    RouteApiMissing {
-        /// Kind looked for.
-        kind: &'static str,
-        /// `group/version` looked for.
-        api_version: String,
-        /// What discovery said.
-        reason: String,
-    },
-    /// Private routing is configured but the hub may not manage routes.
-    #[error(
-        "private routing is enabled but clawfed-hub may not {verbs} httproutes in namespace {namespace}{reason}; grant it in deploy/hub/rbac.yaml (the route was not changed)"
-    )]
-    RouteForbidden {
-        /// The gateway namespace.
-        namespace: String,
-        /// The verbs denied, comma separated.
-        verbs: String,
-        /// The authorizer's reason, if any (with a leading separator).
-        reason: String,
-    },
-    /// The apiserver refused the hub's identity.
-    #[error("clawfed-hub may not {action} {kind} {namespace}/{name}: {source}")]
-    Forbidden {
-        /// What was attempted.
-        action: &'static str,
-        /// Object kind.
-        kind: &'static str,
-        /// Namespace.
-        namespace: String,
-        /// Object name ("" for lists).
-        name: String,
-        /// The cause.
-        #[source]
-        source: Box<kube::Error>,
-    },
-    /// Any other apiserver failure.
-    #[error("{action} {kind} {namespace}/{name}: {source}")]
-    Kube {
-        /// What was attempted (`apply`, `get`, `list`, `delete`).
-        action: &'static str,
-        /// Object kind.
-        kind: &'static str,
-        /// Namespace.
-        namespace: String,
-        /// Object name ("" for lists).
-        name: String,
-        /// The cause.
-        #[source]
-        source: Box<kube::Error>,
-    },
-    /// A request through the revision's Gateway to its Harness (the data
-    /// path probe) was not answered with success.
-    #[error(
-        "request {path} through gateway pod {pod} of agent {agent} revision {revision}: {detail}"
-    )]
-    PathProbe {
-        /// Agent.
-        agent: String,
-        /// Revision.
-        revision: i64,
-        /// The Gateway Pod probed ("" when there was none).
-        pod: String,
-        /// The path requested.
-        path: &'static str,
-        /// What came back (status and the first bytes of the body) or why
-        /// nothing did.
-        detail: String,
-    },
-    /// A Gateway object of that name belongs to another tenant.
-    #[error("{kind} {name} belongs to tenant {owner:?}, not {tenant:?}")]
-    OwnedByOtherTenant {
-        /// Object kind.
-        kind: &'static str,
-        /// Object name.
-        name: String,
-        /// The tenant label found.
-        owner: String,
-        /// The tenant asked for.
-        tenant: String,
-    },
-    /// The Gateway already runs a newer revision than the one asked for.
-    #[error("gateway of agent {agent} runs revision {deployed}, newer than {requested}")]
-    Superseded {
-        /// Agent.
-        agent: String,
-        /// Revision in the Deployment.
-        deployed: i64,
-        /// Revision asked for.
-        requested: i64,
-    },
-    /// Activation asked for a revision whose Gateway is not prepared.
-    #[error("gateway revision {revision} of agent {agent} is not prepared (no Service {service})")]
-    NotPrepared {
-        /// Agent.
-        agent: String,
-        /// Revision.
-        revision: i64,
-        /// The missing Service.
-        service: String,
-    },
-    /// Activation asked for a revision whose Gateway is not ready.
-    #[error("gateway revision {revision} of agent {agent} is not ready: {reason}")]
-    NotReady {
-        /// Agent.
-        agent: String,
-        /// Revision.
-        revision: i64,
-        /// The readiness reason code.
-        reason: &'static str,
-    },
-    /// Retirement asked for the revision the route points at.
-    #[error("gateway revision {revision} of agent {agent} is the routed revision")]
-    RevisionActive {
-        /// Agent.
-        agent: String,
-        /// Revision.
-        revision: i64,
-    },
-    /// The hub's RoleBinding in the Gateway namespace is not honoured yet.
-    #[error(
-        "gateway namespace {namespace}: the hub's role binding is not in force after {waited:?} ({reason})"
-    )]
-    BindingPending {
-        /// The namespace.
-        namespace: String,
-        /// How long it waited.
-        waited: Duration,
-        /// The authorizer's last answer.
-        reason: String,
-    },
-    /// These Gateways have no transport key ([`Gateways::with_transport`]).
-    #[error("no transport key: the hub derives each revision's transport token from it")]
-    NoTransportKey,
-    /// The revision's transport token hash could not be recorded.
-    #[error("recording the transport credential of revision {revision_id}: {source}")]
-    Transport {
-        /// The revision.
-        revision_id: String,
-        /// The cause.
-        #[source]
-        source: Box<crate::store::StoreError>,
-    },
-    /// A deleted object did not go away in time.
-    #[error("{kind} {namespace}/{name} still present after {waited:?}")]
-    DeleteTimeout {
-        /// Object kind.
-        kind: &'static str,
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-        /// How long it waited.
-        waited: Duration,
-    },
-}
-
-/// Result alias of the Gateway client.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-impl Error {
-    /// A stable reason code for status conditions and logs.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Error::Invalid(_) => "InvalidGateway",
-            Error::NamespaceUnavailable { .. } => "GatewayNamespaceUnavailable",
-            Error::RouteApiMissing { .. } => "RouteApiMissing",
-            Error::RouteForbidden { .. } => "RouteForbidden",
-            Error::Forbidden { .. } => "Forbidden",
-            Error::Kube { .. } => "KubernetesError",
-            Error::OwnedByOtherTenant { .. } => "OwnedByOtherTenant",
-            Error::Superseded { .. } => "Superseded",
-            Error::NotPrepared { .. } => "GatewayNotPrepared",
-            Error::NotReady { .. } => "GatewayNotReady",
-            Error::PathProbe { .. } => "DataPathProbeFailed",
-            Error::RevisionActive { .. } => "RevisionActive",
-            Error::DeleteTimeout { .. } => "DeleteTimeout",
-            Error::NoTransportKey => "NoTransportKey",
-            Error::BindingPending { .. } => "GatewayNamespaceBindingPending",
-            Error::Transport { .. } => "TransportCredential",
-        }
-    }
-
-    /// True when retrying later may succeed without anyone changing the spec,
-    /// the config or the cluster's RBAC/CRDs.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            Error::Kube { source, .. } => clawfed_kube::is_transient(source),
-            // The path may come up (a spoke reconnecting, endpoints being
-            // published); the pipeline's deadline bounds the retries.
-            Error::NotReady { .. }
-            | Error::DeleteTimeout { .. }
-            | Error::PathProbe { .. }
-            | Error::BindingPending { .. } => true,
-            Error::Transport { source, .. } => {
-                matches!(source.as_ref(), crate::store::StoreError::Unavailable(_))
-            }
-            _ => false,
-        }
-    }
-}
 
 /// What one step of `ensure`, `stop`, `retire_revision` or `delete` did, in
 /// the order it happened.
@@ -301,21 +72,21 @@ pub enum Activation {
     },
 }
 
-const WRITE_VERBS: [&str; 4] = ["get", "create", "patch", "delete"];
+pub(super) const WRITE_VERBS: [&str; 4] = ["get", "create", "patch", "delete"];
 
 /// The Gateways of every Agent, managed with one kube client (the hub's own
 /// identity in the control cluster).
 #[derive(Clone)]
 pub struct Gateways {
-    client: Client,
-    config: GatewayConfig,
+    pub(super) client: Client,
+    pub(super) config: GatewayConfig,
     /// Derives each revision's transport token (see [`super::transport`]).
-    transport: Option<TransportCredentials>,
+    pub(super) transport: Option<TransportCredentials>,
     /// The watch [`Gateways::watch`] started (shared by clones): readiness
     /// from its stores once they are in sync.
-    watch: Arc<OnceLock<GatewayWatch>>,
+    pub(super) watch: Arc<OnceLock<GatewayWatch>>,
     /// Namespace and routing checks that passed recently (see [`CHECK_TTL`]).
-    passed: Arc<PassedChecks>,
+    pub(super) passed: Arc<PassedChecks>,
 }
 
 impl std::fmt::Debug for Gateways {
@@ -327,11 +98,11 @@ impl std::fmt::Debug for Gateways {
 }
 
 /// How long the data path probe waits for an answer.
-const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub(super) const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long `ensure` waits for the authorizer to honour the RoleBinding it
 /// applied in a new Gateway namespace.
-const AUTHORIZE_WAIT: Duration = Duration::from_secs(15);
+pub(super) const AUTHORIZE_WAIT: Duration = Duration::from_secs(15);
 
 /// How long a passed namespace or routing check is trusted before it is
 /// made again. Every Gateway ensure and activation needs both, and each
@@ -340,21 +111,21 @@ const AUTHORIZE_WAIT: Duration = Duration::from_secs(15);
 /// next attempt. A route right revoked within the window is found by the
 /// activation's route write (403, the route unchanged) instead of before
 /// the Gateway's objects are applied; any failed write forgets the checks.
-const CHECK_TTL: Duration = Duration::from_secs(60);
+pub(super) const CHECK_TTL: Duration = Duration::from_secs(60);
 
 /// When each check last passed, per Gateway namespace (shared by clones).
 #[derive(Debug, Default)]
-struct PassedChecks {
-    namespace: PassedIn,
-    routing: PassedIn,
+pub(super) struct PassedChecks {
+    pub(super) namespace: PassedIn,
+    pub(super) routing: PassedIn,
 }
 
 /// When one check last passed in each namespace.
 #[derive(Debug, Default)]
-struct PassedIn(std::sync::Mutex<HashMap<String, std::time::Instant>>);
+pub(super) struct PassedIn(std::sync::Mutex<HashMap<String, std::time::Instant>>);
 
 impl PassedIn {
-    fn fresh(&self, namespace: &str) -> bool {
+    pub(super) fn fresh(&self, namespace: &str) -> bool {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -362,7 +133,7 @@ impl PassedIn {
             .is_some_and(|at| at.elapsed() < CHECK_TTL)
     }
 
-    fn set(&self, namespace: &str, passed: bool) {
+    pub(super) fn set(&self, namespace: &str, passed: bool) {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if passed {
             map.insert(namespace.to_owned(), std::time::Instant::now());
@@ -372,64 +143,11 @@ impl PassedIn {
     }
 }
 
-fn apply_params() -> PatchParams {
+pub(super) fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
-fn kube_error(
-    action: &'static str,
-    kind: &'static str,
-    namespace: &str,
-    name: &str,
-    source: kube::Error,
-) -> Error {
-    let (namespace, name, source) = (namespace.to_string(), name.to_string(), Box::new(source));
-    if is_forbidden(&source) {
-        Error::Forbidden {
-            action,
-            kind,
-            namespace,
-            name,
-            source,
-        }
-    } else {
-        Error::Kube {
-            action,
-            kind,
-            namespace,
-            name,
-            source,
-        }
-    }
-}
-
-impl From<clawfed_kube::object::Error> for Error {
-    fn from(e: clawfed_kube::object::Error) -> Self {
-        use clawfed_kube::object::Error as E;
-        match e {
-            E::Kube {
-                action,
-                kind,
-                namespace,
-                name,
-                source,
-            } => kube_error(action, kind, &namespace, &name, *source),
-            E::DeleteTimeout {
-                kind,
-                namespace,
-                name,
-                waited,
-            } => Error::DeleteTimeout {
-                kind,
-                namespace,
-                name,
-                waited,
-            },
-        }
-    }
-}
-
-fn deleted(kind: &'static str, name: &str, existed: bool) -> Step {
+pub(super) fn deleted(kind: &'static str, name: &str, existed: bool) -> Step {
     Step {
         action: if existed {
             StepAction::Deleted
@@ -452,7 +170,7 @@ fn websocket_url(http: &str) -> String {
     }
 }
 
-fn label_of<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+pub(super) fn label_of<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     meta.labels
         .as_ref()
         .and_then(|l| l.get(key))
@@ -565,57 +283,17 @@ impl Gateways {
         self.watch.set(watch).ok()?;
         Some(run)
     }
-
-    /// Deletes the managed Gateway namespace of the tenant `namespace_id`
-    /// (its teardown: every Agent's Gateway and storage with it) and waits
-    /// until it is gone. Only a namespace carrying the tenant's
-    /// [`labels::GATEWAY_NAMESPACE`] mark is deleted; an absent one is done.
-    pub async fn delete_namespace(&self, namespace_id: &str) -> Result<Step> {
-        let tenant = self.tenant(namespace_id);
-        let name = tenant.namespace.clone();
-        let api = Api::<Namespace>::all(self.client.clone());
-        let found = api
-            .get_opt(&name)
-            .await
-            .map_err(|e| kube_error("get", "Namespace", "", &name, e))?;
-        let Some(found) = found else {
-            return Ok(deleted("Namespace", &name, false));
-        };
-        if label_of(&found.metadata, labels::GATEWAY_NAMESPACE) != Some(namespace_id) {
-            return Err(Error::NamespaceUnavailable {
-                namespace: name,
-                reason: format!(
-                    "not marked {}={namespace_id}: not clawfed's to delete",
-                    labels::GATEWAY_NAMESPACE
-                ),
-            });
-        }
-        let existed = clawfed_kube::object::delete_if_present(
-            &api,
-            "Namespace",
-            &name,
-            &DeleteParams::background(),
-        )
-        .await?;
-        if existed {
-            tenant.wait_gone(&api, "Namespace", &name).await?;
-        }
-        self.passed.namespace.set(&name, false);
-        self.passed.routing.set(&name, false);
-        tracing::info!(namespace = %name, namespace_id, "gateway.namespace_deleted");
-        Ok(deleted("Namespace", &name, existed))
-    }
 }
 
 /// One tenant's Gateways: the operations on its Agents' Gateway objects,
 /// all in its managed runtime namespace ([`Gateways::tenant`]).
 #[derive(Clone)]
 pub struct TenantGateways {
-    gateways: Gateways,
+    pub(super) gateways: Gateways,
     /// The managed Gateway runtime namespace.
-    namespace: String,
+    pub(super) namespace: String,
     /// The clawfed namespace id it belongs to.
-    namespace_id: String,
+    pub(super) namespace_id: String,
 }
 
 impl std::fmt::Debug for TenantGateways {
@@ -639,7 +317,7 @@ impl TenantGateways {
         &self.namespace
     }
 
-    fn ns(&self) -> &str {
+    pub(super) fn ns(&self) -> &str {
         &self.namespace
     }
 
@@ -648,7 +326,7 @@ impl TenantGateways {
     /// that none of the tenant's Gateway objects exist, so stop, retire and
     /// delete are done and readiness is "no Deployment", without asking
     /// the apiserver for objects in a namespace it has no rights in.
-    async fn namespace_exists(&self) -> Result<bool> {
+    pub(super) async fn namespace_exists(&self) -> Result<bool> {
         if self.passed.namespace.fresh(self.ns()) {
             return Ok(true);
         }
@@ -659,19 +337,19 @@ impl TenantGateways {
             .map_err(|e| kube_error("get", "Namespace", "", self.ns(), e))
     }
 
-    fn api<K>(&self) -> Api<K>
+    pub(super) fn api<K>(&self) -> Api<K>
     where
         K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
     {
         Api::namespaced(self.client.clone(), self.ns())
     }
 
-    fn delete_timeout(&self) -> Duration {
+    pub(super) fn delete_timeout(&self) -> Duration {
         Duration::from_secs(self.config.delete_timeout_seconds)
     }
 
     /// The route API and its settings, when private routing is configured.
-    fn routes(&self) -> Result<Option<(Api<DynamicObject>, &PrivateRouting)>> {
+    pub(super) fn routes(&self) -> Result<Option<(Api<DynamicObject>, &PrivateRouting)>> {
         let Some(routing) = &self.config.private_routing else {
             return Ok(None);
         };
@@ -735,427 +413,6 @@ impl TenantGateways {
             "gateway.ensured"
         );
         Ok(steps)
-    }
-
-    /// Whether `revision`'s Gateway is ready (see [`ready::evaluate`]): from
-    /// the watch when it runs and is in sync, else read from the API.
-    pub async fn is_ready(&self, agent: &str, revision: i64) -> Result<Readiness> {
-        objects::validate_names(agent, revision)?;
-        if let Some(verdict) = self
-            .watch
-            .get()
-            .and_then(|w| w.readiness(self.ns(), agent, revision))
-        {
-            return Ok(verdict);
-        }
-        if !self.namespace_exists().await? {
-            return Ok(Readiness::NotReady(ready::NotReady::NoDeployment));
-        }
-        let name = objects::names(agent).gateway;
-        let d = self
-            .api::<Deployment>()
-            .get_opt(&name)
-            .await
-            .map_err(|e| kube_error("get", "Deployment", self.ns(), &name, e))?;
-        let lp = ListParams::default().labels(&objects::agent_selector_string(agent));
-        let pods = self
-            .api::<Pod>()
-            .list(&lp)
-            .await
-            .map_err(|e| kube_error("list", "Pod", self.ns(), "", e))?;
-        Ok(ready::evaluate(revision, d.as_ref(), &pods.items))
-    }
-
-    /// Sends `GET <path>` through the Gateway Pod of `revision` (via the
-    /// control cluster's Pod proxy): the Gateway forwards it through the
-    /// hub's tunnel and the spoke to the Harness. Ok only for a 2xx answer.
-    pub async fn probe_path(&self, agent: &str, revision: i64, path: &'static str) -> Result<()> {
-        objects::validate_names(agent, revision)?;
-        let failed = |pod: &str, detail: String| Error::PathProbe {
-            agent: agent.to_owned(),
-            revision,
-            pod: pod.to_owned(),
-            path,
-            detail,
-        };
-        let lp = ListParams::default().labels(&objects::revision_selector_string(agent, revision));
-        let pods = self
-            .api::<Pod>()
-            .list(&lp)
-            .await
-            .map_err(|e| kube_error("list", "Pod", self.ns(), "", e))?;
-        let Some(pod) = pods
-            .items
-            .iter()
-            .find(|p| p.metadata.deletion_timestamp.is_none())
-        else {
-            return Err(failed("", "no live Gateway Pod".into()));
-        };
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let url = format!(
-            "/api/v1/namespaces/{}/pods/{}:{}/proxy{path}",
-            self.ns(),
-            name,
-            self.config.port
-        );
-        let request = http::Request::get(&url)
-            .body(Vec::new())
-            .map_err(|e| failed(&name, e.to_string()))?;
-        let response =
-            tokio::time::timeout(PROBE_TIMEOUT, self.client.send(request.map(Into::into)))
-                .await
-                .map_err(|_| failed(&name, format!("no answer within {PROBE_TIMEOUT:?}")))?
-                .map_err(|e| failed(&name, e.to_string()))?;
-        let status = response.status();
-        if status.is_success() {
-            return Ok(());
-        }
-        let body = http_body_util::BodyExt::collect(response.into_body())
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let text = String::from_utf8_lossy(&body[..body.len().min(300)])
-            .trim()
-            .to_owned();
-        Err(failed(&name, format!("HTTP {status}: {text}")))
-    }
-
-    /// One model turn through the live Gateway Pod of `revision`, sent to
-    /// the Pod's address: the hub runs in the control cluster, and the
-    /// apiserver's Pod proxy would take the `Authorization` header (the
-    /// runtime's token) as a credential of its own.
-    pub async fn model_turn(
-        &self,
-        agent: &str,
-        revision: i64,
-        token: &str,
-        turn: &crate::tunnel::probe::Turn<'_>,
-        timeout: Duration,
-    ) -> std::result::Result<String, crate::tunnel::probe::ProbeError> {
-        use crate::tunnel::probe::ProbeError;
-        let no_answer = |why: String| ProbeError::NoAnswer(why);
-        let lp = ListParams::default().labels(&objects::revision_selector_string(agent, revision));
-        let pods = self
-            .api::<Pod>()
-            .list(&lp)
-            .await
-            .map_err(|e| no_answer(format!("listing the Gateway Pods: {e}")))?;
-        let ip = pods
-            .items
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .find_map(|p| p.status.as_ref()?.pod_ip.clone())
-            .ok_or_else(|| no_answer("no live Gateway Pod with an address".into()))?;
-        let authority = match ip.parse::<std::net::IpAddr>() {
-            Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]:{}", self.config.port),
-            _ => format!("{ip}:{}", self.config.port),
-        };
-        tokio::time::timeout(timeout, async {
-            let tcp = tokio::net::TcpStream::connect(&authority)
-                .await
-                .map_err(|e| {
-                    no_answer(format!("connecting to the Gateway Pod {authority}: {e}"))
-                })?;
-            crate::tunnel::probe::turn_over(tcp, &authority, token, turn).await
-        })
-        .await
-        .map_err(|_| ProbeError::Timeout(timeout))?
-    }
-
-    /// The diagnostics of the live Gateway Pod of `revision`, read from its
-    /// private path (`clawfed_proto::diagnostics::PATH`, answered by the
-    /// Gateway itself, not forwarded) through the control cluster's Pod
-    /// proxy: the Pod read and its bounded checks. A missing Pod or an
-    /// endpoint that does not answer is one `unknown` check.
-    pub async fn diagnose(
-        &self,
-        agent: &str,
-        revision: i64,
-    ) -> (Option<String>, Vec<clawfed_proto::diagnostics::Check>) {
-        use clawfed_proto::diagnostics;
-        let unknown = |pod: Option<String>, detail: &str| {
-            (pod, vec![diagnostics::unknown("gateway", detail)])
-        };
-        if objects::validate_names(agent, revision).is_err() {
-            return unknown(None, "invalid Agent name or revision");
-        }
-        if !matches!(self.namespace_exists().await, Ok(true)) {
-            return unknown(
-                None,
-                "the tenant has no Gateway namespace (no Gateway was ever made)",
-            );
-        }
-        let lp = ListParams::default().labels(&objects::revision_selector_string(agent, revision));
-        let pods = match self.api::<Pod>().list(&lp).await {
-            Ok(p) => p.items,
-            Err(e) => {
-                tracing::debug!(error = %e, "gateway.diagnose.pods_unreadable");
-                return unknown(None, "the Gateway Pods cannot be listed");
-            }
-        };
-        let Some(name) = pods
-            .iter()
-            .find(|p| p.metadata.deletion_timestamp.is_none())
-            .and_then(|p| p.metadata.name.clone())
-        else {
-            return unknown(None, "no live Gateway Pod");
-        };
-        let url = format!(
-            "/api/v1/namespaces/{}/pods/{}:{}/proxy{}",
-            self.ns(),
-            name,
-            self.config.port,
-            diagnostics::PATH
-        );
-        let Ok(request) = http::Request::get(&url).body(Vec::new()) else {
-            return unknown(Some(name), "invalid diagnostics request");
-        };
-        let wait = std::time::Duration::from_millis(diagnostics::READ_TIMEOUT_MS);
-        let read = async {
-            let response = self
-                .client
-                .send(request.map(Into::into))
-                .await
-                .map_err(|e| e.to_string())?;
-            let status = response.status();
-            if !status.is_success() {
-                return Err(format!("HTTP {status}"));
-            }
-            let limited =
-                http_body_util::Limited::new(response.into_body(), diagnostics::MAX_BODY_BYTES);
-            http_body_util::BodyExt::collect(limited)
-                .await
-                .map(|b| b.to_bytes())
-                .map_err(|e| e.to_string())
-        };
-        match tokio::time::timeout(wait, read).await {
-            Ok(Ok(body)) => (Some(name), diagnostics::bound(&body)),
-            Ok(Err(e)) => {
-                let detail = format!("diagnostics endpoint unreachable: {e}");
-                unknown(Some(name), &detail)
-            }
-            Err(_) => unknown(
-                Some(name),
-                &format!("diagnostics endpoint unreachable: no answer within {wait:?}"),
-            ),
-        }
-    }
-
-    /// Checks that private routing can work: the route API is served
-    /// (discovery) and the hub may get, create, patch and delete routes in
-    /// the gateway namespace (SelfSubjectAccessReview). Returns false when
-    /// private routing is not configured.
-    pub async fn check_routing(&self) -> Result<bool> {
-        if self.config.private_routing.is_none() {
-            return Ok(false);
-        }
-        if self.passed.routing.fresh(self.ns()) {
-            return Ok(true);
-        }
-        let verdict = self.check_routing_now().await;
-        self.passed
-            .routing
-            .set(self.ns(), matches!(verdict, Ok(true)));
-        verdict
-    }
-
-    async fn check_routing_now(&self) -> Result<bool> {
-        let Some(routing) = &self.config.private_routing else {
-            return Ok(false);
-        };
-        let ar = objects::route_api_resource(&routing.api_version)?;
-        let missing = |reason: String| Error::RouteApiMissing {
-            kind: ROUTE_KIND,
-            api_version: routing.api_version.clone(),
-            reason,
-        };
-        match self
-            .client
-            .list_api_group_resources(&routing.api_version)
-            .await
-        {
-            Ok(list) => {
-                if !list
-                    .resources
-                    .iter()
-                    .any(|r| r.name == ROUTE_PLURAL && r.kind == ROUTE_KIND)
-                {
-                    return Err(missing(format!(
-                        "{} is served but has no {ROUTE_PLURAL} resource",
-                        routing.api_version
-                    )));
-                }
-            }
-            Err(e) if is_not_found(&e) => {
-                return Err(missing("discovery has no such API group/version".into()));
-            }
-            Err(e) => {
-                return Err(kube_error(
-                    "discover",
-                    ROUTE_KIND,
-                    "",
-                    &routing.api_version,
-                    e,
-                ));
-            }
-        }
-        let reviews = WRITE_VERBS.map(|verb| self.access_review(&ar.group, ROUTE_PLURAL, verb));
-        let denied: Vec<(&str, String)> = try_join_all(reviews)
-            .await?
-            .into_iter()
-            .zip(WRITE_VERBS)
-            .filter_map(|(answer, verb)| answer.map(|reason| (verb, reason)))
-            .collect();
-        if denied.is_empty() {
-            return Ok(true);
-        }
-        let reason = denied
-            .iter()
-            .map(|(_, r)| r.as_str())
-            .find(|r| !r.is_empty())
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default();
-        Err(Error::RouteForbidden {
-            namespace: self.ns().to_string(),
-            verbs: denied
-                .iter()
-                .map(|(v, _)| *v)
-                .collect::<Vec<_>>()
-                .join(", "),
-            reason,
-        })
-    }
-
-    /// `None` when `verb` on `group`/`resource` in the Gateway namespace is
-    /// allowed, else the authorizer's reason.
-    async fn access_review(
-        &self,
-        group: &str,
-        resource: &str,
-        verb: &str,
-    ) -> Result<Option<String>> {
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(group.to_string()),
-                    resource: Some(resource.into()),
-                    namespace: Some(self.ns().to_string()),
-                    verb: Some(verb.to_string()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let answer = Api::<SelfSubjectAccessReview>::all(self.client.clone())
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| kube_error("create", "SelfSubjectAccessReview", "", "", e))?;
-        let status = answer.status.unwrap_or_default();
-        Ok((!status.allowed).then(|| status.reason.unwrap_or_default()))
-    }
-
-    /// The revision the Agent's route points at (`None`: no route, or
-    /// private routing not configured).
-    pub async fn active_revision(&self, agent: &str) -> Result<Option<i64>> {
-        objects::validate_names(agent, 0)?;
-        let Some((routes, _)) = self.routes()? else {
-            return Ok(None);
-        };
-        if !self.namespace_exists().await? {
-            return Ok(None);
-        }
-        let name = objects::names(agent).route;
-        let route = match routes.get_opt(&name).await {
-            Ok(r) => r,
-            // The route API is not served: no route can exist.
-            Err(e) if is_not_found(&e) => None,
-            Err(e) => return Err(kube_error("get", ROUTE_KIND, self.ns(), &name, e)),
-        };
-        match route {
-            Some(r) => Ok(objects::routed_revision(agent, &objects::route_spec(&r)?)),
-            None => Ok(None),
-        }
-    }
-
-    /// Switches the Agent's route to `revision`. Before anything changes it
-    /// checks the route API and the hub's route permissions
-    /// ([`Gateways::check_routing`]), that the revision is prepared and ready
-    /// and owned by `tenant`; any failure leaves the route unchanged.
-    pub async fn activate(&self, tenant: &str, agent: &str, revision: i64) -> Result<Activation> {
-        objects::validate_names(agent, revision)?;
-        let Some((routes, routing)) = self.routes()? else {
-            return Ok(Activation::RoutingDisabled);
-        };
-        self.check_routing().await?;
-        let svc_name = objects::service_name(agent, revision);
-        let svc = self
-            .api::<Service>()
-            .get_opt(&svc_name)
-            .await
-            .map_err(|e| kube_error("get", "Service", self.ns(), &svc_name, e))?
-            .ok_or_else(|| Error::NotPrepared {
-                agent: agent.to_string(),
-                revision,
-                service: svc_name.clone(),
-            })?;
-        let tenant = tenant.to_string();
-        let owner = label_of(&svc.metadata, labels::TENANT).unwrap_or_default();
-        if owner != tenant {
-            return Err(Error::OwnedByOtherTenant {
-                kind: "Service",
-                name: svc_name,
-                owner: owner.to_string(),
-                tenant,
-            });
-        }
-        if let Readiness::NotReady(why) = self.is_ready(agent, revision).await? {
-            return Err(Error::NotReady {
-                agent: agent.to_string(),
-                revision,
-                reason: why.as_str(),
-            });
-        }
-        let name = objects::names(agent).route;
-        let current = routes
-            .get_opt(&name)
-            .await
-            .map_err(|e| kube_error("get", ROUTE_KIND, self.ns(), &name, e))?;
-        let previous = match &current {
-            Some(r) => {
-                let owner = label_of(&r.metadata, labels::TENANT).unwrap_or_default();
-                if owner != tenant {
-                    return Err(Error::OwnedByOtherTenant {
-                        kind: ROUTE_KIND,
-                        name,
-                        owner: owner.to_string(),
-                        tenant,
-                    });
-                }
-                objects::routed_revision(agent, &objects::route_spec(r)?)
-            }
-            None => None,
-        };
-        let obj = objects::route(self.ns(), &tenant, agent, revision, &self.config, routing)?;
-        routes
-            .patch(&name, &apply_params(), &Patch::Apply(&obj))
-            .await
-            .map_err(|e| {
-                self.forget_checks();
-                kube_error("apply", ROUTE_KIND, self.ns(), &name, e)
-            })?;
-        tracing::info!(
-            agent,
-            revision,
-            previous = ?previous,
-            route = %name,
-            "gateway.activated"
-        );
-        Ok(Activation::Routed {
-            route: name,
-            revision,
-            previous,
-        })
     }
 
     /// Stops the Agent's Gateway: the route first (and waits until it is
@@ -1256,105 +513,10 @@ impl TenantGateways {
         Ok(steps)
     }
 
-    /// Makes the next ensure or activation check the namespace and the
-    /// routing rights again (a write failed: one may have changed).
-    fn forget_checks(&self) {
-        self.passed.namespace.set(self.ns(), false);
-        self.passed.routing.set(self.ns(), false);
-    }
-
-    /// The tenant's Gateway namespace, ready for its Gateways (made and
-    /// bound at most once per `CHECK_TTL` while it passes).
-    async fn ensure_namespace(&self, tenant: &str) -> Result<()> {
-        if self.passed.namespace.fresh(self.ns()) {
-            return Ok(());
-        }
-        let verdict = self.ensure_namespace_now(tenant).await;
-        self.passed.namespace.set(self.ns(), verdict.is_ok());
-        verdict
-    }
-
-    /// Creates the tenant's Gateway namespace (marked with its namespace
-    /// id), binds the hub's Gateway runtime role there, and applies the
-    /// tenant's quota and container defaults. A namespace of that name
-    /// carrying another id, or none, is refused: it is not this tenant's.
-    async fn ensure_namespace_now(&self, tenant: &str) -> Result<()> {
-        let api = Api::<Namespace>::all(self.client.clone());
-        let unavailable = |reason: String| Error::NamespaceUnavailable {
-            namespace: self.ns().to_string(),
-            reason,
-        };
-        let found = match api.get_opt(self.ns()).await {
-            Ok(found) => found,
-            Err(e) if is_forbidden(&e) => {
-                return Err(unavailable(
-                    "clawfed-hub may not read namespaces (apply deploy/hub/rbac.yaml)".into(),
-                ));
-            }
-            Err(e) => return Err(kube_error("get", "Namespace", "", self.ns(), e)),
-        };
-        if let Some(found) = &found {
-            let mark = label_of(&found.metadata, labels::GATEWAY_NAMESPACE);
-            if mark != Some(self.namespace_id.as_str()) {
-                return Err(unavailable(format!(
-                    "it exists without the mark {}={} (not this tenant's)",
-                    labels::GATEWAY_NAMESPACE,
-                    self.namespace_id
-                )));
-            }
-        } else {
-            let ns = objects::gateway_namespace(self.ns(), &self.namespace_id, tenant);
-            match api.create(&PostParams::default(), &ns).await {
-                Ok(_) => {}
-                Err(e) if is_status(&e, 409) => {}
-                Err(e) if is_forbidden(&e) => {
-                    return Err(unavailable(format!(
-                        "clawfed-hub may not create it: {e} (apply deploy/hub/rbac.yaml and admission.yaml)"
-                    )));
-                }
-                Err(e) => return Err(kube_error("create", "Namespace", "", self.ns(), e)),
-            }
-        }
-        let c = &self.config;
-        self.apply(&objects::runtime_binding(self.ns(), c)).await?;
-        self.wait_authorized().await?;
-        let (quota, limits) = (
-            objects::namespace_quota(self.ns(), c),
-            objects::namespace_limits(self.ns(), c),
-        );
-        futures::try_join!(self.apply(&quota), self.apply(&limits))?;
-        tracing::info!(namespace = %self.ns(), namespace_id = %self.namespace_id, "gateway.namespace_ready");
-        Ok(())
-    }
-
-    /// Waits until the RoleBinding just applied is in force (the
-    /// authorizer learns of it from a watch, a moment later): the hub may
-    /// create ServiceAccounts there. Bounded; a binding still not honoured
-    /// is a transient failure.
-    async fn wait_authorized(&self) -> Result<()> {
-        let mut interval = clawfed_kube::object::FIRST_POLL;
-        let start = tokio::time::Instant::now();
-        loop {
-            let denied = self.access_review("", "serviceaccounts", "create").await?;
-            let Some(reason) = denied else {
-                return Ok(());
-            };
-            if start.elapsed() >= AUTHORIZE_WAIT {
-                return Err(Error::BindingPending {
-                    namespace: self.ns().to_string(),
-                    waited: AUTHORIZE_WAIT,
-                    reason,
-                });
-            }
-            tokio::time::sleep(interval).await;
-            interval = (interval * 2).min(clawfed_kube::object::MAX_POLL);
-        }
-    }
-
     /// Agent names are unique per tenant only, and all Gateways share one
     /// namespace: the Gateway ServiceAccount (made first by `ensure`, kept
     /// until `delete`) records which tenant owns the name.
-    async fn check_tenant(&self, tenant: &str, agent: &str) -> Result<()> {
+    pub(super) async fn check_tenant(&self, tenant: &str, agent: &str) -> Result<()> {
         let name = objects::names(agent).gateway;
         let sa = self
             .api::<ServiceAccount>()
@@ -1378,7 +540,7 @@ impl TenantGateways {
 
     /// Refuses objects of another tenant and a revision older than the one
     /// deployed (a stale retry must not roll the Gateway back).
-    async fn check_owner(&self, spec: &GatewaySpec) -> Result<()> {
+    pub(super) async fn check_owner(&self, spec: &GatewaySpec) -> Result<()> {
         self.check_tenant(&spec.tenant, &spec.agent).await?;
         let name = objects::names(&spec.agent).gateway;
         let d = self
@@ -1401,7 +563,7 @@ impl TenantGateways {
         }
     }
 
-    async fn apply<K>(&self, obj: &K) -> Result<Step>
+    pub(super) async fn apply<K>(&self, obj: &K) -> Result<Step>
     where
         K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
             + k8s_openapi::Resource
@@ -1430,7 +592,7 @@ impl TenantGateways {
         })
     }
 
-    async fn delete_if_present<K>(
+    pub(super) async fn delete_if_present<K>(
         &self,
         api: &Api<K>,
         name: &str,
@@ -1448,7 +610,11 @@ impl TenantGateways {
     }
 
     /// Deletes the Agent's revision Services (one revision, or all).
-    async fn delete_services(&self, agent: &str, revision: Option<i64>) -> Result<Vec<Step>> {
+    pub(super) async fn delete_services(
+        &self,
+        agent: &str,
+        revision: Option<i64>,
+    ) -> Result<Vec<Step>> {
         let services = self.api::<Service>();
         let names: Vec<String> = match revision {
             Some(r) => vec![objects::service_name(agent, r)],
@@ -1475,7 +641,12 @@ impl TenantGateways {
     }
 
     /// Polls GET until `name` is gone (see [`clawfed_kube::object::wait_gone`]).
-    async fn wait_gone<K>(&self, api: &Api<K>, kind: &'static str, name: &str) -> Result<()>
+    pub(super) async fn wait_gone<K>(
+        &self,
+        api: &Api<K>,
+        kind: &'static str,
+        name: &str,
+    ) -> Result<()>
     where
         K: Resource + Clone + DeserializeOwned + Debug,
     {
@@ -1485,7 +656,7 @@ impl TenantGateways {
 
     /// Waits until no Gateway Pod of the Agent is left (the RWO PVC is free
     /// and nothing serves old traffic).
-    async fn wait_pods_gone(&self, agent: &str) -> Result<()> {
+    pub(super) async fn wait_pods_gone(&self, agent: &str) -> Result<()> {
         let pods = self.api::<Pod>();
         let lp = ListParams::default().labels(&objects::agent_selector_string(agent));
         let timeout = self.delete_timeout();
