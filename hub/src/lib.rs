@@ -18,6 +18,7 @@
 //! - [`server`]: wires everything together and runs until shutdown.
 //! - [`wake`]: in-process wake-ups from the store to the loops waiting on it.
 //! - [`watch`]: the watch API's fan-out of the store's event log to streams.
+//! - [`client`]: the hub's REST API as one typed client (CLI, tests, benches).
 //! - [`cli`]: the `clawfed` command-line client.
 
 #![forbid(unsafe_code)]
@@ -26,6 +27,7 @@ pub mod api;
 pub mod auth;
 pub mod bundle;
 pub mod cli;
+pub mod client;
 pub mod compute_driver;
 pub mod config;
 pub mod gateway;

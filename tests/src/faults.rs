@@ -36,6 +36,7 @@ use anyhow::{Context, Result, bail, ensure};
 use crate::until;
 use chrono::{DateTime, Utc};
 use clawfed_hub::auth::{self, Role};
+use clawfed_hub::client::HubClient;
 use clawfed_hub::gateway::Gateways;
 use clawfed_hub::gateway::objects::{route_api_resource, route_spec};
 use clawfed_hub::model::{
@@ -449,13 +450,6 @@ impl Drop for Proxy {
 
 // ------------------------------------------------------------------ REST
 
-#[derive(Clone)]
-struct Rest {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-}
-
 /// The outcome of a mutating call retried across hub and database outages.
 struct Outcome {
     status: StatusCode,
@@ -464,32 +458,26 @@ struct Outcome {
     uncertain: bool,
 }
 
-impl Rest {
-    async fn send(
+/// The run's calls on the hub, retried across hub and database outages.
+trait RetriedCalls {
+    /// `GET path`: `None` on 404.
+    async fn get_opt<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>>;
+    /// [`Self::get_opt`], retried (bounded) while the hub gives no answer or a
+    /// 5xx (a fault was just healed).
+    async fn get_retry<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>>;
+    /// Retries (bounded) while the hub gives no answer or a 5xx.
+    async fn mutate(
         &self,
         method: Method,
         path: &str,
-        body: Option<&serde_json::Value>,
+        body: Option<serde_json::Value>,
         idempotency_key: Option<&str>,
-    ) -> Result<(StatusCode, String)> {
-        let mut req = self
-            .http
-            .request(method, format!("{}/api/v1{path}", self.base))
-            .bearer_auth(&self.token)
-            .timeout(Duration::from_secs(10));
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        if let Some(k) = idempotency_key {
-            req = req.header("Idempotency-Key", k);
-        }
-        let resp = req.send().await?;
-        let status = resp.status();
-        Ok((status, resp.text().await?))
-    }
+    ) -> Result<Outcome>;
+}
 
-    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>> {
-        let (status, text) = self.send(Method::GET, path, None, None).await?;
+impl RetriedCalls for HubClient {
+    async fn get_opt<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>> {
+        let (status, text) = self.exchange(Method::GET, path, None, None).await?;
         if status == StatusCode::NOT_FOUND {
             return Ok(None);
         }
@@ -497,12 +485,10 @@ impl Rest {
         Ok(Some(serde_json::from_str(&text)?))
     }
 
-    /// [`Self::get`], retried (bounded) while the hub gives no answer or a
-    /// 5xx (a fault was just healed).
     async fn get_retry<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            match self.get(path).await {
+            match self.get_opt(path).await {
                 Ok(v) => return Ok(v),
                 Err(e) if Instant::now() >= deadline => return Err(e),
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
@@ -510,7 +496,6 @@ impl Rest {
         }
     }
 
-    /// Retries (bounded) while the hub gives no answer or a 5xx.
     async fn mutate(
         &self,
         method: Method,
@@ -522,7 +507,7 @@ impl Rest {
         let mut uncertain = false;
         loop {
             match self
-                .send(method.clone(), path, body.as_ref(), idempotency_key)
+                .exchange(method.clone(), path, body.as_ref(), idempotency_key)
                 .await
             {
                 Ok((status, body)) if !status.is_server_error() => {
@@ -541,7 +526,7 @@ impl Rest {
                 Err(e) => {
                     uncertain = true;
                     if Instant::now() >= deadline {
-                        return Err(e.context(format!("{method} {path}")));
+                        return Err(anyhow::Error::new(e).context(format!("{method} {path}")));
                     }
                 }
             }
@@ -676,7 +661,7 @@ impl SpokeProc {
         dir: &Path,
         exec: &'static str,
         cluster: &TestCluster,
-        rest: &Rest,
+        rest: &HubClient,
         cluster_name: String,
         link_port: u16,
     ) -> Result<Self> {
@@ -882,7 +867,7 @@ struct World {
     hub: HubProc,
     hub_proc: Option<Proc>,
     spokes: Vec<SpokeProc>,
-    rest: Rest,
+    rest: HubClient,
     rng: StdRng,
     tenants: Vec<TenantModel>,
     agents: Vec<AgentModel>,
@@ -933,11 +918,11 @@ pub async fn run(opts: Options) -> Result<Report> {
     )
     .await?;
     drop(store);
-    let rest = Rest {
-        http: reqwest::Client::new(),
-        base: format!("http://127.0.0.1:{}", hub.rest_port),
-        token: minted.secret,
-    };
+    let rest = HubClient::new(
+        &format!("http://127.0.0.1:{}", hub.rest_port),
+        Some(minted.secret),
+    )?
+    .with_request_timeout(Duration::from_secs(10));
     let id = &short_id()[..6];
     let mut spokes = Vec::new();
     for (i, exec) in EXEC.into_iter().enumerate() {
@@ -1110,7 +1095,7 @@ impl World {
 
     async fn online(&self, cluster: &str) -> Result<Option<()>> {
         let c: Option<clawfed_hub::model::Cluster> =
-            self.rest.get(&format!("/clusters/{cluster}")).await?;
+            self.rest.get_opt(&format!("/clusters/{cluster}")).await?;
         Ok(c.filter(|c| c.connection_state == ConnectionState::Online)
             .map(|_| ()))
     }
@@ -1705,11 +1690,11 @@ impl World {
         let mut p = Vec::new();
         let agent: Option<Agent> = self
             .rest
-            .get(&format!("/namespaces/{ns}/agents/{}", a.name))
+            .get_opt(&format!("/namespaces/{ns}/agents/{}", a.name))
             .await?;
         let revisions: Vec<AgentRevision> = match self
             .rest
-            .get::<serde_json::Value>(&format!(
+            .get_opt::<serde_json::Value>(&format!(
                 "/namespaces/{ns}/agents/{}/revisions?limit=1000",
                 a.name
             ))
@@ -1798,7 +1783,7 @@ impl World {
                 }
                 if t.torn_down {
                     let tenant: Option<Namespace> =
-                        self.rest.get(&format!("/namespaces/{ns}")).await?;
+                        self.rest.get_opt(&format!("/namespaces/{ns}")).await?;
                     if tenant.is_some() {
                         p.push(format!("{who}: torn-down tenant {ns} still readable"));
                     }

@@ -1,6 +1,7 @@
 //! Shared helpers for clawfed's integration tests.
 //!
 //! # Layout
+//! - [`api`]: the tests' calls on the hub's REST API over `clawfed_hub::client::HubClient` (tenants, Agents, waits).
 //! - [`control_env`]: the hub's RBAC, Gateway storage and edge Gateway in the control cluster.
 //! - [`faults`]: the seeded fault-injection run (hub, spokes, PostgreSQL, partitions) and its invariants.
 //! - [`db`]: throwaway SQLite files and PostgreSQL schemas for store tests.
@@ -17,6 +18,7 @@
 //! - [`webdriver`]: headless Chromium over WebDriver (Debian's chromedriver), for the web view.
 //! - [`until`]: poll a fallible condition with a deadline.
 
+pub mod api;
 pub mod control_env;
 pub mod db;
 pub mod faults;

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use clawfed_hub::client::HubClient;
 use clawfed_hub::model::{Agent, AgentRevision, Namespace, RevisionPhase};
 use clawfed_spoke::apply::environment::{ClusterEnvironment, RegistryMirror, WorkloadProxy};
 use clawfed_spoke::config::SpokeConfig;
@@ -50,34 +51,6 @@ const POD_NET_HOST: &str = "198.18.0.1";
 const MODEL_HOST: &str = "127.0.0.2";
 
 const WAIT: Duration = Duration::from_secs(60);
-
-struct Rest {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl Rest {
-    async fn call<T: serde::de::DeserializeOwned>(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<T> {
-        let mut req = self
-            .http
-            .request(method.clone(), format!("{}/api/v1{path}", self.base))
-            .bearer_auth(&self.token);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await?;
-        let status = resp.status();
-        let text = resp.text().await?;
-        ensure!(status.is_success(), "{method} {path}: {status}: {text}");
-        serde_json::from_str(&text).with_context(|| format!("{method} {path}: {text}"))
-    }
-}
 
 fn free_port_on(addr: &str) -> Result<u16> {
     Ok(std::net::TcpListener::bind((addr, 0))?.local_addr()?.port())
@@ -197,11 +170,7 @@ async fn an_air_gapped_cluster_runs_an_agent_through_its_mirror_and_proxy() -> R
         None,
     )
     .await;
-    let rest = Rest {
-        http: reqwest::Client::new(),
-        base: hub.rest.clone(),
-        token: hub.root_token.clone(),
-    };
+    let rest = HubClient::new(&hub.rest, Some(hub.root_token.clone()))?;
     let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let cluster = format!("{CLUSTER}-{}", &id[..6]);
 
@@ -290,7 +259,7 @@ async fn an_air_gapped_cluster_runs_an_agent_through_its_mirror_and_proxy() -> R
 }
 
 async fn check(
-    rest: &Rest,
+    rest: &HubClient,
     air: &Client,
     ns: &Namespace,
     cluster: &str,

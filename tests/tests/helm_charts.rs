@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use clawfed_hub::auth::{self, Role as TokenRole};
+use clawfed_hub::client::{HubClient, TlsOptions};
 use clawfed_hub::model::{Agent, AgentRevision, Cluster, ConnectionState, RevisionPhase};
 use clawfed_hub::store::{NewToken, Store};
 use clawfed_tests::control_env::{self, STORAGE_CLASS};
@@ -1055,37 +1056,6 @@ async fn rendered_charts_pass_a_server_side_dry_run() -> Result<()> {
 
 // ===================================================== install and run
 
-/// The hub's REST API as one token.
-#[derive(Clone)]
-struct Rest {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl Rest {
-    async fn call<T: DeserializeOwned>(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<T> {
-        let mut req = self
-            .http
-            .request(method, format!("{}/api/v1{path}", self.base))
-            .bearer_auth(&self.token)
-            .timeout(Duration::from_secs(20));
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await?;
-        let status = resp.status();
-        let text = resp.text().await?;
-        ensure!(status.is_success(), "{path}: {status} {text}");
-        Ok(serde_json::from_str(&text)?)
-    }
-}
-
 /// What the install test made, removed at the end (also after a failure).
 struct Installed {
     helm: Helm,
@@ -1465,16 +1435,16 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
         })
         .await?;
     // Over TLS, trusting only the API's CA (as `clawfed --ca-file`).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let rest = Rest {
-        http: reqwest::Client::builder()
-            .tls_certs_only(reqwest::Certificate::from_pem_bundle(
-                api_ca_cert.pem().as_bytes(),
-            )?)
-            .build()?,
-        base: format!("https://127.0.0.1:{rest_port}"),
-        token: minted.secret,
-    };
+    let api_ca_file = dir.path().join("api-ca.pem");
+    std::fs::write(&api_ca_file, api_ca_cert.pem())?;
+    let rest = HubClient::with_tls(
+        &format!("https://127.0.0.1:{rest_port}"),
+        Some(minted.secret),
+        TlsOptions {
+            ca_file: Some(api_ca_file),
+            ..TlsOptions::default()
+        },
+    )?;
 
     // ---- spoke chart into exec-a
     let cluster_name = format!("exec-a-{id}");

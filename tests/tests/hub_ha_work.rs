@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use clawfed_hub::auth::{self, Role};
+use clawfed_hub::client::HubClient;
 use clawfed_hub::gateway::Gateways;
 use clawfed_hub::model::event::EventBody;
 use clawfed_hub::model::{
@@ -42,6 +43,7 @@ use clawfed_hub::model::{
 use clawfed_hub::store::{NewToken, SessionStore, SqlStore, Store, WatchStore, WorkFilter};
 use clawfed_hub::worker::kinds::rollout_work;
 use clawfed_proto::labels;
+use clawfed_tests::api::{HubTestExt, short_id};
 use clawfed_tests::control_env::{self, gateway_ns};
 use clawfed_tests::kube_env::{self, TestCluster};
 use clawfed_tests::procs::{Proc, bin, free_port};
@@ -53,7 +55,6 @@ use kube::api::{DeleteParams, ListParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use reqwest::{Method, StatusCode};
-use serde::de::DeserializeOwned;
 use serde_json::json;
 use sqlx::Row;
 use tokio::net::{TcpListener, TcpStream};
@@ -66,7 +67,6 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How late past two heartbeats an offline run may be observed: the
 /// sweep's statement and this test's sampling on a loaded machine.
 const OFFLINE_MARGIN: Duration = Duration::from_millis(600);
-const HARNESS_IMAGE: &str = "ghcr.io/openclaw/openclaw:1.0";
 /// Every replica advertises the same tunnel ingress, as replicas behind
 /// one Service do (the Gateways' spec must not depend on which replica
 /// applied it).
@@ -74,170 +74,6 @@ const TUNNEL_URL: &str = "https://clawfed-hub-tunnel.clawfed-system.svc:8444";
 
 /// One test at a time: each runs two or three hubs and a spoke.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn short_id() -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
-}
-
-fn gateway_image() -> String {
-    format!(
-        "registry.invalid/openclaw-gateway@sha256:{}",
-        "cd".repeat(32)
-    )
-}
-
-// ------------------------------------------------------------------ REST
-
-/// The hub's REST API at one base address, as the root admin.
-#[derive(Clone)]
-struct Rest {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl Rest {
-    fn at(&self, base: &str) -> Self {
-        Self {
-            base: base.to_owned(),
-            ..self.clone()
-        }
-    }
-
-    async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&serde_json::Value>,
-    ) -> reqwest::Result<(StatusCode, String)> {
-        let mut req = self
-            .http
-            .request(method, format!("{}/api/v1{path}", self.base))
-            .bearer_auth(&self.token)
-            .timeout(Duration::from_secs(20));
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        let resp = req.send().await?;
-        let status = resp.status();
-        Ok((status, resp.text().await?))
-    }
-
-    async fn call<T: DeserializeOwned>(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<T> {
-        let (status, text) = self.send(method, path, body.as_ref()).await?;
-        ensure!(status.is_success(), "{path}: {status} {text}");
-        Ok(serde_json::from_str(&text)?)
-    }
-
-    async fn revision(&self, ns: &str, agent: &str, n: i64) -> Result<AgentRevision> {
-        self.call(
-            Method::GET,
-            &format!("/namespaces/{ns}/agents/{agent}/revisions/{n}"),
-            None,
-        )
-        .await
-    }
-
-    async fn revisions(&self, ns: &str, agent: &str) -> Result<Vec<AgentRevision>> {
-        let page: serde_json::Value = self
-            .call(
-                Method::GET,
-                &format!("/namespaces/{ns}/agents/{agent}/revisions"),
-                None,
-            )
-            .await?;
-        let items = page.get("items").cloned().unwrap_or(page);
-        Ok(serde_json::from_value(items)?)
-    }
-
-    async fn agent(&self, ns: &str, agent: &str) -> Result<Agent> {
-        self.call(
-            Method::GET,
-            &format!("/namespaces/{ns}/agents/{agent}"),
-            None,
-        )
-        .await
-    }
-
-    async fn deploy(&self, ns: &str, agent: &str) -> Result<AgentRevision> {
-        self.call(
-            Method::POST,
-            &format!("/namespaces/{ns}/agents/{agent}/deploy"),
-            None,
-        )
-        .await
-    }
-
-    async fn bootstrap_token(&self, cluster: &str) -> Result<String> {
-        let created: serde_json::Value = self
-            .call(
-                Method::POST,
-                &format!("/clusters/{cluster}/bootstrap-tokens"),
-                Some(json!({ "reenroll": false })),
-            )
-            .await?;
-        created["token"]
-            .as_str()
-            .map(str::to_owned)
-            .context("bootstrap token body")
-    }
-
-    async fn tenant(&self) -> Result<Namespace> {
-        self.call(
-            Method::POST,
-            "/namespaces",
-            Some(json!({ "name": format!("t{}", short_id()) })),
-        )
-        .await
-    }
-
-    /// An Agent of `harness_kind` in `tenant`, placed on `cluster`.
-    async fn new_agent(&self, tenant: &str, cluster: &str, harness_kind: &str) -> Result<Agent> {
-        self.call(
-            Method::POST,
-            &format!("/namespaces/{tenant}/agents"),
-            Some(json!({
-                "name": format!("a{}", short_id()),
-                "spec": {
-                    "harnessKind": harness_kind,
-                    "image": HARNESS_IMAGE,
-                    "gatewayImage": gateway_image(),
-                    "placement": { "cluster": cluster },
-                    "requirementLabels": { "example.com/pool": "general" }
-                }
-            })),
-        )
-        .await
-    }
-
-    /// Waits (bounded) for revision `n` to reach `phase`; fails at once if
-    /// it fails.
-    async fn wait_phase(
-        &self,
-        ns: &str,
-        agent: &str,
-        n: i64,
-        phase: RevisionPhase,
-    ) -> Result<AgentRevision> {
-        let r = until(WAIT, &format!("{agent} revision {n} {phase:?}"), || async {
-            let r = self.revision(ns, agent, n).await?;
-            Ok((r.phase == phase || r.phase == RevisionPhase::Failed).then_some(r))
-        })
-        .await?;
-        ensure!(
-            r.phase == phase,
-            "{agent} revision {n} is {:?} ({:?}), wanted {phase:?}",
-            r.phase,
-            r.reason
-        );
-        Ok(r)
-    }
-}
 
 // ------------------------------------------------------------- replicas
 
@@ -248,7 +84,7 @@ struct Env {
     db: db::TestDb,
     ca_dir: PathBuf,
     hub_kubeconfig: PathBuf,
-    rest: Rest,
+    rest: HubClient,
     control: TestCluster,
     exec: TestCluster,
 }
@@ -313,11 +149,8 @@ impl Env {
                 expires_at: None,
             })
             .await?;
-        let rest = Rest {
-            http: reqwest::Client::new(),
-            base: String::new(),
-            token: minted.secret,
-        };
+        // Pointed at a replica with `at` before every use.
+        let rest = HubClient::new("", Some(minted.secret))?;
         Ok(Some(Self {
             ca_dir: dir.path().join("ca"),
             dir,
@@ -407,7 +240,7 @@ impl Env {
                 "{tag} did not become ready:\n{}",
                 Proc::text(&proc.stderr)
             );
-            if let Ok(r) = self.rest.http.get(&readyz).send().await
+            if let Ok(r) = reqwest::get(&readyz).await
                 && r.status() == StatusCode::OK
                 && let Some(id) = r.headers().get("clawfed-replica")
             {
@@ -436,7 +269,7 @@ impl Env {
 
     /// Enrolls and starts a `clawfed-spoke` for a fresh cluster name on
     /// exec-a, dialing `hub_url`; returns the process and the cluster name.
-    async fn spoke(&self, hub_url: &str, via: &Rest) -> Result<(Proc, String)> {
+    async fn spoke(&self, hub_url: &str, via: &HubClient) -> Result<(Proc, String)> {
         let cluster = format!("exec-a-{}", &short_id()[..6]);
         let root = self.dir.path();
         let kubeconfig = root.join("spoke.kubeconfig");
@@ -928,13 +761,13 @@ impl Drop for Cleanup {
 /// A tenant with `n` Agents of `kind` on `cluster`, registered for cleanup.
 async fn tenant_with_agents(
     env: &Env,
-    rest: &Rest,
+    rest: &HubClient,
     cleanup: &mut Cleanup,
     cluster: &str,
     kind: &str,
     n: usize,
 ) -> Result<(Namespace, Vec<Agent>)> {
-    let ns = rest.tenant().await?;
+    let ns = rest.new_tenant().await?;
     cleanup
         .exec_namespaces
         .push(ns.data_plane_namespace.clone());
@@ -990,7 +823,7 @@ async fn kill9_of_the_session_owner_during_pending_deploys_applies_each_harness_
     // Deploys through B while A holds the session.
     let started = Instant::now();
     for a in &agents {
-        b_rest.deploy(&ns.name, &a.name).await?;
+        b_rest.deploy_current(&ns.name, &a.name).await?;
     }
     // Mid-way: once the first Harness work is in the outbox (A is
     // delivering it), before every revision is active.
@@ -1114,7 +947,7 @@ async fn two_replicas_driving_the_same_revisions_at_once_apply_each_step_once() 
     let mut cleanup = Cleanup::default();
     let replicas = env.replicas(&["hub-a", "hub-b"]).await?;
     let link = Front::start(replicas.iter().map(Replica::link_addr).collect(), false).await?;
-    let rests: Vec<Rest> = replicas
+    let rests: Vec<HubClient> = replicas
         .iter()
         .map(|r| env.rest.at(&r.rest_url()))
         .collect();
@@ -1136,7 +969,7 @@ async fn two_replicas_driving_the_same_revisions_at_once_apply_each_step_once() 
     let started = Instant::now();
     let mut revisions = Vec::new();
     for (i, a) in agents.iter().enumerate() {
-        revisions.push(rests[i % 2].deploy(&ns.name, &a.name).await?);
+        revisions.push(rests[i % 2].deploy_current(&ns.name, &a.name).await?);
     }
     // Extra passes over every revision, two at a time, until all are
     // active: both workers claim them together.
@@ -1266,7 +1099,7 @@ struct Seen3 {
 /// One request, retried on connection errors and 5xx (a replica going
 /// away, or one starting: 503) for up to `RETRY_FOR`.
 async fn with_retries(
-    rest: &Rest,
+    rest: &HubClient,
     method: Method,
     path: &str,
     body: Option<serde_json::Value>,
@@ -1275,7 +1108,9 @@ async fn with_retries(
     const RETRY_FOR: Duration = Duration::from_secs(30);
     let deadline = Instant::now() + RETRY_FOR;
     loop {
-        let outcome = rest.send(method.clone(), path, body.as_ref()).await;
+        let outcome = rest
+            .exchange(method.clone(), path, body.as_ref(), None)
+            .await;
         match outcome {
             Ok((status, text)) if !status.is_server_error() => return Ok((status, text)),
             Ok((status, text)) if Instant::now() >= deadline => {
@@ -1295,7 +1130,7 @@ async fn with_retries(
 /// The client: rounds of update (a new image) then deploy for every
 /// Agent, through the front address, until `stop`.
 async fn deploy_loop(
-    rest: Rest,
+    rest: HubClient,
     tenant: String,
     agents: Vec<String>,
     stop: Arc<AtomicBool>,

@@ -22,10 +22,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use async_trait::async_trait;
 use clawfed_hub::auth::{self, Role};
+use clawfed_hub::client::HubClient;
 use clawfed_hub::gateway::objects::{HARNESS_ENDPOINT_ENV, route_api_resource, route_spec};
 use clawfed_hub::gateway::{DEFAULT_ROUTE_API_VERSION, Gateways};
 use clawfed_hub::model::{
-    Agent, AgentRevision, Cluster, ConnectionState, Namespace, RevisionPhase, WorkState,
+    Agent, AgentRevision, ConnectionState, Namespace, RevisionPhase, WorkState,
 };
 use clawfed_hub::store::{LinkStore, NewToken, Store, WorkFilter};
 use clawfed_hub::worker::kinds::REVISION_ROLLOUT;
@@ -39,6 +40,7 @@ use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
 use clawfed_spoke::provider::{NamespaceContext, ProviderError, RevisionContext, SandboxDriver};
 use clawfed_spoke::tunnel::resolve::KubeHarnessDialer;
 use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
+use clawfed_tests::api::{HARNESS_IMAGE, HubTestExt, gateway_image, short_id};
 use clawfed_tests::control_env::{self, gateway_ns};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env::{self, TestCluster};
@@ -59,212 +61,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(90);
-const HARNESS_IMAGE: &str = "ghcr.io/openclaw/openclaw:1.0";
-
-fn gateway_image() -> String {
-    format!(
-        "registry.invalid/openclaw-gateway@sha256:{}",
-        "cd".repeat(32)
-    )
-}
-
-fn short_id() -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
-}
-
-// ------------------------------------------------------------------ REST
-
-/// The hub's REST API as one token.
-#[derive(Clone)]
-struct Rest {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl Rest {
-    fn of(hub: &TestHub) -> Self {
-        Self {
-            http: reqwest::Client::new(),
-            base: hub.rest.clone(),
-            token: hub.root_token.clone(),
-        }
-    }
-
-    fn with_token(&self, token: &str) -> Self {
-        Self {
-            token: token.to_owned(),
-            ..self.clone()
-        }
-    }
-
-    async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<(StatusCode, String)> {
-        let mut req = self
-            .http
-            .request(method, format!("{}/api/v1{path}", self.base))
-            .bearer_auth(&self.token)
-            .timeout(Duration::from_secs(20));
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await?;
-        let status = resp.status();
-        Ok((status, resp.text().await?))
-    }
-
-    async fn call<T: DeserializeOwned>(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<T> {
-        let (status, text) = self.send(method, path, body).await?;
-        ensure!(status.is_success(), "{path}: {status} {text}");
-        Ok(serde_json::from_str(&text)?)
-    }
-
-    async fn revision(&self, ns: &str, agent: &str, n: i64) -> Result<AgentRevision> {
-        self.call(
-            Method::GET,
-            &format!("/namespaces/{ns}/agents/{agent}/revisions/{n}"),
-            None,
-        )
-        .await
-    }
-
-    async fn agent(&self, ns: &str, agent: &str) -> Result<Agent> {
-        self.call(
-            Method::GET,
-            &format!("/namespaces/{ns}/agents/{agent}"),
-            None,
-        )
-        .await
-    }
-
-    /// Reads Agent `agent`, changes its spec with `edit` and writes it back
-    /// (compare-and-swap on the version read).
-    async fn edit_spec(
-        &self,
-        ns: &str,
-        agent: &str,
-        edit: impl FnOnce(&mut clawfed_hub::model::AgentSpec),
-    ) -> Result<Agent> {
-        let current = self.agent(ns, agent).await?;
-        let mut spec = current.spec.clone();
-        edit(&mut spec);
-        self.call(
-            Method::PUT,
-            &format!("/namespaces/{ns}/agents/{agent}"),
-            Some(json!({ "spec": spec, "version": current.version })),
-        )
-        .await
-    }
-
-    async fn deploy(&self, ns: &str, agent: &str) -> Result<AgentRevision> {
-        self.call(
-            Method::POST,
-            &format!("/namespaces/{ns}/agents/{agent}/deploy"),
-            None,
-        )
-        .await
-    }
-
-    async fn cluster(&self, name: &str) -> Result<Cluster> {
-        self.call(Method::GET, &format!("/clusters/{name}"), None)
-            .await
-    }
-
-    async fn bootstrap_token(&self, cluster: &str) -> Result<String> {
-        let created: serde_json::Value = self
-            .call(
-                Method::POST,
-                &format!("/clusters/{cluster}/bootstrap-tokens"),
-                Some(json!({ "reenroll": false })),
-            )
-            .await?;
-        created["token"]
-            .as_str()
-            .map(str::to_owned)
-            .context("bootstrap token body")
-    }
-
-    /// Waits (bounded) for revision `n` to reach `phase`; fails at once if
-    /// it fails.
-    async fn wait_phase(
-        &self,
-        ns: &str,
-        agent: &str,
-        n: i64,
-        phase: RevisionPhase,
-    ) -> Result<AgentRevision> {
-        let r = until(WAIT, &format!("revision {n} {phase:?}"), || async {
-            let r = self.revision(ns, agent, n).await?;
-            Ok((r.phase == phase || r.phase == RevisionPhase::Failed).then_some(r))
-        })
-        .await?;
-        ensure!(
-            r.phase == phase,
-            "revision {n} is {:?} ({:?}), wanted {phase:?}",
-            r.phase,
-            r.reason
-        );
-        Ok(r)
-    }
-
-    async fn wait_online(&self, cluster: &str, within: Duration) -> Result<Cluster> {
-        until(within, &format!("{cluster} online"), || async {
-            let c = self.cluster(cluster).await?;
-            Ok((c.connection_state == ConnectionState::Online).then_some(c))
-        })
-        .await
-    }
-
-    /// A tenant with one Agent placed on `cluster`.
-    async fn tenant_with_agent(
-        &self,
-        cluster: &str,
-        harness_kind: &str,
-    ) -> Result<(Namespace, Agent)> {
-        self.tenant_with_images(cluster, harness_kind, HARNESS_IMAGE, &gateway_image())
-            .await
-    }
-
-    /// A tenant with one Agent of these images placed on `cluster`.
-    async fn tenant_with_images(
-        &self,
-        cluster: &str,
-        harness_kind: &str,
-        harness_image: &str,
-        gateway_image: &str,
-    ) -> Result<(Namespace, Agent)> {
-        let tenant = format!("t{}", short_id());
-        let ns: Namespace = self
-            .call(Method::POST, "/namespaces", Some(json!({ "name": tenant })))
-            .await?;
-        let agent: Agent = self
-            .call(
-                Method::POST,
-                &format!("/namespaces/{tenant}/agents"),
-                Some(json!({
-                    "name": format!("a{}", short_id()),
-                    "spec": {
-                        "harnessKind": harness_kind,
-                        "image": harness_image,
-                        "gatewayImage": gateway_image,
-                        "placement": { "cluster": cluster },
-                        "requirementLabels": { "example.com/pool": "general" }
-                    }
-                })),
-            )
-            .await?;
-        Ok((ns, agent))
-    }
-}
 
 // --------------------------------------------------------------- cleanup
 
@@ -714,7 +510,7 @@ struct World {
     control: TestCluster,
     exec_a: TestCluster,
     hub: TestHub,
-    rest: Rest,
+    rest: HubClient,
     cluster_name: String,
     spoke: InSpoke,
     cleanup: Cleanup,
@@ -756,7 +552,7 @@ impl World {
             wrap,
         )
         .await;
-        let rest = Rest::of(&hub);
+        let rest = HubClient::new(&hub.rest, Some(hub.root_token.clone()))?;
         let cluster_name = format!("exec-a-{}", &short_id()[..6]);
         let token = rest.bootstrap_token(&cluster_name).await?;
         let spoke = InSpoke::start(
@@ -835,7 +631,7 @@ async fn deploy_puts_the_gateway_in_control_and_the_harness_in_exec_a() -> Resul
         .await?;
     assert!(before.clusters.is_empty(), "{:?}", before.clusters);
 
-    let r = w.rest.deploy(&ns.name, &agent.name).await?;
+    let r = w.rest.deploy_current(&ns.name, &agent.name).await?;
     assert_eq!(r.number, 1);
     let r1 = w
         .rest
@@ -950,7 +746,7 @@ impl HeldEnsure {
         let mut w = World::start_wrapped(|_| {}, gate).await?;
         let (ns, agent) = w.agent("dedicated-codex").await?;
         held.lock().expect("held").push(agent.name.clone());
-        w.rest.deploy(&ns.name, &agent.name).await?;
+        w.rest.deploy_current(&ns.name, &agent.name).await?;
         until(WAIT, "the Agent's Gateway ensure is held", || async {
             Ok((entered.load(Ordering::SeqCst) > 0).then_some(()))
         })
@@ -1048,12 +844,12 @@ async fn a_slow_gateway_ensure_holds_no_pipeline_slot() -> Result<()> {
     let exec = w.exec_a.admin();
     held.lock().expect("held").push(slow.name.clone());
 
-    w.rest.deploy(&ns_slow.name, &slow.name).await?;
+    w.rest.deploy_current(&ns_slow.name, &slow.name).await?;
     until(WAIT, "the slow Agent's Gateway ensure is held", || async {
         Ok((entered.load(Ordering::SeqCst) > 0).then_some(()))
     })
     .await?;
-    w.rest.deploy(&ns_fast.name, &fast.name).await?;
+    w.rest.deploy_current(&ns_fast.name, &fast.name).await?;
     let r = w
         .rest
         .wait_phase(&ns_fast.name, &fast.name, 1, RevisionPhase::Active)
@@ -1210,7 +1006,7 @@ async fn a_burst_of_passes_over_one_agents_revisions_runs_out() -> Result<()> {
                 })
                 .await?;
         }
-        w.rest.deploy(&ns.name, &name).await?;
+        w.rest.deploy_current(&ns.name, &name).await?;
         w.rest
             .wait_phase(&ns.name, &name, n, RevisionPhase::Active)
             .await?;
@@ -1347,7 +1143,7 @@ async fn a_joined_deadline_pass_still_fails_a_stuck_revision_at_its_deadline() -
         })
         .await?;
     let deployed = Instant::now();
-    let rev = w.rest.deploy(&ns.name, &name).await?;
+    let rev = w.rest.deploy_current(&ns.name, &name).await?;
     until(WAIT, "revision 1 waiting for readiness", || async {
         let r = w.rest.revision(&ns.name, &name, 1).await?;
         ensure!(
@@ -1409,7 +1205,7 @@ async fn a_trigger_that_runs_a_fallback_early_does_not_strand_the_revision() -> 
             .await?,
         "the lease was free"
     );
-    let rev = w.rest.deploy(&ns.name, &agent.name).await?;
+    let rev = w.rest.deploy_current(&ns.name, &agent.name).await?;
     let queued = || async {
         let items = store
             .list_work(&WorkFilter {
@@ -1484,7 +1280,7 @@ async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> 
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
     let dpns = ns.data_plane_namespace.clone();
     let name = agent.name.clone();
-    w.rest.deploy(&ns.name, &name).await?;
+    w.rest.deploy_current(&ns.name, &name).await?;
     w.rest
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
@@ -1538,7 +1334,7 @@ async fn change_activates_the_new_revision_then_retires_the_old() -> Result<()> 
             s.image = "ghcr.io/openclaw/openclaw:1.1".into()
         })
         .await?;
-    let r = w.rest.deploy(&ns.name, &name).await?;
+    let r = w.rest.deploy_current(&ns.name, &name).await?;
     assert_eq!(r.number, 2);
     let r2 = w
         .rest
@@ -1627,7 +1423,7 @@ async fn stop_removes_route_and_gateway_then_harness_then_provider_state() -> Re
     let dpns = ns.data_plane_namespace.clone();
     let name = agent.name.clone();
 
-    w.rest.deploy(&ns.name, &name).await?;
+    w.rest.deploy_current(&ns.name, &name).await?;
     w.rest
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
@@ -1887,11 +1683,11 @@ async fn a_tenant_token_cannot_deploy_into_another_tenant() -> Result<()> {
             Some(json!({})),
         ),
     ] {
-        let (status, text) = as_a.send(method, &path, body).await?;
+        let (status, text) = as_a.exchange(method, &path, body.as_ref(), None).await?;
         assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {text}");
     }
     // Tenant A's own deploy works (the token is valid), and runs.
-    as_a.deploy(&ns_a.name, &agent_a.name).await?;
+    as_a.deploy_current(&ns_a.name, &agent_a.name).await?;
     w.rest
         .wait_phase(&ns_a.name, &agent_a.name, 1, RevisionPhase::Active)
         .await?;
@@ -1947,7 +1743,7 @@ struct HubEnv {
     rest_port: u16,
     link_port: u16,
     store: Arc<dyn Store>,
-    rest: Option<Rest>,
+    rest: Option<HubClient>,
 }
 
 impl HubEnv {
@@ -2081,16 +1877,15 @@ impl HubEnv {
                     expires_at: None,
                 })
                 .await?;
-            self.rest = Some(Rest {
-                http: reqwest::Client::new(),
-                base: format!("http://127.0.0.1:{}", self.rest_port),
-                token: minted.secret,
-            });
+            self.rest = Some(HubClient::new(
+                &format!("http://127.0.0.1:{}", self.rest_port),
+                Some(minted.secret),
+            )?);
         }
         Ok(p)
     }
 
-    fn rest(&self) -> &Rest {
+    fn rest(&self) -> &HubClient {
         self.rest.as_ref().expect("hub started")
     }
 }
@@ -2233,7 +2028,7 @@ async fn hub_killed_during_prepare_completes_after_restart_without_duplicates() 
     let dpns = ns.data_plane_namespace.clone();
     cleanup.track(&control.admin(), &ns, &name).await?;
 
-    rest.deploy(&ns.name, &name).await?;
+    rest.deploy_current(&ns.name, &name).await?;
     let seen = until(WAIT, "revision 1 preparing", || async {
         let r = rest.revision(&ns.name, &name, 1).await?;
         match r.phase {
@@ -2351,7 +2146,7 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
     let name = agent.name.clone();
     let dpns = ns.data_plane_namespace.clone();
     cleanup.track(&control.admin(), &ns, &name).await?;
-    rest.deploy(&ns.name, &name).await?;
+    rest.deploy_current(&ns.name, &name).await?;
     rest.wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
     let (control_admin, exec_admin) = (control.admin(), exec_a.admin());
@@ -2470,7 +2265,7 @@ async fn spoke_and_hub_outages_leave_workloads_untouched() -> Result<()> {
 // ================================================ issue 9: nothing lost, nothing raced
 
 async fn revision_phase_is(
-    rest: &Rest,
+    rest: &HubClient,
     ns: &str,
     agent: &str,
     n: i64,
@@ -2506,7 +2301,7 @@ async fn stop_before_the_second_revision_is_active_leaves_no_harness() -> Result
     let (ns, agent) = w.agent("embedded-openclaw").await?;
     let exec = w.exec_a.admin();
     let (dpns, name) = (ns.data_plane_namespace.clone(), agent.name.clone());
-    w.rest.deploy(&ns.name, &name).await?;
+    w.rest.deploy_current(&ns.name, &name).await?;
     w.rest
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
@@ -2514,7 +2309,7 @@ async fn stop_before_the_second_revision_is_active_leaves_no_harness() -> Result
     // The spoke pauses; revision 1's stop, which revision 2's Harness
     // waits for, stays in the outbox.
     w.spoke.stop().await;
-    w.rest.deploy(&ns.name, &name).await?;
+    w.rest.deploy_current(&ns.name, &name).await?;
     let store = w.hub.store();
     let cluster = store.get_cluster(&w.cluster_name).await?;
     let r1_target = clawfed_proto::work::target::harness(&ns.id, &name, 1);
@@ -2605,7 +2400,10 @@ async fn a_revoked_deployer_stops_the_pipeline_before_the_next_effect() -> Resul
         .await;
 
     w.spoke.stop().await;
-    w.rest.with_token(&token).deploy(&ns.name, &name).await?;
+    w.rest
+        .with_token(&token)
+        .deploy_current(&ns.name, &name)
+        .await?;
     revision_phase_is(&w.rest, &ns.name, &name, 1, &[RevisionPhase::Provisioning]).await?;
     let store = w.hub.store();
     store.revoke_token(&token_name, chrono::Utc::now()).await?;
@@ -2658,7 +2456,7 @@ async fn a_dedicated_predecessor_is_stopped_and_retired_on_its_own_cluster() -> 
     let (ns, agent) = w.agent("dedicated-codex").await?;
     let exec_a = w.exec_a.admin();
     let (dpns, name) = (ns.data_plane_namespace.clone(), agent.name.clone());
-    w.rest.deploy(&ns.name, &name).await?;
+    w.rest.deploy_current(&ns.name, &name).await?;
     w.rest
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
@@ -2688,7 +2486,7 @@ async fn a_dedicated_predecessor_is_stopped_and_retired_on_its_own_cluster() -> 
                 Some(json!({ "spec": spec, "version": current.version })),
             )
             .await?;
-        w.rest.deploy(&ns.name, &name).await?;
+        w.rest.deploy_current(&ns.name, &name).await?;
         let r2 = w
             .rest
             .wait_phase(&ns.name, &name, 2, RevisionPhase::Active)
@@ -2746,11 +2544,11 @@ async fn deploy_deploy_stop_without_a_pause_leaves_no_harness() -> Result<()> {
     let (ns, agent) = w.agent("embedded-openclaw").await?;
     let exec = w.exec_a.admin();
     let (dpns, name) = (ns.data_plane_namespace.clone(), agent.name.clone());
-    w.rest.deploy(&ns.name, &name).await?;
+    w.rest.deploy_current(&ns.name, &name).await?;
     w.rest
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
-    w.rest.deploy(&ns.name, &name).await?;
+    w.rest.deploy_current(&ns.name, &name).await?;
     w.rest
         .call::<Agent>(
             Method::POST,
@@ -2853,7 +2651,7 @@ async fn the_gateway_reaches_its_harness_through_the_tunnel() -> Result<()> {
         .await?;
     let gw_ns = gateway_ns(&ns.id);
     let control = w.control.admin();
-    w.rest.deploy(&ns.name, &agent.name).await?;
+    w.rest.deploy_current(&ns.name, &agent.name).await?;
     let r1 = w
         .rest
         .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
@@ -3069,7 +2867,7 @@ async fn a_revision_activates_as_soon_as_its_gateway_turns_ready() -> Result<()>
     let (control, exec) = (w.control.admin(), w.exec_a.admin());
     let gateway_ready = first_ready(control.clone(), &gw_ns, &agent.name);
 
-    w.rest.deploy(&ns.name, &agent.name).await?;
+    w.rest.deploy_current(&ns.name, &agent.name).await?;
     let cluster = w.rest.cluster(&w.cluster_name).await?;
     let target = clawfed_proto::work::target::harness(&ns.id, &agent.name, 1);
     let store = w.hub.store();
@@ -3167,7 +2965,7 @@ async fn hub_killed_ends_tunneled_connections_and_new_ones_work_after_restart() 
     let gw_ns = gateway_ns(&ns.id);
     let name = agent.name.clone();
     cleanup.track(&control.admin(), &ns, &name).await?;
-    rest.deploy(&ns.name, &name).await?;
+    rest.deploy_current(&ns.name, &name).await?;
     rest.wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
 
@@ -3231,7 +3029,7 @@ async fn a_broken_data_path_fails_the_revision_with_the_reason() -> Result<()> {
     let (ns, agent) = w
         .agent_with_images("dedicated-codex", STANDIN_HARNESS, &standin_gateway())
         .await?;
-    w.rest.deploy(&ns.name, &agent.name).await?;
+    w.rest.deploy_current(&ns.name, &agent.name).await?;
     let r = until(WAIT, "revision 1 failed", || async {
         let r = w.rest.revision(&ns.name, &agent.name, 1).await?;
         ensure!(
@@ -3275,8 +3073,8 @@ async fn embedded_openclaw_has_no_control_gateway_and_is_probed_through_the_link
     let (dead_ns, dead) = w
         .agent_with_images("embedded-openclaw", HARNESS_IMAGE, &standin_gateway())
         .await?;
-    w.rest.deploy(&live_ns.name, &live.name).await?;
-    w.rest.deploy(&dead_ns.name, &dead.name).await?;
+    w.rest.deploy_current(&live_ns.name, &live.name).await?;
+    w.rest.deploy_current(&dead_ns.name, &dead.name).await?;
 
     let r = w
         .rest
@@ -3411,7 +3209,7 @@ async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration()
                 Some(json!({ "value": "sk-not-the-key" })),
             )
             .await?;
-        w.rest.deploy(&bad_ns.name, &bad.name).await?;
+        w.rest.deploy_current(&bad_ns.name, &bad.name).await?;
         let configure = |name: &str, data: serde_json::Value| {
             let rest = w.rest.clone();
             let path = format!("/namespaces/{}/configurations", ns.name);
@@ -3442,9 +3240,10 @@ async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration()
             .await?;
         let (status, body) = w
             .rest
-            .send(
+            .exchange(
                 Method::POST,
                 &format!("/namespaces/{}/agents/{}/deploy", ns.name, agent.name),
+                None,
                 None,
             )
             .await?;
@@ -3459,18 +3258,19 @@ async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration()
         let key = format!("sk-oc-{}", uuid::Uuid::new_v4().simple());
         let (status, body) = w
             .rest
-            .send(
+            .exchange(
                 Method::PUT,
                 &format!(
                     "/namespaces/{}/agents/{}/credentials/model-api-key",
                     ns.name, agent.name
                 ),
-                Some(json!({ "value": key })),
+                Some(&json!({ "value": key })),
+                None,
             )
             .await?;
         ensure!(status.is_success(), "set the key: {status} {body}");
         let deployed = Instant::now();
-        w.rest.deploy(&ns.name, &agent.name).await?;
+        w.rest.deploy_current(&ns.name, &agent.name).await?;
         let active = until(
             openclaw::START_WAIT,
             "revision 1 Active on the real runtime",
@@ -3576,7 +3376,7 @@ async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration()
         let claim_name = clawfed_proto::work::harness::workspace_name(&agent.name);
         let claim_uid = claims.get(&claim_name).await?.metadata.uid;
         let redeployed = Instant::now();
-        w.rest.deploy(&ns.name, &agent.name).await?;
+        w.rest.deploy_current(&ns.name, &agent.name).await?;
         until(openclaw::START_WAIT, "revision 2 Active", || async {
             let r = w.rest.revision(&ns.name, &agent.name, 2).await?;
             ensure!(r.phase != RevisionPhase::Failed, "failed: {:?}", r.reason);
@@ -3654,9 +3454,10 @@ async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration()
             .await?;
         let (status, body) = w
             .rest
-            .send(
+            .exchange(
                 Method::DELETE,
                 &format!("/namespaces/{}/agents/{}", ns.name, agent.name),
+                None,
                 None,
             )
             .await?;
@@ -3756,18 +3557,19 @@ async fn dedicated_codex_runs_the_real_gateway_and_app_server_across_clusters() 
         let tail = format!("key: {}", &key[key.len() - 4..]);
         let (status, body) = w
             .rest
-            .send(
+            .exchange(
                 Method::PUT,
                 &format!(
                     "/namespaces/{}/agents/{}/credentials/model-api-key",
                     ns.name, agent.name
                 ),
-                Some(json!({ "value": key })),
+                Some(&json!({ "value": key })),
+                None,
             )
             .await?;
         ensure!(status.is_success(), "set the key: {status} {body}");
         let deployed = Instant::now();
-        w.rest.deploy(&ns.name, &agent.name).await?;
+        w.rest.deploy_current(&ns.name, &agent.name).await?;
         let active = until(openclaw::START_WAIT, "revision 1 Active", || async {
             let r = w.rest.revision(&ns.name, &agent.name, 1).await?;
             ensure!(r.phase != RevisionPhase::Failed, "failed: {:?}", r.reason);
@@ -3856,7 +3658,7 @@ async fn dedicated_codex_runs_the_real_gateway_and_app_server_across_clusters() 
         // Redeploy: revision 2 replaces both (Recreate Gateway, exclusive
         // Harness); the conversation is kept.
         let redeployed = Instant::now();
-        w.rest.deploy(&ns.name, &agent.name).await?;
+        w.rest.deploy_current(&ns.name, &agent.name).await?;
         until(openclaw::START_WAIT, "revision 2 Active", || async {
             let r = w.rest.revision(&ns.name, &agent.name, 2).await?;
             ensure!(r.phase != RevisionPhase::Failed, "failed: {:?}", r.reason);
@@ -4105,14 +3907,19 @@ async fn credentials_e2e(capture: LogCapture) -> Result<()> {
 
     let (status, body) = w
         .rest
-        .send(Method::PUT, &cred_path, Some(json!({ "value": key1 })))
+        .exchange(
+            Method::PUT,
+            &cred_path,
+            Some(&json!({ "value": key1 })),
+            None,
+        )
         .await?;
     ensure!(status.is_success(), "set: {status} {body}");
     ensure!(
         !body.contains(&key1),
         "the set answer shows the key: {body}"
     );
-    w.rest.deploy(&ns.name, &agent.name).await?;
+    w.rest.deploy_current(&ns.name, &agent.name).await?;
     w.rest
         .wait_phase(&ns.name, &agent.name, 1, RevisionPhase::Active)
         .await?;
@@ -4170,7 +3977,12 @@ async fn credentials_e2e(capture: LogCapture) -> Result<()> {
     // A new key: the running revision keeps its own.
     let (status, body) = w
         .rest
-        .send(Method::PUT, &cred_path, Some(json!({ "value": key2 })))
+        .exchange(
+            Method::PUT,
+            &cred_path,
+            Some(&json!({ "value": key2 })),
+            None,
+        )
         .await?;
     ensure!(status.is_success(), "replace: {status} {body}");
     assert_eq!(
@@ -4183,7 +3995,7 @@ async fn credentials_e2e(capture: LogCapture) -> Result<()> {
     assert_eq!(harness_env(&exec, &dpns, &agent.name, 1).await?, key1);
 
     // The next deploy carries it.
-    w.rest.deploy(&ns.name, &agent.name).await?;
+    w.rest.deploy_current(&ns.name, &agent.name).await?;
     w.rest
         .wait_phase(&ns.name, &agent.name, 2, RevisionPhase::Active)
         .await?;
@@ -4232,7 +4044,7 @@ async fn credentials_e2e(capture: LogCapture) -> Result<()> {
         "/work?limit=1000".to_owned(),
         "/fleet".to_owned(),
     ] {
-        let (status, text) = w.rest.send(Method::GET, &path, None).await?;
+        let (status, text) = w.rest.exchange(Method::GET, &path, None, None).await?;
         ensure!(status.is_success(), "{path}: {status} {text}");
         for k in [&key1, &key2] {
             ensure!(!text.contains(k.as_str()), "{path} shows a key: {text}");
@@ -4332,7 +4144,7 @@ async fn restart_harness(exec: &Client, dpns: &str, agent: &str, mode: &str) -> 
 
 /// Waits until the revision's readiness says `pred`; returns it.
 async fn wait_readiness(
-    rest: &Rest,
+    rest: &HubClient,
     ns: &str,
     agent: &str,
     what: &str,
@@ -4388,7 +4200,7 @@ async fn plugin_startup_status_gates_readiness_and_warnings_are_shown() -> Resul
         ns.data_plane_namespace.clone(),
         agent.name.clone(),
     );
-    w.rest.deploy(&ns.name, &name).await?;
+    w.rest.deploy_current(&ns.name, &name).await?;
 
     let r = wait_readiness(&w.rest, &ns.name, &name, "startup status missing", |r| {
         r.startup_reason.as_deref() == Some("startup status missing")
@@ -4474,7 +4286,7 @@ async fn diagnose_returns_checks_and_unknown_for_a_stopped_pod() -> Result<()> {
         ns.data_plane_namespace.clone(),
         agent.name.clone(),
     );
-    w.rest.deploy(&ns.name, &name).await?;
+    w.rest.deploy_current(&ns.name, &name).await?;
     w.rest
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
@@ -4524,7 +4336,7 @@ async fn diagnose_returns_checks_and_unknown_for_a_stopped_pod() -> Result<()> {
     // A chosen revision (issue 30): once revision 2 replaced revision 1,
     // `?revision=1` reads revision 1's (gone) Pods, `?revision=2` and the
     // default read revision 2's.
-    w.rest.deploy(&ns.name, &name).await?;
+    w.rest.deploy_current(&ns.name, &name).await?;
     w.rest
         .wait_phase(&ns.name, &name, 2, RevisionPhase::Active)
         .await?;
@@ -4597,7 +4409,7 @@ async fn deploy_stop_delete(w: &mut World) -> Result<(Namespace, String)> {
     let (ns, agent) = w.agent("dedicated-codex").await?;
     let exec = w.exec_a.admin();
     let name = agent.name.clone();
-    w.rest.deploy(&ns.name, &name).await?;
+    w.rest.deploy_current(&ns.name, &name).await?;
     w.rest
         .wait_phase(&ns.name, &name, 1, RevisionPhase::Active)
         .await?;
@@ -4623,9 +4435,10 @@ async fn deploy_stop_delete(w: &mut World) -> Result<(Namespace, String)> {
     );
     let (status, body) = w
         .rest
-        .send(
+        .exchange(
             Method::DELETE,
             &format!("/namespaces/{}/agents/{name}", ns.name),
+            None,
             None,
         )
         .await?;
@@ -4667,9 +4480,10 @@ async fn deploy_stop_delete(w: &mut World) -> Result<(Namespace, String)> {
     );
     let (status, _) = w
         .rest
-        .send(
+        .exchange(
             Method::GET,
             &format!("/namespaces/{}/agents/{name}", ns.name),
+            None,
             None,
         )
         .await?;
@@ -4785,51 +4599,35 @@ use clawfed_tests::webdriver::{self, Browser};
 const HOSTILE_NAME: &str =
     r#"<script>window.__xss=1</script> "double" & 'single' <img src=x onerror="window.__xss=2">"#;
 
-impl Rest {
-    /// A tenant with this display name and one Agent placed on `cluster`.
-    async fn tenant_displayed_as(
-        &self,
-        cluster: &str,
-        display_name: &str,
-    ) -> Result<(Namespace, Agent)> {
-        let tenant = format!("t{}", short_id());
-        let ns: Namespace = self
-            .call(
-                Method::POST,
-                "/namespaces",
-                Some(json!({ "name": tenant, "displayName": display_name })),
-            )
-            .await?;
-        let agent: Agent = self
-            .call(
-                Method::POST,
-                &format!("/namespaces/{tenant}/agents"),
-                Some(json!({
-                    "name": format!("a{}", short_id()),
-                    "spec": {
-                        "harnessKind": "dedicated-codex",
-                        "image": HARNESS_IMAGE,
-                        "gatewayImage": gateway_image(),
-                        "placement": { "cluster": cluster },
-                        "requirementLabels": { "example.com/pool": "general" }
-                    }
-                })),
-            )
-            .await?;
-        Ok((ns, agent))
-    }
+/// A tenant with this display name and one Agent placed on `cluster`.
+async fn tenant_displayed_as(
+    rest: &HubClient,
+    cluster: &str,
+    display_name: &str,
+) -> Result<(Namespace, Agent)> {
+    let ns: Namespace = rest
+        .call(
+            Method::POST,
+            "/namespaces",
+            Some(json!({ "name": format!("t{}", short_id()), "displayName": display_name })),
+        )
+        .await?;
+    let agent = rest.new_agent(&ns.name, cluster, "dedicated-codex").await?;
+    Ok((ns, agent))
+}
 
-    async fn stop(&self, ns: &str, agent: &str) -> Result<()> {
-        let (status, text) = self
-            .send(
-                Method::POST,
-                &format!("/namespaces/{ns}/agents/{agent}/stop"),
-                None,
-            )
-            .await?;
-        ensure!(status.is_success(), "stop {ns}/{agent}: {status} {text}");
-        Ok(())
-    }
+/// Stops Agent `agent`.
+async fn stop_agent(rest: &HubClient, ns: &str, agent: &str) -> Result<()> {
+    let (status, text) = rest
+        .exchange(
+            Method::POST,
+            &format!("/namespaces/{ns}/agents/{agent}/stop"),
+            None,
+            None,
+        )
+        .await?;
+    ensure!(status.is_success(), "stop {ns}/{agent}: {status} {text}");
+    Ok(())
 }
 
 /// Where the web view test leaves its screenshots: `$CLAWFED_ARTIFACTS`,
@@ -4945,11 +4743,11 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
     let mut cleanup = Cleanup::default();
     let mut hub = env.serve(1).await?;
     let rest = env.rest().clone();
-    let ui = format!("{}/ui/", rest.base);
+    let ui = format!("{}/ui/", rest.server());
 
     // The page's own answers: strict policy, no sniffing, no referrer.
     for path in ["/ui", "/ui/", "/ui/app.js", "/ui/app.css"] {
-        let resp = reqwest::get(format!("{}{path}", rest.base)).await?;
+        let resp = reqwest::get(format!("{}{path}", rest.server())).await?;
         ensure!(resp.status().is_success(), "{path}: {}", resp.status());
         let h = resp.headers();
         let csp = h
@@ -4973,9 +4771,7 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
     let spoke_env = SpokeEnv::new(&env, &exec_a, &cluster_name).await?;
     let mut spoke = spoke_env.spawn(&env, 1, true)?;
     rest.wait_online(&cluster_name, WAIT).await?;
-    let (ns_a, agent_a) = rest
-        .tenant_displayed_as(&cluster_name, HOSTILE_NAME)
-        .await?;
+    let (ns_a, agent_a) = tenant_displayed_as(&rest, &cluster_name, HOSTILE_NAME).await?;
     let (ns_b, agent_b) = rest
         .tenant_with_agent(&cluster_name, "dedicated-codex")
         .await?;
@@ -4983,7 +4779,7 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
         cleanup.track(&control.admin(), ns, &agent.name).await?;
     }
     // Tenant B runs before anyone looks: its events are in the log.
-    rest.deploy(&ns_b.name, &agent_b.name).await?;
+    rest.deploy_current(&ns_b.name, &agent_b.name).await?;
     let key_a = format!("{}/{}", ns_a.name, agent_a.name);
     let minted = auth::mint_token();
     env.store
@@ -4999,7 +4795,7 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
 
     let browser = Browser::start(&env.logs(), 1280, 900).await?;
     browser.goto(&ui).await?;
-    sign_in(&browser, &rest.token).await?;
+    sign_in(&browser, rest.token().context("a token")?).await?;
     browser
         .wait_for::<f64>(
             WAIT,
@@ -5018,11 +4814,11 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
         )
         .await?;
     ensure!(
-        !href.contains(&rest.token),
+        !href.contains(rest.token().unwrap_or_default()),
         "the token is in the URL {href}"
     );
     ensure!(
-        kept.as_deref() == Some(rest.token.as_str()),
+        kept.as_deref() == rest.token(),
         "the token is not in session storage"
     );
     ensure!(
@@ -5096,7 +4892,7 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
     browser
         .eval::<serde_json::Value>("window.__sameDocument = 1; return null", vec![])
         .await?;
-    rest.deploy(&ns_a.name, &agent_a.name).await?;
+    rest.deploy_current(&ns_a.name, &agent_a.name).await?;
     let phases = phases_until(&browser, &key_a, &["active"]).await?;
     let same: Option<i64> = browser.eval("return window.__sameDocument", vec![]).await?;
     ensure!(same == Some(1), "the page reloaded");
@@ -5184,7 +4980,7 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
     ensure!(gone.is_none(), "sign-out kept the token");
     sign_in(&browser, &token_a).await?;
     phases_until(&browser, &key_a, &["active"]).await?;
-    rest.stop(&ns_b.name, &agent_b.name).await?;
+    stop_agent(&rest, &ns_b.name, &agent_b.name).await?;
     until(WAIT, "tenant B's revision stopping", || async {
         let r = rest.revision(&ns_b.name, &agent_b.name, 1).await?;
         Ok(matches!(r.phase, RevisionPhase::Stopping | RevisionPhase::Stopped).then_some(()))
@@ -5192,7 +4988,7 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
     .await?;
     // Events are ordered: once A's stop shows, B's earlier ones were sent
     // to this page if they ever would be.
-    rest.stop(&ns_a.name, &agent_a.name).await?;
+    stop_agent(&rest, &ns_a.name, &agent_a.name).await?;
     phases_until(&browser, &key_a, &["stopping", "stopped"]).await?;
     let (body, seen): (String, String) = browser
         .eval(
@@ -5224,7 +5020,7 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
     for log in [&hub.stdout, &hub.stderr] {
         let text = Proc::text(log);
         ensure!(
-            !text.contains(&rest.token) && !text.contains(&token_a),
+            !text.contains(rest.token().unwrap_or_default()) && !text.contains(&token_a),
             "a token reached the hub's log {}",
             log.display()
         );

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use clawfed_hub::client::HubClient;
 use clawfed_hub::config::Config;
 use clawfed_hub::gateway::Gateways;
 use clawfed_hub::model::{Agent, AgentRevision, Namespace};
@@ -81,45 +82,6 @@ fn quantities(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, Quantity>> {
             .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
             .collect(),
     )
-}
-
-struct Rest {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl Rest {
-    /// `DELETE path`: its status.
-    async fn delete(&self, path: &str) -> Result<reqwest::StatusCode> {
-        Ok(self
-            .http
-            .delete(format!("{}/api/v1{path}", self.base))
-            .bearer_auth(&self.token)
-            .send()
-            .await?
-            .status())
-    }
-
-    async fn call<T: serde::de::DeserializeOwned>(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<T> {
-        let mut req = self
-            .http
-            .request(method.clone(), format!("{}/api/v1{path}", self.base))
-            .bearer_auth(&self.token);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await?;
-        let status = resp.status();
-        let text = resp.text().await?;
-        ensure!(status.is_success(), "{method} {path}: {status}: {text}");
-        serde_json::from_str(&text).with_context(|| format!("{method} {path}: {text}"))
-    }
 }
 
 async fn get_when<K>(api: &Api<K>, name: &str) -> Result<K>
@@ -202,11 +164,7 @@ async fn every_installation_setting_is_visible_on_the_objects_it_governs() -> Re
         Some(gateways),
     )
     .await;
-    let rest = Rest {
-        http: reqwest::Client::new(),
-        base: hub.rest.clone(),
-        token: hub.root_token.clone(),
-    };
+    let rest = HubClient::new(&hub.rest, Some(hub.root_token.clone()))?;
     let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let cluster = format!("exec-a-s{}", &id[..6]);
 
@@ -299,7 +257,7 @@ async fn every_installation_setting_is_visible_on_the_objects_it_governs() -> Re
 }
 
 async fn check(
-    rest: &Rest,
+    rest: &HubClient,
     control: &Client,
     exec: &Client,
     ns: &Namespace,
@@ -560,7 +518,7 @@ async fn check(
 /// quota and container defaults (the seed's `resources.namespace`, applied
 /// to each physical namespace).
 async fn two_tenants_one_agent_name(
-    rest: &Rest,
+    rest: &HubClient,
     control: &Client,
     first: &Namespace,
     second: &Namespace,
@@ -656,26 +614,39 @@ async fn two_tenants_one_agent_name(
         )
         .await?;
     kube_env::eventually(WAIT, "the second tenant's Agent deleted", || async {
-        let status = rest
-            .delete(&format!("/namespaces/{}/agents/{agent}", second.name))
+        let (status, _) = rest
+            .exchange(
+                reqwest::Method::DELETE,
+                &format!("/namespaces/{}/agents/{agent}", second.name),
+                None,
+                None,
+            )
             .await?;
         Ok(status.is_success().then_some(()))
     })
     .await?;
     // Accepted once the Agent is gone from the tenant.
     kube_env::eventually(WAIT, "the second tenant's teardown accepted", || async {
-        let status = rest.delete(&format!("/namespaces/{}", second.name)).await?;
+        let (status, _) = rest
+            .exchange(
+                reqwest::Method::DELETE,
+                &format!("/namespaces/{}", second.name),
+                None,
+                None,
+            )
+            .await?;
         Ok(status.is_success().then_some(()))
     })
     .await?;
     kube_env::eventually(WAIT, "the second tenant deleted", || async {
-        let status = rest
-            .http
-            .get(format!("{}/api/v1/namespaces/{}", rest.base, second.name))
-            .bearer_auth(&rest.token)
-            .send()
-            .await?
-            .status();
+        let (status, _) = rest
+            .exchange(
+                reqwest::Method::GET,
+                &format!("/namespaces/{}", second.name),
+                None,
+                None,
+            )
+            .await?;
         Ok((status == reqwest::StatusCode::NOT_FOUND).then_some(()))
     })
     .await?;
