@@ -1,0 +1,94 @@
+//! Execution clusters: their connection state, the enrolled cluster, and
+//! bootstrap tokens.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Connection state of an execution cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConnectionState {
+    Pending,
+    Online,
+    Offline,
+    Revoked,
+}
+
+impl ConnectionState {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Online => "online",
+            Self::Offline => "offline",
+            Self::Revoked => "revoked",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Pending, Self::Online, Self::Offline, Self::Revoked]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+/// An enrolled execution cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Cluster {
+    pub id: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub capabilities: Vec<String>,
+    /// Serials of the cluster's client certificates. Installation admins
+    /// only: empty (absent) for tenant tokens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificate_serials: Vec<String>,
+    pub connection_state: ConnectionState,
+    pub last_seen: Option<DateTime<Utc>>,
+    pub version: String,
+    pub created_at: DateTime<Utc>,
+    /// Work queued for the cluster and not yet acked. Installation admins
+    /// only: absent for tenant tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outbox_depth: Option<i64>,
+    /// The SandboxDriver the spoke runs, from its `sandbox-driver:<name>`
+    /// capability; null when it advertises none.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// When the cluster's newest unrevoked client certificate expires (the
+    /// spoke renews before then). Installation admins only: absent for
+    /// tenant tokens, and when no unrevoked certificate is left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_expires_at: Option<DateTime<Utc>>,
+}
+
+/// Body of `POST /api/v1/clusters/{name}/bootstrap-tokens`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateBootstrapToken {
+    /// Lifetime in seconds (default 3600, at most 7 days).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 604800)]
+    pub ttl_seconds: Option<i64>,
+    /// Allow re-enrolling an already enrolled cluster name.
+    #[serde(default)]
+    pub reenroll: bool,
+    /// Issue the certificate only after `POST /clusters/{name}/approve`.
+    #[serde(default)]
+    pub require_approval: bool,
+}
+
+/// A freshly created bootstrap token; the secret is shown only here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapTokenCreated {
+    pub cluster_name: String,
+    pub token: String,
+    pub expires_at: DateTime<Utc>,
+    pub reenroll: bool,
+}
