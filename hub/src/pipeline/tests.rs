@@ -1,0 +1,629 @@
+//! Unit tests of the pipeline state machine: each decision from its facts.
+
+use super::*;
+use RevisionPhase as P;
+use clawfed_proto::capability::Needs;
+
+fn fresh() -> Facts {
+    Facts {
+        phase: P::Pending,
+        wanted: true,
+        denied: None,
+        placed: true,
+        unservable: None,
+        namespace_sent: false,
+        namespace: WorkOutcome::Waiting,
+        control_gateway: true,
+        gateway_queued: false,
+        gateway_applied: false,
+        exclusive: false,
+        predecessors: Vec::new(),
+        harness_sent: false,
+        harness: WorkOutcome::Waiting,
+        stop_sent: false,
+        stop: WorkOutcome::Waiting,
+        readiness: None,
+        gateway_ready: false,
+        activated: false,
+        predecessors_retired: false,
+        deadline_passed: false,
+    }
+}
+
+fn ready() -> Option<Readiness> {
+    Some(Readiness {
+        ready: true,
+        live_candidates: 1,
+        ready_candidates: 1,
+        ..Default::default()
+    })
+}
+
+fn pred(number: i64, cluster: &str) -> Predecessor {
+    Predecessor {
+        number,
+        phase: P::Active,
+        cluster: Some(cluster.into()),
+        harness_sent: true,
+        stop_sent: false,
+        stop: WorkOutcome::Waiting,
+        retire_sent: false,
+        retire: WorkOutcome::Waiting,
+    }
+}
+
+/// Runs the machine, applying each step's effect to the facts the way
+/// the driver records it, until it waits or finishes.
+fn drive(mut f: Facts, mut world: impl FnMut(&mut Facts)) -> (Vec<Step>, Facts) {
+    let mut steps = Vec::new();
+    for _ in 0..50 {
+        let step = decide(&f);
+        steps.push(step.clone());
+        match &step {
+            Step::Wait { .. } | Step::Finished | Step::Place => return (steps, f),
+            Step::SendNamespace => f.namespace_sent = true,
+            Step::Enter(p) => f.phase = *p,
+            Step::QueueGateway => f.gateway_queued = true,
+            Step::StopPredecessors(ns) => {
+                for p in f.predecessors.iter_mut().filter(|p| ns.contains(&p.number)) {
+                    p.stop_sent = true;
+                }
+            }
+            Step::SendHarness => f.harness_sent = true,
+            Step::StopHarness => f.stop_sent = true,
+            Step::Activate => f.activated = true,
+            Step::RetirePredecessors(ns) => {
+                for p in f.predecessors.iter_mut().filter(|p| ns.contains(&p.number)) {
+                    p.retire_sent = true;
+                }
+            }
+            Step::MarkRetired(ns) => {
+                for p in f.predecessors.iter_mut().filter(|p| ns.contains(&p.number)) {
+                    p.phase = P::Retired;
+                }
+            }
+            Step::PredecessorsRetired => f.predecessors_retired = true,
+            Step::Fail(_) => f.phase = P::Failed,
+        }
+        world(&mut f);
+    }
+    panic!("did not settle: {steps:?}");
+}
+
+#[test]
+fn happy_path_in_order() {
+    let (steps, f) = drive(fresh(), |f| {
+        // The spoke answers the namespace at once; the Gateway's ensure
+        // runs and the Gateway is Ready.
+        if f.namespace_sent {
+            f.namespace = WorkOutcome::Applied;
+        }
+        if f.gateway_queued {
+            f.gateway_applied = true;
+        }
+        if f.gateway_applied {
+            f.gateway_ready = true;
+        }
+    });
+    assert_eq!(
+        steps,
+        vec![
+            Step::SendNamespace,
+            Step::Enter(P::Preparing),
+            Step::SendHarness,
+            Step::QueueGateway,
+            WAIT,
+        ]
+    );
+    // The Harness applies and becomes Ready: activation, then retire.
+    let mut f = f;
+    f.harness = WorkOutcome::Applied;
+    let (steps, f) = drive(f, |f| f.readiness = ready());
+    assert_eq!(
+        steps,
+        vec![
+            Step::Enter(P::WaitingReady),
+            Step::Activate,
+            Step::Enter(P::Active),
+            Step::PredecessorsRetired,
+            Step::Finished,
+        ]
+    );
+    assert!(f.predecessors_retired);
+}
+
+/// The Harness goes out before the Gateway's ensure is queued (the
+/// remote Pod is the slower part), both in the first pass; the pass
+/// does not wait for the ensure, and activation waits for the Gateway
+/// Ready. A refused Harness fails the revision without a Gateway ensure
+/// queued for it.
+#[test]
+fn the_harness_goes_out_before_the_gateway_in_one_pass() {
+    let mut f = fresh();
+    f.phase = P::Preparing;
+    f.namespace = WorkOutcome::Applied;
+    assert_eq!(decide(&f), Step::SendHarness);
+    f.harness_sent = true;
+    assert_eq!(decide(&f), Step::QueueGateway, "same pass, next step");
+    f.gateway_queued = true;
+    assert_eq!(
+        decide(&f),
+        WAIT,
+        "the pass ends; the ensure runs in its lane"
+    );
+    f.harness = WorkOutcome::Applied;
+    assert_eq!(decide(&f), Step::Enter(P::WaitingReady));
+    f.phase = P::WaitingReady;
+    f.readiness = ready();
+    assert_eq!(
+        decide(&f),
+        Step::Wait {
+            recheck_in: Some(Recheck::Gateway)
+        },
+        "a Ready Harness waits for its Gateway"
+    );
+    let mut late = f.clone();
+    late.deadline_passed = true;
+    assert!(
+        matches!(decide(&late), Step::Fail(r) if r.contains("never applied")),
+        "the deadline names the ensure that never succeeded"
+    );
+    f.gateway_applied = true;
+    f.gateway_ready = true;
+    assert_eq!(decide(&f), Step::Activate);
+
+    let mut f = fresh();
+    f.phase = P::Preparing;
+    f.namespace = WorkOutcome::Applied;
+    f.harness_sent = true;
+    f.harness = WorkOutcome::Failed("image refused".into());
+    assert!(matches!(decide(&f), Step::Fail(r) if r.contains("image refused")));
+}
+
+/// A queued ensure applies only for a wanted revision of an allowed
+/// deployer, once, before a terminal phase.
+#[test]
+fn a_queued_gateway_ensure_applies_only_while_the_revision_wants_it() {
+    let mut f = fresh();
+    f.phase = P::Preparing;
+    f.gateway_queued = true;
+    assert!(gateway_ensure_allowed(&f));
+    for phase in [P::Pending, P::Provisioning, P::WaitingReady] {
+        f.phase = phase;
+        assert!(gateway_ensure_allowed(&f), "{phase:?}");
+    }
+    for phase in [P::Active, P::Stopping, P::Stopped, P::Failed, P::Retired] {
+        f.phase = phase;
+        assert!(!gateway_ensure_allowed(&f), "{phase:?}");
+    }
+    f.phase = P::Preparing;
+    let mut g = f.clone();
+    g.wanted = false;
+    assert!(!gateway_ensure_allowed(&g), "superseded or stopped");
+    let mut g = f.clone();
+    g.denied = Some("token revoked".into());
+    assert!(!gateway_ensure_allowed(&g), "deployer denied");
+    let mut g = f.clone();
+    g.gateway_applied = true;
+    assert!(!gateway_ensure_allowed(&g), "applied once");
+    let mut g = f;
+    g.control_gateway = false;
+    assert!(!gateway_ensure_allowed(&g), "embedded: no Gateway");
+}
+
+/// While dedicated predecessors stop, the Gateway is prepared; the
+/// Harness still waits for every stop.
+#[test]
+fn the_gateway_is_prepared_while_dedicated_predecessors_stop() {
+    let mut f = fresh();
+    f.phase = P::Preparing;
+    f.namespace = WorkOutcome::Applied;
+    f.exclusive = true;
+    f.predecessors = vec![pred(1, "exec-a")];
+    assert_eq!(decide(&f), Step::StopPredecessors(vec![1]));
+    f.predecessors[0].stop_sent = true;
+    assert_eq!(decide(&f), Step::QueueGateway);
+    f.gateway_queued = true;
+    assert_eq!(decide(&f), WAIT, "the Harness waits for the stop");
+    f.gateway_applied = true;
+    assert_eq!(decide(&f), WAIT, "still");
+    f.predecessors[0].stop = WorkOutcome::Applied;
+    assert_eq!(decide(&f), Step::SendHarness);
+}
+
+#[test]
+fn namespace_waits_in_provisioning_until_its_deadline() {
+    let mut f = fresh();
+    f.namespace_sent = true;
+    assert_eq!(decide(&f), Step::Enter(P::Provisioning));
+    f.phase = P::Provisioning;
+    assert_eq!(decide(&f), WAIT);
+    f.namespace = WorkOutcome::Retrying("apiserver unavailable".into());
+    f.deadline_passed = true;
+    match decide(&f) {
+        Step::Fail(r) => {
+            assert!(r.contains("provisioning deadline"), "{r}");
+            assert!(r.contains("apiserver unavailable"), "{r}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_lost_harness_result_ends_at_the_preparation_deadline() {
+    // The spoke applied the Harness but its result never arrived: the
+    // revision must not hang in preparing.
+    let mut f = fresh();
+    f.phase = P::Preparing;
+    f.namespace = WorkOutcome::Applied;
+    f.gateway_applied = true;
+    f.harness_sent = true;
+    assert_eq!(decide(&f), WAIT);
+    f.deadline_passed = true;
+    match decide(&f) {
+        Step::Fail(r) => assert!(r.contains("harness: no result from the spoke"), "{r}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn placement_takes_the_first_online_cluster_matching_every_label() {
+    use crate::model::{Cluster, ConnectionState};
+    let cluster = |name: &str, state, pool: &str| Cluster {
+        id: name.into(),
+        name: name.into(),
+        labels: [("pool".to_owned(), pool.to_owned())].into(),
+        capabilities: vec![],
+        certificate_serials: vec![],
+        connection_state: state,
+        last_seen: None,
+        version: String::new(),
+        created_at: chrono::Utc::now(),
+        outbox_depth: None,
+        provider: None,
+        certificate_expires_at: None,
+    };
+    let clusters = vec![
+        cluster("a", ConnectionState::Offline, "gpu"),
+        cluster("b", ConnectionState::Online, "cpu"),
+        cluster("c", ConnectionState::Online, "gpu"),
+    ];
+    let gpu = [("pool".to_owned(), "gpu".to_owned())].into();
+    let any = Needs::default();
+    assert_eq!(
+        choose_cluster(&clusters, &gpu, any),
+        Placement::Chosen(&clusters[2])
+    );
+    assert_eq!(
+        choose_cluster(&clusters, &Default::default(), any),
+        Placement::Chosen(&clusters[1])
+    );
+    let none = [("pool".to_owned(), "tpu".to_owned())].into();
+    assert_eq!(
+        choose_cluster(&clusters, &none, any),
+        Placement::Unavailable
+    );
+
+    // Why nothing was chosen, in each case.
+    assert_eq!(
+        unplaced_reason(&[], &gpu),
+        "waiting for placement: no execution cluster is enrolled"
+    );
+    let why = unplaced_reason(&clusters, &none);
+    assert!(
+        why.contains("none of the 3 enrolled clusters carries the labels pool=tpu"),
+        "{why}"
+    );
+    let mut offline = clusters.clone();
+    offline[2].connection_state = ConnectionState::Revoked;
+    offline[1].labels = gpu.clone();
+    offline[1].connection_state = ConnectionState::Pending;
+    let why = unplaced_reason(&offline, &gpu);
+    assert!(
+        why.contains("a is offline, b has not connected yet, c is revoked"),
+        "{why}"
+    );
+}
+
+/// Issue 12: a cluster whose spoke cannot serve the revision is not
+/// chosen, and the refusal names the cluster and what it lacks.
+#[test]
+fn placement_refuses_a_cluster_without_the_capabilities_the_revision_needs() {
+    use crate::model::{Cluster, ConnectionState};
+    use clawfed_proto::capability as cap;
+    let cluster = |name: &str, capabilities: &[&str]| Cluster {
+        id: name.into(),
+        name: name.into(),
+        labels: Default::default(),
+        capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+        certificate_serials: vec![],
+        connection_state: ConnectionState::Online,
+        last_seen: None,
+        version: String::new(),
+        created_at: chrono::Utc::now(),
+        outbox_depth: None,
+        provider: None,
+        certificate_expires_at: None,
+    };
+    let native = Needs {
+        provisioning_driver: true,
+        containment: true,
+    };
+    let plain = cluster("plain", &["sandbox-driver:deployment"]);
+    let half = cluster(
+        "half",
+        &[
+            "sandbox-driver:crd",
+            cap::SANDBOX_PROVISIONS,
+            cap::CONTAINMENT_NETWORKING,
+        ],
+    );
+    let mut all = vec!["sandbox-driver:crd", cap::SANDBOX_PROVISIONS];
+    all.extend(cap::ALL_CONTAINMENT);
+    let full = cluster("full", &all);
+
+    let refused = choose_cluster(
+        std::slice::from_ref(&plain),
+        &Default::default(),
+        Needs {
+            provisioning_driver: true,
+            containment: false,
+        },
+    );
+    assert_eq!(
+        refused,
+        Placement::Refused(
+            "cluster plain cannot serve the revision: its spoke does not advertise \
+             sandbox-provisions"
+                .into()
+        )
+    );
+    let clusters = vec![plain.clone(), half.clone()];
+    match choose_cluster(&clusters, &Default::default(), native) {
+        Placement::Refused(why) => {
+            let half = why
+                .split("; ")
+                .find(|w| w.starts_with("cluster half"))
+                .unwrap_or_else(|| panic!("{why}"));
+            assert!(half.contains(cap::CONTAINMENT_PROCESS), "{half}");
+            assert!(!half.contains("networking"), "{half}");
+            assert!(why.contains("cluster plain"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let clusters = vec![plain, half, full];
+    assert_eq!(
+        choose_cluster(&clusters, &Default::default(), native),
+        Placement::Chosen(&clusters[2])
+    );
+    // Ordinary revisions need nothing of the driver.
+    assert_eq!(
+        choose_cluster(&clusters, &Default::default(), Needs::default()),
+        Placement::Chosen(&clusters[0])
+    );
+    // A placed revision whose cluster cannot serve it fails before any
+    // Harness work is sent, naming why.
+    let mut f = fresh();
+    f.unservable = Some("cluster plain cannot serve the revision".into());
+    assert!(matches!(decide(&f), Step::Fail(r) if r.contains("placement refused: cluster plain")));
+}
+
+/// Issue 12: embedded OpenClaw has no control-cluster Gateway: the
+/// pipeline applies none and activates on the Harness alone.
+#[test]
+fn embedded_openclaw_activates_without_a_control_cluster_gateway() {
+    let mut f = fresh();
+    f.control_gateway = false;
+    f.phase = P::Preparing;
+    f.namespace = WorkOutcome::Applied;
+    assert_eq!(decide(&f), Step::SendHarness, "no Gateway step");
+    f.harness_sent = true;
+    f.harness = WorkOutcome::Applied;
+    f.phase = P::WaitingReady;
+    assert_eq!(decide(&f), WAIT);
+    f.readiness = ready();
+    assert_eq!(decide(&f), Step::Activate, "no Gateway to wait for");
+    // A dedicated revision waits for its Gateway.
+    f.control_gateway = true;
+    f.gateway_applied = true;
+    assert_eq!(
+        decide(&f),
+        Step::Wait {
+            recheck_in: Some(Recheck::Gateway)
+        }
+    );
+    f.gateway_ready = true;
+    assert_eq!(decide(&f), Step::Activate);
+}
+
+#[test]
+fn placement_has_a_deadline() {
+    let mut f = fresh();
+    f.placed = false;
+    assert_eq!(decide(&f), Step::Place);
+    f.deadline_passed = true;
+    assert!(matches!(decide(&f), Step::Fail(r) if r.contains("placement")));
+}
+
+#[test]
+fn dedicated_replacement_stops_each_predecessor_before_the_harness() {
+    let mut f = fresh();
+    f.phase = P::Preparing;
+    f.namespace = WorkOutcome::Applied;
+    f.gateway_applied = true;
+    f.exclusive = true;
+    f.predecessors = vec![pred(1, "exec-a"), pred(2, "exec-b")];
+    f.predecessors[0].phase = P::Stopped;
+    f.predecessors[0].stop_sent = true;
+    f.predecessors[0].stop = WorkOutcome::Applied;
+    assert_eq!(decide(&f), Step::StopPredecessors(vec![2]));
+    f.predecessors[1].stop_sent = true;
+    assert_eq!(decide(&f), WAIT, "wait for revision 2's cluster");
+    f.predecessors[1].stop = WorkOutcome::Applied;
+    assert_eq!(decide(&f), Step::SendHarness);
+    f.harness_sent = true;
+    assert_eq!(decide(&f), WAIT, "sent once, then wait for the spoke");
+}
+
+#[test]
+fn a_refused_predecessor_stop_fails_the_dedicated_revision() {
+    let mut f = fresh();
+    f.phase = P::Preparing;
+    f.namespace = WorkOutcome::Applied;
+    f.gateway_applied = true;
+    f.exclusive = true;
+    f.predecessors = vec![pred(1, "exec-a")];
+    f.predecessors[0].stop_sent = true;
+    f.predecessors[0].stop = WorkOutcome::Failed("forbidden".into());
+    assert!(
+        matches!(decide(&f), Step::Fail(r) if r.contains("revision 1") && r.contains("forbidden"))
+    );
+}
+
+#[test]
+fn retirement_sends_then_marks_each_predecessor() {
+    let mut f = fresh();
+    f.phase = P::Active;
+    f.activated = true;
+    let mut never_ran = pred(1, "exec-a");
+    never_ran.harness_sent = false;
+    never_ran.phase = P::Failed;
+    f.predecessors = vec![never_ran, pred(2, "exec-a"), pred(3, "exec-b")];
+    assert_eq!(decide(&f), Step::RetirePredecessors(vec![2, 3]));
+    f.predecessors[1].retire_sent = true;
+    f.predecessors[2].retire_sent = true;
+    assert_eq!(decide(&f), Step::MarkRetired(vec![1]));
+    f.predecessors[0].phase = P::Retired;
+    assert_eq!(decide(&f), WAIT, "both clusters still owe their report");
+    f.predecessors[2].retire = WorkOutcome::Applied;
+    assert_eq!(decide(&f), Step::MarkRetired(vec![3]));
+    f.predecessors[2].phase = P::Retired;
+    f.predecessors[1].retire = WorkOutcome::Applied;
+    assert_eq!(decide(&f), Step::MarkRetired(vec![2]));
+    f.predecessors[1].phase = P::Retired;
+    assert_eq!(decide(&f), Step::PredecessorsRetired);
+    f.predecessors_retired = true;
+    assert_eq!(decide(&f), Step::Finished);
+}
+
+#[test]
+fn activation_needs_exactly_ready_harness_and_gateway() {
+    let mut f = fresh();
+    f.phase = P::WaitingReady;
+    f.namespace = WorkOutcome::Applied;
+    f.gateway_applied = true;
+    f.harness_sent = true;
+    f.harness = WorkOutcome::Applied;
+    f.gateway_ready = true;
+    f.readiness = Some(Readiness {
+        ready: false,
+        live_candidates: 2,
+        ready_candidates: 1,
+        ..Default::default()
+    });
+    assert_eq!(decide(&f), WAIT);
+    f.deadline_passed = true;
+    match decide(&f) {
+        Step::Fail(reason) => assert!(reason.contains("2 live Harness Pods"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    f.readiness = Some(Readiness {
+        error: Some("duplicate condition type Ready".into()),
+        ..Default::default()
+    });
+    match decide(&f) {
+        Step::Fail(reason) => {
+            assert!(reason.contains("duplicate condition type"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    f.deadline_passed = false;
+    f.readiness = ready();
+    f.gateway_ready = false;
+    assert_eq!(
+        decide(&f),
+        Step::Wait {
+            recheck_in: Some(Recheck::Gateway)
+        },
+        "only the Gateway is missing: look again soon"
+    );
+    f.gateway_ready = true;
+    assert_eq!(decide(&f), Step::Activate);
+}
+
+#[test]
+fn failures_and_aborts() {
+    let mut f = fresh();
+    f.phase = P::Provisioning;
+    f.namespace_sent = true;
+    f.namespace = WorkOutcome::Failed("quota".into());
+    assert!(matches!(decide(&f), Step::Fail(r) if r.contains("quota")));
+    let mut f = fresh();
+    f.wanted = false;
+    assert_eq!(decide(&f), Step::Enter(P::Stopped), "nothing was sent");
+    let mut f = fresh();
+    f.phase = P::WaitingReady;
+    f.namespace = WorkOutcome::Applied;
+    f.gateway_applied = true;
+    f.harness_sent = true;
+    f.harness = WorkOutcome::Failed("image pull".into());
+    assert!(matches!(decide(&f), Step::Fail(r) if r.contains("image pull")));
+    for terminal in [P::Failed, P::Stopped, P::Retired] {
+        let mut f = fresh();
+        f.phase = terminal;
+        assert_eq!(decide(&f), Step::Finished);
+    }
+}
+
+#[test]
+fn a_superseded_revision_is_stopped_only_once_its_cluster_confirms() {
+    let mut f = fresh();
+    f.phase = P::WaitingReady;
+    f.namespace = WorkOutcome::Applied;
+    f.gateway_applied = true;
+    f.harness_sent = true;
+    f.wanted = false;
+    assert_eq!(decide(&f), Step::StopHarness);
+    f.stop_sent = true;
+    assert_eq!(decide(&f), Step::Enter(P::Stopping));
+    f.phase = P::Stopping;
+    assert_eq!(decide(&f), WAIT);
+    f.deadline_passed = true;
+    assert_eq!(
+        decide(&f),
+        WAIT,
+        "a stop has no deadline: it waits for the spoke"
+    );
+    f.stop = WorkOutcome::Applied;
+    assert_eq!(decide(&f), Step::Enter(P::Stopped));
+}
+
+#[test]
+fn a_revoked_deployer_stops_the_pipeline_before_any_effect() {
+    let mut f = fresh();
+    f.phase = P::Preparing;
+    f.namespace = WorkOutcome::Applied;
+    f.denied = Some("token \"ci\" is revoked".into());
+    assert!(matches!(decide(&f), Step::Fail(r) if r.contains("authorization re-check failed")));
+    // Stopping needs no authority: a stop must always converge.
+    f.wanted = false;
+    f.harness_sent = true;
+    assert_eq!(decide(&f), Step::StopHarness);
+}
+
+#[test]
+fn a_restart_resumes_without_repeating_effects() {
+    // Killed after the namespace was sent and the gateway applied: the
+    // next decision continues from there.
+    let mut f = fresh();
+    f.phase = P::Preparing;
+    f.namespace = WorkOutcome::Applied;
+    f.gateway_applied = true;
+    assert_eq!(decide(&f), Step::SendHarness);
+    // Killed after activation was recorded but before the phase.
+    f.harness_sent = true;
+    f.harness = WorkOutcome::Applied;
+    f.phase = P::WaitingReady;
+    f.activated = true;
+    assert_eq!(decide(&f), Step::Enter(P::Active));
+}
