@@ -1,0 +1,118 @@
+//! The hub's records a caller reads: audit events and work items, held to
+//! the caller's namespace (and to its current incarnation).
+
+use super::{Result, Service, ServiceError};
+use crate::auth::{Action, Principal};
+use crate::model::{AuditEvent, WorkItem, WorkState};
+use crate::store::WorkFilter;
+
+/// Limits of list calls.
+const DEFAULT_LIST_LIMIT: i64 = 100;
+const MAX_LIST_LIMIT: i64 = 1000;
+
+impl Service {
+    /// Audit events, newest first. Tenant admins read their own namespace.
+    pub async fn list_audit(
+        &self,
+        p: &Principal,
+        namespace: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<Vec<AuditEvent>> {
+        let limit = list_limit(limit)?;
+        let scope = self.scope(p, namespace)?;
+        self.check_read(p, Action::ReadAudit, scope.as_deref())?;
+        let events = self.store.list_audit(scope.as_deref(), limit).await?;
+        if p.is_installation_admin() {
+            return Ok(events);
+        }
+        // Audit events are kept by namespace name and outlive the namespace:
+        // a tenant re-created under an old name sees only its own events.
+        let current = self.own_namespace(p).await?;
+        Ok(events
+            .into_iter()
+            .filter(|e| e.at >= current.created_at)
+            .collect())
+    }
+
+    /// Work items, newest first.
+    pub async fn list_work(
+        &self,
+        p: &Principal,
+        namespace: Option<&str>,
+        state: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<Vec<WorkItem>> {
+        let limit = list_limit(limit)?;
+        let state = state
+            .map(|s| {
+                WorkState::parse(s).ok_or_else(|| ServiceError::InvalidArgument {
+                    field: "state".into(),
+                    reason: format!("{s:?} is not one of pending, claimed, done, failed"),
+                })
+            })
+            .transpose()?;
+        let scope = self.scope(p, namespace)?;
+        self.check_read(p, Action::Read, scope.as_deref())?;
+        let items = self
+            .store
+            .list_work(&WorkFilter {
+                namespace: scope,
+                state,
+                limit,
+            })
+            .await?;
+        if p.is_installation_admin() {
+            return Ok(items);
+        }
+        // Work items keep the namespace name they were made under; a
+        // re-created namespace of the same name does not see the old ones.
+        let current = self.own_namespace(p).await?;
+        Ok(items
+            .into_iter()
+            .filter(|w| w.namespace_id.as_deref() == Some(current.id.as_str()))
+            .collect())
+    }
+
+    /// One work item; items of other tenants are "not found".
+    pub async fn get_work(&self, p: &Principal, id: &str) -> Result<WorkItem> {
+        let item = self.store.get_work(id).await?;
+        let visible = p.is_installation_admin()
+            || match (&item.namespace_id, self.own_namespace(p).await) {
+                (Some(ns_id), Ok(own)) => *ns_id == own.id,
+                _ => false,
+            };
+        if !visible {
+            return Err(ServiceError::NotFound(format!(
+                "work item {id:?} not found"
+            )));
+        }
+        Ok(item)
+    }
+
+    /// The namespace a listing covers: the requested one, or for a tenant
+    /// token its own.
+    fn scope(&self, p: &Principal, requested: Option<&str>) -> Result<Option<String>> {
+        if p.is_installation_admin() {
+            return Ok(requested.map(str::to_owned));
+        }
+        let own = p.namespace.clone();
+        match requested {
+            Some(ns) if Some(ns) != own.as_deref() => Err(ServiceError::PermissionDenied(format!(
+                "token is scoped to namespace {:?}",
+                own.unwrap_or_default()
+            ))),
+            _ => Ok(own),
+        }
+    }
+}
+
+fn list_limit(limit: Option<i64>) -> Result<i64> {
+    match limit {
+        None => Ok(DEFAULT_LIST_LIMIT),
+        Some(n) if (1..=MAX_LIST_LIMIT).contains(&n) => Ok(n),
+        Some(_) => Err(ServiceError::InvalidArgument {
+            field: "limit".into(),
+            reason: format!("must be between 1 and {MAX_LIST_LIMIT}"),
+        }),
+    }
+}
