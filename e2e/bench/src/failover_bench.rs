@@ -57,6 +57,7 @@ use clawfed_bench::fleet::{
     unix_nanos,
 };
 use clawfed_hub::auth::{self, Role};
+use clawfed_hub::client::{ClientResult, HubClient};
 use clawfed_hub::store::{self, NewToken, PoolSettings, Store};
 use clawfed_spoke::link::LinkConfig;
 use clawfed_spoke::link::identity::Identity;
@@ -279,7 +280,7 @@ impl Replica {
     }
 
     fn rest_url(&self) -> String {
-        format!("http://{}/api/v1", self.proc.rest)
+        format!("http://{}", self.proc.rest)
     }
 }
 
@@ -797,36 +798,6 @@ async fn idle(
 // ---------------------------------------------------------------------------
 // 4. Deploy throughput, one replica vs two.
 
-struct Rest {
-    http: reqwest::Client,
-    token: String,
-}
-
-impl Rest {
-    async fn post(
-        &self,
-        base: &str,
-        path: &str,
-        body: serde_json::Value,
-    ) -> anyhow::Result<serde_json::Value> {
-        let r = self
-            .http
-            .post(format!("{base}{path}"))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await?;
-        let status = r.status();
-        if !status.is_success() {
-            bail!(
-                "POST {path}: {status}: {}",
-                r.text().await.unwrap_or_default()
-            );
-        }
-        Ok(r.json().await?)
-    }
-}
-
 /// Revisions by phase in the deploy database.
 async fn phases(pool: &sqlx::PgPool) -> anyhow::Result<BTreeMap<String, i64>> {
     let rows = sqlx::query("SELECT phase, count(*) FROM agent_revisions GROUP BY phase")
@@ -843,24 +814,22 @@ async fn phases(pool: &sqlx::PgPool) -> anyhow::Result<BTreeMap<String, i64>> {
 /// last one seen active (polled every 50 ms) and the time.
 async fn deploy_batch(
     a: &Args,
-    rest: &Rest,
-    bases: &[String],
+    replicas: &[HubClient],
     pool: &sqlx::PgPool,
     names: &[String],
     active_before: i64,
 ) -> anyhow::Result<(f64, Duration)> {
     use futures::StreamExt;
-    let created: Vec<anyhow::Result<serde_json::Value>> =
+    let created: Vec<ClientResult<serde_json::Value>> =
         futures::stream::iter(names.iter().enumerate())
-            .map(|(i, n)| {
-                rest.post(
-                    &bases[i % bases.len()],
-                    "/namespaces/bench/agents",
-                    serde_json::json!({
-                        "name": n,
-                        "spec": { "harnessKind": "embedded-openclaw", "image": "bench:1" }
-                    }),
-                )
+            .map(|(i, n)| async move {
+                let body = serde_json::json!({
+                    "name": n,
+                    "spec": { "harnessKind": "embedded-openclaw", "image": "bench:1" }
+                });
+                replicas[i % replicas.len()]
+                    .post("/namespaces/bench/agents", &body)
+                    .await
             })
             .buffer_unordered(a.deploy_concurrency)
             .collect()
@@ -869,11 +838,12 @@ async fn deploy_batch(
         r?;
     }
     let started = Instant::now();
-    let deployed: Vec<anyhow::Result<serde_json::Value>> =
+    let deployed: Vec<ClientResult<serde_json::Value>> =
         futures::stream::iter(names.iter().enumerate())
             .map(|(i, n)| async move {
                 let path = format!("/namespaces/bench/agents/{n}/deploy");
-                rest.post(&bases[i % bases.len()], &path, serde_json::json!({}))
+                replicas[i % replicas.len()]
+                    .post(&path, &serde_json::json!({}))
                     .await
             })
             .buffer_unordered(a.deploy_concurrency)
@@ -960,22 +930,16 @@ async fn deploys(
             |f| f.connected() == f.len(),
         )
         .await?;
-    let rest = Rest {
-        http: reqwest::Client::new(),
-        token: minted.secret,
-    };
-    rest.post(
-        &one.rest_url(),
-        "/namespaces",
-        serde_json::json!({ "name": "bench" }),
-    )
-    .await?;
+    let rest = HubClient::new(&one.rest_url(), Some(minted.secret))?;
+    let _: serde_json::Value = rest
+        .post("/namespaces", &serde_json::json!({ "name": "bench" }))
+        .await?;
     println!(
         "failover-bench: deploy: {} Agents through 1 replica",
         a.deploys
     );
     let first: Vec<String> = (0..a.deploys).map(|i| format!("one{i:04}")).collect();
-    let (rate1, took1) = deploy_batch(a, &rest, &[one.rest_url()], &pool, &first, 0).await?;
+    let (rate1, took1) = deploy_batch(a, std::slice::from_ref(&rest), &pool, &first, 0).await?;
     let load1 = load_average();
     let two = set.start("deploy-2").await?;
     println!(
@@ -985,8 +949,7 @@ async fn deploys(
     let second: Vec<String> = (0..a.deploys).map(|i| format!("two{i:04}")).collect();
     let (rate2, took2) = deploy_batch(
         a,
-        &rest,
-        &[one.rest_url(), two.rest_url()],
+        &[rest.clone(), rest.at(&two.rest_url())],
         &pool,
         &second,
         a.deploys as i64,

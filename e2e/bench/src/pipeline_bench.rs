@@ -51,13 +51,12 @@ use clap::Parser;
 use clawfed_bench::procfs::CpuSpan;
 use clawfed_bench::statements::{self, StatementCounter};
 use clawfed_hub::auth::{self, Role};
+use clawfed_hub::client::HubClient;
+use clawfed_hub::client::events::Frame;
 use clawfed_hub::config::Config as HubConfig;
 use clawfed_hub::gateway::{Gateways, TransportCredentials};
-use clawfed_hub::model::event::{EventBody, RevisionPhaseEvent, WatchEvent};
-use clawfed_hub::model::{
-    Agent, AgentRevision, BootstrapTokenCreated, Cluster, ConnectionState, List, Namespace,
-    RevisionPhase,
-};
+use clawfed_hub::model::event::{EventBody, RevisionPhaseEvent};
+use clawfed_hub::model::{Agent, AgentRevision, ConnectionState, List, Namespace, RevisionPhase};
 use clawfed_hub::store::{self, NewToken, Store};
 use clawfed_hub::worker::Handlers;
 use clawfed_hub::worker::rollout::{GatewayRuntime, GatewaysDisabled};
@@ -75,7 +74,6 @@ use kube::api::DeleteParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use serde::de::DeserializeOwned;
 use serde_json::json;
 use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
@@ -489,154 +487,89 @@ async fn direct(
 
 // ---------------------------------------------------------------- hub REST
 
-struct Rest {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-    /// The hub's metrics listener (`host:port`).
-    metrics: String,
+/// The revision phase changes of `tenant`, from the hub's watch stream
+/// (Server-Sent Events), as a user's dashboard follows a rollout; the
+/// channel closes when the stream ends (or is cut off with `relist`).
+async fn phase_events(
+    rest: &HubClient,
+    tenant: &str,
+) -> Result<tokio::sync::mpsc::UnboundedReceiver<RevisionPhaseEvent>> {
+    let mut events = rest.watch(None, true).await?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let tenant = tenant.to_owned();
+    tokio::spawn(async move {
+        while let Ok(Some(frame)) = events.next().await {
+            let Frame::Event(event) = frame else {
+                return; // relist: the stream was cut off
+            };
+            let ours = event.namespace.as_deref() == Some(tenant.as_str());
+            if let EventBody::RevisionPhase(p) = event.body
+                && ours
+                && tx.send(p).is_err()
+            {
+                return;
+            }
+        }
+    });
+    Ok(rx)
 }
 
-impl Rest {
-    async fn call<T: DeserializeOwned>(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<T> {
-        let mut req = self
-            .http
-            .request(method, format!("{}/api/v1{path}", self.base))
-            .bearer_auth(&self.token)
-            .timeout(Duration::from_secs(30));
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.with_context(|| path.to_owned())?;
-        let status = resp.status();
-        let text = resp.text().await?;
-        ensure!(status.is_success(), "{path}: {status} {text}");
-        serde_json::from_str(&text).with_context(|| format!("{path}: {text}"))
-    }
-
-    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
-        self.call(reqwest::Method::GET, path, None).await
-    }
-
-    /// The revision phase changes of `tenant`, from the hub's watch stream
-    /// (Server-Sent Events), as a user's dashboard follows a rollout; the
-    /// channel closes when the stream ends (or is cut off with `relist`).
-    async fn phase_events(
-        &self,
-        tenant: &str,
-    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<RevisionPhaseEvent>> {
-        let mut response = self
-            .http
-            .get(format!("{}/api/v1/watch", self.base))
-            .bearer_auth(&self.token)
-            .send()
-            .await?
-            .error_for_status()?;
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let tenant = tenant.to_owned();
-        tokio::spawn(async move {
-            let mut buf: Vec<u8> = Vec::new();
-            while let Ok(Some(chunk)) = response.chunk().await {
-                buf.extend_from_slice(&chunk);
-                let mut start = 0;
-                while let Some(end) = buf[start..].windows(2).position(|w| w == b"\n\n") {
-                    let block = String::from_utf8_lossy(&buf[start..start + end]).into_owned();
-                    start += end + 2;
-                    let data = block.lines().find_map(|l| l.strip_prefix("data:"));
-                    let Some(Ok(event)) = data.map(serde_json::from_str::<WatchEvent>) else {
-                        continue;
-                    };
-                    let ours = event.namespace.as_deref() == Some(tenant.as_str());
-                    let gone = match event.body {
-                        EventBody::RevisionPhase(p) if ours => tx.send(p).is_err(),
-                        EventBody::Relist(_) => true,
-                        _ => false,
-                    };
-                    if gone {
-                        return;
-                    }
-                }
-                buf.drain(..start);
-            }
-        });
-        Ok(rx)
-    }
-
-    /// The hub's Gateway ensures so far, from its own histogram
-    /// `occ_agent_operation_duration_seconds{operation="gateway_ensure"}`.
-    async fn ensure_totals(&self) -> Result<EnsureTotals> {
-        let text = self
-            .http
-            .get(format!("http://{}/metrics", self.metrics))
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await?
-            .error_for_status()?
-            .text()
-            .await?;
-        const NAME: &str = "occ_agent_operation_duration_seconds";
-        let value = |suffix: &str, result: &str| {
-            clawfed_bench::fleet::labelled_metric(
-                &text,
-                &format!("{NAME}{suffix}"),
-                &[("operation", "gateway_ensure"), ("result", result)],
-            )
-            .unwrap_or(0.0)
-        };
-        let t = EnsureTotals {
-            ok: value("_count", "ok"),
-            failed: value("_count", "failed"),
-            ok_seconds: value("_sum", "ok"),
-        };
-        Ok(t)
-    }
-
-    async fn revision(&self, tenant: &str, agent: &str) -> Result<AgentRevision> {
-        self.get(&format!("/namespaces/{tenant}/agents/{agent}/revisions/1"))
-            .await
-    }
-
-    async fn create_agent(
-        &self,
-        tenant: &str,
-        agent: &str,
-        cluster: &str,
-        gateways: bool,
-    ) -> Result<()> {
-        // Embedded OpenClaw has no control-cluster Gateway: with Gateways
-        // on, the Agents are dedicated (Gateway in control, a workspace
-        // PVC in the execution cluster).
-        let mut spec = json!({
-            "harnessKind": if gateways { "dedicated-codex" } else { "embedded-openclaw" },
-            "image": IMAGE,
-            "placement": { "cluster": cluster },
-        });
-        if gateways {
-            spec["gatewayImage"] = GATEWAY_IMAGE.into();
-        }
-        let _: Agent = self
-            .call(
-                reqwest::Method::POST,
-                &format!("/namespaces/{tenant}/agents"),
-                Some(json!({ "name": agent, "spec": spec })),
-            )
-            .await?;
-        Ok(())
-    }
-
-    async fn deploy(&self, tenant: &str, agent: &str) -> Result<AgentRevision> {
-        self.call(
-            reqwest::Method::POST,
-            &format!("/namespaces/{tenant}/agents/{agent}/deploy"),
-            None,
+/// The hub's Gateway ensures so far, from its own histogram
+/// `occ_agent_operation_duration_seconds{operation="gateway_ensure"}` on
+/// its metrics listener `metrics` (`host:port`).
+async fn ensure_totals(metrics: &str) -> Result<EnsureTotals> {
+    let text = reqwest::Client::new()
+        .get(format!("http://{metrics}/metrics"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    const NAME: &str = "occ_agent_operation_duration_seconds";
+    let value = |suffix: &str, result: &str| {
+        clawfed_bench::fleet::labelled_metric(
+            &text,
+            &format!("{NAME}{suffix}"),
+            &[("operation", "gateway_ensure"), ("result", result)],
         )
-        .await
+        .unwrap_or(0.0)
+    };
+    let t = EnsureTotals {
+        ok: value("_count", "ok"),
+        failed: value("_count", "failed"),
+        ok_seconds: value("_sum", "ok"),
+    };
+    Ok(t)
+}
+
+/// Makes Agent `agent` of `tenant` placed on `cluster` in the hub.
+async fn create_agent(
+    rest: &HubClient,
+    tenant: &str,
+    agent: &str,
+    cluster: &str,
+    gateways: bool,
+) -> Result<()> {
+    // Embedded OpenClaw has no control-cluster Gateway: with Gateways
+    // on, the Agents are dedicated (Gateway in control, a workspace
+    // PVC in the execution cluster).
+    let mut spec = json!({
+        "harnessKind": if gateways { "dedicated-codex" } else { "embedded-openclaw" },
+        "image": IMAGE,
+        "placement": { "cluster": cluster },
+    });
+    if gateways {
+        spec["gatewayImage"] = GATEWAY_IMAGE.into();
     }
+    let _: Agent = rest
+        .call(
+            reqwest::Method::POST,
+            &format!("/namespaces/{tenant}/agents"),
+            Some(json!({ "name": agent, "spec": spec })),
+        )
+        .await?;
+    Ok(())
 }
 
 /// Totals of the hub's Gateway ensure histogram.
@@ -693,7 +626,9 @@ impl Sample {
 
 struct Bench {
     args: Args,
-    rest: Rest,
+    rest: HubClient,
+    /// The hub's metrics listener (`host:port`).
+    metrics: String,
     tenant: String,
     /// The tenant's clawfed namespace id (names its Gateway namespace).
     namespace_id: String,
@@ -778,14 +713,14 @@ impl Bench {
             // execution clusters' provisioner.
             g.prepare(&self.namespace_id, agent).await?;
         }
-        self.rest
-            .create_agent(
-                &self.tenant,
-                agent,
-                &self.hub_clusters[cluster],
-                self.gateways.is_some(),
-            )
-            .await
+        create_agent(
+            &self.rest,
+            &self.tenant,
+            agent,
+            &self.hub_clusters[cluster],
+            self.gateways.is_some(),
+        )
+        .await
     }
 
     /// Deploys `agent` and polls its revision until `active`.
@@ -793,10 +728,10 @@ impl Bench {
         self.create_agent(agent, cluster).await?;
         let t0 = now_ms();
         let started = Instant::now();
-        self.rest.deploy(&self.tenant, agent).await?;
+        self.rest.deploy_current(&self.tenant, agent).await?;
         let limit = Duration::from_secs(self.args.revision_timeout_seconds);
         let (active, rev) = loop {
-            let r = self.rest.revision(&self.tenant, agent).await?;
+            let r = self.rest.revision(&self.tenant, agent, 1).await?;
             match r.phase {
                 RevisionPhase::Active => break (now_ms(), r),
                 RevisionPhase::Failed | RevisionPhase::Stopped | RevisionPhase::Retired => {
@@ -850,7 +785,7 @@ impl Bench {
             if !t0s.contains_key(&a.name) || active.contains_key(&a.name) {
                 continue;
             }
-            let r = self.rest.revision(&self.tenant, &a.name).await?;
+            let r = self.rest.revision(&self.tenant, &a.name, 1).await?;
             match r.phase {
                 RevisionPhase::Active => {
                     if let Some(at) = r.progress.phases.get(RevisionPhase::Active.as_str()) {
@@ -886,16 +821,16 @@ impl Bench {
         for r in created {
             r?;
         }
-        let ensures_before = self.rest.ensure_totals().await?;
+        let ensures_before = ensure_totals(&self.metrics).await?;
         // Followed on the watch stream, opened before the first deploy (a
         // poll of 200 revisions would load the hub it measures).
-        let mut events = Some(self.rest.phase_events(&self.tenant).await?);
+        let mut events = Some(phase_events(&self.rest, &self.tenant).await?);
         let cpu = CpuSpan::start();
         let t_start = now_ms();
         let started = Instant::now();
         let deploys = futures::future::join_all(names.iter().map(|(a, _)| async move {
             let t0 = now_ms();
-            let r = self.rest.deploy(&self.tenant, a).await;
+            let r = self.rest.deploy_current(&self.tenant, a).await;
             (t0, now_ms() - t0, r)
         }))
         .await;
@@ -949,7 +884,7 @@ impl Bench {
         let mut last_gateway_applied = f64::NAN;
         for (a, c) in &names {
             let k = self.kube_times(*c, a).await?;
-            let rev = self.rest.revision(&self.tenant, a).await?;
+            let rev = self.rest.revision(&self.tenant, a, 1).await?;
             if let Some(at) = rev.progress.gateway_applied_at {
                 last_gateway_applied = last_gateway_applied.max(chrono_ms(at));
             }
@@ -977,7 +912,7 @@ impl Bench {
         };
         let first = t0s.values().copied().fold(f64::INFINITY, f64::min);
         let last = done.last().copied().unwrap_or(f64::NAN);
-        let ensures = self.rest.ensure_totals().await?.since(ensures_before);
+        let ensures = ensure_totals(&self.metrics).await?.since(ensures_before);
         let (p10, p90) = (pct(&done, 10.0), pct(&done, 90.0));
         Ok(Throughput {
             samples,
@@ -1512,14 +1447,8 @@ async fn run(args: Args) -> Result<()> {
             expires_at: None,
         })
         .await?;
-    let rest = Rest {
-        http: reqwest::Client::builder()
-            .pool_max_idle_per_host(512)
-            .build()?,
-        base: format!("http://{}", hub.rest_addr),
-        token: minted.secret,
-        metrics: hub.metrics_addr.to_string(),
-    };
+    let rest = HubClient::new(&format!("http://{}", hub.rest_addr), Some(minted.secret))?;
+    let metrics = hub.metrics_addr.to_string();
     let link = hub.link.clone().context("hub link")?;
     let hub_url = format!("https://127.0.0.1:{}", link.addr.port());
 
@@ -1542,13 +1471,7 @@ async fn run(args: Args) -> Result<()> {
         // Spokes: enroll each with a bootstrap token, wait Online.
         for (c, hub_name) in clusters.iter().zip(&hub_clusters) {
             let client = spoke_client(c).await?;
-            let token: BootstrapTokenCreated = rest
-                .call(
-                    reqwest::Method::POST,
-                    &format!("/clusters/{hub_name}/bootstrap-tokens"),
-                    Some(json!({ "reenroll": false })),
-                )
-                .await?;
+            let token = rest.bootstrap_token(hub_name).await?;
             let (tx, rx) = tokio::sync::mpsc::channel(4096);
             let exec = Arc::new(Executor::new(client, SpokeConfig::default(), tx));
             let dir = tempfile::tempdir()?;
@@ -1557,7 +1480,7 @@ async fn run(args: Args) -> Result<()> {
                     hub: HubAddress::parse(&hub_url).map_err(anyhow::Error::msg)?,
                     ca_pem: link.ca_pem().to_owned(),
                     cluster_name: hub_name.clone(),
-                    bootstrap_token: Some(token.token),
+                    bootstrap_token: Some(token),
                     version: "pipeline-bench".into(),
                     capabilities: vec!["applier:kube".into()],
                     backoff_min: Duration::from_millis(50),
@@ -1579,7 +1502,7 @@ async fn run(args: Args) -> Result<()> {
         let enrolled = Instant::now();
         for name in &hub_clusters {
             loop {
-                let c: Result<Cluster> = rest.get(&format!("/clusters/{name}")).await;
+                let c = rest.cluster(name).await;
                 if c.is_ok_and(|c| c.connection_state == ConnectionState::Online) {
                     break;
                 }
@@ -1645,6 +1568,7 @@ async fn run(args: Args) -> Result<()> {
         let bench = Bench {
             args,
             rest,
+            metrics,
             tenant: tenant.clone(),
             namespace_id: namespace_id.clone().context("the tenant was created")?,
             hub_clusters: hub_clusters.clone(),

@@ -47,8 +47,9 @@ use anyhow::{Context, anyhow, bail};
 use clap::{Parser, ValueEnum};
 use clawfed_bench::procfs::{cpu_secs, machine_ticks, rss_kib};
 use clawfed_hub::auth::{self, Role as TokenRole};
+use clawfed_hub::client::HubClient;
 use clawfed_hub::gateway::TransportCredentials;
-use clawfed_hub::model::{BootstrapTokenCreated, RevisionPhase};
+use clawfed_hub::model::RevisionPhase;
 use clawfed_hub::store::{self, NewToken, Store};
 use clawfed_proto::tunnel::{MAX_FRAME, harness_authority};
 use clawfed_proto::work::{harness, target};
@@ -270,20 +271,11 @@ async fn hub_role(args: &Args) -> anyhow::Result<()> {
             expires_at: None,
         })
         .await?;
-    let rest = Rest {
-        http: reqwest::Client::new(),
-        base: format!("http://{}/api/v1", hub.rest_addr),
-        token: minted.secret,
-    };
-    rest.post("/namespaces", serde_json::json!({ "name": TENANT }))
+    let rest = HubClient::new(&format!("http://{}", hub.rest_addr), Some(minted.secret))?;
+    let _: serde_json::Value = rest
+        .post("/namespaces", &serde_json::json!({ "name": TENANT }))
         .await?;
-    let bootstrap: BootstrapTokenCreated = serde_json::from_value(
-        rest.post(
-            &format!("/clusters/{CLUSTER}/bootstrap-tokens"),
-            serde_json::json!({ "reenroll": false }),
-        )
-        .await?,
-    )?;
+    let bootstrap_token = rest.bootstrap_token(CLUSTER).await?;
     let ns = store.get_namespace(TENANT).await?;
     // Sealed with the hub's secrets key (the same key file the hub loaded).
     let secrets = clawfed_hub::server::load_secrets_key(&config).await?;
@@ -292,21 +284,16 @@ async fn hub_role(args: &Args) -> anyhow::Result<()> {
     agents.extend([SOURCE, SINK, SLOW].map(str::to_owned));
     let mut revisions = Vec::with_capacity(agents.len());
     for agent in agents {
-        rest.post(
-            &format!("/namespaces/{TENANT}/agents"),
-            serde_json::json!({
-                "name": agent,
-                "spec": { "harnessKind": "embedded-openclaw", "image": "bench:1" }
-            }),
-        )
-        .await?;
-        let deployed = rest
+        let _: serde_json::Value = rest
             .post(
-                &format!("/namespaces/{TENANT}/agents/{agent}/deploy"),
-                serde_json::json!({}),
+                &format!("/namespaces/{TENANT}/agents"),
+                &serde_json::json!({
+                    "name": agent,
+                    "spec": { "harnessKind": "embedded-openclaw", "image": "bench:1" }
+                }),
             )
             .await?;
-        let id = deployed["id"].as_str().context("revision id")?.to_owned();
+        let id = rest.deploy_current(TENANT, &agent).await?.id;
         store.place_revision(&id, CLUSTER).await?;
         let rev = store.get_revision_by_id(&id).await?;
         let rev = store
@@ -336,7 +323,7 @@ async fn hub_role(args: &Args) -> anyhow::Result<()> {
         ingress: ingress.addr,
         ingress_ca: ingress.ca_pem.clone(),
         metrics: hub.metrics_addr,
-        bootstrap_token: bootstrap.token,
+        bootstrap_token,
         revisions,
     };
     let tmp = dir.join("hub.json.tmp");
@@ -346,32 +333,6 @@ async fn hub_role(args: &Args) -> anyhow::Result<()> {
     serve_stdin(String::new).await?;
     let _ = tokio::time::timeout(Duration::from_secs(10), hub.stop()).await;
     Ok(())
-}
-
-struct Rest {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl Rest {
-    async fn post(&self, path: &str, body: serde_json::Value) -> anyhow::Result<serde_json::Value> {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await?;
-        let status = r.status();
-        if !status.is_success() {
-            bail!(
-                "POST {path}: {status}: {}",
-                r.text().await.unwrap_or_default()
-            );
-        }
-        Ok(r.json().await?)
-    }
 }
 
 // ---------------------------------------------------------------------------
