@@ -7,6 +7,15 @@
 //! flow back on the same stream. Silence for two heartbeat intervals, a
 //! revocation, a newer session of the same cluster, certificate expiry or
 //! hub shutdown end the stream.
+//!
+//! The `SpokeLink` service is in `api`; outbox delivery (the send window)
+//! in `delivery`; the spoke's messages (acks, reports, heartbeats) in
+//! `inbound`; the applied-digest comparison in `digest_check`.
+
+mod api;
+mod delivery;
+mod digest_check;
+mod inbound;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,19 +24,17 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use clawfed_proto::link::v1 as pb;
-use clawfed_proto::link::v1::spoke_link_server::SpokeLink;
-use clawfed_proto::link::v1::{hub_message, report, spoke_message};
+use clawfed_proto::link::v1::{hub_message, spoke_message};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Status, Streaming};
 
+pub use self::api::SpokeLinkApi;
+use self::digest_check::DigestCheck;
 use super::LinkState;
-use super::enroll::{authenticate, renew};
 use super::metrics::ClusterLabel;
 use super::registry::{CloseReason, Outbound, SessionHandle};
 use super::tls::PeerIdentity;
 use crate::model::{Cluster, ConnectionState};
-use clawfed_proto::digest::AppliedDigest;
 
 /// How long a new stream may take to send its Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -65,23 +72,6 @@ fn aged_out(
         .map(|(sequence, _)| *sequence)
         .collect()
 }
-
-/// The `SpokeLink` service.
-#[derive(Debug, Clone)]
-pub struct SpokeLinkApi {
-    state: Arc<LinkState>,
-}
-
-impl SpokeLinkApi {
-    /// The service over the link state.
-    pub fn new(state: Arc<LinkState>) -> Self {
-        Self { state }
-    }
-}
-
-/// Messages that are not outbox work (tunnel opens, diagnose requests)
-/// waiting for the spoke's stream.
-const CONTROL_QUEUE: usize = 256;
 
 /// The stream to a spoke.
 pub type HubStream =
@@ -127,85 +117,6 @@ fn jittered_retry_after(lo: u32, hi: u32) -> u32 {
     lo + (rand::random::<u32>() % (hi - lo + 1))
 }
 
-#[tonic::async_trait]
-impl SpokeLink for SpokeLinkApi {
-    type ConnectStream = HubStream;
-
-    async fn connect(
-        &self,
-        request: Request<Streaming<pb::SpokeMessage>>,
-    ) -> Result<Response<Self::ConnectStream>, Status> {
-        let identity = authenticate(&self.state, &request).await?;
-        let cluster = self
-            .state
-            .store
-            .get_cluster_by_id(&identity.cluster_id)
-            .await
-            .map_err(|_| Status::unauthenticated("unknown cluster"))?;
-        if cluster.connection_state == ConnectionState::Revoked {
-            return Err(CloseReason::Revoked.status("cluster revoked"));
-        }
-        let (tx, rx) = mpsc::channel(64);
-        // Tunnel opens and diagnose requests have a channel of their own,
-        // sent ahead of queued work: a spoke receiving its backlog must
-        // still get a CONNECT's open at once.
-        let (control, control_rx) = mpsc::channel(CONTROL_QUEUE);
-        let at_capacity = self.state.registry.len() >= self.state.config.max_sessions
-            && !self.state.registry.is_connected(&cluster.id);
-        if at_capacity {
-            self.state.metrics.sessions_shed.inc();
-            let retry_after_seconds = jittered_retry_after(5, 30);
-            let _ = tx
-                .send(Ok(hub(hub_message::Body::GoAway(pb::GoAway {
-                    reason: "hub at session capacity".into(),
-                    retry_after_seconds,
-                    redirect_url: String::new(),
-                }))))
-                .await;
-            return Ok(Response::new(merged(control_rx, rx)));
-        }
-        let state = self.state.clone();
-        let inbound = request.into_inner();
-        tokio::spawn(async move {
-            run(state, identity, cluster, inbound, tx, control).await;
-        });
-        Ok(Response::new(merged(control_rx, rx)))
-    }
-
-    async fn renew(
-        &self,
-        request: Request<pb::RenewRequest>,
-    ) -> Result<Response<pb::RenewResponse>, Status> {
-        renew(&self.state, request).await
-    }
-
-    type TunnelStream = ReceiverStream<Result<pb::TunnelFrame, Status>>;
-
-    /// One tunneled connection. The id pairing binds it to a cluster with a
-    /// live (authenticated) session, so only the certificate itself is
-    /// checked here, in memory: no store round trip on the setup path.
-    async fn tunnel(
-        &self,
-        request: Request<Streaming<pb::TunnelFrame>>,
-    ) -> Result<Response<Self::TunnelStream>, Status> {
-        let certs = request.peer_certs();
-        let identity = super::tls::peer_identity(certs.as_ref().map(|c| c.as_slice()))
-            .map_err(|e| Status::unauthenticated(e.to_string()))?;
-        if identity.not_after <= Utc::now() {
-            return Err(CloseReason::CertificateExpired.status("client certificate expired"));
-        }
-        if self.state.deny.contains(&identity.serial) {
-            return Err(CloseReason::Revoked.status("cluster certificate revoked"));
-        }
-        let stream = self
-            .state
-            .tunnels
-            .accept(&identity.cluster_id, request.into_inner())
-            .await?;
-        Ok(Response::new(stream))
-    }
-}
-
 /// Why the loop ended.
 enum End {
     /// The spoke closed the stream or the connection dropped.
@@ -243,24 +154,6 @@ struct Session {
 
 /// Bound of [`Session::sent_targets`].
 const SENT_TARGETS_MAX: usize = 4096;
-
-/// The hub's side of `Heartbeat.applied_digest` for one session.
-#[derive(Debug, Default)]
-struct DigestCheck {
-    /// The spoke advertised [`clawfed_proto::digest::CAPABILITY`].
-    enabled: bool,
-    /// The spoke's last digest that matched the hub's records: while it
-    /// stays the same and nothing was acked since, nothing is read from
-    /// the store.
-    matched: Option<AppliedDigest>,
-    /// A mismatch seen once (spoke's, hub's): acted on only when the next
-    /// heartbeat shows the same pair (acks and records cross on the wire).
-    pending: Option<(AppliedDigest, AppliedDigest)>,
-    /// `(target, generation)` resent on this session: each at most once,
-    /// so work the spoke refused (acked, never recorded) is not resent in
-    /// a loop.
-    resent: std::collections::HashSet<(String, i64)>,
-}
 
 async fn run(
     state: Arc<LinkState>,
@@ -351,63 +244,6 @@ impl Session {
     fn store_err(e: crate::store::StoreError) -> Status {
         tracing::error!(error = %e, "link.store_error");
         Status::unavailable("hub store unavailable")
-    }
-
-    /// Compares the spoke's applied digest with the acked work of this
-    /// cluster; a mismatch seen on two heartbeats in a row resends the
-    /// targets of the differing buckets (the same generation again: the
-    /// spoke re-applies it, level-based).
-    async fn compare_digest(&mut self, wire: &str) -> Result<(), Status> {
-        use clawfed_proto::digest;
-        if !self.digest.enabled {
-            return Ok(());
-        }
-        // An empty or older-form digest: the spoke has not read its records yet.
-        let Some(theirs) = AppliedDigest::parse(wire) else {
-            return Ok(());
-        };
-        if self.digest.matched == Some(theirs) {
-            return Ok(());
-        }
-        let acked = self
-            .state
-            .store
-            .outbox_acked_latest(&self.cluster.id)
-            .await
-            .map_err(Self::store_err)?;
-        let entries = || acked.iter().map(|(t, k, g)| (t.as_str(), k.as_str(), *g));
-        let ours = AppliedDigest::compute(entries());
-        let differing = ours.differing(&theirs);
-        tracing::debug!(cluster = %self.cluster.name, differing = differing.len(), acked = acked.len(), "link.digest_compared");
-        if differing.is_empty() {
-            self.digest.matched = Some(theirs);
-            self.digest.pending = None;
-            return Ok(());
-        }
-        self.digest.matched = None;
-        if self.digest.pending != Some((theirs, ours)) {
-            self.digest.pending = Some((theirs, ours));
-            return Ok(());
-        }
-        self.digest.pending = None;
-        let targets: Vec<String> = digest::counted(entries())
-            .into_iter()
-            .filter(|(t, _)| differing.contains(&digest::bucket(t)))
-            .filter(|(t, g)| self.digest.resent.insert((t.to_string(), *g)))
-            .map(|(t, _)| t.to_string())
-            .collect();
-        let resent = self
-            .state
-            .store
-            .outbox_resend(&self.cluster.id, &targets)
-            .await
-            .map_err(Self::store_err)?;
-        tracing::info!(cluster = %self.cluster.name, buckets = differing.len(),
-            targets = targets.len(), resent = resent.len(), "link.digest_mismatch");
-        if resent.is_empty() {
-            return Ok(());
-        }
-        self.dispatch().await
     }
 
     /// Marks the cluster online, acks what the spoke already applied and
@@ -578,263 +414,6 @@ impl Session {
             }))
             .await;
         End::GoAway
-    }
-
-    /// Sends unacked items after the last one sent, up to the window.
-    async fn dispatch(&mut self) -> Result<(), Status> {
-        let room = self
-            .state
-            .config
-            .send_window
-            .saturating_sub(self.in_flight.len());
-        if room == 0 {
-            // Whatever is queued waits for an ack to make room.
-            self.maybe_pending = true;
-            return Ok(());
-        }
-        self.state.metrics.outbox_reads.inc();
-        let items = self
-            .state
-            .store
-            .outbox_pending(&self.cluster.id, self.last_sent, room as i64)
-            .await
-            .map_err(Self::store_err)?;
-        self.maybe_pending = items.len() >= room;
-        for item in items {
-            let Some(spec) = self.unsealed_spec(&item) else {
-                // Cannot be sent as stored (see `unsealed_spec`): skipped,
-                // unacked; the revision fails at its phase deadline.
-                self.last_sent = item.sequence;
-                continue;
-            };
-            let work = pb::Work {
-                sequence: item.sequence as u64,
-                target: item.target.clone(),
-                generation: item.generation,
-                spec,
-                kind: item.kind,
-            };
-            if !self.send(hub_message::Body::Work(work)).await {
-                return Err(Status::cancelled("spoke went away"));
-            }
-            self.last_sent = item.sequence;
-            if self.sent_targets.len() >= SENT_TARGETS_MAX {
-                self.sent_targets.clear();
-            }
-            self.sent_targets.insert(item.target.clone());
-            self.in_flight.insert(
-                item.sequence,
-                (Instant::now(), item.target, item.generation),
-            );
-        }
-        Ok(())
-    }
-
-    /// The spec of `item` as it goes over the link: the credential values
-    /// of Harness work opened (they are sealed in the outbox). `None` when
-    /// they do not open (the secrets key changed since it was queued);
-    /// logged without any value.
-    fn unsealed_spec(&self, item: &crate::store::OutboxItem) -> Option<Vec<u8>> {
-        if item.kind != clawfed_proto::work::WorkKind::HarnessApply.as_str() {
-            return Some(item.spec.clone().into_bytes());
-        }
-        let opened = serde_json::from_str::<serde_json::Value>(&item.spec)
-            .map_err(|e| e.to_string())
-            .and_then(|mut spec| {
-                self.state
-                    .secrets
-                    .open_work_credentials(&self.cluster.id, &item.target, &mut spec)
-                    .map_err(|e| e.to_string())?;
-                Ok(spec.to_string().into_bytes())
-            });
-        match opened {
-            Ok(bytes) => Some(bytes),
-            Err(error) => {
-                tracing::error!(cluster = %self.cluster.name, target = %item.target, sequence = item.sequence, %error, "link.work_unsendable");
-                None
-            }
-        }
-    }
-
-    async fn on_message(&mut self, message: pb::SpokeMessage) -> Result<(), Status> {
-        let id = self.cluster.id.clone();
-        match message.body {
-            Some(spoke_message::Body::Ack(ack)) => {
-                // The acked state changes: compare the next digest again.
-                self.digest.matched = None;
-                let sequence = i64::try_from(ack.sequence)
-                    .map_err(|_| Status::invalid_argument("ack.sequence out of range"))?;
-                if let Some((sent, _, _)) = self.in_flight.remove(&sequence) {
-                    self.state
-                        .metrics
-                        .ack_latency
-                        .observe(sent.elapsed().as_secs_f64());
-                }
-                let acked = self
-                    .state
-                    .store
-                    .outbox_ack(&id, sequence, &ack.target, ack.generation, Utc::now())
-                    .await
-                    .map_err(Self::store_err)?;
-                if !acked {
-                    // A duplicate ack, or one for an item a newer generation
-                    // superseded, is harmless; an ack for work this cluster
-                    // was never sent is a protocol violation.
-                    let known = self
-                        .state
-                        .store
-                        .outbox_latest_generation(&id, &ack.target)
-                        .await
-                        .map_err(Self::store_err)?;
-                    if known.is_none() {
-                        tracing::warn!(cluster = %self.cluster.name, target = %ack.target, "link.ack_for_foreign_work");
-                        return Err(Status::permission_denied(format!(
-                            "ack for work {:?} that was never sent to this cluster",
-                            ack.target
-                        )));
-                    }
-                }
-                if self.maybe_pending {
-                    self.dispatch().await
-                } else {
-                    Ok(())
-                }
-            }
-            Some(spoke_message::Body::Report(report)) => self.on_report(report).await,
-            Some(spoke_message::Body::Heartbeat(beat)) => {
-                if self.last_seen_written.elapsed() >= LAST_SEEN_WRITE_INTERVAL {
-                    self.last_seen_written = Instant::now();
-                    self.state
-                        .store
-                        .set_connection_state(&id, ConnectionState::Online, Utc::now(), None)
-                        .await
-                        .map_err(Self::store_err)?;
-                }
-                let aged = aged_out(&self.in_flight, Instant::now(), IN_FLIGHT_MAX_AGE);
-                if !aged.is_empty() {
-                    tracing::warn!(cluster = %self.cluster.name, items = aged.len(), "link.in_flight_aged_out");
-                    for sequence in &aged {
-                        self.in_flight.remove(sequence);
-                    }
-                    self.dispatch().await?;
-                }
-                self.compare_digest(&beat.applied_digest).await
-            }
-            Some(spoke_message::Body::DiagnoseResult(result)) => {
-                // A late answer (its request timed out) or one for another
-                // cluster's request is dropped, never handed over.
-                if !self.state.diagnose.deliver(&id, result) {
-                    tracing::debug!(cluster = %self.cluster.name, "link.diagnose_result_dropped");
-                }
-                Ok(())
-            }
-            Some(spoke_message::Body::Hello(_)) => Err(Status::invalid_argument(
-                "Hello may only be the first message of a stream",
-            )),
-            None => Err(Status::invalid_argument("empty SpokeMessage")),
-        }
-    }
-
-    async fn on_report(&mut self, report: pb::Report) -> Result<(), Status> {
-        let id = self.cluster.id.clone();
-        let known = self.sent_targets.contains(&report.target)
-            || self
-                .state
-                .store
-                .outbox_knows_target(&id, &report.target)
-                .await
-                .map_err(Self::store_err)?;
-        if !known {
-            let foreign = self
-                .state
-                .store
-                .outbox_target_exists(&report.target)
-                .await
-                .map_err(Self::store_err)?;
-            if foreign {
-                // Another cluster's work: an attempt to speak for it.
-                tracing::warn!(cluster = %self.cluster.name, target = %report.target, "link.report_for_foreign_work");
-                return Err(Status::permission_denied(format!(
-                    "report on work {:?} that was never sent to this cluster",
-                    report.target
-                )));
-            }
-            // Work no hub cluster was ever sent (objects a spoke found in its
-            // cluster from before this enrollment): dropped, never stored.
-            tracing::debug!(cluster = %self.cluster.name, target = %report.target, "link.report_for_unknown_target_dropped");
-            return Ok(());
-        }
-        tracing::debug!(cluster = %self.cluster.name, target = %report.target, generation = report.generation, "link.report");
-        let to_json = |v: serde_json::Result<serde_json::Value>| {
-            v.map_err(|e| Status::internal(format!("encoding report: {e}")))
-        };
-        let resend = matches!(&report.body, Some(report::Body::Drift(d)) if d.resend);
-        let (kind, body) = match report.body {
-            Some(report::Body::WorkResult(r)) => (
-                super::report::WORK_RESULT,
-                to_json(serde_json::to_value(super::report::WorkResultReport::from(
-                    r,
-                )))?,
-            ),
-            Some(report::Body::Readiness(r)) => (
-                super::report::READINESS,
-                to_json(serde_json::to_value(super::report::ReadinessReport::from(
-                    r,
-                )))?,
-            ),
-            Some(report::Body::Drift(r)) => (
-                super::report::DRIFT,
-                to_json(serde_json::to_value(super::report::DriftReport::from(r)))?,
-            ),
-            None => return Err(Status::invalid_argument("report.body: required")),
-        };
-        self.state
-            .store
-            .put_report(
-                &id,
-                &report.target,
-                kind,
-                report.generation,
-                &body,
-                Utc::now(),
-            )
-            .await
-            .map_err(Self::store_err)?;
-        if let Some(event) =
-            super::report::watch_event(&self.cluster.name, &report.target, kind, &body)
-        {
-            // Right after the report (it goes through the group commit,
-            // which has no room for an event): a watcher may see the
-            // verdict a moment after it is stored, never before.
-            if let Err(e) = self.state.store.append_event(&event).await {
-                tracing::warn!(cluster = %self.cluster.name, error = %e, "link.watch_event_failed");
-            }
-        }
-        if let Some(listener) = &self.state.listener {
-            listener.on_report(&id, &report.target, kind).await;
-        }
-        if resend {
-            self.resend_on_request(&report.target).await?;
-        }
-        Ok(())
-    }
-
-    /// The spoke asked for `target`'s latest work again (drift it cannot
-    /// restore alone): queued once more at its acked generation, unless a
-    /// copy is still unacked. The spoke's per-object budget bounds how often
-    /// it asks.
-    async fn resend_on_request(&mut self, target: &str) -> Result<(), Status> {
-        let resent = self
-            .state
-            .store
-            .outbox_resend(&self.cluster.id, &[target.to_string()])
-            .await
-            .map_err(Self::store_err)?;
-        tracing::info!(cluster = %self.cluster.name, target = %target, resent = resent.len(), "link.resend_requested");
-        if resent.is_empty() {
-            return Ok(());
-        }
-        self.dispatch().await
     }
 
     async fn close(self, end: End) {
