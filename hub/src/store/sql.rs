@@ -12,6 +12,18 @@
 //!   Gateway transport token hashes; `sql/fleet.rs`: counts across tables;
 //! - `sql/codec.rs`: how values are stored and read back.
 
+mod agents;
+mod audit;
+mod clusters;
+mod codec;
+mod configurations;
+mod fleet;
+mod namespaces;
+mod revisions;
+mod secrets;
+mod tokens;
+mod work;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -29,18 +41,6 @@ use crate::model::{
     Agent, AgentRevision, AgentSpec, AuditEvent, Cluster, Configuration, DesiredState,
     FleetSummary, Namespace, NamespaceState, RevisionPhase, WorkItem,
 };
-
-mod agents;
-mod audit;
-mod clusters;
-mod codec;
-mod configurations;
-mod fleet;
-mod namespaces;
-mod revisions;
-mod secrets;
-mod tokens;
-mod work;
 
 pub(super) use clusters::{CLUSTER_COLS, cluster_from_row};
 use codec::is_unique_violation;
