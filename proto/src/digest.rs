@@ -119,6 +119,25 @@ impl AppliedDigest {
     }
 }
 
+/// The first form of `Heartbeat.applied_digest`, before [`CAPABILITY`]:
+/// the first 16 bytes of SHA-256 over the sorted `target=generation\n`
+/// lines, in hex. A spoke with no record of its applied work sends it; the
+/// hub compares only [`AppliedDigest`]s, so it is informational.
+pub fn legacy<'a, I>(entries: I) -> String
+where
+    I: IntoIterator<Item = (&'a str, i64)>,
+{
+    let sorted: BTreeMap<&str, i64> = entries.into_iter().collect();
+    let mut h = Sha256::new();
+    for (t, g) in sorted {
+        h.update(t.as_bytes());
+        h.update(b"=");
+        h.update(g.to_string().as_bytes());
+        h.update(b"\n");
+    }
+    hex::encode(&h.finalize()[..16])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,5 +181,13 @@ mod tests {
             ("namespace/n2", "namespace.ensure", 1),
         ]);
         assert_eq!(other, AppliedDigest::compute([("namespace/n2", "x", 1)]));
+    }
+
+    #[test]
+    fn the_legacy_digest_ignores_order() {
+        let a = legacy([("x", 1), ("y", 2)]);
+        assert_eq!(a, legacy([("y", 2), ("x", 1)]));
+        assert_ne!(a, legacy([("y", 3), ("x", 1)]));
+        assert_eq!(a.len(), 32);
     }
 }

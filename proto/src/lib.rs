@@ -8,6 +8,7 @@
 //!   form of a hub link address (`--hub-url`, `GoAway.redirect_url`).
 //! - [`capability`]: what a spoke advertises in Hello and what a revision
 //!   needs of it (placement).
+//! - [`kinds`]: which Harness runs an Agent, who owns its workload.
 //! - [`labels`]: the Kubernetes label and annotation keys clawfed owns.
 //! - [`naming`]: name validation and the data-plane namespace rule.
 //! - [`readiness`]: the Harness readiness contract, a pure function.
@@ -25,6 +26,7 @@
 pub mod capability;
 pub mod diagnostics;
 pub mod digest;
+pub mod kinds;
 pub mod labels;
 pub mod naming;
 pub mod readiness;

@@ -258,9 +258,10 @@ mod tests {
             CredentialKind::ServiceAccount.secret_key(),
             SERVICE_ACCOUNT_CREDENTIAL
         );
-        assert!(CredentialKind::ServiceAccount.allowed_for("dedicated-codex"));
-        assert!(!CredentialKind::ServiceAccount.allowed_for("dedicated-openclaw"));
-        assert!(CredentialKind::ModelApiKey.allowed_for("embedded-openclaw"));
+        use crate::kinds::HarnessKind;
+        assert!(CredentialKind::ServiceAccount.allowed_for(HarnessKind::DedicatedCodex));
+        assert!(!CredentialKind::ServiceAccount.allowed_for(HarnessKind::DedicatedOpenclaw));
+        assert!(CredentialKind::ModelApiKey.allowed_for(HarnessKind::EmbeddedOpenclaw));
     }
 
     #[test]

@@ -35,7 +35,8 @@ fn label_keys_are_literals_only_in_proto_labels() {
     let labels = root.join("proto/src/labels.rs").canonicalize().unwrap();
     let mut offenders = Vec::new();
     for file in &files {
-        if file.canonicalize().unwrap() == labels {
+        // A module's tests split out of it (`foo/tests.rs`) are tests.
+        if file.canonicalize().unwrap() == labels || file.ends_with("tests.rs") {
             continue;
         }
         let text = std::fs::read_to_string(file).unwrap();

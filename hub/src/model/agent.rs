@@ -9,94 +9,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+pub use clawfed_proto::kinds::{ExecutionMode, HarnessKind};
+
 use super::{object, objects};
-
-/// Which Harness runs the Agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum HarnessKind {
-    EmbeddedOpenclaw,
-    DedicatedOpenclaw,
-    DedicatedCodex,
-}
-
-impl HarnessKind {
-    /// The wire spelling, as in JSON and gRPC.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::EmbeddedOpenclaw => "embedded-openclaw",
-            Self::DedicatedOpenclaw => "dedicated-openclaw",
-            Self::DedicatedCodex => "dedicated-codex",
-        }
-    }
-
-    /// Parses the wire spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        [
-            Self::EmbeddedOpenclaw,
-            Self::DedicatedOpenclaw,
-            Self::DedicatedCodex,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
-    }
-
-    /// Whether a new revision replaces its predecessors exclusively (each
-    /// stopped and confirmed before the new Harness starts). Every kind
-    /// does: each keeps its state on the Agent-owned ReadWriteOnce claim,
-    /// which one runtime at a time may mount (for embedded OpenClaw this is
-    /// the seed's Recreate rollout of the Agent's gateway; for dedicated
-    /// ones its exclusive preparation contract).
-    pub fn replaces_exclusively(self) -> bool {
-        true
-    }
-
-    /// Dedicated Harnesses own RWO workspace storage, so a replacement stops
-    /// its predecessor before it starts.
-    pub fn is_dedicated(self) -> bool {
-        !matches!(self, Self::EmbeddedOpenclaw)
-    }
-
-    /// Dedicated runtimes get a separate Gateway in the control cluster;
-    /// embedded OpenClaw runs its gateway inside the data-plane workload.
-    pub fn has_control_gateway(self) -> bool {
-        self.is_dedicated()
-    }
-
-    /// The Harness is the OpenClaw runtime: it gets the Agent's
-    /// Configuration as its config file and answers model turns.
-    pub fn is_openclaw(self) -> bool {
-        matches!(self, Self::EmbeddedOpenclaw | Self::DedicatedOpenclaw)
-    }
-}
-
-/// Who owns the Harness workload in the execution cluster.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum ExecutionMode {
-    /// An ordinary Deployment applied by the spoke.
-    #[default]
-    Ordinary,
-    /// A SandboxDriver provider owns the Harness.
-    Provider,
-}
-
-impl ExecutionMode {
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ordinary => "ordinary",
-            Self::Provider => "provider",
-        }
-    }
-
-    /// Parses the wire spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        [Self::Ordinary, Self::Provider]
-            .into_iter()
-            .find(|k| k.as_str() == s)
-    }
-}
 
 /// Kubernetes resource quantities for the Harness container.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -32,7 +32,7 @@ impl Service {
             credential_value("value", &value)?;
             let a = self.store.get_agent(ns, agent).await?;
             let harness = a.spec.harness_kind.as_str();
-            if !kind.allowed_for(harness) {
+            if !kind.allowed_for(a.spec.harness_kind) {
                 return Err(ServiceError::InvalidArgument {
                     field: "kind".into(),
                     reason: format!(

@@ -3,6 +3,7 @@
 //! which the Harness Pod reads with `envFrom`). The hub holds the values
 //! write-only and encrypted; the spoke writes them only into that Secret.
 
+use crate::kinds::HarnessKind;
 use std::fmt;
 
 /// Key of the model API key in the Harness Secret (and so the Harness
@@ -47,12 +48,11 @@ impl CredentialKind {
         }
     }
 
-    /// Whether a Harness of `harness_kind` (e.g. `dedicated-codex`)
-    /// may hold this kind.
-    pub fn allowed_for(self, harness_kind: &str) -> bool {
+    /// Whether a Harness of `harness_kind` may hold this kind.
+    pub fn allowed_for(self, harness_kind: HarnessKind) -> bool {
         match self {
             CredentialKind::ModelApiKey => true,
-            CredentialKind::ServiceAccount => harness_kind == "dedicated-codex",
+            CredentialKind::ServiceAccount => harness_kind == HarnessKind::DedicatedCodex,
         }
     }
 

@@ -8,17 +8,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::{default_harness_port, harness};
-
-/// How a Harness runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-pub enum ExecutionMode {
-    /// The spoke applies an ordinary Deployment.
-    #[default]
-    Ordinary,
-    /// The spoke's SandboxDriver provider owns the Harness.
-    Provider,
-}
+pub use crate::kinds::ExecutionMode;
 
 /// Container resources (Kubernetes quantities).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -85,7 +75,8 @@ pub struct HarnessWork {
     pub revision: i64,
     /// AgentRevision id.
     pub revision_id: String,
-    /// Harness kind (e.g. `openclaw-native`), recorded as a label.
+    /// Harness kind ([`crate::kinds::HarnessKind`]'s spelling), recorded
+    /// as a label; a string so a kind newer than this spoke is labelled.
     #[serde(default)]
     pub harness_kind: String,
     /// Container image; `name@sha256:<64 hex>` when `requireDigest`.

@@ -2,7 +2,7 @@
 //! hub's stream (Hello, Welcome, work, reports, heartbeats, tunnels,
 //! diagnostics) until it ends, and how it ended ([`SessionEnd`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,6 @@ use clawfed_proto::link::close::CloseReason;
 use clawfed_proto::link::v1 as pb;
 use clawfed_proto::link::v1::spoke_link_client::SpokeLinkClient;
 use clawfed_proto::link::v1::{hub_message, spoke_message};
-use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -48,18 +47,6 @@ pub(super) const REPLACED_MIN_WAIT: Duration = Duration::from_secs(10);
 pub(super) fn replaced_wait(backoff_max: Duration, unit: f64) -> Duration {
     let base = backoff_max.max(REPLACED_MIN_WAIT);
     base + base.mul_f64(unit.clamp(0.0, 1.0))
-}
-
-pub(super) fn digest(applied: &HashMap<String, i64>) -> String {
-    let sorted: BTreeMap<_, _> = applied.iter().collect();
-    let mut h = Sha256::new();
-    for (t, g) in sorted {
-        h.update(t.as_bytes());
-        h.update(b"=");
-        h.update(g.to_string().as_bytes());
-        h.update(b"\n");
-    }
-    hex::encode(&h.finalize()[..16])
 }
 
 impl Link {
@@ -394,7 +381,9 @@ impl Link {
                         unix_millis: chrono::Utc::now().timestamp_millis() as u64,
                         applied_digest: match &self.applied_digest {
                             Some(source) => source().unwrap_or_default(),
-                            None => digest(&applied),
+                            None => clawfed_proto::digest::legacy(
+                                applied.iter().map(|(t, g)| (t.as_str(), *g)),
+                            ),
                         },
                     };
                     if out.send(send(spoke_message::Body::Heartbeat(msg))).await.is_err() {

@@ -3,7 +3,7 @@
 
 use super::applies::{enqueue, superseded_ack};
 use super::enroll::{enroll_retryable, renew_attempt_timeout};
-use super::session::{REPLACED_MIN_WAIT, SessionEnd, classify, digest, go_away, replaced_wait};
+use super::session::{REPLACED_MIN_WAIT, SessionEnd, classify, go_away, replaced_wait};
 use super::*;
 use clawfed_proto::link::close::CloseReason;
 use clawfed_proto::link::v1::spoke_message;
@@ -44,15 +44,6 @@ fn a_queued_item_a_newer_generation_replaces_is_handed_back() {
             ..
         }))
     ));
-}
-
-#[test]
-fn digest_ignores_order() {
-    let a: HashMap<_, _> = [("x".to_string(), 1), ("y".to_string(), 2)].into();
-    let b: HashMap<_, _> = [("y".to_string(), 2), ("x".to_string(), 1)].into();
-    assert_eq!(digest(&a), digest(&b));
-    let c: HashMap<_, _> = [("y".to_string(), 3), ("x".to_string(), 1)].into();
-    assert_ne!(digest(&a), digest(&c));
 }
 
 #[test]

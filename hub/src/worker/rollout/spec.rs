@@ -8,7 +8,7 @@ use clawfed_proto::work::{self as spec, target};
 
 use crate::compute_driver::WorkloadSettings;
 use crate::gateway::{GatewayTarget, TunnelEndpoint};
-use crate::model::{Agent, AgentRevision, ExecutionMode, HarnessKind, Namespace};
+use crate::model::{Agent, AgentRevision, HarnessKind, Namespace};
 use crate::secrets::SecretValue;
 
 /// The Harness work target of a revision.
@@ -19,13 +19,6 @@ pub fn harness_target(ns: &Namespace, rev: &AgentRevision) -> String {
 /// The namespace work target of a tenant.
 pub fn namespace_target(ns: &Namespace) -> String {
     target::namespace(&ns.id)
-}
-
-fn execution(rev: &AgentRevision) -> spec::ExecutionMode {
-    match rev.spec.execution_mode {
-        ExecutionMode::Ordinary => spec::ExecutionMode::Ordinary,
-        ExecutionMode::Provider => spec::ExecutionMode::Provider,
-    }
 }
 
 /// `namespace.ensure` for the tenant, with the installation's quota,
@@ -138,10 +131,10 @@ pub fn harness_work(
             .map(|p| spec::Predecessor {
                 revision: p.number,
                 revision_id: p.id.clone(),
-                execution: execution(p),
+                execution: p.spec.execution_mode,
             })
             .collect(),
-        execution: execution(rev),
+        execution: rev.spec.execution_mode,
         node_selector: settings.node_selector.clone(),
         tolerations: settings.tolerations.clone(),
         headless_service: false,
@@ -170,11 +163,10 @@ pub fn harness_credential(
     rev: &AgentRevision,
     opened: Vec<(CredentialKind, SecretValue)>,
 ) -> spec::SecretData {
-    let harness = rev.spec.harness_kind.as_str();
     spec::SecretData(
         opened
             .into_iter()
-            .filter(|(kind, _)| kind.allowed_for(harness))
+            .filter(|(kind, _)| kind.allowed_for(rev.spec.harness_kind))
             .map(|(kind, value)| (kind.secret_key().to_owned(), value.expose().to_owned()))
             .collect(),
     )
@@ -193,7 +185,7 @@ pub fn revision_work(
         agent: rev.agent.clone(),
         revision: rev.number,
         revision_id: rev.id.clone(),
-        execution: execution(rev),
+        execution: rev.spec.execution_mode,
         agent_deleted: false,
     }
 }
