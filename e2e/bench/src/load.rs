@@ -1,0 +1,163 @@
+//! The spoke benchmarks' load: one tenant namespace and N ordinary Harness
+//! revisions applied through the real `Executor`.
+//!
+//! Kubernetes alone, the reference the benchmarks compare clawfed with:
+//! [`DirectRun`] on an execution cluster (in `direct_run`),
+//! [`DirectGateways`] in the control cluster (in `direct_gateways`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::{Result, bail};
+use clawfed_proto::link::v1::Work;
+use clawfed_proto::work::{
+    ContainerDefaults, ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, target,
+};
+use clawfed_spoke::exec::Executor;
+use futures::{StreamExt, TryStreamExt};
+
+mod direct_gateways;
+mod direct_run;
+
+pub use direct_gateways::{DirectGateways, GatewayTimes, apply_gateways};
+pub use direct_run::{DirectRun, DirectTimes, apply_direct};
+
+/// The Harness image (a digest the pod runner never starts: kwok Pods).
+pub const IMAGE: &str = "registry.invalid/openclaw@sha256:cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd";
+
+/// A tenant name unique to the run (a deleting namespace of an earlier
+/// run still claims its own tenant, and the spoke fails closed on two
+/// claims).
+pub fn tenant_of(prefix: &str, id: &str) -> String {
+    format!("{prefix}-{}", &id[id.len().saturating_sub(8)..])
+}
+
+/// Revision 1 of Agent `a<i>` in namespace `ns` of tenant `tenant`.
+pub fn harness(tenant: &str, id: &str, ns: &str, i: usize) -> HarnessWork {
+    HarnessWork {
+        tenant: tenant.into(),
+        namespace_id: id.into(),
+        data_plane_namespace: ns.into(),
+        agent: format!("a{i:04}"),
+        revision: 1,
+        revision_id: format!("rev-{i}"),
+        harness_kind: "openclaw-native".into(),
+        image: IMAGE.into(),
+        require_digest: true,
+        requirement_labels: BTreeMap::new(),
+        resources: Default::default(),
+        port: 8080,
+        env: BTreeMap::new(),
+        workspace: None,
+        credential: SecretData(BTreeMap::from([("MODEL_API_KEY".into(), "bench".into())])),
+        dedicated: false,
+        predecessors: vec![],
+        execution: ExecutionMode::Ordinary,
+        node_selector: BTreeMap::new(),
+        tolerations: Vec::new(),
+        // 1,000 ClusterIPs do not fit the test cluster's Service CIDR.
+        headless_service: true,
+        seccomp_localhost_profile: None,
+        service_principal: None,
+        plugin_selections: Vec::new(),
+        require_startup_status: false,
+        runtime_config: None,
+        app_server: None,
+    }
+}
+
+/// The tenant's namespace work: room for `pods` Pods, small defaults.
+pub fn namespace(tenant: &str, id: &str, pods: usize) -> NamespaceWork {
+    NamespaceWork {
+        tenant: tenant.into(),
+        namespace_id: id.into(),
+        quota: BTreeMap::from([("pods".into(), pods.to_string())]),
+        container_defaults: ContainerDefaults {
+            default_request: BTreeMap::from([
+                ("cpu".into(), "10m".into()),
+                ("memory".into(), "16Mi".into()),
+            ]),
+            default_limit: BTreeMap::new(),
+        },
+        ..Default::default()
+    }
+}
+
+/// A piece of work at generation 1.
+pub fn work(sequence: u64, target: String, spec: WorkSpec) -> Work {
+    Work {
+        sequence,
+        target,
+        generation: 1,
+        kind: spec.kind().as_str().into(),
+        spec: spec.encode(),
+    }
+}
+
+/// The Harness apply of `h`.
+pub fn apply(sequence: u64, h: HarnessWork) -> Work {
+    work(
+        sequence,
+        target::harness(&h.namespace_id, &h.agent, h.revision),
+        WorkSpec::HarnessApply(Box::new(h)),
+    )
+}
+
+/// Applies `works` through `exec`, `concurrency` at a time; an error
+/// or a refusal ends it. Returns each apply's time, ms.
+pub async fn apply_all(
+    exec: &Arc<Executor>,
+    works: Vec<Work>,
+    concurrency: usize,
+) -> Result<Vec<f64>> {
+    futures::stream::iter(works)
+        .map(|w| {
+            let exec = exec.clone();
+            async move {
+                let start = std::time::Instant::now();
+                let r = exec.apply(&w).await?;
+                if !r.applied {
+                    bail!("{}: {}", w.target, r.reason);
+                }
+                Ok(start.elapsed().as_secs_f64() * 1e3)
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<f64>>()
+        .await
+}
+
+/// Server-side applies `obj` in `ns` as [`DIRECT_MANAGER`] (force):
+/// one write of the Kubernetes-alone reference.
+async fn put<K>(client: &kube::Client, ns: &str, obj: &K) -> Result<()>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    use kube::api::{Patch, PatchParams};
+    let api: kube::Api<K> = kube::Api::namespaced(client.clone(), ns);
+    let name = obj.meta().name.clone().unwrap_or_default();
+    api.patch(
+        &name,
+        &PatchParams::apply(DIRECT_MANAGER).force(),
+        &Patch::Apply(obj),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Whether `p` is Ready and not being deleted.
+pub fn pod_ready(p: &k8s_openapi::api::core::v1::Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Field manager of [`apply_direct`]'s writes.
+pub const DIRECT_MANAGER: &str = "bench-direct";
