@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //! - [`api`]: the tests' calls on the hub's REST API over `clawfed_hub::client::HubClient` (tenants, Agents, waits).
+//! - [`cleanup`]: what a test made in the clusters, removed when it ends.
 //! - [`control_env`]: the hub's RBAC, Gateway storage and edge Gateway in the control cluster.
 //! - [`faults`]: the seeded fault-injection run (hub, spokes, PostgreSQL, partitions) and its invariants.
 //! - [`db`]: throwaway SQLite files and PostgreSQL schemas for store tests.
@@ -19,6 +20,7 @@
 //! - [`until`]: poll a fallible condition with a deadline.
 
 pub mod api;
+pub mod cleanup;
 pub mod control_env;
 pub mod db;
 pub mod faults;

@@ -35,7 +35,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use clawfed_hub::auth::{self, Role};
 use clawfed_hub::client::HubClient;
-use clawfed_hub::gateway::Gateways;
 use clawfed_hub::model::event::EventBody;
 use clawfed_hub::model::{
     Agent, AgentRevision, ConnectionState, Namespace, RevisionPhase, WorkState,
@@ -44,14 +43,14 @@ use clawfed_hub::store::{NewToken, SessionStore, SqlStore, Store, WatchStore, Wo
 use clawfed_hub::worker::kinds::rollout_work;
 use clawfed_proto::labels;
 use clawfed_tests::api::{HubTestExt, short_id};
+use clawfed_tests::cleanup::Cleanup;
 use clawfed_tests::control_env::{self, gateway_ns};
 use clawfed_tests::kube_env::{self, TestCluster};
 use clawfed_tests::procs::{Proc, bin, free_port};
 use clawfed_tests::{db, spoke_env, until};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::PersistentVolume;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::ListParams;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use reqwest::{Method, StatusCode};
@@ -675,89 +674,6 @@ fn log_count(log: &str, message: &str, id: &str) -> usize {
 
 // --------------------------------------------------------------- cleanup
 
-/// What a test made in the clusters; removed on drop (also after a
-/// failure), on a runtime of its own.
-#[derive(Default)]
-struct Cleanup {
-    exec_namespaces: Vec<String>,
-    /// Tenants (namespace ids) whose Gateway namespace goes.
-    gateways: Vec<String>,
-    control_pvs: Vec<String>,
-    exec_pvs: Vec<String>,
-}
-
-impl Cleanup {
-    /// A dedicated Agent's Gateway volume (control; its claim names the
-    /// test StorageClass, which the provisioner leaves alone). Its
-    /// workspace claim in exec-a gets a volume from the provisioner.
-    async fn dedicated(&mut self, env: &Env, ns: &Namespace, agent: &str) -> Result<()> {
-        if !self.gateways.contains(&ns.id) {
-            self.gateways.push(ns.id.clone());
-        }
-        self.control_pvs
-            .push(control_env::volume_for(&env.control.admin(), &gateway_ns(&ns.id), agent).await?);
-        Ok(())
-    }
-
-    fn is_empty(&self) -> bool {
-        self.exec_namespaces.is_empty()
-            && self.gateways.is_empty()
-            && self.control_pvs.is_empty()
-            && self.exec_pvs.is_empty()
-    }
-
-    async fn run(&mut self) -> Result<()> {
-        let control = kube_env::cluster("control").await?;
-        let exec_a = kube_env::cluster("exec-a").await?;
-        let g = Gateways::new(control.admin(), control_env::gateway_config())?;
-        for namespace_id in self.gateways.drain(..) {
-            if let Err(e) = g.delete_namespace(&namespace_id).await {
-                eprintln!("cleanup: gateway namespace of {namespace_id}: {e}");
-            }
-        }
-        for pv in self.control_pvs.drain(..) {
-            control_env::delete_volume(&control.admin(), &pv).await;
-        }
-        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(exec_a.admin());
-        for ns in self.exec_namespaces.drain(..) {
-            match namespaces.delete(&ns, &DeleteParams::background()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => eprintln!("cleanup: namespace {ns}: {e}"),
-            }
-        }
-        for pv in self.exec_pvs.drain(..) {
-            let _ = Api::<PersistentVolume>::all(exec_a.admin())
-                .delete(&pv, &DeleteParams::background())
-                .await;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if self.is_empty() {
-            return;
-        }
-        let mut me = std::mem::take(self);
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("cleanup runtime");
-            rt.block_on(async {
-                match tokio::time::timeout(Duration::from_secs(90), me.run()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => eprintln!("cleanup failed: {e:#}"),
-                    Err(_) => eprintln!("cleanup timed out"),
-                }
-            });
-        })
-        .join();
-    }
-}
-
 /// A tenant with `n` Agents of `kind` on `cluster`, registered for cleanup.
 async fn tenant_with_agents(
     env: &Env,
@@ -775,7 +691,9 @@ async fn tenant_with_agents(
     for _ in 0..n {
         let agent = rest.new_agent(&ns.name, cluster, kind).await?;
         if kind != "embedded-openclaw" {
-            cleanup.dedicated(env, &ns, &agent.name).await?;
+            cleanup
+                .gateway(&env.control.admin(), &ns, &agent.name)
+                .await?;
         }
         agents.push(agent);
     }

@@ -41,6 +41,7 @@ use clawfed_spoke::provider::{NamespaceContext, ProviderError, RevisionContext, 
 use clawfed_spoke::tunnel::resolve::KubeHarnessDialer;
 use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
 use clawfed_tests::api::{HARNESS_IMAGE, HubTestExt, gateway_image, short_id};
+use clawfed_tests::cleanup::Cleanup;
 use clawfed_tests::control_env::{self, gateway_ns};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env::{self, TestCluster};
@@ -48,9 +49,7 @@ use clawfed_tests::procs::{Proc, bin, free_port};
 use clawfed_tests::until;
 use clawfed_tests::{db, spoke_env};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{
-    PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
-};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
@@ -61,92 +60,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(90);
-
-// --------------------------------------------------------------- cleanup
-
-/// What a test made in the clusters; removed on drop (also after a
-/// failure), on a runtime of its own.
-#[derive(Default)]
-struct Cleanup {
-    exec_namespaces: Vec<String>,
-    /// Tenants (namespace ids) whose Gateway namespace goes.
-    gateways: Vec<String>,
-    control_pvs: Vec<String>,
-    exec_pvs: Vec<String>,
-}
-
-impl Cleanup {
-    /// Registers what an Agent of tenant `ns` makes: its data-plane
-    /// namespace in exec-a, its Gateway objects and the Gateway's PV (made
-    /// here) in control.
-    async fn track(&mut self, control: &Client, ns: &Namespace, agent: &str) -> Result<()> {
-        self.exec_namespaces.push(ns.data_plane_namespace.clone());
-        if !self.gateways.contains(&ns.id) {
-            self.gateways.push(ns.id.clone());
-        }
-        self.control_pvs
-            .push(control_env::volume_for(control, &gateway_ns(&ns.id), agent).await?);
-        Ok(())
-    }
-
-    fn is_empty(&self) -> bool {
-        self.exec_namespaces.is_empty()
-            && self.gateways.is_empty()
-            && self.control_pvs.is_empty()
-            && self.exec_pvs.is_empty()
-    }
-
-    async fn run(&mut self) -> Result<()> {
-        let control = kube_env::cluster("control").await?;
-        let exec_a = kube_env::cluster("exec-a").await?;
-        let g = Gateways::new(control.admin(), control_env::gateway_config())?;
-        for namespace_id in self.gateways.drain(..) {
-            if let Err(e) = g.delete_namespace(&namespace_id).await {
-                eprintln!("cleanup: gateway namespace of {namespace_id}: {e}");
-            }
-        }
-        for pv in self.control_pvs.drain(..) {
-            control_env::delete_volume(&control.admin(), &pv).await;
-        }
-        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(exec_a.admin());
-        for ns in self.exec_namespaces.drain(..) {
-            match namespaces.delete(&ns, &DeleteParams::background()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => eprintln!("cleanup: namespace {ns}: {e}"),
-            }
-        }
-        for pv in self.exec_pvs.drain(..) {
-            let _ = Api::<PersistentVolume>::all(exec_a.admin())
-                .delete(&pv, &DeleteParams::background())
-                .await;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if self.is_empty() {
-            return;
-        }
-        let mut me = std::mem::take(self);
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("cleanup runtime");
-            rt.block_on(async {
-                match tokio::time::timeout(Duration::from_secs(90), me.run()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => eprintln!("cleanup failed: {e:#}"),
-                    Err(_) => eprintln!("cleanup timed out"),
-                }
-            });
-        })
-        .join();
-    }
-}
 
 // ------------------------------------------------------- spoke (in process)
 
