@@ -204,17 +204,17 @@ impl SqlStore {
         fx: &Effects,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        self.insert_audit(tx, &fx.audit, now).await?;
+        audit::insert_audit(self, tx, &fx.audit, now).await?;
         for work in &fx.work {
-            self.insert_work(tx, work, now).await?;
+            work::insert_work(self, tx, work, now).await?;
         }
         Ok(())
     }
 }
 
-/// Past `ping`, each method runs the inherent method of the same name,
-/// written in the file of its table (an inherent method is found before a
-/// trait's, so these calls are not recursive).
+/// Past `ping`, each method calls the function of the same name in the
+/// module of its table, named by that module and taking the store first
+/// (`agents::get_agent(self, …)`).
 #[async_trait]
 impl Store for SqlStore {
     fn backend(&self) -> Backend {
@@ -267,23 +267,23 @@ impl Store for SqlStore {
 
     // Namespaces: sql/namespaces.rs.
     async fn create_namespace(&self, ns: &NewNamespace, fx: &Effects) -> Result<Namespace> {
-        self.create_namespace(ns, fx).await
+        namespaces::create_namespace(self, ns, fx).await
     }
 
     async fn get_namespace(&self, name: &str) -> Result<Namespace> {
-        self.get_namespace(name).await
+        namespaces::get_namespace(self, name).await
     }
 
     async fn get_namespace_by_id(&self, id: &str) -> Result<Namespace> {
-        self.get_namespace_by_id(id).await
+        namespaces::get_namespace_by_id(self, id).await
     }
 
     async fn list_namespaces(&self, only: Option<&str>) -> Result<Vec<Namespace>> {
-        self.list_namespaces(only).await
+        namespaces::list_namespaces(self, only).await
     }
 
     async fn delete_namespace(&self, name: &str, fx: &Effects) -> Result<()> {
-        self.delete_namespace(name, fx).await
+        namespaces::delete_namespace(self, name, fx).await
     }
 
     async fn set_namespace_state(
@@ -293,11 +293,11 @@ impl Store for SqlStore {
         reason: Option<&str>,
         fx: &Effects,
     ) -> Result<Namespace> {
-        self.set_namespace_state(id, state, reason, fx).await
+        namespaces::set_namespace_state(self, id, state, reason, fx).await
     }
 
     async fn mark_namespace_provisioned(&self, id: &str, at: DateTime<Utc>) -> Result<Namespace> {
-        self.mark_namespace_provisioned(id, at).await
+        namespaces::mark_namespace_provisioned(self, id, at).await
     }
 
     // Configurations: sql/configurations.rs.
@@ -308,15 +308,15 @@ impl Store for SqlStore {
         data: &serde_json::Value,
         fx: &Effects,
     ) -> Result<Configuration> {
-        self.create_configuration(namespace, name, data, fx).await
+        configurations::create_configuration(self, namespace, name, data, fx).await
     }
 
     async fn get_configuration(&self, namespace: &str, name: &str) -> Result<Configuration> {
-        self.get_configuration(namespace, name).await
+        configurations::get_configuration(self, namespace, name).await
     }
 
     async fn list_configurations(&self, namespace: &str) -> Result<Vec<Configuration>> {
-        self.list_configurations(namespace).await
+        configurations::list_configurations(self, namespace).await
     }
 
     async fn update_configuration(
@@ -327,25 +327,25 @@ impl Store for SqlStore {
         expected_version: i64,
         fx: &Effects,
     ) -> Result<Configuration> {
-        self.update_configuration(namespace, name, data, expected_version, fx)
+        configurations::update_configuration(self, namespace, name, data, expected_version, fx)
             .await
     }
 
     async fn delete_configuration(&self, namespace: &str, name: &str, fx: &Effects) -> Result<()> {
-        self.delete_configuration(namespace, name, fx).await
+        configurations::delete_configuration(self, namespace, name, fx).await
     }
 
     // Agents: sql/agents.rs.
     async fn create_agent(&self, agent: &NewAgent, fx: &Effects) -> Result<Agent> {
-        self.create_agent(agent, fx).await
+        agents::create_agent(self, agent, fx).await
     }
 
     async fn get_agent(&self, namespace: &str, name: &str) -> Result<Agent> {
-        self.fetch_agent(namespace, name).await
+        agents::get_agent(self, namespace, name).await
     }
 
     async fn list_agents(&self, namespace: &str) -> Result<Vec<Agent>> {
-        self.list_agents(namespace).await
+        agents::list_agents(self, namespace).await
     }
 
     async fn update_agent(
@@ -356,12 +356,11 @@ impl Store for SqlStore {
         expected_version: i64,
         fx: &Effects,
     ) -> Result<Agent> {
-        self.update_agent(namespace, name, spec, expected_version, fx)
-            .await
+        agents::update_agent(self, namespace, name, spec, expected_version, fx).await
     }
 
     async fn delete_agent(&self, namespace: &str, name: &str, fx: &Effects) -> Result<()> {
-        self.delete_agent(namespace, name, fx).await
+        agents::delete_agent(self, namespace, name, fx).await
     }
 
     async fn set_desired_state(
@@ -371,20 +370,20 @@ impl Store for SqlStore {
         state: DesiredState,
         fx: &Effects,
     ) -> Result<Agent> {
-        self.set_desired_state(namespace, name, state, fx).await
+        agents::set_desired_state(self, namespace, name, state, fx).await
     }
 
     // Revisions: sql/revisions.rs.
     async fn deploy(&self, rev: &NewRevision, fx: &Effects) -> Result<Deployed> {
-        self.deploy(rev, fx).await
+        revisions::deploy(self, rev, fx).await
     }
 
     async fn list_revisions(&self, namespace: &str, agent: &str) -> Result<Vec<AgentRevision>> {
-        self.list_revisions(namespace, agent).await
+        revisions::list_revisions(self, namespace, agent).await
     }
 
     async fn get_revision_by_id(&self, id: &str) -> Result<AgentRevision> {
-        self.get_revision_by_id(id).await
+        revisions::get_revision_by_id(self, id).await
     }
 
     async fn update_revision(
@@ -395,8 +394,7 @@ impl Store for SqlStore {
         reason: Option<&str>,
         progress: &crate::model::RevisionProgress,
     ) -> Result<AgentRevision> {
-        self.update_revision(id, expected_version, phase, reason, progress)
-            .await
+        revisions::update_revision(self, id, expected_version, phase, reason, progress).await
     }
 
     // Agent passes: sql/agents.rs.
@@ -407,24 +405,24 @@ impl Store for SqlStore {
         now: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<bool> {
-        self.begin_agent_pass(agent_id, holder, now, until).await
+        agents::begin_agent_pass(self, agent_id, holder, now, until).await
     }
 
     async fn end_agent_pass(&self, agent_id: &str, holder: &str) -> Result<()> {
-        self.end_agent_pass(agent_id, holder).await
+        agents::end_agent_pass(self, agent_id, holder).await
     }
 
     // Revisions: sql/revisions.rs.
     async fn place_revision(&self, id: &str, cluster: &str) -> Result<()> {
-        self.place_revision(id, cluster).await
+        revisions::place_revision(self, id, cluster).await
     }
 
     async fn activate_revision(&self, namespace: &str, agent: &str, number: i64) -> Result<bool> {
-        self.activate_revision(namespace, agent, number).await
+        revisions::activate_revision(self, namespace, agent, number).await
     }
 
     async fn clear_active_revision(&self, namespace: &str, agent: &str) -> Result<()> {
-        self.clear_active_revision(namespace, agent).await
+        revisions::clear_active_revision(self, namespace, agent).await
     }
 
     async fn get_revision(
@@ -433,25 +431,25 @@ impl Store for SqlStore {
         agent: &str,
         number: i64,
     ) -> Result<AgentRevision> {
-        self.get_revision(namespace, agent, number).await
+        revisions::get_revision(self, namespace, agent, number).await
     }
 
     // Clusters: sql/clusters.rs.
     async fn upsert_cluster(&self, c: &ClusterRecord) -> Result<Cluster> {
-        self.upsert_cluster(c).await
+        clusters::upsert_cluster(self, c).await
     }
 
     async fn list_clusters(&self) -> Result<Vec<Cluster>> {
-        self.list_clusters().await
+        clusters::list_clusters(self).await
     }
 
     async fn get_cluster(&self, name: &str) -> Result<Cluster> {
-        self.get_cluster(name).await
+        clusters::get_cluster(self, name).await
     }
 
     // Work queue: sql/work.rs.
     async fn enqueue_work(&self, items: &[NewWork]) -> Result<Vec<String>> {
-        self.enqueue_work(items).await
+        work::enqueue_work(self, items).await
     }
 
     async fn claim_work(
@@ -462,7 +460,7 @@ impl Store for SqlStore {
         now: DateTime<Utc>,
         lane: &WorkLane,
     ) -> Result<Vec<WorkItem>> {
-        self.claim_work(worker, limit, lease, now, lane).await
+        work::claim_work(self, worker, limit, lease, now, lane).await
     }
 
     async fn heartbeat_work(
@@ -471,11 +469,11 @@ impl Store for SqlStore {
         ids: &[String],
         lease_until: DateTime<Utc>,
     ) -> Result<u64> {
-        self.heartbeat_work(worker, ids, lease_until).await
+        work::heartbeat_work(self, worker, ids, lease_until).await
     }
 
     async fn complete_work(&self, worker: &str, ids: &[String], now: DateTime<Utc>) -> Result<u64> {
-        self.complete_work(worker, ids, now).await
+        work::complete_work(self, worker, ids, now).await
     }
 
     async fn retry_work(
@@ -486,7 +484,7 @@ impl Store for SqlStore {
         error: &str,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        self.retry_work(worker, id, run_at, error, now).await
+        work::retry_work(self, worker, id, run_at, error, now).await
     }
 
     async fn fail_work(
@@ -496,7 +494,7 @@ impl Store for SqlStore {
         error: &str,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        self.fail_work(worker, id, error, now).await
+        work::fail_work(self, worker, id, error, now).await
     }
 
     async fn defer_work(
@@ -507,15 +505,15 @@ impl Store for SqlStore {
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        self.defer_work(worker, id, run_at, reason, now).await
+        work::defer_work(self, worker, id, run_at, reason, now).await
     }
 
     async fn release_work(&self, worker: &str, id: &str, now: DateTime<Utc>) -> Result<bool> {
-        self.release_work(worker, id, now).await
+        work::release_work(self, worker, id, now).await
     }
 
     async fn recover_expired_work(&self, now: DateTime<Utc>) -> Result<Recovered> {
-        self.recover_expired_work(now).await
+        work::recover_expired_work(self, now).await
     }
 
     async fn reclaim_incarnation(
@@ -523,86 +521,86 @@ impl Store for SqlStore {
         owner_prefix: &str,
         now: DateTime<Utc>,
     ) -> Result<Reclaimed> {
-        self.reclaim_incarnation(owner_prefix, now).await
+        work::reclaim_incarnation(self, owner_prefix, now).await
     }
 
     async fn get_work(&self, id: &str) -> Result<WorkItem> {
-        self.get_work(id).await
+        work::get_work(self, id).await
     }
 
     async fn list_work(&self, filter: &WorkFilter) -> Result<Vec<WorkItem>> {
-        self.list_work(filter).await
+        work::list_work(self, filter).await
     }
 
     async fn work_stats(&self, now: DateTime<Utc>) -> Result<WorkStats> {
-        self.work_stats(now).await
+        work::work_stats(self, now).await
     }
 
     async fn next_work_due(&self, lane: &WorkLane) -> Result<WorkDue> {
-        self.next_work_due(lane).await
+        work::next_work_due(self, lane).await
     }
 
     // Audit: sql/audit.rs.
     async fn append_audit(&self, event: &NewAudit) -> Result<()> {
-        self.append_audit(event).await
+        audit::append_audit(self, event).await
     }
 
     async fn list_audit(&self, namespace: Option<&str>, limit: i64) -> Result<Vec<AuditEvent>> {
-        self.list_audit(namespace, limit).await
+        audit::list_audit(self, namespace, limit).await
     }
 
     // API tokens: sql/tokens.rs.
     async fn create_token(&self, token: &NewToken) -> Result<ApiToken> {
-        self.create_token(token).await
+        tokens::create_token(self, token).await
     }
 
     async fn find_token(&self, hash: &str) -> Result<Option<ApiToken>> {
-        self.find_token(hash).await
+        tokens::find_token(self, hash).await
     }
 
     async fn get_token(&self, id: &str) -> Result<ApiToken> {
-        self.get_token(id).await
+        tokens::get_token(self, id).await
     }
 
     async fn find_token_by_name(&self, name: &str) -> Result<Option<ApiToken>> {
-        self.find_token_by_name(name).await
+        tokens::find_token_by_name(self, name).await
     }
 
     async fn revoke_token(&self, name: &str, at: DateTime<Utc>) -> Result<()> {
-        self.revoke_token(name, at).await
+        tokens::revoke_token(self, name, at).await
     }
 
     // Fleet: sql/fleet.rs.
     async fn fleet_summary(&self, namespace: Option<&str>) -> Result<FleetSummary> {
-        self.fleet_summary(namespace).await
+        fleet::fleet_summary(self, namespace).await
     }
 
     async fn revision_staleness(&self, now: DateTime<Utc>) -> Result<Vec<PhaseStaleness>> {
-        self.revision_staleness(now).await
+        fleet::revision_staleness(self, now).await
     }
 
     async fn placed_clusters(&self, namespace: &str) -> Result<Vec<String>> {
-        self.placed_clusters(namespace).await
+        fleet::placed_clusters(self, namespace).await
     }
 
     // Hub secrets and Gateway transport credentials: sql/secrets.rs.
     async fn hub_secret(&self, name: &str, candidate: &str) -> Result<String> {
-        self.hub_secret(name, candidate).await
+        secrets::hub_secret(self, name, candidate).await
     }
 
     async fn replace_hub_secret(&self, name: &str, expected: &str, value: &str) -> Result<bool> {
-        self.replace_hub_secret(name, expected, value).await
+        secrets::replace_hub_secret(self, name, expected, value).await
     }
 
     async fn set_transport_token_hash(&self, revision_id: &str, token_hash: &str) -> Result<()> {
-        self.set_transport_token_hash(revision_id, token_hash).await
+        secrets::set_transport_token_hash(self, revision_id, token_hash).await
     }
 
     async fn transport_token_hash(&self, revision_id: &str) -> Result<Option<String>> {
-        self.transport_token_hash(revision_id).await
+        secrets::transport_token_hash(self, revision_id).await
     }
 
     async fn revision_by_transport_hash(&self, token_hash: &str) -> Result<Option<String>> {
-        self.revision_by_transport_hash(token_hash).await
+        secrets::revision_by_transport_hash(self, token_hash).await
     }
 }

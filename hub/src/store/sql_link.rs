@@ -1,7 +1,7 @@
 //! [`LinkStore`] over the shared SQL (both backends).
 //!
-//! Each method runs the inherent method of the same name, written in the
-//! file of its part of the link:
+//! Each method calls the function of the same name in the module of its
+//! part of the link, taking the store as its first argument:
 //! - `sql_link/enrollment.rs`: bootstrap tokens and enrollment;
 //! - `sql_link/certificates.rs`: certificates and revocation;
 //! - `sql_link/connection.rs`: connection state and its watch events;
@@ -28,8 +28,8 @@ use crate::model::{Cluster, ConnectionState};
 
 pub(super) use outbox::OUTBOX_COLS;
 
-/// Each method runs the inherent method of the same name (an inherent
-/// method is found before a trait's, so these calls are not recursive).
+/// Each method calls the function of the same name in its part's module,
+/// named by that module (`outbox::outbox_put(self, …)`).
 #[async_trait]
 impl LinkStore for SqlStore {
     async fn create_bootstrap_token(
@@ -37,7 +37,7 @@ impl LinkStore for SqlStore {
         token: &NewBootstrapToken,
         fx: &Effects,
     ) -> Result<BootstrapToken> {
-        self.create_bootstrap_token(token, fx).await
+        enrollment::create_bootstrap_token(self, token, fx).await
     }
 
     async fn begin_enrollment(
@@ -47,8 +47,7 @@ impl LinkStore for SqlStore {
         claim: &ClusterClaim,
         now: DateTime<Utc>,
     ) -> Result<Result<Cluster, EnrollRejected>> {
-        self.begin_enrollment(token_hash, cluster_name, claim, now)
-            .await
+        enrollment::begin_enrollment(self, token_hash, cluster_name, claim, now).await
     }
 
     async fn approve_enrollment(
@@ -57,7 +56,7 @@ impl LinkStore for SqlStore {
         now: DateTime<Utc>,
         fx: &Effects,
     ) -> Result<bool> {
-        self.approve_enrollment(cluster_name, now, fx).await
+        enrollment::approve_enrollment(self, cluster_name, now, fx).await
     }
 
     async fn add_certificate(
@@ -67,28 +66,27 @@ impl LinkStore for SqlStore {
         not_after: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        self.add_certificate(cluster_id, serial, not_after, now)
-            .await
+        certificates::add_certificate(self, cluster_id, serial, not_after, now).await
     }
 
     async fn certificate_expiry(&self) -> Result<std::collections::HashMap<String, DateTime<Utc>>> {
-        self.certificate_expiry().await
+        certificates::certificate_expiry(self).await
     }
 
     async fn get_cluster_by_id(&self, id: &str) -> Result<Cluster> {
-        self.get_cluster_by_id(id).await
+        connection::get_cluster_by_id(self, id).await
     }
 
     async fn certificate_status(&self, serial: &str) -> Result<Option<CertificateStatus>> {
-        self.certificate_status(serial).await
+        certificates::certificate_status(self, serial).await
     }
 
     async fn revoke_cluster(&self, name: &str, at: DateTime<Utc>, fx: &Effects) -> Result<Cluster> {
-        self.revoke_cluster(name, at, fx).await
+        certificates::revoke_cluster(self, name, at, fx).await
     }
 
     async fn revoked_after(&self, after: i64) -> Result<Vec<RevokedCertificate>> {
-        self.revoked_after(after).await
+        certificates::revoked_after(self, after).await
     }
 
     async fn set_connection_state(
@@ -98,12 +96,11 @@ impl LinkStore for SqlStore {
         last_seen: DateTime<Utc>,
         hello: Option<(&str, &[String])>,
     ) -> Result<()> {
-        self.set_connection_state(cluster_id, state, last_seen, hello)
-            .await
+        connection::set_connection_state(self, cluster_id, state, last_seen, hello).await
     }
 
     async fn mark_stale_offline(&self, before: DateTime<Utc>) -> Result<u64> {
-        self.mark_stale_offline(before).await
+        connection::mark_stale_offline(self, before).await
     }
 
     async fn outbox_put(
@@ -114,8 +111,7 @@ impl LinkStore for SqlStore {
         generation: i64,
         spec: &str,
     ) -> Result<Option<i64>> {
-        self.outbox_put(cluster_id, target, kind, generation, spec)
-            .await
+        outbox::outbox_put(self, cluster_id, target, kind, generation, spec).await
     }
 
     async fn outbox_pending(
@@ -124,7 +120,7 @@ impl LinkStore for SqlStore {
         after_sequence: i64,
         limit: i64,
     ) -> Result<Vec<OutboxItem>> {
-        self.outbox_pending(cluster_id, after_sequence, limit).await
+        outbox::outbox_pending(self, cluster_id, after_sequence, limit).await
     }
 
     async fn outbox_ack(
@@ -135,8 +131,7 @@ impl LinkStore for SqlStore {
         generation: i64,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        self.outbox_ack(cluster_id, sequence, target, generation, now)
-            .await
+        outbox::outbox_ack(self, cluster_id, sequence, target, generation, now).await
     }
 
     async fn outbox_ack_applied(
@@ -145,15 +140,15 @@ impl LinkStore for SqlStore {
         applied: &[(String, i64)],
         now: DateTime<Utc>,
     ) -> Result<u64> {
-        self.outbox_ack_applied(cluster_id, applied, now).await
+        outbox::outbox_ack_applied(self, cluster_id, applied, now).await
     }
 
     async fn outbox_knows_target(&self, cluster_id: &str, target: &str) -> Result<bool> {
-        self.outbox_knows_target(cluster_id, target).await
+        outbox::outbox_knows_target(self, cluster_id, target).await
     }
 
     async fn outbox_target_exists(&self, target: &str) -> Result<bool> {
-        self.outbox_target_exists(target).await
+        outbox::outbox_target_exists(self, target).await
     }
 
     async fn outbox_latest_generation(
@@ -161,19 +156,19 @@ impl LinkStore for SqlStore {
         cluster_id: &str,
         target: &str,
     ) -> Result<Option<i64>> {
-        self.outbox_latest_generation(cluster_id, target).await
+        outbox::outbox_latest_generation(self, cluster_id, target).await
     }
 
     async fn outbox_acked_latest(&self, cluster_id: &str) -> Result<Vec<(String, String, i64)>> {
-        self.outbox_acked_latest(cluster_id).await
+        outbox::outbox_acked_latest(self, cluster_id).await
     }
 
     async fn outbox_resend(&self, cluster_id: &str, targets: &[String]) -> Result<Vec<i64>> {
-        self.outbox_resend(cluster_id, targets).await
+        outbox::outbox_resend(self, cluster_id, targets).await
     }
 
     async fn outbox_summary(&self) -> Result<Vec<OutboxSummary>> {
-        self.outbox_summary().await
+        outbox::outbox_summary(self).await
     }
 
     async fn put_report(
@@ -185,12 +180,11 @@ impl LinkStore for SqlStore {
         body: &serde_json::Value,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        self.put_report(cluster_id, target, kind, generation, body, now)
-            .await
+        reports::put_report(self, cluster_id, target, kind, generation, body, now).await
     }
 
     async fn list_reports(&self, cluster_id: &str) -> Result<Vec<SpokeReport>> {
-        self.list_reports(cluster_id).await
+        reports::list_reports(self, cluster_id).await
     }
 
     async fn target_reports(
@@ -198,7 +192,7 @@ impl LinkStore for SqlStore {
         target: &str,
         kind: &str,
     ) -> Result<Vec<(String, Option<SpokeReport>)>> {
-        self.target_reports(target, kind).await
+        reports::target_reports(self, target, kind).await
     }
 
     async fn get_report(
@@ -207,7 +201,7 @@ impl LinkStore for SqlStore {
         target: &str,
         kind: &str,
     ) -> Result<Option<SpokeReport>> {
-        self.get_report(cluster_id, target, kind).await
+        reports::get_report(self, cluster_id, target, kind).await
     }
 }
 

@@ -16,225 +16,227 @@ use crate::store::{Effects, NewAgent, Result, StoreError};
 const AGENT_COLS: &str = "a.id, n.name AS namespace, a.name, a.spec, a.desired_state, \
      a.active_revision, a.latest_revision, a.version, a.created_at, a.updated_at";
 
-impl SqlStore {
-    pub(super) async fn fetch_agent(&self, namespace: &str, name: &str) -> Result<Agent> {
-        let sql = format!(
-            "SELECT {AGENT_COLS} FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
-             WHERE n.name = $1 AND a.name = $2 AND a.deleted_at IS NULL"
-        );
-        let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(namespace.to_owned())
-            .bind(name.to_owned())
-            .fetch_optional(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?
-            .ok_or_else(|| not_found("agent", name))?;
-        agent_from_row(&row)
-    }
-
-    pub(super) async fn create_agent(&self, agent: &NewAgent, fx: &Effects) -> Result<Agent> {
-        let now = Utc::now();
-        let mut tx = self.begin().await?;
-        let ns_id = self.namespace_id(&mut tx, &agent.namespace).await?;
-        let kept = sqlx::query(
-            "SELECT 1 FROM agents WHERE namespace_id = $1 AND name = $2 AND deleted_at IS NOT NULL",
-        )
-        .bind(ns_id.clone())
-        .bind(agent.name.clone())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?;
-        if kept.is_some() {
-            return Err(StoreError::FailedPrecondition(format!(
-                "agent name {:?} belongs to a deleted Agent whose revision history is kept: \
-                 choose another name",
-                agent.name
-            )));
-        }
-        sqlx::query(
-            "INSERT INTO agents (id, namespace_id, name, spec, desired_state, active_revision, \
-             latest_revision, version, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, NULL, NULL, 1, $6, $6)",
-        )
-        .bind(Uuid::now_v7().to_string())
-        .bind(ns_id)
-        .bind(agent.name.clone())
-        .bind(to_json(&agent.spec)?)
-        .bind(DesiredState::Stopped.as_str())
-        .bind(ms(now))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.exists_or(e, "agent", &agent.name))?;
-        self.write_effects(&mut tx, fx, now).await?;
-        self.commit_effects(tx, fx).await?;
-        self.fetch_agent(&agent.namespace, &agent.name).await
-    }
-
-    pub(super) async fn list_agents(&self, namespace: &str) -> Result<Vec<Agent>> {
-        let sql = format!(
-            "SELECT {AGENT_COLS} FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
-             WHERE n.name = $1 AND a.deleted_at IS NULL ORDER BY a.name"
-        );
-        let rows = sqlx::query(AssertSqlSafe(sql))
-            .bind(namespace.to_owned())
-            .fetch_all(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?;
-        rows.iter().map(agent_from_row).collect()
-    }
-
-    pub(super) async fn update_agent(
-        &self,
-        namespace: &str,
-        name: &str,
-        spec: &AgentSpec,
-        expected_version: i64,
-        fx: &Effects,
-    ) -> Result<Agent> {
-        let now = Utc::now();
-        let mut tx = self.begin().await?;
-        let ns_id = self.namespace_id(&mut tx, namespace).await?;
-        let updated = sqlx::query(
-            "UPDATE agents SET spec = $1, version = version + 1, updated_at = $2 \
-             WHERE namespace_id = $3 AND name = $4 AND version = $5 AND deleted_at IS NULL",
-        )
-        .bind(to_json(spec)?)
-        .bind(ms(now))
-        .bind(ns_id.clone())
+pub(super) async fn get_agent(store: &SqlStore, namespace: &str, name: &str) -> Result<Agent> {
+    let sql = format!(
+        "SELECT {AGENT_COLS} FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
+         WHERE n.name = $1 AND a.name = $2 AND a.deleted_at IS NULL"
+    );
+    let row = sqlx::query(AssertSqlSafe(sql))
+        .bind(namespace.to_owned())
         .bind(name.to_owned())
-        .bind(expected_version)
-        .execute(&mut *tx)
+        .fetch_optional(store.reader())
         .await
-        .map_err(|e| self.classify(e))?
-        .rows_affected();
-        if updated == 0 {
-            return Err(self
-                .stale_or_missing(&mut tx, "agents", "agent", ns_id, name, expected_version)
-                .await);
-        }
-        self.write_effects(&mut tx, fx, now).await?;
-        self.commit_effects(tx, fx).await?;
-        self.fetch_agent(namespace, name).await
-    }
-
-    pub(super) async fn delete_agent(
-        &self,
-        namespace: &str,
-        name: &str,
-        fx: &Effects,
-    ) -> Result<()> {
-        let now = Utc::now();
-        let mut tx = self.begin().await?;
-        let ns_id = self.namespace_id(&mut tx, namespace).await?;
-        let row = sqlx::query(
-            "SELECT id, desired_state FROM agents \
-             WHERE namespace_id = $1 AND name = $2 AND deleted_at IS NULL",
-        )
-        .bind(ns_id)
-        .bind(name.to_owned())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?
+        .map_err(|e| store.classify(e))?
         .ok_or_else(|| not_found("agent", name))?;
-        if row.get::<String, _>(1) == DesiredState::Running.as_str() {
-            return Err(StoreError::FailedPrecondition(format!(
-                "agent {name:?} is running; stop it before deleting it"
-            )));
-        }
-        let id: String = row.get(0);
-        // The Agent's revision history stays (marked deleted; its name stays
-        // taken); its secrets do not: managed credentials, the revisions'
-        // sealed snapshots and the Gateways' transport credentials go now.
-        for sql in [
-            "DELETE FROM agent_credentials WHERE agent_id = $1",
-            "DELETE FROM revision_credentials WHERE revision_id IN \
-             (SELECT id FROM agent_revisions WHERE agent_id = $1)",
-            "DELETE FROM gateway_transport WHERE revision_id IN \
-             (SELECT id FROM agent_revisions WHERE agent_id = $1)",
-        ] {
-            sqlx::query(sql)
-                .bind(id.clone())
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| self.classify(e))?;
-        }
-        sqlx::query(
-            "UPDATE agents SET deleted_at = $1, active_revision = NULL, updated_at = $1 \
-             WHERE id = $2",
-        )
-        .bind(ms(now))
-        .bind(id)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?;
-        self.write_effects(&mut tx, fx, now).await?;
-        self.commit_effects(tx, fx).await
-    }
+    agent_from_row(&row)
+}
 
-    pub(super) async fn set_desired_state(
-        &self,
-        namespace: &str,
-        name: &str,
-        state: DesiredState,
-        fx: &Effects,
-    ) -> Result<Agent> {
-        let now = Utc::now();
-        let mut tx = self.begin().await?;
-        let ns_id = self.namespace_id(&mut tx, namespace).await?;
-        let updated = sqlx::query(
-            "UPDATE agents SET desired_state = $1, updated_at = $2 \
-             WHERE namespace_id = $3 AND name = $4 AND deleted_at IS NULL",
-        )
-        .bind(state.as_str())
-        .bind(ms(now))
-        .bind(ns_id)
-        .bind(name.to_owned())
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?
-        .rows_affected();
-        if updated == 0 {
-            return Err(not_found("agent", name));
-        }
-        self.write_effects(&mut tx, fx, now).await?;
-        self.commit_effects(tx, fx).await?;
-        self.fetch_agent(namespace, name).await
+pub(super) async fn create_agent(
+    store: &SqlStore,
+    agent: &NewAgent,
+    fx: &Effects,
+) -> Result<Agent> {
+    let now = Utc::now();
+    let mut tx = store.begin().await?;
+    let ns_id = store.namespace_id(&mut tx, &agent.namespace).await?;
+    let kept = sqlx::query(
+        "SELECT 1 FROM agents WHERE namespace_id = $1 AND name = $2 AND deleted_at IS NOT NULL",
+    )
+    .bind(ns_id.clone())
+    .bind(agent.name.clone())
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(|e| store.classify(e))?;
+    if kept.is_some() {
+        return Err(StoreError::FailedPrecondition(format!(
+            "agent name {:?} belongs to a deleted Agent whose revision history is kept: \
+             choose another name",
+            agent.name
+        )));
     }
+    sqlx::query(
+        "INSERT INTO agents (id, namespace_id, name, spec, desired_state, active_revision, \
+         latest_revision, version, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, NULL, NULL, 1, $6, $6)",
+    )
+    .bind(Uuid::now_v7().to_string())
+    .bind(ns_id)
+    .bind(agent.name.clone())
+    .bind(to_json(&agent.spec)?)
+    .bind(DesiredState::Stopped.as_str())
+    .bind(ms(now))
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| store.exists_or(e, "agent", &agent.name))?;
+    store.write_effects(&mut tx, fx, now).await?;
+    store.commit_effects(tx, fx).await?;
+    get_agent(store, &agent.namespace, &agent.name).await
+}
 
-    pub(super) async fn begin_agent_pass(
-        &self,
-        agent_id: &str,
-        holder: &str,
-        now: DateTime<Utc>,
-        until: DateTime<Utc>,
-    ) -> Result<bool> {
-        let taken = sqlx::query(
-            "UPDATE agents SET pass_holder = $1, pass_expires_at = $2 WHERE id = $3 AND \
-             (pass_holder IS NULL OR pass_holder = $1 OR pass_expires_at <= $4)",
-        )
-        .bind(holder.to_owned())
-        .bind(ms(until))
-        .bind(agent_id.to_owned())
-        .bind(ms(now))
-        .execute(&self.pool)
+pub(super) async fn list_agents(store: &SqlStore, namespace: &str) -> Result<Vec<Agent>> {
+    let sql = format!(
+        "SELECT {AGENT_COLS} FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
+         WHERE n.name = $1 AND a.deleted_at IS NULL ORDER BY a.name"
+    );
+    let rows = sqlx::query(AssertSqlSafe(sql))
+        .bind(namespace.to_owned())
+        .fetch_all(store.reader())
         .await
-        .map_err(|e| self.classify(e))?
-        .rows_affected();
-        Ok(taken == 1)
-    }
+        .map_err(|e| store.classify(e))?;
+    rows.iter().map(agent_from_row).collect()
+}
 
-    pub(super) async fn end_agent_pass(&self, agent_id: &str, holder: &str) -> Result<()> {
-        sqlx::query(
-            "UPDATE agents SET pass_holder = NULL, pass_expires_at = NULL \
-             WHERE id = $1 AND pass_holder = $2",
-        )
-        .bind(agent_id.to_owned())
-        .bind(holder.to_owned())
-        .execute(&self.pool)
-        .await
-        .map_err(|e| self.classify(e))?;
-        Ok(())
+pub(super) async fn update_agent(
+    store: &SqlStore,
+    namespace: &str,
+    name: &str,
+    spec: &AgentSpec,
+    expected_version: i64,
+    fx: &Effects,
+) -> Result<Agent> {
+    let now = Utc::now();
+    let mut tx = store.begin().await?;
+    let ns_id = store.namespace_id(&mut tx, namespace).await?;
+    let updated = sqlx::query(
+        "UPDATE agents SET spec = $1, version = version + 1, updated_at = $2 \
+         WHERE namespace_id = $3 AND name = $4 AND version = $5 AND deleted_at IS NULL",
+    )
+    .bind(to_json(spec)?)
+    .bind(ms(now))
+    .bind(ns_id.clone())
+    .bind(name.to_owned())
+    .bind(expected_version)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| store.classify(e))?
+    .rows_affected();
+    if updated == 0 {
+        return Err(store
+            .stale_or_missing(&mut tx, "agents", "agent", ns_id, name, expected_version)
+            .await);
     }
+    store.write_effects(&mut tx, fx, now).await?;
+    store.commit_effects(tx, fx).await?;
+    get_agent(store, namespace, name).await
+}
+
+pub(super) async fn delete_agent(
+    store: &SqlStore,
+    namespace: &str,
+    name: &str,
+    fx: &Effects,
+) -> Result<()> {
+    let now = Utc::now();
+    let mut tx = store.begin().await?;
+    let ns_id = store.namespace_id(&mut tx, namespace).await?;
+    let row = sqlx::query(
+        "SELECT id, desired_state FROM agents \
+         WHERE namespace_id = $1 AND name = $2 AND deleted_at IS NULL",
+    )
+    .bind(ns_id)
+    .bind(name.to_owned())
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(|e| store.classify(e))?
+    .ok_or_else(|| not_found("agent", name))?;
+    if row.get::<String, _>(1) == DesiredState::Running.as_str() {
+        return Err(StoreError::FailedPrecondition(format!(
+            "agent {name:?} is running; stop it before deleting it"
+        )));
+    }
+    let id: String = row.get(0);
+    // The Agent's revision history stays (marked deleted; its name stays
+    // taken); its secrets do not: managed credentials, the revisions'
+    // sealed snapshots and the Gateways' transport credentials go now.
+    for sql in [
+        "DELETE FROM agent_credentials WHERE agent_id = $1",
+        "DELETE FROM revision_credentials WHERE revision_id IN \
+         (SELECT id FROM agent_revisions WHERE agent_id = $1)",
+        "DELETE FROM gateway_transport WHERE revision_id IN \
+         (SELECT id FROM agent_revisions WHERE agent_id = $1)",
+    ] {
+        sqlx::query(sql)
+            .bind(id.clone())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| store.classify(e))?;
+    }
+    sqlx::query(
+        "UPDATE agents SET deleted_at = $1, active_revision = NULL, updated_at = $1 \
+         WHERE id = $2",
+    )
+    .bind(ms(now))
+    .bind(id)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| store.classify(e))?;
+    store.write_effects(&mut tx, fx, now).await?;
+    store.commit_effects(tx, fx).await
+}
+
+pub(super) async fn set_desired_state(
+    store: &SqlStore,
+    namespace: &str,
+    name: &str,
+    state: DesiredState,
+    fx: &Effects,
+) -> Result<Agent> {
+    let now = Utc::now();
+    let mut tx = store.begin().await?;
+    let ns_id = store.namespace_id(&mut tx, namespace).await?;
+    let updated = sqlx::query(
+        "UPDATE agents SET desired_state = $1, updated_at = $2 \
+         WHERE namespace_id = $3 AND name = $4 AND deleted_at IS NULL",
+    )
+    .bind(state.as_str())
+    .bind(ms(now))
+    .bind(ns_id)
+    .bind(name.to_owned())
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| store.classify(e))?
+    .rows_affected();
+    if updated == 0 {
+        return Err(not_found("agent", name));
+    }
+    store.write_effects(&mut tx, fx, now).await?;
+    store.commit_effects(tx, fx).await?;
+    get_agent(store, namespace, name).await
+}
+
+pub(super) async fn begin_agent_pass(
+    store: &SqlStore,
+    agent_id: &str,
+    holder: &str,
+    now: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Result<bool> {
+    let taken = sqlx::query(
+        "UPDATE agents SET pass_holder = $1, pass_expires_at = $2 WHERE id = $3 AND \
+         (pass_holder IS NULL OR pass_holder = $1 OR pass_expires_at <= $4)",
+    )
+    .bind(holder.to_owned())
+    .bind(ms(until))
+    .bind(agent_id.to_owned())
+    .bind(ms(now))
+    .execute(&store.pool)
+    .await
+    .map_err(|e| store.classify(e))?
+    .rows_affected();
+    Ok(taken == 1)
+}
+
+pub(super) async fn end_agent_pass(store: &SqlStore, agent_id: &str, holder: &str) -> Result<()> {
+    sqlx::query(
+        "UPDATE agents SET pass_holder = NULL, pass_expires_at = NULL \
+         WHERE id = $1 AND pass_holder = $2",
+    )
+    .bind(agent_id.to_owned())
+    .bind(holder.to_owned())
+    .execute(&store.pool)
+    .await
+    .map_err(|e| store.classify(e))?;
+    Ok(())
 }
 
 fn agent_from_row(r: &AnyRow) -> Result<Agent> {

@@ -16,50 +16,48 @@ use crate::store::{ClusterRecord, Result};
 pub(in crate::store) const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
      connection_state, last_seen, version, created_at";
 
-impl SqlStore {
-    pub(super) async fn upsert_cluster(&self, c: &ClusterRecord) -> Result<Cluster> {
-        let now = Utc::now();
-        let sql = format!(
-            "INSERT INTO clusters ({CLUSTER_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             ON CONFLICT (name) DO UPDATE SET labels = $3, capabilities = $4, \
-             certificate_serials = $5, connection_state = $6, last_seen = $7, version = $8 \
-             RETURNING {CLUSTER_COLS}"
-        );
-        let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(Uuid::now_v7().to_string())
-            .bind(c.name.clone())
-            .bind(to_json(&c.labels)?)
-            .bind(to_json(&c.capabilities)?)
-            .bind(to_json(&c.certificate_serials)?)
-            .bind(c.connection_state.as_str())
-            .bind(c.last_seen.map(ms))
-            .bind(c.version.clone())
-            .bind(ms(now))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.classify(e))?;
-        cluster_from_row(&row)
-    }
+pub(super) async fn upsert_cluster(store: &SqlStore, c: &ClusterRecord) -> Result<Cluster> {
+    let now = Utc::now();
+    let sql = format!(
+        "INSERT INTO clusters ({CLUSTER_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+         ON CONFLICT (name) DO UPDATE SET labels = $3, capabilities = $4, \
+         certificate_serials = $5, connection_state = $6, last_seen = $7, version = $8 \
+         RETURNING {CLUSTER_COLS}"
+    );
+    let row = sqlx::query(AssertSqlSafe(sql))
+        .bind(Uuid::now_v7().to_string())
+        .bind(c.name.clone())
+        .bind(to_json(&c.labels)?)
+        .bind(to_json(&c.capabilities)?)
+        .bind(to_json(&c.certificate_serials)?)
+        .bind(c.connection_state.as_str())
+        .bind(c.last_seen.map(ms))
+        .bind(c.version.clone())
+        .bind(ms(now))
+        .fetch_one(&store.pool)
+        .await
+        .map_err(|e| store.classify(e))?;
+    cluster_from_row(&row)
+}
 
-    pub(super) async fn list_clusters(&self) -> Result<Vec<Cluster>> {
-        let sql = format!("SELECT {CLUSTER_COLS} FROM clusters ORDER BY name");
-        let rows = sqlx::query(AssertSqlSafe(sql))
-            .fetch_all(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?;
-        rows.iter().map(cluster_from_row).collect()
-    }
+pub(super) async fn list_clusters(store: &SqlStore) -> Result<Vec<Cluster>> {
+    let sql = format!("SELECT {CLUSTER_COLS} FROM clusters ORDER BY name");
+    let rows = sqlx::query(AssertSqlSafe(sql))
+        .fetch_all(store.reader())
+        .await
+        .map_err(|e| store.classify(e))?;
+    rows.iter().map(cluster_from_row).collect()
+}
 
-    pub(super) async fn get_cluster(&self, name: &str) -> Result<Cluster> {
-        let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE name = $1");
-        let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(name.to_owned())
-            .fetch_optional(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?
-            .ok_or_else(|| not_found("cluster", name))?;
-        cluster_from_row(&row)
-    }
+pub(super) async fn get_cluster(store: &SqlStore, name: &str) -> Result<Cluster> {
+    let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE name = $1");
+    let row = sqlx::query(AssertSqlSafe(sql))
+        .bind(name.to_owned())
+        .fetch_optional(store.reader())
+        .await
+        .map_err(|e| store.classify(e))?
+        .ok_or_else(|| not_found("cluster", name))?;
+    cluster_from_row(&row)
 }
 
 pub(in crate::store) fn cluster_from_row(r: &AnyRow) -> Result<Cluster> {

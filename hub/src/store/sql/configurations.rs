@@ -16,130 +16,130 @@ use crate::store::{Effects, Result};
 const CONFIG_COLS: &str =
     "c.id, n.name AS namespace, c.name, c.data, c.version, c.created_at, c.updated_at";
 
-impl SqlStore {
-    pub(super) async fn create_configuration(
-        &self,
-        namespace: &str,
-        name: &str,
-        data: &serde_json::Value,
-        fx: &Effects,
-    ) -> Result<Configuration> {
-        let now = Utc::now();
-        let mut tx = self.begin().await?;
-        let ns_id = self.namespace_id(&mut tx, namespace).await?;
-        sqlx::query(
-            "INSERT INTO configurations (id, namespace_id, name, data, version, created_at, \
-             updated_at) VALUES ($1, $2, $3, $4, 1, $5, $5)",
-        )
-        .bind(Uuid::now_v7().to_string())
+pub(super) async fn create_configuration(
+    store: &SqlStore,
+    namespace: &str,
+    name: &str,
+    data: &serde_json::Value,
+    fx: &Effects,
+) -> Result<Configuration> {
+    let now = Utc::now();
+    let mut tx = store.begin().await?;
+    let ns_id = store.namespace_id(&mut tx, namespace).await?;
+    sqlx::query(
+        "INSERT INTO configurations (id, namespace_id, name, data, version, created_at, \
+         updated_at) VALUES ($1, $2, $3, $4, 1, $5, $5)",
+    )
+    .bind(Uuid::now_v7().to_string())
+    .bind(ns_id)
+    .bind(name.to_owned())
+    .bind(data.to_string())
+    .bind(ms(now))
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| store.exists_or(e, "configuration", name))?;
+    store.write_effects(&mut tx, fx, now).await?;
+    store.commit_effects(tx, fx).await?;
+    get_configuration(store, namespace, name).await
+}
+
+pub(super) async fn get_configuration(
+    store: &SqlStore,
+    namespace: &str,
+    name: &str,
+) -> Result<Configuration> {
+    let sql = format!(
+        "SELECT {CONFIG_COLS} FROM configurations c JOIN namespaces n ON n.id = c.namespace_id \
+         WHERE n.name = $1 AND c.name = $2"
+    );
+    let row = sqlx::query(AssertSqlSafe(sql))
+        .bind(namespace.to_owned())
+        .bind(name.to_owned())
+        .fetch_optional(store.reader())
+        .await
+        .map_err(|e| store.classify(e))?
+        .ok_or_else(|| not_found("configuration", name))?;
+    configuration_from_row(&row)
+}
+
+pub(super) async fn list_configurations(
+    store: &SqlStore,
+    namespace: &str,
+) -> Result<Vec<Configuration>> {
+    let sql = format!(
+        "SELECT {CONFIG_COLS} FROM configurations c JOIN namespaces n ON n.id = c.namespace_id \
+         WHERE n.name = $1 ORDER BY c.name"
+    );
+    let rows = sqlx::query(AssertSqlSafe(sql))
+        .bind(namespace.to_owned())
+        .fetch_all(store.reader())
+        .await
+        .map_err(|e| store.classify(e))?;
+    rows.iter().map(configuration_from_row).collect()
+}
+
+pub(super) async fn update_configuration(
+    store: &SqlStore,
+    namespace: &str,
+    name: &str,
+    data: &serde_json::Value,
+    expected_version: i64,
+    fx: &Effects,
+) -> Result<Configuration> {
+    let now = Utc::now();
+    let mut tx = store.begin().await?;
+    let ns_id = store.namespace_id(&mut tx, namespace).await?;
+    let updated = sqlx::query(
+        "UPDATE configurations SET data = $1, version = version + 1, updated_at = $2 \
+         WHERE namespace_id = $3 AND name = $4 AND version = $5",
+    )
+    .bind(data.to_string())
+    .bind(ms(now))
+    .bind(ns_id.clone())
+    .bind(name.to_owned())
+    .bind(expected_version)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| store.classify(e))?
+    .rows_affected();
+    if updated == 0 {
+        return Err(store
+            .stale_or_missing(
+                &mut tx,
+                "configurations",
+                "configuration",
+                ns_id,
+                name,
+                expected_version,
+            )
+            .await);
+    }
+    store.write_effects(&mut tx, fx, now).await?;
+    store.commit_effects(tx, fx).await?;
+    get_configuration(store, namespace, name).await
+}
+
+pub(super) async fn delete_configuration(
+    store: &SqlStore,
+    namespace: &str,
+    name: &str,
+    fx: &Effects,
+) -> Result<()> {
+    let now = Utc::now();
+    let mut tx = store.begin().await?;
+    let ns_id = store.namespace_id(&mut tx, namespace).await?;
+    let deleted = sqlx::query("DELETE FROM configurations WHERE namespace_id = $1 AND name = $2")
         .bind(ns_id)
         .bind(name.to_owned())
-        .bind(data.to_string())
-        .bind(ms(now))
         .execute(&mut *tx)
         .await
-        .map_err(|e| self.exists_or(e, "configuration", name))?;
-        self.write_effects(&mut tx, fx, now).await?;
-        self.commit_effects(tx, fx).await?;
-        self.get_configuration(namespace, name).await
-    }
-
-    pub(super) async fn get_configuration(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Configuration> {
-        let sql = format!(
-            "SELECT {CONFIG_COLS} FROM configurations c JOIN namespaces n ON n.id = c.namespace_id \
-             WHERE n.name = $1 AND c.name = $2"
-        );
-        let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(namespace.to_owned())
-            .bind(name.to_owned())
-            .fetch_optional(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?
-            .ok_or_else(|| not_found("configuration", name))?;
-        configuration_from_row(&row)
-    }
-
-    pub(super) async fn list_configurations(&self, namespace: &str) -> Result<Vec<Configuration>> {
-        let sql = format!(
-            "SELECT {CONFIG_COLS} FROM configurations c JOIN namespaces n ON n.id = c.namespace_id \
-             WHERE n.name = $1 ORDER BY c.name"
-        );
-        let rows = sqlx::query(AssertSqlSafe(sql))
-            .bind(namespace.to_owned())
-            .fetch_all(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?;
-        rows.iter().map(configuration_from_row).collect()
-    }
-
-    pub(super) async fn update_configuration(
-        &self,
-        namespace: &str,
-        name: &str,
-        data: &serde_json::Value,
-        expected_version: i64,
-        fx: &Effects,
-    ) -> Result<Configuration> {
-        let now = Utc::now();
-        let mut tx = self.begin().await?;
-        let ns_id = self.namespace_id(&mut tx, namespace).await?;
-        let updated = sqlx::query(
-            "UPDATE configurations SET data = $1, version = version + 1, updated_at = $2 \
-             WHERE namespace_id = $3 AND name = $4 AND version = $5",
-        )
-        .bind(data.to_string())
-        .bind(ms(now))
-        .bind(ns_id.clone())
-        .bind(name.to_owned())
-        .bind(expected_version)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?
+        .map_err(|e| store.classify(e))?
         .rows_affected();
-        if updated == 0 {
-            return Err(self
-                .stale_or_missing(
-                    &mut tx,
-                    "configurations",
-                    "configuration",
-                    ns_id,
-                    name,
-                    expected_version,
-                )
-                .await);
-        }
-        self.write_effects(&mut tx, fx, now).await?;
-        self.commit_effects(tx, fx).await?;
-        self.get_configuration(namespace, name).await
+    if deleted == 0 {
+        return Err(not_found("configuration", name));
     }
-
-    pub(super) async fn delete_configuration(
-        &self,
-        namespace: &str,
-        name: &str,
-        fx: &Effects,
-    ) -> Result<()> {
-        let now = Utc::now();
-        let mut tx = self.begin().await?;
-        let ns_id = self.namespace_id(&mut tx, namespace).await?;
-        let deleted =
-            sqlx::query("DELETE FROM configurations WHERE namespace_id = $1 AND name = $2")
-                .bind(ns_id)
-                .bind(name.to_owned())
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| self.classify(e))?
-                .rows_affected();
-        if deleted == 0 {
-            return Err(not_found("configuration", name));
-        }
-        self.write_effects(&mut tx, fx, now).await?;
-        self.commit_effects(tx, fx).await
-    }
+    store.write_effects(&mut tx, fx, now).await?;
+    store.commit_effects(tx, fx).await
 }
 
 fn configuration_from_row(r: &AnyRow) -> Result<Configuration> {

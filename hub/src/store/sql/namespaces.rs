@@ -15,184 +15,184 @@ use crate::store::{Effects, NewNamespace, Result, StoreError};
 const NAMESPACE_COLS: &str = "id, name, display_name, data_plane_namespace, adopted, state, \
      provisioned_at, state_reason, version, created_at, updated_at";
 
-impl SqlStore {
-    pub(super) async fn create_namespace(
-        &self,
-        ns: &NewNamespace,
-        fx: &Effects,
-    ) -> Result<Namespace> {
-        let now = Utc::now();
-        let mut tx = self.begin().await?;
-        sqlx::query(
-            "INSERT INTO namespaces (id, name, display_name, data_plane_namespace, adopted, \
-             state, provisioned_at, version, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, NULL, 1, $7, $7)",
-        )
-        .bind(ns.id.clone())
-        .bind(ns.name.clone())
-        .bind(ns.display_name.clone())
-        .bind(ns.data_plane_namespace.clone())
-        .bind(i64::from(ns.adopted))
-        .bind(NamespaceState::Pending.as_str())
-        .bind(ms(now))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| {
-            if is_unique_violation(&e) {
-                StoreError::AlreadyExists {
-                    kind: "namespace",
-                    name: ns.name.clone(),
-                }
-            } else {
-                self.classify(e)
+pub(super) async fn create_namespace(
+    store: &SqlStore,
+    ns: &NewNamespace,
+    fx: &Effects,
+) -> Result<Namespace> {
+    let now = Utc::now();
+    let mut tx = store.begin().await?;
+    sqlx::query(
+        "INSERT INTO namespaces (id, name, display_name, data_plane_namespace, adopted, \
+         state, provisioned_at, version, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, NULL, 1, $7, $7)",
+    )
+    .bind(ns.id.clone())
+    .bind(ns.name.clone())
+    .bind(ns.display_name.clone())
+    .bind(ns.data_plane_namespace.clone())
+    .bind(i64::from(ns.adopted))
+    .bind(NamespaceState::Pending.as_str())
+    .bind(ms(now))
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| {
+        if is_unique_violation(&e) {
+            StoreError::AlreadyExists {
+                kind: "namespace",
+                name: ns.name.clone(),
             }
-        })?;
-        self.write_effects(&mut tx, fx, now).await?;
-        self.commit_effects(tx, fx).await?;
-        self.get_namespace(&ns.name).await
-    }
-
-    pub(super) async fn get_namespace(&self, name: &str) -> Result<Namespace> {
-        let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE name = $1");
-        let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(name.to_owned())
-            .fetch_optional(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?
-            .ok_or_else(|| not_found("namespace", name))?;
-        namespace_from_row(&row)
-    }
-
-    pub(super) async fn get_namespace_by_id(&self, id: &str) -> Result<Namespace> {
-        let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE id = $1");
-        let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(id.to_owned())
-            .fetch_optional(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?
-            .ok_or_else(|| not_found("namespace", id))?;
-        namespace_from_row(&row)
-    }
-
-    pub(super) async fn list_namespaces(&self, only: Option<&str>) -> Result<Vec<Namespace>> {
-        let rows = match only {
-            Some(name) => {
-                let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE name = $1");
-                sqlx::query(AssertSqlSafe(sql))
-                    .bind(name.to_owned())
-                    .fetch_all(self.reader())
-                    .await
-            }
-            None => {
-                let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces ORDER BY name");
-                sqlx::query(AssertSqlSafe(sql))
-                    .fetch_all(self.reader())
-                    .await
-            }
+        } else {
+            store.classify(e)
         }
-        .map_err(|e| self.classify(e))?;
-        rows.iter().map(namespace_from_row).collect()
-    }
+    })?;
+    store.write_effects(&mut tx, fx, now).await?;
+    store.commit_effects(tx, fx).await?;
+    get_namespace(store, &ns.name).await
+}
 
-    pub(super) async fn delete_namespace(&self, name: &str, fx: &Effects) -> Result<()> {
-        let now = Utc::now();
-        let mut tx = self.begin().await?;
-        let id = self.namespace_id(&mut tx, name).await?;
-        let agents: i64 = sqlx::query(
-            "SELECT COUNT(*) FROM agents WHERE namespace_id = $1 AND deleted_at IS NULL",
-        )
-        .bind(id.clone())
-        .fetch_one(&mut *tx)
+pub(super) async fn get_namespace(store: &SqlStore, name: &str) -> Result<Namespace> {
+    let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE name = $1");
+    let row = sqlx::query(AssertSqlSafe(sql))
+        .bind(name.to_owned())
+        .fetch_optional(store.reader())
         .await
-        .map_err(|e| self.classify(e))?
-        .get(0);
-        if agents > 0 {
-            return Err(StoreError::FailedPrecondition(format!(
-                "namespace {name:?} still has {agents} agent(s); delete them first"
-            )));
-        }
-        // Deleted Agents' history lives as long as its tenant.
-        for sql in [
-            "DELETE FROM gateway_transport WHERE revision_id IN (SELECT r.id FROM agent_revisions r \
-             JOIN agents a ON a.id = r.agent_id WHERE a.namespace_id = $1)",
-            "DELETE FROM revision_credentials WHERE revision_id IN (SELECT r.id FROM agent_revisions r \
-             JOIN agents a ON a.id = r.agent_id WHERE a.namespace_id = $1)",
-            "DELETE FROM idempotency_keys WHERE namespace_id = $1",
-            "DELETE FROM agent_revisions WHERE agent_id IN \
-             (SELECT id FROM agents WHERE namespace_id = $1)",
-            "DELETE FROM agent_credentials WHERE agent_id IN \
-             (SELECT id FROM agents WHERE namespace_id = $1)",
-            "DELETE FROM agents WHERE namespace_id = $1",
-        ] {
-            sqlx::query(sql)
-                .bind(id.clone())
-                .execute(&mut *tx)
+        .map_err(|e| store.classify(e))?
+        .ok_or_else(|| not_found("namespace", name))?;
+    namespace_from_row(&row)
+}
+
+pub(super) async fn get_namespace_by_id(store: &SqlStore, id: &str) -> Result<Namespace> {
+    let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE id = $1");
+    let row = sqlx::query(AssertSqlSafe(sql))
+        .bind(id.to_owned())
+        .fetch_optional(store.reader())
+        .await
+        .map_err(|e| store.classify(e))?
+        .ok_or_else(|| not_found("namespace", id))?;
+    namespace_from_row(&row)
+}
+
+pub(super) async fn list_namespaces(
+    store: &SqlStore,
+    only: Option<&str>,
+) -> Result<Vec<Namespace>> {
+    let rows = match only {
+        Some(name) => {
+            let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE name = $1");
+            sqlx::query(AssertSqlSafe(sql))
+                .bind(name.to_owned())
+                .fetch_all(store.reader())
                 .await
-                .map_err(|e| self.classify(e))?;
         }
-        for table in ["configurations", "idempotency_keys", "api_tokens"] {
-            sqlx::query(AssertSqlSafe(format!(
-                "DELETE FROM {table} WHERE namespace_id = $1"
-            )))
+        None => {
+            let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces ORDER BY name");
+            sqlx::query(AssertSqlSafe(sql))
+                .fetch_all(store.reader())
+                .await
+        }
+    }
+    .map_err(|e| store.classify(e))?;
+    rows.iter().map(namespace_from_row).collect()
+}
+
+pub(super) async fn delete_namespace(store: &SqlStore, name: &str, fx: &Effects) -> Result<()> {
+    let now = Utc::now();
+    let mut tx = store.begin().await?;
+    let id = store.namespace_id(&mut tx, name).await?;
+    let agents: i64 =
+        sqlx::query("SELECT COUNT(*) FROM agents WHERE namespace_id = $1 AND deleted_at IS NULL")
+            .bind(id.clone())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| store.classify(e))?
+            .get(0);
+    if agents > 0 {
+        return Err(StoreError::FailedPrecondition(format!(
+            "namespace {name:?} still has {agents} agent(s); delete them first"
+        )));
+    }
+    // Deleted Agents' history lives as long as its tenant.
+    for sql in [
+        "DELETE FROM gateway_transport WHERE revision_id IN (SELECT r.id FROM agent_revisions r \
+         JOIN agents a ON a.id = r.agent_id WHERE a.namespace_id = $1)",
+        "DELETE FROM revision_credentials WHERE revision_id IN (SELECT r.id FROM agent_revisions r \
+         JOIN agents a ON a.id = r.agent_id WHERE a.namespace_id = $1)",
+        "DELETE FROM idempotency_keys WHERE namespace_id = $1",
+        "DELETE FROM agent_revisions WHERE agent_id IN \
+         (SELECT id FROM agents WHERE namespace_id = $1)",
+        "DELETE FROM agent_credentials WHERE agent_id IN \
+         (SELECT id FROM agents WHERE namespace_id = $1)",
+        "DELETE FROM agents WHERE namespace_id = $1",
+    ] {
+        sqlx::query(sql)
             .bind(id.clone())
             .execute(&mut *tx)
             .await
-            .map_err(|e| self.classify(e))?;
-        }
-        sqlx::query("DELETE FROM namespaces WHERE id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?;
-        self.write_effects(&mut tx, fx, now).await?;
-        self.commit_effects(tx, fx).await
+            .map_err(|e| store.classify(e))?;
     }
-
-    pub(super) async fn set_namespace_state(
-        &self,
-        id: &str,
-        state: NamespaceState,
-        reason: Option<&str>,
-        fx: &Effects,
-    ) -> Result<Namespace> {
-        let now = Utc::now();
-        let mut tx = self.begin().await?;
-        let updated = sqlx::query(
-            "UPDATE namespaces SET state = $1, state_reason = $2, updated_at = $3 WHERE id = $4",
-        )
-        .bind(state.as_str())
-        .bind(reason.map(str::to_owned))
-        .bind(ms(now))
-        .bind(id.to_owned())
+    for table in ["configurations", "idempotency_keys", "api_tokens"] {
+        sqlx::query(AssertSqlSafe(format!(
+            "DELETE FROM {table} WHERE namespace_id = $1"
+        )))
+        .bind(id.clone())
         .execute(&mut *tx)
         .await
-        .map_err(|e| self.classify(e))?
-        .rows_affected();
-        if updated == 0 {
-            return Err(not_found("namespace", id));
-        }
-        self.write_effects(&mut tx, fx, now).await?;
-        self.commit_effects(tx, fx).await?;
-        self.get_namespace_by_id(id).await
+        .map_err(|e| store.classify(e))?;
     }
-
-    pub(super) async fn mark_namespace_provisioned(
-        &self,
-        id: &str,
-        at: DateTime<Utc>,
-    ) -> Result<Namespace> {
-        sqlx::query(
-            "UPDATE namespaces SET state = $1, provisioned_at = COALESCE(provisioned_at, $2), \
-             updated_at = $2 WHERE id = $3 AND state IN ('pending', 'active')",
-        )
-        .bind(NamespaceState::Active.as_str())
-        .bind(ms(at))
-        .bind(id.to_owned())
-        .execute(&self.pool)
+    sqlx::query("DELETE FROM namespaces WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
         .await
-        .map_err(|e| self.classify(e))?;
-        self.get_namespace_by_id(id).await
+        .map_err(|e| store.classify(e))?;
+    store.write_effects(&mut tx, fx, now).await?;
+    store.commit_effects(tx, fx).await
+}
+
+pub(super) async fn set_namespace_state(
+    store: &SqlStore,
+    id: &str,
+    state: NamespaceState,
+    reason: Option<&str>,
+    fx: &Effects,
+) -> Result<Namespace> {
+    let now = Utc::now();
+    let mut tx = store.begin().await?;
+    let updated = sqlx::query(
+        "UPDATE namespaces SET state = $1, state_reason = $2, updated_at = $3 WHERE id = $4",
+    )
+    .bind(state.as_str())
+    .bind(reason.map(str::to_owned))
+    .bind(ms(now))
+    .bind(id.to_owned())
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| store.classify(e))?
+    .rows_affected();
+    if updated == 0 {
+        return Err(not_found("namespace", id));
     }
+    store.write_effects(&mut tx, fx, now).await?;
+    store.commit_effects(tx, fx).await?;
+    get_namespace_by_id(store, id).await
+}
+
+pub(super) async fn mark_namespace_provisioned(
+    store: &SqlStore,
+    id: &str,
+    at: DateTime<Utc>,
+) -> Result<Namespace> {
+    sqlx::query(
+        "UPDATE namespaces SET state = $1, provisioned_at = COALESCE(provisioned_at, $2), \
+         updated_at = $2 WHERE id = $3 AND state IN ('pending', 'active')",
+    )
+    .bind(NamespaceState::Active.as_str())
+    .bind(ms(at))
+    .bind(id.to_owned())
+    .execute(&store.pool)
+    .await
+    .map_err(|e| store.classify(e))?;
+    get_namespace_by_id(store, id).await
 }
 
 fn namespace_from_row(r: &AnyRow) -> Result<Namespace> {

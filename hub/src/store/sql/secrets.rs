@@ -7,90 +7,91 @@ use super::SqlStore;
 use super::codec::{get, ms, not_found};
 use crate::store::Result;
 
-impl SqlStore {
-    pub(super) async fn hub_secret(&self, name: &str, candidate: &str) -> Result<String> {
-        sqlx::query(
-            "INSERT INTO hub_secrets (name, value, created_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (name) DO NOTHING",
-        )
+pub(super) async fn hub_secret(store: &SqlStore, name: &str, candidate: &str) -> Result<String> {
+    sqlx::query(
+        "INSERT INTO hub_secrets (name, value, created_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (name) DO NOTHING",
+    )
+    .bind(name.to_owned())
+    .bind(candidate.to_owned())
+    .bind(ms(Utc::now()))
+    .execute(&store.pool)
+    .await
+    .map_err(|e| store.classify(e))?;
+    let row = sqlx::query("SELECT value FROM hub_secrets WHERE name = $1")
         .bind(name.to_owned())
-        .bind(candidate.to_owned())
-        .bind(ms(Utc::now()))
-        .execute(&self.pool)
+        .fetch_one(&store.pool)
         .await
-        .map_err(|e| self.classify(e))?;
-        let row = sqlx::query("SELECT value FROM hub_secrets WHERE name = $1")
-            .bind(name.to_owned())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.classify(e))?;
-        get(&row, "hub secret", "value")
-    }
+        .map_err(|e| store.classify(e))?;
+    get(&row, "hub secret", "value")
+}
 
-    pub(super) async fn replace_hub_secret(
-        &self,
-        name: &str,
-        expected: &str,
-        value: &str,
-    ) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE hub_secrets SET value = $3, created_at = $4 WHERE name = $1 AND value = $2",
-        )
-        .bind(name.to_owned())
-        .bind(expected.to_owned())
-        .bind(value.to_owned())
-        .bind(ms(Utc::now()))
-        .execute(&self.pool)
-        .await
-        .map_err(|e| self.classify(e))?;
-        Ok(done.rows_affected() == 1)
-    }
+pub(super) async fn replace_hub_secret(
+    store: &SqlStore,
+    name: &str,
+    expected: &str,
+    value: &str,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE hub_secrets SET value = $3, created_at = $4 WHERE name = $1 AND value = $2",
+    )
+    .bind(name.to_owned())
+    .bind(expected.to_owned())
+    .bind(value.to_owned())
+    .bind(ms(Utc::now()))
+    .execute(&store.pool)
+    .await
+    .map_err(|e| store.classify(e))?;
+    Ok(done.rows_affected() == 1)
+}
 
-    pub(super) async fn set_transport_token_hash(
-        &self,
-        revision_id: &str,
-        token_hash: &str,
-    ) -> Result<()> {
-        // Through the revision row, so a missing revision is "not found"
-        // rather than a foreign-key error.
-        let done = sqlx::query(
-            "INSERT INTO gateway_transport (revision_id, token_hash, created_at) \
-             SELECT id, $2, $3 FROM agent_revisions WHERE id = $1 \
-             ON CONFLICT (revision_id) DO UPDATE SET token_hash = excluded.token_hash",
-        )
+pub(super) async fn set_transport_token_hash(
+    store: &SqlStore,
+    revision_id: &str,
+    token_hash: &str,
+) -> Result<()> {
+    // Through the revision row, so a missing revision is "not found"
+    // rather than a foreign-key error.
+    let done = sqlx::query(
+        "INSERT INTO gateway_transport (revision_id, token_hash, created_at) \
+         SELECT id, $2, $3 FROM agent_revisions WHERE id = $1 \
+         ON CONFLICT (revision_id) DO UPDATE SET token_hash = excluded.token_hash",
+    )
+    .bind(revision_id.to_owned())
+    .bind(token_hash.to_owned())
+    .bind(ms(Utc::now()))
+    .execute(&store.pool)
+    .await
+    .map_err(|e| store.classify(e))?
+    .rows_affected();
+    if done == 0 {
+        return Err(not_found("revision", revision_id));
+    }
+    Ok(())
+}
+
+pub(super) async fn transport_token_hash(
+    store: &SqlStore,
+    revision_id: &str,
+) -> Result<Option<String>> {
+    let row = sqlx::query("SELECT token_hash FROM gateway_transport WHERE revision_id = $1")
         .bind(revision_id.to_owned())
-        .bind(token_hash.to_owned())
-        .bind(ms(Utc::now()))
-        .execute(&self.pool)
+        .fetch_optional(store.reader())
         .await
-        .map_err(|e| self.classify(e))?
-        .rows_affected();
-        if done == 0 {
-            return Err(not_found("revision", revision_id));
-        }
-        Ok(())
-    }
+        .map_err(|e| store.classify(e))?;
+    row.map(|r| get(&r, "gateway transport", "token_hash"))
+        .transpose()
+}
 
-    pub(super) async fn transport_token_hash(&self, revision_id: &str) -> Result<Option<String>> {
-        let row = sqlx::query("SELECT token_hash FROM gateway_transport WHERE revision_id = $1")
-            .bind(revision_id.to_owned())
-            .fetch_optional(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?;
-        row.map(|r| get(&r, "gateway transport", "token_hash"))
-            .transpose()
-    }
-
-    pub(super) async fn revision_by_transport_hash(
-        &self,
-        token_hash: &str,
-    ) -> Result<Option<String>> {
-        let row = sqlx::query("SELECT revision_id FROM gateway_transport WHERE token_hash = $1")
-            .bind(token_hash.to_owned())
-            .fetch_optional(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?;
-        row.map(|r| get(&r, "gateway transport", "revision_id"))
-            .transpose()
-    }
+pub(super) async fn revision_by_transport_hash(
+    store: &SqlStore,
+    token_hash: &str,
+) -> Result<Option<String>> {
+    let row = sqlx::query("SELECT revision_id FROM gateway_transport WHERE token_hash = $1")
+        .bind(token_hash.to_owned())
+        .fetch_optional(store.reader())
+        .await
+        .map_err(|e| store.classify(e))?;
+    row.map(|r| get(&r, "gateway transport", "revision_id"))
+        .transpose()
 }

@@ -17,92 +17,89 @@ const TOKEN_COLS: &str = "t.id, t.name, n.name AS namespace, t.namespace_id, t.r
      t.created_at, t.expires_at, t.revoked_at";
 const TOKEN_FROM: &str = "api_tokens t LEFT JOIN namespaces n ON n.id = t.namespace_id";
 
-impl SqlStore {
-    pub(super) async fn create_token(&self, token: &NewToken) -> Result<ApiToken> {
-        let now = Utc::now();
-        let mut tx = self.begin().await?;
-        let ns_id = match &token.namespace {
-            Some(ns) => Some(self.namespace_id(&mut tx, ns).await?),
-            None => None,
-        };
-        let id = Uuid::now_v7().to_string();
-        sqlx::query(
-            "INSERT INTO api_tokens (id, name, namespace_id, role, token_hash, created_at, \
-             expires_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)",
-        )
-        .bind(id.clone())
-        .bind(token.name.clone())
-        .bind(ns_id)
-        .bind(token.role.as_str())
-        .bind(token.hash.clone())
-        .bind(ms(now))
-        .bind(token.expires_at.map(ms))
-        .execute(&mut *tx)
+pub(super) async fn create_token(store: &SqlStore, token: &NewToken) -> Result<ApiToken> {
+    let now = Utc::now();
+    let mut tx = store.begin().await?;
+    let ns_id = match &token.namespace {
+        Some(ns) => Some(store.namespace_id(&mut tx, ns).await?),
+        None => None,
+    };
+    let id = Uuid::now_v7().to_string();
+    sqlx::query(
+        "INSERT INTO api_tokens (id, name, namespace_id, role, token_hash, created_at, \
+         expires_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)",
+    )
+    .bind(id.clone())
+    .bind(token.name.clone())
+    .bind(ns_id)
+    .bind(token.role.as_str())
+    .bind(token.hash.clone())
+    .bind(ms(now))
+    .bind(token.expires_at.map(ms))
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| store.exists_or(e, "token", &token.name))?;
+    let audit = NewAudit {
+        actor: "system:cli".into(),
+        action: "token.create".into(),
+        namespace: token.namespace.clone(),
+        target: format!("tokens/{}", token.name),
+        result: "ok".into(),
+        detail: Some(format!("role {}", token.role.as_str())),
+    };
+    super::audit::insert_audit(store, &mut tx, &audit, now).await?;
+    store.commit(tx).await?;
+    get_token(store, &id).await
+}
+
+pub(super) async fn find_token(store: &SqlStore, hash: &str) -> Result<Option<ApiToken>> {
+    let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.token_hash = $1");
+    sqlx::query(AssertSqlSafe(sql))
+        .bind(hash.to_owned())
+        .fetch_optional(store.reader())
         .await
-        .map_err(|e| self.exists_or(e, "token", &token.name))?;
-        let audit = NewAudit {
-            actor: "system:cli".into(),
-            action: "token.create".into(),
-            namespace: token.namespace.clone(),
-            target: format!("tokens/{}", token.name),
-            result: "ok".into(),
-            detail: Some(format!("role {}", token.role.as_str())),
-        };
-        self.insert_audit(&mut tx, &audit, now).await?;
-        self.commit(tx).await?;
-        self.get_token(&id).await
-    }
+        .map_err(|e| store.classify(e))?
+        .as_ref()
+        .map(token_from_row)
+        .transpose()
+}
 
-    pub(super) async fn find_token(&self, hash: &str) -> Result<Option<ApiToken>> {
-        let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.token_hash = $1");
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(hash.to_owned())
-            .fetch_optional(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?
-            .as_ref()
-            .map(token_from_row)
-            .transpose()
-    }
+pub(super) async fn get_token(store: &SqlStore, id: &str) -> Result<ApiToken> {
+    let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.id = $1");
+    let row = sqlx::query(AssertSqlSafe(sql))
+        .bind(id.to_owned())
+        .fetch_optional(store.reader())
+        .await
+        .map_err(|e| store.classify(e))?
+        .ok_or_else(|| not_found("token", id))?;
+    token_from_row(&row)
+}
 
-    pub(super) async fn get_token(&self, id: &str) -> Result<ApiToken> {
-        let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.id = $1");
-        let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(id.to_owned())
-            .fetch_optional(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?
-            .ok_or_else(|| not_found("token", id))?;
-        token_from_row(&row)
-    }
-
-    pub(super) async fn find_token_by_name(&self, name: &str) -> Result<Option<ApiToken>> {
-        let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.name = $1");
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(name.to_owned())
-            .fetch_optional(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?
-            .as_ref()
-            .map(token_from_row)
-            .transpose()
-    }
-
-    pub(super) async fn revoke_token(&self, name: &str, at: DateTime<Utc>) -> Result<()> {
-        let done = sqlx::query(
-            "UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE name = $2",
-        )
-        .bind(ms(at))
+pub(super) async fn find_token_by_name(store: &SqlStore, name: &str) -> Result<Option<ApiToken>> {
+    let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.name = $1");
+    sqlx::query(AssertSqlSafe(sql))
         .bind(name.to_owned())
-        .execute(&self.pool)
+        .fetch_optional(store.reader())
         .await
-        .map_err(|e| self.classify(e))?
-        .rows_affected();
-        if done == 0 {
-            return Err(not_found("token", name));
-        }
-        Ok(())
+        .map_err(|e| store.classify(e))?
+        .as_ref()
+        .map(token_from_row)
+        .transpose()
+}
+
+pub(super) async fn revoke_token(store: &SqlStore, name: &str, at: DateTime<Utc>) -> Result<()> {
+    let done =
+        sqlx::query("UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE name = $2")
+            .bind(ms(at))
+            .bind(name.to_owned())
+            .execute(&store.pool)
+            .await
+            .map_err(|e| store.classify(e))?
+            .rows_affected();
+    if done == 0 {
+        return Err(not_found("token", name));
     }
+    Ok(())
 }
 
 fn token_from_row(r: &AnyRow) -> Result<ApiToken> {

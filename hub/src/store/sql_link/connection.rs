@@ -9,113 +9,115 @@ use crate::model::{Cluster, ConnectionState};
 use crate::store::Result;
 use crate::store::sql::{CLUSTER_COLS, cluster_from_row, from_ms, ms, not_found};
 
-impl SqlStore {
-    pub(super) async fn get_cluster_by_id(&self, id: &str) -> Result<Cluster> {
-        let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE id = $1");
-        let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(id.to_owned())
-            .fetch_optional(self.reader())
-            .await
-            .map_err(|e| self.classify(e))?
-            .ok_or_else(|| not_found("cluster", id))?;
-        cluster_from_row(&row)
-    }
-
-    pub(super) async fn set_connection_state(
-        &self,
-        cluster_id: &str,
-        state: ConnectionState,
-        last_seen: DateTime<Utc>,
-        hello: Option<(&str, &[String])>,
-    ) -> Result<()> {
-        let (version, capabilities) = match hello {
-            Some((v, caps)) => (
-                Some(v.to_owned()),
-                Some(serde_json::to_string(caps).unwrap_or_else(|_| "[]".into())),
-            ),
-            None => (None, None),
-        };
-        // With its watch event in one transaction: a change of state, or a
-        // Hello that changes the version or capabilities, is an event; a
-        // heartbeat's last_seen is not, nor a Hello that changes nothing (a
-        // spoke moving to another replica while its cluster stays online:
-        // the event's sequence is one row every writer waits for, and a
-        // failover would queue thousands of them for nothing).
-        let mut tx = self.begin().await?;
-        let before: Option<(String, Option<String>, Option<String>)> = sqlx::query(
-            "SELECT connection_state, version, capabilities FROM clusters WHERE id = $1",
-        )
-        .bind(cluster_id.to_owned())
-        .fetch_optional(&mut *tx)
+pub(super) async fn get_cluster_by_id(store: &SqlStore, id: &str) -> Result<Cluster> {
+    let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE id = $1");
+    let row = sqlx::query(AssertSqlSafe(sql))
+        .bind(id.to_owned())
+        .fetch_optional(store.reader())
         .await
-        .map_err(|e| self.classify(e))?
-        .map(|r| (r.get(0), r.get(1), r.get(2)));
-        let hello_changes = match (&before, &version, &capabilities) {
-            (Some((_, v0, c0)), Some(v), Some(c)) => {
-                v0.as_deref() != Some(v.as_str()) || c0.as_deref() != Some(c.as_str())
-            }
-            _ => false,
-        };
-        let updated = sqlx::query(
-            "UPDATE clusters SET connection_state = $1, last_seen = $2, \
-             version = COALESCE($3, version), capabilities = COALESCE($4, capabilities) \
-             WHERE id = $5 AND revoked_at IS NULL",
+        .map_err(|e| store.classify(e))?
+        .ok_or_else(|| not_found("cluster", id))?;
+    cluster_from_row(&row)
+}
+
+pub(super) async fn set_connection_state(
+    store: &SqlStore,
+    cluster_id: &str,
+    state: ConnectionState,
+    last_seen: DateTime<Utc>,
+    hello: Option<(&str, &[String])>,
+) -> Result<()> {
+    let (version, capabilities) = match hello {
+        Some((v, caps)) => (
+            Some(v.to_owned()),
+            Some(serde_json::to_string(caps).unwrap_or_else(|_| "[]".into())),
+        ),
+        None => (None, None),
+    };
+    // With its watch event in one transaction: a change of state, or a
+    // Hello that changes the version or capabilities, is an event; a
+    // heartbeat's last_seen is not, nor a Hello that changes nothing (a
+    // spoke moving to another replica while its cluster stays online:
+    // the event's sequence is one row every writer waits for, and a
+    // failover would queue thousands of them for nothing).
+    let mut tx = store.begin().await?;
+    let before: Option<(String, Option<String>, Option<String>)> =
+        sqlx::query("SELECT connection_state, version, capabilities FROM clusters WHERE id = $1")
+            .bind(cluster_id.to_owned())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| store.classify(e))?
+            .map(|r| (r.get(0), r.get(1), r.get(2)));
+    let hello_changes = match (&before, &version, &capabilities) {
+        (Some((_, v0, c0)), Some(v), Some(c)) => {
+            v0.as_deref() != Some(v.as_str()) || c0.as_deref() != Some(c.as_str())
+        }
+        _ => false,
+    };
+    let updated = sqlx::query(
+        "UPDATE clusters SET connection_state = $1, last_seen = $2, \
+         version = COALESCE($3, version), capabilities = COALESCE($4, capabilities) \
+         WHERE id = $5 AND revoked_at IS NULL",
+    )
+    .bind(state.as_str())
+    .bind(ms(last_seen))
+    .bind(version)
+    .bind(capabilities)
+    .bind(cluster_id.to_owned())
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| store.classify(e))?
+    .rows_affected();
+    let changed = before.as_ref().map(|b| b.0.as_str()) != Some(state.as_str());
+    let event = updated == 1 && (changed || hello_changes);
+    if event {
+        store
+            .insert_cluster_event(&mut tx, cluster_id, Utc::now())
+            .await?;
+    }
+    store.commit(tx).await?;
+    if event {
+        store.events_committed();
+    }
+    Ok(())
+}
+
+pub(super) async fn mark_stale_offline(store: &SqlStore, before: DateTime<Utc>) -> Result<u64> {
+    let mut tx = store.begin().await?;
+    let stale: Vec<String> = sqlx::query(
+        "SELECT id FROM clusters WHERE connection_state = 'online' AND revoked_at IS NULL \
+         AND (last_seen IS NULL OR last_seen < $1)",
+    )
+    .bind(ms(before))
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(|e| store.classify(e))?
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    let mut marked = 0;
+    for id in &stale {
+        marked += sqlx::query(
+            "UPDATE clusters SET connection_state = 'offline' \
+             WHERE id = $1 AND connection_state = 'online' AND revoked_at IS NULL",
         )
-        .bind(state.as_str())
-        .bind(ms(last_seen))
-        .bind(version)
-        .bind(capabilities)
-        .bind(cluster_id.to_owned())
+        .bind(id.clone())
         .execute(&mut *tx)
         .await
-        .map_err(|e| self.classify(e))?
+        .map_err(|e| store.classify(e))?
         .rows_affected();
-        let changed = before.as_ref().map(|b| b.0.as_str()) != Some(state.as_str());
-        let event = updated == 1 && (changed || hello_changes);
-        if event {
-            self.insert_cluster_event(&mut tx, cluster_id, Utc::now())
-                .await?;
-        }
-        self.commit(tx).await?;
-        if event {
-            self.events_committed();
-        }
-        Ok(())
+        store.insert_cluster_event(&mut tx, id, Utc::now()).await?;
     }
-
-    pub(super) async fn mark_stale_offline(&self, before: DateTime<Utc>) -> Result<u64> {
-        let mut tx = self.begin().await?;
-        let stale: Vec<String> = sqlx::query(
-            "SELECT id FROM clusters WHERE connection_state = 'online' AND revoked_at IS NULL \
-             AND (last_seen IS NULL OR last_seen < $1)",
-        )
-        .bind(ms(before))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-        let mut marked = 0;
-        for id in &stale {
-            marked += sqlx::query(
-                "UPDATE clusters SET connection_state = 'offline' \
-                 WHERE id = $1 AND connection_state = 'online' AND revoked_at IS NULL",
-            )
-            .bind(id.clone())
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?
-            .rows_affected();
-            self.insert_cluster_event(&mut tx, id, Utc::now()).await?;
-        }
-        self.commit(tx).await?;
-        if !stale.is_empty() {
-            self.events_committed();
-        }
-        Ok(marked)
+    store.commit(tx).await?;
+    if !stale.is_empty() {
+        store.events_committed();
     }
+    Ok(marked)
+}
 
+// A method, not a function: `sql_session.rs` calls it too, and no store
+// trait has a method of its name.
+impl SqlStore {
     /// Appends a watch event with the cluster's state as `tx` sees it:
     /// connected, offline or revoked, with last seen, version,
     /// capabilities and the expiry of its newest unrevoked certificate.

@@ -12,221 +12,219 @@ use crate::store::link::{BootstrapToken, ClusterClaim, EnrollRejected, NewBootst
 use crate::store::sql::{from_ms, ms};
 use crate::store::{Effects, Result, StoreError};
 
-impl SqlStore {
-    pub(super) async fn create_bootstrap_token(
-        &self,
-        token: &NewBootstrapToken,
-        fx: &Effects,
-    ) -> Result<BootstrapToken> {
-        let now = Utc::now();
-        let mut tx = self.begin().await?;
-        let exists = sqlx::query("SELECT 1 FROM clusters WHERE name = $1")
-            .bind(token.cluster_name.clone())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?
-            .is_some();
-        if exists && !token.reenroll {
-            return Err(StoreError::FailedPrecondition(format!(
-                "cluster {:?} is already enrolled; re-enrolling it is an admin decision (--reenroll)",
-                token.cluster_name
-            )));
-        }
-        let id = Uuid::now_v7().to_string();
-        sqlx::query(
-            "INSERT INTO bootstrap_tokens (id, cluster_name, token_hash, reenroll, created_by, \
-             created_at, expires_at, used_at, require_approval) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, $8)",
-        )
-        .bind(id.clone())
+pub(super) async fn create_bootstrap_token(
+    store: &SqlStore,
+    token: &NewBootstrapToken,
+    fx: &Effects,
+) -> Result<BootstrapToken> {
+    let now = Utc::now();
+    let mut tx = store.begin().await?;
+    let exists = sqlx::query("SELECT 1 FROM clusters WHERE name = $1")
         .bind(token.cluster_name.clone())
-        .bind(token.hash.clone())
-        .bind(i64::from(token.reenroll))
-        .bind(token.created_by.clone())
-        .bind(ms(now))
-        .bind(ms(token.expires_at))
-        .bind(i64::from(token.require_approval))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?;
-        self.write_effects(&mut tx, fx, now).await?;
-        self.commit_effects(tx, fx).await?;
-        Ok(BootstrapToken {
-            id,
-            cluster_name: token.cluster_name.clone(),
-            reenroll: token.reenroll,
-            expires_at: from_ms(ms(token.expires_at)),
-            used_at: None,
-        })
-    }
-
-    pub(super) async fn begin_enrollment(
-        &self,
-        token_hash: &str,
-        cluster_name: &str,
-        claim: &ClusterClaim,
-        now: DateTime<Utc>,
-    ) -> Result<Result<Cluster, EnrollRejected>> {
-        let mut tx = self.begin().await?;
-        let Some(row) = sqlx::query(
-            "SELECT id, cluster_name, reenroll, expires_at, used_at, require_approval, \
-             approved_at FROM bootstrap_tokens WHERE token_hash = $1",
-        )
-        .bind(token_hash.to_owned())
         .fetch_optional(&mut *tx)
         .await
-        .map_err(|e| self.classify(e))?
-        else {
-            return Ok(Err(EnrollRejected::UnknownToken));
-        };
-        let token_id: String = row.get(0);
-        let for_cluster: String = row.get(1);
-        let reenroll = row.get::<i64, _>(2) != 0;
-        if row.get::<Option<i64>, _>(4).is_some() {
-            return Ok(Err(EnrollRejected::TokenUsed));
-        }
-        if row.get::<i64, _>(3) <= ms(now) {
-            return Ok(Err(EnrollRejected::TokenExpired));
-        }
-        if for_cluster != cluster_name {
-            return Ok(Err(EnrollRejected::WrongCluster));
-        }
-        let needs_approval = row.get::<i64, _>(5) != 0;
-        if needs_approval && row.get::<Option<i64>, _>(6).is_none() {
-            sqlx::query(
-                "UPDATE bootstrap_tokens SET pending_since = COALESCE(pending_since, $1) \
-                 WHERE id = $2",
-            )
-            .bind(ms(now))
-            .bind(token_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?;
-            self.commit(tx).await?;
-            return Ok(Err(EnrollRejected::AwaitingApproval));
-        }
-        // Consume first: a concurrent enrollment with the same token finds
-        // it used (the UPDATE is the single winner).
-        let consumed = sqlx::query(
-            "UPDATE bootstrap_tokens SET used_at = $1 WHERE id = $2 AND used_at IS NULL",
+        .map_err(|e| store.classify(e))?
+        .is_some();
+    if exists && !token.reenroll {
+        return Err(StoreError::FailedPrecondition(format!(
+            "cluster {:?} is already enrolled; re-enrolling it is an admin decision (--reenroll)",
+            token.cluster_name
+        )));
+    }
+    let id = Uuid::now_v7().to_string();
+    sqlx::query(
+        "INSERT INTO bootstrap_tokens (id, cluster_name, token_hash, reenroll, created_by, \
+         created_at, expires_at, used_at, require_approval) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, $8)",
+    )
+    .bind(id.clone())
+    .bind(token.cluster_name.clone())
+    .bind(token.hash.clone())
+    .bind(i64::from(token.reenroll))
+    .bind(token.created_by.clone())
+    .bind(ms(now))
+    .bind(ms(token.expires_at))
+    .bind(i64::from(token.require_approval))
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| store.classify(e))?;
+    store.write_effects(&mut tx, fx, now).await?;
+    store.commit_effects(tx, fx).await?;
+    Ok(BootstrapToken {
+        id,
+        cluster_name: token.cluster_name.clone(),
+        reenroll: token.reenroll,
+        expires_at: from_ms(ms(token.expires_at)),
+        used_at: None,
+    })
+}
+
+pub(super) async fn begin_enrollment(
+    store: &SqlStore,
+    token_hash: &str,
+    cluster_name: &str,
+    claim: &ClusterClaim,
+    now: DateTime<Utc>,
+) -> Result<Result<Cluster, EnrollRejected>> {
+    let mut tx = store.begin().await?;
+    let Some(row) = sqlx::query(
+        "SELECT id, cluster_name, reenroll, expires_at, used_at, require_approval, \
+         approved_at FROM bootstrap_tokens WHERE token_hash = $1",
+    )
+    .bind(token_hash.to_owned())
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(|e| store.classify(e))?
+    else {
+        return Ok(Err(EnrollRejected::UnknownToken));
+    };
+    let token_id: String = row.get(0);
+    let for_cluster: String = row.get(1);
+    let reenroll = row.get::<i64, _>(2) != 0;
+    if row.get::<Option<i64>, _>(4).is_some() {
+        return Ok(Err(EnrollRejected::TokenUsed));
+    }
+    if row.get::<i64, _>(3) <= ms(now) {
+        return Ok(Err(EnrollRejected::TokenExpired));
+    }
+    if for_cluster != cluster_name {
+        return Ok(Err(EnrollRejected::WrongCluster));
+    }
+    let needs_approval = row.get::<i64, _>(5) != 0;
+    if needs_approval && row.get::<Option<i64>, _>(6).is_none() {
+        sqlx::query(
+            "UPDATE bootstrap_tokens SET pending_since = COALESCE(pending_since, $1) \
+             WHERE id = $2",
         )
         .bind(ms(now))
         .bind(token_id)
         .execute(&mut *tx)
         .await
-        .map_err(|e| self.classify(e))?
-        .rows_affected();
-        if consumed == 0 {
-            return Ok(Err(EnrollRejected::TokenUsed));
-        }
-        let existing = sqlx::query("SELECT id FROM clusters WHERE name = $1")
-            .bind(cluster_name.to_owned())
-            .fetch_optional(&mut *tx)
+        .map_err(|e| store.classify(e))?;
+        store.commit(tx).await?;
+        return Ok(Err(EnrollRejected::AwaitingApproval));
+    }
+    // Consume first: a concurrent enrollment with the same token finds
+    // it used (the UPDATE is the single winner).
+    let consumed =
+        sqlx::query("UPDATE bootstrap_tokens SET used_at = $1 WHERE id = $2 AND used_at IS NULL")
+            .bind(ms(now))
+            .bind(token_id)
+            .execute(&mut *tx)
             .await
-            .map_err(|e| self.classify(e))?;
-        // One spoke per Kubernetes cluster: a refusal returns before the
-        // commit, so the token is not consumed.
-        if let Some(uid) = &claim.kubernetes_uid
-            && !claim.allow_shared
-            && let Some(other) = sqlx::query(
-                "SELECT name FROM clusters WHERE kubernetes_uid = $1 AND name <> $2 \
-                 AND revoked_at IS NULL ORDER BY name LIMIT 1",
+            .map_err(|e| store.classify(e))?
+            .rows_affected();
+    if consumed == 0 {
+        return Ok(Err(EnrollRejected::TokenUsed));
+    }
+    let existing = sqlx::query("SELECT id FROM clusters WHERE name = $1")
+        .bind(cluster_name.to_owned())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| store.classify(e))?;
+    // One spoke per Kubernetes cluster: a refusal returns before the
+    // commit, so the token is not consumed.
+    if let Some(uid) = &claim.kubernetes_uid
+        && !claim.allow_shared
+        && let Some(other) = sqlx::query(
+            "SELECT name FROM clusters WHERE kubernetes_uid = $1 AND name <> $2 \
+             AND revoked_at IS NULL ORDER BY name LIMIT 1",
+        )
+        .bind(uid.clone())
+        .bind(cluster_name.to_owned())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| store.classify(e))?
+    {
+        return Ok(Err(EnrollRejected::SharedCluster {
+            other: other.get(0),
+            uid: uid.clone(),
+        }));
+    }
+    let id = match existing {
+        Some(_) if !reenroll => {
+            return Ok(Err(EnrollRejected::AlreadyEnrolled(
+                cluster_name.to_owned(),
+            )));
+        }
+        Some(row) => {
+            // Re-enrollment keeps the id (revisions and outbox refer to
+            // it) but every earlier certificate stays revoked.
+            let id: String = row.get(0);
+            sqlx::query(
+                "UPDATE clusters SET connection_state = 'pending', revoked_at = NULL \
+                 WHERE id = $1",
             )
-            .bind(uid.clone())
-            .bind(cluster_name.to_owned())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?
-        {
-            return Ok(Err(EnrollRejected::SharedCluster {
-                other: other.get(0),
-                uid: uid.clone(),
-            }));
-        }
-        let id = match existing {
-            Some(_) if !reenroll => {
-                return Ok(Err(EnrollRejected::AlreadyEnrolled(
-                    cluster_name.to_owned(),
-                )));
-            }
-            Some(row) => {
-                // Re-enrollment keeps the id (revisions and outbox refer to
-                // it) but every earlier certificate stays revoked.
-                let id: String = row.get(0);
-                sqlx::query(
-                    "UPDATE clusters SET connection_state = 'pending', revoked_at = NULL \
-                     WHERE id = $1",
-                )
-                .bind(id.clone())
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| self.classify(e))?;
-                self.revoke_certificates(&mut tx, &id, now).await?;
-                id
-            }
-            None => {
-                let id = Uuid::now_v7().to_string();
-                sqlx::query(
-                    "INSERT INTO clusters (id, name, labels, capabilities, certificate_serials, \
-                     connection_state, last_seen, version, created_at) \
-                     VALUES ($1, $2, '{}', '[]', '[]', 'pending', NULL, '', $3)",
-                )
-                .bind(id.clone())
-                .bind(cluster_name.to_owned())
-                .bind(ms(now))
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| self.classify(e))?;
-                id
-            }
-        };
-        sqlx::query("UPDATE clusters SET kubernetes_uid = $1 WHERE id = $2")
-            .bind(claim.kubernetes_uid.clone())
             .bind(id.clone())
             .execute(&mut *tx)
             .await
-            .map_err(|e| self.classify(e))?;
-        let audit = crate::store::NewAudit {
-            actor: "system:link".into(),
-            action: if reenroll {
-                "cluster.reenroll".into()
-            } else {
-                "cluster.enroll".into()
-            },
-            namespace: None,
-            target: format!("clusters/{cluster_name}"),
-            result: "ok".into(),
-            detail: None,
-        };
-        self.write_effects(&mut tx, &Effects::audit(audit), now)
-            .await?;
-        self.commit(tx).await?;
-        Ok(Ok(self.get_cluster_by_id(&id).await?))
-    }
-
-    pub(super) async fn approve_enrollment(
-        &self,
-        cluster_name: &str,
-        now: DateTime<Utc>,
-        fx: &Effects,
-    ) -> Result<bool> {
-        let mut tx = self.begin().await?;
-        let approved = sqlx::query(
-            "UPDATE bootstrap_tokens SET approved_at = $1 WHERE cluster_name = $2 \
-             AND require_approval = 1 AND pending_since IS NOT NULL AND approved_at IS NULL \
-             AND used_at IS NULL AND expires_at > $1",
-        )
-        .bind(ms(now))
-        .bind(cluster_name.to_owned())
+            .map_err(|e| store.classify(e))?;
+            super::certificates::revoke_certificates(store, &mut tx, &id, now).await?;
+            id
+        }
+        None => {
+            let id = Uuid::now_v7().to_string();
+            sqlx::query(
+                "INSERT INTO clusters (id, name, labels, capabilities, certificate_serials, \
+                 connection_state, last_seen, version, created_at) \
+                 VALUES ($1, $2, '{}', '[]', '[]', 'pending', NULL, '', $3)",
+            )
+            .bind(id.clone())
+            .bind(cluster_name.to_owned())
+            .bind(ms(now))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| store.classify(e))?;
+            id
+        }
+    };
+    sqlx::query("UPDATE clusters SET kubernetes_uid = $1 WHERE id = $2")
+        .bind(claim.kubernetes_uid.clone())
+        .bind(id.clone())
         .execute(&mut *tx)
         .await
-        .map_err(|e| self.classify(e))?
-        .rows_affected();
-        if approved == 0 {
-            return Ok(false);
-        }
-        self.write_effects(&mut tx, fx, now).await?;
-        self.commit_effects(tx, fx).await?;
-        Ok(true)
+        .map_err(|e| store.classify(e))?;
+    let audit = crate::store::NewAudit {
+        actor: "system:link".into(),
+        action: if reenroll {
+            "cluster.reenroll".into()
+        } else {
+            "cluster.enroll".into()
+        },
+        namespace: None,
+        target: format!("clusters/{cluster_name}"),
+        result: "ok".into(),
+        detail: None,
+    };
+    store
+        .write_effects(&mut tx, &Effects::audit(audit), now)
+        .await?;
+    store.commit(tx).await?;
+    Ok(Ok(super::connection::get_cluster_by_id(store, &id).await?))
+}
+
+pub(super) async fn approve_enrollment(
+    store: &SqlStore,
+    cluster_name: &str,
+    now: DateTime<Utc>,
+    fx: &Effects,
+) -> Result<bool> {
+    let mut tx = store.begin().await?;
+    let approved = sqlx::query(
+        "UPDATE bootstrap_tokens SET approved_at = $1 WHERE cluster_name = $2 \
+         AND require_approval = 1 AND pending_since IS NOT NULL AND approved_at IS NULL \
+         AND used_at IS NULL AND expires_at > $1",
+    )
+    .bind(ms(now))
+    .bind(cluster_name.to_owned())
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| store.classify(e))?
+    .rows_affected();
+    if approved == 0 {
+        return Ok(false);
     }
+    store.write_effects(&mut tx, fx, now).await?;
+    store.commit_effects(tx, fx).await?;
+    Ok(true)
 }

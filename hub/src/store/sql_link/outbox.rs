@@ -29,244 +29,245 @@ fn outbox_from_row(r: &sqlx::any::AnyRow) -> Result<OutboxItem> {
     })
 }
 
-impl SqlStore {
-    pub(super) async fn outbox_put(
-        &self,
-        cluster_id: &str,
-        target: &str,
-        kind: &str,
-        generation: i64,
-        spec: &str,
-    ) -> Result<Option<i64>> {
-        let written = self
-            .link_write(LinkWrite::Put {
-                cluster_id: cluster_id.to_owned(),
-                target: target.to_owned(),
-                kind: kind.to_owned(),
-                generation,
-                spec: spec.to_owned(),
-                now: Utc::now(),
-            })
-            .await?;
-        match written {
-            Written::Put(sequence) => Ok(sequence),
-            other => Err(mismatch(other)),
-        }
+pub(super) async fn outbox_put(
+    store: &SqlStore,
+    cluster_id: &str,
+    target: &str,
+    kind: &str,
+    generation: i64,
+    spec: &str,
+) -> Result<Option<i64>> {
+    let written = store
+        .link_write(LinkWrite::Put {
+            cluster_id: cluster_id.to_owned(),
+            target: target.to_owned(),
+            kind: kind.to_owned(),
+            generation,
+            spec: spec.to_owned(),
+            now: Utc::now(),
+        })
+        .await?;
+    match written {
+        Written::Put(sequence) => Ok(sequence),
+        other => Err(mismatch(other)),
     }
+}
 
-    pub(super) async fn outbox_pending(
-        &self,
-        cluster_id: &str,
-        after_sequence: i64,
-        limit: i64,
-    ) -> Result<Vec<OutboxItem>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {OUTBOX_COLS} FROM outbox WHERE cluster_id = $1 AND acked_at IS NULL \
-             AND sequence > $2 ORDER BY sequence LIMIT $3"
+pub(super) async fn outbox_pending(
+    store: &SqlStore,
+    cluster_id: &str,
+    after_sequence: i64,
+    limit: i64,
+) -> Result<Vec<OutboxItem>> {
+    let rows = sqlx::query(AssertSqlSafe(format!(
+        "SELECT {OUTBOX_COLS} FROM outbox WHERE cluster_id = $1 AND acked_at IS NULL \
+         AND sequence > $2 ORDER BY sequence LIMIT $3"
+    )))
+    .bind(cluster_id.to_owned())
+    .bind(after_sequence)
+    .bind(limit)
+    .fetch_all(store.reader())
+    .await
+    .map_err(|e| store.classify(e))?;
+    rows.iter().map(outbox_from_row).collect()
+}
+
+pub(super) async fn outbox_ack(
+    store: &SqlStore,
+    cluster_id: &str,
+    sequence: i64,
+    target: &str,
+    generation: i64,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let written = store
+        .link_write(LinkWrite::Ack {
+            cluster_id: cluster_id.to_owned(),
+            sequence,
+            target: target.to_owned(),
+            generation,
+            now,
+        })
+        .await?;
+    match written {
+        Written::Ack(acked) => Ok(acked),
+        other => Err(mismatch(other)),
+    }
+}
+
+pub(super) async fn outbox_ack_applied(
+    store: &SqlStore,
+    cluster_id: &str,
+    applied: &[(String, i64)],
+    now: DateTime<Utc>,
+) -> Result<u64> {
+    if applied.is_empty() {
+        return Ok(0);
+    }
+    let mut tx = store.begin().await?;
+    let mut acked = 0;
+    for (target, generation) in applied {
+        acked += sqlx::query(
+            "UPDATE outbox SET acked_at = $1 WHERE cluster_id = $2 AND target = $3 \
+             AND generation <= $4 AND acked_at IS NULL",
+        )
+        .bind(ms(now))
+        .bind(cluster_id.to_owned())
+        .bind(target.clone())
+        .bind(*generation)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| store.classify(e))?
+        .rows_affected();
+    }
+    store.commit(tx).await?;
+    Ok(acked)
+}
+
+pub(super) async fn outbox_knows_target(
+    store: &SqlStore,
+    cluster_id: &str,
+    target: &str,
+) -> Result<bool> {
+    Ok(outbox_latest_generation(store, cluster_id, target)
+        .await?
+        .is_some())
+}
+
+pub(super) async fn outbox_target_exists(store: &SqlStore, target: &str) -> Result<bool> {
+    Ok(
+        sqlx::query("SELECT 1 FROM outbox WHERE target = $1 LIMIT 1")
+            .bind(target.to_owned())
+            .fetch_optional(store.reader())
+            .await
+            .map_err(|e| store.classify(e))?
+            .is_some(),
+    )
+}
+
+pub(super) async fn outbox_latest_generation(
+    store: &SqlStore,
+    cluster_id: &str,
+    target: &str,
+) -> Result<Option<i64>> {
+    Ok(
+        sqlx::query("SELECT MAX(generation) FROM outbox WHERE cluster_id = $1 AND target = $2")
+            .bind(cluster_id.to_owned())
+            .bind(target.to_owned())
+            .fetch_one(store.reader())
+            .await
+            .map_err(|e| store.classify(e))?
+            .get(0),
+    )
+}
+
+pub(super) async fn outbox_acked_latest(
+    store: &SqlStore,
+    cluster_id: &str,
+) -> Result<Vec<(String, String, i64)>> {
+    let rows = sqlx::query(
+        "SELECT o.target, o.kind, o.generation FROM outbox o \
+         WHERE o.cluster_id = $1 AND o.acked_at IS NOT NULL \
+         AND o.generation = (SELECT MAX(i.generation) FROM outbox i \
+           WHERE i.cluster_id = o.cluster_id AND i.target = o.target \
+           AND i.acked_at IS NOT NULL) \
+         ORDER BY o.target, o.sequence",
+    )
+    .bind(cluster_id.to_owned())
+    .fetch_all(store.reader())
+    .await
+    .map_err(|e| store.classify(e))?;
+    let mut out: Vec<(String, String, i64)> = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let target: String = r.get(0);
+        // A resent copy shares the generation: one entry per target.
+        if out.last().is_some_and(|(t, _, _)| *t == target) {
+            continue;
+        }
+        out.push((target, r.get(1), r.get(2)));
+    }
+    Ok(out)
+}
+
+pub(super) async fn outbox_resend(
+    store: &SqlStore,
+    cluster_id: &str,
+    targets: &[String],
+) -> Result<Vec<i64>> {
+    let mut sequences = Vec::new();
+    for target in targets {
+        let now = Utc::now();
+        let mut tx = store.begin().await?;
+        // The counter bump first: it serialises puts to this cluster.
+        let sequence: i64 = sqlx::query(
+            "UPDATE clusters SET next_sequence = next_sequence + 1 WHERE id = $1 \
+             RETURNING next_sequence",
+        )
+        .bind(cluster_id.to_owned())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| store.classify(e))?
+        .ok_or_else(|| not_found("cluster", cluster_id))?
+        .get(0);
+        let queued = sqlx::query(
+            "SELECT 1 FROM outbox WHERE cluster_id = $1 AND target = $2 AND acked_at IS NULL",
+        )
+        .bind(cluster_id.to_owned())
+        .bind(target.clone())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| store.classify(e))?
+        .is_some();
+        if queued {
+            continue;
+        }
+        let latest = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {OUTBOX_COLS} FROM outbox WHERE cluster_id = $1 AND target = $2 \
+             AND acked_at IS NOT NULL ORDER BY generation DESC, sequence DESC LIMIT 1"
         )))
         .bind(cluster_id.to_owned())
-        .bind(after_sequence)
-        .bind(limit)
-        .fetch_all(self.reader())
+        .bind(target.clone())
+        .fetch_optional(&mut *tx)
         .await
-        .map_err(|e| self.classify(e))?;
-        rows.iter().map(outbox_from_row).collect()
-    }
-
-    pub(super) async fn outbox_ack(
-        &self,
-        cluster_id: &str,
-        sequence: i64,
-        target: &str,
-        generation: i64,
-        now: DateTime<Utc>,
-    ) -> Result<bool> {
-        let written = self
-            .link_write(LinkWrite::Ack {
-                cluster_id: cluster_id.to_owned(),
-                sequence,
-                target: target.to_owned(),
-                generation,
-                now,
-            })
-            .await?;
-        match written {
-            Written::Ack(acked) => Ok(acked),
-            other => Err(mismatch(other)),
-        }
-    }
-
-    pub(super) async fn outbox_ack_applied(
-        &self,
-        cluster_id: &str,
-        applied: &[(String, i64)],
-        now: DateTime<Utc>,
-    ) -> Result<u64> {
-        if applied.is_empty() {
-            return Ok(0);
-        }
-        let mut tx = self.begin().await?;
-        let mut acked = 0;
-        for (target, generation) in applied {
-            acked += sqlx::query(
-                "UPDATE outbox SET acked_at = $1 WHERE cluster_id = $2 AND target = $3 \
-                 AND generation <= $4 AND acked_at IS NULL",
-            )
-            .bind(ms(now))
-            .bind(cluster_id.to_owned())
-            .bind(target.clone())
-            .bind(*generation)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?
-            .rows_affected();
-        }
-        self.commit(tx).await?;
-        Ok(acked)
-    }
-
-    pub(super) async fn outbox_knows_target(&self, cluster_id: &str, target: &str) -> Result<bool> {
-        Ok(self
-            .outbox_latest_generation(cluster_id, target)
-            .await?
-            .is_some())
-    }
-
-    pub(super) async fn outbox_target_exists(&self, target: &str) -> Result<bool> {
-        Ok(
-            sqlx::query("SELECT 1 FROM outbox WHERE target = $1 LIMIT 1")
-                .bind(target.to_owned())
-                .fetch_optional(self.reader())
-                .await
-                .map_err(|e| self.classify(e))?
-                .is_some(),
-        )
-    }
-
-    pub(super) async fn outbox_latest_generation(
-        &self,
-        cluster_id: &str,
-        target: &str,
-    ) -> Result<Option<i64>> {
-        Ok(
-            sqlx::query("SELECT MAX(generation) FROM outbox WHERE cluster_id = $1 AND target = $2")
-                .bind(cluster_id.to_owned())
-                .bind(target.to_owned())
-                .fetch_one(self.reader())
-                .await
-                .map_err(|e| self.classify(e))?
-                .get(0),
-        )
-    }
-
-    pub(super) async fn outbox_acked_latest(
-        &self,
-        cluster_id: &str,
-    ) -> Result<Vec<(String, String, i64)>> {
-        let rows = sqlx::query(
-            "SELECT o.target, o.kind, o.generation FROM outbox o \
-             WHERE o.cluster_id = $1 AND o.acked_at IS NOT NULL \
-             AND o.generation = (SELECT MAX(i.generation) FROM outbox i \
-               WHERE i.cluster_id = o.cluster_id AND i.target = o.target \
-               AND i.acked_at IS NOT NULL) \
-             ORDER BY o.target, o.sequence",
-        )
+        .map_err(|e| store.classify(e))?;
+        let Some(item) = latest.as_ref().map(outbox_from_row).transpose()? else {
+            continue;
+        };
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO outbox ({OUTBOX_COLS}, acked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)"
+        )))
         .bind(cluster_id.to_owned())
-        .fetch_all(self.reader())
+        .bind(sequence)
+        .bind(item.target)
+        .bind(item.kind)
+        .bind(item.generation)
+        .bind(item.spec)
+        .bind(ms(now))
+        .execute(&mut *tx)
         .await
-        .map_err(|e| self.classify(e))?;
-        let mut out: Vec<(String, String, i64)> = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let target: String = r.get(0);
-            // A resent copy shares the generation: one entry per target.
-            if out.last().is_some_and(|(t, _, _)| *t == target) {
-                continue;
-            }
-            out.push((target, r.get(1), r.get(2)));
-        }
-        Ok(out)
+        .map_err(|e| store.classify(e))?;
+        store.commit(tx).await?;
+        sequences.push(sequence);
     }
+    Ok(sequences)
+}
 
-    pub(super) async fn outbox_resend(
-        &self,
-        cluster_id: &str,
-        targets: &[String],
-    ) -> Result<Vec<i64>> {
-        let mut sequences = Vec::new();
-        for target in targets {
-            let now = Utc::now();
-            let mut tx = self.begin().await?;
-            // The counter bump first: it serialises puts to this cluster.
-            let sequence: i64 = sqlx::query(
-                "UPDATE clusters SET next_sequence = next_sequence + 1 WHERE id = $1 \
-                 RETURNING next_sequence",
-            )
-            .bind(cluster_id.to_owned())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?
-            .ok_or_else(|| not_found("cluster", cluster_id))?
-            .get(0);
-            let queued = sqlx::query(
-                "SELECT 1 FROM outbox WHERE cluster_id = $1 AND target = $2 AND acked_at IS NULL",
-            )
-            .bind(cluster_id.to_owned())
-            .bind(target.clone())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?
-            .is_some();
-            if queued {
-                continue;
-            }
-            let latest = sqlx::query(AssertSqlSafe(format!(
-                "SELECT {OUTBOX_COLS} FROM outbox WHERE cluster_id = $1 AND target = $2 \
-                 AND acked_at IS NOT NULL ORDER BY generation DESC, sequence DESC LIMIT 1"
-            )))
-            .bind(cluster_id.to_owned())
-            .bind(target.clone())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?;
-            let Some(item) = latest.as_ref().map(outbox_from_row).transpose()? else {
-                continue;
-            };
-            sqlx::query(AssertSqlSafe(format!(
-                "INSERT INTO outbox ({OUTBOX_COLS}, acked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)"
-            )))
-            .bind(cluster_id.to_owned())
-            .bind(sequence)
-            .bind(item.target)
-            .bind(item.kind)
-            .bind(item.generation)
-            .bind(item.spec)
-            .bind(ms(now))
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?;
-            self.commit(tx).await?;
-            sequences.push(sequence);
-        }
-        Ok(sequences)
-    }
-
-    pub(super) async fn outbox_summary(&self) -> Result<Vec<OutboxSummary>> {
-        let rows = sqlx::query(
-            "SELECT o.cluster_id, c.name, COUNT(*), MAX(o.sequence) FROM outbox o \
-             JOIN clusters c ON c.id = o.cluster_id WHERE o.acked_at IS NULL \
-             GROUP BY o.cluster_id, c.name",
-        )
-        .fetch_all(self.reader())
-        .await
-        .map_err(|e| self.classify(e))?;
-        Ok(rows
-            .iter()
-            .map(|r| OutboxSummary {
-                cluster_id: r.get(0),
-                cluster_name: r.get(1),
-                depth: r.get(2),
-                max_sequence: r.get(3),
-            })
-            .collect())
-    }
+pub(super) async fn outbox_summary(store: &SqlStore) -> Result<Vec<OutboxSummary>> {
+    let rows = sqlx::query(
+        "SELECT o.cluster_id, c.name, COUNT(*), MAX(o.sequence) FROM outbox o \
+         JOIN clusters c ON c.id = o.cluster_id WHERE o.acked_at IS NULL \
+         GROUP BY o.cluster_id, c.name",
+    )
+    .fetch_all(store.reader())
+    .await
+    .map_err(|e| store.classify(e))?;
+    Ok(rows
+        .iter()
+        .map(|r| OutboxSummary {
+            cluster_id: r.get(0),
+            cluster_name: r.get(1),
+            depth: r.get(2),
+            max_sequence: r.get(3),
+        })
+        .collect())
 }
