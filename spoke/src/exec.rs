@@ -47,6 +47,7 @@ use crate::provider::ordinary::DeploymentDriver;
 use crate::readiness::observer::Observer;
 
 mod diagnose;
+mod forbidden;
 mod gate;
 mod harness;
 mod locks;
@@ -97,9 +98,8 @@ pub struct Executor {
     /// Namespaces a `namespace.delete` is tearing down right now: drift
     /// repair leaves them alone.
     closing: Mutex<HashSet<String>>,
-    /// Per target: the generation and when its work was first answered
-    /// `Forbidden` in the current run of refusals.
-    forbidden_since: Mutex<HashMap<String, (i64, Instant)>>,
+    /// Each target's current run of 403 refusals.
+    forbidden_runs: Mutex<forbidden::ForbiddenRuns>,
     /// Data-plane namespaces found to be the tenant's, by name: tenant,
     /// namespace id and when (see [`NAMESPACE_RECHECK`]).
     owned: Mutex<HashMap<String, (String, String, Instant)>>,
@@ -148,7 +148,7 @@ impl Executor {
             locks: TargetLocks::default(),
             rebuilt: OnceCell::new(),
             closing: Mutex::new(HashSet::new()),
-            forbidden_since: Mutex::new(HashMap::new()),
+            forbidden_runs: Mutex::new(forbidden::ForbiddenRuns::default()),
             owned: Mutex::new(HashMap::new()),
         }
     }

@@ -89,10 +89,10 @@ impl Executor {
     ) -> Result<WorkResult, ExecError> {
         let outcome = match outcome {
             Ok(done) => {
-                self.forbidden_since
+                self.forbidden_runs
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&work.target);
+                    .succeeded(&work.target);
                 Ok(done)
             }
             Err(f) => Err(self.hold_forbidden(work, f)),
@@ -152,38 +152,20 @@ impl Executor {
     }
 
     /// A 403 is retried (reported transient, `retrying`) until the same
-    /// target's work has been refused for [`SpokeConfig::forbidden_retry_window`]:
-    /// a restarted apiserver refuses until its authorizer has synced, and a
-    /// refusal taken as final then loses the work for good. Any other
-    /// outcome ends the run of refusals.
-    fn hold_forbidden(&self, work: &Work, mut f: Failure) -> Failure {
-        let mut since = self
-            .forbidden_since
+    /// target's work has been refused for the spoke's forbidden retry
+    /// window: a restarted apiserver refuses until its authorizer has
+    /// synced, and a refusal taken as final then loses the work for good
+    /// (the rule: [`super::forbidden::ForbiddenRuns`]).
+    fn hold_forbidden(&self, work: &Work, f: Failure) -> Failure {
+        self.forbidden_runs
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if !f.forbidden || f.transient {
-            since.remove(&work.target);
-            return f;
-        }
-        let now = Instant::now();
-        let first = match since.get(&work.target) {
-            Some((generation, at)) if *generation == work.generation => *at,
-            _ => {
-                since.insert(work.target.clone(), (work.generation, now));
-                now
-            }
-        };
-        let window = self.config.forbidden_retry_window;
-        if now.duration_since(first) < window {
-            f.transient = true;
-            f.reason = format!(
-                "{} (retrying for up to {}s: an apiserver that just restarted refuses until its authorizer has synced)",
-                f.reason,
-                window.as_secs()
-            );
-        } else {
-            since.remove(&work.target);
-        }
-        f
+            .unwrap_or_else(PoisonError::into_inner)
+            .failed(
+                &work.target,
+                work.generation,
+                f,
+                Instant::now(),
+                self.config.forbidden_retry_window,
+            )
     }
 }
