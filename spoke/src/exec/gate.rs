@@ -15,6 +15,32 @@ use super::outcome::{Done, Failure, refuse};
 use super::{ExecError, Executor};
 use crate::cleanup::{AGENT_DELETED, RETIRE, STOP};
 
+/// What the generation gate lets through, from the generation recorded
+/// for the target and the work's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// A newer generation was applied: answered applied, not run.
+    Superseded { have: i64 },
+    /// A Harness apply at the recorded generation: its durable record may
+    /// say it ended otherwise (answered without running it again).
+    SettledOtherwise,
+    /// Run it (an older or equal generation of other work runs again:
+    /// applying is level-based).
+    Run,
+}
+
+/// The generation gate (pure): `recorded` is the generation last applied
+/// to the target, `generation` and `kind` the work's.
+fn generation_gate(recorded: Option<i64>, generation: i64, kind: &str) -> Gate {
+    match recorded {
+        Some(have) if have > generation => Gate::Superseded { have },
+        Some(have) if have == generation && kind == WorkKind::HarnessApply.as_str() => {
+            Gate::SettledOtherwise
+        }
+        _ => Gate::Run,
+    }
+}
+
 impl Executor {
     /// Applies one piece of work (see the module docs for the contract).
     pub async fn apply(&self, work: &Work) -> Result<WorkResult, ExecError> {
@@ -25,19 +51,23 @@ impl Executor {
             Err(e) => return self.finish(work, Err(refuse(e.to_string()))).await,
         };
         let recorded = self.recorded_lock().get(&work.target).map(|(_, g)| *g);
-        if let Some(have) = recorded.filter(|have| *have > work.generation) {
-            tracing::info!(target_ = %work.target, have, got = work.generation, "spoke.work.superseded");
-            let result = WorkResult {
-                applied: true,
-                reason: format!("superseded: generation {have} already applied"),
-                kind: work.kind.clone(),
-                namespace: String::new(),
-                retrying: false,
-            };
-            return Ok(result);
-        }
-        if let Some(settled) = self.settled_otherwise(work, recorded).await {
-            return Ok(settled);
+        match generation_gate(recorded, work.generation, &work.kind) {
+            Gate::Superseded { have } => {
+                tracing::info!(target_ = %work.target, have, got = work.generation, "spoke.work.superseded");
+                return Ok(WorkResult {
+                    applied: true,
+                    reason: format!("superseded: generation {have} already applied"),
+                    kind: work.kind.clone(),
+                    namespace: String::new(),
+                    retrying: false,
+                });
+            }
+            Gate::SettledOtherwise => {
+                if let Some(settled) = self.settled_otherwise(work).await {
+                    return Ok(settled);
+                }
+            }
+            Gate::Run => {}
         }
         let outcome = match &spec {
             WorkSpec::NamespaceEnsure(w) => self.ensure_namespace(w, work).await,
@@ -57,10 +87,7 @@ impl Executor {
     /// successor's dedicated replacement stopped it): answered applied
     /// without starting it again. A hub resend after a digest mismatch is
     /// the usual case.
-    async fn settled_otherwise(&self, work: &Work, recorded: Option<i64>) -> Option<WorkResult> {
-        if recorded != Some(work.generation) || work.kind != WorkKind::HarnessApply.as_str() {
-            return None;
-        }
+    async fn settled_otherwise(&self, work: &Work) -> Option<WorkResult> {
         let (ns, _) = self.recorded(&work.target)?;
         let secrets = Api::<Secret>::namespaced(self.client.clone(), &ns);
         let record = crate::drift::desired::load(&secrets, &work.target)
@@ -167,5 +194,24 @@ impl Executor {
                 Instant::now(),
                 self.config.forbidden_retry_window,
             )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_generation_gate() {
+        let apply = WorkKind::HarnessApply.as_str();
+        let stop = WorkKind::HarnessStop.as_str();
+        assert_eq!(generation_gate(None, 1, apply), Gate::Run);
+        assert_eq!(generation_gate(Some(1), 2, apply), Gate::Run);
+        assert_eq!(
+            generation_gate(Some(3), 2, stop),
+            Gate::Superseded { have: 3 }
+        );
+        assert_eq!(generation_gate(Some(2), 2, apply), Gate::SettledOtherwise);
+        assert_eq!(generation_gate(Some(2), 2, stop), Gate::Run);
     }
 }
