@@ -164,6 +164,44 @@ impl HubClient {
         Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
     }
 
+    /// `method` on `path` from the server's root (`/api/v1/...`,
+    /// `/openapi.json`) with a raw body (sent as JSON) and extra headers,
+    /// for probing the API's edges (malformed bodies, oversized ones,
+    /// idempotency keys): the status, headers and body text, whatever the
+    /// status.
+    pub async fn raw(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> ClientResult<(reqwest::StatusCode, reqwest::header::HeaderMap, String)> {
+        let mut req = self.http.request(method, format!("{}{path}", self.server));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(t) = self.request_timeout {
+            req = req.timeout(t);
+        }
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body);
+        }
+        let response = req.send().await.map_err(|e| self.unreachable(e))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response
+            .text()
+            .await
+            .map_err(|source| ClientError::Unreachable {
+                server: self.server.clone(),
+                source,
+            })?;
+        Ok((status, headers, text))
+    }
+
     /// `method path` with an optional JSON body: the answer decoded, or the
     /// API's error.
     pub async fn call<T: DeserializeOwned>(

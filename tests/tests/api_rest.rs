@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{Duration, Utc};
 use clawfed_hub::auth::{self, Role};
+use clawfed_hub::client::HubClient;
 use clawfed_hub::model::{ConnectionState, WorkState};
 use clawfed_hub::store::{ClusterRecord, NewToken, WorkFilter};
 use clawfed_hub::worker::Handlers;
@@ -124,22 +125,23 @@ impl Resp {
     }
 }
 
-/// A REST caller with one token (or none).
-struct Client<'a> {
-    hub: &'a TestHub,
-    token: Option<String>,
+/// A REST caller with one token (or none): [`HubClient::raw`], its answer
+/// kept for assertions.
+struct Caller {
+    api: HubClient,
 }
 
-impl<'a> Client<'a> {
-    fn new(hub: &'a TestHub, token: &str) -> Self {
+impl Caller {
+    fn new(hub: &TestHub, token: &str) -> Self {
         Self {
-            hub,
-            token: Some(token.to_owned()),
+            api: HubClient::new(&hub.rest, Some(token.to_owned())).expect("REST client"),
         }
     }
 
-    fn anonymous(hub: &'a TestHub) -> Self {
-        Self { hub, token: None }
+    fn anonymous(hub: &TestHub) -> Self {
+        Self {
+            api: HubClient::new(&hub.rest, None).expect("REST client"),
+        }
     }
 
     async fn raw(
@@ -151,28 +153,19 @@ impl<'a> Client<'a> {
     ) -> Resp {
         // `/api/...` and `/openapi.json` are absolute; anything else is
         // under `/api/v1`.
-        let url = if path.starts_with("/api/") || path == "/openapi.json" {
-            format!("{}{path}", self.hub.rest)
+        let path = if path.starts_with("/api/") || path == "/openapi.json" {
+            path.to_owned()
         } else {
-            self.hub.url(path)
+            format!("/api/v1{path}")
         };
-        let mut req = self.hub.http.request(method, url);
-        if let Some(token) = &self.token {
-            req = req.bearer_auth(token);
-        }
-        for (name, value) in headers {
-            req = req.header(*name, *value);
-        }
-        if let Some(body) = body {
-            req = req.header("content-type", "application/json").body(body);
-        }
-        let response = req.send().await.expect("send request");
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let text = response.text().await.expect("read body");
+        let (status, headers, text) = self
+            .api
+            .raw(method, &path, body, headers)
+            .await
+            .expect("send request");
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
         Resp {
-            status,
+            status: status.as_u16(),
             headers,
             body,
             text,
@@ -247,14 +240,14 @@ fn spec(image: &str) -> Value {
     json!({ "harnessKind": "embedded-openclaw", "image": image })
 }
 
-fn root(hub: &TestHub) -> Client<'_> {
-    Client::new(hub, &hub.root_token)
+fn root(hub: &TestHub) -> Caller {
+    Caller::new(hub, &hub.root_token)
 }
 
 /// Everything a failed write must leave untouched, as stored JSON.
 /// (Namespace state is left out: the worker provisions namespaces
 /// asynchronously.)
-async fn snapshot(c: &Client<'_>) -> Value {
+async fn snapshot(c: &Caller) -> Value {
     let mut namespaces = Vec::new();
     for ns in c.get("/namespaces").await.expect(200)["items"]
         .as_array()
@@ -809,7 +802,7 @@ async fn clusters_and_fleet_summary(backend: Backend) {
     // A tenant sees its own counts, and only the cluster its revisions
     // are placed on.
     let viewer = hub.token("team-viewer", Some("team"), Role::Viewer).await;
-    let v = Client::new(&hub, &viewer);
+    let v = Caller::new(&hub, &viewer);
     let fleet = v.get("/fleet").await.expect(200).clone();
     assert_eq!(fleet["namespaces"], 1);
     assert_eq!(fleet["agents"], 2);
@@ -889,7 +882,7 @@ async fn tenants_see_only_their_clusters_and_counts(backend: Backend) {
 
     // A tenant: only exec-a, without serials or outbox depth.
     let viewer = hub.token("team-viewer", Some("team"), Role::Viewer).await;
-    let v = Client::new(&hub, &viewer);
+    let v = Caller::new(&hub, &viewer);
     let list = v.get("/clusters").await;
     let names: Vec<&str> = list
         .items()
@@ -940,7 +933,7 @@ async fn tenants_see_only_their_clusters_and_counts(backend: Backend) {
 
     // A tenant with no revisions sees no cluster at all.
     let empty = hub.token("empty-viewer", Some("empty"), Role::Viewer).await;
-    let e = Client::new(&hub, &empty);
+    let e = Caller::new(&hub, &empty);
     assert!(e.get("/clusters").await.items().is_empty());
     let fleet = e.get("/fleet").await.expect(200).clone();
     assert_eq!(fleet["clusters"], 0, "{fleet}");
@@ -1327,9 +1320,9 @@ async fn authentication_failures_are_401(backend: Backend) {
         assert!(challenge.to_str().unwrap().starts_with("Bearer"), "{why}");
     };
 
-    check(Client::anonymous(&hub).get("/namespaces").await, "no token");
+    check(Caller::anonymous(&hub).get("/namespaces").await, "no token");
     check(
-        Client::anonymous(&hub)
+        Caller::anonymous(&hub)
             .post("/namespaces", json!({ "name": "x" }))
             .await,
         "no token on a write",
@@ -1341,7 +1334,7 @@ async fn authentication_failures_are_401(backend: Backend) {
         "bearer cfd_abc",
         "Token cfd_abc",
     ] {
-        let r = Client::anonymous(&hub)
+        let r = Caller::anonymous(&hub)
             .raw(
                 Method::GET,
                 "/namespaces",
@@ -1353,13 +1346,13 @@ async fn authentication_failures_are_401(backend: Backend) {
     }
     let unknown = format!("{}{}", auth::TOKEN_PREFIX, "0".repeat(64));
     check(
-        Client::new(&hub, &unknown).get("/namespaces").await,
+        Caller::new(&hub, &unknown).get("/namespaces").await,
         "unknown token",
     );
 
     // Revoked.
     let revoked = hub.token("revoked", Some("team"), Role::Admin).await;
-    Client::new(&hub, &revoked)
+    Caller::new(&hub, &revoked)
         .get("/namespaces/team")
         .await
         .expect(200);
@@ -1368,7 +1361,7 @@ async fn authentication_failures_are_401(backend: Backend) {
         .await
         .unwrap();
     check(
-        Client::new(&hub, &revoked).get("/namespaces/team").await,
+        Caller::new(&hub, &revoked).get("/namespaces/team").await,
         "revoked token",
     );
 
@@ -1385,7 +1378,7 @@ async fn authentication_failures_are_401(backend: Backend) {
         .await
         .unwrap();
     check(
-        Client::new(&hub, &minted.secret)
+        Caller::new(&hub, &minted.secret)
             .get("/namespaces/team")
             .await,
         "expired token",
@@ -1403,7 +1396,7 @@ async fn authentication_failures_are_401(backend: Backend) {
         })
         .await
         .unwrap();
-    Client::new(&hub, &minted.secret)
+    Caller::new(&hub, &minted.secret)
         .get("/namespaces/team")
         .await
         .expect(200);
@@ -1425,9 +1418,9 @@ async fn roles_are_enforced(backend: Backend) {
     let c = root(&hub);
     c.create_namespace("team").await;
     c.create_agent("team", "bot", spec("img:1")).await;
-    let viewer = Client::new(&hub, &hub.token("v", Some("team"), Role::Viewer).await);
-    let deployer = Client::new(&hub, &hub.token("d", Some("team"), Role::Deployer).await);
-    let admin = Client::new(&hub, &hub.token("a", Some("team"), Role::Admin).await);
+    let viewer = Caller::new(&hub, &hub.token("v", Some("team"), Role::Viewer).await);
+    let deployer = Caller::new(&hub, &hub.token("d", Some("team"), Role::Deployer).await);
+    let admin = Caller::new(&hub, &hub.token("a", Some("team"), Role::Admin).await);
 
     // Viewers read but never write.
     viewer.get("/namespaces/team/agents/bot").await.expect(200);
@@ -1533,7 +1526,7 @@ async fn tenant_isolation(backend: Backend) {
     c.create_agent("ns-b", "b2", spec("img:1")).await;
     c.create_configuration("ns-b", "cfg", json!({})).await;
     c.deploy("ns-b", "b1", None, None).await.expect(201);
-    let a = Client::new(&hub, &hub.token("a-admin", Some("ns-a"), Role::Admin).await);
+    let a = Caller::new(&hub, &hub.token("a-admin", Some("ns-a"), Role::Admin).await);
 
     let list = a.get("/namespaces").await;
     let names: Vec<&Value> = list.items().iter().map(|n| &n["name"]).collect();
@@ -1639,14 +1632,14 @@ async fn diagnose_is_authorized_for_the_exact_agent(backend: Backend) {
     c.create_agent("ns-b", "b1", spec("img:1")).await;
     c.create_agent("ns-b", "b2", spec("img:1")).await;
     c.deploy("ns-b", "b1", None, None).await.expect(201);
-    let a = Client::new(&hub, &hub.token("a-admin", Some("ns-a"), Role::Admin).await);
-    let viewer = Client::new(&hub, &hub.token("b-view", Some("ns-b"), Role::Viewer).await);
+    let a = Caller::new(&hub, &hub.token("a-admin", Some("ns-a"), Role::Admin).await);
+    let viewer = Caller::new(&hub, &hub.token("b-view", Some("ns-b"), Role::Viewer).await);
 
     let before = snapshot(&c).await;
     a.get("/namespaces/ns-b/agents/b1/diagnose")
         .await
         .expect_error(403, "permission_denied");
-    Client::anonymous(&hub)
+    Caller::anonymous(&hub)
         .get("/namespaces/ns-b/agents/b1/diagnose")
         .await
         .expect_error(401, "unauthenticated");
@@ -1736,8 +1729,8 @@ async fn chat_is_refused_clearly_until_a_runtime_can_answer(backend: Backend) {
     c.create_namespace("ns-b").await;
     c.create_agent("ns-b", "b1", spec("img:1")).await;
     c.deploy("ns-b", "b1", None, None).await.expect(201);
-    let a = Client::new(&hub, &hub.token("a-admin", Some("ns-a"), Role::Admin).await);
-    let viewer = Client::new(&hub, &hub.token("b-view", Some("ns-b"), Role::Viewer).await);
+    let a = Caller::new(&hub, &hub.token("a-admin", Some("ns-a"), Role::Admin).await);
+    let viewer = Caller::new(&hub, &hub.token("b-view", Some("ns-b"), Role::Viewer).await);
     let path = "/namespaces/ns-b/agents/b1/chat";
     let hello = json!({ "message": "hello" });
 
@@ -1867,7 +1860,7 @@ async fn audit_records_every_mutation(backend: Backend) {
     // A denied mutation is audited as denied. (A deleted Agent's name
     // stays with its history: a new one.)
     c.create_agent("team", "bot2", spec("img:1")).await;
-    let viewer = Client::new(&hub, &hub.token("peek", Some("team"), Role::Viewer).await);
+    let viewer = Caller::new(&hub, &hub.token("peek", Some("team"), Role::Viewer).await);
     viewer
         .deploy("team", "bot2", None, None)
         .await
@@ -2810,7 +2803,7 @@ async fn credentials_are_write_only(backend: Backend) {
 
     // Tenant authorization like the other Agent writes.
     let other = hub.token("b-admin", Some("team-b"), Role::Admin).await;
-    let b = Client::new(&hub, &other);
+    let b = Caller::new(&hub, &other);
     b.put(&format!("{path}/model-api-key"), json!({ "value": "x" }))
         .await
         .expect_error(403, "permission_denied");
@@ -2819,7 +2812,7 @@ async fn credentials_are_write_only(backend: Backend) {
         .await
         .expect_error(403, "permission_denied");
     let viewer = hub.token("a-viewer", Some("team-a"), Role::Viewer).await;
-    let v = Client::new(&hub, &viewer);
+    let v = Caller::new(&hub, &viewer);
     v.put(&format!("{path}/model-api-key"), json!({ "value": "x" }))
         .await
         .expect_error(403, "permission_denied");
@@ -2827,7 +2820,7 @@ async fn credentials_are_write_only(backend: Backend) {
     let deployer = hub
         .token("a-deployer", Some("team-a"), Role::Deployer)
         .await;
-    Client::new(&hub, &deployer)
+    Caller::new(&hub, &deployer)
         .put(
             &format!("{path}/model-api-key"),
             json!({ "value": secret3 }),
