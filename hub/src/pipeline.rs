@@ -172,6 +172,9 @@ pub struct Facts {
     pub predecessors_retired: bool,
     /// The current phase's deadline passed.
     pub deadline_passed: bool,
+    /// Unplaced: why, as the last placement attempt found it
+    /// ([`placement_wait`]); a failure while unplaced carries it.
+    pub placement_wait: Option<String>,
 }
 
 /// The next step.
@@ -278,6 +281,39 @@ pub fn choose_cluster<'a>(
     }
 }
 
+/// How every reason of a revision still waiting for a cluster begins
+/// ([`unplaced_reason`]).
+pub const WAITING_FOR_PLACEMENT: &str = "waiting for placement";
+
+/// Why revision `rev` is still unplaced, as its last placement attempt
+/// found it ([`unplaced_reason`]); `None` once it is placed.
+pub fn placement_wait(rev: &crate::model::AgentRevision) -> Option<String> {
+    rev.resolved_cluster
+        .is_none()
+        .then(|| rev.reason.clone())
+        .flatten()
+        .filter(|why| why.starts_with(WAITING_FOR_PLACEMENT))
+}
+
+/// The deadline of `rev`'s current phase: `phase_deadline` after it was
+/// created (pending) or entered the phase (provisioning, preparing); the
+/// readiness deadline set on entering waiting-ready; none for the others.
+pub fn phase_deadline(
+    rev: &crate::model::AgentRevision,
+    phase_deadline: Duration,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    let phase_deadline = chrono::Duration::from_std(phase_deadline).unwrap_or_default();
+    let entered = |p: RevisionPhase| rev.progress.phases.get(p.as_str()).copied();
+    match rev.phase {
+        RevisionPhase::Pending => Some(rev.created_at + phase_deadline),
+        RevisionPhase::Provisioning | RevisionPhase::Preparing => {
+            entered(rev.phase).map(|at| at + phase_deadline)
+        }
+        RevisionPhase::WaitingReady => rev.progress.ready_deadline,
+        _ => None,
+    }
+}
+
 /// Why no cluster can take a revision whose placement selector is
 /// `selector` (for [`Placement::Unavailable`]), so the revision says so
 /// instead of an unexplained `pending`: none enrolled, none matching the
@@ -288,7 +324,7 @@ pub fn unplaced_reason(
 ) -> String {
     use crate::model::ConnectionState as S;
     if clusters.is_empty() {
-        return "waiting for placement: no execution cluster is enrolled".into();
+        return format!("{WAITING_FOR_PLACEMENT}: no execution cluster is enrolled");
     }
     let matching: Vec<_> = clusters
         .iter()
@@ -297,7 +333,7 @@ pub fn unplaced_reason(
     if matching.is_empty() {
         let wanted: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
         return format!(
-            "waiting for placement: none of the {} enrolled clusters carries the labels {}",
+            "{WAITING_FOR_PLACEMENT}: none of the {} enrolled clusters carries the labels {}",
             clusters.len(),
             wanted.join(",")
         );
@@ -310,13 +346,21 @@ pub fn unplaced_reason(
         })
         .collect();
     format!(
-        "waiting for placement: no matching cluster is online ({})",
+        "{WAITING_FOR_PLACEMENT}: no matching cluster is online ({})",
         states.join(", ")
     )
 }
 
 /// Decides the next step from the facts.
 pub fn decide(f: &Facts) -> Step {
+    match (decide_step(f), &f.placement_wait) {
+        // A failure while unplaced keeps the why the Place steps found.
+        (Step::Fail(reason), Some(why)) if !f.placed => Step::Fail(format!("{reason} ({why})")),
+        (step, _) => step,
+    }
+}
+
+fn decide_step(f: &Facts) -> Step {
     use RevisionPhase as P;
     match f.phase {
         P::Retired | P::Stopped | P::Failed => return Step::Finished,

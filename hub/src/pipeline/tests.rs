@@ -27,6 +27,7 @@ fn fresh() -> Facts {
         activated: false,
         predecessors_retired: false,
         deadline_passed: false,
+        placement_wait: None,
     }
 }
 
@@ -626,4 +627,67 @@ fn a_restart_resumes_without_repeating_effects() {
     f.phase = P::WaitingReady;
     f.activated = true;
     assert_eq!(decide(&f), Step::Enter(P::Active));
+}
+
+#[test]
+fn an_unplaced_failure_carries_why_no_cluster_took_it() {
+    let why = format!("{WAITING_FOR_PLACEMENT}: no execution cluster is enrolled");
+    let f = Facts {
+        placed: false,
+        deadline_passed: true,
+        placement_wait: Some(why.clone()),
+        ..fresh()
+    };
+    assert_eq!(
+        decide(&f),
+        Step::Fail(format!(
+            "placement deadline passed: no online cluster matches the placement ({why})"
+        ))
+    );
+    // Placed: the why of an earlier wait is no longer the story.
+    let f = Facts {
+        phase: P::Provisioning,
+        deadline_passed: true,
+        placement_wait: Some(why),
+        ..fresh()
+    };
+    assert!(matches!(decide(&f), Step::Fail(r) if !r.contains(WAITING_FOR_PLACEMENT)));
+}
+
+#[test]
+fn phase_deadlines_count_from_entering_the_phase() {
+    let mut rev: crate::model::AgentRevision = serde_json::from_value(serde_json::json!({
+        "id": "0190a0b0-0000-7000-8000-000000000002",
+        "namespace": "team",
+        "agent": "bot",
+        "number": 1,
+        "spec": { "harnessKind": "embedded-openclaw", "image": "reg.example/h:1" },
+        "configuration": null,
+        "images": [],
+        "resolvedCluster": null,
+        "phase": "pending",
+        "reason": null,
+        "rolledBackFrom": null,
+        "createdAt": "2026-01-01T00:00:00Z",
+        "updatedAt": "2026-01-01T00:00:00Z",
+    }))
+    .expect("revision");
+    let created = rev.created_at;
+    let d = Duration::from_secs(60);
+    assert_eq!(
+        phase_deadline(&rev, d),
+        Some(created + chrono::Duration::seconds(60))
+    );
+    rev.phase = P::Provisioning;
+    assert_eq!(phase_deadline(&rev, d), None, "never entered: no deadline");
+    let entered = created + chrono::Duration::seconds(30);
+    rev.progress
+        .phases
+        .insert(P::Provisioning.as_str().into(), entered);
+    assert_eq!(
+        phase_deadline(&rev, d),
+        Some(entered + chrono::Duration::seconds(60))
+    );
+    rev.phase = P::Active;
+    assert_eq!(phase_deadline(&rev, d), None);
 }

@@ -299,6 +299,7 @@ impl Model {
                 activated: false,
                 predecessors_retired: false,
                 deadline_passed: false,
+                placement_wait: None,
             },
             placing: c.placing,
             agent_stopped: false,

@@ -187,19 +187,10 @@ impl Rollout {
         }))
     }
 
-    /// The deadline of the revision's current phase.
+    /// The deadline of the revision's current phase
+    /// ([`crate::pipeline::phase_deadline`]).
     pub(super) fn deadline(&self, rev: &AgentRevision) -> Option<DateTime<Utc>> {
-        let phase_deadline =
-            chrono::Duration::from_std(self.config.phase_deadline).unwrap_or_default();
-        let entered = |p: RevisionPhase| rev.progress.phases.get(p.as_str()).copied();
-        match rev.phase {
-            RevisionPhase::Pending => Some(rev.created_at + phase_deadline),
-            RevisionPhase::Provisioning | RevisionPhase::Preparing => {
-                entered(rev.phase).map(|at| at + phase_deadline)
-            }
-            RevisionPhase::WaitingReady => rev.progress.ready_deadline,
-            _ => None,
-        }
+        crate::pipeline::phase_deadline(rev, self.config.phase_deadline)
     }
 
     pub(super) async fn gather(
@@ -346,6 +337,7 @@ impl Rollout {
             activated: rev.progress.activated_at.is_some(),
             predecessors_retired: rev.progress.predecessors_retired_at.is_some(),
             deadline_passed: self.deadline(rev).is_some_and(|d| d <= store.now()),
+            placement_wait: crate::pipeline::placement_wait(rev),
         };
         Ok(Gathered {
             facts,

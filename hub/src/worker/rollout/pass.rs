@@ -403,16 +403,7 @@ impl Rollout {
                 rev.progress.predecessors_retired_at = Some(now);
                 self.save(store, &mut rev).await?;
             }
-            Step::Fail(reason) => {
-                // A placement deadline keeps the why the Place steps found.
-                let reason = match (&rev.resolved_cluster, &rev.reason) {
-                    (None, Some(why)) if why.starts_with("waiting for placement") => {
-                        format!("{reason} ({why})")
-                    }
-                    _ => reason,
-                };
-                return self.fail(store, ns, g, rev, reason).await;
-            }
+            Step::Fail(reason) => return self.fail(store, ns, g, rev, reason).await,
         }
         Ok(Flow::Continue)
     }
