@@ -13,6 +13,9 @@
 //!   workload gets as its service principal credential. Pure.
 //! - [`kubeconfig`]: a kubeconfig an operator names, loaded only with the
 //!   apiserver's certificate verified.
+//! - [`request`]: [`RequestError`], the one "a Kubernetes request failed"
+//!   error (what was attempted on which object, and why it failed) the
+//!   object helpers, the hub and the spoke wrap in their own error enums.
 //! - [`object`]: delete-if-present and wait-until-gone against the
 //!   apiserver, with their typed [`object::Error`].
 //!
@@ -22,8 +25,10 @@ pub mod classify;
 pub mod kubeconfig;
 pub mod object;
 pub mod quantity;
+pub mod request;
 pub mod scheduling;
 pub mod security;
 pub mod token;
 
 pub use classify::{is_forbidden, is_not_found, is_status, is_transient};
+pub use request::RequestError;

@@ -8,26 +8,15 @@ use std::time::Duration;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::classify::{is_not_found, is_transient};
+use crate::classify::is_not_found;
+use crate::request::RequestError;
 
 /// Errors of a delete or a wait.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The apiserver refused or failed a request.
-    #[error("{action} {kind} {namespace}/{name}: {source}")]
-    Kube {
-        /// What was attempted (`delete`, `get`).
-        action: &'static str,
-        /// Object kind.
-        kind: &'static str,
-        /// Namespace ("" for cluster-scoped).
-        namespace: String,
-        /// Object name.
-        name: String,
-        /// The cause.
-        #[source]
-        source: Box<kube::Error>,
-    },
+    #[error(transparent)]
+    Kube(#[from] RequestError),
     /// A deleted object did not go away in time.
     #[error("{kind} {namespace}/{name} still present after {waited:?}")]
     DeleteTimeout {
@@ -48,32 +37,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// True when the apiserver answered 403 Forbidden.
     pub fn is_forbidden(&self) -> bool {
-        matches!(self, Error::Kube { source, .. } if crate::classify::is_forbidden(source))
+        matches!(self, Error::Kube(e) if e.is_forbidden())
     }
 
-    /// True when retrying later may succeed (see [`is_transient`]); an
+    /// True when retrying later may succeed (see
+    /// [`is_transient`](crate::classify::is_transient)); an
     /// object still going away is always worth waiting for again.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Kube { source, .. } => is_transient(source),
+            Error::Kube(e) => e.is_transient(),
             Error::DeleteTimeout { .. } => true,
         }
-    }
-}
-
-fn kube_error<K: Resource>(
-    action: &'static str,
-    kind: &'static str,
-    api: &Api<K>,
-    name: &str,
-    source: kube::Error,
-) -> Error {
-    Error::Kube {
-        action,
-        kind,
-        namespace: api.namespace().unwrap_or_default().to_string(),
-        name: name.to_string(),
-        source: Box::new(source),
     }
 }
 
@@ -91,7 +65,12 @@ where
     match api.delete(name, dp).await {
         Ok(_) => Ok(true),
         Err(e) if is_not_found(&e) => Ok(false),
-        Err(e) => Err(kube_error("delete", kind, api, name, e)),
+        Err(e) => {
+            Err(
+                RequestError::new("delete", kind, api.namespace().unwrap_or_default(), name, e)
+                    .into(),
+            )
+        }
     }
 }
 
@@ -121,7 +100,16 @@ where
             // get_opt maps NotFound to None; a bare 404 (e.g. a resource
             // type no longer served) is gone all the same.
             Err(e) if is_not_found(&e) => return Ok(()),
-            Err(e) => return Err(kube_error("get", kind, api, name, e)),
+            Err(e) => {
+                return Err(RequestError::new(
+                    "get",
+                    kind,
+                    api.namespace().unwrap_or_default(),
+                    name,
+                    e,
+                )
+                .into());
+            }
         }
         if start.elapsed() >= timeout {
             return Err(Error::DeleteTimeout {
@@ -153,17 +141,18 @@ mod tests {
             timeout.to_string(),
             "Deployment ns/d still present after 3s"
         );
-        let refused = Error::Kube {
-            action: "delete",
-            kind: "Secret",
-            namespace: "ns".into(),
-            name: "s".into(),
-            source: Box::new(kube::Error::Api(
+        let refused: Error = RequestError::new(
+            "delete",
+            "Secret",
+            "ns",
+            "s",
+            kube::Error::Api(
                 kube::core::Status::failure("no", "Forbidden")
                     .with_code(403)
                     .boxed(),
-            )),
-        };
+            ),
+        )
+        .into();
         assert!(!refused.is_transient());
         assert!(refused.to_string().starts_with("delete Secret ns/s: "));
     }

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::time::Duration;
 
+use clawfed_kube::RequestError;
 use clawfed_proto::labels;
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -29,20 +30,8 @@ pub const FIELD_MANAGER: &str = "clawfed-spoke";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The apiserver refused or failed a request.
-    #[error("{action} {kind} {namespace}/{name}: {source}")]
-    Kube {
-        /// What was attempted (`apply`, `delete`, `get`, `list`).
-        action: &'static str,
-        /// Object kind.
-        kind: &'static str,
-        /// Namespace ("" for cluster-scoped).
-        namespace: String,
-        /// Object name ("" for lists).
-        name: String,
-        /// The cause.
-        #[source]
-        source: Box<kube::Error>,
-    },
+    #[error(transparent)]
+    Kube(#[from] RequestError),
     /// The work spec is not acceptable (fails closed).
     #[error("{0}")]
     Invalid(String),
@@ -76,7 +65,7 @@ impl Error {
     /// True when the apiserver answered 403 Forbidden.
     pub fn is_forbidden(&self) -> bool {
         match self {
-            Error::Kube { source, .. } => is_forbidden(source),
+            Error::Kube(e) => e.is_forbidden(),
             Error::Object(e) => e.is_forbidden(),
             _ => false,
         }
@@ -87,7 +76,7 @@ impl Error {
     /// itself is refused.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Kube { source, .. } => clawfed_kube::is_transient(source),
+            Error::Kube(e) => e.is_transient(),
             Error::Object(e) => e.is_transient(),
             Error::Cancelled | Error::Terminating { .. } => true,
             Error::Invalid(_) | Error::Namespace(_) => false,
@@ -142,12 +131,9 @@ where
     let name = obj.meta().name.clone().unwrap_or_default();
     api.patch(&name, &apply_params(), &Patch::Apply(obj))
         .await
-        .map_err(|source| Error::Kube {
-            action: "apply",
-            kind: kind_of::<K>(),
-            namespace: obj.meta().namespace.clone().unwrap_or_default(),
-            name,
-            source: Box::new(source),
+        .map_err(|source| {
+            let namespace = obj.meta().namespace.as_deref().unwrap_or_default();
+            RequestError::new("apply", kind_of::<K>(), namespace, &name, source).into()
         })
 }
 
@@ -161,23 +147,18 @@ where
 {
     let name = obj.meta().name.clone().unwrap_or_default();
     let namespace = obj.meta().namespace.clone().unwrap_or_default();
-    let kube_err = |action, source| Error::Kube {
-        action,
-        kind: kind_of::<K>(),
-        namespace: namespace.clone(),
-        name: name.clone(),
-        source: Box::new(source),
-    };
-    let existing = api.get_opt(&name).await.map_err(|e| kube_err("get", e))?;
+    let failed =
+        |action, source| RequestError::new(action, kind_of::<K>(), &namespace, &name, source);
+    let existing = api.get_opt(&name).await.map_err(|e| failed("get", e))?;
     let existing = match existing {
         Some(o) => Some(o),
         None => match api.create(&kube::api::PostParams::default(), obj).await {
             Ok(_) => None,
             // Made meanwhile (another spoke of the cluster): read it again.
             Err(kube::Error::Api(r)) if r.code == 409 => {
-                api.get_opt(&name).await.map_err(|e| kube_err("get", e))?
+                api.get_opt(&name).await.map_err(|e| failed("get", e))?
             }
-            Err(e) => return Err(kube_err("create", e)),
+            Err(e) => return Err(failed("create", e).into()),
         },
     };
     match existing {
@@ -241,9 +222,7 @@ where
     let start = tokio::time::Instant::now();
     loop {
         match f().await {
-            Err(Error::Kube { source, .. })
-                if is_forbidden(&source) && start.elapsed() < settle =>
-            {
+            Err(Error::Kube(e)) if e.is_forbidden() && start.elapsed() < settle => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             other => return other,

@@ -35,6 +35,12 @@ pub enum ProviderError {
     Cancelled,
 }
 
+impl From<clawfed_kube::RequestError> for ProviderError {
+    fn from(e: clawfed_kube::RequestError) -> Self {
+        ProviderError::Kube(e.into())
+    }
+}
+
 impl ProviderError {
     /// True when the apiserver answered 403 Forbidden.
     pub fn is_forbidden(&self) -> bool {

@@ -13,6 +13,7 @@ use std::fmt::Debug;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use clawfed_kube::RequestError;
 use clawfed_proto::labels;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -27,7 +28,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use super::error::{Error, Result, kube_error};
+use super::error::{Error, Result};
 use super::objects::{self, ROUTE_KIND};
 use super::transport::TransportCredentials;
 use super::watch::{GatewayWatch, ReadyListener};
@@ -334,7 +335,7 @@ impl TenantGateways {
             .get_opt(self.ns())
             .await
             .map(|found| found.is_some())
-            .map_err(|e| kube_error("get", "Namespace", "", self.ns(), e))
+            .map_err(|e| RequestError::new("get", "Namespace", "", self.ns(), e).into())
     }
 
     pub(super) fn api<K>(&self) -> Api<K>
@@ -522,7 +523,7 @@ impl TenantGateways {
             .api::<ServiceAccount>()
             .get_opt(&name)
             .await
-            .map_err(|e| kube_error("get", "ServiceAccount", self.ns(), &name, e))?;
+            .map_err(|e| RequestError::new("get", "ServiceAccount", self.ns(), &name, e))?;
         let Some(sa) = sa else {
             return Ok(());
         };
@@ -547,7 +548,7 @@ impl TenantGateways {
             .api::<Deployment>()
             .get_opt(&name)
             .await
-            .map_err(|e| kube_error("get", "Deployment", self.ns(), &name, e))?;
+            .map_err(|e| RequestError::new("get", "Deployment", self.ns(), &name, e))?;
         let deployed = d
             .as_ref()
             .and_then(|d| d.spec.template.metadata.as_ref())
@@ -577,7 +578,7 @@ impl TenantGateways {
             .patch(&name, &apply_params(), &Patch::Apply(obj))
             .await
             .map_err(|e| {
-                kube_error(
+                RequestError::new(
                     "apply",
                     <K as k8s_openapi::Resource>::KIND,
                     self.ns(),
@@ -623,7 +624,7 @@ impl TenantGateways {
                 let list = services
                     .list_metadata(&lp)
                     .await
-                    .map_err(|e| kube_error("list", "Service", self.ns(), "", e))?;
+                    .map_err(|e| RequestError::new("list", "Service", self.ns(), "", e))?;
                 list.items
                     .into_iter()
                     .filter_map(|s| s.metadata.name)
@@ -666,7 +667,7 @@ impl TenantGateways {
             let list = pods
                 .list_metadata(&lp)
                 .await
-                .map_err(|e| kube_error("list", "Pod", self.ns(), "", e))?;
+                .map_err(|e| RequestError::new("list", "Pod", self.ns(), "", e))?;
             let Some(left) = list.items.first() else {
                 return Ok(());
             };

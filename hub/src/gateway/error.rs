@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use clawfed_kube::is_forbidden;
+use clawfed_kube::RequestError;
 
 use super::objects;
 
@@ -46,36 +46,13 @@ pub enum Error {
         /// The authorizer's reason, if any (with a leading separator).
         reason: String,
     },
-    /// The apiserver refused the hub's identity.
-    #[error("clawfed-hub may not {action} {kind} {namespace}/{name}: {source}")]
-    Forbidden {
-        /// What was attempted.
-        action: &'static str,
-        /// Object kind.
-        kind: &'static str,
-        /// Namespace.
-        namespace: String,
-        /// Object name ("" for lists).
-        name: String,
-        /// The cause.
-        #[source]
-        source: Box<kube::Error>,
-    },
-    /// Any other apiserver failure.
-    #[error("{action} {kind} {namespace}/{name}: {source}")]
-    Kube {
-        /// What was attempted (`apply`, `get`, `list`, `delete`).
-        action: &'static str,
-        /// Object kind.
-        kind: &'static str,
-        /// Namespace.
-        namespace: String,
-        /// Object name ("" for lists).
-        name: String,
-        /// The cause.
-        #[source]
-        source: Box<kube::Error>,
-    },
+    /// The apiserver refused the hub's identity (a [`RequestError`] whose
+    /// cause is a 403; see the `From<RequestError>` conversion).
+    #[error("clawfed-hub may not {0}")]
+    Forbidden(#[source] RequestError),
+    /// Any other apiserver failure (`apply`, `get`, `list`, `delete`, ...).
+    #[error(transparent)]
+    Kube(RequestError),
     /// A request through the revision's Gateway to its Harness (the data
     /// path probe) was not answered with success.
     #[error(
@@ -193,8 +170,8 @@ impl Error {
             Error::NamespaceUnavailable { .. } => "GatewayNamespaceUnavailable",
             Error::RouteApiMissing { .. } => "RouteApiMissing",
             Error::RouteForbidden { .. } => "RouteForbidden",
-            Error::Forbidden { .. } => "Forbidden",
-            Error::Kube { .. } => "KubernetesError",
+            Error::Forbidden(_) => "Forbidden",
+            Error::Kube(_) => "KubernetesError",
             Error::OwnedByOtherTenant { .. } => "OwnedByOtherTenant",
             Error::Superseded { .. } => "Superseded",
             Error::NotPrepared { .. } => "GatewayNotPrepared",
@@ -212,7 +189,7 @@ impl Error {
     /// the config or the cluster's RBAC/CRDs.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Kube { source, .. } => clawfed_kube::is_transient(source),
+            Error::Kube(e) => e.is_transient(),
             // The path may come up (a spoke reconnecting, endpoints being
             // published); the pipeline's deadline bounds the retries.
             Error::NotReady { .. }
@@ -227,29 +204,14 @@ impl Error {
     }
 }
 
-pub(super) fn kube_error(
-    action: &'static str,
-    kind: &'static str,
-    namespace: &str,
-    name: &str,
-    source: kube::Error,
-) -> Error {
-    let (namespace, name, source) = (namespace.to_string(), name.to_string(), Box::new(source));
-    if is_forbidden(&source) {
-        Error::Forbidden {
-            action,
-            kind,
-            namespace,
-            name,
-            source,
-        }
-    } else {
-        Error::Kube {
-            action,
-            kind,
-            namespace,
-            name,
-            source,
+/// A failed request is [`Error::Forbidden`] when the apiserver answered
+/// 403 (the hub's RBAC must change), else [`Error::Kube`].
+impl From<RequestError> for Error {
+    fn from(e: RequestError) -> Self {
+        if e.is_forbidden() {
+            Error::Forbidden(e)
+        } else {
+            Error::Kube(e)
         }
     }
 }
@@ -258,13 +220,7 @@ impl From<clawfed_kube::object::Error> for Error {
     fn from(e: clawfed_kube::object::Error) -> Self {
         use clawfed_kube::object::Error as E;
         match e {
-            E::Kube {
-                action,
-                kind,
-                namespace,
-                name,
-                source,
-            } => kube_error(action, kind, &namespace, &name, *source),
+            E::Kube(e) => e.into(),
             E::DeleteTimeout {
                 kind,
                 namespace,
@@ -277,5 +233,42 @@ impl From<clawfed_kube::object::Error> for Error {
                 waited,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(code: u16) -> RequestError {
+        let status = kube::core::Status::failure("denied", "Reason").with_code(code);
+        RequestError::new(
+            "get",
+            "Deployment",
+            "ns",
+            "d",
+            kube::Error::Api(status.boxed()),
+        )
+    }
+
+    #[test]
+    fn a_403_is_forbidden_and_anything_else_a_kubernetes_error() {
+        let cause = failed(403).source.to_string();
+        let forbidden = Error::from(failed(403));
+        assert_eq!(forbidden.reason(), "Forbidden");
+        assert!(!forbidden.is_transient());
+        assert_eq!(
+            forbidden.to_string(),
+            format!("clawfed-hub may not get Deployment ns/d: {cause}")
+        );
+
+        let cause = failed(503).source.to_string();
+        let unavailable = Error::from(failed(503));
+        assert_eq!(unavailable.reason(), "KubernetesError");
+        assert!(unavailable.is_transient());
+        assert_eq!(
+            unavailable.to_string(),
+            format!("get Deployment ns/d: {cause}")
+        );
     }
 }

@@ -8,11 +8,11 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 
-use clawfed_kube::{is_forbidden, is_status};
+use clawfed_kube::{RequestError, is_forbidden, is_status};
 use clawfed_proto::labels;
 
 use super::client::{AUTHORIZE_WAIT, Gateways, Step, TenantGateways, deleted, label_of};
-use super::error::{Error, Result, kube_error};
+use super::error::{Error, Result};
 use super::objects;
 
 impl Gateways {
@@ -27,7 +27,7 @@ impl Gateways {
         let found = api
             .get_opt(&name)
             .await
-            .map_err(|e| kube_error("get", "Namespace", "", &name, e))?;
+            .map_err(|e| RequestError::new("get", "Namespace", "", &name, e))?;
         let Some(found) = found else {
             return Ok(deleted("Namespace", &name, false));
         };
@@ -86,7 +86,7 @@ impl TenantGateways {
                     "clawfed-hub may not read namespaces (apply deploy/hub/rbac.yaml)".into(),
                 ));
             }
-            Err(e) => return Err(kube_error("get", "Namespace", "", self.ns(), e)),
+            Err(e) => return Err(RequestError::new("get", "Namespace", "", self.ns(), e).into()),
         };
         if let Some(found) = &found {
             let mark = label_of(&found.metadata, labels::GATEWAY_NAMESPACE);
@@ -107,7 +107,9 @@ impl TenantGateways {
                         "clawfed-hub may not create it: {e} (apply deploy/hub/rbac.yaml and admission.yaml)"
                     )));
                 }
-                Err(e) => return Err(kube_error("create", "Namespace", "", self.ns(), e)),
+                Err(e) => {
+                    return Err(RequestError::new("create", "Namespace", "", self.ns(), e).into());
+                }
             }
         }
         let c = &self.config;

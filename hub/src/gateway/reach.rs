@@ -4,12 +4,13 @@
 
 use std::time::Duration;
 
+use clawfed_kube::RequestError;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 
 use super::client::{PROBE_TIMEOUT, TenantGateways};
-use super::error::{Error, Result, kube_error};
+use super::error::{Error, Result};
 use super::objects;
 use super::ready::{self, Readiness};
 
@@ -33,13 +34,13 @@ impl TenantGateways {
             .api::<Deployment>()
             .get_opt(&name)
             .await
-            .map_err(|e| kube_error("get", "Deployment", self.ns(), &name, e))?;
+            .map_err(|e| RequestError::new("get", "Deployment", self.ns(), &name, e))?;
         let lp = ListParams::default().labels(&objects::agent_selector_string(agent));
         let pods = self
             .api::<Pod>()
             .list(&lp)
             .await
-            .map_err(|e| kube_error("list", "Pod", self.ns(), "", e))?;
+            .map_err(|e| RequestError::new("list", "Pod", self.ns(), "", e))?;
         Ok(ready::evaluate(revision, d.as_ref(), &pods.items))
     }
 
@@ -60,7 +61,7 @@ impl TenantGateways {
             .api::<Pod>()
             .list(&lp)
             .await
-            .map_err(|e| kube_error("list", "Pod", self.ns(), "", e))?;
+            .map_err(|e| RequestError::new("list", "Pod", self.ns(), "", e))?;
         let Some(pod) = pods
             .items
             .iter()

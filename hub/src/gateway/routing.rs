@@ -12,12 +12,12 @@ use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use kube::api::{Patch, PostParams};
 
-use clawfed_kube::is_not_found;
+use clawfed_kube::{RequestError, is_not_found};
 
 use clawfed_proto::labels;
 
 use super::client::{Activation, TenantGateways, WRITE_VERBS, apply_params, label_of};
-use super::error::{Error, Result, kube_error};
+use super::error::{Error, Result};
 use super::objects::{self, ROUTE_KIND, ROUTE_PLURAL};
 use super::ready::Readiness;
 
@@ -71,13 +71,9 @@ impl TenantGateways {
                 return Err(missing("discovery has no such API group/version".into()));
             }
             Err(e) => {
-                return Err(kube_error(
-                    "discover",
-                    ROUTE_KIND,
-                    "",
-                    &routing.api_version,
-                    e,
-                ));
+                return Err(
+                    RequestError::new("discover", ROUTE_KIND, "", &routing.api_version, e).into(),
+                );
             }
         }
         let reviews = WRITE_VERBS.map(|verb| self.access_review(&ar.group, ROUTE_PLURAL, verb));
@@ -131,7 +127,7 @@ impl TenantGateways {
         let answer = Api::<SelfSubjectAccessReview>::all(self.client.clone())
             .create(&PostParams::default(), &review)
             .await
-            .map_err(|e| kube_error("create", "SelfSubjectAccessReview", "", "", e))?;
+            .map_err(|e| RequestError::new("create", "SelfSubjectAccessReview", "", "", e))?;
         let status = answer.status.unwrap_or_default();
         Ok((!status.allowed).then(|| status.reason.unwrap_or_default()))
     }
@@ -151,7 +147,9 @@ impl TenantGateways {
             Ok(r) => r,
             // The route API is not served: no route can exist.
             Err(e) if is_not_found(&e) => None,
-            Err(e) => return Err(kube_error("get", ROUTE_KIND, self.ns(), &name, e)),
+            Err(e) => {
+                return Err(RequestError::new("get", ROUTE_KIND, self.ns(), &name, e).into());
+            }
         };
         match route {
             Some(r) => Ok(objects::routed_revision(agent, &objects::route_spec(&r)?)),
@@ -174,7 +172,7 @@ impl TenantGateways {
             .api::<Service>()
             .get_opt(&svc_name)
             .await
-            .map_err(|e| kube_error("get", "Service", self.ns(), &svc_name, e))?
+            .map_err(|e| RequestError::new("get", "Service", self.ns(), &svc_name, e))?
             .ok_or_else(|| Error::NotPrepared {
                 agent: agent.to_string(),
                 revision,
@@ -201,7 +199,7 @@ impl TenantGateways {
         let current = routes
             .get_opt(&name)
             .await
-            .map_err(|e| kube_error("get", ROUTE_KIND, self.ns(), &name, e))?;
+            .map_err(|e| RequestError::new("get", ROUTE_KIND, self.ns(), &name, e))?;
         let previous = match &current {
             Some(r) => {
                 let owner = label_of(&r.metadata, labels::TENANT).unwrap_or_default();
@@ -223,7 +221,7 @@ impl TenantGateways {
             .await
             .map_err(|e| {
                 self.forget_checks();
-                kube_error("apply", ROUTE_KIND, self.ns(), &name, e)
+                RequestError::new("apply", ROUTE_KIND, self.ns(), &name, e)
             })?;
         tracing::info!(
             agent,

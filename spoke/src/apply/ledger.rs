@@ -8,13 +8,14 @@
 
 use std::collections::HashMap;
 
+use clawfed_kube::RequestError;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::{Error, Result, owner_labels};
+use super::{Result, owner_labels};
 
 /// Name of the ledger ConfigMap.
 pub const LEDGER: &str = "clawfed-ledger";
@@ -59,13 +60,10 @@ pub async fn load(api: &Api<ConfigMap>) -> Result<HashMap<String, i64>> {
     match api.get_opt(LEDGER).await {
         Ok(Some(cm)) => Ok(entries(&cm)),
         Ok(None) => Ok(HashMap::new()),
-        Err(source) => Err(Error::Kube {
-            action: "get",
-            kind: "ConfigMap",
-            namespace: api.namespace().unwrap_or_default().into(),
-            name: LEDGER.into(),
-            source: Box::new(source),
-        }),
+        Err(source) => {
+            let namespace = api.namespace().unwrap_or_default();
+            Err(RequestError::new("get", "ConfigMap", namespace, LEDGER, source).into())
+        }
     }
 }
 

@@ -18,13 +18,14 @@
 
 use std::collections::BTreeMap;
 
+use clawfed_kube::RequestError;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use serde::{Deserialize, Serialize};
 
-use crate::apply::{self, Error, Result, ledger, owner_labels, ssa};
+use crate::apply::{Error, Result, ledger, owner_labels, ssa};
 
 /// Label marking a desired-state record (value `true`).
 pub const LABEL: &str = clawfed_proto::labels::DESIRED_STATE;
@@ -147,13 +148,11 @@ pub async fn record(api: &Api<Secret>, tenant: &str, record: &Record) -> Result<
 /// generation); records that name none yet are left out.
 pub async fn applied(api: &Api<Secret>) -> Result<Vec<(String, i64)>> {
     let lp = kube::api::ListParams::default().labels(&format!("{LABEL}=true"));
-    let list = api.list(&lp).await.map_err(|source| apply::Error::Kube {
-        action: "list",
-        kind: "Secret",
-        namespace: api.namespace().unwrap_or_default().into(),
-        name: String::new(),
-        source: Box::new(source),
-    })?;
+    let namespace = api.namespace().unwrap_or_default();
+    let list = api
+        .list(&lp)
+        .await
+        .map_err(|source| RequestError::new("list", "Secret", namespace, "", source))?;
     Ok(list
         .items
         .iter()
@@ -167,13 +166,10 @@ pub async fn load(api: &Api<Secret>, target: &str) -> Result<Option<Record>> {
     let n = name(target);
     match api.get_opt(&n).await {
         Ok(s) => Ok(s.as_ref().and_then(parse)),
-        Err(source) => Err(apply::Error::Kube {
-            action: "get",
-            kind: "Secret",
-            namespace: api.namespace().unwrap_or_default().into(),
-            name: n,
-            source: Box::new(source),
-        }),
+        Err(source) => {
+            let namespace = api.namespace().unwrap_or_default();
+            Err(RequestError::new("get", "Secret", namespace, &n, source).into())
+        }
     }
 }
 

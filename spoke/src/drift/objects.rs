@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use clawfed_kube::RequestError;
 use clawfed_proto::work::{ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkKind};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -194,13 +195,7 @@ impl Desired {
     /// Reads the live object (JSON), `None` when it is gone.
     pub async fn live(&self, client: &Client, namespace: &str) -> apply::Result<Option<Value>> {
         let name = self.name();
-        let err = |source| apply::Error::Kube {
-            action: "get",
-            kind: self.kind(),
-            namespace: namespace.into(),
-            name: name.clone(),
-            source: Box::new(source),
-        };
+        let err = |source| RequestError::new("get", self.kind(), namespace, &name, source);
         if let Desired::Namespace(_) = self {
             let api = Api::<Namespace>::all(client.clone());
             return Ok(api.get_opt(&name).await.map_err(err)?.map(|o| json(&o)));
@@ -234,13 +229,7 @@ impl Desired {
                 a.retain(|k, _| !keep.contains_key(k));
                 keep
             });
-            let kube = |action, source| apply::Error::Kube {
-                action,
-                kind: "Namespace",
-                namespace: String::new(),
-                name: name.clone(),
-                source: Box::new(source),
-            };
+            let kube = |action, source| RequestError::new(action, "Namespace", "", &name, source);
             let mut answered = api
                 .patch(&name, &apply::apply_params(), &Patch::Apply(&applied))
                 .await

@@ -148,7 +148,7 @@ impl Repairer {
             // The spoke's own RoleBinding is gone (so are its rights to read
             // the record): the record it last saw through its watch is the
             // durable one, unchanged since.
-            Err(apply::Error::Kube { source, .. }) if apply::is_forbidden(&source) => {
+            Err(apply::Error::Kube(e)) if e.is_forbidden() => {
                 match self.cached_record(&key.namespace, target) {
                     Some(r) => r,
                     None => return,

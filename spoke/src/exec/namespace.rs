@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
+use clawfed_kube::RequestError;
 use clawfed_proto::labels;
 use clawfed_proto::link::v1::Work;
 use clawfed_proto::naming::validate_dns1123_label;
@@ -19,7 +20,7 @@ use kube::api::{ListParams, Patch};
 use kube::{Api, ResourceExt};
 
 use super::ops::NamespaceOps;
-use super::outcome::{Done, Failure, kube_err, refuse};
+use super::outcome::{Done, Failure, refuse};
 use super::{Executor, NAMESPACE_RECHECK};
 use crate::apply::namespace::{self as nsapply, NamespaceError, NamespaceObservation, Resolution};
 use crate::apply::{self, ledger, merge_params, retry_forbidden, ssa};
@@ -41,7 +42,7 @@ impl Executor {
             let list = api
                 .list(&ListParams::default().labels(&selector))
                 .await
-                .map_err(|e| kube_err("list", "Namespace", "", "", e))?;
+                .map_err(|e| RequestError::new("list", "Namespace", "", "", e))?;
             for ns in &list.items {
                 seen.insert(ns.name_any(), ns.into());
             }
@@ -54,7 +55,7 @@ impl Executor {
             if let Some(ns) = api
                 .get_opt(name)
                 .await
-                .map_err(|e| kube_err("get", "Namespace", "", name, e))?
+                .map_err(|e| RequestError::new("get", "Namespace", "", name, e))?
             {
                 seen.insert(name.to_string(), (&ns).into());
             }
@@ -82,7 +83,7 @@ impl Executor {
                 &Patch::Apply(nsapply::namespace_object(w, &name, adopted, &self.config)),
             )
             .await
-            .map_err(|e| kube_err("apply", "Namespace", "", &name, e))?;
+            .map_err(|e| RequestError::new("apply", "Namespace", "", &name, e))?;
         let c = &self.client;
         ssa(
             &Api::<RoleBinding>::namespaced(c.clone(), &name),
@@ -141,7 +142,7 @@ impl Executor {
         namespaces
             .patch(&name, &merge_params(), &Patch::Merge(&patch))
             .await
-            .map_err(|e| kube_err("patch", "Namespace", "", &name, e))?;
+            .map_err(|e| RequestError::new("patch", "Namespace", "", &name, e))?;
         self.recorded_lock()
             .insert(work.target.clone(), (name.clone(), work.generation));
         Ok(Done {
@@ -193,7 +194,7 @@ impl Executor {
         let Some(ns) = api
             .get_opt(name)
             .await
-            .map_err(|e| kube_err("get", "Namespace", "", name, e))?
+            .map_err(|e| RequestError::new("get", "Namespace", "", name, e))?
         else {
             return Ok(None);
         };

@@ -4,6 +4,7 @@
 //! clawfed owns in it).
 
 use async_trait::async_trait;
+use clawfed_kube::RequestError;
 use clawfed_proto::labels;
 use clawfed_proto::work::RevisionWork;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -19,7 +20,7 @@ use kube::api::{DeleteParams, ListParams, Patch};
 use tokio_util::sync::CancellationToken;
 
 use super::Executor;
-use super::outcome::{Failure, kube_err};
+use super::outcome::Failure;
 use crate::apply::namespace as nsapply;
 use crate::apply::{self, harness, merge_params};
 use crate::cleanup::{CleanupOps, NamespaceStep, RevisionStep, StepFailed};
@@ -156,7 +157,7 @@ impl NamespaceOps<'_> {
                 Api::<$t>::namespaced(c.clone(), ns)
                     .delete_collection(&dp, &lp)
                     .await
-                    .map_err(|e| kube_err("deletecollection", $kind, ns, "", e))?;
+                    .map_err(|e| RequestError::new("deletecollection", $kind, ns, "", e))?;
             };
         }
         // The desired-state records first: nothing is repaired once its
@@ -172,7 +173,7 @@ impl NamespaceOps<'_> {
                 )),
             )
             .await
-            .map_err(|e| kube_err("deletecollection", "Secret", ns, "", e))?;
+            .map_err(|e| RequestError::new("deletecollection", "Secret", ns, "", e))?;
         purge!(Deployment, "Deployment");
         purge!(Service, "Service");
         purge!(ServiceAccount, "ServiceAccount");
@@ -195,13 +196,13 @@ impl NamespaceOps<'_> {
         namespaces
             .patch(ns, &apply::apply_params(), &Patch::Apply(&bare))
             .await
-            .map_err(|e| kube_err("apply", "Namespace", "", ns, e))?;
+            .map_err(|e| RequestError::new("apply", "Namespace", "", ns, e))?;
         let marker_patch = serde_json::json!({ "metadata": { "annotations": {
             labels::GENERATION_ANNOTATION: null, labels::WORK_TARGET_ANNOTATION: null } } });
         namespaces
             .patch(ns, &merge_params(), &Patch::Merge(&marker_patch))
             .await
-            .map_err(|e| kube_err("patch", "Namespace", "", ns, e))?;
+            .map_err(|e| RequestError::new("patch", "Namespace", "", ns, e))?;
         apply::delete_if_present(
             &Api::<RoleBinding>::namespaced(c.clone(), ns),
             nsapply::SPOKE_BINDING,
@@ -242,7 +243,7 @@ impl CleanupOps<NamespaceStep> for NamespaceOps<'_> {
                             Ok(_) => {}
                             Err(e) if apply::is_not_found(&e) => {}
                             Err(e) => {
-                                return Err(kube_err(
+                                return Err(RequestError::new(
                                     "delete",
                                     "Namespace",
                                     "",

@@ -2,6 +2,8 @@
 //! transient or forbidden) and how the errors of the apply room, the
 //! namespace resolution, the provider and cleanup map to it.
 
+use clawfed_kube::RequestError;
+
 use crate::apply::{self, namespace::NamespaceError};
 use crate::cleanup::StepFailed;
 
@@ -22,6 +24,12 @@ impl From<apply::Error> for Failure {
             forbidden: e.is_forbidden(),
             reason: e.to_string(),
         }
+    }
+}
+
+impl From<RequestError> for Failure {
+    fn from(e: RequestError) -> Self {
+        apply::Error::from(e).into()
     }
 }
 
@@ -68,20 +76,4 @@ pub(super) fn refuse(reason: impl Into<String>) -> Failure {
 pub(super) struct Done {
     pub(super) reason: String,
     pub(super) namespace: String,
-}
-
-pub(super) fn kube_err(
-    action: &'static str,
-    kind: &'static str,
-    ns: &str,
-    name: &str,
-    source: kube::Error,
-) -> apply::Error {
-    apply::Error::Kube {
-        action,
-        kind,
-        namespace: ns.into(),
-        name: name.into(),
-        source: Box::new(source),
-    }
 }

@@ -4,13 +4,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use clawfed_kube::RequestError;
 use clawfed_proto::labels;
 use clawfed_proto::readiness::{HARNESS_ROLE, ReadinessQuery};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
-use super::outcome::kube_err;
 use super::{ExecError, Executor, Recorded};
 use crate::apply::{self, harness, ledger};
 use crate::readiness::observer::StartupCheck;
@@ -35,7 +35,7 @@ impl Executor {
         Ok(api
             .list(&ListParams::default().labels(&selector))
             .await
-            .map_err(|e| kube_err("list", "Namespace", "", "", e))?
+            .map_err(|e| RequestError::new("list", "Namespace", "", "", e))?
             .items
             .into_iter()
             .filter(|ns| ns.metadata.deletion_timestamp.is_none())
@@ -72,7 +72,7 @@ impl Executor {
                 }
                 // Labelled as managed but never provisioned by this spoke (no
                 // tenant binding): not ours to report.
-                Err(apply::Error::Kube { source, .. }) if apply::is_forbidden(&source) => {
+                Err(apply::Error::Kube(e)) if e.is_forbidden() => {
                     tracing::warn!(namespace = %name, "spoke.exec.namespace_not_granted");
                 }
                 Err(e) => return Err(e),
@@ -120,7 +120,7 @@ impl Executor {
                     self.observer.unwatch_namespace(&name);
                     continue;
                 }
-                Err(e) => return Err(kube_err("list", "Service", &name, "", e)),
+                Err(e) => return Err(RequestError::new("list", "Service", &name, "", e).into()),
             };
             for svc in list.items {
                 let (l, a) = (svc.labels(), svc.annotations());

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use clawfed_kube::RequestError;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, CustomResourceDefinitionNames, CustomResourceDefinitionSpec,
@@ -26,7 +27,7 @@ use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
 use super::{HarnessContext, NamespaceContext, ProviderError, RevisionContext, SandboxDriver};
-use crate::apply::{self, Error, apply_params, is_not_found, ssa, wait_gone};
+use crate::apply::{self, apply_params, is_not_found, ssa, wait_gone};
 
 /// API group of the custom resource.
 pub const GROUP: &str = "sandbox.clawfed.io";
@@ -166,12 +167,12 @@ impl CrdSandboxDriver {
                 api.patch(CRD_NAME, &apply_params(), &Patch::Apply(crd()))
                     .await
                     .map_err(|source| {
-                        kube_err("apply", "CustomResourceDefinition", "", CRD_NAME, source)
+                        RequestError::new("apply", "CustomResourceDefinition", "", CRD_NAME, source)
                     })?;
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
                 loop {
                     let got = api.get(CRD_NAME).await.map_err(|source| {
-                        kube_err("get", "CustomResourceDefinition", "", CRD_NAME, source)
+                        RequestError::new("get", "CustomResourceDefinition", "", CRD_NAME, source)
                     })?;
                     let established = got
                         .status
@@ -212,14 +213,18 @@ impl CrdSandboxDriver {
         match api.delete(name, &DeleteParams::foreground()).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => {}
-            Err(source) => return Err(kube_err("delete", KIND, namespace, name, source).into()),
+            Err(source) => {
+                return Err(RequestError::new("delete", KIND, namespace, name, source).into());
+            }
         }
         let deadline = tokio::time::Instant::now() + self.delete_timeout;
         loop {
             match api.get_opt(name).await {
                 Ok(None) => break,
                 Ok(Some(_)) => {}
-                Err(source) => return Err(kube_err("get", KIND, namespace, name, source).into()),
+                Err(source) => {
+                    return Err(RequestError::new("get", KIND, namespace, name, source).into());
+                }
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(ProviderError::Failed(format!(
@@ -234,22 +239,6 @@ impl CrdSandboxDriver {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         wait_gone(&pods, name, self.delete_timeout, cancel).await?;
         Ok(())
-    }
-}
-
-fn kube_err(
-    action: &'static str,
-    kind: &'static str,
-    ns: &str,
-    name: &str,
-    source: kube::Error,
-) -> apply::Error {
-    Error::Kube {
-        action,
-        kind,
-        namespace: ns.into(),
-        name: name.into(),
-        source: Box::new(source),
     }
 }
 
@@ -313,7 +302,7 @@ impl SandboxDriver for CrdSandboxDriver {
         let applied = api
             .patch(&h.name, &apply_params(), &Patch::Apply(&cr))
             .await
-            .map_err(|source| kube_err("apply", KIND, ns, &h.name, source))?;
+            .map_err(|source| RequestError::new("apply", KIND, ns, &h.name, source))?;
         let uid = applied
             .uid()
             .ok_or_else(|| ProviderError::Failed(format!("{KIND} {ns}/{} has no uid", h.name)))?;
@@ -359,7 +348,9 @@ impl SandboxDriver for CrdSandboxDriver {
             Ok(l) => l,
             // No CRD installed yet: nothing of ours can exist.
             Err(e) if is_not_found(&e) => return Ok(()),
-            Err(source) => return Err(kube_err("list", KIND, &ns.namespace, "", source).into()),
+            Err(source) => {
+                return Err(RequestError::new("list", KIND, &ns.namespace, "", source).into());
+            }
         };
         for cr in list.items {
             self.delete_harness(&ns.namespace, &cr.name_any(), cancel)
