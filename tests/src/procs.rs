@@ -2,10 +2,10 @@
 //! runner: the binaries of the target dir, children killed when dropped.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 
 /// A binary of this target dir (`target/debug/<name>`), found from a test
 /// binary (`target/debug/deps/`) or a program beside it.
@@ -88,6 +88,45 @@ impl Proc {
 
     pub fn text(path: &Path) -> String {
         std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    /// Its standard output so far.
+    pub fn stdout_text(&self) -> String {
+        Self::text(&self.stdout)
+    }
+
+    /// Its standard error so far.
+    pub fn stderr_text(&self) -> String {
+        Self::text(&self.stderr)
+    }
+
+    /// Its exit status once it exited (reaped then).
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        Some(status)
+    }
+
+    /// SIGTERM, then waits up to `within` for the exit: its status and
+    /// standard error; an error (the process killed) when it outlives
+    /// `within`.
+    pub async fn terminate_within(&mut self, within: Duration) -> Result<(ExitStatus, String)> {
+        self.signal("-TERM")?;
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.try_wait() {
+                return Ok((status, self.stderr_text()));
+            }
+            if Instant::now() >= deadline {
+                let stderr = self.stderr_text();
+                let _ = self.kill9();
+                bail!(
+                    "{} did not exit within {within:?} of SIGTERM; stderr:\n{stderr}",
+                    self.tag
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// The process id while it runs.

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clawfed_hub::model::ConnectionState;
@@ -24,6 +24,7 @@ use clawfed_hub::store::{self, LinkStore, SqlStore, Store};
 use clawfed_spoke::link::WorkApplier;
 use clawfed_spoke::link::ledger::FileLedger;
 use clawfed_tests::netns::Netns;
+use clawfed_tests::procs::{Proc, free_port};
 
 const CLUSTER: &str = "exec-a";
 
@@ -42,96 +43,6 @@ fn bin(name: &str) -> PathBuf {
         path.display()
     );
     path
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
-/// A child process, killed (SIGKILL) and reaped when dropped.
-struct Proc {
-    tag: String,
-    child: Option<Child>,
-    stdout: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Proc {
-    fn spawn(tag: &str, command: &mut Command, logs: &Path) -> Self {
-        let stdout = logs.join(format!("{tag}.out"));
-        let stderr = logs.join(format!("{tag}.err"));
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&stdout).unwrap())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {tag}: {e}"));
-        Self {
-            tag: tag.to_owned(),
-            child: Some(child),
-            stdout,
-            stderr,
-        }
-    }
-
-    fn child(&mut self) -> &mut Child {
-        self.child.as_mut().expect("running")
-    }
-
-    fn stdout_text(&self) -> String {
-        std::fs::read_to_string(&self.stdout).unwrap_or_default()
-    }
-
-    fn stderr_text(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    fn alive(&mut self) -> bool {
-        matches!(self.child().try_wait(), Ok(None))
-    }
-
-    /// `kill -9`, then reap.
-    fn kill9(mut self) {
-        let mut child = self.child.take().expect("running");
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reap");
-    }
-
-    /// SIGTERM, then waits (bounded) for the exit.
-    async fn terminate(mut self, within: Duration) -> (ExitStatus, String) {
-        let pid = self.child().id().to_string();
-        let sent = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill -TERM");
-        assert!(sent.success(), "kill -TERM {pid}");
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child().try_wait().expect("wait") {
-                self.child = None;
-                return (status, self.stderr_text());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not exit within {within:?} of SIGTERM; stderr:\n{}",
-                self.tag,
-                self.stderr_text()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// Everything a hub process needs; restarts reuse it.
@@ -212,11 +123,10 @@ impl Env {
     /// Runs a hub CLI command to completion (bounded) and returns stdout.
     async fn cli(&self, args: &[&str]) -> String {
         let tag = format!("cli-{}", args.join("-"));
-        let mut p = Proc::spawn(&tag, &mut self.hub(args), &self.logs);
+        let mut p = Proc::spawn(&tag, &mut self.hub(args), &self.logs).unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(status) = p.child().try_wait().unwrap() {
-                p.child = None;
+            if let Some(status) = p.try_wait() {
                 assert!(
                     status.success(),
                     "clawfed-hub {args:?}: {status}\n{}",
@@ -231,7 +141,8 @@ impl Env {
 
     /// Starts `clawfed-hub serve` and waits for its "listening" line.
     async fn serve(&self, n: u32) -> Proc {
-        let mut p = Proc::spawn(&format!("hub-{n}"), &mut self.hub(&["serve"]), &self.logs);
+        let mut p =
+            Proc::spawn(&format!("hub-{n}"), &mut self.hub(&["serve"]), &self.logs).unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let out = p.stdout_text();
@@ -287,7 +198,7 @@ impl Env {
         if let Some(f) = token_file {
             c.arg("--bootstrap-token-file").arg(f);
         }
-        Proc::spawn(&format!("spoke-{n}"), &mut c, &self.logs)
+        Proc::spawn(&format!("spoke-{n}"), &mut c, &self.logs).unwrap()
     }
 }
 
@@ -364,7 +275,7 @@ impl Puts {
 async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
     let tmp = tempfile::tempdir().unwrap();
     let env = Env::new(tmp.path());
-    let hub = env.serve(1).await;
+    let mut hub = env.serve(1).await;
 
     // Enrollment material from the operator CLI, as an operator would.
     let token = env
@@ -418,7 +329,7 @@ async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
                 break;
             }
             if d <= total * 2 / 3 {
-                spoke.take().unwrap().kill9();
+                spoke.take().unwrap().kill9().unwrap();
                 killed_at_depth = d;
                 break;
             }
@@ -473,7 +384,7 @@ async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
     // The lost session and every failed dial log one of these.
     let disconnects = |p: &Proc| p.stderr_text().matches("link.disconnected").count();
     let before = disconnects(&spoke);
-    hub.kill9();
+    hub.kill9().unwrap();
     assert!(spoke.alive(), "the spoke survives losing the hub");
     // Work queued while the hub is down (by another hub process, say).
     for i in 0..20 {
@@ -486,7 +397,7 @@ async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
     )
     .await;
     assert!(spoke.alive(), "the spoke keeps running without the hub");
-    let hub = env.serve(2).await;
+    let mut hub = env.serve(2).await;
     // The spoke reconnects by itself (backoff) and delivery resumes.
     wait_for(Duration::from_secs(30), "new work acked", || async {
         (depth(&store, &id).await == 0).then_some(())
@@ -504,7 +415,10 @@ async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
     );
 
     // --- SIGTERM drains both -------------------------------------------------
-    let (status, log) = spoke.terminate(Duration::from_secs(15)).await;
+    let (status, log) = spoke
+        .terminate_within(Duration::from_secs(15))
+        .await
+        .unwrap();
     assert!(status.success(), "spoke exit {status}:\n{log}");
     assert!(
         log.contains("spoke.draining") && log.contains("spoke.stopped"),
@@ -516,7 +430,7 @@ async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
         || async { (state(&store).await == ConnectionState::Offline).then_some(()) },
     )
     .await;
-    let (status, log) = hub.terminate(Duration::from_secs(20)).await;
+    let (status, log) = hub.terminate_within(Duration::from_secs(20)).await.unwrap();
     assert!(status.success(), "hub exit {status}:\n{log}");
     assert!(
         log.contains("hub.draining") && log.contains("hub.stopped"),
@@ -567,7 +481,7 @@ async fn enrollment(env: &Env) -> PathBuf {
 
 /// `kill -<signal> <pid>`.
 fn signal(p: &mut Proc, signal: &str) {
-    let pid = p.child().id().to_string();
+    let pid = p.pid().expect("running").to_string();
     let sent = Command::new("kill")
         .args([&format!("-{signal}"), &pid])
         .status()
@@ -707,7 +621,7 @@ async fn a_spoke_is_back_within_seconds_of_each_of_several_quick_hub_restarts() 
         // A crash; the restarted hub marks every cluster offline as it
         // starts, then the spoke has to come back by itself.
         let before = disconnects(&spoke);
-        hub.kill9();
+        hub.kill9().unwrap();
         wait_for(
             Duration::from_secs(120),
             &format!("{FAILED_DIALS_PER_OUTAGE} failed dials in outage {round}"),
@@ -771,7 +685,7 @@ async fn a_hub_that_cannot_take_a_port_never_reports_healthy_and_takes_one_freed
         c.env("CLAWFED_REST_ADDR", format!("127.0.0.1:{rest_port}"))
             .env("CLAWFED_TUNNEL_ENABLED", "true")
             .env("CLAWFED_TUNNEL_ADDR", &tunnel_addr);
-        Proc::spawn(&format!("hub-port-{n}"), &mut c, &env.logs)
+        Proc::spawn(&format!("hub-port-{n}"), &mut c, &env.logs).unwrap()
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::builder()
@@ -786,8 +700,7 @@ async fn a_hub_that_cannot_take_a_port_never_reports_healthy_and_takes_one_freed
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut answered = 0;
     let status = loop {
-        if let Some(status) = hub.child().try_wait().unwrap() {
-            hub.child = None;
+        if let Some(status) = hub.try_wait() {
             break status;
         }
         assert!(
@@ -860,7 +773,8 @@ async fn a_replica_whose_clock_runs_ahead_marks_no_live_cluster_offline() {
     // wrapper, whose child would outlive a kill of the wrapper).
     let mut c = Command::new(bin("clawfed-hub"));
     c.env("LD_PRELOAD", &libfaketime).env("FAKETIME", "+10s");
-    let mut ahead_hub = Proc::spawn("hub-ahead", &mut ahead.hub_by(c, &["serve"]), &ahead.logs);
+    let mut ahead_hub =
+        Proc::spawn("hub-ahead", &mut ahead.hub_by(c, &["serve"]), &ahead.logs).unwrap();
     let started = Instant::now();
     while !ahead_hub.stdout_text().contains("clawfed-hub listening:") {
         assert!(ahead_hub.alive(), "{}", ahead_hub.stderr_text());
