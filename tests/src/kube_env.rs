@@ -370,29 +370,14 @@ pub fn pod_ip(p: &k8s_openapi::api::core::v1::Pod) -> Result<std::net::Ipv4Addr>
     Ok(ip.parse()?)
 }
 
-/// Poll `f` every 100 ms until it yields `Some`, failing after `timeout` with
-/// the last error (if any). Errors from `f` are retried, not returned early.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> Result<T>
+/// [`crate::poll`] every 100 ms (apiserver reads): errors from `f` are
+/// retried, the last one returned at the deadline.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, f: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut last_err = None;
-    loop {
-        match f().await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last_err = Some(e),
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(match last_err {
-                Some(e) => e.context(format!("timed out after {timeout:?} waiting for {what}")),
-                None => anyhow!("timed out after {timeout:?} waiting for {what}"),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::poll(timeout, Duration::from_millis(100), what, f).await
 }
 
 /// True if `err` is an apiserver `Forbidden` (403): the rule hub and spoke use.

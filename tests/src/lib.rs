@@ -17,7 +17,8 @@
 //! - [`tunnel`]: a Gateway's CONNECT to the hub's tunnel ingress.
 //! - [`kube_env`]: attach to the real Kubernetes test clusters (`e2e/cluster.sh`).
 //! - [`webdriver`]: headless Chromium over WebDriver (Debian's chromedriver), for the web view.
-//! - [`until`]: poll a fallible condition with a deadline.
+//! - [`poll`]: the one polling helper ([`until`]: fallible, every 20 ms;
+//!   [`wait_for`]: infallible, failing the test at the deadline).
 
 pub mod api;
 pub mod cleanup;
@@ -37,10 +38,11 @@ pub mod spoke_env;
 pub mod tunnel;
 pub mod webdriver;
 
-/// Polls `f` every 20 ms until it yields `Some`, failing after `within`
-/// with the last error `f` returned.
-pub async fn until<T, F, Fut>(
+/// The one polling helper: calls `f` every `every` until it yields
+/// `Some`, failing after `within` with the last error `f` returned.
+pub async fn poll<T, F, Fut>(
     within: std::time::Duration,
+    every: std::time::Duration,
     what: &str,
     mut f: F,
 ) -> anyhow::Result<T>
@@ -62,8 +64,46 @@ where
                 None => anyhow::anyhow!("timed out after {within:?} waiting for {what}"),
             });
         }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        tokio::time::sleep(every).await;
     }
+}
+
+/// [`poll`] every 20 ms.
+pub async fn until<T, F, Fut>(within: std::time::Duration, what: &str, f: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    poll(within, std::time::Duration::from_millis(20), what, f).await
+}
+
+/// [`poll`] of an infallible check every `every`, panicking (failing the
+/// test) after `within`.
+pub async fn wait_for_every<T, F, Fut>(
+    within: std::time::Duration,
+    every: std::time::Duration,
+    what: &str,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let result = poll(within, every, what, || {
+        let next = check();
+        async move { Ok(next.await) }
+    })
+    .await;
+    result.unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// [`wait_for_every`] 20 ms.
+pub async fn wait_for<T, F, Fut>(within: std::time::Duration, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    wait_for_every(within, std::time::Duration::from_millis(20), what, check).await
 }
 
 /// Runs each named scenario `async fn name(backend: Backend)` (a `Backend`

@@ -254,20 +254,6 @@ pub async fn cluster(hub: &TestHub, name: &str) -> Option<Cluster> {
     Some(response.json().await.expect("cluster body"))
 }
 
-/// Polls `check` every 20 ms until it returns Some, or panics after `within`.
-pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {within:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+/// Polls `check` every 20 ms until it returns Some, or panics after
+/// `within` ([`crate::wait_for`]).
+pub use crate::wait_for as eventually;

@@ -24,6 +24,7 @@ use clawfed_spoke::link::WorkApplier;
 use clawfed_tests::db;
 use clawfed_tests::link::{TestSpoke, start_spoke_to};
 use clawfed_tests::procs::{Proc, bin, free_port};
+use clawfed_tests::wait_for;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
@@ -247,21 +248,6 @@ impl Front {
 impl Drop for Front {
     fn drop(&mut self) {
         self.task.abort();
-    }
-}
-
-async fn wait_for<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use clawfed_hub::store::{LinkStore, SqlStore, Store};
 use clawfed_tests::db::TestDb;
 use clawfed_tests::procs::{Proc, bin, free_port};
+use clawfed_tests::wait_for_every;
 
 const CLUSTER: &str = "exec-a";
 /// Every safety poll of the replicas: a delivery faster than this was woken.
@@ -207,21 +208,6 @@ impl Env {
 fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
-}
-
-async fn wait_for<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// `occ_link_connected_spokes` of a replica.
@@ -884,4 +870,13 @@ async fn a_lost_secrets_key_is_recovered_with_a_ca_reset() {
     let http = http_client();
     let _spoke = env.spoke(1, &a.link, Some(&token_file));
     wait_connected(&http, &a, 1, "the spoke pinning the new CA").await;
+}
+
+/// Polls every 5 ms: the figures measured here end with the poll.
+async fn wait_for<T, F, Fut>(within: Duration, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    wait_for_every(within, Duration::from_millis(5), what, check).await
 }

@@ -25,6 +25,7 @@ use clawfed_spoke::link::WorkApplier;
 use clawfed_spoke::link::ledger::FileLedger;
 use clawfed_tests::netns::Netns;
 use clawfed_tests::procs::{Proc, free_port};
+use clawfed_tests::wait_for;
 
 const CLUSTER: &str = "exec-a";
 
@@ -199,21 +200,6 @@ impl Env {
             c.arg("--bootstrap-token-file").arg(f);
         }
         Proc::spawn(&format!("spoke-{n}"), &mut c, &self.logs).unwrap()
-    }
-}
-
-async fn wait_for<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

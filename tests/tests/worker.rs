@@ -52,22 +52,12 @@ clawfed_tests::on_both_backends!(
 // ---- helpers ----------------------------------------------------------------
 
 /// Polls `check` until it returns `Some`, failing the test after [`WAIT`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {WAIT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    clawfed_tests::wait_for(WAIT, what, check).await
 }
 
 /// Waits until the item is done or failed and returns it.
