@@ -621,23 +621,8 @@ impl HubProc {
             }
         }
         let mut p = Proc::spawn(&format!("hub-{}", self.starts), &mut c, &self.logs)?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if Proc::text(&p.stdout).contains("clawfed-hub listening:") {
-                return Ok(p);
-            }
-            ensure!(
-                p.alive(),
-                "hub exited during start-up:\n{}",
-                Proc::text(&p.stderr)
-            );
-            ensure!(
-                Instant::now() < deadline,
-                "hub did not start:\n{}",
-                Proc::text(&p.stderr)
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        p.hub_listening(Duration::from_secs(60)).await?;
+        Ok(p)
     }
 }
 

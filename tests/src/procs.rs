@@ -60,6 +60,34 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// What `clawfed-hub serve` prints on stdout once every listener is
+/// bound: `clawfed-hub listening: rest=… grpc=… metrics=…/metrics link=…
+/// tunnel=… database=…`.
+#[derive(Debug, Clone)]
+pub struct HubListening {
+    line: String,
+}
+
+impl HubListening {
+    /// The line's prefix.
+    pub const PREFIX: &str = "clawfed-hub listening:";
+
+    /// The whole line.
+    pub fn line(&self) -> &str {
+        &self.line
+    }
+
+    /// The value of `key=` (e.g. `rest` → `http://127.0.0.1:8080`).
+    pub fn field(&self, key: &str) -> Result<String> {
+        let prefix = format!("{key}=");
+        self.line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(&prefix))
+            .map(str::to_owned)
+            .with_context(|| format!("no {key}= in {}", self.line))
+    }
+}
+
 /// A child process, killed (SIGKILL) and reaped when dropped.
 pub struct Proc {
     pub tag: String,
@@ -88,6 +116,37 @@ impl Proc {
 
     pub fn text(path: &Path) -> String {
         std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    /// Waits up to `within` for a hub's "listening" line
+    /// ([`HubListening`]); an error with its standard error when it exits
+    /// first or does not start in time.
+    pub async fn hub_listening(&mut self, within: Duration) -> Result<HubListening> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(line) = self
+                .stdout_text()
+                .lines()
+                .find(|l| l.starts_with(HubListening::PREFIX))
+            {
+                return Ok(HubListening {
+                    line: line.to_owned(),
+                });
+            }
+            ensure!(
+                self.alive(),
+                "{} exited during start-up:\n{}",
+                self.tag,
+                self.stderr_text()
+            );
+            ensure!(
+                Instant::now() < deadline,
+                "{} did not start within {within:?}:\n{}",
+                self.tag,
+                self.stderr_text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Its standard output so far.

@@ -28,7 +28,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use clawfed_hub::auth::{self, Role as TokenRole};
@@ -1414,16 +1414,7 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
         .arg(&config_path)
         .arg("serve");
     let mut hub = Proc::spawn("hub", &mut c, &logs)?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !Proc::text(&hub.stdout).contains("clawfed-hub listening:") {
-        ensure!(hub.alive(), "hub exited:\n{}", Proc::text(&hub.stderr));
-        ensure!(
-            Instant::now() < deadline,
-            "hub did not start:\n{}",
-            Proc::text(&hub.stderr)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    hub.hub_listening(Duration::from_secs(60)).await?;
     let minted = auth::mint_token();
     db.store
         .create_token(&NewToken {

@@ -143,42 +143,18 @@ impl Replicas {
         let mut command = self.hub(&["serve"], link_port);
         command.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
         let mut proc = Proc::spawn(tag, &mut command, &self.logs).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = Proc::text(&proc.stdout);
-            if let Some(line) = out
-                .lines()
-                .find(|l| l.starts_with("clawfed-hub listening:"))
-            {
-                let field = |key: &str| {
-                    line.split_whitespace()
-                        .find_map(|w| w.strip_prefix(key))
-                        .unwrap_or_else(|| panic!("no {key} in {line}"))
-                        .to_owned()
-                };
-                let tunnel = field("tunnel=");
-                return Replica {
-                    tag: tag.to_owned(),
-                    proc,
-                    rest: field("rest="),
-                    link_port,
-                    tunnel: tunnel
-                        .split_once("://")
-                        .and_then(|(_, addr)| addr.parse().ok()),
-                    metrics: field("metrics="),
-                };
-            }
-            assert!(
-                proc.alive(),
-                "{tag} exited during start-up:\n{}",
-                Proc::text(&proc.stderr)
-            );
-            assert!(
-                Instant::now() < deadline,
-                "{tag} did not start:\n{}",
-                Proc::text(&proc.stderr)
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let listening = proc.hub_listening(Duration::from_secs(30)).await.unwrap();
+        let field = |key: &str| listening.field(key).unwrap();
+        let tunnel = field("tunnel");
+        Replica {
+            tag: tag.to_owned(),
+            proc,
+            rest: field("rest"),
+            link_port,
+            tunnel: tunnel
+                .split_once("://")
+                .and_then(|(_, addr)| addr.parse().ok()),
+            metrics: field("metrics"),
         }
     }
 

@@ -101,26 +101,8 @@ impl Env {
             c.env(k, v);
         }
         let mut proc = Proc::spawn(&format!("hub-{name}"), &mut c, &self.logs).unwrap();
-        let line = wait_for(Duration::from_secs(60), "hub start", || {
-            let out = Proc::text(&proc.stdout);
-            let line = out
-                .lines()
-                .find(|l| l.starts_with("clawfed-hub listening:"))
-                .map(str::to_owned);
-            assert!(
-                line.is_some() || proc.alive(),
-                "hub {name} exited during start-up:\n{}",
-                Proc::text(&proc.stderr)
-            );
-            async move { line }
-        })
-        .await;
-        let field = |key: &str| {
-            line.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{key}=")))
-                .unwrap_or_else(|| panic!("{key} in {line}"))
-                .to_owned()
-        };
+        let listening = proc.hub_listening(Duration::from_secs(60)).await.unwrap();
+        let field = |key: &str| listening.field(key).unwrap();
         Replica {
             rest: field("rest"),
             metrics: field("metrics"),

@@ -144,31 +144,15 @@ impl Env {
     async fn serve(&self, n: u32) -> Proc {
         let mut p =
             Proc::spawn(&format!("hub-{n}"), &mut self.hub(&["serve"]), &self.logs).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = p.stdout_text();
-            if let Some(line) = out
-                .lines()
-                .find(|l| l.starts_with("clawfed-hub listening:"))
-            {
-                assert!(
-                    line.contains(&format!("link={}", self.link_url())),
-                    "{line}"
-                );
-                return p;
-            }
-            assert!(
-                p.alive(),
-                "hub exited during start-up:\n{}",
-                p.stderr_text()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "hub did not start:\n{}",
-                p.stderr_text()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let listening = p.hub_listening(Duration::from_secs(30)).await.unwrap();
+        assert!(
+            listening
+                .line()
+                .contains(&format!("link={}", self.link_url())),
+            "{}",
+            listening.line()
+        );
+        p
     }
 
     /// Starts `clawfed-spoke` with the ledger applier in `state`.
@@ -761,15 +745,10 @@ async fn a_replica_whose_clock_runs_ahead_marks_no_live_cluster_offline() {
     c.env("LD_PRELOAD", &libfaketime).env("FAKETIME", "+10s");
     let mut ahead_hub =
         Proc::spawn("hub-ahead", &mut ahead.hub_by(c, &["serve"]), &ahead.logs).unwrap();
-    let started = Instant::now();
-    while !ahead_hub.stdout_text().contains("clawfed-hub listening:") {
-        assert!(ahead_hub.alive(), "{}", ahead_hub.stderr_text());
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the skewed replica did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    ahead_hub
+        .hub_listening(Duration::from_secs(30))
+        .await
+        .expect("the skewed replica started");
     // Many sweeps of the skewed replica (one per heartbeat, 1 s here).
     let watch_for = Duration::from_secs(15);
     let until = Instant::now() + watch_for;

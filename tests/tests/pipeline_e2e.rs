@@ -1762,23 +1762,7 @@ impl HubEnv {
             }
         }
         let mut p = Proc::spawn(&format!("hub-{n}"), &mut c, &self.logs())?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if Proc::text(&p.stdout).contains("clawfed-hub listening:") {
-                break;
-            }
-            ensure!(
-                p.alive(),
-                "hub exited during start-up:\n{}",
-                Proc::text(&p.stderr)
-            );
-            ensure!(
-                Instant::now() < deadline,
-                "hub did not start:\n{}",
-                Proc::text(&p.stderr)
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        p.hub_listening(Duration::from_secs(60)).await?;
         if self.rest.is_none() {
             let minted = auth::mint_token();
             self.store
