@@ -50,7 +50,7 @@ use k8s_openapi::api::core::v1::{
     Service, ServiceAccount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, PostParams};
 use kube::{Api, Client, ResourceExt};
 use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, SliceRandom};
@@ -63,7 +63,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::control_env::{self, gateway_ns};
-use crate::kube_env::{self, TestCluster};
+use crate::kube_env::{self, TestCluster, agent_selector, live_names};
 use crate::procs::{Proc, bin, free_port};
 use crate::spoke_env;
 
@@ -2027,10 +2027,6 @@ fn routes(client: &Client, gateway_ns: &str) -> Result<Api<DynamicObject>> {
     Ok(Api::namespaced_with(client.clone(), gateway_ns, &ar))
 }
 
-fn agent_selector(agent: &str) -> ListParams {
-    ListParams::default().labels(&format!("{}={agent}", labels::AGENT))
-}
-
 /// The live (not deleting) objects of `agent` in `ns`.
 async fn live<K>(client: &Client, ns: &str, agent: &str) -> Result<Vec<K>>
 where
@@ -2046,24 +2042,4 @@ where
         .into_iter()
         .filter(|o| o.meta().deletion_timestamp.is_none())
         .collect())
-}
-
-/// Names of the live objects of `agent` in `ns`, sorted.
-async fn live_names<K>(client: &Client, ns: &str, agent: &str) -> Result<Vec<String>>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    let mut names: Vec<String> = Api::<K>::namespaced(client.clone(), ns)
-        .list_metadata(&agent_selector(agent))
-        .await?
-        .items
-        .into_iter()
-        .filter(|o| o.metadata.deletion_timestamp.is_none())
-        .map(|o| o.name_any())
-        .collect();
-    names.sort();
-    Ok(names)
 }

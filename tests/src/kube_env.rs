@@ -383,6 +383,32 @@ where
 /// True if `err` is an apiserver `Forbidden` (403): the rule hub and spoke use.
 pub use clawfed_kube::is_forbidden;
 
+/// The label selector of `agent`'s objects (`clawfed.io/agent=<agent>`).
+pub fn agent_selector(agent: &str) -> kube::api::ListParams {
+    kube::api::ListParams::default().labels(&format!("{}={agent}", clawfed_proto::labels::AGENT))
+}
+
+/// Names of the live (not deleting) objects of `agent` in `ns`, sorted.
+pub async fn live_names<K>(client: &kube::Client, ns: &str, agent: &str) -> Result<Vec<String>>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    use kube::ResourceExt;
+    let mut names: Vec<String> = kube::Api::<K>::namespaced(client.clone(), ns)
+        .list_metadata(&agent_selector(agent))
+        .await?
+        .items
+        .into_iter()
+        .filter(|o| o.metadata.deletion_timestamp.is_none())
+        .map(|o| o.name_any())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,7 +44,7 @@ use clawfed_tests::api::{HARNESS_IMAGE, HubTestExt, gateway_image, short_id};
 use clawfed_tests::cleanup::Cleanup;
 use clawfed_tests::control_env::{self, gateway_ns};
 use clawfed_tests::hub::{Backend, TestHub};
-use clawfed_tests::kube_env::{self, TestCluster};
+use clawfed_tests::kube_env::{self, TestCluster, agent_selector, live_names};
 use clawfed_tests::procs::{Proc, bin, free_port};
 use clawfed_tests::until;
 use clawfed_tests::{db, spoke_env};
@@ -244,30 +244,6 @@ async fn route_backend(control: &Client, gw_ns: &str, agent: &str) -> Result<Opt
         .first()
         .and_then(|r| r.backend_refs.first())
         .map(|b| b.name.clone()))
-}
-
-fn agent_selector(agent: &str) -> ListParams {
-    ListParams::default().labels(&format!("{}={agent}", labels::AGENT))
-}
-
-/// Names of the live (not deleting) objects of `agent` in `ns`.
-async fn live_names<K>(client: &Client, ns: &str, agent: &str) -> Result<Vec<String>>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    let mut names: Vec<String> = Api::<K>::namespaced(client.clone(), ns)
-        .list_metadata(&agent_selector(agent))
-        .await?
-        .items
-        .into_iter()
-        .filter(|o| o.metadata.deletion_timestamp.is_none())
-        .map(|o| o.name_any())
-        .collect();
-    names.sort();
-    Ok(names)
 }
 
 /// Every object of `agent` in `ns`, deleting or not.
