@@ -60,6 +60,27 @@ impl Drop for TestSpoke {
     }
 }
 
+/// The link settings of a test spoke applying with Kubernetes: `cluster`
+/// dialing `hub_url` (trusting `ca_pem`), enrolling with `token` when it
+/// has no identity yet, with short reconnect backoffs.
+pub fn kube_link_config(
+    hub_url: &str,
+    ca_pem: String,
+    cluster: &str,
+    token: Option<String>,
+) -> anyhow::Result<LinkConfig> {
+    Ok(LinkConfig {
+        hub: HubAddress::parse(hub_url).map_err(anyhow::Error::msg)?,
+        ca_pem,
+        cluster_name: cluster.to_owned(),
+        bootstrap_token: token,
+        version: "test".into(),
+        capabilities: vec!["applier:kube".into()],
+        backoff_min: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(500),
+    })
+}
+
 /// The hub's link URL.
 pub fn hub_url(hub: &TestHub) -> String {
     let link = hub

@@ -28,8 +28,7 @@ use clawfed_spoke::apply::environment::{ClusterEnvironment, RegistryMirror, Work
 use clawfed_spoke::config::SpokeConfig;
 use clawfed_spoke::exec::Executor;
 use clawfed_spoke::link::identity::FileIdentityStore;
-use clawfed_spoke::link::tls::HubAddress;
-use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
+use clawfed_spoke::link::{Link, SpokeMetrics};
 use clawfed_spoke::tunnel::resolve::KubeHarnessDialer;
 use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
 use clawfed_tests::hub::{Backend, TestHub};
@@ -203,19 +202,12 @@ async fn an_air_gapped_cluster_runs_an_agent_through_its_mirror_and_proxy() -> R
         TunnelSettings::default(),
     ));
     let link = Link::new(
-        LinkConfig {
-            hub: HubAddress::parse(&clawfed_tests::link::hub_url(&hub))
-                .map_err(anyhow::Error::msg)?,
-            ca_pem: clawfed_tests::link::hub_ca(&hub),
-            cluster_name: cluster.clone(),
-            bootstrap_token: Some(
-                clawfed_tests::link::bootstrap_token(&hub, &cluster, false).await,
-            ),
-            version: "test".into(),
-            capabilities: vec!["applier:kube".into()],
-            backoff_min: Duration::from_millis(50),
-            backoff_max: Duration::from_millis(500),
-        },
+        clawfed_tests::link::kube_link_config(
+            &clawfed_tests::link::hub_url(&hub),
+            clawfed_tests::link::hub_ca(&hub),
+            &cluster,
+            Some(clawfed_tests::link::bootstrap_token(&hub, &cluster, false).await),
+        )?,
         Arc::new(FileIdentityStore::new(dir.path())),
         executor,
         SpokeMetrics::default(),

@@ -14,8 +14,7 @@ use clawfed_hub::model::{Agent, AgentRevision, ConnectionState, Namespace, Revis
 use clawfed_spoke::config::SpokeConfig;
 use clawfed_spoke::exec::Executor;
 use clawfed_spoke::link::identity::FileIdentityStore;
-use clawfed_spoke::link::tls::HubAddress;
-use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
+use clawfed_spoke::link::{Link, SpokeMetrics};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::link::{bootstrap_token, cluster, eventually, hub_ca, hub_url};
 use clawfed_tests::{kube_env, spoke_env};
@@ -116,16 +115,12 @@ async fn deploy_change_and_stop_through_a_real_spoke() -> Result<()> {
     ));
     let shutdown = CancellationToken::new();
     let link = Link::new(
-        LinkConfig {
-            hub: HubAddress::parse(&hub_url(&hub)).map_err(anyhow::Error::msg)?,
-            ca_pem: hub_ca(&hub),
-            cluster_name: cluster_name.clone(),
-            bootstrap_token: Some(token),
-            version: "test".into(),
-            capabilities: vec!["applier:kube".into()],
-            backoff_min: Duration::from_millis(50),
-            backoff_max: Duration::from_millis(500),
-        },
+        clawfed_tests::link::kube_link_config(
+            &hub_url(&hub),
+            hub_ca(&hub),
+            &cluster_name,
+            Some(token),
+        )?,
         Arc::new(FileIdentityStore::new(dir.path())),
         executor,
         SpokeMetrics::default(),
@@ -335,15 +330,14 @@ async fn placement_refuses_a_cluster_whose_spoke_lacks_what_the_revision_needs()
     let ledger = Arc::new(clawfed_spoke::link::ledger::FileLedger::open(dir.path())?);
     let shutdown = CancellationToken::new();
     let link = Link::new(
-        LinkConfig {
-            hub: HubAddress::parse(&hub_url(&hub)).map_err(anyhow::Error::msg)?,
-            ca_pem: hub_ca(&hub),
-            cluster_name: cluster_name.clone(),
-            bootstrap_token: Some(token),
-            version: "test".into(),
+        clawfed_spoke::link::LinkConfig {
             capabilities,
-            backoff_min: Duration::from_millis(50),
-            backoff_max: Duration::from_millis(500),
+            ..clawfed_tests::link::kube_link_config(
+                &hub_url(&hub),
+                hub_ca(&hub),
+                &cluster_name,
+                Some(token),
+            )?
         },
         Arc::new(FileIdentityStore::new(dir.path())),
         ledger,

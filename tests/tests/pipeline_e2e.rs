@@ -35,8 +35,7 @@ use clawfed_proto::labels;
 use clawfed_spoke::config::SpokeConfig;
 use clawfed_spoke::exec::Executor;
 use clawfed_spoke::link::identity::FileIdentityStore;
-use clawfed_spoke::link::tls::HubAddress;
-use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
+use clawfed_spoke::link::{Link, SpokeMetrics};
 use clawfed_spoke::provider::{NamespaceContext, ProviderError, RevisionContext, SandboxDriver};
 use clawfed_spoke::tunnel::resolve::KubeHarnessDialer;
 use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
@@ -175,16 +174,7 @@ impl InSpoke {
         ));
         let shutdown = CancellationToken::new();
         let link = Link::new(
-            LinkConfig {
-                hub: HubAddress::parse(hub_url).map_err(anyhow::Error::msg)?,
-                ca_pem,
-                cluster_name: cluster_name.to_owned(),
-                bootstrap_token: token,
-                version: "test".into(),
-                capabilities: vec!["applier:kube".into()],
-                backoff_min: Duration::from_millis(50),
-                backoff_max: Duration::from_millis(500),
-            },
+            clawfed_tests::link::kube_link_config(hub_url, ca_pem, cluster_name, token)?,
             Arc::new(FileIdentityStore::new(dir.path())),
             executor,
             SpokeMetrics::default(),

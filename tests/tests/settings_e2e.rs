@@ -23,8 +23,7 @@ use clawfed_hub::model::{Agent, AgentRevision, Namespace};
 use clawfed_spoke::config::SpokeConfig;
 use clawfed_spoke::exec::Executor;
 use clawfed_spoke::link::identity::FileIdentityStore;
-use clawfed_spoke::link::tls::HubAddress;
-use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
+use clawfed_spoke::link::{Link, SpokeMetrics};
 use clawfed_tests::control_env::{self, gateway_ns};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env;
@@ -179,19 +178,12 @@ async fn every_installation_setting_is_visible_on_the_objects_it_governs() -> Re
         reports_tx,
     ));
     let link = Link::new(
-        LinkConfig {
-            hub: HubAddress::parse(&clawfed_tests::link::hub_url(&hub))
-                .map_err(anyhow::Error::msg)?,
-            ca_pem: clawfed_tests::link::hub_ca(&hub),
-            cluster_name: cluster.clone(),
-            bootstrap_token: Some(
-                clawfed_tests::link::bootstrap_token(&hub, &cluster, false).await,
-            ),
-            version: "test".into(),
-            capabilities: vec!["applier:kube".into()],
-            backoff_min: Duration::from_millis(50),
-            backoff_max: Duration::from_millis(500),
-        },
+        clawfed_tests::link::kube_link_config(
+            &clawfed_tests::link::hub_url(&hub),
+            clawfed_tests::link::hub_ca(&hub),
+            &cluster,
+            Some(clawfed_tests::link::bootstrap_token(&hub, &cluster, false).await),
+        )?,
         Arc::new(FileIdentityStore::new(dir.path())),
         executor,
         SpokeMetrics::default(),
