@@ -354,6 +354,12 @@ async fn main() -> anyhow::Result<()> {
     let metrics_listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .with_context(|| format!("--metrics-addr {}", args.metrics_addr))?;
+    // Printed on stdout so scripts (and tests binding port 0) read where
+    // the spoke listens, as the hub prints its addresses.
+    let metrics_addr = metrics_listener
+        .local_addr()
+        .with_context(|| format!("--metrics-addr {}", args.metrics_addr))?;
+    println!("clawfed-spoke listening: metrics=http://{metrics_addr}/metrics");
     let metrics_task = tokio::spawn(serve_metrics(metrics_listener, registry, shutdown.clone()));
 
     let link = Link::new(

@@ -60,17 +60,19 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// What `clawfed-hub serve` prints on stdout once every listener is
-/// bound: `clawfed-hub listening: rest=… grpc=… metrics=…/metrics link=…
-/// tunnel=… database=…`.
+/// What a clawfed process prints on stdout once its listeners are bound:
+/// `clawfed-hub listening: rest=… grpc=… metrics=…/metrics link=… tunnel=…
+/// database=…`, `clawfed-spoke listening: metrics=…/metrics`.
 #[derive(Debug, Clone)]
-pub struct HubListening {
+pub struct Listening {
     line: String,
 }
 
-impl HubListening {
-    /// The line's prefix.
-    pub const PREFIX: &str = "clawfed-hub listening:";
+impl Listening {
+    /// The hub's line's prefix.
+    pub const HUB: &str = "clawfed-hub listening:";
+    /// The spoke's line's prefix.
+    pub const SPOKE: &str = "clawfed-spoke listening:";
 
     /// The whole line.
     pub fn line(&self) -> &str {
@@ -118,18 +120,24 @@ impl Proc {
         std::fs::read_to_string(path).unwrap_or_default()
     }
 
-    /// Waits up to `within` for a hub's "listening" line
-    /// ([`HubListening`]); an error with its standard error when it exits
+    /// Waits up to `within` for a hub's "listening" line.
+    pub async fn hub_listening(&mut self, within: Duration) -> Result<Listening> {
+        self.listening(Listening::HUB, within).await
+    }
+
+    /// Waits up to `within` for a spoke's "listening" line.
+    pub async fn spoke_listening(&mut self, within: Duration) -> Result<Listening> {
+        self.listening(Listening::SPOKE, within).await
+    }
+
+    /// Waits up to `within` for the [`Listening`] line starting with
+    /// `prefix`; an error with its standard error when the process exits
     /// first or does not start in time.
-    pub async fn hub_listening(&mut self, within: Duration) -> Result<HubListening> {
+    pub async fn listening(&mut self, prefix: &str, within: Duration) -> Result<Listening> {
         let deadline = Instant::now() + within;
         loop {
-            if let Some(line) = self
-                .stdout_text()
-                .lines()
-                .find(|l| l.starts_with(HubListening::PREFIX))
-            {
-                return Ok(HubListening {
+            if let Some(line) = self.stdout_text().lines().find(|l| l.starts_with(prefix)) {
+                return Ok(Listening {
                     line: line.to_owned(),
                 });
             }

@@ -21,7 +21,7 @@ use anyhow::{Context, Result, bail, ensure};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::procs::{Proc, free_port};
+use crate::procs::Proc;
 
 /// The WebDriver key code of Enter.
 pub const ENTER: &str = "\u{E007}";
@@ -66,18 +66,36 @@ impl Browser {
     pub async fn start(logs: &Path, width: u32, height: u32) -> Result<Self> {
         let chromedriver = find_program(&["chromedriver"], "CLAWFED_CHROMEDRIVER")?;
         let chromium = find_program(&["chromium", "chromium-browser"], "CLAWFED_CHROMIUM")?;
-        let port = free_port();
+        // Port 0: chromedriver binds a free one and prints it.
         let mut command = std::process::Command::new(&chromedriver);
         command
-            .arg(format!("--port={port}"))
+            .arg("--port=0")
             // No --log-path: its INFO log would record the keys typed.
             .arg("--allowed-ips=127.0.0.1");
-        let mut driver = Proc::spawn(&format!("chromedriver-{port}"), &mut command, logs)?;
+        let tag = format!("chromedriver-{}", uuid::Uuid::new_v4().simple());
+        let mut driver = Proc::spawn(&tag, &mut command, logs)?;
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()?;
-        let base = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(20);
+        let port = loop {
+            let started = driver
+                .stdout_text()
+                .lines()
+                .find_map(|l| l.strip_prefix("ChromeDriver was started successfully on port "))
+                .and_then(|p| p.trim_end_matches('.').parse::<u16>().ok());
+            if let Some(port) = started {
+                break port;
+            }
+            ensure!(
+                driver.alive(),
+                "chromedriver exited: {}",
+                driver.stderr_text()
+            );
+            ensure!(Instant::now() < deadline, "chromedriver did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let base = format!("http://127.0.0.1:{port}");
         loop {
             let ready = http
                 .get(format!("{base}/status"))
@@ -92,7 +110,7 @@ impl Browser {
             ensure!(
                 driver.alive(),
                 "chromedriver exited: {}",
-                Proc::text(&driver.stderr)
+                driver.stderr_text()
             );
             ensure!(Instant::now() < deadline, "chromedriver did not start");
             tokio::time::sleep(Duration::from_millis(50)).await;

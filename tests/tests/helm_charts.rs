@@ -37,7 +37,7 @@ use clawfed_hub::model::{Agent, AgentRevision, Cluster, ConnectionState, Revisio
 use clawfed_hub::store::{NewToken, Store};
 use clawfed_tests::control_env::{self, STORAGE_CLASS};
 use clawfed_tests::kube_env::{self, TestCluster};
-use clawfed_tests::procs::{Proc, bin, free_port};
+use clawfed_tests::procs::{Proc, bin};
 use clawfed_tests::{db, until};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
@@ -1389,11 +1389,11 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
     // Only what differs outside a Pod: loopback listeners, the files the
     // Pod mounts from the Secrets, the kubeconfig instead of in-cluster
     // credentials.
-    let (rest_port, link_port) = (free_port(), free_port());
-    config["api"]["restAddr"] = json!(format!("127.0.0.1:{rest_port}"));
+    // Port 0: the bound addresses are read off the "listening" line.
+    config["api"]["restAddr"] = json!("127.0.0.1:0");
     config["api"]["grpcAddr"] = json!("127.0.0.1:0");
     config["api"]["metricsAddr"] = json!("127.0.0.1:0");
-    config["link"]["addr"] = json!(format!("127.0.0.1:{link_port}"));
+    config["link"]["addr"] = json!("127.0.0.1:0");
     config["link"]["caDir"] = json!(ca_dir);
     config["tunnel"]["addr"] = json!("127.0.0.1:0");
     config["secrets"]["keyFile"] = json!(key_file);
@@ -1414,7 +1414,8 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
         .arg(&config_path)
         .arg("serve");
     let mut hub = Proc::spawn("hub", &mut c, &logs)?;
-    hub.hub_listening(Duration::from_secs(60)).await?;
+    let listening = hub.hub_listening(Duration::from_secs(60)).await?;
+    let (rest_url, link_url) = (listening.field("rest")?, listening.field("link")?);
     let minted = auth::mint_token();
     db.store
         .create_token(&NewToken {
@@ -1429,7 +1430,7 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
     let api_ca_file = dir.path().join("api-ca.pem");
     std::fs::write(&api_ca_file, api_ca_cert.pem())?;
     let rest = HubClient::with_tls(
-        &format!("https://127.0.0.1:{rest_port}"),
+        &rest_url,
         Some(minted.secret),
         TlsOptions {
             ca_file: Some(api_ca_file),
@@ -1464,7 +1465,7 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
         "clusterName": cluster_name,
         "image": { "digest": DIGEST },
         "nodeSelector": { "type": "kwok" },
-        "hub": { "url": format!("https://127.0.0.1:{link_port}"), "caPem": String::from_utf8(ca_crt)? },
+        "hub": { "url": link_url, "caPem": String::from_utf8(ca_crt)? },
         // Its own aggregation label: the tenant role takes in this release's
         // rules only (other spokes' roles live in the same cluster).
         "rbac": { "aggregationLabel": format!("clawfed.io/aggregate-to-{release}") }

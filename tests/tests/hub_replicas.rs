@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use clawfed_hub::store::{LinkStore, SqlStore, Store};
 use clawfed_tests::db::TestDb;
-use clawfed_tests::procs::{Proc, bin, free_port};
+use clawfed_tests::procs::{Proc, bin};
 use clawfed_tests::wait_for_every;
 
 const CLUSTER: &str = "exec-a";
@@ -96,7 +96,8 @@ impl Env {
 
     /// Starts replica `name` and waits for its "listening" line.
     async fn serve(&self, name: &str, extra_env: &[(&str, &str)]) -> Replica {
-        let mut c = self.hub(name, free_port(), &["serve"]);
+        // Port 0: the link address is read off the "listening" line.
+        let mut c = self.hub(name, 0, &["serve"]);
         for (k, v) in extra_env {
             c.env(k, v);
         }
@@ -114,7 +115,7 @@ impl Env {
     /// Runs a hub CLI command to completion (bounded), successful or not.
     async fn cli_output(&self, args: &[&str]) -> std::process::Output {
         let tag = format!("cli-{}", args.join("-"));
-        let mut c = self.hub("cli", free_port(), args);
+        let mut c = self.hub("cli", 0, args);
         tokio::time::timeout(Duration::from_secs(60), async move {
             tokio::task::spawn_blocking(move || c.output())
                 .await

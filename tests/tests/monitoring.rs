@@ -21,7 +21,7 @@ use clawfed_hub::model::{
 use clawfed_hub::store::{Effects, NewAgent, NewAudit, NewNamespace, NewRevision, NewWork, Store};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::link::{bootstrap_token, eventually, hub_ca, hub_url, start_spoke};
-use clawfed_tests::procs::{Proc, bin, free_port};
+use clawfed_tests::procs::{Proc, bin};
 
 const CLUSTER: &str = "exec-a";
 
@@ -172,7 +172,6 @@ async fn dashboard_and_rules_use_only_exported_metrics() {
     .unwrap();
     let state = dir.path().join("state");
     std::fs::create_dir_all(&state).unwrap();
-    let metrics_port = free_port();
     let mut spoke = Proc::spawn(
         "spoke",
         Command::new(bin("clawfed-spoke").unwrap())
@@ -185,11 +184,21 @@ async fn dashboard_and_rules_use_only_exported_metrics() {
             .arg("--state-dir")
             .arg(&state)
             .args(["--applier", "ledger"])
-            .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")]),
+            .args(["--metrics-addr", "127.0.0.1:0"]),
         dir.path(),
     )
     .unwrap();
-    let spoke_metrics = format!("http://127.0.0.1:{metrics_port}");
+    // The address the spoke bound, from the line it prints.
+    let spoke_metrics = spoke
+        .spoke_listening(Duration::from_secs(30))
+        .await
+        .unwrap()
+        .field("metrics")
+        .unwrap();
+    let spoke_metrics = spoke_metrics
+        .strip_suffix("/metrics")
+        .unwrap_or(&spoke_metrics)
+        .to_owned();
     // A pending revision, so the per-phase staleness series exists.
     pending_revision(hub.store().as_ref()).await;
 

@@ -16,7 +16,7 @@ use anyhow::{Context, Result, ensure};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env;
 use clawfed_tests::link::{bootstrap_token, hub_ca, hub_url};
-use clawfed_tests::procs::{Proc, bin, free_port};
+use clawfed_tests::procs::{Proc, bin};
 
 fn spoke(hub: &TestHub, dir: &std::path::Path, name: &str, extra: &[&str]) -> Result<Proc> {
     let state = dir.join(format!("state-{name}"));
@@ -34,7 +34,7 @@ fn spoke(hub: &TestHub, dir: &std::path::Path, name: &str, extra: &[&str]) -> Re
             .arg(&state)
             .arg("--kubeconfig")
             .arg(kube_env::admin_kubeconfig_path("exec-a"))
-            .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
+            .args(["--metrics-addr", "127.0.0.1:0"])
             .args(extra)
             .env_remove("KUBECONFIG"),
         dir,
