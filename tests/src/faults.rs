@@ -64,7 +64,7 @@ use tokio::task::JoinHandle;
 
 use crate::control_env::{self, gateway_ns};
 use crate::kube_env::{self, TestCluster, agent_selector, live_names};
-use crate::procs::{Proc, bin, free_port};
+use crate::procs::{Proc, bin};
 use crate::spoke_env;
 
 const HARNESS_IMAGE: &str = "ghcr.io/openclaw/openclaw";
@@ -300,8 +300,8 @@ fn as_postgres(args: &[&str]) -> Command {
 }
 
 impl PgCluster {
-    /// A new cluster on a free port, started, with role and database
-    /// `clawfed`/`faults`.
+    /// A new cluster on the next free port (pg_createcluster probes for
+    /// one), started, with role and database `clawfed`/`faults`.
     pub fn create() -> Result<Self> {
         let mut versions: Vec<String> = std::fs::read_dir("/usr/lib/postgresql")
             .context("PostgreSQL is not installed (scripts/postgres.sh installs it)")?
@@ -311,16 +311,18 @@ impl PgCluster {
         versions.sort_by_key(|v| v.parse::<u32>().unwrap_or(0));
         let version = versions.pop().context("no PostgreSQL version")?;
         let name = format!("cffault{}", short_id());
-        let port = free_port();
         run_cmd(Command::new("pg_createcluster").args([
-            "-p",
-            &port.to_string(),
             &version,
             &name,
             "--",
             "--auth-local=peer",
             "--auth-host=scram-sha-256",
         ]))?;
+        let port: u16 =
+            run_cmd(Command::new("pg_conftool").args(["-s", &version, &name, "show", "port"]))?
+                .trim()
+                .parse()
+                .context("the new cluster's port (pg_conftool show port)")?;
         let me = Self {
             version,
             name,
@@ -558,7 +560,8 @@ impl HubProc {
             &kubeconfig,
         )
         .await?;
-        let (rest_port, link_port) = (free_port(), free_port());
+        // Port 0 at the first start; then pinned to what it bound.
+        let (rest_port, link_port) = (0, 0);
         let config = json!({
             "version": 1,
             "database": { "url": db_url },
@@ -621,7 +624,10 @@ impl HubProc {
             }
         }
         let mut p = Proc::spawn(&format!("hub-{}", self.starts), &mut c, &self.logs)?;
-        p.hub_listening(Duration::from_secs(60)).await?;
+        let listening = p.hub_listening(Duration::from_secs(60)).await?;
+        if self.rest_port == 0 {
+            (self.rest_port, self.link_port) = listening.pin_hub_ports(&self.config)?;
+        }
         Ok(p)
     }
 }

@@ -79,6 +79,35 @@ impl Listening {
         &self.line
     }
 
+    /// The port of the address in `key=` (`http://127.0.0.1:8080/metrics`
+    /// → 8080).
+    pub fn port(&self, key: &str) -> Result<u16> {
+        let value = self.field(key)?;
+        let authority = value
+            .split_once("://")
+            .map_or(value.as_str(), |(_, rest)| rest)
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        authority
+            .rsplit_once(':')
+            .and_then(|(_, port)| port.parse().ok())
+            .with_context(|| format!("no port in {key}={value}"))
+    }
+
+    /// Pins a hub config file that bound port 0 to the ports this line
+    /// names (`api.restAddr`, `link.addr`), so a restarted hub listens
+    /// where its clients were told: returns (REST port, link port).
+    pub fn pin_hub_ports(&self, config: &Path) -> Result<(u16, u16)> {
+        let (rest, link) = (self.port("rest")?, self.port("link")?);
+        let mut doc: serde_json::Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(config)?)?;
+        doc["api"]["restAddr"] = serde_json::json!(format!("127.0.0.1:{rest}"));
+        doc["link"]["addr"] = serde_json::json!(format!("127.0.0.1:{link}"));
+        std::fs::write(config, serde_yaml_ng::to_string(&doc)?)?;
+        Ok((rest, link))
+    }
+
     /// The value of `key=` (e.g. `rest` → `http://127.0.0.1:8080`).
     pub fn field(&self, key: &str) -> Result<String> {
         let prefix = format!("{key}=");

@@ -133,8 +133,8 @@ impl Replicas {
         out
     }
 
-    /// Starts `clawfed-hub serve` with its link on `link_port` and waits
-    /// for its "listening" line.
+    /// Starts `clawfed-hub serve` with its link on `link_port` (0: a free
+    /// one, read off the line) and waits for its "listening" line.
     async fn serve(&self, tag: &str, link_port: u16) -> Replica {
         self.serve_with(tag, link_port, &[]).await
     }
@@ -151,7 +151,8 @@ impl Replicas {
             tag: tag.to_owned(),
             proc,
             rest: field("rest"),
-            link_port,
+            // Port 0 binds a free one: the port it bound.
+            link_port: listening.port("link").unwrap(),
             tunnel: tunnel
                 .split_once("://")
                 .and_then(|(_, addr)| addr.parse().ok()),
@@ -291,10 +292,10 @@ async fn a_restarted_replica_leaves_foreign_clusters_online_and_a_killed_ones_sp
     let (env, db) = Replicas::new(tmp.path()).await;
     let store = db.store.clone();
     // A first: it creates the CA the others load.
-    let a = env.serve("hub-a", free_port()).await;
-    let b_port = free_port();
-    let b = env.serve("hub-b", b_port).await;
-    let c = env.serve("hub-c", free_port()).await;
+    let a = env.serve("hub-a", 0).await;
+    let b = env.serve("hub-b", 0).await;
+    let b_port = b.link_port;
+    let c = env.serve("hub-c", 0).await;
     let (token, ca) = env.enrollment().await;
 
     let front = Front::start(vec![a.link_addr(), b.link_addr(), c.link_addr()]).await;
@@ -396,8 +397,8 @@ async fn a_session_superseded_on_another_replica_closes_the_old_stream() {
     let tmp = tempfile::tempdir().unwrap();
     let (env, db) = Replicas::new(tmp.path()).await;
     let store = db.store.clone();
-    let a = env.serve("hub-a", free_port()).await;
-    let b = env.serve("hub-b", free_port()).await;
+    let a = env.serve("hub-a", 0).await;
+    let b = env.serve("hub-b", 0).await;
     let (token, ca) = env.enrollment().await;
 
     let first_dir = env.spoke_dir("spoke-1");
@@ -485,9 +486,9 @@ async fn a_dead_replicas_cluster_is_marked_offline_by_another_within_two_heartbe
     let tmp = tempfile::tempdir().unwrap();
     let (env, db) = Replicas::new(tmp.path()).await;
     let store = db.store.clone();
-    let mut a = env.serve("hub-a", free_port()).await;
-    let b = env.serve("hub-b", free_port()).await;
-    let c = env.serve("hub-c", free_port()).await;
+    let mut a = env.serve("hub-a", 0).await;
+    let b = env.serve("hub-b", 0).await;
+    let c = env.serve("hub-c", 0).await;
     let (token, ca) = env.enrollment().await;
 
     // The spoke knows only A: when A dies, nothing reconnects it.
@@ -554,8 +555,8 @@ async fn sigterm_hands_the_session_to_another_replica_without_an_offline_gap() {
     let tmp = tempfile::tempdir().unwrap();
     let (env, db) = Replicas::new(tmp.path()).await;
     let store = db.store.clone();
-    let mut a = env.serve("hub-a", free_port()).await;
-    let b = env.serve("hub-b", free_port()).await;
+    let mut a = env.serve("hub-a", 0).await;
+    let b = env.serve("hub-b", 0).await;
     let (token, ca) = env.enrollment().await;
     let front = Front::start(vec![a.link_addr(), b.link_addr()]).await;
     let spoke = start_spoke_to(
@@ -628,9 +629,9 @@ async fn a_spoke_given_several_replicas_skips_a_dead_one_and_fails_over_to_the_o
     let tmp = tempfile::tempdir().unwrap();
     let (env, db) = Replicas::new(tmp.path()).await;
     let store = db.store.clone();
-    let a_port = free_port();
-    let mut a = env.serve("hub-a", a_port).await;
-    let b = env.serve("hub-b", free_port()).await;
+    let mut a = env.serve("hub-a", 0).await;
+    let a_port = a.link_port;
+    let b = env.serve("hub-b", 0).await;
     let (token, ca) = env.enrollment().await;
     let a_url = a.link_url();
     a.proc.kill9().unwrap();
@@ -905,7 +906,7 @@ async fn every_replica_serves_a_tunnel_to_a_cluster_whose_session_another_holds(
     let no_pipeline = [("CLAWFED_PIPELINE_ENABLED", "false".to_owned())];
     let mut running = Vec::new();
     for tag in ["r1", "r2", "r3"] {
-        running.push(replicas.serve_with(tag, free_port(), &no_pipeline).await);
+        running.push(replicas.serve_with(tag, 0, &no_pipeline).await);
     }
     let (token, ca) = replicas.enrollment().await;
     let root = replicas

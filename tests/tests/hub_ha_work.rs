@@ -46,7 +46,7 @@ use clawfed_tests::api::{HubTestExt, short_id};
 use clawfed_tests::cleanup::Cleanup;
 use clawfed_tests::control_env::{self, gateway_ns};
 use clawfed_tests::kube_env::{self, TestCluster};
-use clawfed_tests::procs::{Proc, bin, free_port};
+use clawfed_tests::procs::{Proc, bin};
 use clawfed_tests::{db, spoke_env, until};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -226,6 +226,10 @@ impl Env {
             }
         }
         let mut proc = Proc::spawn(tag, &mut c, &self.logs())?;
+        // A first start binds port 0: its ports are read off the
+        // "listening" line (a restart passes them back in).
+        let listening = proc.hub_listening(Duration::from_secs(60)).await?;
+        let (rest_port, link_port) = (listening.port("rest")?, listening.port("link")?);
         let readyz = format!("http://127.0.0.1:{rest_port}/readyz");
         let deadline = Instant::now() + Duration::from_secs(60);
         let id = loop {
@@ -261,7 +265,7 @@ impl Env {
     async fn replicas(&self, tags: &[&str]) -> Result<Vec<Replica>> {
         let mut out = Vec::new();
         for tag in tags {
-            out.push(self.serve(tag, free_port(), free_port()).await?);
+            out.push(self.serve(tag, 0, 0).await?);
         }
         Ok(out)
     }

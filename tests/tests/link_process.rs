@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use clawfed_hub::model::ConnectionState;
@@ -55,7 +56,9 @@ struct Env {
     /// Where the hub's link listens and spokes dial: loopback, or the
     /// host side of a test network namespace's veth pair.
     link_host: String,
-    link_port: u16,
+    /// 0 until the first hub binds a free port; fixed across restarts
+    /// after that (the spoke's --hub-url does not change).
+    link_port: AtomicU16,
 }
 
 impl Env {
@@ -68,13 +71,16 @@ impl Env {
             db_url: format!("sqlite://{}", root.join("hub.db").display()),
             ca_dir: root.join("ca"),
             link_host: "127.0.0.1".into(),
-            // Fixed across hub restarts: the spoke's --hub-url does not change.
-            link_port: free_port(),
+            link_port: AtomicU16::new(0),
         }
     }
 
     fn link_url(&self) -> String {
-        format!("https://{}:{}", self.link_host, self.link_port)
+        format!(
+            "https://{}:{}",
+            self.link_host,
+            self.link_port.load(Ordering::Relaxed)
+        )
     }
 
     /// As [`Self::new`], with the link on `host` (its serving certificate
@@ -112,7 +118,11 @@ impl Env {
             .env("CLAWFED_METRICS_ADDR", "127.0.0.1:0")
             .env(
                 "CLAWFED_LINK_ADDR",
-                format!("{}:{}", self.link_host, self.link_port),
+                format!(
+                    "{}:{}",
+                    self.link_host,
+                    self.link_port.load(Ordering::Relaxed)
+                ),
             )
             .env("CLAWFED_LINK_CA_DIR", &self.ca_dir)
             .env("CLAWFED_TUNNEL_ADDR", "127.0.0.1:0")
@@ -145,6 +155,10 @@ impl Env {
         let mut p =
             Proc::spawn(&format!("hub-{n}"), &mut self.hub(&["serve"]), &self.logs).unwrap();
         let listening = p.hub_listening(Duration::from_secs(30)).await.unwrap();
+        if self.link_port.load(Ordering::Relaxed) == 0 {
+            let port = listening.port("link").unwrap();
+            self.link_port.store(port, Ordering::Relaxed);
+        }
         assert!(
             listening
                 .line()

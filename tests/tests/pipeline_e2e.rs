@@ -44,7 +44,7 @@ use clawfed_tests::cleanup::Cleanup;
 use clawfed_tests::control_env::{self, gateway_ns};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env::{self, TestCluster, agent_selector, live_names};
-use clawfed_tests::procs::{Proc, bin, free_port};
+use clawfed_tests::procs::{Proc, bin};
 use clawfed_tests::until;
 use clawfed_tests::{db, spoke_env};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -1639,7 +1639,8 @@ impl HubEnv {
             &kubeconfig,
         )
         .await?;
-        let (rest_port, link_port) = (free_port(), free_port());
+        // Port 0 at the first start; then pinned to what it bound.
+        let (rest_port, link_port) = (0, 0);
         let config = json!({
             "version": 1,
             "database": { "url": db.url },
@@ -1728,7 +1729,10 @@ impl HubEnv {
             }
         }
         let mut p = Proc::spawn(&format!("hub-{n}"), &mut c, &self.logs())?;
-        p.hub_listening(Duration::from_secs(60)).await?;
+        let listening = p.hub_listening(Duration::from_secs(60)).await?;
+        if self.rest_port == 0 {
+            (self.rest_port, self.link_port) = listening.pin_hub_ports(&self.config)?;
+        }
         if self.rest.is_none() {
             let minted = auth::mint_token();
             self.store
