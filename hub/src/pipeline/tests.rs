@@ -644,14 +644,29 @@ fn an_unplaced_failure_carries_why_no_cluster_took_it() {
             "placement deadline passed: no online cluster matches the placement ({why})"
         ))
     );
+    // Any failure while unplaced carries it.
+    let f = Facts {
+        placed: false,
+        denied: Some("token revoked".into()),
+        placement_wait: Some(why.clone()),
+        ..fresh()
+    };
+    assert_eq!(
+        decide(&f),
+        Step::Fail(format!(
+            "authorization re-check failed: token revoked ({why})"
+        ))
+    );
     // Placed: the why of an earlier wait is no longer the story.
     let f = Facts {
-        phase: P::Provisioning,
-        deadline_passed: true,
+        denied: Some("token revoked".into()),
         placement_wait: Some(why),
         ..fresh()
     };
-    assert!(matches!(decide(&f), Step::Fail(r) if !r.contains(WAITING_FOR_PLACEMENT)));
+    assert_eq!(
+        decide(&f),
+        Step::Fail("authorization re-check failed: token revoked".into())
+    );
 }
 
 #[test]
