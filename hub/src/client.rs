@@ -103,11 +103,15 @@ impl HubClient {
     }
 
     /// Sends `req` with this client's token and request timeout: the
-    /// status and the body, whatever the status.
+    /// status, headers and body, whatever the status.
     async fn answer(
         &self,
         req: reqwest::RequestBuilder,
-    ) -> ClientResult<(reqwest::StatusCode, bytes::Bytes)> {
+    ) -> ClientResult<(
+        reqwest::StatusCode,
+        reqwest::header::HeaderMap,
+        bytes::Bytes,
+    )> {
         let req = match &self.token {
             Some(t) => req.bearer_auth(t),
             None => req,
@@ -118,6 +122,7 @@ impl HubClient {
         };
         let response = req.send().await.map_err(|e| self.unreachable(e))?;
         let status = response.status();
+        let headers = response.headers().clone();
         let bytes = response
             .bytes()
             .await
@@ -125,12 +130,12 @@ impl HubClient {
                 server: self.server.clone(),
                 source,
             })?;
-        Ok((status, bytes))
+        Ok((status, headers, bytes))
     }
 
     /// Sends `req`: its answer decoded, or the API's error.
     async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> ClientResult<T> {
-        let (status, bytes) = self.answer(req).await?;
+        let (status, _, bytes) = self.answer(req).await?;
         if !status.is_success() {
             return Err(api_error(status, &bytes));
         }
@@ -160,7 +165,7 @@ impl HubClient {
         if let Some(k) = idempotency_key {
             req = req.header("Idempotency-Key", k);
         }
-        let (status, bytes) = self.answer(req).await?;
+        let (status, _, bytes) = self.answer(req).await?;
         Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
     }
 
@@ -177,29 +182,18 @@ impl HubClient {
         headers: &[(&str, &str)],
     ) -> ClientResult<(reqwest::StatusCode, reqwest::header::HeaderMap, String)> {
         let mut req = self.http.request(method, format!("{}{path}", self.server));
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        if let Some(t) = self.request_timeout {
-            req = req.timeout(t);
-        }
         for (name, value) in headers {
             req = req.header(*name, *value);
         }
         if let Some(body) = body {
             req = req.header("content-type", "application/json").body(body);
         }
-        let response = req.send().await.map_err(|e| self.unreachable(e))?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let text = response
-            .text()
-            .await
-            .map_err(|source| ClientError::Unreachable {
-                server: self.server.clone(),
-                source,
-            })?;
-        Ok((status, headers, text))
+        let (status, headers, bytes) = self.answer(req).await?;
+        Ok((
+            status,
+            headers,
+            String::from_utf8_lossy(&bytes).into_owned(),
+        ))
     }
 
     /// `method path` with an optional JSON body: the answer decoded, or the

@@ -256,22 +256,12 @@ impl Proc {
 
     /// SIGTERM, then a bounded wait (SIGKILL after it).
     pub async fn terminate(&mut self) {
-        let Some(child) = self.child.as_mut() else {
+        if self.child.is_none() {
             return;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if matches!(child.try_wait(), Ok(Some(_))) {
-                self.child = None;
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        eprintln!("{} did not exit on SIGTERM; killing", self.tag);
-        let _ = self.kill9();
+        if let Err(e) = self.terminate_within(Duration::from_secs(20)).await {
+            eprintln!("{e:#}; killed");
+        }
     }
 }
 
