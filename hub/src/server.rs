@@ -404,13 +404,23 @@ pub async fn start_with_parts(
         let trigger = rollout_trigger
             .clone()
             .map(|t| t as Arc<dyn crate::link::ReportListener>);
+        let link_socket = listeners.link.expect("bound when the link is enabled");
+        let link_port = link_socket
+            .local_addr()
+            .map_err(|source| ServerError::Bind {
+                what: "link",
+                addr: config.link.addr,
+                source,
+            })?
+            .port();
         let link = crate::link::server::start(
             crate::link::server::LinkListener {
-                socket: listeners.link.expect("bound when the link is enabled"),
                 config: crate::link::LinkConfig {
                     replica_id: replica_id.clone(),
+                    advertise_url: config.link_advertise_url(link_port),
                     ..config.link_config()
                 },
+                socket: link_socket,
             },
             store.clone(),
             secrets.clone(),

@@ -27,39 +27,6 @@ pub fn bin(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// A free TCP port on 127.0.0.1 (bound, then released), below the
-/// kernel's ephemeral range: a port from that range could be handed, before
-/// the test's process binds it, to a listener on port 0 (a hub's gRPC
-/// listener took a test's chosen link port so). Above the test clusters'
-/// fixed ports (12379–17300).
-pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32768);
-    const LOW: u32 = 20000;
-    if ephemeral_low > LOW + 1000 {
-        let span = ephemeral_low - LOW;
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos())
-            ^ (std::process::id() << 7);
-        for _ in 0..200 {
-            let n = NEXT.fetch_add(7919, Ordering::Relaxed);
-            let port = (LOW + seed.wrapping_add(n) % span) as u16;
-            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                return port;
-            }
-        }
-    }
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
 /// What a clawfed process prints on stdout once its listeners are bound:
 /// `clawfed-hub listening: rest=… grpc=… metrics=…/metrics link=… tunnel=…
 /// database=…`, `clawfed-spoke listening: metrics=…/metrics`.
@@ -96,14 +63,22 @@ impl Listening {
     }
 
     /// Pins a hub config file that bound port 0 to the ports this line
-    /// names (`api.restAddr`, `link.addr`), so a restarted hub listens
-    /// where its clients were told: returns (REST port, link port).
+    /// names (`api.restAddr`, `link.addr`, and `tunnel.addr` when it binds
+    /// port 0), so a restarted hub listens where its clients (and the
+    /// Gateways) were told: returns (REST port, link port).
     pub fn pin_hub_ports(&self, config: &Path) -> Result<(u16, u16)> {
         let (rest, link) = (self.port("rest")?, self.port("link")?);
         let mut doc: serde_json::Value =
             serde_yaml_ng::from_str(&std::fs::read_to_string(config)?)?;
         doc["api"]["restAddr"] = serde_json::json!(format!("127.0.0.1:{rest}"));
         doc["link"]["addr"] = serde_json::json!(format!("127.0.0.1:{link}"));
+        // `tunnel=off` has no port: nothing to pin.
+        if let (Some(host), Ok(port)) = (
+            doc["tunnel"]["addr"].as_str().and_then(|a| a.strip_suffix(":0")),
+            self.port("tunnel"),
+        ) {
+            doc["tunnel"]["addr"] = serde_json::json!(format!("{host}:{port}"));
+        }
         std::fs::write(config, serde_yaml_ng::to_string(&doc)?)?;
         Ok((rest, link))
     }

@@ -51,9 +51,11 @@ const MODEL_HOST: &str = "127.0.0.2";
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn free_port_on(addr: &str) -> Result<u16> {
-    Ok(std::net::TcpListener::bind((addr, 0))?.local_addr()?.port())
-}
+/// tinyproxy's port. It cannot bind port 0, so a fixed one: below the
+/// kernel's ephemeral range (never handed to a port-0 listener or an
+/// outbound connection) on the Pod network's host end, where nothing else
+/// binds a fixed port.
+const PROXY_PORT: u16 = 3128;
 
 /// tinyproxy on the Pod network's host end, admitting the Pod network,
 /// logging every request it forwards.
@@ -70,7 +72,7 @@ impl Proxy {
             .map(PathBuf::from)
             .find(|p| p.is_file())
             .context("this test needs tinyproxy (scripts/test.sh installs it)")?;
-        let port = free_port_on(POD_NET_HOST)?;
+        let port = PROXY_PORT;
         // The model host only: the runtime also tries the npm registry
         // (its startup doctor), which a test may never reach. Refused with
         // 403, as a corporate proxy refuses what it does not allow.

@@ -23,7 +23,7 @@ use clawfed_hub::store::{LinkStore, SessionStore, SqlStore, Store, WatchStore};
 use clawfed_spoke::link::WorkApplier;
 use clawfed_tests::db;
 use clawfed_tests::link::{TestSpoke, start_spoke_to};
-use clawfed_tests::procs::{Proc, bin, free_port};
+use clawfed_tests::procs::{Proc, bin};
 use clawfed_tests::wait_for;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -678,12 +678,10 @@ async fn a_spoke_given_several_replicas_skips_a_dead_one_and_fails_over_to_the_o
 
 /// Settings of a replica that balances: its own address advertised, a
 /// one-second balancing tick, no slack.
-fn balancing(link_port: u16) -> Vec<(&'static str, String)> {
+fn balancing() -> Vec<(&'static str, String)> {
     vec![
-        (
-            "CLAWFED_LINK_ADVERTISE_URL",
-            format!("https://127.0.0.1:{link_port}"),
-        ),
+        // Port 0: the replica advertises the port its link bound.
+        ("CLAWFED_LINK_ADVERTISE_URL", "https://127.0.0.1:0".into()),
         ("CLAWFED_LINK_BALANCE_INTERVAL_SECONDS", "1".into()),
         ("CLAWFED_LINK_BALANCE_SLACK", "0".into()),
     ]
@@ -741,9 +739,8 @@ async fn a_joining_replica_takes_its_share_by_redirects_without_an_offline_gap()
     let tmp = tempfile::tempdir().unwrap();
     let (env, db) = Replicas::new(tmp.path()).await;
     let store = db.store.clone();
-    let (a_port, b_port, c_port) = (free_port(), free_port(), free_port());
-    let a = env.serve_with("hub-a", a_port, &balancing(a_port)).await;
-    let b = env.serve_with("hub-b", b_port, &balancing(b_port)).await;
+    let a = env.serve_with("hub-a", 0, &balancing()).await;
+    let b = env.serve_with("hub-b", 0, &balancing()).await;
     let urls = format!("{},{}", a.link_url(), b.link_url());
     let names: Vec<String> = (0..SPOKES).map(|i| format!("exec-{i}")).collect();
     let mut spokes = Vec::new();
@@ -787,7 +784,7 @@ async fn a_joining_replica_takes_its_share_by_redirects_without_an_offline_gap()
         names.clone(),
         stop_watch.clone(),
     ));
-    let c = env.serve_with("hub-c", c_port, &balancing(c_port)).await;
+    let c = env.serve_with("hub-c", 0, &balancing()).await;
     let joined = Instant::now();
     let c_id = c.replica_id().await;
     wait_for(Duration::from_secs(20), "2, 2 and 2", || async {

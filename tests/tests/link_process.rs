@@ -25,7 +25,7 @@ use clawfed_hub::store::{self, LinkStore, SqlStore, Store};
 use clawfed_spoke::link::WorkApplier;
 use clawfed_spoke::link::ledger::FileLedger;
 use clawfed_tests::netns::Netns;
-use clawfed_tests::procs::{Proc, free_port};
+use clawfed_tests::procs::Proc;
 use clawfed_tests::wait_for;
 
 const CLUSTER: &str = "exec-a";
@@ -647,6 +647,20 @@ async fn a_spoke_is_back_within_seconds_of_each_of_several_quick_hub_restarts() 
     );
 }
 
+/// The REST address a starting hub bound, from its `hub.listener_bound`
+/// log line (JSON): known before the hub serves, or even if it never does.
+async fn bound_rest_addr(hub: &Proc) -> String {
+    wait_for(Duration::from_secs(30), "the hub binds its REST port", || async {
+        hub.stderr_text().lines().find_map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).ok()?;
+            (v["message"] == "hub.listener_bound" && v["what"] == "rest")
+                .then(|| v["addr"].as_str().map(str::to_owned))
+                .flatten()
+        })
+    })
+    .await
+}
+
 /// Issue 31 item 13: a hub binds every listener before any serves. With its
 /// tunnel port still taken (held here, as a previous incarnation's socket
 /// would be) it never answers `/healthz` and, after `api.bindRetrySeconds`,
@@ -661,12 +675,11 @@ async fn a_hub_that_cannot_take_a_port_never_reports_healthy_and_takes_one_freed
         "version: 1\napi:\n  bindRetrySeconds: 3\n",
     )
     .unwrap();
-    let rest_port = free_port();
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let tunnel_addr = held.local_addr().unwrap().to_string();
     let serve = |n: u32| {
         let mut c = env.hub(&["serve"]);
-        c.env("CLAWFED_REST_ADDR", format!("127.0.0.1:{rest_port}"))
+        c.env("CLAWFED_REST_ADDR", "127.0.0.1:0")
             .env("CLAWFED_TUNNEL_ENABLED", "true")
             .env("CLAWFED_TUNNEL_ADDR", &tunnel_addr);
         Proc::spawn(&format!("hub-port-{n}"), &mut c, &env.logs).unwrap()
@@ -676,11 +689,17 @@ async fn a_hub_that_cannot_take_a_port_never_reports_healthy_and_takes_one_freed
         .timeout(Duration::from_millis(300))
         .build()
         .unwrap();
-    let healthz = format!("http://127.0.0.1:{rest_port}/healthz");
-    let healthy =
-        || async { matches!(http.get(&healthz).send().await, Ok(r) if r.status().is_success()) };
+    let healthy = |rest: String| {
+        let http = http.clone();
+        async move {
+            let healthz = format!("http://{rest}/healthz");
+            matches!(http.get(&healthz).send().await, Ok(r) if r.status().is_success())
+        }
+    };
 
     let mut hub = serve(1);
+    // The REST port it bound (port 0), logged before it tries the tunnel's.
+    let rest = bound_rest_addr(&hub).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut answered = 0;
     let status = loop {
@@ -691,7 +710,7 @@ async fn a_hub_that_cannot_take_a_port_never_reports_healthy_and_takes_one_freed
             Instant::now() < deadline,
             "the hub neither served nor exited"
         );
-        if healthy().await {
+        if healthy(rest.clone()).await {
             answered += 1;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -708,13 +727,17 @@ async fn a_hub_that_cannot_take_a_port_never_reports_healthy_and_takes_one_freed
     );
 
     let hub = serve(2);
+    let rest = bound_rest_addr(&hub).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!healthy().await, "serving before every port is bound");
+    assert!(
+        !healthy(rest.clone()).await,
+        "serving before every port is bound"
+    );
     drop(held);
     wait_for(
         Duration::from_secs(20),
         "the hub serves once the port frees",
-        || async { healthy().await.then_some(()) },
+        || async { healthy(rest.clone()).await.then_some(()) },
     )
     .await;
     assert!(

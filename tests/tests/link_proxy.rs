@@ -34,6 +34,14 @@ use serde_json::json;
 const WAIT: Duration = Duration::from_secs(30);
 const USER: &str = "spoke";
 
+/// tinyproxy's ports. It cannot bind port 0, so it takes fixed ports, on
+/// the host end of the test's own network namespace link (an address no
+/// other test has) and below the kernel's ephemeral range (never handed
+/// out to a port-0 listener or an outbound connection).
+const PROXY_PORT: u16 = 3128;
+/// The second proxy of a test, on the same address.
+const SECOND_PROXY_PORT: u16 = 3129;
+
 /// A tinyproxy process on a generated config; killed when dropped.
 struct Tinyproxy {
     addr: String,
@@ -48,8 +56,13 @@ impl Tinyproxy {
     /// Writes the config: listen on `addr:port`, admit clients from
     /// `allow` only, require Basic `USER:password`, tunnel only to
     /// `connect_port` (the hub's link port).
-    fn configure(dir: &Path, addr: &str, allow: &str, password: &str, connect_port: u16) -> Self {
-        let port = free_port_on(addr);
+    fn configure(
+        dir: &Path,
+        (addr, port): (&str, u16),
+        allow: &str,
+        password: &str,
+        connect_port: u16,
+    ) -> Self {
         let config = dir.join(format!("tinyproxy-{port}.conf"));
         std::fs::write(
             &config,
@@ -122,13 +135,6 @@ fn which(program: &str) -> Option<PathBuf> {
         .into_iter()
         .map(|d| Path::new(d).join(program))
         .find(|p| p.exists())
-}
-
-fn free_port_on(addr: &str) -> u16 {
-    std::net::TcpListener::bind((addr, 0))
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
 }
 
 /// One spoke process in the namespace, with the ledger applier.
@@ -276,7 +282,7 @@ async fn a_spoke_whose_only_route_is_the_proxy_enrolls_connects_and_applies_work
     let password = format!("pw-{}", uuid::Uuid::new_v4().simple());
     let mut proxy = Tinyproxy::configure(
         setup.dir.path(),
-        &setup.netns.host_addr,
+        (&setup.netns.host_addr, PROXY_PORT),
         &setup.netns.ns_addr,
         &password,
         setup.link_port(),
@@ -396,7 +402,7 @@ async fn a_proxy_that_refuses_is_named_with_its_status_and_the_spoke_keeps_retry
     let password = format!("pw-{}", uuid::Uuid::new_v4().simple());
     let mut proxy = Tinyproxy::configure(
         setup.dir.path(),
-        &setup.netns.host_addr,
+        (&setup.netns.host_addr, PROXY_PORT),
         &setup.netns.ns_addr,
         &password,
         setup.link_port(),
@@ -406,7 +412,7 @@ async fn a_proxy_that_refuses_is_named_with_its_status_and_the_spoke_keeps_retry
     // namespace is refused.
     let mut acl = Tinyproxy::configure(
         setup.dir.path(),
-        &setup.netns.host_addr,
+        (&setup.netns.host_addr, SECOND_PROXY_PORT),
         "127.0.0.1",
         &password,
         setup.link_port(),
@@ -574,7 +580,7 @@ async fn a_spoke_behind_the_proxy_applies_a_harness_in_a_real_cluster() {
     let password = format!("pw-{}", uuid::Uuid::new_v4().simple());
     let mut proxy = Tinyproxy::configure(
         setup.dir.path(),
-        &setup.netns.host_addr,
+        (&setup.netns.host_addr, PROXY_PORT),
         &setup.netns.ns_addr,
         &password,
         setup.link_port(),

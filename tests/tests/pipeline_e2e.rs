@@ -1694,17 +1694,13 @@ impl HubEnv {
     }
 
     /// Serves the tunnel ingress on the root end of the test Pod network
-    /// (a fixed port, so a restarted hub is where the Gateways were told)
-    /// and turns the data path probe and the plugin startup status on (the
-    /// Harness stand-in publishes one).
+    /// (port 0, pinned after the first start, so a restarted hub is where
+    /// the Gateways were told) and turns the data path probe and the plugin
+    /// startup status on (the Harness stand-in publishes one).
     fn data_path(&mut self) -> Result<()> {
-        let port = std::net::TcpListener::bind((POD_NET_ROOT, 0))
-            .and_then(|l| l.local_addr())
-            .context("a free port on the Pod network's root end")?
-            .port();
         let mut config: serde_json::Value =
             serde_yaml_ng::from_str(&std::fs::read_to_string(&self.config)?)?;
-        config["tunnel"] = json!({ "addr": format!("{POD_NET_ROOT}:{port}") });
+        config["tunnel"] = json!({ "addr": format!("{POD_NET_ROOT}:0") });
         config["pipeline"]["pathProbe"] = json!(true);
         config["pipeline"]["startupStatus"] = json!(true);
         std::fs::write(&self.config, serde_yaml_ng::to_string(&config)?)?;

@@ -110,6 +110,13 @@ impl Config {
     }
 
     /// The link settings this configuration sets.
+    /// `link.advertiseUrl` as published, its port 0 (a replica whose link
+    /// binds port 0) replaced by `bound_port`, the port the link bound.
+    pub fn link_advertise_url(&self, bound_port: u16) -> Option<String> {
+        let url = self.link.advertise_url.as_deref()?;
+        resolve_advertise_url(url, bound_port).ok()
+    }
+
     pub fn link_config(&self) -> crate::link::LinkConfig {
         crate::link::LinkConfig {
             addr: self.link.addr,
@@ -124,12 +131,7 @@ impl Config {
             max_message_bytes: self.link.max_message_bytes,
             poll_interval: Duration::from_millis(self.link.safety_poll_ms),
             tunnel: self.tunnel_config(),
-            advertise_url: self
-                .link
-                .advertise_url
-                .as_deref()
-                .and_then(|u| clawfed_proto::link::address::LinkAddress::parse(u).ok())
-                .map(|a| a.to_string()),
+            advertise_url: self.link_advertise_url(self.link.addr.port()),
             balance: crate::link::balance::BalanceConfig {
                 interval: Duration::from_secs(self.link.balance_interval_seconds),
                 slack: self.link.balance_slack,
@@ -216,3 +218,18 @@ impl Config {
 
 /// The Gateway lane's safety poll (at least): see [`Config::worker_lanes`].
 const GATEWAY_LANE_SAFETY_POLL: Duration = Duration::from_secs(60);
+
+/// Parses an advertised link URL; a port of 0 stands for `bound_port`, so a
+/// replica started on port 0 can advertise the port it was given.
+pub(crate) fn resolve_advertise_url(
+    url: &str,
+    bound_port: u16,
+) -> Result<String, clawfed_proto::link::address::AddressError> {
+    let trimmed = url.trim();
+    let trimmed = trimmed.strip_suffix('/').unwrap_or(trimmed);
+    let url = match trimmed.strip_suffix(":0") {
+        Some(base) => format!("{base}:{bound_port}"),
+        None => trimmed.to_owned(),
+    };
+    clawfed_proto::link::address::LinkAddress::parse(&url).map(|a| a.to_string())
+}

@@ -225,6 +225,24 @@ fn advertise_url_and_balancing() {
         Some("https://127.0.0.1:9443")
     );
     assert_eq!(link.balance.interval, Duration::from_secs(2));
+    // Port 0 stands for the port the link bound (a replica on port 0).
+    let c = Config::load(
+        None,
+        &env(&[
+            ("CLAWFED_LINK_ADDR", "127.0.0.1:0"),
+            ("CLAWFED_LINK_ADVERTISE_URL", "https://127.0.0.1:0/"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(
+        c.link_advertise_url(41234).as_deref(),
+        Some("https://127.0.0.1:41234")
+    );
+    assert_eq!(
+        c.link_advertise_url(0),
+        None,
+        "no port bound, nothing to advertise"
+    );
     for (yaml, key) in [
         (
             "link:\n  advertiseUrl: http://hub:8443\n",

@@ -96,7 +96,7 @@ impl Config {
             return Err(invalid("link.heartbeatSeconds", "must be at least 1"));
         }
         if let Some(url) = &self.link.advertise_url
-            && let Err(e) = clawfed_proto::link::address::LinkAddress::parse(url)
+            && let Err(e) = super::runtime::resolve_advertise_url(url, self.link.addr.port().max(1))
         {
             return Err(invalid("link.advertiseUrl", &e.to_string()));
         }

@@ -60,14 +60,19 @@ pub(super) async fn bind(
         .with_max_delay(Duration::from_secs(1))
         .with_total_delay(Some(retry_for))
         .without_max_times();
-    (|| TcpListener::bind(addr))
+    let listener = (|| TcpListener::bind(addr))
         .retry(backoff)
         .when(|e| e.kind() == std::io::ErrorKind::AddrInUse && !retry_for.is_zero())
         .notify(|e, after| {
             tracing::warn!(what, %addr, error = %e, retry_in_ms = after.as_millis() as u64, "hub.listen_address_in_use");
         })
         .await
-        .map_err(|source| ServerError::Bind { what, addr, source })
+        .map_err(|source| ServerError::Bind { what, addr, source })?;
+    // Port 0 binds a free port: say which, before any listener serves.
+    if let Ok(bound) = listener.local_addr() {
+        tracing::info!(what, addr = %bound, "hub.listener_bound");
+    }
+    Ok(listener)
 }
 
 #[cfg(test)]
