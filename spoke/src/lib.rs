@@ -20,6 +20,8 @@
 //! - [`link`]: the hub link: enrollment, the mTLS stream, renewal, reconnects.
 //! - [`pressure`]: how many targets are applied at once, set by the
 //!   apiserver's throttling answers.
+//! - [`server`]: the spoke process: its flags ([`server::Options`]) and
+//!   [`server::run`], which builds and runs everything above until shutdown.
 //! - [`podproxy`]: bounded reads of Pod-private paths (startup status,
 //!   diagnostics) through the apiserver's Pod proxy.
 
@@ -35,4 +37,5 @@ pub mod podproxy;
 pub mod pressure;
 pub mod provider;
 pub mod readiness;
+pub mod server;
 pub mod tunnel;

@@ -74,7 +74,9 @@ impl Listening {
         doc["link"]["addr"] = serde_json::json!(format!("127.0.0.1:{link}"));
         // `tunnel=off` has no port: nothing to pin.
         if let (Some(host), Ok(port)) = (
-            doc["tunnel"]["addr"].as_str().and_then(|a| a.strip_suffix(":0")),
+            doc["tunnel"]["addr"]
+                .as_str()
+                .and_then(|a| a.strip_suffix(":0")),
             self.port("tunnel"),
         ) {
             doc["tunnel"]["addr"] = serde_json::json!(format!("{host}:{port}"));

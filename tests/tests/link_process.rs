@@ -650,14 +650,18 @@ async fn a_spoke_is_back_within_seconds_of_each_of_several_quick_hub_restarts() 
 /// The REST address a starting hub bound, from its `hub.listener_bound`
 /// log line (JSON): known before the hub serves, or even if it never does.
 async fn bound_rest_addr(hub: &Proc) -> String {
-    wait_for(Duration::from_secs(30), "the hub binds its REST port", || async {
-        hub.stderr_text().lines().find_map(|line| {
-            let v: serde_json::Value = serde_json::from_str(line).ok()?;
-            (v["message"] == "hub.listener_bound" && v["what"] == "rest")
-                .then(|| v["addr"].as_str().map(str::to_owned))
-                .flatten()
-        })
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "the hub binds its REST port",
+        || async {
+            hub.stderr_text().lines().find_map(|line| {
+                let v: serde_json::Value = serde_json::from_str(line).ok()?;
+                (v["message"] == "hub.listener_bound" && v["what"] == "rest")
+                    .then(|| v["addr"].as_str().map(str::to_owned))
+                    .flatten()
+            })
+        },
+    )
     .await
 }
 
