@@ -18,7 +18,10 @@
 //! spoke to confirm it, because calling it done earlier would hide a Harness
 //! that may still run.
 
+use std::fmt;
 use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use crate::model::RevisionPhase;
 
@@ -29,15 +32,6 @@ use crate::model::RevisionPhase;
 /// net (a wake-up lost to a failed store write, or a runtime without a
 /// watch).
 pub const DEFAULT_GATEWAY_RECHECK: Duration = Duration::from_secs(10);
-
-/// What a waiting pass looks at again by itself, since no report announces
-/// it; the driver decides when.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recheck {
-    /// The control-cluster Gateway, the only thing missing for
-    /// activation (after `pipeline.gatewayRecheckMs`).
-    Gateway,
-}
 
 /// A spoke's answer to one piece of work.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,6 +135,10 @@ pub struct Facts {
     pub denied: Option<String>,
     /// The cluster the revision is placed on is known.
     pub placed: bool,
+    /// The name of the cluster it is placed on, as recorded.
+    pub cluster: Option<String>,
+    /// The Agent's desired state is `stopped` (not merely superseded).
+    pub agent_stopped: bool,
     /// The cluster it is placed on cannot serve it (its spoke lacks a
     /// capability the revision needs): why.
     pub unservable: Option<String>,
@@ -170,20 +168,39 @@ pub struct Facts {
     pub gateway_ready: bool,
     pub activated: bool,
     pub predecessors_retired: bool,
-    /// The current phase's deadline passed.
-    pub deadline_passed: bool,
+    /// The time of this decision (the store's clock).
+    pub now: DateTime<Utc>,
+    /// The current phase's deadline ([`phase_deadline`]), if it has one.
+    pub deadline: Option<DateTime<Utc>>,
+    /// How soon a pass looks at the Gateway again while it alone is not
+    /// Ready (`pipeline.gatewayRecheckMs`): no report announces it.
+    pub gateway_recheck: Duration,
     /// Unplaced: why, as the last placement attempt found it
     /// ([`placement_wait`]); a failure while unplaced carries it.
     pub placement_wait: Option<String>,
 }
 
+impl Facts {
+    /// The current phase's deadline has passed.
+    fn deadline_passed(&self) -> bool {
+        self.deadline.is_some_and(|d| d <= self.now)
+    }
+
+    /// The deadline, while it is still ahead: when a waiting pass must
+    /// look again even if no report comes.
+    fn deadline_ahead(&self) -> Option<DateTime<Utc>> {
+        self.deadline.filter(|d| *d > self.now)
+    }
+}
+
 /// The next step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Nothing to do until a report or a wake-up arrives, the deadline
-    /// passes, or (when set) the driver's recheck of `recheck_in` is due.
+    /// Nothing to do until a report or a wake-up arrives; the driver
+    /// queues a pass at `until` (the phase's deadline, or sooner the
+    /// Gateway's recheck), since nothing else may come.
     Wait {
-        recheck_in: Option<Recheck>,
+        until: Option<DateTime<Utc>>,
     },
     /// Choose a cluster for the revision.
     Place,
@@ -204,14 +221,133 @@ pub enum Step {
     PredecessorsRetired,
     /// Send this revision's own Harness stop to its cluster.
     StopHarness,
-    /// Record the phase; nothing else changes.
-    Enter(RevisionPhase),
-    Fail(String),
+    /// Record the phase, with the reason the revision shows; nothing else
+    /// changes.
+    Enter {
+        phase: RevisionPhase,
+        reason: Option<EnterReason>,
+    },
+    /// The revision failed: why.
+    Fail(FailReason),
     /// Terminal: nothing more to do.
     Finished,
 }
 
-const WAIT: Step = Step::Wait { recheck_in: None };
+/// Why a revision enters a phase, as the revision shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnterReason {
+    /// Stopping: its cluster has not confirmed the Harness stop yet.
+    ConfirmingStop { cluster: String },
+    /// Stopped because its Agent was stopped.
+    AgentStopped,
+    /// Stopped because a newer revision took over.
+    Superseded,
+}
+
+impl fmt::Display for EnterReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ConfirmingStop { cluster } => {
+                write!(
+                    f,
+                    "waiting for cluster {cluster} to confirm the Harness stop"
+                )
+            }
+            Self::AgentStopped => f.write_str("agent stopped"),
+            Self::Superseded => f.write_str("superseded by a newer revision"),
+        }
+    }
+}
+
+/// The phase whose deadline passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadlinePhase {
+    Provisioning,
+    Preparation,
+    Readiness,
+}
+
+impl DeadlinePhase {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Provisioning => "provisioning",
+            Self::Preparation => "preparation",
+            Self::Readiness => "readiness",
+        }
+    }
+}
+
+/// Why a revision failed, as the revision shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailReason {
+    /// Its deployer may no longer deploy here.
+    Denied(String),
+    /// No online cluster matched the placement before the deadline.
+    PlacementDeadline,
+    /// The clusters that match cannot serve it (see [`cannot_serve`]).
+    PlacementRefused(String),
+    /// The spoke refused the namespace work.
+    Namespace(String),
+    /// A phase's deadline passed while waiting for what is named.
+    Deadline {
+        phase: DeadlinePhase,
+        waiting_for: String,
+    },
+    /// A predecessor's stop, needed before the new Harness starts, failed.
+    PredecessorStop { number: i64, reason: String },
+    /// The spoke refused the Harness work.
+    Harness(String),
+    /// The spoke refused this revision's own Harness stop.
+    StopRefused(String),
+    /// `reason`, while the revision was still unplaced: `why` it was.
+    Unplaced {
+        reason: Box<FailReason>,
+        why: String,
+    },
+}
+
+impl fmt::Display for FailReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Denied(r) => write!(f, "authorization re-check failed: {r}"),
+            Self::PlacementDeadline => {
+                f.write_str("placement deadline passed: no online cluster matches the placement")
+            }
+            Self::PlacementRefused(why) => write!(f, "placement refused: {why}"),
+            Self::Namespace(r) => write!(f, "namespace provisioning failed: {r}"),
+            Self::Deadline { phase, waiting_for } => {
+                write!(f, "{} deadline passed: {waiting_for}", phase.as_str())
+            }
+            Self::PredecessorStop { number, reason } => write!(
+                f,
+                "stopping revision {number} before the new Harness starts failed: {reason}"
+            ),
+            Self::Harness(r) => write!(f, "harness preparation failed: {r}"),
+            Self::StopRefused(r) => write!(f, "the spoke refused the stop: {r}"),
+            Self::Unplaced { reason, why } => write!(f, "{reason} ({why})"),
+        }
+    }
+}
+
+/// Waits until the phase's deadline (if still ahead).
+fn wait(f: &Facts) -> Step {
+    Step::Wait {
+        until: f.deadline_ahead(),
+    }
+}
+
+/// Enters `phase` with nothing to add.
+fn enter(phase: RevisionPhase) -> Step {
+    Step::Enter {
+        phase,
+        reason: None,
+    }
+}
+
+/// A deadline failure.
+fn deadline(phase: DeadlinePhase, waiting_for: String) -> Step {
+    Step::Fail(FailReason::Deadline { phase, waiting_for })
+}
 
 /// What a revision's Harness needs of its cluster's spoke: provider
 /// execution needs a provisioning SandboxDriver; dedicated native OpenClaw
@@ -355,7 +491,10 @@ pub fn unplaced_reason(
 pub fn decide(f: &Facts) -> Step {
     match (decide_step(f), &f.placement_wait) {
         // A failure while unplaced keeps the why the Place steps found.
-        (Step::Fail(reason), Some(why)) if !f.placed => Step::Fail(format!("{reason} ({why})")),
+        (Step::Fail(reason), Some(why)) if !f.placed => Step::Fail(FailReason::Unplaced {
+            reason: Box::new(reason),
+            why: why.clone(),
+        }),
         (step, _) => step,
     }
 }
@@ -375,38 +514,36 @@ fn decide_step(f: &Facts) -> Step {
         return decide_stop(f);
     }
     if let Some(reason) = &f.denied {
-        return Step::Fail(format!("authorization re-check failed: {reason}"));
+        return Step::Fail(FailReason::Denied(reason.clone()));
     }
     if !f.placed {
-        if f.deadline_passed {
-            return Step::Fail(
-                "placement deadline passed: no online cluster matches the placement".into(),
-            );
+        if f.deadline_passed() {
+            return Step::Fail(FailReason::PlacementDeadline);
         }
         return Step::Place;
     }
     if let Some(why) = &f.unservable
         && !f.harness_sent
     {
-        return Step::Fail(format!("placement refused: {why}"));
+        return Step::Fail(FailReason::PlacementRefused(why.clone()));
     }
     match &f.namespace {
         WorkOutcome::Failed(reason) => {
-            return Step::Fail(format!("namespace provisioning failed: {reason}"));
+            return Step::Fail(FailReason::Namespace(reason.clone()));
         }
         WorkOutcome::Applied => {}
         _ if !f.namespace_sent => return Step::SendNamespace,
-        _ if f.phase == P::Pending => return Step::Enter(P::Provisioning),
-        waiting if f.deadline_passed => {
-            return Step::Fail(format!(
-                "provisioning deadline passed: {}",
-                waiting.waiting_for("namespace")
-            ));
+        _ if f.phase == P::Pending => return enter(P::Provisioning),
+        waiting if f.deadline_passed() => {
+            return deadline(
+                DeadlinePhase::Provisioning,
+                waiting.waiting_for("namespace"),
+            );
         }
-        _ => return WAIT,
+        _ => return wait(f),
     }
     if f.phase == P::Pending || f.phase == P::Provisioning {
-        return Step::Enter(P::Preparing);
+        return enter(P::Preparing);
     }
     if f.exclusive && !f.harness_sent {
         // The Agent-owned RWO claim: every predecessor is stopped, on its
@@ -422,23 +559,23 @@ fn decide_step(f: &Facts) -> Step {
         }
         if let Some(p) = f.predecessors.iter().find(|p| !p.retired() && !p.stopped()) {
             if let WorkOutcome::Failed(reason) = &p.stop {
-                return Step::Fail(format!(
-                    "stopping revision {} before the new Harness starts failed: {reason}",
-                    p.number
-                ));
+                return Step::Fail(FailReason::PredecessorStop {
+                    number: p.number,
+                    reason: reason.clone(),
+                });
             }
-            if f.deadline_passed {
-                return Step::Fail(format!(
-                    "preparation deadline passed: {}",
+            if f.deadline_passed() {
+                return deadline(
+                    DeadlinePhase::Preparation,
                     p.stop
-                        .waiting_for(&format!("stop of revision {}", p.number))
-                ));
+                        .waiting_for(&format!("stop of revision {}", p.number)),
+                );
             }
             // The Gateway needs no predecessor stopped: prepare it meanwhile.
             if gateway_due(f) {
                 return Step::QueueGateway;
             }
-            return WAIT;
+            return wait(f);
         }
     }
     // The Harness goes out before the Gateway's ensure is queued, in the
@@ -450,40 +587,37 @@ fn decide_step(f: &Facts) -> Step {
         return Step::SendHarness;
     }
     if let WorkOutcome::Failed(reason) = &f.harness {
-        return Step::Fail(format!("harness preparation failed: {reason}"));
+        return Step::Fail(FailReason::Harness(reason.clone()));
     }
     if gateway_due(f) {
         return Step::QueueGateway;
     }
     match &f.harness {
         WorkOutcome::Failed(reason) => {
-            return Step::Fail(format!("harness preparation failed: {reason}"));
+            return Step::Fail(FailReason::Harness(reason.clone()));
         }
         WorkOutcome::Applied => {
             if f.phase == P::Preparing {
-                return Step::Enter(P::WaitingReady);
+                return enter(P::WaitingReady);
             }
         }
         _ if !f.harness_sent => return Step::SendHarness,
-        waiting if f.deadline_passed => {
-            return Step::Fail(format!(
-                "preparation deadline passed: {}",
-                waiting.waiting_for("harness")
-            ));
+        waiting if f.deadline_passed() => {
+            return deadline(DeadlinePhase::Preparation, waiting.waiting_for("harness"));
         }
-        _ => return WAIT,
+        _ => return wait(f),
     }
     // Waiting for readiness: the Harness (spoke report) and, when the
     // revision has one, its control-cluster Gateway must be ready.
     let harness_ready = f.readiness.as_ref().is_some_and(|r| r.ready);
     let gateway_ready = !f.control_gateway || f.gateway_ready;
     if f.activated {
-        return Step::Enter(P::Active);
+        return enter(P::Active);
     }
     if harness_ready && gateway_ready {
         return Step::Activate;
     }
-    if f.deadline_passed {
+    if f.deadline_passed() {
         let why = match &f.readiness {
             None => "no readiness report from the spoke".to_owned(),
             Some(r) if !r.ready => r.not_ready_because(),
@@ -492,14 +626,17 @@ fn decide_step(f: &Facts) -> Step {
             }
             Some(_) => "the Gateway is not Ready".to_owned(),
         };
-        return Step::Fail(format!("readiness deadline passed: {why}"));
+        return deadline(DeadlinePhase::Readiness, why);
     }
     if harness_ready {
+        // Only the Gateway is missing, and no report announces it: look
+        // again after the recheck (or at the deadline, if sooner).
+        let recheck = f.now + chrono::Duration::from_std(f.gateway_recheck).unwrap_or_default();
         return Step::Wait {
-            recheck_in: Some(Recheck::Gateway),
+            until: Some(f.deadline_ahead().map_or(recheck, |d| d.min(recheck))),
         };
     }
-    WAIT
+    wait(f)
 }
 
 /// The revision's control-cluster Gateway has no ensure queued yet.
@@ -536,20 +673,32 @@ pub fn decide_stop(f: &Facts) -> Step {
     ) {
         return Step::Finished;
     }
+    let stopped = Step::Enter {
+        phase: RevisionPhase::Stopped,
+        reason: Some(match f.agent_stopped {
+            true => EnterReason::AgentStopped,
+            false => EnterReason::Superseded,
+        }),
+    };
     if !f.harness_sent {
         // No Harness work ever went out: nothing can run.
-        return Step::Enter(RevisionPhase::Stopped);
+        return stopped;
     }
     if !f.stop_sent {
         return Step::StopHarness;
     }
     match &f.stop {
-        WorkOutcome::Applied => Step::Enter(RevisionPhase::Stopped),
-        WorkOutcome::Failed(reason) => Step::Fail(format!("the spoke refused the stop: {reason}")),
+        WorkOutcome::Applied => stopped,
+        WorkOutcome::Failed(reason) => Step::Fail(FailReason::StopRefused(reason.clone())),
         WorkOutcome::Waiting | WorkOutcome::Retrying(_) if f.phase != RevisionPhase::Stopping => {
-            Step::Enter(RevisionPhase::Stopping)
+            Step::Enter {
+                phase: RevisionPhase::Stopping,
+                reason: Some(EnterReason::ConfirmingStop {
+                    cluster: f.cluster.clone().unwrap_or_else(|| "?".into()),
+                }),
+            }
         }
-        _ => WAIT,
+        _ => wait(f),
     }
 }
 
@@ -580,7 +729,7 @@ fn retire(f: &Facts) -> Step {
     }
     // Waiting for the spokes (a refused retirement stays visible on the
     // predecessor's cluster report and is not retried blindly).
-    WAIT
+    wait(f)
 }
 
 #[cfg(test)]

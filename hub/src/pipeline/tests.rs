@@ -10,6 +10,8 @@ fn fresh() -> Facts {
         wanted: true,
         denied: None,
         placed: true,
+        cluster: Some("exec-a".into()),
+        agent_stopped: false,
         unservable: None,
         namespace_sent: false,
         namespace: WorkOutcome::Waiting,
@@ -26,8 +28,41 @@ fn fresh() -> Facts {
         gateway_ready: false,
         activated: false,
         predecessors_retired: false,
-        deadline_passed: false,
+        now: t0(),
+        deadline: None,
+        gateway_recheck: DEFAULT_GATEWAY_RECHECK,
         placement_wait: None,
+    }
+}
+
+/// The time of every decision here.
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).expect("a valid time")
+}
+
+/// A plain wait (no deadline ahead in these facts).
+const WAIT: Step = Step::Wait { until: None };
+
+/// Only the Gateway is missing: look again after the recheck.
+fn gateway_recheck() -> Step {
+    Step::Wait {
+        until: Some(t0() + chrono::Duration::from_std(DEFAULT_GATEWAY_RECHECK).unwrap()),
+    }
+}
+
+/// Enters `phase` for `reason`.
+fn entered(phase: RevisionPhase, reason: EnterReason) -> Step {
+    Step::Enter {
+        phase,
+        reason: Some(reason),
+    }
+}
+
+/// The text of a failure, `None` for any other step.
+fn failure(step: &Step) -> Option<String> {
+    match step {
+        Step::Fail(reason) => Some(reason.to_string()),
+        _ => None,
     }
 }
 
@@ -63,7 +98,7 @@ fn drive(mut f: Facts, mut world: impl FnMut(&mut Facts)) -> (Vec<Step>, Facts) 
         match &step {
             Step::Wait { .. } | Step::Finished | Step::Place => return (steps, f),
             Step::SendNamespace => f.namespace_sent = true,
-            Step::Enter(p) => f.phase = *p,
+            Step::Enter { phase, .. } => f.phase = *phase,
             Step::QueueGateway => f.gateway_queued = true,
             Step::StopPredecessors(ns) => {
                 for p in f.predecessors.iter_mut().filter(|p| ns.contains(&p.number)) {
@@ -110,7 +145,7 @@ fn happy_path_in_order() {
         steps,
         vec![
             Step::SendNamespace,
-            Step::Enter(P::Preparing),
+            enter(P::Preparing),
             Step::SendHarness,
             Step::QueueGateway,
             WAIT,
@@ -123,9 +158,9 @@ fn happy_path_in_order() {
     assert_eq!(
         steps,
         vec![
-            Step::Enter(P::WaitingReady),
+            enter(P::WaitingReady),
             Step::Activate,
-            Step::Enter(P::Active),
+            enter(P::Active),
             Step::PredecessorsRetired,
             Step::Finished,
         ]
@@ -153,20 +188,18 @@ fn the_harness_goes_out_before_the_gateway_in_one_pass() {
         "the pass ends; the ensure runs in its lane"
     );
     f.harness = WorkOutcome::Applied;
-    assert_eq!(decide(&f), Step::Enter(P::WaitingReady));
+    assert_eq!(decide(&f), enter(P::WaitingReady));
     f.phase = P::WaitingReady;
     f.readiness = ready();
     assert_eq!(
         decide(&f),
-        Step::Wait {
-            recheck_in: Some(Recheck::Gateway)
-        },
+        gateway_recheck(),
         "a Ready Harness waits for its Gateway"
     );
     let mut late = f.clone();
-    late.deadline_passed = true;
+    late.deadline = Some(t0());
     assert!(
-        matches!(decide(&late), Step::Fail(r) if r.contains("never applied")),
+        failure(&decide(&late)).is_some_and(|r| r.contains("never applied")),
         "the deadline names the ensure that never succeeded"
     );
     f.gateway_applied = true;
@@ -178,7 +211,7 @@ fn the_harness_goes_out_before_the_gateway_in_one_pass() {
     f.namespace = WorkOutcome::Applied;
     f.harness_sent = true;
     f.harness = WorkOutcome::Failed("image refused".into());
-    assert!(matches!(decide(&f), Step::Fail(r) if r.contains("image refused")));
+    assert!(failure(&decide(&f)).is_some_and(|r| r.contains("image refused")));
 }
 
 /// A queued ensure applies only for a wanted revision of an allowed
@@ -236,13 +269,13 @@ fn the_gateway_is_prepared_while_dedicated_predecessors_stop() {
 fn namespace_waits_in_provisioning_until_its_deadline() {
     let mut f = fresh();
     f.namespace_sent = true;
-    assert_eq!(decide(&f), Step::Enter(P::Provisioning));
+    assert_eq!(decide(&f), enter(P::Provisioning));
     f.phase = P::Provisioning;
     assert_eq!(decide(&f), WAIT);
     f.namespace = WorkOutcome::Retrying("apiserver unavailable".into());
-    f.deadline_passed = true;
-    match decide(&f) {
-        Step::Fail(r) => {
+    f.deadline = Some(t0());
+    match failure(&decide(&f)) {
+        Some(r) => {
             assert!(r.contains("provisioning deadline"), "{r}");
             assert!(r.contains("apiserver unavailable"), "{r}");
         }
@@ -260,10 +293,10 @@ fn a_lost_harness_result_ends_at_the_preparation_deadline() {
     f.gateway_applied = true;
     f.harness_sent = true;
     assert_eq!(decide(&f), WAIT);
-    f.deadline_passed = true;
-    match decide(&f) {
-        Step::Fail(r) => assert!(r.contains("harness: no result from the spoke"), "{r}"),
-        other => panic!("{other:?}"),
+    f.deadline = Some(t0());
+    match failure(&decide(&f)) {
+        Some(r) => assert!(r.contains("harness: no result from the spoke"), "{r}"),
+        None => panic!("{:?}", decide(&f)),
     }
 }
 
@@ -406,7 +439,7 @@ fn placement_refuses_a_cluster_without_the_capabilities_the_revision_needs() {
     // Harness work is sent, naming why.
     let mut f = fresh();
     f.unservable = Some("cluster plain cannot serve the revision".into());
-    assert!(matches!(decide(&f), Step::Fail(r) if r.contains("placement refused: cluster plain")));
+    assert!(failure(&decide(&f)).is_some_and(|r| r.contains("placement refused: cluster plain")));
 }
 
 /// Issue 12: embedded OpenClaw has no control-cluster Gateway: the
@@ -427,12 +460,7 @@ fn embedded_openclaw_activates_without_a_control_cluster_gateway() {
     // A dedicated revision waits for its Gateway.
     f.control_gateway = true;
     f.gateway_applied = true;
-    assert_eq!(
-        decide(&f),
-        Step::Wait {
-            recheck_in: Some(Recheck::Gateway)
-        }
-    );
+    assert_eq!(decide(&f), gateway_recheck());
     f.gateway_ready = true;
     assert_eq!(decide(&f), Step::Activate);
 }
@@ -442,8 +470,8 @@ fn placement_has_a_deadline() {
     let mut f = fresh();
     f.placed = false;
     assert_eq!(decide(&f), Step::Place);
-    f.deadline_passed = true;
-    assert!(matches!(decide(&f), Step::Fail(r) if r.contains("placement")));
+    f.deadline = Some(t0());
+    assert!(failure(&decide(&f)).is_some_and(|r| r.contains("placement")));
 }
 
 #[test]
@@ -477,7 +505,7 @@ fn a_refused_predecessor_stop_fails_the_dedicated_revision() {
     f.predecessors[0].stop_sent = true;
     f.predecessors[0].stop = WorkOutcome::Failed("forbidden".into());
     assert!(
-        matches!(decide(&f), Step::Fail(r) if r.contains("revision 1") && r.contains("forbidden"))
+        failure(&decide(&f)).is_some_and(|r| r.contains("revision 1") && r.contains("forbidden"))
     );
 }
 
@@ -523,29 +551,27 @@ fn activation_needs_exactly_ready_harness_and_gateway() {
         ..Default::default()
     });
     assert_eq!(decide(&f), WAIT);
-    f.deadline_passed = true;
-    match decide(&f) {
-        Step::Fail(reason) => assert!(reason.contains("2 live Harness Pods"), "{reason}"),
-        other => panic!("{other:?}"),
+    f.deadline = Some(t0());
+    match failure(&decide(&f)) {
+        Some(reason) => assert!(reason.contains("2 live Harness Pods"), "{reason}"),
+        None => panic!("{:?}", decide(&f)),
     }
     f.readiness = Some(Readiness {
         error: Some("duplicate condition type Ready".into()),
         ..Default::default()
     });
-    match decide(&f) {
-        Step::Fail(reason) => {
+    match failure(&decide(&f)) {
+        Some(reason) => {
             assert!(reason.contains("duplicate condition type"), "{reason}")
         }
-        other => panic!("{other:?}"),
+        None => panic!("{:?}", decide(&f)),
     }
-    f.deadline_passed = false;
+    f.deadline = None;
     f.readiness = ready();
     f.gateway_ready = false;
     assert_eq!(
         decide(&f),
-        Step::Wait {
-            recheck_in: Some(Recheck::Gateway)
-        },
+        gateway_recheck(),
         "only the Gateway is missing: look again soon"
     );
     f.gateway_ready = true;
@@ -558,17 +584,27 @@ fn failures_and_aborts() {
     f.phase = P::Provisioning;
     f.namespace_sent = true;
     f.namespace = WorkOutcome::Failed("quota".into());
-    assert!(matches!(decide(&f), Step::Fail(r) if r.contains("quota")));
+    assert!(failure(&decide(&f)).is_some_and(|r| r.contains("quota")));
     let mut f = fresh();
     f.wanted = false;
-    assert_eq!(decide(&f), Step::Enter(P::Stopped), "nothing was sent");
+    assert_eq!(
+        decide(&f),
+        entered(P::Stopped, EnterReason::Superseded),
+        "nothing was sent"
+    );
+    f.agent_stopped = true;
+    assert_eq!(
+        decide(&f),
+        entered(P::Stopped, EnterReason::AgentStopped),
+        "the Agent was stopped, not superseded"
+    );
     let mut f = fresh();
     f.phase = P::WaitingReady;
     f.namespace = WorkOutcome::Applied;
     f.gateway_applied = true;
     f.harness_sent = true;
     f.harness = WorkOutcome::Failed("image pull".into());
-    assert!(matches!(decide(&f), Step::Fail(r) if r.contains("image pull")));
+    assert!(failure(&decide(&f)).is_some_and(|r| r.contains("image pull")));
     for terminal in [P::Failed, P::Stopped, P::Retired] {
         let mut f = fresh();
         f.phase = terminal;
@@ -586,17 +622,25 @@ fn a_superseded_revision_is_stopped_only_once_its_cluster_confirms() {
     f.wanted = false;
     assert_eq!(decide(&f), Step::StopHarness);
     f.stop_sent = true;
-    assert_eq!(decide(&f), Step::Enter(P::Stopping));
+    assert_eq!(
+        decide(&f),
+        entered(
+            P::Stopping,
+            EnterReason::ConfirmingStop {
+                cluster: "exec-a".into()
+            }
+        )
+    );
     f.phase = P::Stopping;
     assert_eq!(decide(&f), WAIT);
-    f.deadline_passed = true;
+    f.deadline = Some(t0());
     assert_eq!(
         decide(&f),
         WAIT,
         "a stop has no deadline: it waits for the spoke"
     );
     f.stop = WorkOutcome::Applied;
-    assert_eq!(decide(&f), Step::Enter(P::Stopped));
+    assert_eq!(decide(&f), entered(P::Stopped, EnterReason::Superseded));
 }
 
 #[test]
@@ -605,7 +649,7 @@ fn a_revoked_deployer_stops_the_pipeline_before_any_effect() {
     f.phase = P::Preparing;
     f.namespace = WorkOutcome::Applied;
     f.denied = Some("token \"ci\" is revoked".into());
-    assert!(matches!(decide(&f), Step::Fail(r) if r.contains("authorization re-check failed")));
+    assert!(failure(&decide(&f)).is_some_and(|r| r.contains("authorization re-check failed")));
     // Stopping needs no authority: a stop must always converge.
     f.wanted = false;
     f.harness_sent = true;
@@ -626,7 +670,7 @@ fn a_restart_resumes_without_repeating_effects() {
     f.harness = WorkOutcome::Applied;
     f.phase = P::WaitingReady;
     f.activated = true;
-    assert_eq!(decide(&f), Step::Enter(P::Active));
+    assert_eq!(decide(&f), enter(P::Active));
 }
 
 #[test]
@@ -634,15 +678,16 @@ fn an_unplaced_failure_carries_why_no_cluster_took_it() {
     let why = format!("{WAITING_FOR_PLACEMENT}: no execution cluster is enrolled");
     let f = Facts {
         placed: false,
-        deadline_passed: true,
+        deadline: Some(t0()),
         placement_wait: Some(why.clone()),
         ..fresh()
     };
     assert_eq!(
-        decide(&f),
-        Step::Fail(format!(
-            "placement deadline passed: no online cluster matches the placement ({why})"
-        ))
+        failure(&decide(&f)).as_deref(),
+        Some(
+            format!("placement deadline passed: no online cluster matches the placement ({why})")
+                .as_str()
+        )
     );
     // Any failure while unplaced carries it.
     let f = Facts {
@@ -652,8 +697,8 @@ fn an_unplaced_failure_carries_why_no_cluster_took_it() {
         ..fresh()
     };
     assert_eq!(
-        decide(&f),
-        Step::Fail(format!(
+        failure(&decide(&f)),
+        Some(format!(
             "authorization re-check failed: token revoked ({why})"
         ))
     );
@@ -665,7 +710,7 @@ fn an_unplaced_failure_carries_why_no_cluster_took_it() {
     };
     assert_eq!(
         decide(&f),
-        Step::Fail("authorization re-check failed: token revoked".into())
+        Step::Fail(FailReason::Denied("token revoked".into()))
     );
 }
 

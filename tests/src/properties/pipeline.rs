@@ -282,6 +282,8 @@ impl Model {
                 wanted: true,
                 denied: None,
                 placed: c.placed,
+                cluster: c.placed.then(|| "exec-a".to_owned()),
+                agent_stopped: false,
                 unservable: None,
                 namespace_sent: false,
                 namespace: WorkOutcome::Waiting,
@@ -298,7 +300,9 @@ impl Model {
                 gateway_ready: false,
                 activated: false,
                 predecessors_retired: false,
-                deadline_passed: false,
+                now: chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("a valid time"),
+                deadline: None,
+                gateway_recheck: clawfed_hub::pipeline::DEFAULT_GATEWAY_RECHECK,
                 placement_wait: None,
             },
             placing: c.placing,
@@ -317,7 +321,9 @@ impl Model {
             && f.gateway_applied
             && f.phase == P::WaitingReady
             && self.gateway_world;
-        f.deadline_passed = self.deadline_world && has_deadline(f.phase);
+        // A passed deadline is one at the decision's time.
+        f.deadline = (self.deadline_world && has_deadline(f.phase)).then_some(f.now);
+        f.agent_stopped = self.agent_stopped;
         f.clone()
     }
 
@@ -375,13 +381,13 @@ impl Model {
             }
             Step::PredecessorsRetired => f.predecessors_retired = true,
             Step::StopHarness => f.stop_sent = true,
-            Step::Enter(p) => {
-                f.phase = *p;
+            Step::Enter { phase, .. } => {
+                f.phase = *phase;
                 self.deadline_world = false;
             }
             Step::Fail(reason) => {
                 f.phase = P::Failed;
-                self.fail_reason = Some(reason.clone());
+                self.fail_reason = Some(reason.to_string());
             }
         }
         false
@@ -620,11 +626,18 @@ fn check_step(f: &Facts, step: &Step) -> Result<(), TestCaseError> {
             prop_assert!(!f.wanted, "stopping a wanted revision");
             prop_assert!(f.harness_sent && !f.stop_sent, "stop not due: {f:?}");
         }
-        Step::Enter(p) => match p {
+        Step::Enter { phase: p, reason } => match p {
             P::Active => prop_assert!(f.activated, "active without activation"),
-            P::Stopping => prop_assert!(!f.wanted && f.stop_sent),
+            P::Stopping => {
+                prop_assert!(!f.wanted && f.stop_sent);
+                prop_assert!(
+                    reason.is_some(),
+                    "stopping without saying what it waits for"
+                );
+            }
             P::Stopped => {
                 prop_assert!(!f.wanted, "a wanted revision stopped");
+                prop_assert!(reason.is_some(), "stopped without saying why");
                 prop_assert!(
                     !f.harness_sent || f.stop == WorkOutcome::Applied,
                     "stopped before its cluster confirmed the stop"
@@ -635,7 +648,9 @@ fn check_step(f: &Facts, step: &Step) -> Result<(), TestCaseError> {
             P::Failed | P::Retired => prop_assert!(false, "{p:?} entered without a reason"),
             _ => {}
         },
-        Step::Fail(reason) => prop_assert!(!reason.is_empty(), "a failure without a reason"),
+        Step::Fail(reason) => {
+            prop_assert!(!reason.to_string().is_empty(), "a failure without a reason")
+        }
     }
     Ok(())
 }

@@ -316,6 +316,8 @@ impl Rollout {
             wanted,
             denied,
             placed: cluster_id.is_some(),
+            cluster: rev.resolved_cluster.clone(),
+            agent_stopped: agent.desired_state == crate::model::DesiredState::Stopped,
             unservable,
             namespace_sent: namespace_state
                 .as_ref()
@@ -336,7 +338,9 @@ impl Rollout {
             gateway_ready,
             activated: rev.progress.activated_at.is_some(),
             predecessors_retired: rev.progress.predecessors_retired_at.is_some(),
-            deadline_passed: self.deadline(rev).is_some_and(|d| d <= store.now()),
+            now: store.now(),
+            deadline: self.deadline(rev),
+            gateway_recheck: self.config.gateway_recheck,
             placement_wait: crate::pipeline::placement_wait(rev),
         };
         Ok(Gathered {

@@ -14,8 +14,10 @@ use super::spec::{
 };
 use super::{BUSY_FALLBACK, Flow, PassError, PassResult, Rollout, revision_and_agent, store_err};
 use crate::auth::Action;
-use crate::model::{Agent, AgentRevision, DesiredState, Namespace, RevisionPhase, WorkItem};
-use crate::pipeline::{Placement, Recheck, Step, choose_cluster, decide, needs, unplaced_reason};
+use crate::model::{Agent, AgentRevision, Namespace, RevisionPhase, WorkItem};
+use crate::pipeline::{
+    FailReason, Placement, Step, choose_cluster, decide, needs, unplaced_reason,
+};
 use crate::store::Store;
 use crate::worker::WorkError;
 use crate::worker::kinds::gateway_work;
@@ -128,21 +130,15 @@ impl Rollout {
         let dp = g.data_plane_namespace.as_str();
         match step {
             Step::Finished => return Ok(Flow::Settled),
-            Step::Wait { recheck_in } => {
-                let recheck = recheck_in.map(|what| {
-                    let d = match what {
-                        Recheck::Gateway => self.config.gateway_recheck,
-                    };
-                    now + chrono::Duration::from_std(d).unwrap_or_default()
-                });
-                // Each waiting pass queues its own wake-up at the phase's
-                // deadline, not just the pass that entered the phase: a
-                // trigger due now joins the revision's waiting pass (passes
-                // coalesce), so the deadline pass queued on entering is
-                // usually run early, and without this no pass would come
-                // at the deadline to fail a revision that no report moves.
-                let deadline = self.deadline(&rev).filter(|d| *d > now);
-                if let Some(at) = recheck.into_iter().chain(deadline).min() {
+            Step::Wait { until } => {
+                // Each waiting pass queues its own wake-up (at the phase's
+                // deadline, or the Gateway's recheck), not just the pass
+                // that entered the phase: a trigger due now joins the
+                // revision's waiting pass (passes coalesce), so the
+                // deadline pass queued on entering is usually run early,
+                // and without this no pass would come at the deadline to
+                // fail a revision that no report moves.
+                if let Some(at) = until {
                     self.requeue(store, &rev, ns, at).await?;
                 }
                 return Ok(Flow::Settled);
@@ -156,9 +152,8 @@ impl Rollout {
                 ) {
                     Placement::Chosen(c) => c,
                     Placement::Refused(why) => {
-                        return self
-                            .fail(store, ns, g, rev, format!("placement refused: {why}"))
-                            .await;
+                        let reason = FailReason::PlacementRefused(why).to_string();
+                        return self.fail(store, ns, g, rev, reason).await;
                     }
                     Placement::Unavailable => {
                         // Say why in the revision, not just `pending`.
@@ -188,18 +183,8 @@ impl Rollout {
                 )
                 .await?;
             }
-            Step::Enter(phase) => {
-                let reason = match phase {
-                    RevisionPhase::Stopping => Some(format!(
-                        "waiting for cluster {} to confirm the Harness stop",
-                        rev.resolved_cluster.as_deref().unwrap_or("?")
-                    )),
-                    RevisionPhase::Stopped if agent.desired_state == DesiredState::Stopped => {
-                        Some("agent stopped".into())
-                    }
-                    RevisionPhase::Stopped => Some("superseded by a newer revision".into()),
-                    _ => None,
-                };
+            Step::Enter { phase, reason } => {
+                let reason = reason.map(|r| r.to_string());
                 self.enter(store, &mut rev, phase, reason).await?;
                 // Wake up at the phase's deadline even if no report comes.
                 if let Some(deadline) = self.deadline(&rev) {
@@ -403,7 +388,7 @@ impl Rollout {
                 rev.progress.predecessors_retired_at = Some(now);
                 self.save(store, &mut rev).await?;
             }
-            Step::Fail(reason) => return self.fail(store, ns, g, rev, reason).await,
+            Step::Fail(reason) => return self.fail(store, ns, g, rev, reason.to_string()).await,
         }
         Ok(Flow::Continue)
     }
