@@ -29,15 +29,27 @@ use crate::store::{Store, StoreError, WorkLane};
 
 use backoff::Backoff;
 
+/// The cause a [`WorkError`] carries, kept as an error (not its text) so
+/// a caller can inspect it.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
 /// How a handler failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum WorkError {
     /// May succeed later; retried with backoff until `maxAttempts`.
-    #[error("{0}")]
-    Retryable(String),
+    #[error("{context}")]
+    Retryable {
+        context: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// Can never succeed; failed at once.
-    #[error("{0}")]
-    Permanent(String),
+    #[error("{context}")]
+    Permanent {
+        context: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// Shutdown interrupted the handler; the item is released untouched.
     #[error("cancelled by shutdown")]
     Cancelled,
@@ -49,13 +61,67 @@ pub enum WorkError {
 }
 
 impl WorkError {
+    /// Retryable, for the reason `context` gives.
+    pub fn retryable(context: impl Into<String>) -> Self {
+        Self::Retryable {
+            context: context.into(),
+            source: None,
+        }
+    }
+
+    /// Retryable: `context` failed because of `source`.
+    pub fn retryable_because(context: impl Into<String>, source: impl Into<Cause>) -> Self {
+        Self::Retryable {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// Permanent, for the reason `context` gives.
+    pub fn permanent(context: impl Into<String>) -> Self {
+        Self::Permanent {
+            context: context.into(),
+            source: None,
+        }
+    }
+
+    /// Permanent: `context` failed because of `source`.
+    pub fn permanent_because(context: impl Into<String>, source: impl Into<Cause>) -> Self {
+        Self::Permanent {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
+
     /// Store errors: unavailability is retryable, the rest permanent.
     pub fn from_store(err: StoreError) -> Self {
         match err {
-            StoreError::Unavailable(_) => Self::Retryable(err.to_string()),
-            _ => Self::Permanent(err.to_string()),
+            StoreError::Unavailable(_) => Self::retryable_because("store", err),
+            _ => Self::permanent_because("store", err),
         }
     }
+
+    /// What the queue records of it: the context and each cause,
+    /// `context: cause: cause's cause`.
+    pub fn record(&self) -> String {
+        with_causes(self)
+    }
+}
+
+/// `err` and each of its causes, joined by `: `; a cause whose text its
+/// error already ends with (an error that prints its source too) is not
+/// repeated.
+pub fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut next = err.source();
+    while let Some(cause) = next {
+        let part = cause.to_string();
+        if !part.is_empty() && !text.ends_with(&part) {
+            text = format!("{text}: {part}");
+        }
+        next = cause.source();
+    }
+    text
 }
 
 /// The handler of one work kind.
@@ -586,12 +652,13 @@ impl Worker {
         let outcome = match self.handlers.0.get(&item.kind) {
             None => Outcome::Fail(format!("no handler for work kind {:?}", item.kind)),
             Some(handler) => match self.recheck(item, handler.required_action()).await {
-                Err(WorkError::Retryable(e) | WorkError::Busy(e)) => Outcome::Retry(e),
-                Err(e) => Outcome::Fail(e.to_string()),
+                Err(WorkError::Busy(e)) => Outcome::Retry(e),
+                Err(e @ WorkError::Retryable { .. }) => Outcome::Retry(e.record()),
+                Err(e) => Outcome::Fail(e.record()),
                 Ok(()) => match handler.handle(self.store.as_ref(), item, shutdown).await {
                     Ok(()) => Outcome::Done,
-                    Err(WorkError::Retryable(e)) => Outcome::Retry(e),
-                    Err(WorkError::Permanent(e)) => Outcome::Fail(e),
+                    Err(e @ WorkError::Retryable { .. }) => Outcome::Retry(e.record()),
+                    Err(e @ WorkError::Permanent { .. }) => Outcome::Fail(e.record()),
                     Err(WorkError::Cancelled) => Outcome::Release,
                     Err(WorkError::Busy(e)) => Outcome::Defer(e),
                 },
@@ -611,7 +678,7 @@ impl Worker {
             Some(ns_id) => match self.store.get_namespace_by_id(ns_id).await {
                 Ok(ns) => Some(ns.name),
                 Err(StoreError::NotFound { .. }) => {
-                    return Err(WorkError::Permanent(format!(
+                    return Err(WorkError::permanent(format!(
                         "ownership check failed: namespace {ns_id} no longer exists"
                     )));
                 }
@@ -624,7 +691,7 @@ impl Worker {
         };
         match recheck_token(self.store.as_ref(), token_id, action, namespace.as_deref()).await {
             Ok(None) => Ok(()),
-            Ok(Some(reason)) => Err(WorkError::Permanent(format!(
+            Ok(Some(reason)) => Err(WorkError::permanent(format!(
                 "authorization re-check failed: {reason}"
             ))),
             Err(e) => Err(WorkError::from_store(e)),
@@ -658,4 +725,29 @@ pub async fn recheck_token(
         Decision::Allow => None,
         Decision::Deny(reason) => Some(reason),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that prints its cause too (as some libraries' do).
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer: {0}")]
+    struct Loud(#[source] std::io::Error);
+
+    #[test]
+    fn a_record_names_each_cause_once() {
+        let io = || std::io::Error::other("disk full");
+        let err = WorkError::retryable_because("gateway stop", io());
+        assert_eq!(err.to_string(), "gateway stop", "the context alone");
+        assert_eq!(err.record(), "gateway stop: disk full");
+        let loud = WorkError::permanent_because("encoding", Loud(io()));
+        assert_eq!(loud.record(), "encoding: outer: disk full");
+        assert!(
+            std::error::Error::source(&loud).is_some_and(|c| c.is::<Loud>()),
+            "the cause stays an error"
+        );
+        assert_eq!(WorkError::permanent("bad").record(), "bad");
+    }
 }

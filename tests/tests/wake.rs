@@ -72,7 +72,7 @@ impl WorkHandler for Recorder {
         };
         match item.payload.get("mode").and_then(|m| m.as_str()) {
             Some("busyOnce") if first => Err(WorkError::Busy("busy".into())),
-            Some("failOnce") if first => Err(WorkError::Retryable("flaky".into())),
+            Some("failOnce") if first => Err(WorkError::retryable("flaky")),
             _ => Ok(()),
         }
     }

@@ -233,7 +233,7 @@ impl WorkHandler for Flaky {
     ) -> Result<(), WorkError> {
         let call = self.calls.record(item);
         if call <= self.fails {
-            return Err(WorkError::Retryable(format!(
+            return Err(WorkError::retryable(format!(
                 "flaky dependency unavailable (call {call})"
             )));
         }
@@ -317,7 +317,7 @@ impl WorkHandler for Broken {
         _cancel: &CancellationToken,
     ) -> Result<(), WorkError> {
         self.calls.record(item);
-        Err(WorkError::Permanent("payload names no such thing".into()))
+        Err(WorkError::permanent("payload names no such thing"))
     }
 }
 

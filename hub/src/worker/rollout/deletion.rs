@@ -27,7 +27,7 @@ impl Rollout {
         let ns_name = item
             .namespace
             .clone()
-            .ok_or_else(|| WorkError::Permanent("agent.delete without a namespace".into()))?;
+            .ok_or_else(|| WorkError::permanent("agent.delete without a namespace"))?;
         let ns = match store.get_namespace(&ns_name).await {
             Ok(ns) => ns,
             // The tenant went, and its Agents' history with it.
@@ -42,7 +42,7 @@ impl Rollout {
         self.gateways
             .delete(&ns.id, &ns.name, agent)
             .await
-            .map_err(|e| WorkError::Retryable(format!("gateway delete: {e}")))?;
+            .map_err(|e| WorkError::retryable_because("gateway delete", e))?;
         let mut retired = 0;
         // Per cluster: the revisions that had Harness work there.
         let mut placed: BTreeMap<String, Vec<AgentRevision>> = BTreeMap::new();

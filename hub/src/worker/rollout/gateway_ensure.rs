@@ -76,7 +76,7 @@ impl Rollout {
             self.observe("gateway_ensure", "failed", started);
             let last_attempt = item.attempts >= item.max_attempts;
             if failure.transient && !last_attempt {
-                return Err(WorkError::Retryable(format!("gateway: {failure}")));
+                return Err(WorkError::retryable(format!("gateway: {failure}")));
             }
             let reason = if failure.transient {
                 format!("gateway: {failure} (after {} attempts)", item.attempts)
@@ -85,8 +85,8 @@ impl Rollout {
             };
             return match self.fail(store, &ns, &g, rev, reason).await {
                 Ok(_) => Ok(None),
-                Err(PassError::Stale) => Err(WorkError::Retryable(
-                    "the revision changed while its Gateway failed; deciding again".into(),
+                Err(PassError::Stale) => Err(WorkError::retryable(
+                    "the revision changed while its Gateway failed; deciding again",
                 )),
                 Err(PassError::Work(e)) => Err(e),
             };
@@ -97,8 +97,8 @@ impl Rollout {
             Ok(()) => {}
             // Applying again is harmless (server-side apply).
             Err(PassError::Stale) => {
-                return Err(WorkError::Retryable(
-                    "the revision changed while its Gateway was applied; ensuring again".into(),
+                return Err(WorkError::retryable(
+                    "the revision changed while its Gateway was applied; ensuring again",
                 ));
             }
             Err(PassError::Work(e)) => return Err(e),

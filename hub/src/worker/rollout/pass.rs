@@ -106,9 +106,7 @@ impl Rollout {
                 Err(PassError::Work(e)) => return Err(e),
             }
         }
-        Err(WorkError::Retryable(
-            "pipeline did not settle in 32 steps".into(),
-        ))
+        Err(WorkError::retryable("pipeline did not settle in 32 steps"))
     }
 
     /// Performs one step.
@@ -125,7 +123,7 @@ impl Rollout {
         let cid = || {
             g.cluster_id
                 .clone()
-                .ok_or_else(|| WorkError::Retryable("revision not placed yet".into()))
+                .ok_or_else(|| WorkError::retryable("revision not placed yet"))
         };
         let dp = g.data_plane_namespace.as_str();
         match step {
@@ -253,7 +251,7 @@ impl Rollout {
                                     store_err(e)
                                 }
                                 // Another secrets key: no pass fixes it.
-                                e => WorkError::Permanent(format!("the gateway token's key: {e}")),
+                                e => WorkError::permanent_because("the gateway token's key", e),
                             }
                         })?;
                         if h.runtime_config.is_some() {
@@ -304,7 +302,7 @@ impl Rollout {
                     self.gateways
                         .stop(&ns.id, &ns.name, &rev.agent)
                         .await
-                        .map_err(|e| WorkError::Retryable(format!("activation: {e}")))?;
+                        .map_err(|e| WorkError::retryable_because("activation", e))?;
                 }
                 if !store
                     .activate_revision(&rev.namespace, &rev.agent, rev.number)
@@ -332,7 +330,7 @@ impl Rollout {
                 }
                 if let Err(failure) = self.gateways.activate(&target).await {
                     if failure.transient {
-                        return Err(WorkError::Retryable(format!("activation: {failure}")).into());
+                        return Err(WorkError::retryable(format!("activation: {failure}")).into());
                     }
                     // The Gateway refuses before routing changes.
                     return self

@@ -34,7 +34,7 @@ impl Rollout {
     ) -> Result<(), WorkError> {
         let kind = work.kind();
         let body: serde_json::Value = serde_json::from_slice(&work.encode())
-            .map_err(|e| WorkError::Permanent(format!("encoding {kind}: {e}")))?;
+            .map_err(|e| WorkError::permanent_because(format!("encoding {kind}"), e))?;
         self.link
             .send(cluster_id, target, kind.as_str(), generation, &body)
             .await
@@ -134,6 +134,6 @@ impl Rollout {
         self.gateways
             .retire(&ns.id, &ns.name, agent, number)
             .await
-            .map_err(|e| WorkError::Retryable(format!("retiring revision {number}: {e}")))
+            .map_err(|e| WorkError::retryable_because(format!("retiring revision {number}"), e))
     }
 }

@@ -19,7 +19,7 @@ impl Rollout {
         let ns_name = item
             .namespace
             .clone()
-            .ok_or_else(|| WorkError::Permanent("stop work without a namespace".into()))?;
+            .ok_or_else(|| WorkError::permanent("stop work without a namespace"))?;
         let agent = match store.get_agent(&ns_name, &item.target).await {
             Ok(a) => a,
             Err(StoreError::NotFound { .. }) => return Ok(()),
@@ -50,7 +50,7 @@ impl Rollout {
         self.gateways
             .stop(&ns.id, &ns.name, &agent.name)
             .await
-            .map_err(|e| WorkError::Retryable(format!("gateway stop: {e}")))?;
+            .map_err(|e| WorkError::retryable_because("gateway stop", e))?;
         store
             .clear_active_revision(&ns.name, &agent.name)
             .await

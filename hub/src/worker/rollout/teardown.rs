@@ -107,7 +107,7 @@ impl Rollout {
         self.gateways
             .delete_namespace(&ns.id)
             .await
-            .map_err(|e| WorkError::Retryable(format!("gateway namespace: {e}")))?;
+            .map_err(|e| WorkError::retryable_because("gateway namespace", e))?;
         match store
             .delete_namespace(
                 &ns.name,
