@@ -69,6 +69,33 @@ pub fn is_dns1123_subdomain(name: &str) -> bool {
             .all(|part| validate_dns1123_label(part).is_ok())
 }
 
+/// Whether `s` is a label key's name or a non-empty label value as
+/// Kubernetes accepts them: 1-63 alphanumerics, '-', '_' or '.', starting
+/// and ending alphanumeric. The hub checks Agent specs and its drivers'
+/// settings with it, so both refuse what the apiserver would.
+pub fn is_label_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+}
+
+/// Whether `cidr` is an `IP/prefix` block, IPv4 (prefix up to 32) or IPv6
+/// (up to 128).
+pub fn is_cidr(cidr: &str) -> bool {
+    cidr.split_once('/').is_some_and(|(ip, bits)| {
+        let max = match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(_)) => 32,
+            Ok(std::net::IpAddr::V6(_)) => 128,
+            Err(_) => return false,
+        };
+        bits.parse::<u8>().is_ok_and(|b| b <= max)
+    })
+}
+
 /// Validates a DNS-1123 label (RFC 1123): at most 63 lower case alphanumerics
 /// or '-', starting and ending with an alphanumeric.
 pub fn validate_dns1123_label(name: &str) -> Result<(), NameError> {

@@ -211,16 +211,11 @@ fn label_key(field: &str, key: &str) -> Result<(), ServiceError> {
         None => (None, key),
     };
     if let Some(prefix) = prefix {
-        let ok = !prefix.is_empty()
-            && prefix.len() <= 253
-            && prefix
-                .split('.')
-                .all(|part| naming::validate_dns1123_label(part).is_ok());
-        if !ok {
+        if !naming::is_dns1123_subdomain(prefix) {
             return Err(invalid(field, "label key prefix must be a DNS subdomain"));
         }
     }
-    if name.is_empty() || name.len() > 63 || !label_chars(name) {
+    if !naming::is_label_name(name) {
         return Err(invalid(
             field,
             "label key name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric",
@@ -230,21 +225,13 @@ fn label_key(field: &str, key: &str) -> Result<(), ServiceError> {
 }
 
 fn label_value(field: &str, value: &str) -> Result<(), ServiceError> {
-    if value.len() > 63 || (!value.is_empty() && !label_chars(value)) {
+    if !(value.is_empty() || naming::is_label_name(value)) {
         return Err(invalid(
             field,
             "label value must be at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric",
         ));
     }
     Ok(())
-}
-
-fn label_chars(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.iter()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
 }
 
 #[cfg(test)]
