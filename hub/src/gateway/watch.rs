@@ -367,36 +367,12 @@ mod tests {
     /// The Gateway Deployment of `agent` at `revision`, rolled out and
     /// Available or not.
     fn deployment(agent: &str, revision: i64, available: bool) -> Deployment {
-        Deployment {
-            metadata: ObjectMeta {
-                name: Some(objects::names(agent).gateway),
-                namespace: Some(NS.into()),
-                labels: Some(gateway_labels(agent, Some(revision))),
-                generation: Some(revision),
-                ..Default::default()
-            },
-            spec: DeploymentSpec {
-                template: PodTemplateSpec {
-                    metadata: Some(ObjectMeta {
-                        labels: Some(gateway_labels(agent, Some(revision))),
-                        ..Default::default()
-                    }),
-                    spec: None,
-                },
-                ..Default::default()
-            },
-            status: Some(DeploymentStatus {
-                observed_generation: Some(revision),
-                updated_replicas: Some(1),
-                available_replicas: Some(i32::from(available)),
-                conditions: Some(vec![DeploymentCondition {
-                    type_: Some("Available".into()),
-                    status: Some(if available { "True" } else { "False" }.into()),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-        }
+        let labels = Some(gateway_labels(agent, Some(revision)));
+        let mut d = ready::tests::rolled_out(labels.clone(), revision, revision, available);
+        d.metadata.name = Some(objects::names(agent).gateway);
+        d.metadata.namespace = Some(NS.into());
+        d.metadata.labels = labels;
+        d
     }
 
     fn pod(agent: &str, revision: i64, ready: bool) -> Pod {
