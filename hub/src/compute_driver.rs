@@ -683,20 +683,8 @@ fn dns_subdomain(key: &str, name: &str) -> Result<(), Invalid> {
 fn labels(key: &str, m: &BTreeMap<String, String>) -> Result<(), Invalid> {
     for (k, v) in m {
         let field = format!("{key}.{k}");
-        let (prefix, name) = match k.rsplit_once('/') {
-            Some((p, n)) => (Some(p), n),
-            None => (None, k.as_str()),
-        };
-        if let Some(p) = prefix
-            && dns_subdomain(&field, p).is_err()
-        {
-            return Err(invalid(&field, "label key prefix must be a DNS subdomain"));
-        }
-        if !clawfed_proto::naming::is_label_name(name) {
-            return Err(invalid(
-                &field,
-                "label key name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric",
-            ));
+        if let Some(reason) = clawfed_proto::naming::label_key_error(k) {
+            return Err(invalid(&field, reason));
         }
         if !(v.is_empty() || clawfed_proto::naming::is_label_name(v)) {
             return Err(invalid(

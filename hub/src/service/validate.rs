@@ -206,22 +206,10 @@ fn quantity(field: &str, value: &str) -> Result<(), ServiceError> {
 
 /// A Kubernetes label key: `[prefix/]name`.
 fn label_key(field: &str, key: &str) -> Result<(), ServiceError> {
-    let (prefix, name) = match key.rsplit_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix {
-        if !naming::is_dns1123_subdomain(prefix) {
-            return Err(invalid(field, "label key prefix must be a DNS subdomain"));
-        }
+    match naming::label_key_error(key) {
+        Some(reason) => Err(invalid(field, reason)),
+        None => Ok(()),
     }
-    if !naming::is_label_name(name) {
-        return Err(invalid(
-            field,
-            "label key name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric",
-        ));
-    }
-    Ok(())
 }
 
 fn label_value(field: &str, value: &str) -> Result<(), ServiceError> {
