@@ -334,10 +334,12 @@ fn the_secrets_key_source_is_a_file_or_a_secret_never_both() {
     );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("hub.yaml");
-    let c = load_text(
+    std::fs::write(
+        &path,
         "secrets:\n  keySecret: { namespace: clawfed-system, name: hub-secrets, key: key }\n",
     )
     .unwrap();
+    let c = Config::load(Some(&path), &env(&[])).unwrap();
     assert_eq!(
         c.secrets_key_source(),
         KeySource::KubeSecret(KeySecretRef {
