@@ -64,20 +64,14 @@ impl HubClient {
         // One crypto provider for the process (ring); ignore "already set".
         let _ = rustls::crypto::ring::default_provider().install_default();
         let server = server.trim_end_matches('/').to_owned();
-        let http = tls
-            .apply(
-                &server,
-                reqwest::Client::builder().timeout(Duration::from_secs(30)),
-            )?
-            .build()
-            .map_err(|e| ClientError::Other(format!("cannot build HTTP client: {e}")))?;
-        let watch_http = tls
-            .apply(
-                &server,
-                reqwest::Client::builder().connect_timeout(Duration::from_secs(10)),
-            )?
-            .build()
-            .map_err(|e| ClientError::Other(format!("cannot build HTTP client: {e}")))?;
+        let http = tls.client(
+            &server,
+            reqwest::Client::builder().timeout(Duration::from_secs(30)),
+        )?;
+        let watch_http = tls.client(
+            &server,
+            reqwest::Client::builder().connect_timeout(Duration::from_secs(10)),
+        )?;
         Ok(Self {
             http,
             watch_http,

@@ -664,15 +664,7 @@ fn quantities(key: &str, m: &BTreeMap<String, String>) -> Result<(), Invalid> {
 }
 
 fn check_cidr(key: &str, cidr: &str) -> Result<(), Invalid> {
-    let ok = cidr.split_once('/').is_some_and(|(ip, bits)| {
-        let max = match ip.parse::<std::net::IpAddr>() {
-            Ok(std::net::IpAddr::V4(_)) => 32,
-            Ok(std::net::IpAddr::V6(_)) => 128,
-            Err(_) => return false,
-        };
-        bits.parse::<u8>().is_ok_and(|b| b <= max)
-    });
-    if ok {
+    if clawfed_proto::naming::is_cidr(cidr) {
         Ok(())
     } else {
         Err(invalid(key, format!("{cidr:?} is not an IP/prefix CIDR")))
@@ -691,22 +683,10 @@ fn dns_subdomain(key: &str, name: &str) -> Result<(), Invalid> {
 fn labels(key: &str, m: &BTreeMap<String, String>) -> Result<(), Invalid> {
     for (k, v) in m {
         let field = format!("{key}.{k}");
-        let (prefix, name) = match k.rsplit_once('/') {
-            Some((p, n)) => (Some(p), n),
-            None => (None, k.as_str()),
-        };
-        if let Some(p) = prefix
-            && dns_subdomain(&field, p).is_err()
-        {
-            return Err(invalid(&field, "label key prefix must be a DNS subdomain"));
+        if let Some(reason) = clawfed_proto::naming::label_key_error(k) {
+            return Err(invalid(&field, reason));
         }
-        if name.is_empty() || name.len() > 63 || !label_chars(name) {
-            return Err(invalid(
-                &field,
-                "label key name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric",
-            ));
-        }
-        if v.len() > 63 || (!v.is_empty() && !label_chars(v)) {
+        if !(v.is_empty() || clawfed_proto::naming::is_label_name(v)) {
             return Err(invalid(
                 &field,
                 format!(
@@ -716,12 +696,4 @@ fn labels(key: &str, m: &BTreeMap<String, String>) -> Result<(), Invalid> {
         }
     }
     Ok(())
-}
-
-fn label_chars(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.iter()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
 }

@@ -932,45 +932,38 @@ fn credentials_are_set_from_stdin_or_a_file_never_from_argv() {
 
     // Never from argv; empty input, a missing file and a bad kind are
     // refused naming what is wrong.
-    let err = failure(
-        &hub.clawfed(&[&set[..], &["--kind", "model-api-key", "--value", "x"]].concat()),
-        2,
-    );
-    assert!(err.contains("--value"), "{err}");
-    let err = failure(
-        &clawfed_with_stdin(
-            &hub,
-            &[&set[..], &["--kind", "model-api-key"]].concat(),
-            "\n",
+    // (arguments after `set`, stdin, exit code, what the error names)
+    let refusals: [(&[&str], Option<&str>, i32, &str); 5] = [
+        (
+            &["--kind", "model-api-key", "--value", "x"],
+            None,
+            2,
+            "--value",
         ),
-        2,
-    );
-    assert!(err.contains("stdin"), "{err}");
-    let err = failure(
-        &hub.clawfed(
-            &[
-                &set[..],
-                &["--kind", "model-api-key", "--from-file", "/nonexistent/key"],
-            ]
-            .concat(),
+        (&["--kind", "model-api-key"], Some("\n"), 2, "stdin"),
+        (
+            &["--kind", "model-api-key", "--from-file", "/nonexistent/key"],
+            None,
+            2,
+            "--from-file",
         ),
-        2,
-    );
-    assert!(err.contains("--from-file"), "{err}");
-    let err = failure(
-        &clawfed_with_stdin(&hub, &[&set[..], &["--kind", "password"]].concat(), "x"),
-        1,
-    );
-    assert!(err.contains("kind"), "{err}");
-    let err = failure(
-        &clawfed_with_stdin(
-            &hub,
-            &[&set[..], &["--kind", "service-account"]].concat(),
-            "x",
+        (&["--kind", "password"], Some("x"), 1, "kind"),
+        (
+            &["--kind", "service-account"],
+            Some("x"),
+            1,
+            "dedicated-codex",
         ),
-        1,
-    );
-    assert!(err.contains("dedicated-codex"), "{err}");
+    ];
+    for (extra, stdin, code, named) in refusals {
+        let args = [&set[..], extra].concat();
+        let out = match stdin {
+            Some(input) => clawfed_with_stdin(&hub, &args, input),
+            None => hub.clawfed(&args),
+        };
+        let err = failure(&out, code);
+        assert!(err.contains(named), "{err}");
+    }
 
     let revision = hub.json(&["deploy", "helper", "-n", "team-a"]);
     let shown = format!(

@@ -7,6 +7,8 @@
 //!   (404, 403). Pure.
 //! - [`quantity`]: the resource quantity rule and the map into
 //!   k8s-openapi [`Quantity`](k8s_openapi::apimachinery::pkg::api::resource::Quantity)s. Pure.
+//! - [`guardrails`]: a namespace's ResourceQuota and container-default
+//!   LimitRange. Pure.
 //! - [`security`]: the hardened Pod and container security context every
 //!   clawfed workload runs with, and Localhost seccomp profiles. Pure.
 //! - [`token`]: the projected, audience-bound ServiceAccount token a
@@ -22,6 +24,7 @@
 //! `clawfed-proto` stays free of k8s-openapi and kube; these live here.
 
 pub mod classify;
+pub mod guardrails;
 pub mod kubeconfig;
 pub mod object;
 pub mod quantity;

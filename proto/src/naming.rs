@@ -69,6 +69,51 @@ pub fn is_dns1123_subdomain(name: &str) -> bool {
             .all(|part| validate_dns1123_label(part).is_ok())
 }
 
+/// Whether `s` is a label key's name or a non-empty label value as
+/// Kubernetes accepts them: 1-63 alphanumerics, '-', '_' or '.', starting
+/// and ending alphanumeric. The hub checks Agent specs and its drivers'
+/// settings with it, so both refuse what the apiserver would.
+pub fn is_label_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+}
+
+/// Why `key` is not a Kubernetes label key (`[prefix/]name`: a DNS
+/// subdomain prefix and a [label name](is_label_name)); `None` when it is.
+pub fn label_key_error(key: &str) -> Option<&'static str> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if prefix.is_some_and(|p| !is_dns1123_subdomain(p)) {
+        return Some("label key prefix must be a DNS subdomain");
+    }
+    if !is_label_name(name) {
+        return Some(
+            "label key name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric",
+        );
+    }
+    None
+}
+
+/// Whether `cidr` is an `IP/prefix` block, IPv4 (prefix up to 32) or IPv6
+/// (up to 128).
+pub fn is_cidr(cidr: &str) -> bool {
+    cidr.split_once('/').is_some_and(|(ip, bits)| {
+        let max = match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(_)) => 32,
+            Ok(std::net::IpAddr::V6(_)) => 128,
+            Err(_) => return false,
+        };
+        bits.parse::<u8>().is_ok_and(|b| b <= max)
+    })
+}
+
 /// Validates a DNS-1123 label (RFC 1123): at most 63 lower case alphanumerics
 /// or '-', starting and ending with an alphanumeric.
 pub fn validate_dns1123_label(name: &str) -> Result<(), NameError> {
@@ -144,6 +189,33 @@ mod tests {
         let name = data_plane_namespace("0190f5a2-7c1e-7000-8000-000000000000");
         assert_eq!(name.len(), 4 + 15);
         assert!(validate_dns1123_label(&name).is_ok());
+    }
+
+    #[test]
+    fn label_keys_names_and_cidrs() {
+        for ok in ["app", "example.com/tier", "a_b.c-d"] {
+            assert_eq!(label_key_error(ok), None, "{ok}");
+        }
+        assert!(label_key_error("Bad_Prefix/x").is_some_and(|e| e.contains("prefix")));
+        for bad in ["", "-a", "a-", &"a".repeat(64)] {
+            assert!(!is_label_name(bad), "{bad}");
+            assert!(
+                label_key_error(bad).is_some_and(|e| e.contains("key name")),
+                "{bad}"
+            );
+        }
+        for ok in ["10.0.0.0/8", "0.0.0.0/0", "fd00::/8", "::1/128"] {
+            assert!(is_cidr(ok), "{ok}");
+        }
+        for bad in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "fd00::/129",
+            "x/8",
+            "10.0.0.0/-1",
+        ] {
+            assert!(!is_cidr(bad), "{bad}");
+        }
     }
 
     #[test]

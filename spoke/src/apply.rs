@@ -176,15 +176,30 @@ pub fn kind_of<K: k8s_openapi::Resource>() -> &'static str {
     K::KIND
 }
 
-/// Deletes a namespaced object; absent is success. Returns whether it existed.
-pub async fn delete_if_present<K>(api: &Api<K>, name: &str, dp: &DeleteParams) -> Result<bool>
-where
-    K: Resource<Scope = NamespaceResourceScope>
+/// A typed, namespaced Kubernetes object: what the delete and wait helpers
+/// below take (one bound for both, so they accept the same kinds).
+pub trait NamespacedObject:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + k8s_openapi::Resource
+    + DeserializeOwned
+    + Clone
+    + Debug
+{
+}
+
+impl<K> NamespacedObject for K where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + k8s_openapi::Resource
         + DeserializeOwned
         + Clone
-        + Debug,
-    <K as Resource>::DynamicType: Default,
+        + Debug
+{
+}
+
+/// Deletes a namespaced object; absent is success. Returns whether it existed.
+pub async fn delete_if_present<K>(api: &Api<K>, name: &str, dp: &DeleteParams) -> Result<bool>
+where
+    K: NamespacedObject,
 {
     Ok(clawfed_kube::object::delete_if_present(api, kind_of::<K>(), name, dp).await?)
 }
@@ -198,12 +213,7 @@ pub async fn wait_gone<K>(
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<()>
 where
-    K: Resource<Scope = NamespaceResourceScope>
-        + k8s_openapi::Resource
-        + DeserializeOwned
-        + Clone
-        + Debug,
-    <K as Resource>::DynamicType: Default,
+    K: NamespacedObject,
 {
     tokio::select! {
         () = cancel.cancelled() => Err(Error::Cancelled),

@@ -33,7 +33,7 @@ use convert::{
     agent_to_pb, cluster_to_pb, configuration_to_pb, credential_to_pb, diagnosis_to_pb,
     namespace_to_pb, revision_to_pb, spec_from_pb, time, watch_message, work_to_pb,
 };
-use fields::{invalid, json_object, limit, no_nul, non_empty, required};
+use fields::{json_object, limit, namespace_filter, non_empty, positive, required, scoped};
 
 /// The gRPC admin service.
 #[derive(Debug, Clone)]
@@ -73,9 +73,25 @@ impl AdminApi {
             .authenticate_request(bearer.as_deref(), client_cert.as_ref())
             .await?)
     }
+
+    /// The caller and the request's message: every RPC authenticates first.
+    async fn open<T>(&self, req: Request<T>) -> Result<(Principal, T), Status> {
+        let p = self.caller(&req).await?;
+        Ok((p, req.into_inner()))
+    }
 }
 
 type Reply<T> = Result<Response<T>, Status>;
+
+/// The answer of an RPC that succeeded.
+fn reply<T>(message: T) -> Reply<T> {
+    Ok(Response::new(message))
+}
+
+/// A listing's items as messages.
+fn all<T, U>(items: Vec<T>, to_pb: impl FnMut(T) -> U) -> Vec<U> {
+    items.into_iter().map(to_pb).collect()
+}
 
 #[tonic::async_trait]
 impl AdminService for AdminApi {
@@ -87,8 +103,7 @@ impl AdminService for AdminApi {
         use crate::model::event::{RelistEvent, RelistReason};
         use crate::watch::Frame;
         use futures::StreamExt;
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
+        let (p, r) = self.open(req).await?;
         match self
             .service
             .watch(&p, r.cursor, r.follow.unwrap_or(true))
@@ -116,407 +131,293 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::CreateNamespaceRequest>,
     ) -> Reply<pb::Namespace> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        let created = self
-            .service
-            .create_namespace(
-                &p,
-                CreateNamespace {
-                    name: r.name,
-                    display_name: non_empty(r.display_name),
-                    adopt_namespace: r.adopt_namespace,
-                },
-            )
-            .await?;
-        Ok(Response::new(namespace_to_pb(created)))
+        let (p, r) = self.open(req).await?;
+        let create = CreateNamespace {
+            name: r.name,
+            display_name: non_empty(r.display_name),
+            adopt_namespace: r.adopt_namespace,
+        };
+        let created = self.service.create_namespace(&p, create).await?;
+        reply(namespace_to_pb(created))
     }
 
     async fn list_namespaces(
         &self,
         req: Request<pb::ListNamespacesRequest>,
     ) -> Reply<pb::ListNamespacesResponse> {
-        let p = self.caller(&req).await?;
+        let (p, _) = self.open(req).await?;
         let items = self.service.list_namespaces(&p).await?;
-        Ok(Response::new(pb::ListNamespacesResponse {
-            items: items.into_iter().map(namespace_to_pb).collect(),
-        }))
+        reply(pb::ListNamespacesResponse {
+            items: all(items, namespace_to_pb),
+        })
     }
 
     async fn get_namespace(&self, req: Request<pb::GetNamespaceRequest>) -> Reply<pb::Namespace> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
+        let (p, r) = self.open(req).await?;
         let ns = self
             .service
             .get_namespace(&p, required("name", &r.name)?)
             .await?;
-        Ok(Response::new(namespace_to_pb(ns)))
+        reply(namespace_to_pb(ns))
     }
 
     async fn delete_namespace(
         &self,
         req: Request<pb::DeleteNamespaceRequest>,
     ) -> Reply<pb::DeleteNamespaceResponse> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
+        let (p, r) = self.open(req).await?;
         self.service
             .delete_namespace(&p, required("name", &r.name)?)
             .await?;
-        Ok(Response::new(pb::DeleteNamespaceResponse {}))
+        reply(pb::DeleteNamespaceResponse {})
     }
 
     async fn create_configuration(
         &self,
         req: Request<pb::CreateConfigurationRequest>,
     ) -> Reply<pb::Configuration> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
+        let (p, r) = self.open(req).await?;
         let data = json_object("data_json", &r.data_json)?;
-        let c = self
-            .service
-            .create_configuration(
-                &p,
-                required("namespace", &r.namespace)?,
-                CreateConfiguration { name: r.name, data },
-            )
-            .await?;
-        Ok(Response::new(configuration_to_pb(c)))
+        let ns = required("namespace", &r.namespace)?;
+        let create = CreateConfiguration { name: r.name, data };
+        let c = self.service.create_configuration(&p, ns, create).await?;
+        reply(configuration_to_pb(c))
     }
 
     async fn list_configurations(
         &self,
         req: Request<pb::ListConfigurationsRequest>,
     ) -> Reply<pb::ListConfigurationsResponse> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        let items = self
-            .service
-            .list_configurations(&p, required("namespace", &r.namespace)?)
-            .await?;
-        Ok(Response::new(pb::ListConfigurationsResponse {
-            items: items.into_iter().map(configuration_to_pb).collect(),
-        }))
+        let (p, r) = self.open(req).await?;
+        let ns = required("namespace", &r.namespace)?;
+        let items = self.service.list_configurations(&p, ns).await?;
+        reply(pb::ListConfigurationsResponse {
+            items: all(items, configuration_to_pb),
+        })
     }
 
     async fn get_configuration(
         &self,
         req: Request<pb::GetConfigurationRequest>,
     ) -> Reply<pb::Configuration> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        let c = self
-            .service
-            .get_configuration(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("name", &r.name)?,
-            )
-            .await?;
-        Ok(Response::new(configuration_to_pb(c)))
+        let (p, r) = self.open(req).await?;
+        let (ns, name) = scoped(&r.namespace, "name", &r.name)?;
+        let c = self.service.get_configuration(&p, ns, name).await?;
+        reply(configuration_to_pb(c))
     }
 
     async fn update_configuration(
         &self,
         req: Request<pb::UpdateConfigurationRequest>,
     ) -> Reply<pb::Configuration> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
+        let (p, r) = self.open(req).await?;
         let data = json_object("data_json", &r.data_json)?;
+        let (ns, name) = scoped(&r.namespace, "name", &r.name)?;
+        let update = UpdateConfiguration {
+            data,
+            version: r.expected_version,
+        };
         let c = self
             .service
-            .update_configuration(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("name", &r.name)?,
-                UpdateConfiguration {
-                    data,
-                    version: r.expected_version,
-                },
-            )
+            .update_configuration(&p, ns, name, update)
             .await?;
-        Ok(Response::new(configuration_to_pb(c)))
+        reply(configuration_to_pb(c))
     }
 
     async fn delete_configuration(
         &self,
         req: Request<pb::DeleteConfigurationRequest>,
     ) -> Reply<pb::DeleteConfigurationResponse> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        self.service
-            .delete_configuration(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("name", &r.name)?,
-            )
-            .await?;
-        Ok(Response::new(pb::DeleteConfigurationResponse {}))
+        let (p, r) = self.open(req).await?;
+        let (ns, name) = scoped(&r.namespace, "name", &r.name)?;
+        self.service.delete_configuration(&p, ns, name).await?;
+        reply(pb::DeleteConfigurationResponse {})
     }
 
     async fn create_agent(&self, req: Request<pb::CreateAgentRequest>) -> Reply<pb::Agent> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
+        let (p, r) = self.open(req).await?;
         let spec = spec_from_pb(r.spec)?;
-        let a = self
-            .service
-            .create_agent(
-                &p,
-                required("namespace", &r.namespace)?,
-                CreateAgent { name: r.name, spec },
-            )
-            .await?;
-        Ok(Response::new(agent_to_pb(a)))
+        let ns = required("namespace", &r.namespace)?;
+        let create = CreateAgent { name: r.name, spec };
+        let a = self.service.create_agent(&p, ns, create).await?;
+        reply(agent_to_pb(a))
     }
 
     async fn list_agents(
         &self,
         req: Request<pb::ListAgentsRequest>,
     ) -> Reply<pb::ListAgentsResponse> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        let items = self
-            .service
-            .list_agents(&p, required("namespace", &r.namespace)?)
-            .await?;
-        Ok(Response::new(pb::ListAgentsResponse {
-            items: items.into_iter().map(agent_to_pb).collect(),
-        }))
+        let (p, r) = self.open(req).await?;
+        let ns = required("namespace", &r.namespace)?;
+        let items = self.service.list_agents(&p, ns).await?;
+        reply(pb::ListAgentsResponse {
+            items: all(items, agent_to_pb),
+        })
     }
 
     async fn get_agent(&self, req: Request<pb::GetAgentRequest>) -> Reply<pb::Agent> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        let a = self
-            .service
-            .get_agent(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("name", &r.name)?,
-            )
-            .await?;
-        Ok(Response::new(agent_to_pb(a)))
+        let (p, r) = self.open(req).await?;
+        let (ns, name) = scoped(&r.namespace, "name", &r.name)?;
+        let a = self.service.get_agent(&p, ns, name).await?;
+        reply(agent_to_pb(a))
     }
 
     async fn update_agent(&self, req: Request<pb::UpdateAgentRequest>) -> Reply<pb::Agent> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
+        let (p, r) = self.open(req).await?;
         let spec = spec_from_pb(r.spec)?;
-        let a = self
-            .service
-            .update_agent(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("name", &r.name)?,
-                UpdateAgent {
-                    spec,
-                    version: r.expected_version,
-                },
-            )
-            .await?;
-        Ok(Response::new(agent_to_pb(a)))
+        let (ns, name) = scoped(&r.namespace, "name", &r.name)?;
+        let update = UpdateAgent {
+            spec,
+            version: r.expected_version,
+        };
+        let a = self.service.update_agent(&p, ns, name, update).await?;
+        reply(agent_to_pb(a))
     }
 
     async fn delete_agent(
         &self,
         req: Request<pb::DeleteAgentRequest>,
     ) -> Reply<pb::DeleteAgentResponse> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        self.service
-            .delete_agent(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("name", &r.name)?,
-            )
-            .await?;
-        Ok(Response::new(pb::DeleteAgentResponse {}))
+        let (p, r) = self.open(req).await?;
+        let (ns, name) = scoped(&r.namespace, "name", &r.name)?;
+        self.service.delete_agent(&p, ns, name).await?;
+        reply(pb::DeleteAgentResponse {})
     }
 
     async fn deploy(&self, req: Request<pb::DeployRequest>) -> Reply<pb::AgentRevision> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        let (rev, _created) = self
-            .service
-            .deploy(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("agent", &r.agent)?,
-                DeployRequest {
-                    from_revision: r.from_revision,
-                },
-                non_empty(r.idempotency_key),
-            )
-            .await?;
-        Ok(Response::new(revision_to_pb(rev)))
+        let (p, r) = self.open(req).await?;
+        let (ns, agent) = scoped(&r.namespace, "agent", &r.agent)?;
+        let deploy = DeployRequest {
+            from_revision: r.from_revision,
+        };
+        let key = non_empty(r.idempotency_key);
+        let (rev, _created) = self.service.deploy(&p, ns, agent, deploy, key).await?;
+        reply(revision_to_pb(rev))
     }
 
     async fn stop(&self, req: Request<pb::StopRequest>) -> Reply<pb::Agent> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        let a = self
-            .service
-            .stop(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("agent", &r.agent)?,
-            )
-            .await?;
-        Ok(Response::new(agent_to_pb(a)))
+        let (p, r) = self.open(req).await?;
+        let (ns, agent) = scoped(&r.namespace, "agent", &r.agent)?;
+        let a = self.service.stop(&p, ns, agent).await?;
+        reply(agent_to_pb(a))
     }
 
     async fn list_revisions(
         &self,
         req: Request<pb::ListRevisionsRequest>,
     ) -> Reply<pb::ListRevisionsResponse> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        let items = self
-            .service
-            .list_revisions(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("agent", &r.agent)?,
-            )
-            .await?;
-        Ok(Response::new(pb::ListRevisionsResponse {
-            items: items.into_iter().map(revision_to_pb).collect(),
-        }))
+        let (p, r) = self.open(req).await?;
+        let (ns, agent) = scoped(&r.namespace, "agent", &r.agent)?;
+        let items = self.service.list_revisions(&p, ns, agent).await?;
+        reply(pb::ListRevisionsResponse {
+            items: all(items, revision_to_pb),
+        })
     }
 
     async fn diagnose_agent(&self, req: Request<pb::DiagnoseAgentRequest>) -> Reply<pb::Diagnosis> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        let d = self
-            .service
-            .diagnose(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("name", &r.name)?,
-                (r.revision != 0).then_some(r.revision),
-            )
-            .await?;
-        Ok(Response::new(diagnosis_to_pb(d)))
+        let (p, r) = self.open(req).await?;
+        let (ns, name) = scoped(&r.namespace, "name", &r.name)?;
+        let revision = (r.revision != 0).then_some(r.revision);
+        let d = self.service.diagnose(&p, ns, name, revision).await?;
+        reply(diagnosis_to_pb(d))
     }
 
     async fn chat_agent(&self, req: Request<pb::ChatAgentRequest>) -> Reply<pb::ChatAnswer> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        let a = self
-            .service
-            .chat(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("name", &r.name)?,
-                model::ChatRequest {
-                    message: r.message,
-                    conversation: (!r.conversation.is_empty()).then_some(r.conversation),
-                },
-            )
-            .await?;
-        Ok(Response::new(pb::ChatAnswer {
+        let (p, r) = self.open(req).await?;
+        let (ns, name) = scoped(&r.namespace, "name", &r.name)?;
+        let chat = model::ChatRequest {
+            message: r.message,
+            conversation: (!r.conversation.is_empty()).then_some(r.conversation),
+        };
+        let a = self.service.chat(&p, ns, name, chat).await?;
+        reply(pb::ChatAnswer {
             namespace: a.namespace,
             agent: a.agent,
             revision: a.revision,
             conversation: a.conversation,
             answer: a.answer,
             elapsed_ms: a.elapsed_ms,
-        }))
+        })
     }
 
     async fn get_revision(&self, req: Request<pb::GetRevisionRequest>) -> Reply<pb::AgentRevision> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        if r.number <= 0 {
-            return Err(invalid("number", "must be a positive integer"));
-        }
-        let rev = self
-            .service
-            .get_revision(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("agent", &r.agent)?,
-                r.number,
-            )
-            .await?;
-        Ok(Response::new(revision_to_pb(rev)))
+        let (p, r) = self.open(req).await?;
+        let number = positive("number", r.number)?;
+        let (ns, agent) = scoped(&r.namespace, "agent", &r.agent)?;
+        let rev = self.service.get_revision(&p, ns, agent, number).await?;
+        reply(revision_to_pb(rev))
     }
 
     async fn list_clusters(
         &self,
         req: Request<pb::ListClustersRequest>,
     ) -> Reply<pb::ListClustersResponse> {
-        let p = self.caller(&req).await?;
+        let (p, _) = self.open(req).await?;
         let items = self.service.list_clusters(&p).await?;
-        Ok(Response::new(pb::ListClustersResponse {
-            items: items.into_iter().map(cluster_to_pb).collect(),
-        }))
+        reply(pb::ListClustersResponse {
+            items: all(items, cluster_to_pb),
+        })
     }
 
     async fn get_cluster(&self, req: Request<pb::GetClusterRequest>) -> Reply<pb::Cluster> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
+        let (p, r) = self.open(req).await?;
         let c = self
             .service
             .get_cluster(&p, required("name", &r.name)?)
             .await?;
-        Ok(Response::new(cluster_to_pb(c)))
+        reply(cluster_to_pb(c))
     }
 
     async fn create_bootstrap_token(
         &self,
         req: Request<pb::CreateBootstrapTokenRequest>,
     ) -> Reply<pb::BootstrapToken> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
+        let (p, r) = self.open(req).await?;
+        let cluster = required("cluster_name", &r.cluster_name)?;
+        let create = model::CreateBootstrapToken {
+            ttl_seconds: limit(r.ttl_seconds),
+            reenroll: r.reenroll,
+            require_approval: r.require_approval,
+        };
         let created = self
             .service
-            .create_bootstrap_token(
-                &p,
-                required("cluster_name", &r.cluster_name)?,
-                model::CreateBootstrapToken {
-                    ttl_seconds: limit(r.ttl_seconds),
-                    reenroll: r.reenroll,
-                    require_approval: r.require_approval,
-                },
-            )
+            .create_bootstrap_token(&p, cluster, create)
             .await?;
-        Ok(Response::new(pb::BootstrapToken {
+        reply(pb::BootstrapToken {
             cluster_name: created.cluster_name,
             token: created.token,
             expires_at: time(created.expires_at),
             reenroll: created.reenroll,
-        }))
+        })
     }
 
     async fn revoke_cluster(&self, req: Request<pb::RevokeClusterRequest>) -> Reply<pb::Cluster> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
+        let (p, r) = self.open(req).await?;
         let c = self
             .service
             .revoke_cluster(&p, required("name", &r.name)?)
             .await?;
-        Ok(Response::new(cluster_to_pb(c)))
+        reply(cluster_to_pb(c))
     }
 
     async fn approve_cluster(
         &self,
         req: Request<pb::ApproveClusterRequest>,
     ) -> Reply<pb::ApproveClusterResponse> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
+        let (p, r) = self.open(req).await?;
         self.service
             .approve_cluster(&p, required("name", &r.name)?)
             .await?;
-        Ok(Response::new(pb::ApproveClusterResponse {}))
+        reply(pb::ApproveClusterResponse {})
     }
 
     async fn get_fleet_summary(
         &self,
         req: Request<pb::GetFleetSummaryRequest>,
     ) -> Reply<pb::FleetSummary> {
-        let p = self.caller(&req).await?;
+        let (p, _) = self.open(req).await?;
         let f = self.service.fleet_summary(&p).await?;
-        Ok(Response::new(pb::FleetSummary {
+        reply(pb::FleetSummary {
             namespaces: f.namespaces,
             agents: f.agents,
             agents_running: f.agents_running,
@@ -533,140 +434,103 @@ impl AdminService for AdminApi {
             work_failed: f.work_failed,
             agents_desired_running: f.agents_desired_running,
             agents_not_running: f.agents_not_running,
-        }))
+        })
     }
 
     async fn list_audit_events(
         &self,
         req: Request<pb::ListAuditEventsRequest>,
     ) -> Reply<pb::ListAuditEventsResponse> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        let ns = non_empty(r.namespace);
-        if let Some(ns) = &ns {
-            no_nul("namespace", ns)?;
-        }
+        let (p, r) = self.open(req).await?;
+        let ns = namespace_filter(r.namespace)?;
         let items = self
             .service
             .list_audit(&p, ns.as_deref(), limit(r.limit))
             .await?;
-        Ok(Response::new(pb::ListAuditEventsResponse {
-            items: items
-                .into_iter()
-                .map(|e| pb::AuditEvent {
-                    id: e.id,
-                    at: time(e.at),
-                    actor: e.actor,
-                    action: e.action,
-                    namespace: e.namespace.unwrap_or_default(),
-                    target: e.target,
-                    result: e.result,
-                    detail: e.detail.unwrap_or_default(),
-                })
-                .collect(),
-        }))
+        reply(pb::ListAuditEventsResponse {
+            items: all(items, |e| pb::AuditEvent {
+                id: e.id,
+                at: time(e.at),
+                actor: e.actor,
+                action: e.action,
+                namespace: e.namespace.unwrap_or_default(),
+                target: e.target,
+                result: e.result,
+                detail: e.detail.unwrap_or_default(),
+            }),
+        })
     }
 
     async fn list_work(&self, req: Request<pb::ListWorkRequest>) -> Reply<pb::ListWorkResponse> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        let ns = non_empty(r.namespace);
-        if let Some(ns) = &ns {
-            no_nul("namespace", ns)?;
-        }
+        let (p, r) = self.open(req).await?;
+        let ns = namespace_filter(r.namespace)?;
         let state = non_empty(r.state);
         let items = self
             .service
             .list_work(&p, ns.as_deref(), state.as_deref(), limit(r.limit))
             .await?;
-        Ok(Response::new(pb::ListWorkResponse {
-            items: items.into_iter().map(work_to_pb).collect(),
-        }))
+        reply(pb::ListWorkResponse {
+            items: all(items, work_to_pb),
+        })
     }
 
     async fn get_work(&self, req: Request<pb::GetWorkRequest>) -> Reply<pb::WorkItem> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
+        let (p, r) = self.open(req).await?;
         let w = self.service.get_work(&p, required("id", &r.id)?).await?;
-        Ok(Response::new(work_to_pb(w)))
+        reply(work_to_pb(w))
     }
 
     async fn set_agent_credential(
         &self,
         req: Request<pb::SetAgentCredentialRequest>,
     ) -> Reply<pb::AgentCredential> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
+        let (p, r) = self.open(req).await?;
         let value = crate::secrets::SecretValue::new(r.value);
+        let (ns, agent) = scoped(&r.namespace, "agent", &r.agent)?;
+        let kind = required("kind", &r.kind)?;
         let c = self
             .service
-            .set_credential(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("agent", &r.agent)?,
-                required("kind", &r.kind)?,
-                value,
-            )
+            .set_credential(&p, ns, agent, kind, value)
             .await?;
-        Ok(Response::new(credential_to_pb(c)))
+        reply(credential_to_pb(c))
     }
 
     async fn delete_agent_credential(
         &self,
         req: Request<pb::DeleteAgentCredentialRequest>,
     ) -> Reply<pb::DeleteAgentCredentialResponse> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        self.service
-            .delete_credential(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("agent", &r.agent)?,
-                required("kind", &r.kind)?,
-            )
-            .await?;
-        Ok(Response::new(pb::DeleteAgentCredentialResponse {}))
+        let (p, r) = self.open(req).await?;
+        let (ns, agent) = scoped(&r.namespace, "agent", &r.agent)?;
+        let kind = required("kind", &r.kind)?;
+        self.service.delete_credential(&p, ns, agent, kind).await?;
+        reply(pb::DeleteAgentCredentialResponse {})
     }
 
     async fn list_agent_credentials(
         &self,
         req: Request<pb::ListAgentCredentialsRequest>,
     ) -> Reply<pb::ListAgentCredentialsResponse> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        let items = self
-            .service
-            .list_credentials(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("agent", &r.agent)?,
-            )
-            .await?;
-        Ok(Response::new(pb::ListAgentCredentialsResponse {
-            items: items.into_iter().map(credential_to_pb).collect(),
-        }))
+        let (p, r) = self.open(req).await?;
+        let (ns, agent) = scoped(&r.namespace, "agent", &r.agent)?;
+        let items = self.service.list_credentials(&p, ns, agent).await?;
+        reply(pb::ListAgentCredentialsResponse {
+            items: all(items, credential_to_pb),
+        })
     }
 
     async fn list_revision_credentials(
         &self,
         req: Request<pb::ListRevisionCredentialsRequest>,
     ) -> Reply<pb::ListAgentCredentialsResponse> {
-        let p = self.caller(&req).await?;
-        let r = req.into_inner();
-        if r.number <= 0 {
-            return Err(invalid("number", "must be a positive integer"));
-        }
+        let (p, r) = self.open(req).await?;
+        let number = positive("number", r.number)?;
+        let (ns, agent) = scoped(&r.namespace, "agent", &r.agent)?;
         let items = self
             .service
-            .list_revision_credentials(
-                &p,
-                required("namespace", &r.namespace)?,
-                required("agent", &r.agent)?,
-                r.number,
-            )
+            .list_revision_credentials(&p, ns, agent, number)
             .await?;
-        Ok(Response::new(pb::ListAgentCredentialsResponse {
-            items: items.into_iter().map(credential_to_pb).collect(),
-        }))
+        reply(pb::ListAgentCredentialsResponse {
+            items: all(items, credential_to_pb),
+        })
     }
 }

@@ -25,29 +25,22 @@ const APP_JS: &str = include_str!("../../ui/app.js");
 const APP_CSS: &str = include_str!("../../ui/app.css");
 const FAVICON_SVG: &str = include_str!("../../ui/favicon.svg");
 
+/// Each asset's path, content type and body.
+const ASSETS: [(&str, &str, &str); 5] = [
+    ("/ui", "text/html; charset=utf-8", INDEX_HTML),
+    ("/ui/", "text/html; charset=utf-8", INDEX_HTML),
+    ("/ui/app.js", "text/javascript; charset=utf-8", APP_JS),
+    ("/ui/app.css", "text/css; charset=utf-8", APP_CSS),
+    ("/ui/favicon.svg", "image/svg+xml", FAVICON_SVG),
+];
+
 /// The `/ui` routes (no state: the page talks to `/api/v1` itself).
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new()
-        .route(
-            "/ui",
-            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
-        )
-        .route(
-            "/ui/",
-            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
-        )
-        .route(
-            "/ui/app.js",
-            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
-        )
-        .route(
-            "/ui/app.css",
-            get(|| async { asset("text/css; charset=utf-8", APP_CSS) }),
-        )
-        .route(
-            "/ui/favicon.svg",
-            get(|| async { asset("image/svg+xml", FAVICON_SVG) }),
-        )
+    ASSETS
+        .into_iter()
+        .fold(Router::new(), |router, (path, content_type, body)| {
+            router.route(path, get(move || async move { asset(content_type, body) }))
+        })
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {

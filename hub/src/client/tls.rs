@@ -17,7 +17,18 @@ pub struct TlsOptions {
 
 impl TlsOptions {
     /// Applies these options to `builder` for `server`; errors name the flag.
-    pub(super) fn apply(
+    /// The client `builder` makes, with these TLS settings for `server`.
+    pub(super) fn client(
+        &self,
+        server: &str,
+        builder: reqwest::ClientBuilder,
+    ) -> ClientResult<reqwest::Client> {
+        self.apply(server, builder)?
+            .build()
+            .map_err(|e| ClientError::Other(format!("cannot build HTTP client: {e}")))
+    }
+
+    fn apply(
         &self,
         server: &str,
         mut builder: reqwest::ClientBuilder,

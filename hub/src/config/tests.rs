@@ -97,24 +97,15 @@ fn safety_polls_default_per_backend() {
 /// works, the new ones are read, and a zero link poll is refused.
 #[test]
 fn safety_poll_keys_old_and_new() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hub.yaml");
     let c = Config::load(None, &env(&[])).unwrap();
     assert_eq!(c.worker_config().poll_interval, Duration::from_secs(2));
     assert_eq!(c.link_config().poll_interval, Duration::from_secs(2));
-    std::fs::write(&path, "worker:\n  pollIntervalMs: 70\n").unwrap();
-    let c = Config::load(Some(&path), &env(&[])).unwrap();
+    let c = load_text("worker:\n  pollIntervalMs: 70\n").unwrap();
     assert_eq!(c.worker_config().poll_interval, Duration::from_millis(70));
-    std::fs::write(
-        &path,
-        "worker:\n  safetyPollMs: 60000\nlink:\n  safetyPollMs: 30000\n",
-    )
-    .unwrap();
-    let c = Config::load(Some(&path), &env(&[])).unwrap();
+    let c = load_text("worker:\n  safetyPollMs: 60000\nlink:\n  safetyPollMs: 30000\n").unwrap();
     assert_eq!(c.worker_config().poll_interval, Duration::from_secs(60));
     assert_eq!(c.link_config().poll_interval, Duration::from_secs(30));
-    std::fs::write(&path, "link:\n  safetyPollMs: 0\n").unwrap();
-    let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+    let err = load_text("link:\n  safetyPollMs: 0\n").unwrap_err();
     assert!(err.to_string().contains("link.safetyPollMs"), "{err}");
 }
 
@@ -122,15 +113,11 @@ fn safety_poll_keys_old_and_new() {
 /// passes); too short a value is refused naming the key.
 #[test]
 fn gateway_recheck_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hub.yaml");
     let c = Config::load(None, &env(&[])).unwrap();
     assert_eq!(c.pipeline.gateway_recheck_ms, 10_000);
-    std::fs::write(&path, "pipeline:\n  gatewayRecheckMs: 30000\n").unwrap();
-    let c = Config::load(Some(&path), &env(&[])).unwrap();
+    let c = load_text("pipeline:\n  gatewayRecheckMs: 30000\n").unwrap();
     assert_eq!(c.pipeline.gateway_recheck_ms, 30_000);
-    std::fs::write(&path, "pipeline:\n  gatewayRecheckMs: 5\n").unwrap();
-    let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+    let err = load_text("pipeline:\n  gatewayRecheckMs: 5\n").unwrap_err();
     assert!(
         err.to_string().contains("pipeline.gatewayRecheckMs"),
         "{err}"
@@ -143,14 +130,9 @@ fn gateway_recheck_key() {
 #[test]
 fn gateway_ensures_run_in_a_lane_of_their_own() {
     use crate::store::WorkLane;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hub.yaml");
-    std::fs::write(
-        &path,
-        "pipeline:\n  enabled: true\nworker:\n  batchSize: 4\n  gatewayBatchSize: 64\n",
-    )
-    .unwrap();
-    let c = Config::load(Some(&path), &env(&[])).unwrap();
+    let c =
+        load_text("pipeline:\n  enabled: true\nworker:\n  batchSize: 4\n  gatewayBatchSize: 64\n")
+            .unwrap();
     let lanes = c.worker_lanes();
     let ensure = vec![crate::worker::kinds::GATEWAY_ENSURE.to_owned()];
     let by_lane: Vec<_> = lanes
@@ -178,13 +160,11 @@ fn gateway_ensures_run_in_a_lane_of_their_own() {
         lanes[1].periodic_recovery && !lanes[0].periodic_recovery,
         "one periodic recovery of expired claims per process"
     );
-    std::fs::write(&path, "pipeline:\n  enabled: false\n").unwrap();
-    let c = Config::load(Some(&path), &env(&[])).unwrap();
+    let c = load_text("pipeline:\n  enabled: false\n").unwrap();
     let lanes = c.worker_lanes();
     assert_eq!(lanes.len(), 1);
     assert_eq!(lanes[0].lane, WorkLane::All);
-    std::fs::write(&path, "worker:\n  gatewayBatchSize: 0\n").unwrap();
-    let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+    let err = load_text("worker:\n  gatewayBatchSize: 0\n").unwrap_err();
     assert!(err.to_string().contains("worker.gatewayBatchSize"), "{err}");
 }
 
@@ -197,14 +177,7 @@ fn advertise_url_and_balancing() {
     let link = c.link_config();
     assert_eq!(link.advertise_url, None, "off unless advertised");
     assert_eq!(link.balance.interval, Duration::from_secs(30));
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hub.yaml");
-    std::fs::write(
-        &path,
-        "link:\n  advertiseUrl: https://hub-1.hub.clawfed.svc:8443/\n  balanceIntervalSeconds: 5\n  balanceSlack: 0\n  balanceMaxMoves: 3\n",
-    )
-    .unwrap();
-    let link = Config::load(Some(&path), &env(&[])).unwrap().link_config();
+    let link = load_text("link:\n  advertiseUrl: https://hub-1.hub.clawfed.svc:8443/\n  balanceIntervalSeconds: 5\n  balanceSlack: 0\n  balanceMaxMoves: 3\n").unwrap().link_config();
     assert_eq!(
         link.advertise_url.as_deref(),
         Some("https://hub-1.hub.clawfed.svc:8443")
@@ -255,23 +228,18 @@ fn advertise_url_and_balancing() {
         ),
         ("link:\n  balanceMaxMoves: 0\n", "link.balanceMaxMoves"),
     ] {
-        std::fs::write(&path, yaml).unwrap();
-        let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+        let err = load_text(yaml).unwrap_err();
         assert!(err.to_string().contains(key), "{yaml}: {err}");
     }
 }
 
 #[test]
 fn unknown_fields_and_bad_values_are_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hub.yaml");
-    std::fs::write(&path, "databse:\n  url: x\n").unwrap();
-    let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+    let err = load_text("databse:\n  url: x\n").unwrap_err();
     assert!(err.to_string().contains("unknown field `databse`"), "{err}");
     let err = Config::load(None, &env(&[("CLAWFED_REST_ADDR", "nope")])).unwrap_err();
     assert!(err.to_string().contains("CLAWFED_REST_ADDR"), "{err}");
-    std::fs::write(&path, "version: 2\n").unwrap();
-    let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+    let err = load_text("version: 2\n").unwrap_err();
     assert!(err.to_string().contains("version"), "{err}");
 }
 
@@ -284,20 +252,14 @@ fn the_pool_holds_a_full_batch_and_room_beside_it() {
     let pool = c.pool_settings();
     assert_eq!(pool.max_connections, c.worker.batch_size + 16);
     assert_eq!(pool, crate::store::PoolSettings::default());
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hub.yaml");
-    std::fs::write(
-        &path,
+    let pool = load_text(
         "database:\n  url: postgres://x/y\n  maxConnections: 20\n  acquireTimeoutSeconds: 3\n",
     )
-    .unwrap();
-    let pool = Config::load(Some(&path), &env(&[]))
-        .unwrap()
-        .pool_settings();
+    .unwrap()
+    .pool_settings();
     assert_eq!(pool.max_connections, 20);
     assert_eq!(pool.acquire_timeout, Duration::from_secs(3));
-    std::fs::write(&path, "database:\n  maxConnections: 1\n").unwrap();
-    let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+    let err = load_text("database:\n  maxConnections: 1\n").unwrap_err();
     assert!(err.to_string().contains("database.maxConnections"), "{err}");
 }
 
@@ -349,42 +311,29 @@ fn one_digest_policy_with_consistent_defaults() {
     assert!(text.contains("sha256"), "{text}");
 
     // The policy on with a pinned default: the Gateways require digests.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hub.yaml");
     let image = pinned("reg.example/gateway");
-    std::fs::write(
-        &path,
-        format!("policy:\n  requireImmutableDigest: true\n  defaultGatewayImage: {image}\n"),
-    )
+    let c = load_text(&format!(
+        "policy:\n  requireImmutableDigest: true\n  defaultGatewayImage: {image}\n"
+    ))
     .unwrap();
-    let c = Config::load(Some(&path), &env(&[])).unwrap();
     let g = c.gateway_options();
     assert!(g.require_immutable_digest);
     assert_eq!(g.default_image.as_deref(), Some(image.as_str()));
     assert!(crate::gateway::objects::validate_config(&g).is_ok());
 
     // A tagged Gateway default of its own is refused too.
-    std::fs::write(
-        &path,
-        format!(
-            "policy:\n  requireImmutableDigest: true\n  defaultGatewayImage: {image}\n\
+    let err = load_text(&format!(
+        "policy:\n  requireImmutableDigest: true\n  defaultGatewayImage: {image}\n\
              gateway:\n  options:\n    defaultImage: reg.example/gateway:2\n"
-        ),
-    )
-    .unwrap();
-    let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+    ))
+    .unwrap_err();
     assert!(
         err.to_string().contains("gateway.options.defaultImage"),
         "{err}"
     );
 
     // The Gateway has no separate digest switch to contradict the policy.
-    std::fs::write(
-        &path,
-        "gateway:\n  options:\n    requireImmutableDigest: true\n",
-    )
-    .unwrap();
-    let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+    let err = load_text("gateway:\n  options:\n    requireImmutableDigest: true\n").unwrap_err();
     assert!(err.to_string().contains("requireImmutableDigest"), "{err}");
 }
 
@@ -423,32 +372,23 @@ fn the_secrets_key_source_is_a_file_or_a_secret_never_both() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("secrets"), "{err}");
-    std::fs::write(&path, "secrets:\n  keyFile: /k\n  keyScret: x\n").unwrap();
-    let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+    let err = load_text("secrets:\n  keyFile: /k\n  keyScret: x\n").unwrap_err();
     assert!(err.to_string().contains("keyScret"), "{err}");
-    std::fs::write(
-        &path,
-        "secrets:\n  keySecret: { namespace: ns, name: '', key: k }\n",
-    )
-    .unwrap();
-    let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+    let err =
+        load_text("secrets:\n  keySecret: { namespace: ns, name: '', key: k }\n").unwrap_err();
     assert!(err.to_string().contains("secrets.keySecret.name"), "{err}");
 }
 
 #[test]
 fn the_per_source_handshake_limit_is_read_and_checked() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hub.yaml");
-    std::fs::write(&path, "link:\n  maxHandshakesPerSource: 500\n").unwrap();
-    let c = Config::load(Some(&path), &env(&[])).unwrap();
+    let c = load_text("link:\n  maxHandshakesPerSource: 500\n").unwrap();
     assert_eq!(c.link_config().max_handshakes_per_source, 500);
     let d = Config::load(None, &env(&[])).unwrap();
     assert_eq!(
         d.link_config().max_handshakes_per_source,
         crate::link::LinkConfig::default().max_handshakes_per_source
     );
-    std::fs::write(&path, "link:\n  maxHandshakesPerSource: 0\n").unwrap();
-    let err = Config::load(Some(&path), &env(&[])).unwrap_err();
+    let err = load_text("link:\n  maxHandshakesPerSource: 0\n").unwrap_err();
     assert!(
         err.to_string().contains("link.maxHandshakesPerSource"),
         "{err}"
@@ -964,17 +904,9 @@ fn api_tls_and_plain_http_beyond_loopback() {
         .to_string();
     assert!(err.contains("CLAWFED_API_INSECURE"), "{err}");
 
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hub.yaml");
-    std::fs::write(
-        &path,
-        "api:\n  restAddr: 0.0.0.0:8080\n  tls:\n    certFile: /c\n    keyFile: /k\n    reloadIntervalMs: 500\n",
-    )
-    .unwrap();
-    let c = Config::load(Some(&path), &env(&[])).unwrap();
+    let c = load_text("api:\n  restAddr: 0.0.0.0:8080\n  tls:\n    certFile: /c\n    keyFile: /k\n    reloadIntervalMs: 500\n").unwrap();
     assert_eq!(c.api.tls.reload_interval_ms, 500);
-    std::fs::write(&path, "api:\n  tls:\n    certfile: /c\n").unwrap();
-    let err = Config::load(Some(&path), &env(&[]))
+    let err = load_text("api:\n  tls:\n    certfile: /c\n")
         .unwrap_err()
         .to_string();
     assert!(err.contains("api.tls.certfile"), "{err}");

@@ -129,7 +129,7 @@ pub fn evaluate(revision: i64, deployment: Option<&Deployment>, pods: &[Pod]) ->
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentSpec, DeploymentStatus};
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus, PodTemplateSpec};
@@ -144,6 +144,18 @@ mod tests {
     }
 
     fn deployment(rev: i64, generation: i64, observed: i64, available: bool) -> Deployment {
+        rolled_out(rev_labels(rev), generation, observed, available)
+    }
+
+    /// A Deployment whose Pods carry `pod_labels`, at `generation`, its
+    /// rollout observed at `observed` and Available or not (the watch's
+    /// tests use it too).
+    pub(in crate::gateway) fn rolled_out(
+        pod_labels: Option<BTreeMap<String, String>>,
+        generation: i64,
+        observed: i64,
+        available: bool,
+    ) -> Deployment {
         Deployment {
             metadata: ObjectMeta {
                 generation: Some(generation),
@@ -152,7 +164,7 @@ mod tests {
             spec: DeploymentSpec {
                 template: PodTemplateSpec {
                     metadata: Some(ObjectMeta {
-                        labels: rev_labels(rev),
+                        labels: pod_labels,
                         ..Default::default()
                     }),
                     spec: None,

@@ -176,11 +176,7 @@ impl GatewayRuntime for crate::gateway::Gateways {
             transport,
             runtime: Some(self.runtime_files(t).map_err(gateway_failure)?),
         };
-        self.tenant(&t.namespace_id)
-            .ensure(&spec)
-            .await
-            .map(|_| ())
-            .map_err(gateway_failure)
+        applied(self.tenant(&t.namespace_id).ensure(&spec).await)
     }
 
     fn start_watch(
@@ -242,11 +238,7 @@ impl GatewayRuntime for crate::gateway::Gateways {
         tenant: &str,
         agent: &str,
     ) -> Result<(), GatewayFailure> {
-        self.tenant(namespace_id)
-            .stop(tenant, agent)
-            .await
-            .map(|_| ())
-            .map_err(gateway_failure)
+        applied(self.tenant(namespace_id).stop(tenant, agent).await)
     }
 
     async fn delete(
@@ -255,11 +247,7 @@ impl GatewayRuntime for crate::gateway::Gateways {
         tenant: &str,
         agent: &str,
     ) -> Result<(), GatewayFailure> {
-        self.tenant(namespace_id)
-            .delete(tenant, agent)
-            .await
-            .map(|_| ())
-            .map_err(gateway_failure)
+        applied(self.tenant(namespace_id).delete(tenant, agent).await)
     }
 
     async fn retire(
@@ -269,18 +257,15 @@ impl GatewayRuntime for crate::gateway::Gateways {
         agent: &str,
         revision: i64,
     ) -> Result<(), GatewayFailure> {
-        self.tenant(namespace_id)
-            .retire_revision(tenant, agent, revision)
-            .await
-            .map(|_| ())
-            .map_err(gateway_failure)
+        applied(
+            self.tenant(namespace_id)
+                .retire_revision(tenant, agent, revision)
+                .await,
+        )
     }
 
     async fn delete_namespace(&self, namespace_id: &str) -> Result<(), GatewayFailure> {
-        crate::gateway::Gateways::delete_namespace(self, namespace_id)
-            .await
-            .map(|_| ())
-            .map_err(gateway_failure)
+        applied(crate::gateway::Gateways::delete_namespace(self, namespace_id).await)
     }
 
     async fn diagnose(
@@ -291,6 +276,11 @@ impl GatewayRuntime for crate::gateway::Gateways {
     ) -> (Option<String>, Vec<clawfed_proto::diagnostics::Check>) {
         self.tenant(namespace_id).diagnose(agent, revision).await
     }
+}
+
+/// A Gateway call whose answer the pipeline does not need: done, or why not.
+fn applied<T>(r: Result<T, crate::gateway::Error>) -> Result<(), GatewayFailure> {
+    r.map(|_| ()).map_err(gateway_failure)
 }
 
 fn gateway_failure(e: crate::gateway::Error) -> GatewayFailure {

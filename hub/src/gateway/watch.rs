@@ -347,8 +347,7 @@ impl GatewayWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentSpec, DeploymentStatus};
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus, PodTemplateSpec};
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kube::runtime::reflector::store::Writer;
     use std::collections::BTreeMap;
@@ -367,36 +366,12 @@ mod tests {
     /// The Gateway Deployment of `agent` at `revision`, rolled out and
     /// Available or not.
     fn deployment(agent: &str, revision: i64, available: bool) -> Deployment {
-        Deployment {
-            metadata: ObjectMeta {
-                name: Some(objects::names(agent).gateway),
-                namespace: Some(NS.into()),
-                labels: Some(gateway_labels(agent, Some(revision))),
-                generation: Some(revision),
-                ..Default::default()
-            },
-            spec: DeploymentSpec {
-                template: PodTemplateSpec {
-                    metadata: Some(ObjectMeta {
-                        labels: Some(gateway_labels(agent, Some(revision))),
-                        ..Default::default()
-                    }),
-                    spec: None,
-                },
-                ..Default::default()
-            },
-            status: Some(DeploymentStatus {
-                observed_generation: Some(revision),
-                updated_replicas: Some(1),
-                available_replicas: Some(i32::from(available)),
-                conditions: Some(vec![DeploymentCondition {
-                    type_: Some("Available".into()),
-                    status: Some(if available { "True" } else { "False" }.into()),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-        }
+        let labels = Some(gateway_labels(agent, Some(revision)));
+        let mut d = ready::tests::rolled_out(labels.clone(), revision, revision, available);
+        d.metadata.name = Some(objects::names(agent).gateway);
+        d.metadata.namespace = Some(NS.into());
+        d.metadata.labels = labels;
+        d
     }
 
     fn pod(agent: &str, revision: i64, ready: bool) -> Pod {

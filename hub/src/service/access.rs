@@ -7,7 +7,7 @@ use chrono::Utc;
 
 use super::{Result, Service, ServiceError};
 use crate::auth::{self, Action, Decision, Principal};
-use crate::store::NewAudit;
+use crate::store::{Effects, NewAudit};
 
 impl Service {
     /// Resolves a bearer token to its principal.
@@ -62,46 +62,49 @@ impl Service {
         }
     }
 
-    /// Checks a mutation; a denial is audited.
-    pub(super) async fn check_mutation(
-        &self,
-        p: &Principal,
-        action: Action,
-        namespace: Option<&str>,
-        what: &str,
-        target: &str,
-    ) -> Result<()> {
-        match p.permits(action, namespace) {
+    /// Checks `m` under `action`; a denial is audited.
+    pub(super) async fn authorize(&self, action: Action, m: &Mutation<'_>) -> Result<()> {
+        match m.p.permits(action, m.namespace) {
             Decision::Allow => Ok(()),
             Decision::Deny(reason) => {
-                let event = audit(p, what, namespace, target, "denied", Some(reason.clone()));
-                if let Err(e) = self.store.append_audit(&event).await {
-                    tracing::warn!(error = %e, "audit.append_failed");
-                }
+                self.append_audit(&m.event("denied", Some(reason.clone())))
+                    .await;
                 Err(ServiceError::PermissionDenied(reason))
             }
         }
     }
 
-    /// Audits a mutation that failed after it was authorized. (Successful
-    /// mutations are audited inside their own transaction.)
-    pub(super) async fn record<T>(
+    /// Runs `body` as `m`: authorized under `action` first (a denial is
+    /// audited and `body` never runs), a failure audited after.
+    pub(super) async fn mutate<T>(
         &self,
-        p: &Principal,
-        what: &str,
-        namespace: Option<&str>,
-        target: &str,
-        result: Result<T>,
+        action: Action,
+        m: &Mutation<'_>,
+        body: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
+        self.authorize(action, m).await?;
+        let result = body.await;
+        self.finish(m, result).await
+    }
+
+    /// Audits `m` when it failed after it was authorized. (Successful
+    /// mutations are audited inside their own transaction: [`Mutation::ok`].)
+    pub(super) async fn finish<T>(&self, m: &Mutation<'_>, result: Result<T>) -> Result<T> {
         if let Err(err) = &result
             && !matches!(err, ServiceError::Unavailable(_))
         {
-            let event = audit(p, what, namespace, target, "error", Some(err.to_string()));
-            if let Err(e) = self.store.append_audit(&event).await {
-                tracing::warn!(error = %e, "audit.append_failed");
-            }
+            self.append_audit(&m.event("error", Some(err.to_string())))
+                .await;
         }
         result
+    }
+
+    /// Appends an audit record outside a mutation's transaction; a failure
+    /// is logged, never the caller's error.
+    pub(super) async fn append_audit(&self, event: &NewAudit) {
+        if let Err(e) = self.store.append_audit(event).await {
+            tracing::warn!(error = %e, "audit.append_failed");
+        }
     }
 
     /// The caller's own namespace (tenant tokens).
@@ -126,20 +129,54 @@ fn valid_token(token: crate::store::ApiToken, what: &str) -> Result<Principal> {
     Ok(token.into())
 }
 
-pub(super) fn audit(
-    p: &Principal,
-    action: &str,
-    namespace: Option<&str>,
-    target: &str,
-    result: &str,
-    detail: Option<String>,
-) -> NewAudit {
-    NewAudit {
-        actor: p.actor(),
-        action: action.to_owned(),
-        namespace: namespace.map(str::to_owned),
-        target: target.to_owned(),
-        result: result.to_owned(),
-        detail,
+/// One mutation as the audit trail names it: the caller does `what` to
+/// `target` in `namespace` (`None`: installation-wide).
+pub(super) struct Mutation<'a> {
+    pub(super) p: &'a Principal,
+    what: &'a str,
+    namespace: Option<&'a str>,
+    target: String,
+}
+
+impl<'a> Mutation<'a> {
+    pub(super) fn new(
+        p: &'a Principal,
+        what: &'a str,
+        namespace: Option<&'a str>,
+        target: impl Into<String>,
+    ) -> Self {
+        Self {
+            p,
+            what,
+            namespace,
+            target: target.into(),
+        }
+    }
+
+    /// The same mutation audited under `namespace`: a namespace's creation
+    /// is authorized installation-wide but recorded under its new name.
+    pub(super) fn in_namespace(self, namespace: &'a str) -> Self {
+        Self {
+            namespace: Some(namespace),
+            ..self
+        }
+    }
+
+    /// Its audit record with `result` and `detail`.
+    pub(super) fn event(&self, result: &str, detail: Option<String>) -> NewAudit {
+        NewAudit {
+            actor: self.p.actor(),
+            action: self.what.to_owned(),
+            namespace: self.namespace.map(str::to_owned),
+            target: self.target.clone(),
+            result: result.to_owned(),
+            detail,
+        }
+    }
+
+    /// The effects of its success: the `ok` audit record alone, written in
+    /// the mutation's own transaction.
+    pub(super) fn ok(&self) -> Effects {
+        Effects::audit(self.event("ok", None))
     }
 }

@@ -2,34 +2,52 @@
 //! runtime state follows once the pipeline runs). Deploys and stops are in
 //! `revisions.rs`.
 
-use super::access::audit;
+use super::access::Mutation;
 use super::{Result, Service, ServiceError, validate};
 use crate::auth::{Action, Principal};
 use crate::model::{Agent, CreateAgent, UpdateAgent};
-use crate::store::{Effects, NewAgent, StoreError};
+use crate::store::{Effects, NewAgent, NewWork, StoreError};
 
 impl Service {
     /// Creates an Agent draft.
     pub async fn create_agent(&self, p: &Principal, ns: &str, req: CreateAgent) -> Result<Agent> {
-        let target = format!("agents/{}", req.name);
-        let what = "agent.create";
-        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
-            .await?;
-        let result = async {
+        let m = Mutation::new(p, "agent.create", Some(ns), format!("agents/{}", req.name));
+        self.mutate(Action::EditDraft, &m, async {
             validate::agent_name("name", &req.name)?;
             validate::agent_spec(&req.spec, self.policy.default_agent_image.is_some())?;
             self.check_configuration_exists(ns, req.spec.configuration.as_deref())
                 .await?;
-            let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+            let fx = m.ok();
             let new = NewAgent {
                 namespace: ns.to_owned(),
                 name: req.name.clone(),
                 spec: req.spec,
             };
             Ok(self.store.create_agent(&new, &fx).await?)
+        })
+        .await
+    }
+
+    /// The effects of `m` on Agent `agent`: its audit record, plus the
+    /// work `work` makes for the pipeline when it runs.
+    pub(super) async fn agent_effects(
+        &self,
+        m: &Mutation<'_>,
+        ns: &str,
+        agent: &str,
+        work: fn(&str, &str, Option<String>, i32) -> NewWork,
+    ) -> Result<Effects> {
+        let mut fx = m.ok();
+        if self.policy.pipeline {
+            let namespace = self.store.get_namespace(ns).await?;
+            fx.work.push(work(
+                agent,
+                &namespace.id,
+                Some(m.p.token_id.clone()),
+                self.policy.work_max_attempts,
+            ));
         }
-        .await;
-        self.record(p, what, Some(ns), &target, result).await
+        Ok(fx)
     }
 
     async fn check_configuration_exists(&self, ns: &str, name: Option<&str>) -> Result<()> {
@@ -65,47 +83,34 @@ impl Service {
         name: &str,
         req: UpdateAgent,
     ) -> Result<Agent> {
-        let target = format!("agents/{name}");
-        let what = "agent.update";
-        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
-            .await?;
-        let result = async {
+        let m = Mutation::new(p, "agent.update", Some(ns), format!("agents/{name}"));
+        self.mutate(Action::EditDraft, &m, async {
             validate::agent_spec(&req.spec, self.policy.default_agent_image.is_some())?;
             self.check_configuration_exists(ns, req.spec.configuration.as_deref())
                 .await?;
-            let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+            let fx = m.ok();
             Ok(self
                 .store
                 .update_agent(ns, name, &req.spec, req.version, &fx)
                 .await?)
-        }
-        .await;
-        self.record(p, what, Some(ns), &target, result).await
+        })
+        .await
     }
 
     /// Deletes a stopped Agent.
     pub async fn delete_agent(&self, p: &Principal, ns: &str, name: &str) -> Result<()> {
-        let target = format!("agents/{name}");
-        let what = "agent.delete";
-        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
+        let m = Mutation::new(p, "agent.delete", Some(ns), format!("agents/{name}"));
+        self.authorize(Action::EditDraft, &m).await?;
+        // Its history stays in the store; its runtime state in the
+        // clusters follows pipeline.retainOnAgentDelete.
+        let fx = self
+            .agent_effects(&m, ns, name, crate::worker::kinds::delete_work)
             .await?;
-        let mut fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
-        if self.policy.pipeline {
-            // Its history stays in the store; its runtime state in the
-            // clusters follows pipeline.retainOnAgentDelete.
-            let namespace = self.store.get_namespace(ns).await?;
-            fx.work.push(crate::worker::kinds::delete_work(
-                name,
-                &namespace.id,
-                Some(p.token_id.clone()),
-                self.policy.work_max_attempts,
-            ));
-        }
         let result = self
             .store
             .delete_agent(ns, name, &fx)
             .await
             .map_err(Into::into);
-        self.record(p, what, Some(ns), &target, result).await
+        self.finish(&m, result).await
     }
 }

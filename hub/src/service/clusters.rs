@@ -4,7 +4,7 @@
 
 use chrono::Utc;
 
-use super::access::audit;
+use super::access::Mutation;
 use super::{Result, Service, ServiceError, validate};
 use crate::auth::{Action, Principal};
 use crate::model::{BootstrapTokenCreated, Cluster, CreateBootstrapToken};
@@ -93,11 +93,13 @@ impl Service {
         req: CreateBootstrapToken,
     ) -> Result<BootstrapTokenCreated> {
         const MAX_TTL: i64 = 7 * 24 * 3600;
-        let target = format!("clusters/{cluster_name}");
-        let what = "cluster.token.create";
-        self.check_mutation(p, Action::Installation, None, what, &target)
-            .await?;
-        let result = async {
+        let m = Mutation::new(
+            p,
+            "cluster.token.create",
+            None,
+            format!("clusters/{cluster_name}"),
+        );
+        self.mutate(Action::Installation, &m, async {
             validate::dns_label("clusterName", cluster_name)?;
             let ttl = req.ttl_seconds.unwrap_or(3600);
             if !(1..=MAX_TTL).contains(&ttl) {
@@ -108,7 +110,7 @@ impl Service {
             }
             let (secret, hash) = crate::link::enroll::mint_bootstrap_token();
             let detail = req.reenroll.then(|| "re-enrollment allowed".to_owned());
-            let fx = Effects::audit(audit(p, what, None, &target, "ok", detail));
+            let fx = Effects::audit(m.event("ok", detail));
             let token = self
                 .store
                 .create_bootstrap_token(
@@ -129,19 +131,16 @@ impl Service {
                 expires_at: token.expires_at,
                 reenroll: token.reenroll,
             })
-        }
-        .await;
-        self.record(p, what, None, &target, result).await
+        })
+        .await
     }
 
     /// Approves a spoke's pending enrollment (tokens created with
     /// `requireApproval`).
     pub async fn approve_cluster(&self, p: &Principal, name: &str) -> Result<()> {
-        let target = format!("clusters/{name}");
-        let what = "cluster.approve";
-        self.check_mutation(p, Action::Installation, None, what, &target)
-            .await?;
-        let fx = Effects::audit(audit(p, what, None, &target, "ok", None));
+        let m = Mutation::new(p, "cluster.approve", None, format!("clusters/{name}"));
+        self.authorize(Action::Installation, &m).await?;
+        let fx = m.ok();
         let result = match self.store.approve_enrollment(name, Utc::now(), &fx).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(ServiceError::NotFound(format!(
@@ -149,23 +148,21 @@ impl Service {
             ))),
             Err(e) => Err(e.into()),
         };
-        self.record(p, what, None, &target, result).await
+        self.finish(&m, result).await
     }
 
     /// Revokes a cluster: its certificates are denied and its live stream
     /// closes; coming back needs re-enrollment.
     pub async fn revoke_cluster(&self, p: &Principal, name: &str) -> Result<Cluster> {
-        let target = format!("clusters/{name}");
-        let what = "cluster.revoke";
-        self.check_mutation(p, Action::Installation, None, what, &target)
-            .await?;
-        let fx = Effects::audit(audit(p, what, None, &target, "ok", None));
+        let m = Mutation::new(p, "cluster.revoke", None, format!("clusters/{name}"));
+        self.authorize(Action::Installation, &m).await?;
+        let fx = m.ok();
         let result = self
             .store
             .revoke_cluster(name, Utc::now(), &fx)
             .await
             .map_err(Into::into);
-        self.record(p, what, None, &target, result).await
+        self.finish(&m, result).await
     }
 }
 

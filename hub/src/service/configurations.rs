@@ -1,11 +1,10 @@
 //! Configurations: the documents Agents name, created, read, replaced
 //! (optimistic concurrency) and deleted.
 
-use super::access::audit;
+use super::access::Mutation;
 use super::{Result, Service, validate};
 use crate::auth::{Action, Principal};
 use crate::model::{Configuration, CreateConfiguration, UpdateConfiguration};
-use crate::store::Effects;
 
 impl Service {
     /// Creates a configuration document.
@@ -15,21 +14,22 @@ impl Service {
         ns: &str,
         req: CreateConfiguration,
     ) -> Result<Configuration> {
-        let target = format!("configurations/{}", req.name);
-        let what = "configuration.create";
-        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
-            .await?;
-        let result = async {
+        let m = Mutation::new(
+            p,
+            "configuration.create",
+            Some(ns),
+            format!("configurations/{}", req.name),
+        );
+        self.mutate(Action::EditDraft, &m, async {
             validate::dns_label("name", &req.name)?;
             validate::configuration_data("data", &req.data)?;
-            let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+            let fx = m.ok();
             Ok(self
                 .store
                 .create_configuration(ns, &req.name, &req.data, &fx)
                 .await?)
-        }
-        .await;
-        self.record(p, what, Some(ns), &target, result).await
+        })
+        .await
     }
 
     /// Configurations of a namespace.
@@ -58,34 +58,38 @@ impl Service {
         name: &str,
         req: UpdateConfiguration,
     ) -> Result<Configuration> {
-        let target = format!("configurations/{name}");
-        let what = "configuration.update";
-        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
-            .await?;
-        let result = async {
+        let m = Mutation::new(
+            p,
+            "configuration.update",
+            Some(ns),
+            format!("configurations/{name}"),
+        );
+        self.mutate(Action::EditDraft, &m, async {
             validate::configuration_data("data", &req.data)?;
-            let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+            let fx = m.ok();
             Ok(self
                 .store
                 .update_configuration(ns, name, &req.data, req.version, &fx)
                 .await?)
-        }
-        .await;
-        self.record(p, what, Some(ns), &target, result).await
+        })
+        .await
     }
 
     /// Deletes a configuration.
     pub async fn delete_configuration(&self, p: &Principal, ns: &str, name: &str) -> Result<()> {
-        let target = format!("configurations/{name}");
-        let what = "configuration.delete";
-        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
-            .await?;
-        let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+        let m = Mutation::new(
+            p,
+            "configuration.delete",
+            Some(ns),
+            format!("configurations/{name}"),
+        );
+        self.authorize(Action::EditDraft, &m).await?;
+        let fx = m.ok();
         let result = self
             .store
             .delete_configuration(ns, name, &fx)
             .await
             .map_err(Into::into);
-        self.record(p, what, Some(ns), &target, result).await
+        self.finish(&m, result).await
     }
 }

@@ -3,12 +3,11 @@
 
 use clawfed_proto::work::credential::CredentialKind;
 
-use super::access::audit;
+use super::access::Mutation;
 use super::{Result, Service, ServiceError};
 use crate::auth::{Action, Principal};
 use crate::model::CredentialMeta;
 use crate::secrets::SecretValue;
-use crate::store::Effects;
 
 impl Service {
     /// Sets or replaces an Agent's managed credential of `kind`. Write-only:
@@ -23,11 +22,13 @@ impl Service {
         kind: &str,
         value: SecretValue,
     ) -> Result<CredentialMeta> {
-        let target = format!("agents/{agent}/credentials/{kind}");
-        let what = "agent.credential.set";
-        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
-            .await?;
-        let result = async {
+        let m = Mutation::new(
+            p,
+            "agent.credential.set",
+            Some(ns),
+            format!("agents/{agent}/credentials/{kind}"),
+        );
+        self.mutate(Action::EditDraft, &m, async {
             let kind = credential_kind(kind)?;
             credential_value("value", &value)?;
             let a = self.store.get_agent(ns, agent).await?;
@@ -49,14 +50,13 @@ impl Service {
             let sealed = secrets
                 .seal_credential(&a.id, kind, &value)
                 .map_err(|e| ServiceError::Internal(e.to_string()))?;
-            let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+            let fx = m.ok();
             Ok(self
                 .store
                 .set_agent_credential(&a.id, kind, &sealed, &fx)
                 .await?)
-        }
-        .await;
-        self.record(p, what, Some(ns), &target, result).await
+        })
+        .await
     }
 
     /// Deletes an Agent's managed credential of `kind` (revisions keep what
@@ -68,18 +68,19 @@ impl Service {
         agent: &str,
         kind: &str,
     ) -> Result<()> {
-        let target = format!("agents/{agent}/credentials/{kind}");
-        let what = "agent.credential.delete";
-        self.check_mutation(p, Action::EditDraft, Some(ns), what, &target)
-            .await?;
-        let result = async {
+        let m = Mutation::new(
+            p,
+            "agent.credential.delete",
+            Some(ns),
+            format!("agents/{agent}/credentials/{kind}"),
+        );
+        self.mutate(Action::EditDraft, &m, async {
             let kind = credential_kind(kind)?;
             let a = self.store.get_agent(ns, agent).await?;
-            let fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+            let fx = m.ok();
             Ok(self.store.delete_agent_credential(&a.id, kind, &fx).await?)
-        }
-        .await;
-        self.record(p, what, Some(ns), &target, result).await
+        })
+        .await
     }
 
     /// An Agent's managed credentials: kind, version and when each was set,

@@ -5,7 +5,7 @@
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::access::audit;
+use super::access::Mutation;
 use super::{Result, Service, ServiceError, validate};
 use crate::auth::{Action, Principal};
 use crate::model::{CreateNamespace, Namespace};
@@ -15,9 +15,14 @@ use crate::worker::kinds;
 impl Service {
     /// Creates a tenant and queues its provisioning.
     pub async fn create_namespace(&self, p: &Principal, req: CreateNamespace) -> Result<Namespace> {
-        let target = format!("namespaces/{}", req.name);
-        self.check_mutation(p, Action::Installation, None, "namespace.create", &target)
-            .await?;
+        let m = Mutation::new(
+            p,
+            "namespace.create",
+            None,
+            format!("namespaces/{}", req.name),
+        );
+        self.authorize(Action::Installation, &m).await?;
+        let m = m.in_namespace(&req.name);
         let result = async {
             validate::dns_label("name", &req.name)?;
             let display_name = req.display_name.clone().unwrap_or_else(|| req.name.clone());
@@ -38,7 +43,7 @@ impl Service {
                 adopted: req.adopt_namespace.is_some(),
             };
             let fx = Effects {
-                audit: audit(p, "namespace.create", Some(&req.name), &target, "ok", None),
+                audit: m.event("ok", None),
                 work: vec![NewWork {
                     kind: kinds::NAMESPACE_PROVISION.into(),
                     namespace_id: Some(id.clone()),
@@ -53,8 +58,7 @@ impl Service {
             Ok(self.store.create_namespace(&new, &fx).await?)
         }
         .await;
-        self.record(p, "namespace.create", Some(&req.name), &target, result)
-            .await
+        self.finish(&m, result).await
     }
 
     /// The namespaces the caller may see.
@@ -102,13 +106,15 @@ impl Service {
     /// a failure keeps it): returns false when that teardown was queued,
     /// true when the namespace is already gone.
     pub async fn delete_namespace(&self, p: &Principal, name: &str) -> Result<bool> {
-        let target = format!("namespaces/{name}");
-        let what = "namespace.delete";
-        self.check_mutation(p, Action::DeleteNamespace, Some(name), what, &target)
-            .await?;
-        let result = async {
+        let m = Mutation::new(
+            p,
+            "namespace.delete",
+            Some(name),
+            format!("namespaces/{name}"),
+        );
+        self.mutate(Action::DeleteNamespace, &m, async {
             if !self.policy.pipeline {
-                let fx = Effects::audit(audit(p, what, Some(name), &target, "ok", None));
+                let fx = m.ok();
                 self.store.delete_namespace(name, &fx).await?;
                 return Ok(true);
             }
@@ -121,14 +127,7 @@ impl Service {
                 )));
             }
             let fx = Effects {
-                audit: audit(
-                    p,
-                    what,
-                    Some(name),
-                    &target,
-                    "ok",
-                    Some("teardown queued".into()),
-                ),
+                audit: m.event("ok", Some("teardown queued".into())),
                 work: vec![crate::worker::kinds::teardown_work(
                     &ns.id,
                     Some(p.token_id.clone()),
@@ -139,8 +138,7 @@ impl Service {
                 .set_namespace_state(&ns.id, crate::model::NamespaceState::Deleting, None, &fx)
                 .await?;
             Ok(false)
-        }
-        .await;
-        self.record(p, what, Some(name), &target, result).await
+        })
+        .await
     }
 }

@@ -6,11 +6,11 @@ use chrono::Utc;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::access::audit;
+use super::access::Mutation;
 use super::{Result, Service, ServiceError, validate};
 use crate::auth::{Action, Principal};
 use crate::model::{Agent, AgentRevision, DeployRequest, DesiredState};
-use crate::store::{Effects, IdempotencyKey, NewRevision, StoreError};
+use crate::store::{IdempotencyKey, NewRevision, StoreError};
 
 impl Service {
     /// Freezes the Agent's draft (or, for a rollback, an earlier revision)
@@ -23,16 +23,15 @@ impl Service {
         req: DeployRequest,
         idempotency_key: Option<String>,
     ) -> Result<(AgentRevision, bool)> {
-        let target = format!("agents/{agent}");
         let what = if req.from_revision.is_some() {
             "agent.rollback"
         } else {
             "agent.deploy"
         };
-        self.check_mutation(p, Action::Deploy, Some(ns), what, &target)
-            .await?;
-        let result = self.admit(p, ns, agent, &req, idempotency_key, what).await;
-        self.record(p, what, Some(ns), &target, result).await
+        let m = Mutation::new(p, what, Some(ns), format!("agents/{agent}"));
+        self.authorize(Action::Deploy, &m).await?;
+        let result = self.admit(p, ns, agent, &req, idempotency_key, &m).await;
+        self.finish(&m, result).await
     }
 
     async fn admit(
@@ -42,7 +41,7 @@ impl Service {
         agent_name: &str,
         req: &DeployRequest,
         idempotency_key: Option<String>,
-        what: &str,
+        m: &Mutation<'_>,
     ) -> Result<(AgentRevision, bool)> {
         if let Some(key) = &idempotency_key {
             validate::idempotency_key("Idempotency-Key", key)?;
@@ -162,8 +161,7 @@ impl Service {
             idempotency,
             requested_by: Some(p.token_id.clone()),
         };
-        let target = format!("agents/{agent_name}");
-        let mut fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
+        let mut fx = m.ok();
         if self.policy.pipeline {
             let namespace = self.store.get_namespace(ns).await?;
             fx.work.push(crate::worker::kinds::rollout_work(
@@ -214,26 +212,17 @@ impl Service {
 
     /// Stops an Agent: its desired state becomes `stopped`.
     pub async fn stop(&self, p: &Principal, ns: &str, agent: &str) -> Result<Agent> {
-        let target = format!("agents/{agent}");
-        let what = "agent.stop";
-        self.check_mutation(p, Action::Deploy, Some(ns), what, &target)
+        let m = Mutation::new(p, "agent.stop", Some(ns), format!("agents/{agent}"));
+        self.authorize(Action::Deploy, &m).await?;
+        let fx = self
+            .agent_effects(&m, ns, agent, crate::worker::kinds::stop_work)
             .await?;
-        let mut fx = Effects::audit(audit(p, what, Some(ns), &target, "ok", None));
-        if self.policy.pipeline {
-            let namespace = self.store.get_namespace(ns).await?;
-            fx.work.push(crate::worker::kinds::stop_work(
-                agent,
-                &namespace.id,
-                Some(p.token_id.clone()),
-                self.policy.work_max_attempts,
-            ));
-        }
         let result = self
             .store
             .set_desired_state(ns, agent, DesiredState::Stopped, &fx)
             .await
             .map_err(Into::into);
-        self.record(p, what, Some(ns), &target, result).await
+        self.finish(&m, result).await
     }
 
     /// Revisions of an Agent, oldest first.

@@ -2,7 +2,7 @@
 //! and Gateway Pods, through [`super::diagnose`]) and chat (one turn on its
 //! runtime, through [`super::chat`]).
 
-use super::access::audit;
+use super::access::Mutation;
 use super::{Result, Service, ServiceError, chat, diagnose};
 use crate::auth::{Action, Principal};
 use crate::model::Diagnosis;
@@ -96,8 +96,8 @@ impl Service {
         agent: &str,
         req: crate::model::ChatRequest,
     ) -> Result<crate::model::ChatAnswer> {
-        self.check_mutation(p, Action::Deploy, Some(ns), "agent.chat", agent)
-            .await?;
+        let m = Mutation::new(p, "agent.chat", Some(ns), agent);
+        self.authorize(Action::Deploy, &m).await?;
         let invalid = |field: &str, reason: &str| ServiceError::InvalidArgument {
             field: field.into(),
             reason: reason.into(),
@@ -137,10 +137,7 @@ impl Service {
             Ok(_) => ("ok", format!("revision {number}, {elapsed_ms} ms")),
             Err(e) => ("failed", format!("revision {number}: {e}")),
         };
-        let event = audit(p, "agent.chat", Some(ns), agent, result, Some(detail));
-        if let Err(e) = self.store.append_audit(&event).await {
-            tracing::warn!(error = %e, "audit.append_failed");
-        }
+        self.append_audit(&m.event(result, Some(detail))).await;
         let answer = outcome.map_err(|e| match e {
             chat::ChatError::Unreachable(_) | chat::ChatError::Key(_) => {
                 ServiceError::Unavailable(e.to_string())

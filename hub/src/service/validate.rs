@@ -206,45 +206,20 @@ fn quantity(field: &str, value: &str) -> Result<(), ServiceError> {
 
 /// A Kubernetes label key: `[prefix/]name`.
 fn label_key(field: &str, key: &str) -> Result<(), ServiceError> {
-    let (prefix, name) = match key.rsplit_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix {
-        let ok = !prefix.is_empty()
-            && prefix.len() <= 253
-            && prefix
-                .split('.')
-                .all(|part| naming::validate_dns1123_label(part).is_ok());
-        if !ok {
-            return Err(invalid(field, "label key prefix must be a DNS subdomain"));
-        }
+    match naming::label_key_error(key) {
+        Some(reason) => Err(invalid(field, reason)),
+        None => Ok(()),
     }
-    if name.is_empty() || name.len() > 63 || !label_chars(name) {
-        return Err(invalid(
-            field,
-            "label key name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric",
-        ));
-    }
-    Ok(())
 }
 
 fn label_value(field: &str, value: &str) -> Result<(), ServiceError> {
-    if value.len() > 63 || (!value.is_empty() && !label_chars(value)) {
+    if !(value.is_empty() || naming::is_label_name(value)) {
         return Err(invalid(
             field,
             "label value must be at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric",
         ));
     }
     Ok(())
-}
-
-fn label_chars(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.iter()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
 }
 
 #[cfg(test)]

@@ -68,14 +68,15 @@ pub fn rollout_work(
     max_attempts: i32,
 ) -> NewWork {
     NewWork {
-        kind: REVISION_ROLLOUT.into(),
-        namespace_id: Some(namespace_id.to_owned()),
-        target: revision_id.to_owned(),
-        payload: serde_json::json!({}),
-        requested_by,
-        max_attempts,
         run_at,
         coalesce: true,
+        ..namespace_work(
+            REVISION_ROLLOUT,
+            namespace_id,
+            revision_id,
+            requested_by,
+            max_attempts,
+        )
     }
 }
 
@@ -95,16 +96,7 @@ pub fn stop_work(
     requested_by: Option<String>,
     max_attempts: i32,
 ) -> NewWork {
-    NewWork {
-        kind: AGENT_STOP.into(),
-        namespace_id: Some(namespace_id.to_owned()),
-        target: agent.to_owned(),
-        payload: serde_json::json!({}),
-        requested_by,
-        max_attempts,
-        run_at: Utc::now(),
-        coalesce: false,
-    }
+    namespace_work(AGENT_STOP, namespace_id, agent, requested_by, max_attempts)
 }
 
 /// Cleaning up deleted Agent `agent` of `namespace_id`.
@@ -126,10 +118,28 @@ pub fn teardown_work(
     requested_by: Option<String>,
     max_attempts: i32,
 ) -> NewWork {
+    namespace_work(
+        NAMESPACE_TEARDOWN,
+        namespace_id,
+        namespace_id,
+        requested_by,
+        max_attempts,
+    )
+}
+
+/// Work of `kind` on `target` in `namespace_id` with no payload, due now
+/// and not coalesced: the shape every kind here starts from.
+fn namespace_work(
+    kind: &str,
+    namespace_id: &str,
+    target: &str,
+    requested_by: Option<String>,
+    max_attempts: i32,
+) -> NewWork {
     NewWork {
-        kind: NAMESPACE_TEARDOWN.into(),
+        kind: kind.into(),
         namespace_id: Some(namespace_id.to_owned()),
-        target: namespace_id.to_owned(),
+        target: target.to_owned(),
         payload: serde_json::json!({}),
         requested_by,
         max_attempts,

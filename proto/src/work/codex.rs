@@ -19,14 +19,10 @@ pub const TOKEN_PATH: &str = "/etc/codex/app-server-token";
 /// measured at about 120 MB RSS after a few turns (a native binary);
 /// the limit leaves room for the tools it runs.
 pub fn default_resources() -> super::Resources {
-    super::Resources {
-        requests: [("cpu", "100m"), ("memory", "256Mi")]
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .into(),
-        limits: [("memory", "1Gi")]
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .into(),
-    }
+    super::Resources::from_pairs(
+        &[("cpu", "100m"), ("memory", "256Mi")],
+        &[("memory", "1Gi")],
+    )
 }
 /// Health paths of the app-server (`GET`, no auth).
 pub const READY_PATH: &str = "/readyz";

@@ -22,6 +22,23 @@ pub struct Resources {
     pub limits: BTreeMap<String, String>,
 }
 
+impl Resources {
+    /// Requests and limits from `(resource, quantity)` pairs, as the
+    /// runtimes' built-in defaults spell them.
+    pub fn from_pairs(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Self {
+        let map = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        Self {
+            requests: map(requests),
+            limits: map(limits),
+        }
+    }
+}
+
 /// The workspace PVC (ReadWriteOnce).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -34,14 +34,10 @@ pub const ENV: [(&str, &str); 6] = [
 /// working set, so a node is not overcommitted by design; the limit
 /// leaves headroom, as OpenClaw's own manifest (2Gi) does.
 pub fn default_resources() -> super::Resources {
-    super::Resources {
-        requests: [("cpu", "250m"), ("memory", "1536Mi")]
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .into(),
-        limits: [("memory", "2Gi")]
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .into(),
-    }
+    super::Resources::from_pairs(
+        &[("cpu", "250m"), ("memory", "1536Mi")],
+        &[("memory", "2Gi")],
+    )
 }
 /// `NODE_OPTIONS` for a runtime whose memory limit is `limit_bytes`: V8's
 /// old space at three quarters of it, so the heap is collected before

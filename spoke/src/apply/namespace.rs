@@ -11,15 +11,13 @@
 
 use std::collections::BTreeMap;
 
-use clawfed_kube::quantity::quantities;
+use clawfed_kube::guardrails;
 use clawfed_proto::labels;
 use clawfed_proto::naming::{
     data_plane_namespace, is_legacy_data_plane_shape, validate_dns1123_label,
 };
 use clawfed_proto::work::NamespaceWork;
-use k8s_openapi::api::core::v1::{
-    LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, ResourceQuota, ResourceQuotaSpec,
-};
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota};
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
     NetworkPolicyPort, NetworkPolicySpec,
@@ -377,30 +375,15 @@ pub fn spoke_binding(namespace: &str, tenant: &str, config: &SpokeConfig) -> Rol
 
 /// The ResourceQuota.
 pub fn quota(work: &NamespaceWork, namespace: &str) -> ResourceQuota {
-    ResourceQuota {
-        metadata: meta(QUOTA, namespace, &work.tenant),
-        spec: Some(ResourceQuotaSpec {
-            hard: quantities(&work.quota),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    guardrails::resource_quota(meta(QUOTA, namespace, &work.tenant), &work.quota)
 }
 
 /// The LimitRange with container defaults.
 pub fn limit_range(work: &NamespaceWork, namespace: &str) -> LimitRange {
-    let d = &work.container_defaults;
-    LimitRange {
-        metadata: meta(LIMITS, namespace, &work.tenant),
-        spec: Some(LimitRangeSpec {
-            limits: vec![LimitRangeItem {
-                type_: "Container".into(),
-                default: quantities(&d.default_limit),
-                default_request: quantities(&d.default_request),
-                ..Default::default()
-            }],
-        }),
-    }
+    guardrails::container_limits(
+        meta(LIMITS, namespace, &work.tenant),
+        &work.container_defaults,
+    )
 }
 
 fn port(protocol: &str, p: i32) -> NetworkPolicyPort {

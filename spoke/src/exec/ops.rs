@@ -60,7 +60,6 @@ impl CleanupOps<RevisionStep> for RevisionOps<'_> {
     async fn run(&self, step: RevisionStep) -> Result<(), StepFailed> {
         let c = &self.exec.client;
         let ns = self.r.data_plane_namespace.as_str();
-        let bg = DeleteParams::background();
         let res: Result<(), Failure> = async {
             match step {
                 RevisionStep::DeleteDeployment => {
@@ -95,36 +94,16 @@ impl CleanupOps<RevisionStep> for RevisionOps<'_> {
                         .await?;
                 }
                 RevisionStep::DeleteService => {
-                    apply::delete_if_present(
-                        &Api::<Service>::namespaced(c.clone(), ns),
-                        &self.names.harness,
-                        &bg,
-                    )
-                    .await?;
+                    delete_in::<Service>(c, ns, &self.names.harness).await?;
                 }
                 RevisionStep::DeleteServiceAccount => {
-                    apply::delete_if_present(
-                        &Api::<ServiceAccount>::namespaced(c.clone(), ns),
-                        &self.names.harness,
-                        &bg,
-                    )
-                    .await?;
+                    delete_in::<ServiceAccount>(c, ns, &self.names.harness).await?;
                 }
                 RevisionStep::DeleteCredentialSecret => {
-                    apply::delete_if_present(
-                        &Api::<Secret>::namespaced(c.clone(), ns),
-                        &self.names.credentials,
-                        &bg,
-                    )
-                    .await?;
+                    delete_in::<Secret>(c, ns, &self.names.credentials).await?;
                 }
                 RevisionStep::DeleteWorkspace => {
-                    apply::delete_if_present(
-                        &Api::<PersistentVolumeClaim>::namespaced(c.clone(), ns),
-                        &self.names.workspace,
-                        &bg,
-                    )
-                    .await?;
+                    delete_in::<PersistentVolumeClaim>(c, ns, &self.names.workspace).await?;
                 }
             }
             Ok(())
@@ -262,4 +241,15 @@ impl CleanupOps<NamespaceStep> for NamespaceOps<'_> {
         tracing::info!(namespace = %self.ctx.namespace, ?step, ok = res.is_ok(), "spoke.namespace.teardown_step");
         res.map_err(|e| step_failed(step, e))
     }
+}
+
+/// Deletes `name` of kind `K` in `ns` with background propagation; absent
+/// is success (the revision cleanup steps that need no wait).
+async fn delete_in<K: apply::NamespacedObject>(
+    c: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> apply::Result<bool> {
+    let api = Api::<K>::namespaced(c.clone(), ns);
+    apply::delete_if_present(&api, name, &DeleteParams::background()).await
 }

@@ -348,16 +348,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = FileIdentityStore::new(dir.path());
         assert!(store.load().await.unwrap().is_none());
-        let (key_pem, _) = new_key_and_csr().unwrap();
-        let key = rcgen::KeyPair::from_pem(&key_pem).unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["x".to_string()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
-        let id = Identity::new("c1".into(), key_pem.clone(), cert.pem()).unwrap();
+        let id = self_signed("c1");
         store.save(&id).await.unwrap();
         let loaded = store.load().await.unwrap().unwrap();
-        assert_eq!(loaded.key_pem, key_pem);
+        assert_eq!(loaded.key_pem, id.key_pem);
         assert!(loaded.renew_at() > loaded.not_before && loaded.renew_at() < loaded.not_after);
         #[cfg(unix)]
         {

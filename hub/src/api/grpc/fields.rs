@@ -42,3 +42,32 @@ pub(super) fn non_empty(s: String) -> Option<String> {
 pub(super) fn limit(n: i64) -> Option<i64> {
     if n == 0 { None } else { Some(n) }
 }
+
+/// A namespace and the key of an object in it (`name`, or `agent` for an
+/// Agent's revisions and credentials): both required, checked in that order.
+pub(super) fn scoped<'a>(
+    namespace: &'a str,
+    field: &str,
+    value: &'a str,
+) -> Result<(&'a str, &'a str), Status> {
+    Ok((required("namespace", namespace)?, required(field, value)?))
+}
+
+/// A revision number: proto3 reads an absent one as 0, which names none.
+pub(super) fn positive(field: &str, n: i64) -> Result<i64, Status> {
+    if n <= 0 {
+        Err(invalid(field, "must be a positive integer"))
+    } else {
+        Ok(n)
+    }
+}
+
+/// An optional namespace filter: empty is absent; a present one must be
+/// free of NUL.
+pub(super) fn namespace_filter(namespace: String) -> Result<Option<String>, Status> {
+    let ns = non_empty(namespace);
+    if let Some(ns) = &ns {
+        no_nul("namespace", ns)?;
+    }
+    Ok(ns)
+}

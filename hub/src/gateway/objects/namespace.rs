@@ -4,10 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use clawfed_kube::quantity::quantities;
-use k8s_openapi::api::core::v1::{
-    LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, ResourceQuota, ResourceQuotaSpec,
-};
+use clawfed_kube::guardrails;
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota};
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -82,28 +80,16 @@ pub fn runtime_binding(namespace: &str, c: &GatewayConfig) -> RoleBinding {
 /// The tenant's ResourceQuota in its Gateway namespace (quotas apply to
 /// each physical namespace separately).
 pub fn namespace_quota(namespace: &str, c: &GatewayConfig) -> ResourceQuota {
-    ResourceQuota {
-        metadata: namespace_meta(NAMESPACE_QUOTA, namespace),
-        spec: Some(ResourceQuotaSpec {
-            hard: quantities(&c.namespace_quota),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    guardrails::resource_quota(
+        namespace_meta(NAMESPACE_QUOTA, namespace),
+        &c.namespace_quota,
+    )
 }
 
 /// The tenant's container defaults in its Gateway namespace.
 pub fn namespace_limits(namespace: &str, c: &GatewayConfig) -> LimitRange {
-    let d = &c.container_defaults;
-    LimitRange {
-        metadata: namespace_meta(NAMESPACE_LIMITS, namespace),
-        spec: Some(LimitRangeSpec {
-            limits: vec![LimitRangeItem {
-                type_: "Container".into(),
-                default: quantities(&d.default_limit),
-                default_request: quantities(&d.default_request),
-                ..Default::default()
-            }],
-        }),
-    }
+    guardrails::container_limits(
+        namespace_meta(NAMESPACE_LIMITS, namespace),
+        &c.container_defaults,
+    )
 }

@@ -150,15 +150,7 @@ fn validate_dns_subdomain(name: &str) -> std::result::Result<(), String> {
 }
 
 fn validate_cidr(cidr: &str) -> Result<()> {
-    let ok = cidr.split_once('/').is_some_and(|(ip, bits)| {
-        let max = match ip.parse::<std::net::IpAddr>() {
-            Ok(std::net::IpAddr::V4(_)) => 32,
-            Ok(std::net::IpAddr::V6(_)) => 128,
-            Err(_) => return false,
-        };
-        bits.parse::<u8>().is_ok_and(|b| b <= max)
-    });
-    if ok {
+    if clawfed_proto::naming::is_cidr(cidr) {
         Ok(())
     } else {
         Err(Error::Invalid {

@@ -63,11 +63,9 @@ fn the_agent_owned_claim_holds_the_runtime_data_dir_for_every_revision() {
     assert_eq!(labels.get(labels::AGENT).map(String::as_str), Some("a1"));
     assert!(!labels.contains_key(labels::REVISION));
     let pod = pod_spec(&h);
-    let mount = pod.containers[0]
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|m| m.mount_path == runtime::DATA_DIR)
+    let mounts = mounts_by_path(&pod.containers[0]);
+    let mount = mounts
+        .get(runtime::DATA_DIR)
         .expect("the data dir is mounted");
     let volume = pod
         .volumes
@@ -126,12 +124,7 @@ fn a_codex_app_server_gets_its_token_file_home_args_and_probes() {
         args.contains(&r#"openai_base_url="http://198.18.0.9:8000/v1""#.to_string()),
         "{args:?}"
     );
-    let env: BTreeMap<String, EnvVar> = c
-        .env
-        .iter()
-        .flatten()
-        .map(|e| (e.name.clone(), e.clone()))
-        .collect();
+    let env = env_by_name(c);
     assert_eq!(env["CODEX_HOME"].value.as_deref(), Some(codex::HOME_DIR));
     assert!(
         env.contains_key("MODEL_API_KEY"),
@@ -141,12 +134,8 @@ fn a_codex_app_server_gets_its_token_file_home_args_and_probes() {
         !env.contains_key(codex::TOKEN_FILE),
         "the token is a file, not env"
     );
-    let mount = c
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|m| m.mount_path == codex::TOKEN_DIR)
-        .expect("the token is mounted");
+    let mounts = mounts_by_path(c);
+    let mount = mounts.get(codex::TOKEN_DIR).expect("the token is mounted");
     assert_eq!(mount.read_only, Some(true));
     assert!(
         c.volume_mounts
@@ -184,12 +173,7 @@ fn an_openclaw_runtime_gets_its_config_file_state_dir_env_and_probes() {
     let pod = pod_spec(&h);
     let c = &pod.containers[0];
     assert!(c.env_from.is_none(), "the config key stays out of the env");
-    let env: BTreeMap<String, EnvVar> = c
-        .env
-        .iter()
-        .flatten()
-        .map(|e| (e.name.clone(), e.clone()))
-        .collect();
+    let env = env_by_name(c);
     assert_eq!(
         env["NODE_OPTIONS"].value.as_deref(),
         Some("--max-old-space-size=1536"),
@@ -212,12 +196,7 @@ fn an_openclaw_runtime_gets_its_config_file_state_dir_env_and_probes() {
         env["OPENCLAW_STATE_DIR"].value.as_deref(),
         Some(runtime::STATE_DIR)
     );
-    let mounts: BTreeMap<String, VolumeMount> = c
-        .volume_mounts
-        .iter()
-        .flatten()
-        .map(|m| (m.mount_path.clone(), m.clone()))
-        .collect();
+    let mounts = mounts_by_path(c);
     assert_eq!(mounts[runtime::CONFIG_DIR].read_only, Some(true));
     assert!(mounts.contains_key(runtime::DATA_DIR));
     let config_volume = pod
@@ -450,4 +429,23 @@ fn secret_holds_the_credential() {
             .as_deref(),
         Some("k")
     );
+}
+
+/// A container's list (env vars, mounts) as a map by `key`.
+fn by_key<T: Clone>(items: &Option<Vec<T>>, key: impl Fn(&T) -> &String) -> BTreeMap<String, T> {
+    items
+        .iter()
+        .flatten()
+        .map(|item| (key(item).clone(), item.clone()))
+        .collect()
+}
+
+/// A container's env vars by name.
+fn env_by_name(c: &Container) -> BTreeMap<String, EnvVar> {
+    by_key(&c.env, |e| &e.name)
+}
+
+/// A container's volume mounts by mount path.
+fn mounts_by_path(c: &Container) -> BTreeMap<String, VolumeMount> {
+    by_key(&c.volume_mounts, |m| &m.mount_path)
 }
