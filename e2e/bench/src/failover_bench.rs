@@ -46,7 +46,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use clap::Parser;
 use clawfed_spoke::link::LinkConfig;
 use clawfed_spoke::link::tls::HubAddress;
@@ -152,32 +151,13 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+    let Some(result) = clawfed_bench::cli::block_on_multi_thread(
+        "error: runtime",
+        clawfed_bench::cli::until_interrupted(run(args)),
+    ) else {
+        return std::process::ExitCode::FAILURE;
     };
-    let result = runtime.block_on(async move {
-        tokio::select! {
-            r = run(args) => r,
-            _ = tokio::signal::ctrl_c() => bail!("interrupted"),
-        }
-    });
-    // Spoke tasks may still be winding down; do not wait for them.
-    runtime.shutdown_timeout(Duration::from_secs(2));
-    match result {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::from(1),
-        Err(e) => {
-            eprintln!("failover-bench: error: {e:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    clawfed_bench::cli::verdict_exit("failover-bench", result, 2)
 }
 
 // ---------------------------------------------------------------------------
@@ -207,20 +187,7 @@ fn load_average() -> String {
 }
 
 fn hub_bin(a: &Args) -> anyhow::Result<PathBuf> {
-    let bin = match &a.hub_bin {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("exe dir")?
-            .join("clawfed-hub"),
-    };
-    if !bin.exists() {
-        bail!(
-            "{} not found: cargo build --release -p clawfed-hub",
-            bin.display()
-        );
-    }
-    Ok(bin)
+    clawfed_bench::hub_bin_built_by(a.hub_bin.clone(), "cargo build --release -p clawfed-hub")
 }
 
 /// The `database.maxConnections` of each replica: the server's

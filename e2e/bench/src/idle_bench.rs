@@ -52,14 +52,7 @@ struct Args {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
-    match run(Args::parse()).await {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::from(1),
-        Err(e) => {
-            eprintln!("idle-bench: error: {e:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    clawfed_bench::cli::verdict_exit("idle-bench", run(Args::parse()).await, 2)
 }
 
 fn config(dir: &Path, db_url: &str) -> anyhow::Result<PathBuf> {
@@ -93,22 +86,6 @@ log:
     Ok(path)
 }
 
-/// A fresh database on the PostgreSQL server: (hub URL, admin URL, name).
-async fn postgres_database() -> anyhow::Result<(String, String)> {
-    use sqlx::Connection;
-    let base = std::env::var("CLAWFED_TEST_DATABASE_URL").context(
-        "--postgres needs CLAWFED_TEST_DATABASE_URL (eval \"$(scripts/postgres.sh env)\")",
-    )?;
-    let name = format!("idle_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = sqlx::PgConnection::connect(&base).await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
-        .await?;
-    let mut url = url::Url::parse(&base)?;
-    url.set_path(&format!("/{name}"));
-    Ok((url.to_string(), name))
-}
-
 async fn xact_commits(name: &str) -> anyhow::Result<i64> {
     use sqlx::{Connection, Row};
     let base = std::env::var("CLAWFED_TEST_DATABASE_URL")?;
@@ -133,15 +110,7 @@ fn sqlite_bytes(dir: &Path) -> u64 {
 async fn run(a: Args) -> anyhow::Result<bool> {
     let hub_bin = clawfed_bench::hub_bin(a.hub_bin.clone())?;
     let dir = tempfile::tempdir()?;
-    let (db_url, pg_name) = if a.postgres {
-        let (url, name) = postgres_database().await?;
-        (url, Some(name))
-    } else {
-        (
-            format!("sqlite://{}", dir.path().join("hub.db").display()),
-            None,
-        )
-    };
+    let (db_url, pg_name) = clawfed_bench::pg::hub_database(a.postgres, dir.path(), "idle").await?;
     let config = config(dir.path(), &db_url)?;
     let mut child = Command::new(&hub_bin)
         .arg("--config")
@@ -197,7 +166,7 @@ async fn run(a: Args) -> anyhow::Result<bool> {
     let _ = child.start_kill();
     let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
     if let Some(name) = &pg_name {
-        drop_database(name).await;
+        clawfed_bench::pg::drop_database(name).await;
     }
 
     let percent = cpu / wall * 100.0;
@@ -246,18 +215,4 @@ async fn run(a: Args) -> anyhow::Result<bool> {
         }
     };
     Ok(percent <= a.goal_percent && transactions_met)
-}
-
-async fn drop_database(name: &str) {
-    use sqlx::Connection;
-    let Ok(base) = std::env::var("CLAWFED_TEST_DATABASE_URL") else {
-        return;
-    };
-    if let Ok(mut admin) = sqlx::PgConnection::connect(&base).await {
-        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-        )))
-        .execute(&mut admin)
-        .await;
-    }
 }

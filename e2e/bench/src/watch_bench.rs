@@ -58,7 +58,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use histogram::Histogram;
-use hub::{audit, drop_database, hub_config, postgres_database, spawn_hub};
+use hub::{audit, hub_config, spawn_hub};
 use load::{AckAll, generate};
 use measure::{measure, met, wait_for};
 use tally::Tally;
@@ -115,14 +115,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run(Args::parse()).await {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::from(1),
-        Err(e) => {
-            eprintln!("watch-bench: error: {e:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    clawfed_bench::cli::verdict_exit("watch-bench", run(Args::parse()).await, 2)
 }
 
 fn unix_micros() -> u64 {
@@ -136,32 +129,16 @@ async fn run(a: Args) -> anyhow::Result<bool> {
         bail!("--watchers, --targets, --spokes and --rate must be at least 1");
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let hub_bin = match a.hub_bin.clone() {
-        Some(b) => b,
-        None => std::env::current_exe()?
-            .parent()
-            .context("bench dir")?
-            .join("clawfed-hub"),
-    };
-    if !hub_bin.exists() {
-        bail!(
-            "{} not found: cargo build --release -p clawfed-hub --bin clawfed-hub",
-            hub_bin.display()
-        );
-    }
+    let hub_bin = clawfed_bench::hub_bin_built_by(
+        a.hub_bin.clone(),
+        "cargo build --release -p clawfed-hub --bin clawfed-hub",
+    )?;
     let dir = tempfile::tempdir()?;
-    let (db_url, pg_name) = if a.postgres {
-        let (url, name) = postgres_database().await?;
-        (url, Some(name))
-    } else {
-        (
-            format!("sqlite://{}", dir.path().join("hub.db").display()),
-            None,
-        )
-    };
+    let (db_url, pg_name) =
+        clawfed_bench::pg::hub_database(a.postgres, dir.path(), "watch").await?;
     let result = bench(&a, &hub_bin, dir.path(), &db_url).await;
     if let Some(name) = &pg_name {
-        drop_database(name).await;
+        clawfed_bench::pg::drop_database(name).await;
     }
     result
 }

@@ -75,24 +75,12 @@ pub(super) async fn run(a: RunArgs) -> anyhow::Result<bool> {
         )))
         .execute(&mut c)
         .await?;
-        let sep = if base.contains('?') { '&' } else { '?' };
-        format!("{base}{sep}options[search_path]={schema}")
+        clawfed_bench::pg::schema_url(&base, &schema)
     } else {
         format!("sqlite://{}", dir.join("hub.db").display())
     };
-    let hub_bin = match &a.hub_bin {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("exe dir")?
-            .join("clawfed-hub"),
-    };
-    if !hub_bin.exists() {
-        bail!(
-            "{} not found: cargo build --release -p clawfed-hub",
-            hub_bin.display()
-        );
-    }
+    let hub_bin =
+        clawfed_bench::hub_bin_built_by(a.hub_bin.clone(), "cargo build --release -p clawfed-hub")?;
     let log = dir.join("hub.log");
     let link_port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?

@@ -96,36 +96,6 @@ pub(super) async fn spawn_hub(bin: &Path, config: &Path, log: &Path) -> anyhow::
     })
 }
 
-/// A fresh database on the PostgreSQL server: (hub URL, database name).
-pub(super) async fn postgres_database() -> anyhow::Result<(String, String)> {
-    use sqlx::Connection;
-    let base = std::env::var("CLAWFED_TEST_DATABASE_URL").context(
-        "--postgres needs CLAWFED_TEST_DATABASE_URL (eval \"$(scripts/postgres.sh env)\")",
-    )?;
-    let name = format!("watch_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = sqlx::PgConnection::connect(&base).await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
-        .await?;
-    let mut url = url::Url::parse(&base)?;
-    url.set_path(&format!("/{name}"));
-    Ok((url.to_string(), name))
-}
-
-pub(super) async fn drop_database(name: &str) {
-    use sqlx::Connection;
-    let Ok(base) = std::env::var("CLAWFED_TEST_DATABASE_URL") else {
-        return;
-    };
-    if let Ok(mut admin) = sqlx::PgConnection::connect(&base).await {
-        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-        )))
-        .execute(&mut admin)
-        .await;
-    }
-}
-
 pub(super) fn audit(target: &str) -> Effects {
     Effects::audit(NewAudit {
         actor: "watch-bench".into(),
