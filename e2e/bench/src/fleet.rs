@@ -160,17 +160,11 @@ impl HubProc {
         let pid = child.id().context("hub pid")?;
         let stdin = child.stdin.take();
         let mut stdout = BufReader::new(child.stdout.take().context("hub stdout")?).lines();
-        let line = tokio::time::timeout(Duration::from_secs(60), async {
-            loop {
-                match stdout.next_line().await? {
-                    Some(l) if l.starts_with("clawfed-hub listening:") => return anyhow::Ok(l),
-                    Some(_) => continue,
-                    None => bail!("hub exited before listening (see its log)"),
-                }
-            }
-        })
-        .await
-        .context("hub did not start within 60 s")??;
+        let line = crate::hubconf::listening_line(
+            &mut stdout,
+            "hub exited before listening (see its log)",
+        )
+        .await?;
         let field = |key: &str| -> anyhow::Result<SocketAddr> {
             let v = line
                 .split_whitespace()

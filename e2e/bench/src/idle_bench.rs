@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Parser;
 use clawfed_bench::procfs::{cpu_secs, rss_kib};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -56,34 +56,16 @@ async fn main() -> std::process::ExitCode {
 }
 
 fn config(dir: &Path, db_url: &str) -> anyhow::Result<PathBuf> {
-    let path = dir.join("hub.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "version: 1
-database:
-  url: \"{db_url}\"
-api:
-  restAddr: 127.0.0.1:0
-  grpcAddr: 127.0.0.1:0
-  metricsAddr: 127.0.0.1:0
-link:
-  enabled: true
-  addr: 127.0.0.1:0
-  caDir: \"{ca}\"
-tunnel:
+    clawfed_bench::hubconf::HubYaml {
+        sections: "tunnel:
   enabled: true
   addr: 127.0.0.1:0
 pipeline:
   enabled: true
-log:
-  format: text
-  filter: warn
 ",
-            ca = dir.join("ca").display()
-        ),
-    )?;
-    Ok(path)
+        ..clawfed_bench::hubconf::HubYaml::new(db_url)
+    }
+    .write(dir)
 }
 
 async fn xact_commits(name: &str) -> anyhow::Result<i64> {
@@ -123,17 +105,7 @@ async fn run(a: Args) -> anyhow::Result<bool> {
         .context("spawn hub")?;
     let pid = child.id().context("hub pid")?;
     let mut stdout = BufReader::new(child.stdout.take().context("stdout")?).lines();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            match stdout.next_line().await? {
-                Some(l) if l.starts_with("clawfed-hub listening:") => return anyhow::Ok(()),
-                Some(_) => continue,
-                None => bail!("hub exited before listening"),
-            }
-        }
-    })
-    .await
-    .context("hub did not start within 60 s")??;
+    clawfed_bench::hubconf::listening_line(&mut stdout, "hub exited before listening").await?;
     // Keep draining its stdout so it never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
 

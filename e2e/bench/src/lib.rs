@@ -4,6 +4,7 @@ use std::path::Path;
 
 pub mod cli;
 pub mod fleet;
+pub mod hubconf;
 pub mod kubeapi;
 pub mod load;
 pub mod pg;
