@@ -84,13 +84,14 @@ pub fn labelled_metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Optio
         .and_then(|v| v.parse().ok())
 }
 
-/// p-quantile (seconds) of a Prometheus histogram, linear within a bucket.
-pub fn histogram_quantile(text: &str, name: &str, p: f64) -> Option<f64> {
-    let mut buckets: Vec<(f64, f64)> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix(&format!("{name}_bucket{{le=\"")))
+/// The (upper bound, cumulative count) of each bucket of the unlabelled
+/// Prometheus histogram `name` in `text`, in the order written.
+pub fn histogram_buckets(text: &str, name: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    text.lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
         .filter_map(|rest| {
-            let (le, count) = rest.split_once("\"} ")?;
+            let (le, count) = rest.split_once("\"}")?;
             let le = if le == "+Inf" {
                 f64::INFINITY
             } else {
@@ -98,7 +99,12 @@ pub fn histogram_quantile(text: &str, name: &str, p: f64) -> Option<f64> {
             };
             Some((le, count.trim().parse().ok()?))
         })
-        .collect();
+        .collect()
+}
+
+/// p-quantile (seconds) of a Prometheus histogram, linear within a bucket.
+pub fn histogram_quantile(text: &str, name: &str, p: f64) -> Option<f64> {
+    let mut buckets = histogram_buckets(text, name);
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
     let total = buckets.last()?.1;
     if total <= 0.0 {
@@ -539,6 +545,12 @@ impl Fleet {
             f.spokes.iter().all(|s| s.welcomed_after(since).is_some())
         })
         .await?;
+        Ok(self.welcomed_after_ms(since))
+    }
+
+    /// Each spoke's time from `since` to its Welcome (those welcomed since),
+    /// sorted, in ms.
+    pub fn welcomed_after_ms(&self, since: tokio::time::Instant) -> Vec<u64> {
         let mut times: Vec<u64> = self
             .spokes
             .iter()
@@ -546,7 +558,7 @@ impl Fleet {
             .map(|d| d.as_millis() as u64)
             .collect();
         times.sort_unstable();
-        Ok(times)
+        times
     }
 
     /// Stops every Link (bounded: 10 s).

@@ -127,14 +127,7 @@ async fn run(a: Args) -> anyhow::Result<bool> {
     };
     let bytes1 = sqlite_bytes(dir.path());
     let rss = rss_kib(pid)?;
-    let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .map(|v| v.trim().to_owned())
-        })
-        .unwrap_or_default();
+    let threads = clawfed_bench::procfs::threads(pid);
     let _ = child.start_kill();
     let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
     if let Some(name) = &pg_name {

@@ -73,6 +73,23 @@ pub fn hub_bin_built_by(
     Ok(bin)
 }
 
+/// The run's working directory: `keep` (created if missing), kept after the
+/// run, else a temp dir removed when the returned guard drops.
+pub fn kept_or_temp_dir(
+    keep: Option<&Path>,
+) -> anyhow::Result<(std::path::PathBuf, Option<tempfile::TempDir>)> {
+    match keep {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            Ok((d.to_owned(), None))
+        }
+        None => {
+            let tmp = tempfile::tempdir()?;
+            Ok((tmp.path().to_owned(), Some(tmp)))
+        }
+    }
+}
+
 /// The `p`th percentile (0-100) of `sorted` (nearest rank); NaN when empty.
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {

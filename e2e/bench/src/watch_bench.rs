@@ -321,14 +321,7 @@ async fn bench(a: &Args, hub_bin: &Path, dir: &Path, db_url: &str) -> anyhow::Re
     let with = measure(store.as_ref(), hub.pid, a.seconds).await?;
     tally.measuring.store(false, Ordering::Relaxed);
     let rss1 = rss_kib(hub.pid)?;
-    let threads = std::fs::read_to_string(format!("/proc/{}/status", hub.pid))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .map(|v| v.trim().to_owned())
-        })
-        .unwrap_or_default();
+    let threads = clawfed_bench::procfs::threads(hub.pid);
 
     // Stop: watchers flush their samples as they end.
     stop_watch.cancel();

@@ -264,13 +264,7 @@ pub(super) async fn failover(
         clients_all.unwrap_or_default(),
         store_all.unwrap_or_default(),
     );
-    let mut per_spoke: Vec<u64> = fleet
-        .spokes
-        .iter()
-        .filter_map(|s| s.welcomed_after(killed))
-        .map(|d| d.as_millis() as u64)
-        .collect();
-    per_spoke.sort_unstable();
+    let per_spoke = fleet.welcomed_after_ms(killed);
     let mut lost: Vec<u64> = lost
         .into_iter()
         .flatten()

@@ -42,17 +42,7 @@ pub(super) async fn run(a: RunArgs) -> anyhow::Result<bool> {
     } else {
         None
     };
-    let tmp;
-    let dir = match &a.state_dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)?;
-            d.clone()
-        }
-        None => {
-            tmp = tempfile::tempdir()?;
-            tmp.path().to_owned()
-        }
-    };
+    let (dir, _tmp) = clawfed_bench::kept_or_temp_dir(a.state_dir.as_deref())?;
     let db_url = if a.postgres {
         let base = std::env::var("CLAWFED_TEST_DATABASE_URL")
             .context("--postgres needs CLAWFED_TEST_DATABASE_URL")?;

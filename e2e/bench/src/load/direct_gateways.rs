@@ -5,7 +5,7 @@
 use anyhow::{Result, bail};
 use futures::{StreamExt, TryStreamExt};
 
-use super::{pod_ready, put};
+use super::{ReadyWatch, agent_of, put, watch_first_ready};
 
 /// Kubernetes alone for the control cluster's share of a run with
 /// Gateways on: each Agent's Gateway objects (ServiceAccount, transport
@@ -105,44 +105,15 @@ impl DirectGateways {
         }
         let agents: std::collections::HashSet<String> =
             specs.iter().map(|s| s.agent.clone()).collect();
-        let (ready_tx, ready_rx) = tokio::sync::mpsc::unbounded_channel();
         let pods: kube::Api<Pod> = kube::Api::namespaced(admin.clone(), &gateway_ns);
         let selector = format!("{}={GATEWAY_ROLE}", clawfed_proto::labels::WORKLOAD_ROLE);
-        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-        let watch = tokio::spawn(async move {
-            use kube::runtime::watcher;
-            let mut synced = Some(synced_tx);
-            let mut ready = std::collections::HashSet::new();
-            let mut stream =
-                std::pin::pin!(watcher(pods, watcher::Config::default().labels(&selector)));
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                        let agent = p
-                            .metadata
-                            .labels
-                            .as_ref()
-                            .and_then(|l| l.get(clawfed_proto::labels::AGENT))
-                            .cloned()
-                            .unwrap_or_default();
-                        if agents.contains(&agent) && pod_ready(&p) && ready.insert(agent) {
-                            let _ = ready_tx.send(std::time::Instant::now());
-                        }
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(tx) = synced.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-                }
-            }
-        });
-        tokio::time::timeout(std::time::Duration::from_secs(30), synced_rx)
-            .await
-            .map_err(|_| anyhow::anyhow!("direct: the Gateway Pod watch did not sync in 30 s"))?
-            .map_err(|_| anyhow::anyhow!("direct: the Gateway Pod watch ended"))?;
+        let ReadyWatch { ready_rx, watch } = watch_first_ready(
+            pods,
+            kube::runtime::watcher::Config::default().labels(&selector),
+            "Gateway Pod",
+            move |p| Some(agent_of(p)).filter(|a| agents.contains(a)),
+        )
+        .await?;
         Ok(Self {
             admin,
             config,
