@@ -219,5 +219,28 @@ async fn watch_first_ready(
     Ok(ReadyWatch { ready_rx, watch })
 }
 
+/// Waits (until `limit` after `start`) for `n` first-Ready times from
+/// `ready_rx`; each in ms since `start`, in arrival order. `late` is the
+/// error when the deadline comes with that many Ready.
+async fn ready_times(
+    ready_rx: &mut tokio::sync::mpsc::UnboundedReceiver<std::time::Instant>,
+    n: usize,
+    start: std::time::Instant,
+    limit: std::time::Duration,
+    what: &str,
+    late: impl FnOnce(usize) -> anyhow::Error,
+) -> Result<Vec<f64>> {
+    let mut ready_ms = Vec::with_capacity(n);
+    let deadline = tokio::time::Instant::from_std(start + limit);
+    while ready_ms.len() < n {
+        match tokio::time::timeout_at(deadline, ready_rx.recv()).await {
+            Ok(Some(at)) => ready_ms.push(at.saturating_duration_since(start).as_secs_f64() * 1e3),
+            Ok(None) => bail!("direct: the {what} watch ended"),
+            Err(_) => return Err(late(ready_ms.len())),
+        }
+    }
+    Ok(ready_ms)
+}
+
 /// Field manager of [`apply_direct`]'s writes.
 pub const DIRECT_MANAGER: &str = "bench-direct";

@@ -1,7 +1,6 @@
 //! Figure 4, deploy throughput: one replica vs two on one database.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,9 +12,7 @@ use clawfed_hub::store::{self, NewToken, Store};
 use sqlx::Row as _;
 use tokio_util::sync::CancellationToken;
 
-use super::pg::Pg;
-use super::replicas::{ReplicaSet, hub_config};
-use super::{Args, Figure, link_config, load_average};
+use super::{Args, Figure, Part, PartSet, link_config, load_average};
 
 /// Revisions by phase in the deploy database.
 async fn phases(pool: &sqlx::PgPool) -> anyhow::Result<BTreeMap<String, i64>> {
@@ -96,24 +93,13 @@ async fn deploy_batch(
     }
 }
 
-pub(super) async fn deploys(
-    a: &Args,
-    pg: &Pg,
-    dir: &Path,
-    hub_bin: &Path,
-    profile: &str,
-    cores: usize,
-) -> anyhow::Result<Figure> {
-    let (url, _) = pg.create("deploy").await?;
-    let d = dir.join("deploy");
-    let ca = clawfed_hub::link::ca::CertificateAuthority::load_or_create(&d.join("ca"))?;
-    let ca_pem = ca.ca_pem().to_owned();
-    drop(ca);
-    let set = ReplicaSet {
-        hub_bin: hub_bin.to_owned(),
-        config: hub_config(&d, &url, a, None)?,
-        log_dir: d.clone(),
-    };
+pub(super) async fn deploys(part: &Part<'_>) -> anyhow::Result<Figure> {
+    let Part {
+        a, profile, cores, ..
+    } = *part;
+    let PartSet {
+        set, url, ca_pem, ..
+    } = part.replica_set("deploy", "deploy", None).await?;
     let one = set.start("deploy-1").await?;
     let store = store::connect(&url).await?;
     let pool = sqlx::PgPool::connect(&url).await?;

@@ -2,10 +2,10 @@
 //! on: each Agent's Gateway objects applied directly by a plain client,
 //! timed until every Gateway Pod is Ready.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use futures::{StreamExt, TryStreamExt};
 
-use super::{ReadyWatch, agent_of, put, watch_first_ready};
+use super::{ReadyWatch, agent_of, put, ready_times, watch_first_ready};
 
 /// Kubernetes alone for the control cluster's share of a run with
 /// Gateways on: each Agent's Gateway objects (ServiceAccount, transport
@@ -150,20 +150,10 @@ impl DirectGateways {
         let mut apply_ms = apply_gateways(writer, &self.config, &self.specs, concurrency).await?;
         apply_ms.sort_by(|a, b| a.total_cmp(b));
         let applied_in = start.elapsed();
-        let mut ready_ms = Vec::with_capacity(n);
-        let deadline = tokio::time::Instant::from_std(start + limit);
-        while ready_ms.len() < n {
-            match tokio::time::timeout_at(deadline, self.ready_rx.recv()).await {
-                Ok(Some(at)) => {
-                    ready_ms.push(at.saturating_duration_since(start).as_secs_f64() * 1e3)
-                }
-                Ok(None) => bail!("direct: the Gateway Pod watch ended"),
-                Err(_) => bail!(
-                    "direct: {} of {n} Gateway Pods Ready after {limit:?}",
-                    ready_ms.len()
-                ),
-            }
-        }
+        let mut ready_ms = ready_times(&mut self.ready_rx, n, start, limit, "Gateway Pod", |k| {
+            anyhow::anyhow!("direct: {k} of {n} Gateway Pods Ready after {limit:?}")
+        })
+        .await?;
         let ready_in = start.elapsed();
         ready_ms.sort_by(|a, b| a.total_cmp(b));
         Ok(GatewayTimes {

@@ -9,7 +9,9 @@ use clawfed_proto::work::{HarnessWork, WorkSpec, target};
 use clawfed_spoke::exec::Executor;
 use futures::{StreamExt, TryStreamExt};
 
-use super::{ReadyWatch, apply, harness, namespace, put, tenant_of, watch_first_ready, work};
+use super::{
+    ReadyWatch, apply, harness, namespace, put, ready_times, tenant_of, watch_first_ready, work,
+};
 
 /// Kubernetes alone on one cluster, the reference clawfed is compared
 /// with: a tenant namespace set up like the spoke's (by an `Executor`
@@ -117,21 +119,11 @@ impl DirectRun {
         )
         .await?;
         let applied_in = start.elapsed();
-        let mut ready_ms = Vec::with_capacity(n);
-        let deadline = tokio::time::Instant::from_std(start + limit);
-        while ready_ms.len() < n {
-            match tokio::time::timeout_at(deadline, self.ready_rx.recv()).await {
-                Ok(Some(at)) => {
-                    ready_ms.push(at.saturating_duration_since(start).as_secs_f64() * 1e3)
-                }
-                Ok(None) => bail!("direct: the Pod watch ended"),
-                Err(_) => bail!(
-                    "direct: {} of {n} Pods Ready in {} after {limit:?}",
-                    ready_ms.len(),
-                    self.ns
-                ),
-            }
-        }
+        let ns = &self.ns;
+        let mut ready_ms = ready_times(&mut self.ready_rx, n, start, limit, "Pod", |k| {
+            anyhow::anyhow!("direct: {k} of {n} Pods Ready in {ns} after {limit:?}")
+        })
+        .await?;
         let ready_in = start.elapsed();
         apply_ms.sort_by(|a, b| a.total_cmp(b));
         ready_ms.sort_by(|a, b| a.total_cmp(b));
