@@ -581,9 +581,46 @@ pub fn spread_ms(sorted: &[u64]) -> String {
     )
 }
 
+/// A fresh installation-admin API token named `name`, straight into the
+/// store (as `clawfed-hub token create` writes it); its secret.
+pub async fn mint_admin_token(store: &dyn Store, name: &str) -> anyhow::Result<String> {
+    let minted = clawfed_hub::auth::mint_token();
+    store
+        .create_token(&clawfed_hub::store::NewToken {
+            name: name.into(),
+            namespace: None,
+            role: clawfed_hub::auth::Role::InstallationAdmin,
+            hash: minted.hash,
+            expires_at: None,
+        })
+        .await?;
+    Ok(minted.secret)
+}
+
 /// One single-use bootstrap token per name, straight into the store (the
 /// hub's own minting), as an admin would create them.
 pub async fn mint_tokens(store: &dyn Store, names: &[String]) -> anyhow::Result<Vec<String>> {
+    mint_tokens_as(store, names, "clawfed-bench", |name| {
+        Effects::audit(NewAudit {
+            actor: "clawfed-bench".into(),
+            action: "cluster.token.create".into(),
+            namespace: None,
+            target: name.into(),
+            result: "ok".into(),
+            detail: None,
+        })
+    })
+    .await
+}
+
+/// [`mint_tokens`] created by `created_by`, each token's write carrying
+/// `audit(name)`.
+pub async fn mint_tokens_as(
+    store: &dyn Store,
+    names: &[String],
+    created_by: &str,
+    audit: impl Fn(&str) -> Effects,
+) -> anyhow::Result<Vec<String>> {
     let expires_at = Utc::now() + chrono::Duration::hours(2);
     let mut tokens = Vec::with_capacity(names.len());
     for name in names {
@@ -595,17 +632,10 @@ pub async fn mint_tokens(store: &dyn Store, names: &[String]) -> anyhow::Result<
                     hash,
                     reenroll: false,
                     require_approval: false,
-                    created_by: "clawfed-bench".into(),
+                    created_by: created_by.into(),
                     expires_at,
                 },
-                &Effects::audit(NewAudit {
-                    actor: "clawfed-bench".into(),
-                    action: "cluster.token.create".into(),
-                    namespace: None,
-                    target: name.clone(),
-                    result: "ok".into(),
-                    detail: None,
-                }),
+                &audit(name),
             )
             .await?;
         tokens.push(secret);

@@ -47,10 +47,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use chrono::Utc;
 use clap::Parser;
 use clawfed_bench::procfs::rss_kib;
-use clawfed_hub::store::{self, NewBootstrapToken, NewToken, Store};
+use clawfed_hub::store::{self, Store};
 use clawfed_spoke::link::identity::MemoryIdentityStore;
 use clawfed_spoke::link::tls::HubAddress;
 use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
@@ -148,39 +147,13 @@ async fn bench(a: &Args, hub_bin: &Path, dir: &Path, db_url: &str) -> anyhow::Re
     // `clawfed-hub cluster token create` do: an admin token, one bootstrap
     // token per spoke, the CA.
     let store: Arc<dyn Store> = Arc::new(store::connect(db_url).await?);
-    let minted = clawfed_hub::auth::mint_token();
-    store
-        .create_token(&NewToken {
-            name: "watch-bench".into(),
-            namespace: None,
-            role: clawfed_hub::auth::Role::InstallationAdmin,
-            hash: minted.hash,
-            expires_at: None,
-        })
-        .await?;
-    let token = minted.secret;
+    let token = clawfed_bench::fleet::mint_admin_token(store.as_ref(), "watch-bench").await?;
     let ca = clawfed_hub::link::ca::CertificateAuthority::load_or_create(&dir.join("ca"))?;
     let ca_pem = ca.ca_pem().to_owned();
     drop(ca);
     let names: Vec<String> = (0..a.spokes).map(|i| format!("watch-{i:02}")).collect();
-    let mut bootstrap = Vec::new();
-    for name in &names {
-        let (secret, hash) = clawfed_hub::link::enroll::mint_bootstrap_token();
-        store
-            .create_bootstrap_token(
-                &NewBootstrapToken {
-                    cluster_name: name.clone(),
-                    hash,
-                    reenroll: false,
-                    require_approval: false,
-                    created_by: "watch-bench".into(),
-                    expires_at: Utc::now() + chrono::Duration::hours(2),
-                },
-                &audit(name),
-            )
-            .await?;
-        bootstrap.push(secret);
-    }
+    let bootstrap =
+        clawfed_bench::fleet::mint_tokens_as(store.as_ref(), &names, "watch-bench", audit).await?;
 
     let config = hub_config(dir, db_url, a.batch_ms)?;
     let log = dir.join("hub.log");

@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use clawfed_bench::fleet::{Fleet, Receipts, mint_tokens};
-use clawfed_hub::auth::{self, Role};
+use clawfed_bench::fleet::{Fleet, Receipts, mint_admin_token, mint_tokens};
 use clawfed_hub::client::{ClientResult, HubClient};
-use clawfed_hub::store::{self, NewToken, Store};
+use clawfed_hub::store;
 use sqlx::Row as _;
 use tokio_util::sync::CancellationToken;
 
@@ -103,16 +102,7 @@ pub(super) async fn deploys(part: &Part<'_>) -> anyhow::Result<Figure> {
     let one = set.start("deploy-1").await?;
     let store = store::connect(&url).await?;
     let pool = sqlx::PgPool::connect(&url).await?;
-    let minted = auth::mint_token();
-    store
-        .create_token(&NewToken {
-            name: "failover-bench".into(),
-            namespace: None,
-            role: Role::InstallationAdmin,
-            hash: minted.hash,
-            expires_at: None,
-        })
-        .await?;
+    let admin_secret = mint_admin_token(&store, "failover-bench").await?;
     let names: Vec<String> = (0..a.deploy_spokes.max(1))
         .map(|i| format!("deploy-{i}"))
         .collect();
@@ -135,7 +125,7 @@ pub(super) async fn deploys(part: &Part<'_>) -> anyhow::Result<Figure> {
             |f| f.connected() == f.len(),
         )
         .await?;
-    let rest = HubClient::new(&one.rest_url(), Some(minted.secret))?;
+    let rest = HubClient::new(&one.rest_url(), Some(admin_secret))?;
     let _: serde_json::Value = rest
         .post("/namespaces", &serde_json::json!({ "name": "bench" }))
         .await?;
