@@ -581,6 +581,25 @@ pub fn spread_ms(sorted: &[u64]) -> String {
     )
 }
 
+/// The hub in this process on `store`, with the built-in handlers, and its
+/// link (an error when the configuration disables it).
+pub async fn start_hub_in_process(
+    config: &clawfed_hub::config::Config,
+    store: Arc<dyn Store>,
+) -> anyhow::Result<(
+    clawfed_hub::server::Hub,
+    clawfed_hub::link::server::LinkHandle,
+)> {
+    let hub = clawfed_hub::server::start_with_store(
+        config,
+        store,
+        clawfed_hub::worker::Handlers::builtin(),
+    )
+    .await?;
+    let link = hub.link.clone().context("link disabled")?;
+    Ok((hub, link))
+}
+
 /// A fresh installation-admin API token named `name`, straight into the
 /// store (as `clawfed-hub token create` writes it); its secret.
 pub async fn mint_admin_token(store: &dyn Store, name: &str) -> anyhow::Result<String> {

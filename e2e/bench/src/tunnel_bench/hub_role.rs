@@ -32,13 +32,7 @@ pub(super) async fn hub_role(args: &Args) -> anyhow::Result<()> {
     config.pipeline.enabled = false;
     config.pipeline.path_probe = false;
     let store: Arc<dyn Store> = Arc::new(store::connect(&config.database.url).await?);
-    let hub = clawfed_hub::server::start_with_store(
-        &config,
-        store.clone(),
-        clawfed_hub::worker::Handlers::builtin(),
-    )
-    .await?;
-    let link = hub.link.clone().context("link disabled")?;
+    let (hub, link) = clawfed_bench::fleet::start_hub_in_process(&config, store.clone()).await?;
     let ingress = hub.tunnel.clone().context("tunnel ingress disabled")?;
 
     let admin_secret =
