@@ -1,6 +1,6 @@
 //! The hub process: its configuration, the release `clawfed-hub serve`
-//! started as a child, a fresh PostgreSQL database for it, and the audit
-//! record of the setup written straight in the store.
+//! started as a child, and the audit record of the setup written straight
+//! in the store (its PostgreSQL database comes from `clawfed_bench::pg`).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
