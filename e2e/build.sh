@@ -27,21 +27,13 @@ RECIPE=1
 KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_gwapi-${GATEWAY_API_VERSION}_r${RECIPE}"
 BIN="$CACHE/k8s-bin/$KEY"
 
-if [[ "${1:-}" == "--print" ]]; then echo "$BIN"; exit 0; fi
-if [[ -f "$BIN/.complete" ]]; then
-  echo "$BIN"
-  exit 0
-fi
+# shellcheck source=e2e/gocache.sh
+source "$E2E/gocache.sh"
+gocache_reuse "${1:-}" "$BIN"
 
-export CGO_ENABLED=0
-export GOFLAGS="-mod=readonly -buildvcs=false"
-export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
-TMP="$BIN.tmp.$$"
-rm -rf "$TMP"
+gocache_start
 mkdir -p "$TMP/crds"
-trap 'rm -rf "$TMP"' EXIT
 log() { echo "build.sh: $*" >&2; }
-start=$(date +%s)
 
 # Kubernetes: set the same version variables hack/lib/version.sh sets, so
 # `--version` and /version report the real release.
@@ -93,13 +85,7 @@ done
   echo "etcd=$ETCD_VERSION"
   echo "kwok=$KWOK_VERSION"
   echo "gateway-api=$GATEWAY_API_VERSION"
-  echo "go=$(go env GOVERSION)"
-  echo "build_seconds=$(( $(date +%s) - start ))"
 } > "$TMP/VERSIONS"
-touch "$TMP/.complete"
-mkdir -p "$(dirname "$BIN")"
-rm -rf "$BIN"
-mv "$TMP" "$BIN"
-trap - EXIT
+gocache_finish
 log "done in $(( $(date +%s) - start ))s"
 echo "$BIN"

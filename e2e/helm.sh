@@ -18,21 +18,12 @@ HELM_VERSION="$(modver helm.sh/helm/v3)"
 RECIPE=1
 BIN="$CACHE/helm/helm-${HELM_VERSION}_r${RECIPE}"
 
-if [[ "${1:-}" == "--print" ]]; then echo "$BIN/helm"; exit 0; fi
-if [[ -x "$BIN/helm" && -f "$BIN/.complete" ]]; then
-  echo "$BIN/helm"
-  exit 0
-fi
+# shellcheck source=e2e/gocache.sh
+source "$E2E/gocache.sh"
+gocache_reuse "${1:-}" "$BIN/helm"
 
 export PATH="$PATH:/usr/local/go/bin"
-export CGO_ENABLED=0
-export GOFLAGS="-mod=readonly -buildvcs=false"
-export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
-TMP="$BIN.tmp.$$"
-rm -rf "$TMP"
-mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-start=$(date +%s)
+gocache_start
 
 echo "helm.sh: building helm from helm.sh/helm/v3 $HELM_VERSION" >&2
 # The same variables helm's Makefile sets: `helm version` reports the release,
@@ -50,13 +41,7 @@ done
 {
   echo "helm=$HELM_VERSION"
   echo "client-go=$client_go"
-  echo "go=$(go env GOVERSION)"
-  echo "build_seconds=$(( $(date +%s) - start ))"
 } > "$TMP/VERSIONS"
-touch "$TMP/.complete"
-mkdir -p "$(dirname "$BIN")"
-rm -rf "$BIN"
-mv "$TMP" "$BIN"
-trap - EXIT
+gocache_finish
 echo "helm.sh: done in $(( $(date +%s) - start ))s" >&2
 echo "$BIN/helm"

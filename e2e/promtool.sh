@@ -16,21 +16,12 @@ PROM_VERSION="$(awk '$1 == "github.com/prometheus/prometheus" { print $2 }' "$E2
 RECIPE=1
 BIN="$CACHE/promtool/prometheus-${PROM_VERSION}_r${RECIPE}"
 
-if [[ "${1:-}" == "--print" ]]; then echo "$BIN/promtool"; exit 0; fi
-if [[ -x "$BIN/promtool" && -f "$BIN/.complete" ]]; then
-  echo "$BIN/promtool"
-  exit 0
-fi
+# shellcheck source=e2e/gocache.sh
+source "$E2E/gocache.sh"
+gocache_reuse "${1:-}" "$BIN/promtool"
 
 export PATH="$PATH:/usr/local/go/bin"
-export CGO_ENABLED=0
-export GOFLAGS="-mod=readonly -buildvcs=false"
-export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
-TMP="$BIN.tmp.$$"
-rm -rf "$TMP"
-mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-start=$(date +%s)
+gocache_start
 
 echo "promtool.sh: building promtool from github.com/prometheus/prometheus $PROM_VERSION" >&2
 # prometheus/common/version is what `promtool --version` prints.
@@ -41,13 +32,7 @@ ld+=" -X github.com/prometheus/common/version.Branch=module"
 
 {
   echo "prometheus=$PROM_VERSION"
-  echo "go=$(go env GOVERSION)"
-  echo "build_seconds=$(( $(date +%s) - start ))"
 } > "$TMP/VERSIONS"
-touch "$TMP/.complete"
-mkdir -p "$(dirname "$BIN")"
-rm -rf "$BIN"
-mv "$TMP" "$BIN"
-trap - EXIT
+gocache_finish
 echo "promtool.sh: done in $(( $(date +%s) - start ))s" >&2
 echo "$BIN/promtool"

@@ -138,6 +138,17 @@ struct Pending {
 
 type Key = (&'static str, String);
 
+/// The times (ms) of `kind` among `times`, sorted for percentiles.
+fn sorted_of_kind(times: &[(DriftKind, f64)], kind: DriftKind) -> Vec<f64> {
+    let mut of_kind: Vec<f64> = times
+        .iter()
+        .filter(|(k, _)| *k == kind)
+        .map(|(_, ms)| *ms)
+        .collect();
+    of_kind.sort_by(f64::total_cmp);
+    of_kind
+}
+
 #[derive(Default)]
 struct Tracker {
     pending: HashMap<Key, Pending>,
@@ -256,20 +267,7 @@ async fn child(args: &Args, id: &str) -> Result<()> {
 /// The upper bound of the histogram bucket holding quantile `q` of
 /// `name` in Prometheus text `text` (the bucket's resolution, not exact).
 fn quantile_bound(text: &str, name: &str, q: f64) -> Option<f64> {
-    let prefix = format!("{name}_bucket{{le=\"");
-    let buckets: Vec<(f64, f64)> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix(&prefix))
-        .filter_map(|l| {
-            let (le, rest) = l.split_once("\"}")?;
-            let le = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().ok()?
-            };
-            Some((le, rest.trim().parse().ok()?))
-        })
-        .collect();
+    let buckets = clawfed_bench::fleet::histogram_buckets(text, name);
     let total = buckets.last()?.1;
     if total == 0.0 {
         return None;
@@ -615,20 +613,8 @@ async fn parent(args: &Args) -> Result<()> {
         args.rate
     );
     for (kind, n) in &injected {
-        let mut lat: Vec<f64> = t
-            .repaired
-            .iter()
-            .filter(|(k, _)| k == kind)
-            .map(|(_, ms)| *ms)
-            .collect();
-        lat.sort_by(f64::total_cmp);
-        let mut seen: Vec<f64> = t
-            .seen
-            .iter()
-            .filter(|(k, _)| k == kind)
-            .map(|(_, ms)| *ms)
-            .collect();
-        seen.sort_by(f64::total_cmp);
+        let lat = sorted_of_kind(&t.repaired, *kind);
+        let seen = sorted_of_kind(&t.seen, *kind);
         println!(
             "    {:<24} {n:>5}  repair p50 {:>7.1} ms  p99 {:>7.1} ms   (the drift itself seen by the parent's watch: p50 {:>7.1} ms  p99 {:>7.1} ms)",
             kind.label(),

@@ -46,7 +46,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use clap::Parser;
 use clawfed_spoke::link::LinkConfig;
 use clawfed_spoke::link::tls::HubAddress;
@@ -152,32 +151,13 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+    let Some(result) = clawfed_bench::cli::block_on_multi_thread(
+        "error: runtime",
+        clawfed_bench::cli::until_interrupted(run(args)),
+    ) else {
+        return std::process::ExitCode::FAILURE;
     };
-    let result = runtime.block_on(async move {
-        tokio::select! {
-            r = run(args) => r,
-            _ = tokio::signal::ctrl_c() => bail!("interrupted"),
-        }
-    });
-    // Spoke tasks may still be winding down; do not wait for them.
-    runtime.shutdown_timeout(Duration::from_secs(2));
-    match result {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::from(1),
-        Err(e) => {
-            eprintln!("failover-bench: error: {e:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    clawfed_bench::cli::verdict_exit("failover-bench", result, 2)
 }
 
 // ---------------------------------------------------------------------------
@@ -207,20 +187,7 @@ fn load_average() -> String {
 }
 
 fn hub_bin(a: &Args) -> anyhow::Result<PathBuf> {
-    let bin = match &a.hub_bin {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("exe dir")?
-            .join("clawfed-hub"),
-    };
-    if !bin.exists() {
-        bail!(
-            "{} not found: cargo build --release -p clawfed-hub",
-            bin.display()
-        );
-    }
-    Ok(bin)
+    clawfed_bench::hub_bin_built_by(a.hub_bin.clone(), "cargo build --release -p clawfed-hub")
 }
 
 /// The `database.maxConnections` of each replica: the server's
@@ -289,15 +256,73 @@ async fn run_parts(a: &Args, pg: &Pg, dir: &Path) -> anyhow::Result<Vec<Figure>>
     let hub_bin = hub_bin(a)?;
     let profile = clawfed_bench::profile_of(&hub_bin);
     let cores = std::thread::available_parallelism().map_or(0, |p| p.get());
+    let part = Part {
+        a,
+        pg,
+        dir,
+        hub_bin: &hub_bin,
+        profile,
+        cores,
+    };
     let mut figures = Vec::new();
     if !a.no_idle {
-        figures.extend(idle(a, pg, dir, &hub_bin, profile, cores).await?);
+        figures.extend(idle(&part).await?);
     }
     if !a.no_deploy {
-        figures.push(deploys(a, pg, dir, &hub_bin, profile, cores).await?);
+        figures.push(deploys(&part).await?);
     }
-    figures.extend(failover(a, pg, dir, &hub_bin, profile, cores).await?);
+    figures.extend(failover(&part).await?);
     Ok(figures)
+}
+
+/// What every part of the run (idle, deploys, failover) works with.
+#[derive(Clone, Copy)]
+struct Part<'a> {
+    a: &'a Args,
+    pg: &'a Pg,
+    dir: &'a Path,
+    hub_bin: &'a Path,
+    profile: &'a str,
+    cores: usize,
+}
+
+/// One part's replicas, not started yet, and what they share.
+struct PartSet {
+    set: replicas::ReplicaSet,
+    /// Their fresh database's URL and name.
+    url: String,
+    name: String,
+    /// Their link CA (in `<dir>/<part dir>/ca`).
+    ca_pem: String,
+}
+
+impl Part<'_> {
+    /// A fresh database `fbench_<db>_...`, the link CA in `<dir>/<sub>/ca`,
+    /// and the replicas' configuration there (`safety_poll_ms`: see
+    /// [`replicas::hub_config`]).
+    async fn replica_set(
+        &self,
+        db: &str,
+        sub: &str,
+        safety_poll_ms: Option<u64>,
+    ) -> anyhow::Result<PartSet> {
+        let (url, name) = self.pg.create(db).await?;
+        let d = self.dir.join(sub);
+        let ca = clawfed_hub::link::ca::CertificateAuthority::load_or_create(&d.join("ca"))?;
+        let ca_pem = ca.ca_pem().to_owned();
+        drop(ca);
+        let set = replicas::ReplicaSet {
+            hub_bin: self.hub_bin.to_owned(),
+            config: replicas::hub_config(&d, &url, self.a, safety_poll_ms)?,
+            log_dir: d,
+        };
+        Ok(PartSet {
+            set,
+            url,
+            name,
+            ca_pem,
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -84,13 +84,14 @@ pub fn labelled_metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Optio
         .and_then(|v| v.parse().ok())
 }
 
-/// p-quantile (seconds) of a Prometheus histogram, linear within a bucket.
-pub fn histogram_quantile(text: &str, name: &str, p: f64) -> Option<f64> {
-    let mut buckets: Vec<(f64, f64)> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix(&format!("{name}_bucket{{le=\"")))
+/// The (upper bound, cumulative count) of each bucket of the unlabelled
+/// Prometheus histogram `name` in `text`, in the order written.
+pub fn histogram_buckets(text: &str, name: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    text.lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
         .filter_map(|rest| {
-            let (le, count) = rest.split_once("\"} ")?;
+            let (le, count) = rest.split_once("\"}")?;
             let le = if le == "+Inf" {
                 f64::INFINITY
             } else {
@@ -98,7 +99,12 @@ pub fn histogram_quantile(text: &str, name: &str, p: f64) -> Option<f64> {
             };
             Some((le, count.trim().parse().ok()?))
         })
-        .collect();
+        .collect()
+}
+
+/// p-quantile (seconds) of a Prometheus histogram, linear within a bucket.
+pub fn histogram_quantile(text: &str, name: &str, p: f64) -> Option<f64> {
+    let mut buckets = histogram_buckets(text, name);
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
     let total = buckets.last()?.1;
     if total <= 0.0 {
@@ -160,17 +166,11 @@ impl HubProc {
         let pid = child.id().context("hub pid")?;
         let stdin = child.stdin.take();
         let mut stdout = BufReader::new(child.stdout.take().context("hub stdout")?).lines();
-        let line = tokio::time::timeout(Duration::from_secs(60), async {
-            loop {
-                match stdout.next_line().await? {
-                    Some(l) if l.starts_with("clawfed-hub listening:") => return anyhow::Ok(l),
-                    Some(_) => continue,
-                    None => bail!("hub exited before listening (see its log)"),
-                }
-            }
-        })
-        .await
-        .context("hub did not start within 60 s")??;
+        let line = crate::hubconf::listening_line(
+            &mut stdout,
+            "hub exited before listening (see its log)",
+        )
+        .await?;
         let field = |key: &str| -> anyhow::Result<SocketAddr> {
             let v = line
                 .split_whitespace()
@@ -545,6 +545,12 @@ impl Fleet {
             f.spokes.iter().all(|s| s.welcomed_after(since).is_some())
         })
         .await?;
+        Ok(self.welcomed_after_ms(since))
+    }
+
+    /// Each spoke's time from `since` to its Welcome (those welcomed since),
+    /// sorted, in ms.
+    pub fn welcomed_after_ms(&self, since: tokio::time::Instant) -> Vec<u64> {
         let mut times: Vec<u64> = self
             .spokes
             .iter()
@@ -552,7 +558,7 @@ impl Fleet {
             .map(|d| d.as_millis() as u64)
             .collect();
         times.sort_unstable();
-        Ok(times)
+        times
     }
 
     /// Stops every Link (bounded: 10 s).
@@ -575,9 +581,65 @@ pub fn spread_ms(sorted: &[u64]) -> String {
     )
 }
 
+/// The hub in this process on `store`, with the built-in handlers, and its
+/// link (an error when the configuration disables it).
+pub async fn start_hub_in_process(
+    config: &clawfed_hub::config::Config,
+    store: Arc<dyn Store>,
+) -> anyhow::Result<(
+    clawfed_hub::server::Hub,
+    clawfed_hub::link::server::LinkHandle,
+)> {
+    let hub = clawfed_hub::server::start_with_store(
+        config,
+        store,
+        clawfed_hub::worker::Handlers::builtin(),
+    )
+    .await?;
+    let link = hub.link.clone().context("link disabled")?;
+    Ok((hub, link))
+}
+
+/// A fresh installation-admin API token named `name`, straight into the
+/// store (as `clawfed-hub token create` writes it); its secret.
+pub async fn mint_admin_token(store: &dyn Store, name: &str) -> anyhow::Result<String> {
+    let minted = clawfed_hub::auth::mint_token();
+    store
+        .create_token(&clawfed_hub::store::NewToken {
+            name: name.into(),
+            namespace: None,
+            role: clawfed_hub::auth::Role::InstallationAdmin,
+            hash: minted.hash,
+            expires_at: None,
+        })
+        .await?;
+    Ok(minted.secret)
+}
+
 /// One single-use bootstrap token per name, straight into the store (the
 /// hub's own minting), as an admin would create them.
 pub async fn mint_tokens(store: &dyn Store, names: &[String]) -> anyhow::Result<Vec<String>> {
+    mint_tokens_as(store, names, "clawfed-bench", |name| {
+        Effects::audit(NewAudit {
+            actor: "clawfed-bench".into(),
+            action: "cluster.token.create".into(),
+            namespace: None,
+            target: name.into(),
+            result: "ok".into(),
+            detail: None,
+        })
+    })
+    .await
+}
+
+/// [`mint_tokens`] created by `created_by`, each token's write carrying
+/// `audit(name)`.
+pub async fn mint_tokens_as(
+    store: &dyn Store,
+    names: &[String],
+    created_by: &str,
+    audit: impl Fn(&str) -> Effects,
+) -> anyhow::Result<Vec<String>> {
     let expires_at = Utc::now() + chrono::Duration::hours(2);
     let mut tokens = Vec::with_capacity(names.len());
     for name in names {
@@ -589,17 +651,10 @@ pub async fn mint_tokens(store: &dyn Store, names: &[String]) -> anyhow::Result<
                     hash,
                     reenroll: false,
                     require_approval: false,
-                    created_by: "clawfed-bench".into(),
+                    created_by: created_by.into(),
                     expires_at,
                 },
-                &Effects::audit(NewAudit {
-                    actor: "clawfed-bench".into(),
-                    action: "cluster.token.create".into(),
-                    namespace: None,
-                    target: name.clone(),
-                    result: "ok".into(),
-                    detail: None,
-                }),
+                &audit(name),
             )
             .await?;
         tokens.push(secret);

@@ -67,14 +67,7 @@ enum Kind {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> std::process::ExitCode {
-    match run(Args::parse()).await {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::from(1),
-        Err(e) => {
-            eprintln!("handshake-flood-bench: error: {e:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    clawfed_bench::cli::verdict_exit("handshake-flood-bench", run(Args::parse()).await, 2)
 }
 
 /// A ClientHello as a spoke sends it (rustls, TLS 1.3), record and all.

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Parser;
 use clawfed_bench::procfs::{cpu_secs, rss_kib};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -52,61 +52,20 @@ struct Args {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
-    match run(Args::parse()).await {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::from(1),
-        Err(e) => {
-            eprintln!("idle-bench: error: {e:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    clawfed_bench::cli::verdict_exit("idle-bench", run(Args::parse()).await, 2)
 }
 
 fn config(dir: &Path, db_url: &str) -> anyhow::Result<PathBuf> {
-    let path = dir.join("hub.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "version: 1
-database:
-  url: \"{db_url}\"
-api:
-  restAddr: 127.0.0.1:0
-  grpcAddr: 127.0.0.1:0
-  metricsAddr: 127.0.0.1:0
-link:
-  enabled: true
-  addr: 127.0.0.1:0
-  caDir: \"{ca}\"
-tunnel:
+    clawfed_bench::hubconf::HubYaml {
+        sections: "tunnel:
   enabled: true
   addr: 127.0.0.1:0
 pipeline:
   enabled: true
-log:
-  format: text
-  filter: warn
 ",
-            ca = dir.join("ca").display()
-        ),
-    )?;
-    Ok(path)
-}
-
-/// A fresh database on the PostgreSQL server: (hub URL, admin URL, name).
-async fn postgres_database() -> anyhow::Result<(String, String)> {
-    use sqlx::Connection;
-    let base = std::env::var("CLAWFED_TEST_DATABASE_URL").context(
-        "--postgres needs CLAWFED_TEST_DATABASE_URL (eval \"$(scripts/postgres.sh env)\")",
-    )?;
-    let name = format!("idle_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = sqlx::PgConnection::connect(&base).await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
-        .await?;
-    let mut url = url::Url::parse(&base)?;
-    url.set_path(&format!("/{name}"));
-    Ok((url.to_string(), name))
+        ..clawfed_bench::hubconf::HubYaml::new(db_url)
+    }
+    .write(dir)
 }
 
 async fn xact_commits(name: &str) -> anyhow::Result<i64> {
@@ -133,15 +92,7 @@ fn sqlite_bytes(dir: &Path) -> u64 {
 async fn run(a: Args) -> anyhow::Result<bool> {
     let hub_bin = clawfed_bench::hub_bin(a.hub_bin.clone())?;
     let dir = tempfile::tempdir()?;
-    let (db_url, pg_name) = if a.postgres {
-        let (url, name) = postgres_database().await?;
-        (url, Some(name))
-    } else {
-        (
-            format!("sqlite://{}", dir.path().join("hub.db").display()),
-            None,
-        )
-    };
+    let (db_url, pg_name) = clawfed_bench::pg::hub_database(a.postgres, dir.path(), "idle").await?;
     let config = config(dir.path(), &db_url)?;
     let mut child = Command::new(&hub_bin)
         .arg("--config")
@@ -154,17 +105,7 @@ async fn run(a: Args) -> anyhow::Result<bool> {
         .context("spawn hub")?;
     let pid = child.id().context("hub pid")?;
     let mut stdout = BufReader::new(child.stdout.take().context("stdout")?).lines();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            match stdout.next_line().await? {
-                Some(l) if l.starts_with("clawfed-hub listening:") => return anyhow::Ok(()),
-                Some(_) => continue,
-                None => bail!("hub exited before listening"),
-            }
-        }
-    })
-    .await
-    .context("hub did not start within 60 s")??;
+    clawfed_bench::hubconf::listening_line(&mut stdout, "hub exited before listening").await?;
     // Keep draining its stdout so it never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
 
@@ -186,18 +127,11 @@ async fn run(a: Args) -> anyhow::Result<bool> {
     };
     let bytes1 = sqlite_bytes(dir.path());
     let rss = rss_kib(pid)?;
-    let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .map(|v| v.trim().to_owned())
-        })
-        .unwrap_or_default();
+    let threads = clawfed_bench::procfs::threads(pid);
     let _ = child.start_kill();
     let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
     if let Some(name) = &pg_name {
-        drop_database(name).await;
+        clawfed_bench::pg::drop_database(name).await;
     }
 
     let percent = cpu / wall * 100.0;
@@ -246,18 +180,4 @@ async fn run(a: Args) -> anyhow::Result<bool> {
         }
     };
     Ok(percent <= a.goal_percent && transactions_met)
-}
-
-async fn drop_database(name: &str) {
-    use sqlx::Connection;
-    let Ok(base) = std::env::var("CLAWFED_TEST_DATABASE_URL") else {
-        return;
-    };
-    if let Ok(mut admin) = sqlx::PgConnection::connect(&base).await {
-        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-        )))
-        .execute(&mut admin)
-        .await;
-    }
 }

@@ -2,9 +2,12 @@
 
 use std::path::Path;
 
+pub mod cli;
 pub mod fleet;
+pub mod hubconf;
 pub mod kubeapi;
 pub mod load;
+pub mod pg;
 pub mod procfs;
 pub mod statements;
 
@@ -21,7 +24,6 @@ pub fn profile_of(bin: &Path) -> &'static str {
     }
 }
 
-/// The `p`th percentile (0-100) of `sorted` (nearest rank); NaN when empty.
 /// `clawfed-hub <args>` on SQLite in `dir` (its database, its CA), every
 /// listener on an ephemeral loopback port, logging warnings.
 pub fn sqlite_hub(hub_bin: &Path, dir: &Path, args: &[&str]) -> tokio::process::Command {
@@ -50,6 +52,15 @@ pub fn sqlite_hub(hub_bin: &Path, dir: &Path, args: &[&str]) -> tokio::process::
 /// bench's own binary (same profile); an error naming the build command
 /// when it is missing.
 pub fn hub_bin(given: Option<std::path::PathBuf>) -> anyhow::Result<std::path::PathBuf> {
+    hub_bin_built_by(given, "cargo build [--release] -p clawfed-hub")
+}
+
+/// [`hub_bin`] for a bench whose figures want the hub built by `build`
+/// (the command the missing-binary error names).
+pub fn hub_bin_built_by(
+    given: Option<std::path::PathBuf>,
+    build: &str,
+) -> anyhow::Result<std::path::PathBuf> {
     use anyhow::Context;
     let bin = match given {
         Some(b) => b,
@@ -58,14 +69,28 @@ pub fn hub_bin(given: Option<std::path::PathBuf>) -> anyhow::Result<std::path::P
             .context("bench dir")?
             .join("clawfed-hub"),
     };
-    anyhow::ensure!(
-        bin.exists(),
-        "{} not found: cargo build [--release] -p clawfed-hub",
-        bin.display()
-    );
+    anyhow::ensure!(bin.exists(), "{} not found: {build}", bin.display());
     Ok(bin)
 }
 
+/// The run's working directory: `keep` (created if missing), kept after the
+/// run, else a temp dir removed when the returned guard drops.
+pub fn kept_or_temp_dir(
+    keep: Option<&Path>,
+) -> anyhow::Result<(std::path::PathBuf, Option<tempfile::TempDir>)> {
+    match keep {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            Ok((d.to_owned(), None))
+        }
+        None => {
+            let tmp = tempfile::tempdir()?;
+            Ok((tmp.path().to_owned(), Some(tmp)))
+        }
+    }
+}
+
+/// The `p`th percentile (0-100) of `sorted` (nearest rank); NaN when empty.
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;

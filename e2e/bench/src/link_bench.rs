@@ -59,9 +59,7 @@ mod run;
 mod setup;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use anyhow::bail;
 use clap::{Parser, Subcommand};
 
 use inproc_hub::inproc_hub;
@@ -153,35 +151,14 @@ struct InprocArgs {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(async move {
+    let run = async move {
         match args.mode {
             Some(Mode::InprocHub(a)) => inproc_hub(a).await,
-            None => {
-                tokio::select! {
-                    r = run(args.run) => r,
-                    _ = tokio::signal::ctrl_c() => bail!("interrupted"),
-                }
-            }
+            None => clawfed_bench::cli::until_interrupted(run(args.run)).await,
         }
-    });
-    // Spoke tasks may still be winding down; do not wait for them.
-    runtime.shutdown_timeout(Duration::from_secs(2));
-    match result {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::from(1),
-        Err(e) => {
-            eprintln!("link-bench: error: {e:#}");
-            std::process::ExitCode::from(1)
-        }
-    }
+    };
+    let Some(result) = clawfed_bench::cli::block_on_multi_thread("error: runtime", run) else {
+        return std::process::ExitCode::FAILURE;
+    };
+    clawfed_bench::cli::verdict_exit("link-bench", result, 1)
 }

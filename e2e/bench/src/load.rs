@@ -159,5 +159,88 @@ pub fn pod_ready(p: &k8s_openapi::api::core::v1::Pod) -> bool {
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// The Agent `p` belongs to (its Agent label); empty when unlabelled.
+pub fn agent_of(p: &k8s_openapi::api::core::v1::Pod) -> String {
+    p.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(clawfed_proto::labels::AGENT))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The first-Ready times of a direct run's Pods, as a watch delivers them.
+struct ReadyWatch {
+    ready_rx: tokio::sync::mpsc::UnboundedReceiver<std::time::Instant>,
+    watch: tokio::task::JoinHandle<()>,
+}
+
+/// Watches `pods` (selected by `config`) and sends the time each Pod the
+/// run counts first turns Ready, `key` naming it (None: not counted).
+/// Returns once the watch has synced (30 s at the most; `what` names the
+/// Pods in the error).
+async fn watch_first_ready(
+    pods: kube::Api<k8s_openapi::api::core::v1::Pod>,
+    config: kube::runtime::watcher::Config,
+    what: &str,
+    key: impl Fn(&k8s_openapi::api::core::v1::Pod) -> Option<String> + Send + 'static,
+) -> Result<ReadyWatch> {
+    use kube::runtime::watcher;
+    let (ready_tx, ready_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+    let watch = tokio::spawn(async move {
+        let mut synced = Some(synced_tx);
+        let mut ready = std::collections::HashSet::new();
+        let mut stream = std::pin::pin!(watcher(pods, config));
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                    if let Some(k) = key(&p)
+                        && pod_ready(&p)
+                        && ready.insert(k)
+                    {
+                        let _ = ready_tx.send(std::time::Instant::now());
+                    }
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(tx) = synced.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        }
+    });
+    tokio::time::timeout(std::time::Duration::from_secs(30), synced_rx)
+        .await
+        .map_err(|_| anyhow::anyhow!("direct: the {what} watch did not sync in 30 s"))?
+        .map_err(|_| anyhow::anyhow!("direct: the {what} watch ended"))?;
+    Ok(ReadyWatch { ready_rx, watch })
+}
+
+/// Waits (until `limit` after `start`) for `n` first-Ready times from
+/// `ready_rx`; each in ms since `start`, in arrival order. `late` is the
+/// error when the deadline comes with that many Ready.
+async fn ready_times(
+    ready_rx: &mut tokio::sync::mpsc::UnboundedReceiver<std::time::Instant>,
+    n: usize,
+    start: std::time::Instant,
+    limit: std::time::Duration,
+    what: &str,
+    late: impl FnOnce(usize) -> anyhow::Error,
+) -> Result<Vec<f64>> {
+    let mut ready_ms = Vec::with_capacity(n);
+    let deadline = tokio::time::Instant::from_std(start + limit);
+    while ready_ms.len() < n {
+        match tokio::time::timeout_at(deadline, ready_rx.recv()).await {
+            Ok(Some(at)) => ready_ms.push(at.saturating_duration_since(start).as_secs_f64() * 1e3),
+            Ok(None) => bail!("direct: the {what} watch ended"),
+            Err(_) => return Err(late(ready_ms.len())),
+        }
+    }
+    Ok(ready_ms)
+}
+
 /// Field manager of [`apply_direct`]'s writes.
 pub const DIRECT_MANAGER: &str = "bench-direct";

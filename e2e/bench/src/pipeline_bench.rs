@@ -48,12 +48,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, ensure};
 use clap::Parser;
 use clawfed_bench::statements::{self, StatementCounter};
-use clawfed_hub::auth::{self, Role};
 use clawfed_hub::client::HubClient;
 use clawfed_hub::config::Config as HubConfig;
 use clawfed_hub::gateway::TransportCredentials;
 use clawfed_hub::model::{ConnectionState, Namespace};
-use clawfed_hub::store::{self, NewToken, Store};
+use clawfed_hub::store::{self, Store};
 use clawfed_hub::worker::Handlers;
 use clawfed_hub::worker::rollout::{GatewayRuntime, GatewaysDisabled};
 use clawfed_spoke::config::SpokeConfig;
@@ -263,17 +262,8 @@ async fn run(args: Args) -> Result<()> {
         Some(runtime),
     )
     .await?;
-    let minted = auth::mint_token();
-    store
-        .create_token(&NewToken {
-            name: "bench-root".into(),
-            namespace: None,
-            role: Role::InstallationAdmin,
-            hash: minted.hash,
-            expires_at: None,
-        })
-        .await?;
-    let rest = HubClient::new(&format!("http://{}", hub.rest_addr), Some(minted.secret))?;
+    let admin_secret = clawfed_bench::fleet::mint_admin_token(store.as_ref(), "bench-root").await?;
+    let rest = HubClient::new(&format!("http://{}", hub.rest_addr), Some(admin_secret))?;
     let metrics = hub.metrics_addr.to_string();
     let link = hub.link.clone().context("hub link")?;
     let hub_url = format!("https://127.0.0.1:{}", link.addr.port());

@@ -12,6 +12,18 @@ pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
         .context("no VmRSS")
 }
 
+/// The thread count of `pid` as /proc writes it; empty when unreadable.
+pub fn threads(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .map(|v| v.trim().to_owned())
+        })
+        .unwrap_or_default()
+}
+
 /// CPU seconds (user + system) `pid` has used so far; NaN when unreadable.
 pub fn cpu_secs(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {

@@ -245,13 +245,7 @@ async fn parent(args: &Args) -> Result<()> {
         let mut stream = std::pin::pin!(ready_pods(pods));
         while let Some(p) = stream.next().await {
             let t = now_nanos();
-            let agent = p
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(clawfed_proto::labels::AGENT))
-                .cloned()
-                .unwrap_or_default();
+            let agent = load::agent_of(&p);
             if let Ok(mut m) = s2.lock() {
                 m.entry(agent).or_insert(t);
             }

@@ -52,14 +52,7 @@ struct Args {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> std::process::ExitCode {
-    match run(Args::parse()).await {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::from(1),
-        Err(e) => {
-            eprintln!("stream-flood-bench: error: {e:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    clawfed_bench::cli::verdict_exit("stream-flood-bench", run(Args::parse()).await, 2)
 }
 
 async fn cli(hub_bin: &Path, dir: &Path, args: &[&str]) -> anyhow::Result<String> {

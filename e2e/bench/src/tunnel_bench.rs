@@ -37,9 +37,8 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use clawfed_tests::tunnel::Ingress;
 use serde::{Deserialize, Serialize};
@@ -185,37 +184,18 @@ fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let role = args.role;
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("tunnel-bench: runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(async move {
+    let run = async move {
         match args.role {
             Role::Hub => hub_role(&args).await.map(|()| true),
             Role::Spoke => spoke_role(&args).await.map(|()| true),
-            Role::Driver => {
-                tokio::select! {
-                    r = driver(&args) => r,
-                    _ = tokio::signal::ctrl_c() => bail!("interrupted"),
-                }
-            }
+            Role::Driver => clawfed_bench::cli::until_interrupted(driver(&args)).await,
         }
-    });
-    runtime.shutdown_timeout(Duration::from_secs(2));
-    match result {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::from(1),
-        Err(e) => {
-            eprintln!("tunnel-bench ({role:?}): error: {e:#}");
-            std::process::ExitCode::from(1)
-        }
-    }
+    };
+    let Some(result) = clawfed_bench::cli::block_on_multi_thread("tunnel-bench: runtime", run)
+    else {
+        return std::process::ExitCode::FAILURE;
+    };
+    clawfed_bench::cli::verdict_exit(&format!("tunnel-bench ({role:?})"), result, 1)
 }
 
 fn role_dir(args: &Args) -> anyhow::Result<&Path> {

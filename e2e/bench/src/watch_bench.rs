@@ -47,10 +47,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use chrono::Utc;
 use clap::Parser;
 use clawfed_bench::procfs::rss_kib;
-use clawfed_hub::store::{self, NewBootstrapToken, NewToken, Store};
+use clawfed_hub::store::{self, Store};
 use clawfed_spoke::link::identity::MemoryIdentityStore;
 use clawfed_spoke::link::tls::HubAddress;
 use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
@@ -58,7 +57,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use histogram::Histogram;
-use hub::{audit, drop_database, hub_config, postgres_database, spawn_hub};
+use hub::{audit, hub_config, spawn_hub};
 use load::{AckAll, generate};
 use measure::{measure, met, wait_for};
 use tally::Tally;
@@ -115,14 +114,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run(Args::parse()).await {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::from(1),
-        Err(e) => {
-            eprintln!("watch-bench: error: {e:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    clawfed_bench::cli::verdict_exit("watch-bench", run(Args::parse()).await, 2)
 }
 
 fn unix_micros() -> u64 {
@@ -136,32 +128,16 @@ async fn run(a: Args) -> anyhow::Result<bool> {
         bail!("--watchers, --targets, --spokes and --rate must be at least 1");
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let hub_bin = match a.hub_bin.clone() {
-        Some(b) => b,
-        None => std::env::current_exe()?
-            .parent()
-            .context("bench dir")?
-            .join("clawfed-hub"),
-    };
-    if !hub_bin.exists() {
-        bail!(
-            "{} not found: cargo build --release -p clawfed-hub --bin clawfed-hub",
-            hub_bin.display()
-        );
-    }
+    let hub_bin = clawfed_bench::hub_bin_built_by(
+        a.hub_bin.clone(),
+        "cargo build --release -p clawfed-hub --bin clawfed-hub",
+    )?;
     let dir = tempfile::tempdir()?;
-    let (db_url, pg_name) = if a.postgres {
-        let (url, name) = postgres_database().await?;
-        (url, Some(name))
-    } else {
-        (
-            format!("sqlite://{}", dir.path().join("hub.db").display()),
-            None,
-        )
-    };
+    let (db_url, pg_name) =
+        clawfed_bench::pg::hub_database(a.postgres, dir.path(), "watch").await?;
     let result = bench(&a, &hub_bin, dir.path(), &db_url).await;
     if let Some(name) = &pg_name {
-        drop_database(name).await;
+        clawfed_bench::pg::drop_database(name).await;
     }
     result
 }
@@ -171,39 +147,13 @@ async fn bench(a: &Args, hub_bin: &Path, dir: &Path, db_url: &str) -> anyhow::Re
     // `clawfed-hub cluster token create` do: an admin token, one bootstrap
     // token per spoke, the CA.
     let store: Arc<dyn Store> = Arc::new(store::connect(db_url).await?);
-    let minted = clawfed_hub::auth::mint_token();
-    store
-        .create_token(&NewToken {
-            name: "watch-bench".into(),
-            namespace: None,
-            role: clawfed_hub::auth::Role::InstallationAdmin,
-            hash: minted.hash,
-            expires_at: None,
-        })
-        .await?;
-    let token = minted.secret;
+    let token = clawfed_bench::fleet::mint_admin_token(store.as_ref(), "watch-bench").await?;
     let ca = clawfed_hub::link::ca::CertificateAuthority::load_or_create(&dir.join("ca"))?;
     let ca_pem = ca.ca_pem().to_owned();
     drop(ca);
     let names: Vec<String> = (0..a.spokes).map(|i| format!("watch-{i:02}")).collect();
-    let mut bootstrap = Vec::new();
-    for name in &names {
-        let (secret, hash) = clawfed_hub::link::enroll::mint_bootstrap_token();
-        store
-            .create_bootstrap_token(
-                &NewBootstrapToken {
-                    cluster_name: name.clone(),
-                    hash,
-                    reenroll: false,
-                    require_approval: false,
-                    created_by: "watch-bench".into(),
-                    expires_at: Utc::now() + chrono::Duration::hours(2),
-                },
-                &audit(name),
-            )
-            .await?;
-        bootstrap.push(secret);
-    }
+    let bootstrap =
+        clawfed_bench::fleet::mint_tokens_as(store.as_ref(), &names, "watch-bench", audit).await?;
 
     let config = hub_config(dir, db_url, a.batch_ms)?;
     let log = dir.join("hub.log");
@@ -344,14 +294,7 @@ async fn bench(a: &Args, hub_bin: &Path, dir: &Path, db_url: &str) -> anyhow::Re
     let with = measure(store.as_ref(), hub.pid, a.seconds).await?;
     tally.measuring.store(false, Ordering::Relaxed);
     let rss1 = rss_kib(hub.pid)?;
-    let threads = std::fs::read_to_string(format!("/proc/{}/status", hub.pid))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .map(|v| v.trim().to_owned())
-        })
-        .unwrap_or_default();
+    let threads = clawfed_bench::procfs::threads(hub.pid);
 
     // Stop: watchers flush their samples as they end.
     stop_watch.cancel();

@@ -131,39 +131,20 @@ pub fn references(pod: &Pod) -> (BTreeSet<String>, BTreeSet<String>) {
 pub async fn fetch(client: &Client, pod: &Pod) -> Result<Sources> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let (secret_names, config_map_names) = references(pod);
-    let mut sources = Sources::default();
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-    for name in secret_names {
-        let found = secrets
-            .get_opt(&name)
-            .await
-            .map_err(|source| Error::Fetch {
-                kind: "Secret",
-                namespace: namespace.clone(),
-                name: name.clone(),
-                source: Box::new(source),
-            })?;
-        let data = found.map(|s| {
-            s.data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect()
-        });
-        sources.secrets.insert(name, data);
-    }
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    for name in config_map_names {
-        let found = config_maps
-            .get_opt(&name)
-            .await
-            .map_err(|source| Error::Fetch {
-                kind: "ConfigMap",
-                namespace: namespace.clone(),
-                name: name.clone(),
-                source: Box::new(source),
-            })?;
-        let data = found.map(|m| {
+    let secrets = fetch_each(client, &namespace, secret_names, "Secret", |s: Secret| {
+        s.data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect()
+    })
+    .await?;
+    let config_maps = fetch_each(
+        client,
+        &namespace,
+        config_map_names,
+        "ConfigMap",
+        |m: ConfigMap| {
             let mut all: BTreeMap<String, Vec<u8>> = m
                 .binary_data
                 .unwrap_or_default()
@@ -177,10 +158,43 @@ pub async fn fetch(client: &Client, pod: &Pod) -> Result<Sources> {
                     .map(|(k, v)| (k, v.into_bytes())),
             );
             all
-        });
-        sources.config_maps.insert(name, data);
+        },
+    )
+    .await?;
+    Ok(Sources {
+        secrets,
+        config_maps,
+    })
+}
+
+/// Reads each of `names` (objects of `kind`) in `namespace`: its data as
+/// `data` gives it, `None` when it does not exist.
+async fn fetch_each<K>(
+    client: &Client,
+    namespace: &str,
+    names: BTreeSet<String>,
+    kind: &'static str,
+    data: impl Fn(K) -> BTreeMap<String, Vec<u8>>,
+) -> Result<BTreeMap<String, Option<BTreeMap<String, Vec<u8>>>>>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let mut all = BTreeMap::new();
+    for name in names {
+        let found = api.get_opt(&name).await.map_err(|source| Error::Fetch {
+            kind,
+            namespace: namespace.to_owned(),
+            name: name.clone(),
+            source: Box::new(source),
+        })?;
+        all.insert(name, found.map(&data));
     }
-    Ok(sources)
+    Ok(all)
 }
 
 fn text(field: &str, key: &str, bytes: &[u8]) -> Result<String> {

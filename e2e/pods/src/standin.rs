@@ -54,6 +54,14 @@ pub async fn bind_from_env() -> Result<TcpListener> {
         .map_err(|e| Error::Bind(addr, e))
 }
 
+/// A stand-in's log: plain text at info (no colour codes in the Pod log).
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_env_filter("info")
+        .init();
+}
+
 /// Cancelled on SIGTERM or Ctrl-C.
 pub fn shutdown_on_signal() -> CancellationToken {
     let token = CancellationToken::new();

@@ -1,21 +1,17 @@
 //! Figure 4, deploy throughput: one replica vs two on one database.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use clawfed_bench::fleet::{Fleet, Receipts, mint_tokens};
-use clawfed_hub::auth::{self, Role};
+use clawfed_bench::fleet::{Fleet, Receipts, mint_admin_token, mint_tokens};
 use clawfed_hub::client::{ClientResult, HubClient};
-use clawfed_hub::store::{self, NewToken, Store};
+use clawfed_hub::store;
 use sqlx::Row as _;
 use tokio_util::sync::CancellationToken;
 
-use super::pg::Pg;
-use super::replicas::{ReplicaSet, hub_config};
-use super::{Args, Figure, link_config, load_average};
+use super::{Args, Figure, Part, PartSet, link_config, load_average};
 
 /// Revisions by phase in the deploy database.
 async fn phases(pool: &sqlx::PgPool) -> anyhow::Result<BTreeMap<String, i64>> {
@@ -96,37 +92,17 @@ async fn deploy_batch(
     }
 }
 
-pub(super) async fn deploys(
-    a: &Args,
-    pg: &Pg,
-    dir: &Path,
-    hub_bin: &Path,
-    profile: &str,
-    cores: usize,
-) -> anyhow::Result<Figure> {
-    let (url, _) = pg.create("deploy").await?;
-    let d = dir.join("deploy");
-    let ca = clawfed_hub::link::ca::CertificateAuthority::load_or_create(&d.join("ca"))?;
-    let ca_pem = ca.ca_pem().to_owned();
-    drop(ca);
-    let set = ReplicaSet {
-        hub_bin: hub_bin.to_owned(),
-        config: hub_config(&d, &url, a, None)?,
-        log_dir: d.clone(),
-    };
+pub(super) async fn deploys(part: &Part<'_>) -> anyhow::Result<Figure> {
+    let Part {
+        a, profile, cores, ..
+    } = *part;
+    let PartSet {
+        set, url, ca_pem, ..
+    } = part.replica_set("deploy", "deploy", None).await?;
     let one = set.start("deploy-1").await?;
     let store = store::connect(&url).await?;
     let pool = sqlx::PgPool::connect(&url).await?;
-    let minted = auth::mint_token();
-    store
-        .create_token(&NewToken {
-            name: "failover-bench".into(),
-            namespace: None,
-            role: Role::InstallationAdmin,
-            hash: minted.hash,
-            expires_at: None,
-        })
-        .await?;
+    let admin_secret = mint_admin_token(&store, "failover-bench").await?;
     let names: Vec<String> = (0..a.deploy_spokes.max(1))
         .map(|i| format!("deploy-{i}"))
         .collect();
@@ -149,7 +125,7 @@ pub(super) async fn deploys(
             |f| f.connected() == f.len(),
         )
         .await?;
-    let rest = HubClient::new(&one.rest_url(), Some(minted.secret))?;
+    let rest = HubClient::new(&one.rest_url(), Some(admin_secret))?;
     let _: serde_json::Value = rest
         .post("/namespaces", &serde_json::json!({ "name": "bench" }))
         .await?;

@@ -2,7 +2,6 @@
 //! replica A, work put for them from this process, then `kill -9` A.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -21,29 +20,17 @@ use super::diagnosis::{
     failover_diagnosis, hub_refusals, listen_drops, moved, offline_clusters, sessions_by_replica,
 };
 use super::front::Front;
-use super::pg::Pg;
-use super::replicas::{Replica, ReplicaSet, hub_config};
-use super::{Args, Figure, link_config, load_average, verdict};
+use super::replicas::Replica;
+use super::{Figure, Part, PartSet, link_config, load_average, verdict};
 
-pub(super) async fn failover(
-    a: &Args,
-    pg: &Pg,
-    dir: &Path,
-    hub_bin: &Path,
-    profile: &str,
-    cores: usize,
-) -> anyhow::Result<Vec<Figure>> {
+pub(super) async fn failover(part: &Part<'_>) -> anyhow::Result<Vec<Figure>> {
+    let Part {
+        a, profile, cores, ..
+    } = *part;
     let phase = Duration::from_secs(a.phase_timeout_seconds);
-    let (url, _) = pg.create("main").await?;
-    let d = dir.join("main");
-    let ca = clawfed_hub::link::ca::CertificateAuthority::load_or_create(&d.join("ca"))?;
-    let ca_pem = ca.ca_pem().to_owned();
-    drop(ca);
-    let set = ReplicaSet {
-        hub_bin: hub_bin.to_owned(),
-        config: hub_config(&d, &url, a, None)?,
-        log_dir: d.clone(),
-    };
+    let PartSet {
+        set, url, ca_pem, ..
+    } = part.replica_set("main", "main", None).await?;
     // A first: it imports the CA the others load.
     let mut replicas = Vec::new();
     for tag in ["hub-a", "hub-b", "hub-c"]
@@ -264,13 +251,7 @@ pub(super) async fn failover(
         clients_all.unwrap_or_default(),
         store_all.unwrap_or_default(),
     );
-    let mut per_spoke: Vec<u64> = fleet
-        .spokes
-        .iter()
-        .filter_map(|s| s.welcomed_after(killed))
-        .map(|d| d.as_millis() as u64)
-        .collect();
-    per_spoke.sort_unstable();
+    let per_spoke = fleet.welcomed_after_ms(killed);
     let mut lost: Vec<u64> = lost
         .into_iter()
         .flatten()

@@ -1,32 +1,24 @@
 //! Figure 3, idle: database transactions per second of replicas with no
 //! spoke, at the default safety polls and at `--tuned-poll-ms`.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::pg::Pg;
-use super::replicas::{ReplicaSet, hub_config};
-use super::{Args, Figure, load_average, verdict};
+use super::{Figure, Part, PartSet, load_average, verdict};
 
-pub(super) async fn idle(
-    a: &Args,
-    pg: &Pg,
-    dir: &Path,
-    hub_bin: &Path,
-    profile: &str,
-    cores: usize,
-) -> anyhow::Result<Vec<Figure>> {
+pub(super) async fn idle(part: &Part<'_>) -> anyhow::Result<Vec<Figure>> {
+    let Part {
+        a,
+        pg,
+        profile,
+        cores,
+        ..
+    } = *part;
     let sets = [("default", None), ("tuned", Some(a.tuned_poll_ms))];
     let mut running = Vec::new();
     for (label, poll) in sets {
-        let (url, name) = pg.create(&format!("idle_{label}")).await?;
-        let d = dir.join(format!("idle-{label}"));
-        clawfed_hub::link::ca::CertificateAuthority::load_or_create(&d.join("ca"))?;
-        let set = ReplicaSet {
-            hub_bin: hub_bin.to_owned(),
-            config: hub_config(&d, &url, a, poll)?,
-            log_dir: d.clone(),
-        };
+        let PartSet { set, name, .. } = part
+            .replica_set(&format!("idle_{label}"), &format!("idle-{label}"), poll)
+            .await?;
         let mut replicas = Vec::new();
         for i in 0..a.replicas {
             replicas.push(set.start(&format!("idle-{label}-{i}")).await?);

@@ -26,16 +26,12 @@ impl Pg {
 
     /// A fresh database: its URL and name.
     pub(super) async fn create(&self, part: &str) -> anyhow::Result<(String, String)> {
-        let name = format!("fbench_{part}_{}", uuid::Uuid::new_v4().simple());
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut self.admin().await?)
-            .await?;
+        let (url, name) =
+            clawfed_bench::pg::create_database_on(&self.base, &format!("fbench_{part}")).await?;
         if let Ok(mut v) = self.created.lock() {
             v.push(name.clone());
         }
-        let mut url = url::Url::parse(&self.base)?;
-        url.set_path(&format!("/{name}"));
-        Ok((url.to_string(), name))
+        Ok((url, name))
     }
 
     pub(super) async fn version(&self) -> String {
@@ -64,15 +60,6 @@ impl Pg {
 
     pub(super) async fn drop_all(&self) {
         let names = self.created.lock().map(|v| v.clone()).unwrap_or_default();
-        let Ok(mut admin) = self.admin().await else {
-            return;
-        };
-        for name in names {
-            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-            )))
-            .execute(&mut admin)
-            .await;
-        }
+        clawfed_bench::pg::drop_databases_on(&self.base, &names).await;
     }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clawfed_bench::fleet::{HubProc, http_get};
+use clawfed_bench::hubconf::{HubYaml, many_spokes_link};
 use tokio::process::Command;
 
 use super::Args;
@@ -54,7 +55,6 @@ pub(super) fn hub_config(
         .map(|n| format!("  maxConnections: {n}\n"))
         .unwrap_or_default();
     std::fs::create_dir_all(dir)?;
-    let path = dir.join("hub.yaml");
     let (worker_poll, link_poll) = match safety_poll_ms {
         Some(ms) => (
             format!("worker:\n  safetyPollMs: {ms}\nwatch:\n  safetyPollMs: {ms}\n"),
@@ -62,25 +62,19 @@ pub(super) fn hub_config(
         ),
         None => (String::new(), String::new()),
     };
-    let yaml = format!(
-        "version: 1
-database:
-  url: \"{db_url}\"
-{pool}api:
-  restAddr: 127.0.0.1:0
-  grpcAddr: 127.0.0.1:0
-  metricsAddr: 127.0.0.1:0
-link:
-  enabled: true
-  addr: 127.0.0.1:0
-  caDir: \"{ca}\"
-  serverNames: [localhost, 127.0.0.1]
-  heartbeatSeconds: {hb}
-  maxSessions: {max}
-  maxConcurrentHandshakes: {hs}
-  # Every simulated spoke dials from 127.0.0.1: one source address.
-  maxHandshakesPerSource: {hs}
-{link_poll}{worker_poll}tunnel:
+    let link = format!(
+        "{}{link_poll}",
+        many_spokes_link(
+            a.heartbeat_seconds,
+            a.spokes + 1000,
+            a.max_concurrent_handshakes
+        )
+    );
+    HubYaml {
+        database_extra: &pool,
+        link_extra: &link,
+        sections: &format!(
+            "{worker_poll}tunnel:
   enabled: true
   addr: 127.0.0.1:0
 pipeline:
@@ -88,17 +82,11 @@ pipeline:
   # No process behind the simulated spokes' Harnesses (see the deploy figure).
   pathProbe: false
   startupStatus: false
-log:
-  format: text
-  filter: warn
-",
-        ca = dir.join("ca").display(),
-        hb = a.heartbeat_seconds,
-        max = a.spokes + 1000,
-        hs = a.max_concurrent_handshakes,
-    );
-    std::fs::write(&path, yaml)?;
-    Ok(path)
+"
+        ),
+        ..HubYaml::new(db_url)
+    }
+    .write(dir)
 }
 
 impl ReplicaSet {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clawfed_bench::fleet::{KIND, quantile, unix_nanos};
 use clawfed_bench::statements::StatementCounter;
 use clawfed_hub::store::{self, Store};
@@ -39,13 +39,7 @@ pub(super) async fn inproc_hub(a: InprocArgs) -> anyhow::Result<bool> {
     let config = clawfed_hub::config::Config::load(Some(&a.config), &env)?;
     let sql = Arc::new(store::connect(&config.database.url).await?);
     let store: Arc<dyn Store> = sql.clone();
-    let hub = clawfed_hub::server::start_with_store(
-        &config,
-        store.clone(),
-        clawfed_hub::worker::Handlers::builtin(),
-    )
-    .await?;
-    let link = hub.link.clone().context("link disabled")?;
+    let (hub, link) = clawfed_bench::fleet::start_hub_in_process(&config, store.clone()).await?;
     let echo_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let echo_addr = echo_listener.local_addr()?;
     let echo_stop = CancellationToken::new();

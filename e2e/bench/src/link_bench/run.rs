@@ -42,17 +42,7 @@ pub(super) async fn run(a: RunArgs) -> anyhow::Result<bool> {
     } else {
         None
     };
-    let tmp;
-    let dir = match &a.state_dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)?;
-            d.clone()
-        }
-        None => {
-            tmp = tempfile::tempdir()?;
-            tmp.path().to_owned()
-        }
-    };
+    let (dir, _tmp) = clawfed_bench::kept_or_temp_dir(a.state_dir.as_deref())?;
     let db_url = if a.postgres {
         let base = std::env::var("CLAWFED_TEST_DATABASE_URL")
             .context("--postgres needs CLAWFED_TEST_DATABASE_URL")?;
@@ -75,24 +65,12 @@ pub(super) async fn run(a: RunArgs) -> anyhow::Result<bool> {
         )))
         .execute(&mut c)
         .await?;
-        let sep = if base.contains('?') { '&' } else { '?' };
-        format!("{base}{sep}options[search_path]={schema}")
+        clawfed_bench::pg::schema_url(&base, &schema)
     } else {
         format!("sqlite://{}", dir.join("hub.db").display())
     };
-    let hub_bin = match &a.hub_bin {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("exe dir")?
-            .join("clawfed-hub"),
-    };
-    if !hub_bin.exists() {
-        bail!(
-            "{} not found: cargo build --release -p clawfed-hub",
-            hub_bin.display()
-        );
-    }
+    let hub_bin =
+        clawfed_bench::hub_bin_built_by(a.hub_bin.clone(), "cargo build --release -p clawfed-hub")?;
     let log = dir.join("hub.log");
     let link_port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use clawfed_bench::hubconf::{HubYaml, many_spokes_link};
 use serde::{Deserialize, Serialize};
 
 use super::RunArgs;
@@ -22,39 +23,20 @@ pub(super) fn hub_config(
     link_port: u16,
     a: &RunArgs,
 ) -> anyhow::Result<PathBuf> {
-    let path = dir.join("hub.yaml");
-    let yaml = format!(
-        "version: 1
-database:
-  url: \"{db_url}\"
-api:
-  restAddr: 127.0.0.1:0
-  grpcAddr: 127.0.0.1:0
-  metricsAddr: 127.0.0.1:0
-  maxBodyBytes: 1048576
-link:
-  enabled: true
-  addr: 127.0.0.1:{link_port}
-  caDir: \"{ca}\"
-  serverNames: [localhost, 127.0.0.1]
-  certTtlSeconds: 604800
-  heartbeatSeconds: {hb}
-  maxSessions: {max}
-  maxConcurrentHandshakes: {hs}
-  # Every simulated spoke dials from 127.0.0.1: one source address.
-  maxHandshakesPerSource: {hs}
-  maxMessageBytes: 4194304
-tunnel:
-  enabled: false
-log:
-  format: text
-  filter: warn
-",
-        ca = dir.join("ca").display(),
-        hb = a.heartbeat_seconds,
-        max = a.spokes + 1000,
-        hs = a.max_concurrent_handshakes,
+    let link = format!(
+        "  certTtlSeconds: 604800\n{}  maxMessageBytes: 4194304\n",
+        many_spokes_link(
+            a.heartbeat_seconds,
+            a.spokes + 1000,
+            a.max_concurrent_handshakes
+        )
     );
-    std::fs::write(&path, yaml)?;
-    Ok(path)
+    HubYaml {
+        api_extra: "  maxBodyBytes: 1048576\n",
+        link_addr: &format!("127.0.0.1:{link_port}"),
+        link_extra: &link,
+        sections: "tunnel:\n  enabled: false\n",
+        ..HubYaml::new(db_url)
+    }
+    .write(dir)
 }

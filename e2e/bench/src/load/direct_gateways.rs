@@ -2,10 +2,10 @@
 //! on: each Agent's Gateway objects applied directly by a plain client,
 //! timed until every Gateway Pod is Ready.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use futures::{StreamExt, TryStreamExt};
 
-use super::{pod_ready, put};
+use super::{ReadyWatch, agent_of, put, ready_times, watch_first_ready};
 
 /// Kubernetes alone for the control cluster's share of a run with
 /// Gateways on: each Agent's Gateway objects (ServiceAccount, transport
@@ -105,44 +105,15 @@ impl DirectGateways {
         }
         let agents: std::collections::HashSet<String> =
             specs.iter().map(|s| s.agent.clone()).collect();
-        let (ready_tx, ready_rx) = tokio::sync::mpsc::unbounded_channel();
         let pods: kube::Api<Pod> = kube::Api::namespaced(admin.clone(), &gateway_ns);
         let selector = format!("{}={GATEWAY_ROLE}", clawfed_proto::labels::WORKLOAD_ROLE);
-        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-        let watch = tokio::spawn(async move {
-            use kube::runtime::watcher;
-            let mut synced = Some(synced_tx);
-            let mut ready = std::collections::HashSet::new();
-            let mut stream =
-                std::pin::pin!(watcher(pods, watcher::Config::default().labels(&selector)));
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                        let agent = p
-                            .metadata
-                            .labels
-                            .as_ref()
-                            .and_then(|l| l.get(clawfed_proto::labels::AGENT))
-                            .cloned()
-                            .unwrap_or_default();
-                        if agents.contains(&agent) && pod_ready(&p) && ready.insert(agent) {
-                            let _ = ready_tx.send(std::time::Instant::now());
-                        }
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(tx) = synced.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-                }
-            }
-        });
-        tokio::time::timeout(std::time::Duration::from_secs(30), synced_rx)
-            .await
-            .map_err(|_| anyhow::anyhow!("direct: the Gateway Pod watch did not sync in 30 s"))?
-            .map_err(|_| anyhow::anyhow!("direct: the Gateway Pod watch ended"))?;
+        let ReadyWatch { ready_rx, watch } = watch_first_ready(
+            pods,
+            kube::runtime::watcher::Config::default().labels(&selector),
+            "Gateway Pod",
+            move |p| Some(agent_of(p)).filter(|a| agents.contains(a)),
+        )
+        .await?;
         Ok(Self {
             admin,
             config,
@@ -179,20 +150,10 @@ impl DirectGateways {
         let mut apply_ms = apply_gateways(writer, &self.config, &self.specs, concurrency).await?;
         apply_ms.sort_by(|a, b| a.total_cmp(b));
         let applied_in = start.elapsed();
-        let mut ready_ms = Vec::with_capacity(n);
-        let deadline = tokio::time::Instant::from_std(start + limit);
-        while ready_ms.len() < n {
-            match tokio::time::timeout_at(deadline, self.ready_rx.recv()).await {
-                Ok(Some(at)) => {
-                    ready_ms.push(at.saturating_duration_since(start).as_secs_f64() * 1e3)
-                }
-                Ok(None) => bail!("direct: the Gateway Pod watch ended"),
-                Err(_) => bail!(
-                    "direct: {} of {n} Gateway Pods Ready after {limit:?}",
-                    ready_ms.len()
-                ),
-            }
-        }
+        let mut ready_ms = ready_times(&mut self.ready_rx, n, start, limit, "Gateway Pod", |k| {
+            anyhow::anyhow!("direct: {k} of {n} Gateway Pods Ready after {limit:?}")
+        })
+        .await?;
         let ready_in = start.elapsed();
         ready_ms.sort_by(|a, b| a.total_cmp(b));
         Ok(GatewayTimes {

@@ -9,7 +9,9 @@ use clawfed_proto::work::{HarnessWork, WorkSpec, target};
 use clawfed_spoke::exec::Executor;
 use futures::{StreamExt, TryStreamExt};
 
-use super::{apply, harness, namespace, pod_ready, put, tenant_of, work};
+use super::{
+    ReadyWatch, apply, harness, namespace, put, ready_times, tenant_of, watch_first_ready, work,
+};
 
 /// Kubernetes alone on one cluster, the reference clawfed is compared
 /// with: a tenant namespace set up like the spoke's (by an `Executor`
@@ -76,35 +78,14 @@ impl DirectRun {
             })
             .collect();
         // Each Pod's first Ready, as the watch delivers it.
-        let (ready_tx, ready_rx) = tokio::sync::mpsc::unbounded_channel();
         let pods: kube::Api<Pod> = kube::Api::namespaced(plain.clone(), &ns);
-        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-        let watch = tokio::spawn(async move {
-            use kube::runtime::watcher;
-            let mut synced = Some(synced_tx);
-            let mut ready = std::collections::HashSet::new();
-            let mut stream = std::pin::pin!(watcher(pods, watcher::Config::default()));
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                        if pod_ready(&p) && ready.insert(p.metadata.name.unwrap_or_default()) {
-                            let _ = ready_tx.send(std::time::Instant::now());
-                        }
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(tx) = synced.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-                }
-            }
-        });
-        tokio::time::timeout(std::time::Duration::from_secs(30), synced_rx)
-            .await
-            .map_err(|_| anyhow::anyhow!("direct: the Pod watch did not sync in 30 s"))?
-            .map_err(|_| anyhow::anyhow!("direct: the Pod watch ended"))?;
+        let ReadyWatch { ready_rx, watch } = watch_first_ready(
+            pods,
+            kube::runtime::watcher::Config::default(),
+            "Pod",
+            |p| Some(p.metadata.name.clone().unwrap_or_default()),
+        )
+        .await?;
         Ok(Self {
             plain,
             ns,
@@ -138,21 +119,11 @@ impl DirectRun {
         )
         .await?;
         let applied_in = start.elapsed();
-        let mut ready_ms = Vec::with_capacity(n);
-        let deadline = tokio::time::Instant::from_std(start + limit);
-        while ready_ms.len() < n {
-            match tokio::time::timeout_at(deadline, self.ready_rx.recv()).await {
-                Ok(Some(at)) => {
-                    ready_ms.push(at.saturating_duration_since(start).as_secs_f64() * 1e3)
-                }
-                Ok(None) => bail!("direct: the Pod watch ended"),
-                Err(_) => bail!(
-                    "direct: {} of {n} Pods Ready in {} after {limit:?}",
-                    ready_ms.len(),
-                    self.ns
-                ),
-            }
-        }
+        let ns = &self.ns;
+        let mut ready_ms = ready_times(&mut self.ready_rx, n, start, limit, "Pod", |k| {
+            anyhow::anyhow!("direct: {k} of {n} Pods Ready in {ns} after {limit:?}")
+        })
+        .await?;
         let ready_in = start.elapsed();
         apply_ms.sort_by(|a, b| a.total_cmp(b));
         ready_ms.sort_by(|a, b| a.total_cmp(b));

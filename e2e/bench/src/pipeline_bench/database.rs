@@ -1,7 +1,7 @@
 //! The hub's database for the run: SQLite in a temp dir, or a fresh
 //! PostgreSQL schema dropped at the end.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sqlx::Connection;
 
 pub(super) struct Db {
@@ -20,17 +20,14 @@ pub(super) async fn database(postgres: bool) -> Result<Db> {
             _dir: dir,
         });
     }
-    let base = std::env::var("CLAWFED_TEST_DATABASE_URL").context(
-        "--postgres needs CLAWFED_TEST_DATABASE_URL (eval \"$(scripts/postgres.sh env)\")",
-    )?;
+    let base = clawfed_bench::pg::server_url()?;
     let schema = format!("pbench_{}", uuid::Uuid::new_v4().simple());
     let mut c = sqlx::PgConnection::connect(&base).await?;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
         .execute(&mut c)
         .await?;
-    let sep = if base.contains('?') { '&' } else { '?' };
     Ok(Db {
-        url: format!("{base}{sep}options[search_path]={schema}"),
+        url: clawfed_bench::pg::schema_url(&base, &schema),
         pg: Some((base, schema)),
         _dir: dir,
     })

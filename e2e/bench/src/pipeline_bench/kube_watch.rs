@@ -53,7 +53,6 @@ pub(super) fn spawn_watch(
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut synced = Some(synced);
         let record = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
                       ready: bool| {
             if meta.deletion_timestamp.is_some() {
@@ -94,55 +93,49 @@ pub(super) fn spawn_watch(
         };
         if pods {
             let api: Api<Pod> = Api::namespaced(client, &ns);
-            let mut s = std::pin::pin!(watcher(api, watcher::Config::default()));
-            loop {
-                let ev = tokio::select! {
-                    _ = stop.cancelled() => break,
-                    ev = s.next() => ev,
-                };
-                match ev {
-                    Some(Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p))) => {
-                        let ready = p
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref())
-                            .is_some_and(|cs| {
-                                cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                            });
-                        record(&p.metadata, ready);
-                    }
-                    Some(Ok(watcher::Event::InitDone)) => {
-                        if let Some(tx) = synced.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
-                    None => break,
-                }
-            }
+            watch_until(api, &stop, synced, |p| {
+                let ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                record(&p.metadata, ready);
+            })
+            .await;
         } else {
             let api: Api<Deployment> = Api::namespaced(client, &ns);
-            let mut s = std::pin::pin!(watcher(api, watcher::Config::default()));
-            loop {
-                let ev = tokio::select! {
-                    _ = stop.cancelled() => break,
-                    ev = s.next() => ev,
-                };
-                match ev {
-                    Some(Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d))) => {
-                        record(&d.metadata, false)
-                    }
-                    Some(Ok(watcher::Event::InitDone)) => {
-                        if let Some(tx) = synced.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
-                    None => break,
-                }
-            }
+            watch_until(api, &stop, synced, |d| record(&d.metadata, false)).await;
         }
     })
+}
+
+/// Watches `api` until `stop` or the watch's end, calling `seen` on each
+/// object applied and signalling `synced` after the initial list.
+async fn watch_until<K>(
+    api: Api<K>,
+    stop: &CancellationToken,
+    synced: tokio::sync::oneshot::Sender<()>,
+    mut seen: impl FnMut(&K),
+) where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let mut synced = Some(synced);
+    let mut s = std::pin::pin!(watcher(api, watcher::Config::default()));
+    loop {
+        let ev = tokio::select! {
+            _ = stop.cancelled() => break,
+            ev = s.next() => ev,
+        };
+        match ev {
+            Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => seen(&o),
+            Some(Ok(watcher::Event::InitDone)) => {
+                if let Some(tx) = synced.take() {
+                    let _ = tx.send(());
+                }
+            }
+            Some(Ok(_)) => {}
+            Some(Err(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
+            None => break,
+        }
+    }
 }

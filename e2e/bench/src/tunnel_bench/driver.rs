@@ -79,17 +79,7 @@ impl Env {
 }
 
 pub(super) async fn driver(args: &Args) -> anyhow::Result<bool> {
-    let tmp;
-    let dir = match &args.keep_dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)?;
-            d.clone()
-        }
-        None => {
-            tmp = tempfile::tempdir()?;
-            tmp.path().to_owned()
-        }
-    };
+    let (dir, _tmp) = clawfed_bench::kept_or_temp_dir(args.keep_dir.as_deref())?;
     let started = Instant::now();
     let harnesses = Harnesses::start(args.slow_rate).await?;
     let hub = RoleProc::spawn(

@@ -6,11 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clawfed_hub::auth::{self, Role as TokenRole};
 use clawfed_hub::client::HubClient;
 use clawfed_hub::gateway::TransportCredentials;
 use clawfed_hub::model::RevisionPhase;
-use clawfed_hub::store::{self, NewToken, Store};
+use clawfed_hub::store::{self, Store};
 use clawfed_proto::tunnel::harness_authority;
 use clawfed_proto::work::{harness, target};
 
@@ -33,26 +32,12 @@ pub(super) async fn hub_role(args: &Args) -> anyhow::Result<()> {
     config.pipeline.enabled = false;
     config.pipeline.path_probe = false;
     let store: Arc<dyn Store> = Arc::new(store::connect(&config.database.url).await?);
-    let hub = clawfed_hub::server::start_with_store(
-        &config,
-        store.clone(),
-        clawfed_hub::worker::Handlers::builtin(),
-    )
-    .await?;
-    let link = hub.link.clone().context("link disabled")?;
+    let (hub, link) = clawfed_bench::fleet::start_hub_in_process(&config, store.clone()).await?;
     let ingress = hub.tunnel.clone().context("tunnel ingress disabled")?;
 
-    let minted = auth::mint_token();
-    store
-        .create_token(&NewToken {
-            name: "tunnel-bench".into(),
-            namespace: None,
-            role: TokenRole::InstallationAdmin,
-            hash: minted.hash,
-            expires_at: None,
-        })
-        .await?;
-    let rest = HubClient::new(&format!("http://{}", hub.rest_addr), Some(minted.secret))?;
+    let admin_secret =
+        clawfed_bench::fleet::mint_admin_token(store.as_ref(), "tunnel-bench").await?;
+    let rest = HubClient::new(&format!("http://{}", hub.rest_addr), Some(admin_secret))?;
     let _: serde_json::Value = rest
         .post("/namespaces", &serde_json::json!({ "name": TENANT }))
         .await?;

@@ -67,23 +67,34 @@ async fn write_pattern(
     Ok(())
 }
 
-/// Harness → client: asks the source for `n` bytes and reads them.
-pub(super) async fn download(mut s: Conn, n: u64, block: &[u8]) -> anyhow::Result<Duration> {
-    let t = Instant::now();
-    s.write_u64(n).await?;
+/// Reads `r` to its end, checking the bytes against the pattern of `block`
+/// (`what` names the transfer in the error); the byte count.
+async fn read_pattern(
+    r: &mut (impl tokio::io::AsyncRead + Unpin),
+    block: &[u8],
+    what: &str,
+) -> anyhow::Result<u64> {
     let mut buf = vec![0u8; BULK];
     let mut got = 0u64;
     loop {
-        let k = s.read(&mut buf).await?;
+        let k = r.read(&mut buf).await?;
         if k == 0 {
             break;
         }
         // Checked every 64th read only: the check must not be the limit.
         if got % (64 * BULK as u64) < k as u64 && !matches_pattern(block, got, &buf[..k]) {
-            bail!("download: wrong bytes at offset {got}");
+            bail!("{what}: wrong bytes at offset {got}");
         }
         got += k as u64;
     }
+    Ok(got)
+}
+
+/// Harness → client: asks the source for `n` bytes and reads them.
+pub(super) async fn download(mut s: Conn, n: u64, block: &[u8]) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    s.write_u64(n).await?;
+    let got = read_pattern(&mut s, block, "download").await?;
     let d = t.elapsed();
     if got != n {
         bail!("download: {got} bytes of {n}");
@@ -114,21 +125,7 @@ pub(super) async fn echo_bulk(mut s: Conn, n: u64, block: &[u8]) -> anyhow::Resu
         w.shutdown().await?;
         anyhow::Ok(())
     };
-    let read = async {
-        let mut buf = vec![0u8; BULK];
-        let mut got = 0u64;
-        loop {
-            let k = r.read(&mut buf).await?;
-            if k == 0 {
-                break;
-            }
-            if got % (64 * BULK as u64) < k as u64 && !matches_pattern(block, got, &buf[..k]) {
-                bail!("echo: wrong bytes at offset {got}");
-            }
-            got += k as u64;
-        }
-        anyhow::Ok(got)
-    };
+    let read = read_pattern(&mut r, block, "echo");
     let ((), got) = tokio::try_join!(write, read)?;
     if got != n {
         bail!("echo: {got} bytes of {n}");

@@ -1,12 +1,12 @@
 //! The hub process: its configuration, the release `clawfed-hub serve`
-//! started as a child, a fresh PostgreSQL database for it, and the audit
-//! record of the setup written straight in the store.
+//! started as a child, and the audit record of the setup written straight
+//! in the store (its PostgreSQL database comes from `clawfed_bench::pg`).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+use clawfed_bench::hubconf::{HubYaml, LOOPBACK_SERVER_NAMES, listening_line};
 use clawfed_hub::store::{Effects, NewAudit};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -16,35 +16,19 @@ pub(super) fn hub_config(
     db_url: &str,
     batch_ms: Option<u64>,
 ) -> anyhow::Result<PathBuf> {
-    let path = dir.join("hub.yaml");
     let watch = batch_ms.map_or_else(String::new, |ms| format!("watch:\n  batchMs: {ms}\n"));
-    std::fs::write(
-        &path,
-        format!(
-            "version: 1
-database:
-  url: \"{db_url}\"
-api:
-  restAddr: 127.0.0.1:0
-  grpcAddr: 127.0.0.1:0
-  metricsAddr: 127.0.0.1:0
-link:
-  enabled: true
-  addr: 127.0.0.1:0
-  caDir: \"{ca}\"
-  serverNames: [localhost, 127.0.0.1]
-tunnel:
+    HubYaml {
+        link_extra: LOOPBACK_SERVER_NAMES,
+        sections: &format!(
+            "tunnel:
   enabled: false
 pipeline:
   enabled: false
-log:
-  format: text
-  filter: warn
-{watch}",
-            ca = dir.join("ca").display()
+{watch}"
         ),
-    )?;
-    Ok(path)
+        ..HubYaml::new(db_url)
+    }
+    .write(dir)
 }
 
 pub(super) struct Hub {
@@ -68,17 +52,7 @@ pub(super) async fn spawn_hub(bin: &Path, config: &Path, log: &Path) -> anyhow::
         .context("spawn hub")?;
     let pid = child.id().context("hub pid")?;
     let mut stdout = BufReader::new(child.stdout.take().context("stdout")?).lines();
-    let line = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            match stdout.next_line().await? {
-                Some(l) if l.starts_with("clawfed-hub listening:") => return anyhow::Ok(l),
-                Some(_) => continue,
-                None => bail!("hub exited before listening (see its log)"),
-            }
-        }
-    })
-    .await
-    .context("hub did not start within 60 s")??;
+    let line = listening_line(&mut stdout, "hub exited before listening (see its log)").await?;
     // Keep draining its stdout so it never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
     let field = |key: &str| -> anyhow::Result<String> {
@@ -94,36 +68,6 @@ pub(super) async fn spawn_hub(bin: &Path, config: &Path, log: &Path) -> anyhow::
         link: field("link=")?,
         child,
     })
-}
-
-/// A fresh database on the PostgreSQL server: (hub URL, database name).
-pub(super) async fn postgres_database() -> anyhow::Result<(String, String)> {
-    use sqlx::Connection;
-    let base = std::env::var("CLAWFED_TEST_DATABASE_URL").context(
-        "--postgres needs CLAWFED_TEST_DATABASE_URL (eval \"$(scripts/postgres.sh env)\")",
-    )?;
-    let name = format!("watch_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = sqlx::PgConnection::connect(&base).await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
-        .await?;
-    let mut url = url::Url::parse(&base)?;
-    url.set_path(&format!("/{name}"));
-    Ok((url.to_string(), name))
-}
-
-pub(super) async fn drop_database(name: &str) {
-    use sqlx::Connection;
-    let Ok(base) = std::env::var("CLAWFED_TEST_DATABASE_URL") else {
-        return;
-    };
-    if let Ok(mut admin) = sqlx::PgConnection::connect(&base).await {
-        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-        )))
-        .execute(&mut admin)
-        .await;
-    }
 }
 
 pub(super) fn audit(target: &str) -> Effects {

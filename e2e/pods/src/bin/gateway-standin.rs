@@ -7,10 +7,7 @@ use clawfed_pods::standin::{self, gateway::Gateway};
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_env_filter("info")
-        .init();
+    standin::init_logging();
     let g = Arc::new(Gateway::from_env()?);
     let listener = standin::bind_from_env().await?;
     tracing::info!(addr = %listener.local_addr()?, harness = %g.harness, proxy = ?g.proxy, "gateway-standin serving");

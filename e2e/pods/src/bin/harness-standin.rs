@@ -7,10 +7,7 @@ use clawfed_pods::standin::{self, harness::Harness};
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_env_filter("info")
-        .init();
+    standin::init_logging();
     let shutdown = standin::shutdown_on_signal();
     let h = Arc::new(Harness::from_env(std::env::vars().collect()).with_restart(shutdown.clone()));
     let listener = standin::bind_from_env().await?;

@@ -8,10 +8,7 @@ use clawfed_pods::standin::{self, model::Model};
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_env_filter("info")
-        .init();
+    standin::init_logging();
     let m = Arc::new(Model::from_env(std::env::vars().collect()));
     let listener = standin::bind_from_env().await?;
     tracing::info!(addr = %listener.local_addr()?, models = ?m.models, key_required = m.require_key.is_some(), "model-standin serving");

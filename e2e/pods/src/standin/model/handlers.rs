@@ -40,6 +40,21 @@ fn sse(frames: Vec<Bytes>) -> Response {
         .into_response()
 }
 
+/// What both APIs' replies carry: the ids and time, and the token counts
+/// of a `reply_len`-byte answer to a `request_len`-byte request.
+fn meta_usage(seq: u64, model: &str, request_len: usize, reply_len: usize) -> (Meta, Usage) {
+    let meta = Meta {
+        seq,
+        created: now_secs(),
+        model: model.to_owned(),
+    };
+    let usage = Usage {
+        input: tokens(request_len),
+        output: tokens(reply_len),
+    };
+    (meta, usage)
+}
+
 pub(super) async fn chat_completions(
     State(m): State<Arc<Model>>,
     headers: HeaderMap,
@@ -56,15 +71,7 @@ pub(super) async fn chat_completions(
     .user;
     let seq = m.record(raw, user);
     let reply = chat_reply(&req, &key_tail(bearer(&headers)));
-    let meta = Meta {
-        seq,
-        created: now_secs(),
-        model: req.model.clone(),
-    };
-    let usage = Usage {
-        input: tokens(body.len()),
-        output: tokens(reply.text_len()),
-    };
+    let (meta, usage) = meta_usage(seq, &req.model, body.len(), reply.text_len());
     let stream = req.stream.unwrap_or(false);
     tracing::info!(seq, model = %req.model, stream, reply = ?reply, "chat completion");
     Ok(if stream {
@@ -85,15 +92,7 @@ pub(super) async fn responses(
     let conv = responses_conversation(&req.input);
     let seq = m.record(raw, conv.user.clone());
     let text = text_answer(&conv, &key_tail(bearer(&headers)), &req.model);
-    let meta = Meta {
-        seq,
-        created: now_secs(),
-        model: req.model.clone(),
-    };
-    let usage = Usage {
-        input: tokens(body.len()),
-        output: tokens(text.len()),
-    };
+    let (meta, usage) = meta_usage(seq, &req.model, body.len(), text.len());
     let stream = req.stream.unwrap_or(false);
     tracing::info!(seq, model = %req.model, stream, text, "response");
     Ok(if stream {
