@@ -93,15 +93,13 @@ impl ReplicaSet {
     /// Starts a replica with its link on a free port and waits until its
     /// `/readyz` names it.
     pub(super) async fn start(&self, tag: &str) -> anyhow::Result<Replica> {
-        let link_port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
         let mut cmd = Command::new(&self.hub_bin);
         cmd.arg("--config")
             .arg(&self.config)
             .arg("serve")
             .env_remove("CLAWFED_CONFIG")
-            .env("CLAWFED_LINK_ADDR", format!("127.0.0.1:{link_port}"));
+            // Port 0: the replica binds a free one and prints it.
+            .env("CLAWFED_LINK_ADDR", "127.0.0.1:0");
         let log = self.log_dir.join(format!("{tag}.log"));
         let proc = HubProc::spawn(cmd, &log, false)
             .await
@@ -124,9 +122,9 @@ impl ReplicaSet {
         };
         Ok(Replica {
             tag: tag.to_owned(),
+            link_port: proc.link.port(),
             proc,
             id,
-            link_port,
         })
     }
 }

@@ -72,10 +72,9 @@ pub(super) async fn run(a: RunArgs) -> anyhow::Result<bool> {
     let hub_bin =
         clawfed_bench::hub_bin_built_by(a.hub_bin.clone(), "cargo build --release -p clawfed-hub")?;
     let log = dir.join("hub.log");
-    let link_port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let config = hub_config(&dir, &db_url, link_port, &a)?;
+    // Port 0: the first hub binds a free link port; the config is then
+    // pinned to it so every restarted hub is where the spokes dial.
+    let config = hub_config(&dir, &db_url, 0, &a)?;
     let hub_cmd = || {
         let mut c = Command::new(&hub_bin);
         c.arg("--config")
@@ -116,6 +115,7 @@ pub(super) async fn run(a: RunArgs) -> anyhow::Result<bool> {
     }
     spokes.extend(names.into_iter().zip(tokens.into_iter().map(Err)));
     let mut hub = HubProc::spawn(hub_cmd(), &log, false).await?;
+    hub_config(&dir, &db_url, hub.link.port(), &a)?;
     let hub_addr =
         HubAddress::parse(&format!("https://{}", hub.link)).map_err(anyhow::Error::msg)?;
     println!(
