@@ -20,6 +20,7 @@ mod configurations;
 mod fleet;
 mod namespaces;
 mod revisions;
+mod run;
 mod secrets;
 mod tokens;
 mod work;
@@ -189,11 +190,9 @@ impl SqlStore {
     }
 
     async fn namespace_id(&self, tx: &mut Tx, name: &str) -> Result<String> {
-        sqlx::query("SELECT id FROM namespaces WHERE name = $1")
-            .bind(name.to_owned())
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(|e| self.classify(e))?
+        let query = sqlx::query("SELECT id FROM namespaces WHERE name = $1").bind(name.to_owned());
+        self.row_in(&mut **tx, query)
+            .await?
             .map(|row| row.get::<String, _>(0))
             .ok_or_else(|| not_found("namespace", name))
     }
@@ -258,10 +257,7 @@ impl Store for SqlStore {
     }
 
     async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.classify(e))?;
+        self.run(sqlx::query("SELECT 1")).await?;
         Ok(())
     }
 

@@ -98,16 +98,16 @@ impl SqlStore {
                 // Bumping the counter first also takes the cluster row's
                 // lock on PostgreSQL, so puts to one cluster serialise and
                 // sequences are dense and increasing.
-                let sequence: i64 = sqlx::query(
+                let query = sqlx::query(
                     "UPDATE clusters SET next_sequence = next_sequence + 1 WHERE id = $1 \
                      RETURNING next_sequence",
                 )
-                .bind(cluster_id.clone())
-                .fetch_optional(&mut **tx)
-                .await
-                .map_err(|e| self.classify(e))?
-                .ok_or_else(|| not_found("cluster", cluster_id))?
-                .get(0);
+                .bind(cluster_id.clone());
+                let sequence: i64 = self
+                    .row_in(&mut **tx, query)
+                    .await?
+                    .ok_or_else(|| not_found("cluster", cluster_id))?
+                    .get(0);
                 let newest: Option<i64> = sqlx::query(
                     "SELECT MAX(generation) FROM outbox WHERE cluster_id = $1 AND target = $2",
                 )
@@ -121,24 +121,20 @@ impl SqlStore {
                     // Already holds this generation or a newer one. The
                     // group commits, so the bump is undone here (nobody
                     // else bumped since: the row is ours until commit).
-                    sqlx::query(
+                    let query = sqlx::query(
                         "UPDATE clusters SET next_sequence = next_sequence - 1 WHERE id = $1",
                     )
-                    .bind(cluster_id.clone())
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(|e| self.classify(e))?;
+                    .bind(cluster_id.clone());
+                    self.run_in(&mut **tx, query).await?;
                     return Ok(Written::Put(None));
                 }
-                sqlx::query(
+                let query = sqlx::query(
                     "DELETE FROM outbox WHERE cluster_id = $1 AND target = $2 AND acked_at IS NULL",
                 )
                 .bind(cluster_id.clone())
-                .bind(target.clone())
-                .execute(&mut **tx)
-                .await
-                .map_err(|e| self.classify(e))?;
-                sqlx::query(AssertSqlSafe(format!(
+                .bind(target.clone());
+                self.run_in(&mut **tx, query).await?;
+                let query = sqlx::query(AssertSqlSafe(format!(
                     "INSERT INTO outbox ({}, acked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)",
                     crate::store::sql_link::OUTBOX_COLS
                 )))
@@ -148,10 +144,8 @@ impl SqlStore {
                 .bind(kind.clone())
                 .bind(*generation)
                 .bind(spec.clone())
-                .bind(ms(*now))
-                .execute(&mut **tx)
-                .await
-                .map_err(|e| self.classify(e))?;
+                .bind(ms(*now));
+                self.run_in(&mut **tx, query).await?;
                 Ok(Written::Put(Some(sequence)))
             }
             LinkWrite::Ack {

@@ -185,11 +185,8 @@ impl SqlStore {
                     (SQLITE_INSERT, array(&rows)),
                     (SQLITE_BUMP, array(&counters)),
                 ] {
-                    sqlx::query(sql)
-                        .bind(arg)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(|e| self.classify(e))?;
+                    let query = sqlx::query(sql).bind(arg);
+                    self.run_in(&mut *tx, query).await?;
                 }
             }
         }
@@ -223,11 +220,8 @@ impl SqlStore {
         }
         if !reports.is_empty() {
             let reports: Vec<serde_json::Value> = reports.into_values().collect();
-            sqlx::query(SQLITE_REPORTS)
-                .bind(array(&reports))
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| self.classify(e))?;
+            let query = sqlx::query(SQLITE_REPORTS).bind(array(&reports));
+            self.run_in(&mut *tx, query).await?;
         }
         self.commit(tx).await?;
         Ok(results

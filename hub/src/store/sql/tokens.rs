@@ -54,48 +54,36 @@ pub(super) async fn create_token(store: &SqlStore, token: &NewToken) -> Result<A
 
 pub(super) async fn find_token(store: &SqlStore, hash: &str) -> Result<Option<ApiToken>> {
     let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.token_hash = $1");
-    sqlx::query(AssertSqlSafe(sql))
-        .bind(hash.to_owned())
-        .fetch_optional(store.reader())
+    store
+        .read_optional(
+            sqlx::query(AssertSqlSafe(sql)).bind(hash.to_owned()),
+            token_from_row,
+        )
         .await
-        .map_err(|e| store.classify(e))?
-        .as_ref()
-        .map(token_from_row)
-        .transpose()
 }
 
 pub(super) async fn get_token(store: &SqlStore, id: &str) -> Result<ApiToken> {
     let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.id = $1");
-    let row = sqlx::query(AssertSqlSafe(sql))
-        .bind(id.to_owned())
-        .fetch_optional(store.reader())
-        .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("token", id))?;
-    token_from_row(&row)
+    let query = sqlx::query(AssertSqlSafe(sql)).bind(id.to_owned());
+    store.read_one(query, token_from_row, "token", id).await
 }
 
 pub(super) async fn find_token_by_name(store: &SqlStore, name: &str) -> Result<Option<ApiToken>> {
     let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.name = $1");
-    sqlx::query(AssertSqlSafe(sql))
-        .bind(name.to_owned())
-        .fetch_optional(store.reader())
+    store
+        .read_optional(
+            sqlx::query(AssertSqlSafe(sql)).bind(name.to_owned()),
+            token_from_row,
+        )
         .await
-        .map_err(|e| store.classify(e))?
-        .as_ref()
-        .map(token_from_row)
-        .transpose()
 }
 
 pub(super) async fn revoke_token(store: &SqlStore, name: &str, at: DateTime<Utc>) -> Result<()> {
-    let done =
+    let query =
         sqlx::query("UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE name = $2")
             .bind(ms(at))
-            .bind(name.to_owned())
-            .execute(&store.pool)
-            .await
-            .map_err(|e| store.classify(e))?
-            .rows_affected();
+            .bind(name.to_owned());
+    let done = store.run(query).await?;
     if done == 0 {
         return Err(not_found("token", name));
     }

@@ -36,15 +36,12 @@ pub(super) async fn put_report(
 }
 
 pub(super) async fn list_reports(store: &SqlStore, cluster_id: &str) -> Result<Vec<SpokeReport>> {
-    let rows = sqlx::query(
+    let query = sqlx::query(
         "SELECT cluster_id, target, kind, generation, body, received_at FROM spoke_reports \
          WHERE cluster_id = $1 ORDER BY target, kind",
     )
-    .bind(cluster_id.to_owned())
-    .fetch_all(store.reader())
-    .await
-    .map_err(|e| store.classify(e))?;
-    rows.iter().map(report_from_row).collect()
+    .bind(cluster_id.to_owned());
+    store.read_all(query, report_from_row).await
 }
 
 pub(super) async fn target_reports(
