@@ -8,10 +8,17 @@ use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
-use super::SqlStore;
 use super::codec::{from_json, from_ms, get, ms, not_found, parse_enum, to_json};
+use super::{Document, SqlStore};
 use crate::model::{Agent, AgentSpec, DesiredState};
 use crate::store::{Effects, NewAgent, Result, StoreError};
+
+/// An Agent's spec, updated at the caller's version.
+const AGENT_SPEC: Document = Document {
+    table: "agents",
+    kind: "agent",
+    column: "spec",
+};
 
 const AGENT_COLS: &str = "a.id, n.name AS namespace, a.name, a.spec, a.desired_state, \
      a.active_revision, a.latest_revision, a.version, a.created_at, a.updated_at";
@@ -83,25 +90,16 @@ pub(super) async fn update_agent(
     expected_version: i64,
     fx: &Effects,
 ) -> Result<Agent> {
-    let now = Utc::now();
-    let mut tx = store.begin().await?;
-    let ns_id = store.namespace_id(&mut tx, namespace).await?;
-    let query = sqlx::query(
-        "UPDATE agents SET spec = $1, version = version + 1, updated_at = $2 \
-         WHERE namespace_id = $3 AND name = $4 AND version = $5 AND deleted_at IS NULL",
-    )
-    .bind(to_json(spec)?)
-    .bind(ms(now))
-    .bind(ns_id.clone())
-    .bind(name.to_owned())
-    .bind(expected_version);
-    let updated = store.run_in(&mut *tx, query).await?;
-    if updated == 0 {
-        return Err(store
-            .stale_or_missing(&mut tx, "agents", "agent", ns_id, name, expected_version)
-            .await);
-    }
-    store.commit_with_effects(tx, fx, now).await?;
+    store
+        .update_document(
+            AGENT_SPEC,
+            namespace,
+            name,
+            to_json(spec)?,
+            expected_version,
+            fx,
+        )
+        .await?;
     get_agent(store, namespace, name).await
 }
 

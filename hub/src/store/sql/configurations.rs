@@ -8,10 +8,17 @@ use sqlx::any::AnyRow;
 use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
-use super::SqlStore;
 use super::codec::{from_json, from_ms, get, ms, not_found};
+use super::{Document, SqlStore};
 use crate::model::Configuration;
 use crate::store::{Effects, Result};
+
+/// A Configuration's data, updated at the caller's version.
+const CONFIG_DATA: Document = Document {
+    table: "configurations",
+    kind: "configuration",
+    column: "data",
+};
 
 const CONFIG_COLS: &str =
     "c.id, n.name AS namespace, c.name, c.data, c.version, c.created_at, c.updated_at";
@@ -79,32 +86,16 @@ pub(super) async fn update_configuration(
     expected_version: i64,
     fx: &Effects,
 ) -> Result<Configuration> {
-    let now = Utc::now();
-    let mut tx = store.begin().await?;
-    let ns_id = store.namespace_id(&mut tx, namespace).await?;
-    let query = sqlx::query(
-        "UPDATE configurations SET data = $1, version = version + 1, updated_at = $2 \
-         WHERE namespace_id = $3 AND name = $4 AND version = $5",
-    )
-    .bind(data.to_string())
-    .bind(ms(now))
-    .bind(ns_id.clone())
-    .bind(name.to_owned())
-    .bind(expected_version);
-    let updated = store.run_in(&mut *tx, query).await?;
-    if updated == 0 {
-        return Err(store
-            .stale_or_missing(
-                &mut tx,
-                "configurations",
-                "configuration",
-                ns_id,
-                name,
-                expected_version,
-            )
-            .await);
-    }
-    store.commit_with_effects(tx, fx, now).await?;
+    store
+        .update_document(
+            CONFIG_DATA,
+            namespace,
+            name,
+            data.to_string(),
+            expected_version,
+            fx,
+        )
+        .await?;
     get_configuration(store, namespace, name).await
 }
 
