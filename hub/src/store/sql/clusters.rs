@@ -48,9 +48,8 @@ pub(super) async fn list_clusters(store: &SqlStore) -> Result<Vec<Cluster>> {
 
 pub(super) async fn get_cluster(store: &SqlStore, name: &str) -> Result<Cluster> {
     let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE name = $1");
-    let query = sqlx::query(AssertSqlSafe(sql)).bind(name.to_owned());
     store
-        .read_one(query, cluster_from_row, "cluster", name)
+        .read_by_key(sql, name, cluster_from_row, "cluster")
         .await
 }
 

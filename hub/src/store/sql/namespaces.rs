@@ -52,17 +52,15 @@ pub(super) async fn create_namespace(
 
 pub(super) async fn get_namespace(store: &SqlStore, name: &str) -> Result<Namespace> {
     let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE name = $1");
-    let query = sqlx::query(AssertSqlSafe(sql)).bind(name.to_owned());
     store
-        .read_one(query, namespace_from_row, "namespace", name)
+        .read_by_key(sql, name, namespace_from_row, "namespace")
         .await
 }
 
 pub(super) async fn get_namespace_by_id(store: &SqlStore, id: &str) -> Result<Namespace> {
     let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE id = $1");
-    let query = sqlx::query(AssertSqlSafe(sql)).bind(id.to_owned());
     store
-        .read_one(query, namespace_from_row, "namespace", id)
+        .read_by_key(sql, id, namespace_from_row, "namespace")
         .await
 }
 

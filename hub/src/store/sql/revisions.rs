@@ -215,9 +215,8 @@ pub(super) async fn list_revisions(
 
 pub(super) async fn get_revision_by_id(store: &SqlStore, id: &str) -> Result<AgentRevision> {
     let sql = format!("SELECT {REVISION_COLS} FROM {REVISION_FROM} WHERE r.id = $1");
-    let query = sqlx::query(AssertSqlSafe(sql)).bind(id.to_owned());
     store
-        .read_one(query, revision_from_row, "revision", id)
+        .read_by_key(sql, id, revision_from_row, "revision")
         .await
 }
 

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::any::{AnyArguments, AnyQueryResult, AnyRow};
-use sqlx::{Any, AnyConnection};
+use sqlx::{Any, AnyConnection, AssertSqlSafe};
 
 use super::codec::not_found;
 use super::{SqlStore, Tx};
@@ -29,6 +29,20 @@ impl SqlStore {
         self.read_optional(query, from_row)
             .await?
             .ok_or_else(|| not_found(kind, name))
+    }
+
+    /// The one row of `sql`, a SELECT with one key (`$1`), for `key`,
+    /// mapped; `NotFound` of `kind` `key` when there is none. `sql` only
+    /// interpolates a table's column list, never input.
+    pub(in crate::store) async fn read_by_key<T>(
+        &self,
+        sql: String,
+        key: &str,
+        from_row: FromRow<T>,
+        kind: &'static str,
+    ) -> Result<T> {
+        let query = sqlx::query(AssertSqlSafe(sql)).bind(key.to_owned());
+        self.read_one(query, from_row, kind, key).await
     }
 
     /// The row a read outside a transaction finds, if any, mapped.

@@ -64,8 +64,7 @@ pub(super) async fn find_token(store: &SqlStore, hash: &str) -> Result<Option<Ap
 
 pub(super) async fn get_token(store: &SqlStore, id: &str) -> Result<ApiToken> {
     let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.id = $1");
-    let query = sqlx::query(AssertSqlSafe(sql)).bind(id.to_owned());
-    store.read_one(query, token_from_row, "token", id).await
+    store.read_by_key(sql, id, token_from_row, "token").await
 }
 
 pub(super) async fn find_token_by_name(store: &SqlStore, name: &str) -> Result<Option<ApiToken>> {

@@ -427,8 +427,7 @@ pub(super) async fn reclaim_incarnation(
 
 pub(super) async fn get_work(store: &SqlStore, id: &str) -> Result<WorkItem> {
     let sql = format!("SELECT {WORK_COLS} FROM work_items WHERE id = $1");
-    let query = sqlx::query(AssertSqlSafe(sql)).bind(id.to_owned());
-    store.read_one(query, work_from_row, "work item", id).await
+    store.read_by_key(sql, id, work_from_row, "work item").await
 }
 
 pub(super) async fn list_work(store: &SqlStore, filter: &WorkFilter) -> Result<Vec<WorkItem>> {

@@ -11,8 +11,9 @@ use crate::store::sql::{CLUSTER_COLS, cluster_from_row, from_ms, ms};
 
 pub(super) async fn get_cluster_by_id(store: &SqlStore, id: &str) -> Result<Cluster> {
     let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE id = $1");
-    let query = sqlx::query(AssertSqlSafe(sql)).bind(id.to_owned());
-    store.read_one(query, cluster_from_row, "cluster", id).await
+    store
+        .read_by_key(sql, id, cluster_from_row, "cluster")
+        .await
 }
 
 pub(super) async fn set_connection_state(
