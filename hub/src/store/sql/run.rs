@@ -13,16 +13,13 @@ use crate::store::{Effects, Result};
 /// A statement with its binds, ready to run on either backend.
 pub(in crate::store) type Query<'q> = sqlx::query::Query<'q, Any, AnyArguments>;
 
-/// Maps one row to its value (`agent_from_row` and the like).
-pub(in crate::store) type FromRow<T> = fn(&AnyRow) -> Result<T>;
-
 impl SqlStore {
     /// The one row a read outside a transaction finds, mapped;
     /// `NotFound` of `kind` `name` when there is none.
     pub(in crate::store) async fn read_one<T>(
         &self,
         query: Query<'_>,
-        from_row: FromRow<T>,
+        from_row: impl Fn(&AnyRow) -> Result<T> + Send,
         kind: &'static str,
         name: &str,
     ) -> Result<T> {
@@ -38,7 +35,7 @@ impl SqlStore {
         &self,
         sql: String,
         key: &str,
-        from_row: FromRow<T>,
+        from_row: impl Fn(&AnyRow) -> Result<T> + Send,
         kind: &'static str,
     ) -> Result<T> {
         let query = sqlx::query(AssertSqlSafe(sql)).bind(key.to_owned());
@@ -49,7 +46,7 @@ impl SqlStore {
     pub(in crate::store) async fn read_optional<T>(
         &self,
         query: Query<'_>,
-        from_row: FromRow<T>,
+        from_row: impl Fn(&AnyRow) -> Result<T> + Send,
     ) -> Result<Option<T>> {
         query
             .fetch_optional(self.reader())
@@ -64,7 +61,7 @@ impl SqlStore {
     pub(in crate::store) async fn read_all<T>(
         &self,
         query: Query<'_>,
-        from_row: FromRow<T>,
+        from_row: impl Fn(&AnyRow) -> Result<T> + Send,
     ) -> Result<Vec<T>> {
         let rows = query
             .fetch_all(self.reader())

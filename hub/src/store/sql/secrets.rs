@@ -2,6 +2,9 @@
 //! replica shares, and the hashes of Gateways' transport tokens.
 
 use chrono::Utc;
+// Dynamic SQL here (wrapped in `AssertSqlSafe`) only interpolates column
+// names defined in this file, never input.
+use sqlx::AssertSqlSafe;
 
 use super::SqlStore;
 use super::codec::{get, ms, not_found};
@@ -67,24 +70,27 @@ pub(super) async fn transport_token_hash(
     store: &SqlStore,
     revision_id: &str,
 ) -> Result<Option<String>> {
-    let row = sqlx::query("SELECT token_hash FROM gateway_transport WHERE revision_id = $1")
-        .bind(revision_id.to_owned())
-        .fetch_optional(store.reader())
-        .await
-        .map_err(|e| store.classify(e))?;
-    row.map(|r| get(&r, "gateway transport", "token_hash"))
-        .transpose()
+    transport_column(store, "token_hash", "revision_id", revision_id).await
 }
 
 pub(super) async fn revision_by_transport_hash(
     store: &SqlStore,
     token_hash: &str,
 ) -> Result<Option<String>> {
-    let row = sqlx::query("SELECT revision_id FROM gateway_transport WHERE token_hash = $1")
-        .bind(token_hash.to_owned())
-        .fetch_optional(store.reader())
+    transport_column(store, "revision_id", "token_hash", token_hash).await
+}
+
+/// The `column` of the `gateway_transport` row whose unique `key` column
+/// is `value`, if there is one.
+async fn transport_column(
+    store: &SqlStore,
+    column: &'static str,
+    key: &'static str,
+    value: &str,
+) -> Result<Option<String>> {
+    let sql = format!("SELECT {column} FROM gateway_transport WHERE {key} = $1");
+    let query = sqlx::query(AssertSqlSafe(sql)).bind(value.to_owned());
+    store
+        .read_optional(query, |r| get(r, "gateway transport", column))
         .await
-        .map_err(|e| store.classify(e))?;
-    row.map(|r| get(&r, "gateway transport", "revision_id"))
-        .transpose()
 }

@@ -53,13 +53,7 @@ pub(super) async fn create_token(store: &SqlStore, token: &NewToken) -> Result<A
 }
 
 pub(super) async fn find_token(store: &SqlStore, hash: &str) -> Result<Option<ApiToken>> {
-    let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.token_hash = $1");
-    store
-        .read_optional(
-            sqlx::query(AssertSqlSafe(sql)).bind(hash.to_owned()),
-            token_from_row,
-        )
-        .await
+    find_token_by(store, "token_hash", hash).await
 }
 
 pub(super) async fn get_token(store: &SqlStore, id: &str) -> Result<ApiToken> {
@@ -68,13 +62,18 @@ pub(super) async fn get_token(store: &SqlStore, id: &str) -> Result<ApiToken> {
 }
 
 pub(super) async fn find_token_by_name(store: &SqlStore, name: &str) -> Result<Option<ApiToken>> {
-    let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.name = $1");
-    store
-        .read_optional(
-            sqlx::query(AssertSqlSafe(sql)).bind(name.to_owned()),
-            token_from_row,
-        )
-        .await
+    find_token_by(store, "name", name).await
+}
+
+/// The token whose `column`, a unique column of `api_tokens`, is `value`.
+async fn find_token_by(
+    store: &SqlStore,
+    column: &'static str,
+    value: &str,
+) -> Result<Option<ApiToken>> {
+    let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.{column} = $1");
+    let query = sqlx::query(AssertSqlSafe(sql)).bind(value.to_owned());
+    store.read_optional(query, token_from_row).await
 }
 
 pub(super) async fn revoke_token(store: &SqlStore, name: &str, at: DateTime<Utc>) -> Result<()> {
