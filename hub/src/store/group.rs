@@ -65,6 +65,38 @@ pub(super) enum LinkWrite {
     },
 }
 
+/// The reports of a group that stand when they run in order: per
+/// (cluster, target, kind) the last of the highest generation, as the JSON
+/// rows both backends' group statements take.
+fn standing_reports(writes: &[&LinkWrite]) -> Vec<serde_json::Value> {
+    let mut reports: std::collections::HashMap<(&str, &str, &str), serde_json::Value> =
+        std::collections::HashMap::new();
+    for write in writes {
+        if let LinkWrite::Report {
+            cluster_id,
+            target,
+            kind,
+            generation,
+            body,
+            now,
+        } = write
+        {
+            let key = (cluster_id.as_str(), target.as_str(), kind.as_str());
+            let stands = reports
+                .get(&key)
+                .is_none_or(|kept| kept["g"].as_i64() <= Some(*generation));
+            if stands {
+                reports.insert(
+                    key,
+                    serde_json::json!({"c": cluster_id, "t": target, "k": kind,
+                                       "g": generation, "b": body, "ts": super::sql::ms(*now)}),
+                );
+            }
+        }
+    }
+    reports.into_values().collect()
+}
+
 /// What a write did.
 #[derive(Debug)]
 pub(super) enum Written {
