@@ -200,7 +200,7 @@ impl SqlStore {
         .bind(ns_id.clone())
         .bind(name.to_owned())
         .bind(expected);
-        if self.run_in(&mut *tx, query).await? == 0 {
+        if self.run_in(&mut tx, query).await? == 0 {
             // Why it matched no row: the object exists (so the caller's
             // version is stale) or it does not.
             let query = sqlx::query(AssertSqlSafe(format!(
@@ -208,7 +208,7 @@ impl SqlStore {
             )))
             .bind(ns_id)
             .bind(name.to_owned());
-            return Err(match self.row_in(&mut *tx, query).await? {
+            return Err(match self.row_in(&mut tx, query).await? {
                 Some(_) => StoreError::Conflict {
                     kind,
                     name: name.to_owned(),
@@ -222,7 +222,7 @@ impl SqlStore {
 
     async fn namespace_id(&self, tx: &mut Tx, name: &str) -> Result<String> {
         let query = sqlx::query("SELECT id FROM namespaces WHERE name = $1").bind(name.to_owned());
-        self.row_in(&mut **tx, query)
+        self.row_in(tx, query)
             .await?
             .map(|row| row.get::<String, _>(0))
             .ok_or_else(|| not_found("namespace", name))

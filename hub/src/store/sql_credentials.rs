@@ -48,7 +48,7 @@ impl CredentialStore for SqlStore {
         let mut tx = self.begin().await?;
         let query = sqlx::query("SELECT 1 FROM agents WHERE id = $1 AND deleted_at IS NULL")
             .bind(agent_id.to_owned());
-        self.row_in(&mut *tx, query)
+        self.row_in(&mut tx, query)
             .await?
             .ok_or_else(|| not_found("agent", agent_id))?;
         let row = sqlx::query(
@@ -96,7 +96,7 @@ impl CredentialStore for SqlStore {
         let query = sqlx::query("DELETE FROM agent_credentials WHERE agent_id = $1 AND kind = $2")
             .bind(agent_id.to_owned())
             .bind(kind.as_str());
-        let deleted = self.run_in(&mut *tx, query).await?;
+        let deleted = self.run_in(&mut tx, query).await?;
         if deleted == 0 {
             return Err(not_found("credential", kind.as_str()));
         }

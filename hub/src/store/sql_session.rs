@@ -91,7 +91,7 @@ impl SessionStore for SqlStore {
         .bind(replica_id.to_owned())
         .bind(ms(lease_until))
         .bind(keys.clone());
-        self.run_in(&mut *tx, query).await?;
+        self.run_in(&mut tx, query).await?;
         let marked = sqlx::query(AssertSqlSafe(
             format!(
                 "UPDATE clusters SET connection_state = 'online' \
@@ -124,7 +124,7 @@ impl SessionStore for SqlStore {
         )
         .bind(cluster_id.to_owned())
         .bind(epoch);
-        let ended = self.run_in(&mut *tx, query).await? == 1;
+        let ended = self.run_in(&mut tx, query).await? == 1;
         if !ended {
             return Ok(false);
         }
@@ -134,7 +134,7 @@ impl SessionStore for SqlStore {
         )
         .bind(cluster_id.to_owned())
         .bind(ms(last_seen));
-        let marked = self.run_in(&mut *tx, query).await? == 1;
+        let marked = self.run_in(&mut tx, query).await? == 1;
         if marked {
             self.insert_cluster_event(&mut tx, cluster_id, Utc::now())
                 .await?;

@@ -61,7 +61,7 @@ impl SqlStore {
         .bind(event.namespace_id.clone())
         .bind(event.cluster.clone())
         .bind(body);
-        self.run_in(&mut **tx, query).await?;
+        self.run_in(tx, query).await?;
         Ok(seq)
     }
 

@@ -104,7 +104,7 @@ impl SqlStore {
                 )
                 .bind(cluster_id.clone());
                 let sequence: i64 = self
-                    .row_in(&mut **tx, query)
+                    .row_in(tx, query)
                     .await?
                     .ok_or_else(|| not_found("cluster", cluster_id))?
                     .get(0);
@@ -125,7 +125,7 @@ impl SqlStore {
                         "UPDATE clusters SET next_sequence = next_sequence - 1 WHERE id = $1",
                     )
                     .bind(cluster_id.clone());
-                    self.run_in(&mut **tx, query).await?;
+                    self.run_in(tx, query).await?;
                     return Ok(Written::Put(None));
                 }
                 let query = sqlx::query(
@@ -133,7 +133,7 @@ impl SqlStore {
                 )
                 .bind(cluster_id.clone())
                 .bind(target.clone());
-                self.run_in(&mut **tx, query).await?;
+                self.run_in(tx, query).await?;
                 let query = sqlx::query(AssertSqlSafe(format!(
                     "INSERT INTO outbox ({}, acked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)",
                     crate::store::sql_link::OUTBOX_COLS
@@ -145,7 +145,7 @@ impl SqlStore {
                 .bind(*generation)
                 .bind(spec.clone())
                 .bind(ms(*now));
-                self.run_in(&mut **tx, query).await?;
+                self.run_in(tx, query).await?;
                 Ok(Written::Put(Some(sequence)))
             }
             LinkWrite::Ack {

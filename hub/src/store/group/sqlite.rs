@@ -186,7 +186,7 @@ impl SqlStore {
                     (SQLITE_BUMP, array(&counters)),
                 ] {
                     let query = sqlx::query(sql).bind(arg);
-                    self.run_in(&mut *tx, query).await?;
+                    self.run_in(&mut tx, query).await?;
                 }
             }
         }
@@ -201,7 +201,7 @@ impl SqlStore {
         let reports = standing_reports(writes);
         if !reports.is_empty() {
             let query = sqlx::query(SQLITE_REPORTS).bind(array(&reports));
-            self.run_in(&mut *tx, query).await?;
+            self.run_in(&mut tx, query).await?;
         }
         self.commit(tx).await?;
         Ok(results

@@ -47,7 +47,7 @@ pub(super) async fn create_agent(
     )
     .bind(ns_id.clone())
     .bind(agent.name.clone());
-    let kept = store.row_in(&mut *tx, query).await?;
+    let kept = store.row_in(&mut tx, query).await?;
     if kept.is_some() {
         return Err(StoreError::FailedPrecondition(format!(
             "agent name {:?} belongs to a deleted Agent whose revision history is kept: \
@@ -119,7 +119,7 @@ pub(super) async fn delete_agent(
     .bind(ns_id)
     .bind(name.to_owned());
     let row = store
-        .row_in(&mut *tx, query)
+        .row_in(&mut tx, query)
         .await?
         .ok_or_else(|| not_found("agent", name))?;
     if row.get::<String, _>(1) == DesiredState::Running.as_str() {
@@ -139,7 +139,7 @@ pub(super) async fn delete_agent(
          (SELECT id FROM agent_revisions WHERE agent_id = $1)",
     ] {
         let query = sqlx::query(sql).bind(id.clone());
-        store.run_in(&mut *tx, query).await?;
+        store.run_in(&mut tx, query).await?;
     }
     let query = sqlx::query(
         "UPDATE agents SET deleted_at = $1, active_revision = NULL, updated_at = $1 \
@@ -147,7 +147,7 @@ pub(super) async fn delete_agent(
     )
     .bind(ms(now))
     .bind(id);
-    store.run_in(&mut *tx, query).await?;
+    store.run_in(&mut tx, query).await?;
     store.commit_with_effects(tx, fx, now).await
 }
 
@@ -169,7 +169,7 @@ pub(super) async fn set_desired_state(
     .bind(ms(now))
     .bind(ns_id)
     .bind(name.to_owned());
-    let updated = store.run_in(&mut *tx, query).await?;
+    let updated = store.run_in(&mut tx, query).await?;
     if updated == 0 {
         return Err(not_found("agent", name));
     }

@@ -28,7 +28,7 @@ pub(super) async fn insert_audit(
     .bind(a.target.clone())
     .bind(a.result.clone())
     .bind(a.detail.clone());
-    store.run_in(&mut **tx, query).await?;
+    store.run_in(tx, query).await?;
     Ok(())
 }
 

@@ -111,7 +111,7 @@ pub(super) async fn delete_configuration(
     let query = sqlx::query("DELETE FROM configurations WHERE namespace_id = $1 AND name = $2")
         .bind(ns_id)
         .bind(name.to_owned());
-    let deleted = store.run_in(&mut *tx, query).await?;
+    let deleted = store.run_in(&mut tx, query).await?;
     if deleted == 0 {
         return Err(not_found("configuration", name));
     }

@@ -117,17 +117,17 @@ pub(super) async fn delete_namespace(store: &SqlStore, name: &str, fx: &Effects)
         "DELETE FROM agents WHERE namespace_id = $1",
     ] {
         let query = sqlx::query(sql).bind(id.clone());
-        store.run_in(&mut *tx, query).await?;
+        store.run_in(&mut tx, query).await?;
     }
     for table in ["configurations", "idempotency_keys", "api_tokens"] {
         let query = sqlx::query(AssertSqlSafe(format!(
             "DELETE FROM {table} WHERE namespace_id = $1"
         )))
         .bind(id.clone());
-        store.run_in(&mut *tx, query).await?;
+        store.run_in(&mut tx, query).await?;
     }
     let query = sqlx::query("DELETE FROM namespaces WHERE id = $1").bind(id);
-    store.run_in(&mut *tx, query).await?;
+    store.run_in(&mut tx, query).await?;
     store.commit_with_effects(tx, fx, now).await
 }
 
@@ -147,7 +147,7 @@ pub(super) async fn set_namespace_state(
     .bind(reason.map(str::to_owned))
     .bind(ms(now))
     .bind(id.to_owned());
-    let updated = store.run_in(&mut *tx, query).await?;
+    let updated = store.run_in(&mut tx, query).await?;
     if updated == 0 {
         return Err(not_found("namespace", id));
     }

@@ -25,7 +25,7 @@ async fn revision_by_id(store: &SqlStore, tx: &mut Tx, id: &str) -> Result<Agent
     let sql = format!("SELECT {REVISION_COLS} FROM {REVISION_FROM} WHERE r.id = $1");
     let query = sqlx::query(AssertSqlSafe(sql)).bind(id.to_owned());
     let row = store
-        .row_in(&mut **tx, query)
+        .row_in(tx, query)
         .await?
         .ok_or_else(|| not_found("revision", id))?;
     revision_from_row(&row)
@@ -45,7 +45,7 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
         )
         .bind(ns_id.clone())
         .bind(idem.key.clone());
-        let earlier = store.row_in(&mut *tx, query).await?;
+        let earlier = store.row_in(&mut tx, query).await?;
         if let Some(row) = earlier {
             let fingerprint: String = row.get(0);
             if fingerprint != idem.fingerprint {
@@ -69,7 +69,7 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
     .bind(ns_id.clone())
     .bind(rev.agent.clone());
     let agent = store
-        .row_in(&mut *tx, query)
+        .row_in(&mut tx, query)
         .await?
         .ok_or_else(|| not_found("agent", &rev.agent))?;
     let agent_id: String = agent.get(0);
@@ -93,7 +93,7 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
     .bind(agent_id.clone())
     .bind(rev.agent_version)
     .bind(previous.unwrap_or(0));
-    let claimed = store.run_in(&mut *tx, query).await?;
+    let claimed = store.run_in(&mut tx, query).await?;
     if claimed == 0 {
         return Ok(None);
     }
@@ -132,7 +132,7 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
     )
     .bind(rev_id.clone())
     .bind(agent_id.clone());
-    store.run_in(&mut *tx, query).await?;
+    store.run_in(&mut tx, query).await?;
     if let Some(idem) = &rev.idempotency {
         let inserted = sqlx::query(
             "INSERT INTO idempotency_keys (namespace_id, key, fingerprint, revision_id, \
@@ -239,7 +239,7 @@ pub(super) async fn update_revision(
     )
     .bind(id.to_owned());
     let before = store
-        .row_in(&mut *tx, query)
+        .row_in(&mut tx, query)
         .await?
         .ok_or_else(|| not_found("revision", id))?;
     let (old_phase, old_reason, version, namespace_id): (String, Option<String>, i64, String) = (
@@ -259,7 +259,7 @@ pub(super) async fn update_revision(
         .bind(ms(Utc::now()))
         .bind(id.to_owned())
         .bind(expected_version);
-        store.run_in(&mut *tx, query).await?
+        store.run_in(&mut tx, query).await?
     } else {
         0
     };

@@ -73,7 +73,7 @@ pub(super) async fn insert_work(
     let namespace = match &w.namespace_id {
         Some(ns_id) => store
             .row_in(
-                &mut **tx,
+                tx,
                 sqlx::query("SELECT name FROM namespaces WHERE id = $1").bind(ns_id.clone()),
             )
             .await?
@@ -95,7 +95,7 @@ pub(super) async fn insert_work(
     .bind(i64::from(w.max_attempts))
     .bind(ms(w.run_at))
     .bind(ms(now));
-    store.run_in(&mut **tx, query).await?;
+    store.run_in(tx, query).await?;
     Ok(id)
 }
 
@@ -122,7 +122,7 @@ async fn join_pending_work(
     .bind(ms(now))
     .bind(w.target.clone())
     .bind(w.kind.clone());
-    let row = store.row_in(&mut **tx, query).await?;
+    let row = store.row_in(tx, query).await?;
     Ok(row.map(|r| r.get::<String, _>(0)))
 }
 
@@ -386,7 +386,7 @@ pub(super) async fn recover_expired_work(
          WHERE state = 'claimed' AND lease_expires_at < $1",
     )
     .bind(ms(now));
-    let requeued = store.run_in(&mut *tx, query).await?;
+    let requeued = store.run_in(&mut tx, query).await?;
     store.commit(tx).await?;
     if requeued > 0 {
         store.signals.work.notify();
@@ -411,13 +411,13 @@ pub(super) async fn reclaim_incarnation(
     )
     .bind(ms(now))
     .bind(like.clone());
-    let work = store.run_in(&mut *tx, query).await?;
+    let work = store.run_in(&mut tx, query).await?;
     let query = sqlx::query(
         "UPDATE agents SET pass_holder = NULL, pass_expires_at = NULL \
          WHERE pass_holder LIKE $1",
     )
     .bind(like);
-    let passes = store.run_in(&mut *tx, query).await?;
+    let passes = store.run_in(&mut tx, query).await?;
     store.commit(tx).await?;
     if work > 0 {
         store.signals.work.notify();

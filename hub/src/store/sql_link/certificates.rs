@@ -22,7 +22,7 @@ pub(super) async fn add_certificate(
     let query = sqlx::query("SELECT certificate_serials FROM clusters WHERE id = $1")
         .bind(cluster_id.to_owned());
     let row = store
-        .row_in(&mut *tx, query)
+        .row_in(&mut tx, query)
         .await?
         .ok_or_else(|| not_found("cluster", cluster_id))?;
     let mut serials: Vec<String> =
@@ -31,7 +31,7 @@ pub(super) async fn add_certificate(
     let query = sqlx::query("UPDATE clusters SET certificate_serials = $1 WHERE id = $2")
         .bind(serde_json::to_string(&serials).unwrap_or_else(|_| "[]".into()))
         .bind(cluster_id.to_owned());
-    store.run_in(&mut *tx, query).await?;
+    store.run_in(&mut tx, query).await?;
     let query = sqlx::query(
         "INSERT INTO cluster_certificates (serial, cluster_id, issued_at, not_after, \
          revoked_at) VALUES ($1, $2, $3, $4, NULL)",
@@ -40,7 +40,7 @@ pub(super) async fn add_certificate(
     .bind(cluster_id.to_owned())
     .bind(ms(now))
     .bind(ms(not_after));
-    store.run_in(&mut *tx, query).await?;
+    store.run_in(&mut tx, query).await?;
     store.commit(tx).await
 }
 
@@ -90,7 +90,7 @@ pub(super) async fn revoke_cluster(
     let mut tx = store.begin().await?;
     let query = sqlx::query("SELECT id FROM clusters WHERE name = $1").bind(name.to_owned());
     let id: String = store
-        .row_in(&mut *tx, query)
+        .row_in(&mut tx, query)
         .await?
         .ok_or_else(|| not_found("cluster", name))?
         .get(0);
@@ -100,7 +100,7 @@ pub(super) async fn revoke_cluster(
     )
     .bind(ms(at))
     .bind(id.clone());
-    store.run_in(&mut *tx, query).await?;
+    store.run_in(&mut tx, query).await?;
     revoke_certificates(store, &mut tx, &id, at).await?;
     store.write_effects(&mut tx, fx, at).await?;
     store.insert_cluster_event(&mut tx, &id, at).await?;
@@ -153,6 +153,6 @@ pub(super) async fn revoke_certificates(
     .bind(ms(at))
     .bind(seq)
     .bind(cluster_id.to_owned());
-    store.run_in(&mut **tx, query).await?;
+    store.run_in(tx, query).await?;
     Ok(())
 }

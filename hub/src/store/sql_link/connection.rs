@@ -41,7 +41,7 @@ pub(super) async fn set_connection_state(
         sqlx::query("SELECT connection_state, version, capabilities FROM clusters WHERE id = $1")
             .bind(cluster_id.to_owned());
     let before: Option<(String, Option<String>, Option<String>)> = store
-        .row_in(&mut *tx, query)
+        .row_in(&mut tx, query)
         .await?
         .map(|r| (r.get(0), r.get(1), r.get(2)));
     let hello_changes = match (&before, &version, &capabilities) {
@@ -60,7 +60,7 @@ pub(super) async fn set_connection_state(
     .bind(version)
     .bind(capabilities)
     .bind(cluster_id.to_owned());
-    let updated = store.run_in(&mut *tx, query).await?;
+    let updated = store.run_in(&mut tx, query).await?;
     let changed = before.as_ref().map(|b| b.0.as_str()) != Some(state.as_str());
     let event = updated == 1 && (changed || hello_changes);
     if event {
@@ -92,7 +92,7 @@ pub(super) async fn mark_stale_offline(store: &SqlStore, before: DateTime<Utc>) 
     for id in &stale {
         marked += store
             .run_in(
-                &mut *tx,
+                &mut tx,
                 sqlx::query(
                     "UPDATE clusters SET connection_state = 'offline' \
              WHERE id = $1 AND connection_state = 'online' AND revoked_at IS NULL",

@@ -21,7 +21,7 @@ pub(super) async fn create_bootstrap_token(
     let mut tx = store.begin().await?;
     let query =
         sqlx::query("SELECT 1 FROM clusters WHERE name = $1").bind(token.cluster_name.clone());
-    let exists = store.row_in(&mut *tx, query).await?.is_some();
+    let exists = store.row_in(&mut tx, query).await?.is_some();
     if exists && !token.reenroll {
         return Err(StoreError::FailedPrecondition(format!(
             "cluster {:?} is already enrolled; re-enrolling it is an admin decision (--reenroll)",
@@ -42,7 +42,7 @@ pub(super) async fn create_bootstrap_token(
     .bind(ms(now))
     .bind(ms(token.expires_at))
     .bind(i64::from(token.require_approval));
-    store.run_in(&mut *tx, query).await?;
+    store.run_in(&mut tx, query).await?;
     store.commit_with_effects(tx, fx, now).await?;
     Ok(BootstrapToken {
         id,
@@ -63,7 +63,7 @@ pub(super) async fn begin_enrollment(
     let mut tx = store.begin().await?;
     let Some(row) = store
         .row_in(
-            &mut *tx,
+            &mut tx,
             sqlx::query(
                 "SELECT id, cluster_name, reenroll, expires_at, used_at, require_approval, \
          approved_at FROM bootstrap_tokens WHERE token_hash = $1",
@@ -94,7 +94,7 @@ pub(super) async fn begin_enrollment(
         )
         .bind(ms(now))
         .bind(token_id);
-        store.run_in(&mut *tx, query).await?;
+        store.run_in(&mut tx, query).await?;
         store.commit(tx).await?;
         return Ok(Err(EnrollRejected::AwaitingApproval));
     }
@@ -104,20 +104,20 @@ pub(super) async fn begin_enrollment(
         sqlx::query("UPDATE bootstrap_tokens SET used_at = $1 WHERE id = $2 AND used_at IS NULL")
             .bind(ms(now))
             .bind(token_id);
-    let consumed = store.run_in(&mut *tx, query).await?;
+    let consumed = store.run_in(&mut tx, query).await?;
     if consumed == 0 {
         return Ok(Err(EnrollRejected::TokenUsed));
     }
     let query =
         sqlx::query("SELECT id FROM clusters WHERE name = $1").bind(cluster_name.to_owned());
-    let existing = store.row_in(&mut *tx, query).await?;
+    let existing = store.row_in(&mut tx, query).await?;
     // One spoke per Kubernetes cluster: a refusal returns before the
     // commit, so the token is not consumed.
     if let Some(uid) = &claim.kubernetes_uid
         && !claim.allow_shared
         && let Some(other) = store
             .row_in(
-                &mut *tx,
+                &mut tx,
                 sqlx::query(
                     "SELECT name FROM clusters WHERE kubernetes_uid = $1 AND name <> $2 \
              AND revoked_at IS NULL ORDER BY name LIMIT 1",
@@ -147,7 +147,7 @@ pub(super) async fn begin_enrollment(
                  WHERE id = $1",
             )
             .bind(id.clone());
-            store.run_in(&mut *tx, query).await?;
+            store.run_in(&mut tx, query).await?;
             super::certificates::revoke_certificates(store, &mut tx, &id, now).await?;
             id
         }
@@ -161,14 +161,14 @@ pub(super) async fn begin_enrollment(
             .bind(id.clone())
             .bind(cluster_name.to_owned())
             .bind(ms(now));
-            store.run_in(&mut *tx, query).await?;
+            store.run_in(&mut tx, query).await?;
             id
         }
     };
     let query = sqlx::query("UPDATE clusters SET kubernetes_uid = $1 WHERE id = $2")
         .bind(claim.kubernetes_uid.clone())
         .bind(id.clone());
-    store.run_in(&mut *tx, query).await?;
+    store.run_in(&mut tx, query).await?;
     let audit = crate::store::NewAudit {
         actor: "system:link".into(),
         action: if reenroll {
@@ -202,7 +202,7 @@ pub(super) async fn approve_enrollment(
     )
     .bind(ms(now))
     .bind(cluster_name.to_owned());
-    let approved = store.run_in(&mut *tx, query).await?;
+    let approved = store.run_in(&mut tx, query).await?;
     if approved == 0 {
         return Ok(false);
     }

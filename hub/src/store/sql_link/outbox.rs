@@ -106,7 +106,7 @@ pub(super) async fn outbox_ack_applied(
     for (target, generation) in applied {
         acked += store
             .run_in(
-                &mut *tx,
+                &mut tx,
                 sqlx::query(
                     "UPDATE outbox SET acked_at = $1 WHERE cluster_id = $2 AND target = $3 \
              AND generation <= $4 AND acked_at IS NULL",
@@ -203,7 +203,7 @@ pub(super) async fn outbox_resend(
         )
         .bind(cluster_id.to_owned());
         let sequence: i64 = store
-            .row_in(&mut *tx, query)
+            .row_in(&mut tx, query)
             .await?
             .ok_or_else(|| not_found("cluster", cluster_id))?
             .get(0);
@@ -212,7 +212,7 @@ pub(super) async fn outbox_resend(
         )
         .bind(cluster_id.to_owned())
         .bind(target.clone());
-        let queued = store.row_in(&mut *tx, query).await?.is_some();
+        let queued = store.row_in(&mut tx, query).await?.is_some();
         if queued {
             continue;
         }
@@ -222,7 +222,7 @@ pub(super) async fn outbox_resend(
         )))
         .bind(cluster_id.to_owned())
         .bind(target.clone());
-        let latest = store.row_in(&mut *tx, query).await?;
+        let latest = store.row_in(&mut tx, query).await?;
         let Some(item) = latest.as_ref().map(outbox_from_row).transpose()? else {
             continue;
         };
@@ -236,7 +236,7 @@ pub(super) async fn outbox_resend(
         .bind(item.generation)
         .bind(item.spec)
         .bind(ms(now));
-        store.run_in(&mut *tx, query).await?;
+        store.run_in(&mut tx, query).await?;
         store.commit(tx).await?;
         sequences.push(sequence);
     }
