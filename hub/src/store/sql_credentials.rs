@@ -48,9 +48,7 @@ impl CredentialStore for SqlStore {
         let mut tx = self.begin().await?;
         let query = sqlx::query("SELECT 1 FROM agents WHERE id = $1 AND deleted_at IS NULL")
             .bind(agent_id.to_owned());
-        self.row_in(&mut tx, query)
-            .await?
-            .ok_or_else(|| not_found("agent", agent_id))?;
+        self.one_in(&mut tx, query, "agent", agent_id).await?;
         let row = sqlx::query(
             "INSERT INTO agent_credentials (agent_id, kind, key_id, nonce, ciphertext, version, \
              set_at) VALUES ($1, $2, $3, $4, $5, 1, $6) \

@@ -103,11 +103,7 @@ impl SqlStore {
                      RETURNING next_sequence",
                 )
                 .bind(cluster_id.clone());
-                let sequence: i64 = self
-                    .row_in(tx, query)
-                    .await?
-                    .ok_or_else(|| not_found("cluster", cluster_id))?
-                    .get(0);
+                let sequence: i64 = self.one_in(tx, query, "cluster", cluster_id).await?.get(0);
                 let newest: Option<i64> = sqlx::query(
                     "SELECT MAX(generation) FROM outbox WHERE cluster_id = $1 AND target = $2",
                 )

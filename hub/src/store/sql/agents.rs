@@ -118,10 +118,7 @@ pub(super) async fn delete_agent(
     )
     .bind(ns_id)
     .bind(name.to_owned());
-    let row = store
-        .row_in(&mut tx, query)
-        .await?
-        .ok_or_else(|| not_found("agent", name))?;
+    let row = store.one_in(&mut tx, query, "agent", name).await?;
     if row.get::<String, _>(1) == DesiredState::Running.as_str() {
         return Err(StoreError::FailedPrecondition(format!(
             "agent {name:?} is running; stop it before deleting it"

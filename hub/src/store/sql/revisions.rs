@@ -24,10 +24,7 @@ pub(super) const REVISION_FROM: &str = "agent_revisions r JOIN agents a ON a.id 
 async fn revision_by_id(store: &SqlStore, tx: &mut Tx, id: &str) -> Result<AgentRevision> {
     let sql = format!("SELECT {REVISION_COLS} FROM {REVISION_FROM} WHERE r.id = $1");
     let query = sqlx::query(AssertSqlSafe(sql)).bind(id.to_owned());
-    let row = store
-        .row_in(tx, query)
-        .await?
-        .ok_or_else(|| not_found("revision", id))?;
+    let row = store.one_in(tx, query, "revision", id).await?;
     revision_from_row(&row)
 }
 
@@ -68,10 +65,7 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
     )
     .bind(ns_id.clone())
     .bind(rev.agent.clone());
-    let agent = store
-        .row_in(&mut tx, query)
-        .await?
-        .ok_or_else(|| not_found("agent", &rev.agent))?;
+    let agent = store.one_in(&mut tx, query, "agent", &rev.agent).await?;
     let agent_id: String = agent.get(0);
     if agent.get::<i64, _>(1) != rev.agent_version {
         return Err(StoreError::Conflict {
@@ -238,10 +232,7 @@ pub(super) async fn update_revision(
          JOIN agents a ON a.id = r.agent_id WHERE r.id = $1",
     )
     .bind(id.to_owned());
-    let before = store
-        .row_in(&mut tx, query)
-        .await?
-        .ok_or_else(|| not_found("revision", id))?;
+    let before = store.one_in(&mut tx, query, "revision", id).await?;
     let (old_phase, old_reason, version, namespace_id): (String, Option<String>, i64, String) = (
         get(&before, "revision", "phase")?,
         get(&before, "revision", "reason")?,

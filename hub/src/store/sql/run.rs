@@ -104,6 +104,20 @@ impl SqlStore {
             .map_err(|e| self.classify(e))
     }
 
+    /// The row a read on `conn` (a transaction's) must find; `NotFound`
+    /// of `kind` `name` when there is none.
+    pub(in crate::store) async fn one_in(
+        &self,
+        conn: &mut AnyConnection,
+        query: Query<'_>,
+        kind: &'static str,
+        name: &str,
+    ) -> Result<AnyRow> {
+        self.row_in(conn, query)
+            .await?
+            .ok_or_else(|| not_found(kind, name))
+    }
+
     /// Writes a mutation's effects in `tx` and commits it: how every
     /// mutation of desired state ends.
     pub(in crate::store) async fn commit_with_effects(

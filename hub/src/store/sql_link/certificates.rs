@@ -8,7 +8,7 @@ use sqlx::Row;
 use super::SqlStore;
 use crate::model::Cluster;
 use crate::store::link::{CertificateStatus, RevokedCertificate};
-use crate::store::sql::{from_ms, ms, not_found};
+use crate::store::sql::{from_ms, ms};
 use crate::store::{Effects, Result};
 
 pub(super) async fn add_certificate(
@@ -21,10 +21,7 @@ pub(super) async fn add_certificate(
     let mut tx = store.begin().await?;
     let query = sqlx::query("SELECT certificate_serials FROM clusters WHERE id = $1")
         .bind(cluster_id.to_owned());
-    let row = store
-        .row_in(&mut tx, query)
-        .await?
-        .ok_or_else(|| not_found("cluster", cluster_id))?;
+    let row = store.one_in(&mut tx, query, "cluster", cluster_id).await?;
     let mut serials: Vec<String> =
         serde_json::from_str(&row.get::<String, _>(0)).unwrap_or_default();
     serials.push(serial.to_owned());
@@ -89,11 +86,7 @@ pub(super) async fn revoke_cluster(
 ) -> Result<Cluster> {
     let mut tx = store.begin().await?;
     let query = sqlx::query("SELECT id FROM clusters WHERE name = $1").bind(name.to_owned());
-    let id: String = store
-        .row_in(&mut tx, query)
-        .await?
-        .ok_or_else(|| not_found("cluster", name))?
-        .get(0);
+    let id: String = store.one_in(&mut tx, query, "cluster", name).await?.get(0);
     let query = sqlx::query(
         "UPDATE clusters SET connection_state = 'revoked', revoked_at = COALESCE(revoked_at, $1) \
          WHERE id = $2",

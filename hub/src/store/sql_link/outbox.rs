@@ -7,7 +7,7 @@ use sqlx::{AssertSqlSafe, Row};
 use super::{SqlStore, mismatch};
 use crate::store::group::{LinkWrite, Written};
 use crate::store::link::{OutboxItem, OutboxSummary};
-use crate::store::sql::{from_ms, ms, not_found};
+use crate::store::sql::{from_ms, ms};
 use crate::store::{Result, StoreError};
 
 pub(in crate::store) const OUTBOX_COLS: &str =
@@ -203,9 +203,8 @@ pub(super) async fn outbox_resend(
         )
         .bind(cluster_id.to_owned());
         let sequence: i64 = store
-            .row_in(&mut tx, query)
+            .one_in(&mut tx, query, "cluster", cluster_id)
             .await?
-            .ok_or_else(|| not_found("cluster", cluster_id))?
             .get(0);
         let query = sqlx::query(
             "SELECT 1 FROM outbox WHERE cluster_id = $1 AND target = $2 AND acked_at IS NULL",
