@@ -65,7 +65,7 @@ impl SqlStore {
                     now,
                 } => acks.push(json!({"i": i, "c": cluster_id, "q": sequence, "t": target,
                                       "g": generation, "ts": ms(*now)})),
-                LinkWrite::Report { .. } => results[i] = Some(Ok(Written::Report)),
+                LinkWrite::Report(_) => results[i] = Some(Ok(Written::Report)),
             }
         }
         let reports = standing_reports(writes);
@@ -102,7 +102,7 @@ impl SqlStore {
                 result.unwrap_or(match write {
                     LinkWrite::Put { .. } => Ok(Written::Put(None)),
                     LinkWrite::Ack { .. } => Ok(Written::Ack(false)),
-                    LinkWrite::Report { .. } => Ok(Written::Report),
+                    LinkWrite::Report(_) => Ok(Written::Report),
                 })
             })
             .collect())

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, Row};
 
-use super::{LinkWrite, Written};
+use super::{LinkWrite, ReportWrite, Written};
 use crate::store::Result;
 use crate::store::sql::{SqlStore, Tx, ms, not_found};
 
@@ -56,18 +56,8 @@ impl SqlStore {
                     .rows_affected();
                 Ok(Written::Ack(acked == 1))
             }
-            LinkWrite::Report {
-                cluster_id,
-                target,
-                kind,
-                generation,
-                body,
-                now,
-            } => {
-                report_statement(cluster_id, target, kind, *generation, body, *now)
-                    .execute(self.pool())
-                    .await
-                    .map_err(|e| self.classify(e))?;
+            LinkWrite::Report(report) => {
+                self.run(report_statement(report)).await?;
                 Ok(Written::Report)
             }
         }
@@ -158,18 +148,8 @@ impl SqlStore {
                     .rows_affected();
                 Ok(Written::Ack(acked == 1))
             }
-            LinkWrite::Report {
-                cluster_id,
-                target,
-                kind,
-                generation,
-                body,
-                now,
-            } => {
-                report_statement(cluster_id, target, kind, *generation, body, *now)
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(|e| self.classify(e))?;
+            LinkWrite::Report(report) => {
+                self.run_in(tx, report_statement(report)).await?;
                 Ok(Written::Report)
             }
         }
@@ -200,24 +180,17 @@ fn ack_statement(
 
 /// The upsert of a report, unless the stored one is for a newer
 /// generation.
-fn report_statement(
-    cluster_id: &str,
-    target: &str,
-    kind: &str,
-    generation: i64,
-    body: &str,
-    now: DateTime<Utc>,
-) -> Statement {
+fn report_statement(report: &ReportWrite) -> Statement {
     sqlx::query(
         "INSERT INTO spoke_reports (cluster_id, target, kind, generation, body, \
          received_at) VALUES ($1, $2, $3, $4, $5, $6) \
          ON CONFLICT (cluster_id, target, kind) DO UPDATE SET generation = $4, \
          body = $5, received_at = $6 WHERE spoke_reports.generation <= $4",
     )
-    .bind(cluster_id.to_owned())
-    .bind(target.to_owned())
-    .bind(kind.to_owned())
-    .bind(generation)
-    .bind(body.to_owned())
-    .bind(ms(now))
+    .bind(report.cluster_id.clone())
+    .bind(report.target.clone())
+    .bind(report.kind.clone())
+    .bind(report.generation)
+    .bind(report.body.clone())
+    .bind(ms(report.now))
 }

@@ -194,7 +194,7 @@ impl SqlStore {
         // Reports: the one that stands last per key when they run in order
         // (the last of the highest generation).
         for (i, write) in writes.iter().enumerate() {
-            if let LinkWrite::Report { .. } = write {
+            if let LinkWrite::Report(_) = write {
                 results[i] = Some(Ok(Written::Report));
             }
         }

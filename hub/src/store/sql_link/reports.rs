@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use super::{SqlStore, mismatch};
-use crate::store::group::{LinkWrite, Written};
+use crate::store::group::{LinkWrite, ReportWrite, Written};
 use crate::store::link::SpokeReport;
 use crate::store::sql::from_ms;
 use crate::store::{Result, StoreError};
@@ -20,14 +20,14 @@ pub(super) async fn put_report(
     now: DateTime<Utc>,
 ) -> Result<()> {
     let written = store
-        .link_write(LinkWrite::Report {
+        .link_write(LinkWrite::Report(ReportWrite {
             cluster_id: cluster_id.to_owned(),
             target: target.to_owned(),
             kind: kind.to_owned(),
             generation,
             body: body.to_string(),
             now,
-        })
+        }))
         .await?;
     match written {
         Written::Report => Ok(()),
