@@ -55,14 +55,48 @@ pub(super) enum LinkWrite {
         generation: i64,
         now: DateTime<Utc>,
     },
-    Report {
-        cluster_id: String,
-        target: String,
-        kind: String,
-        generation: i64,
-        body: String,
-        now: DateTime<Utc>,
-    },
+    Report(ReportWrite),
+}
+
+/// A spoke report to store, unless the stored one of its target and kind
+/// is for a newer generation.
+#[derive(Debug)]
+pub(super) struct ReportWrite {
+    pub(super) cluster_id: String,
+    pub(super) target: String,
+    pub(super) kind: String,
+    pub(super) generation: i64,
+    pub(super) body: String,
+    pub(super) now: DateTime<Utc>,
+}
+
+/// The reports of a group that stand when they run in order: per
+/// (cluster, target, kind) the last of the highest generation, as the JSON
+/// rows both backends' group statements take.
+fn standing_reports(writes: &[&LinkWrite]) -> Vec<serde_json::Value> {
+    let mut reports: std::collections::HashMap<(&str, &str, &str), serde_json::Value> =
+        std::collections::HashMap::new();
+    for write in writes {
+        if let LinkWrite::Report(report) = write {
+            let key = (
+                report.cluster_id.as_str(),
+                report.target.as_str(),
+                report.kind.as_str(),
+            );
+            let stands = reports
+                .get(&key)
+                .is_none_or(|kept| kept["g"].as_i64() <= Some(report.generation));
+            if stands {
+                reports.insert(
+                    key,
+                    serde_json::json!({"c": report.cluster_id, "t": report.target,
+                                       "k": report.kind, "g": report.generation,
+                                       "b": report.body, "ts": super::sql::ms(report.now)}),
+                );
+            }
+        }
+    }
+    reports.into_values().collect()
 }
 
 /// What a write did.

@@ -20,6 +20,7 @@ mod configurations;
 mod fleet;
 mod namespaces;
 mod revisions;
+mod run;
 mod secrets;
 mod tokens;
 mod work;
@@ -66,6 +67,15 @@ pub struct SqlStore {
 }
 
 pub(super) type Tx = Transaction<'static, Any>;
+
+/// Where [`SqlStore::update_document`] finds a kind of versioned document.
+#[derive(Debug, Clone, Copy)]
+struct Document {
+    table: &'static str,
+    /// The kind named in errors.
+    kind: &'static str,
+    column: &'static str,
+}
 
 impl SqlStore {
     pub(super) fn new(pool: AnyPool, backend: Backend) -> Self {
@@ -154,46 +164,66 @@ impl SqlStore {
         }
     }
 
-    /// Why a versioned UPDATE of `table` matched no row: the object exists
-    /// (so the caller's version is stale) or it does not.
-    async fn stale_or_missing(
+    /// Replaces the JSON document of a namespaced, versioned row (an
+    /// Agent's spec, a Configuration's data) at the caller's version, with
+    /// its effects, in one transaction: `Conflict` when the version is
+    /// stale, `NotFound` when the row does not exist.
+    async fn update_document(
         &self,
-        tx: &mut Tx,
-        table: &'static str,
-        kind: &'static str,
-        ns_id: String,
+        doc: Document,
+        namespace: &str,
         name: &str,
+        value: String,
         expected: i64,
-    ) -> StoreError {
-        let exists = sqlx::query(AssertSqlSafe(format!(
-            "SELECT 1 FROM {table} WHERE namespace_id = $1 AND name = $2{}",
-            if table == "agents" {
-                " AND deleted_at IS NULL"
-            } else {
-                ""
-            }
+        fx: &Effects,
+    ) -> Result<()> {
+        let Document {
+            table,
+            kind,
+            column,
+        } = doc;
+        // Deleted Agents keep their row (and name) for their history.
+        let live = if table == "agents" {
+            " AND deleted_at IS NULL"
+        } else {
+            ""
+        };
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let ns_id = self.namespace_id(&mut tx, namespace).await?;
+        let query = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE {table} SET {column} = $1, version = version + 1, updated_at = $2 \
+             WHERE namespace_id = $3 AND name = $4 AND version = $5{live}"
         )))
-        .bind(ns_id)
+        .bind(value)
+        .bind(ms(now))
+        .bind(ns_id.clone())
         .bind(name.to_owned())
-        .fetch_optional(&mut **tx)
-        .await;
-        match exists {
-            Ok(Some(_)) => StoreError::Conflict {
-                kind,
-                name: name.to_owned(),
-                expected,
-            },
-            Ok(None) => not_found(kind, name),
-            Err(e) => self.classify(e),
+        .bind(expected);
+        if self.run_in(&mut tx, query).await? == 0 {
+            // Why it matched no row: the object exists (so the caller's
+            // version is stale) or it does not.
+            let query = sqlx::query(AssertSqlSafe(format!(
+                "SELECT 1 FROM {table} WHERE namespace_id = $1 AND name = $2{live}"
+            )))
+            .bind(ns_id)
+            .bind(name.to_owned());
+            return Err(match self.row_in(&mut tx, query).await? {
+                Some(_) => StoreError::Conflict {
+                    kind,
+                    name: name.to_owned(),
+                    expected,
+                },
+                None => not_found(kind, name),
+            });
         }
+        self.commit_with_effects(tx, fx, now).await
     }
 
     async fn namespace_id(&self, tx: &mut Tx, name: &str) -> Result<String> {
-        sqlx::query("SELECT id FROM namespaces WHERE name = $1")
-            .bind(name.to_owned())
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(|e| self.classify(e))?
+        let query = sqlx::query("SELECT id FROM namespaces WHERE name = $1").bind(name.to_owned());
+        self.row_in(tx, query)
+            .await?
             .map(|row| row.get::<String, _>(0))
             .ok_or_else(|| not_found("namespace", name))
     }
@@ -258,10 +288,7 @@ impl Store for SqlStore {
     }
 
     async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.classify(e))?;
+        self.run(sqlx::query("SELECT 1")).await?;
         Ok(())
     }
 

@@ -46,12 +46,9 @@ impl CredentialStore for SqlStore {
     ) -> Result<CredentialMeta> {
         let now = Utc::now();
         let mut tx = self.begin().await?;
-        sqlx::query("SELECT 1 FROM agents WHERE id = $1 AND deleted_at IS NULL")
-            .bind(agent_id.to_owned())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| self.classify(e))?
-            .ok_or_else(|| not_found("agent", agent_id))?;
+        let query = sqlx::query("SELECT 1 FROM agents WHERE id = $1 AND deleted_at IS NULL")
+            .bind(agent_id.to_owned());
+        self.one_in(&mut tx, query, "agent", agent_id).await?;
         let row = sqlx::query(
             "INSERT INTO agent_credentials (agent_id, kind, key_id, nonce, ciphertext, version, \
              set_at) VALUES ($1, $2, $3, $4, $5, 1, $6) \
@@ -77,8 +74,7 @@ impl CredentialStore for SqlStore {
         fx.audit
             .detail
             .get_or_insert_with(|| format!("version {version}"));
-        self.write_effects(&mut tx, &fx, now).await?;
-        self.commit_effects(tx, &fx).await?;
+        self.commit_with_effects(tx, &fx, now).await?;
         Ok(CredentialMeta {
             kind: kind.as_str().to_owned(),
             version,
@@ -95,40 +91,29 @@ impl CredentialStore for SqlStore {
     ) -> Result<()> {
         let now = Utc::now();
         let mut tx = self.begin().await?;
-        let deleted =
-            sqlx::query("DELETE FROM agent_credentials WHERE agent_id = $1 AND kind = $2")
-                .bind(agent_id.to_owned())
-                .bind(kind.as_str())
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| self.classify(e))?
-                .rows_affected();
+        let query = sqlx::query("DELETE FROM agent_credentials WHERE agent_id = $1 AND kind = $2")
+            .bind(agent_id.to_owned())
+            .bind(kind.as_str());
+        let deleted = self.run_in(&mut tx, query).await?;
         if deleted == 0 {
             return Err(not_found("credential", kind.as_str()));
         }
-        self.write_effects(&mut tx, fx, now).await?;
-        self.commit_effects(tx, fx).await
+        self.commit_with_effects(tx, fx, now).await
     }
 
     async fn list_agent_credentials(&self, agent_id: &str) -> Result<Vec<StoredCredential>> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let query = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {COLS} FROM agent_credentials WHERE agent_id = $1 ORDER BY kind"
         )))
-        .bind(agent_id.to_owned())
-        .fetch_all(self.reader())
-        .await
-        .map_err(|e| self.classify(e))?;
-        rows.iter().map(credential_from_row).collect()
+        .bind(agent_id.to_owned());
+        self.read_all(query, credential_from_row).await
     }
 
     async fn revision_credentials(&self, revision_id: &str) -> Result<Vec<StoredCredential>> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let query = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {COLS} FROM revision_credentials WHERE revision_id = $1 ORDER BY kind"
         )))
-        .bind(revision_id.to_owned())
-        .fetch_all(self.reader())
-        .await
-        .map_err(|e| self.classify(e))?;
-        rows.iter().map(credential_from_row).collect()
+        .bind(revision_id.to_owned());
+        self.read_all(query, credential_from_row).await
     }
 }

@@ -85,15 +85,13 @@ impl SessionStore for SqlStore {
              AND (cluster_id || ':' || CAST(epoch AS TEXT)) IN ({key_set})"
         );
         let mut tx = self.begin().await?;
-        sqlx::query(AssertSqlSafe(format!(
+        let query = sqlx::query(AssertSqlSafe(format!(
             "UPDATE cluster_sessions SET lease_expires_at = $2 WHERE {held}"
         )))
         .bind(replica_id.to_owned())
         .bind(ms(lease_until))
-        .bind(keys.clone())
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?;
+        .bind(keys.clone());
+        self.run_in(&mut tx, query).await?;
         let marked = sqlx::query(AssertSqlSafe(
             format!(
                 "UPDATE clusters SET connection_state = 'online' \
@@ -120,31 +118,23 @@ impl SessionStore for SqlStore {
         let mut tx = self.begin().await?;
         // Compare-and-set on the epoch; the row lock it takes makes a
         // concurrent claim wait until this commits (then it marks online).
-        let ended = sqlx::query(
+        let query = sqlx::query(
             "UPDATE cluster_sessions SET lease_expires_at = 0 \
              WHERE cluster_id = $1 AND epoch = $2",
         )
         .bind(cluster_id.to_owned())
-        .bind(epoch)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?
-        .rows_affected()
-            == 1;
+        .bind(epoch);
+        let ended = self.run_in(&mut tx, query).await? == 1;
         if !ended {
             return Ok(false);
         }
-        let marked = sqlx::query(
+        let query = sqlx::query(
             "UPDATE clusters SET connection_state = 'offline', last_seen = $2 \
              WHERE id = $1 AND connection_state = 'online' AND revoked_at IS NULL",
         )
         .bind(cluster_id.to_owned())
-        .bind(ms(last_seen))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.classify(e))?
-        .rows_affected()
-            == 1;
+        .bind(ms(last_seen));
+        let marked = self.run_in(&mut tx, query).await? == 1;
         if marked {
             self.insert_cluster_event(&mut tx, cluster_id, Utc::now())
                 .await?;

@@ -51,7 +51,7 @@ impl SqlStore {
             what: "watch event",
             detail: e.to_string(),
         })?;
-        sqlx::query(
+        let query = sqlx::query(
             "INSERT INTO watch_events (seq, at, kind, namespace_id, namespace, cluster, body) \
              VALUES ($1, $2, $3, $4, (SELECT name FROM namespaces WHERE id = $4), $5, $6)",
         )
@@ -60,10 +60,8 @@ impl SqlStore {
         .bind(event.body.kind())
         .bind(event.namespace_id.clone())
         .bind(event.cluster.clone())
-        .bind(body)
-        .execute(&mut **tx)
-        .await
-        .map_err(|e| self.classify(e))?;
+        .bind(body);
+        self.run_in(tx, query).await?;
         Ok(seq)
     }
 

@@ -3,7 +3,7 @@
 
 use sqlx::Row;
 
-use super::{LinkWrite, Written};
+use super::{LinkWrite, Written, standing_reports};
 use crate::store::sql::{SqlStore, ms, not_found};
 use crate::store::{Result, StoreError};
 
@@ -46,10 +46,6 @@ impl SqlStore {
         let mut results: Vec<Option<Result<Written>>> = writes.iter().map(|_| None).collect();
         let mut puts = Vec::new();
         let mut acks = Vec::new();
-        // The report that stands last per (cluster, target, kind) when the
-        // group's reports run in order: the last of the highest generation.
-        let mut reports: std::collections::HashMap<(&str, &str, &str), serde_json::Value> =
-            std::collections::HashMap::new();
         for (i, write) in writes.iter().enumerate() {
             match write {
                 LinkWrite::Put {
@@ -69,30 +65,10 @@ impl SqlStore {
                     now,
                 } => acks.push(json!({"i": i, "c": cluster_id, "q": sequence, "t": target,
                                       "g": generation, "ts": ms(*now)})),
-                LinkWrite::Report {
-                    cluster_id,
-                    target,
-                    kind,
-                    generation,
-                    body,
-                    now,
-                } => {
-                    results[i] = Some(Ok(Written::Report));
-                    let key = (cluster_id.as_str(), target.as_str(), kind.as_str());
-                    let stands = reports
-                        .get(&key)
-                        .is_none_or(|kept| kept["g"].as_i64() <= Some(*generation));
-                    if stands {
-                        reports.insert(
-                            key,
-                            json!({"c": cluster_id, "t": target, "k": kind, "g": generation,
-                                   "b": body, "ts": ms(*now)}),
-                        );
-                    }
-                }
+                LinkWrite::Report(_) => results[i] = Some(Ok(Written::Report)),
             }
         }
-        let reports: Vec<serde_json::Value> = reports.into_values().collect();
+        let reports = standing_reports(writes);
         let array =
             |v: &[serde_json::Value]| serde_json::to_string(v).unwrap_or_else(|_| "[]".into());
         let rows = sqlx::query(GROUP_FN_SQL)
@@ -126,7 +102,7 @@ impl SqlStore {
                 result.unwrap_or(match write {
                     LinkWrite::Put { .. } => Ok(Written::Put(None)),
                     LinkWrite::Ack { .. } => Ok(Written::Ack(false)),
-                    LinkWrite::Report { .. } => Ok(Written::Report),
+                    LinkWrite::Report(_) => Ok(Written::Report),
                 })
             })
             .collect())

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, Row};
 
-use super::{LinkWrite, Written};
+use super::{LinkWrite, ReportWrite, Written};
 use crate::store::Result;
 use crate::store::sql::{SqlStore, Tx, ms, not_found};
 
@@ -56,18 +56,8 @@ impl SqlStore {
                     .rows_affected();
                 Ok(Written::Ack(acked == 1))
             }
-            LinkWrite::Report {
-                cluster_id,
-                target,
-                kind,
-                generation,
-                body,
-                now,
-            } => {
-                report_statement(cluster_id, target, kind, *generation, body, *now)
-                    .execute(self.pool())
-                    .await
-                    .map_err(|e| self.classify(e))?;
+            LinkWrite::Report(report) => {
+                self.run(report_statement(report)).await?;
                 Ok(Written::Report)
             }
         }
@@ -98,16 +88,12 @@ impl SqlStore {
                 // Bumping the counter first also takes the cluster row's
                 // lock on PostgreSQL, so puts to one cluster serialise and
                 // sequences are dense and increasing.
-                let sequence: i64 = sqlx::query(
+                let query = sqlx::query(
                     "UPDATE clusters SET next_sequence = next_sequence + 1 WHERE id = $1 \
                      RETURNING next_sequence",
                 )
-                .bind(cluster_id.clone())
-                .fetch_optional(&mut **tx)
-                .await
-                .map_err(|e| self.classify(e))?
-                .ok_or_else(|| not_found("cluster", cluster_id))?
-                .get(0);
+                .bind(cluster_id.clone());
+                let sequence: i64 = self.one_in(tx, query, "cluster", cluster_id).await?.get(0);
                 let newest: Option<i64> = sqlx::query(
                     "SELECT MAX(generation) FROM outbox WHERE cluster_id = $1 AND target = $2",
                 )
@@ -121,24 +107,20 @@ impl SqlStore {
                     // Already holds this generation or a newer one. The
                     // group commits, so the bump is undone here (nobody
                     // else bumped since: the row is ours until commit).
-                    sqlx::query(
+                    let query = sqlx::query(
                         "UPDATE clusters SET next_sequence = next_sequence - 1 WHERE id = $1",
                     )
-                    .bind(cluster_id.clone())
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(|e| self.classify(e))?;
+                    .bind(cluster_id.clone());
+                    self.run_in(tx, query).await?;
                     return Ok(Written::Put(None));
                 }
-                sqlx::query(
+                let query = sqlx::query(
                     "DELETE FROM outbox WHERE cluster_id = $1 AND target = $2 AND acked_at IS NULL",
                 )
                 .bind(cluster_id.clone())
-                .bind(target.clone())
-                .execute(&mut **tx)
-                .await
-                .map_err(|e| self.classify(e))?;
-                sqlx::query(AssertSqlSafe(format!(
+                .bind(target.clone());
+                self.run_in(tx, query).await?;
+                let query = sqlx::query(AssertSqlSafe(format!(
                     "INSERT INTO outbox ({}, acked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)",
                     crate::store::sql_link::OUTBOX_COLS
                 )))
@@ -148,10 +130,8 @@ impl SqlStore {
                 .bind(kind.clone())
                 .bind(*generation)
                 .bind(spec.clone())
-                .bind(ms(*now))
-                .execute(&mut **tx)
-                .await
-                .map_err(|e| self.classify(e))?;
+                .bind(ms(*now));
+                self.run_in(tx, query).await?;
                 Ok(Written::Put(Some(sequence)))
             }
             LinkWrite::Ack {
@@ -168,18 +148,8 @@ impl SqlStore {
                     .rows_affected();
                 Ok(Written::Ack(acked == 1))
             }
-            LinkWrite::Report {
-                cluster_id,
-                target,
-                kind,
-                generation,
-                body,
-                now,
-            } => {
-                report_statement(cluster_id, target, kind, *generation, body, *now)
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(|e| self.classify(e))?;
+            LinkWrite::Report(report) => {
+                self.run_in(tx, report_statement(report)).await?;
                 Ok(Written::Report)
             }
         }
@@ -210,24 +180,17 @@ fn ack_statement(
 
 /// The upsert of a report, unless the stored one is for a newer
 /// generation.
-fn report_statement(
-    cluster_id: &str,
-    target: &str,
-    kind: &str,
-    generation: i64,
-    body: &str,
-    now: DateTime<Utc>,
-) -> Statement {
+fn report_statement(report: &ReportWrite) -> Statement {
     sqlx::query(
         "INSERT INTO spoke_reports (cluster_id, target, kind, generation, body, \
          received_at) VALUES ($1, $2, $3, $4, $5, $6) \
          ON CONFLICT (cluster_id, target, kind) DO UPDATE SET generation = $4, \
          body = $5, received_at = $6 WHERE spoke_reports.generation <= $4",
     )
-    .bind(cluster_id.to_owned())
-    .bind(target.to_owned())
-    .bind(kind.to_owned())
-    .bind(generation)
-    .bind(body.to_owned())
-    .bind(ms(now))
+    .bind(report.cluster_id.clone())
+    .bind(report.target.clone())
+    .bind(report.kind.clone())
+    .bind(report.generation)
+    .bind(report.body.clone())
+    .bind(ms(report.now))
 }

@@ -3,7 +3,7 @@
 
 use sqlx::Row;
 
-use super::{LinkWrite, Written};
+use super::{LinkWrite, Written, standing_reports};
 use crate::store::sql::{SqlStore, ms, not_found};
 use crate::store::{Result, StoreError};
 
@@ -185,49 +185,23 @@ impl SqlStore {
                     (SQLITE_INSERT, array(&rows)),
                     (SQLITE_BUMP, array(&counters)),
                 ] {
-                    sqlx::query(sql)
-                        .bind(arg)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(|e| self.classify(e))?;
+                    let query = sqlx::query(sql).bind(arg);
+                    self.run_in(&mut tx, query).await?;
                 }
             }
         }
 
         // Reports: the one that stands last per key when they run in order
         // (the last of the highest generation).
-        let mut reports: HashMap<(&str, &str, &str), serde_json::Value> = HashMap::new();
         for (i, write) in writes.iter().enumerate() {
-            if let LinkWrite::Report {
-                cluster_id,
-                target,
-                kind,
-                generation,
-                body,
-                now,
-            } = write
-            {
+            if let LinkWrite::Report(_) = write {
                 results[i] = Some(Ok(Written::Report));
-                let key = (cluster_id.as_str(), target.as_str(), kind.as_str());
-                if reports
-                    .get(&key)
-                    .is_none_or(|kept| kept["g"].as_i64() <= Some(*generation))
-                {
-                    reports.insert(
-                        key,
-                        json!({"c": cluster_id, "t": target, "k": kind, "g": generation,
-                               "b": body, "ts": ms(*now)}),
-                    );
-                }
             }
         }
+        let reports = standing_reports(writes);
         if !reports.is_empty() {
-            let reports: Vec<serde_json::Value> = reports.into_values().collect();
-            sqlx::query(SQLITE_REPORTS)
-                .bind(array(&reports))
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| self.classify(e))?;
+            let query = sqlx::query(SQLITE_REPORTS).bind(array(&reports));
+            self.run_in(&mut tx, query).await?;
         }
         self.commit(tx).await?;
         Ok(results

@@ -8,10 +8,17 @@ use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
-use super::SqlStore;
 use super::codec::{from_json, from_ms, get, ms, not_found, parse_enum, to_json};
+use super::{Document, SqlStore};
 use crate::model::{Agent, AgentSpec, DesiredState};
 use crate::store::{Effects, NewAgent, Result, StoreError};
+
+/// An Agent's spec, updated at the caller's version.
+const AGENT_SPEC: Document = Document {
+    table: "agents",
+    kind: "agent",
+    column: "spec",
+};
 
 const AGENT_COLS: &str = "a.id, n.name AS namespace, a.name, a.spec, a.desired_state, \
      a.active_revision, a.latest_revision, a.version, a.created_at, a.updated_at";
@@ -21,14 +28,10 @@ pub(super) async fn get_agent(store: &SqlStore, namespace: &str, name: &str) -> 
         "SELECT {AGENT_COLS} FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
          WHERE n.name = $1 AND a.name = $2 AND a.deleted_at IS NULL"
     );
-    let row = sqlx::query(AssertSqlSafe(sql))
+    let query = sqlx::query(AssertSqlSafe(sql))
         .bind(namespace.to_owned())
-        .bind(name.to_owned())
-        .fetch_optional(store.reader())
-        .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("agent", name))?;
-    agent_from_row(&row)
+        .bind(name.to_owned());
+    store.read_one(query, agent_from_row, "agent", name).await
 }
 
 pub(super) async fn create_agent(
@@ -39,14 +42,12 @@ pub(super) async fn create_agent(
     let now = Utc::now();
     let mut tx = store.begin().await?;
     let ns_id = store.namespace_id(&mut tx, &agent.namespace).await?;
-    let kept = sqlx::query(
+    let query = sqlx::query(
         "SELECT 1 FROM agents WHERE namespace_id = $1 AND name = $2 AND deleted_at IS NOT NULL",
     )
     .bind(ns_id.clone())
-    .bind(agent.name.clone())
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?;
+    .bind(agent.name.clone());
+    let kept = store.row_in(&mut tx, query).await?;
     if kept.is_some() {
         return Err(StoreError::FailedPrecondition(format!(
             "agent name {:?} belongs to a deleted Agent whose revision history is kept: \
@@ -68,8 +69,7 @@ pub(super) async fn create_agent(
     .execute(&mut *tx)
     .await
     .map_err(|e| store.exists_or(e, "agent", &agent.name))?;
-    store.write_effects(&mut tx, fx, now).await?;
-    store.commit_effects(tx, fx).await?;
+    store.commit_with_effects(tx, fx, now).await?;
     get_agent(store, &agent.namespace, &agent.name).await
 }
 
@@ -78,12 +78,8 @@ pub(super) async fn list_agents(store: &SqlStore, namespace: &str) -> Result<Vec
         "SELECT {AGENT_COLS} FROM agents a JOIN namespaces n ON n.id = a.namespace_id \
          WHERE n.name = $1 AND a.deleted_at IS NULL ORDER BY a.name"
     );
-    let rows = sqlx::query(AssertSqlSafe(sql))
-        .bind(namespace.to_owned())
-        .fetch_all(store.reader())
-        .await
-        .map_err(|e| store.classify(e))?;
-    rows.iter().map(agent_from_row).collect()
+    let query = sqlx::query(AssertSqlSafe(sql)).bind(namespace.to_owned());
+    store.read_all(query, agent_from_row).await
 }
 
 pub(super) async fn update_agent(
@@ -94,29 +90,16 @@ pub(super) async fn update_agent(
     expected_version: i64,
     fx: &Effects,
 ) -> Result<Agent> {
-    let now = Utc::now();
-    let mut tx = store.begin().await?;
-    let ns_id = store.namespace_id(&mut tx, namespace).await?;
-    let updated = sqlx::query(
-        "UPDATE agents SET spec = $1, version = version + 1, updated_at = $2 \
-         WHERE namespace_id = $3 AND name = $4 AND version = $5 AND deleted_at IS NULL",
-    )
-    .bind(to_json(spec)?)
-    .bind(ms(now))
-    .bind(ns_id.clone())
-    .bind(name.to_owned())
-    .bind(expected_version)
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
-    if updated == 0 {
-        return Err(store
-            .stale_or_missing(&mut tx, "agents", "agent", ns_id, name, expected_version)
-            .await);
-    }
-    store.write_effects(&mut tx, fx, now).await?;
-    store.commit_effects(tx, fx).await?;
+    store
+        .update_document(
+            AGENT_SPEC,
+            namespace,
+            name,
+            to_json(spec)?,
+            expected_version,
+            fx,
+        )
+        .await?;
     get_agent(store, namespace, name).await
 }
 
@@ -129,16 +112,13 @@ pub(super) async fn delete_agent(
     let now = Utc::now();
     let mut tx = store.begin().await?;
     let ns_id = store.namespace_id(&mut tx, namespace).await?;
-    let row = sqlx::query(
+    let query = sqlx::query(
         "SELECT id, desired_state FROM agents \
          WHERE namespace_id = $1 AND name = $2 AND deleted_at IS NULL",
     )
     .bind(ns_id)
-    .bind(name.to_owned())
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?
-    .ok_or_else(|| not_found("agent", name))?;
+    .bind(name.to_owned());
+    let row = store.one_in(&mut tx, query, "agent", name).await?;
     if row.get::<String, _>(1) == DesiredState::Running.as_str() {
         return Err(StoreError::FailedPrecondition(format!(
             "agent {name:?} is running; stop it before deleting it"
@@ -155,23 +135,17 @@ pub(super) async fn delete_agent(
         "DELETE FROM gateway_transport WHERE revision_id IN \
          (SELECT id FROM agent_revisions WHERE agent_id = $1)",
     ] {
-        sqlx::query(sql)
-            .bind(id.clone())
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| store.classify(e))?;
+        let query = sqlx::query(sql).bind(id.clone());
+        store.run_in(&mut tx, query).await?;
     }
-    sqlx::query(
+    let query = sqlx::query(
         "UPDATE agents SET deleted_at = $1, active_revision = NULL, updated_at = $1 \
          WHERE id = $2",
     )
     .bind(ms(now))
-    .bind(id)
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?;
-    store.write_effects(&mut tx, fx, now).await?;
-    store.commit_effects(tx, fx).await
+    .bind(id);
+    store.run_in(&mut tx, query).await?;
+    store.commit_with_effects(tx, fx, now).await
 }
 
 pub(super) async fn set_desired_state(
@@ -184,23 +158,19 @@ pub(super) async fn set_desired_state(
     let now = Utc::now();
     let mut tx = store.begin().await?;
     let ns_id = store.namespace_id(&mut tx, namespace).await?;
-    let updated = sqlx::query(
+    let query = sqlx::query(
         "UPDATE agents SET desired_state = $1, updated_at = $2 \
          WHERE namespace_id = $3 AND name = $4 AND deleted_at IS NULL",
     )
     .bind(state.as_str())
     .bind(ms(now))
     .bind(ns_id)
-    .bind(name.to_owned())
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
+    .bind(name.to_owned());
+    let updated = store.run_in(&mut tx, query).await?;
     if updated == 0 {
         return Err(not_found("agent", name));
     }
-    store.write_effects(&mut tx, fx, now).await?;
-    store.commit_effects(tx, fx).await?;
+    store.commit_with_effects(tx, fx, now).await?;
     get_agent(store, namespace, name).await
 }
 
@@ -211,31 +181,26 @@ pub(super) async fn begin_agent_pass(
     now: DateTime<Utc>,
     until: DateTime<Utc>,
 ) -> Result<bool> {
-    let taken = sqlx::query(
+    let query = sqlx::query(
         "UPDATE agents SET pass_holder = $1, pass_expires_at = $2 WHERE id = $3 AND \
          (pass_holder IS NULL OR pass_holder = $1 OR pass_expires_at <= $4)",
     )
     .bind(holder.to_owned())
     .bind(ms(until))
     .bind(agent_id.to_owned())
-    .bind(ms(now))
-    .execute(&store.pool)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
+    .bind(ms(now));
+    let taken = store.run(query).await?;
     Ok(taken == 1)
 }
 
 pub(super) async fn end_agent_pass(store: &SqlStore, agent_id: &str, holder: &str) -> Result<()> {
-    sqlx::query(
+    let query = sqlx::query(
         "UPDATE agents SET pass_holder = NULL, pass_expires_at = NULL \
          WHERE id = $1 AND pass_holder = $2",
     )
     .bind(agent_id.to_owned())
-    .bind(holder.to_owned())
-    .execute(&store.pool)
-    .await
-    .map_err(|e| store.classify(e))?;
+    .bind(holder.to_owned());
+    store.run(query).await?;
     Ok(())
 }
 

@@ -17,7 +17,7 @@ pub(super) async fn insert_audit(
     a: &NewAudit,
     now: DateTime<Utc>,
 ) -> Result<()> {
-    sqlx::query(
+    let query = sqlx::query(
         "INSERT INTO audit_events (at, actor, action, namespace, target, result, detail) \
          VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
@@ -27,10 +27,8 @@ pub(super) async fn insert_audit(
     .bind(a.namespace.clone())
     .bind(a.target.clone())
     .bind(a.result.clone())
-    .bind(a.detail.clone())
-    .execute(&mut **tx)
-    .await
-    .map_err(|e| store.classify(e))?;
+    .bind(a.detail.clone());
+    store.run_in(tx, query).await?;
     Ok(())
 }
 

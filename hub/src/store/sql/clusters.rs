@@ -9,7 +9,7 @@ use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
 use super::SqlStore;
-use super::codec::{from_json, from_ms, get, ms, not_found, parse_enum, to_json};
+use super::codec::{from_json, from_ms, get, ms, parse_enum, to_json};
 use crate::model::{Cluster, ConnectionState};
 use crate::store::{ClusterRecord, Result};
 
@@ -42,22 +42,15 @@ pub(super) async fn upsert_cluster(store: &SqlStore, c: &ClusterRecord) -> Resul
 
 pub(super) async fn list_clusters(store: &SqlStore) -> Result<Vec<Cluster>> {
     let sql = format!("SELECT {CLUSTER_COLS} FROM clusters ORDER BY name");
-    let rows = sqlx::query(AssertSqlSafe(sql))
-        .fetch_all(store.reader())
-        .await
-        .map_err(|e| store.classify(e))?;
-    rows.iter().map(cluster_from_row).collect()
+    let query = sqlx::query(AssertSqlSafe(sql));
+    store.read_all(query, cluster_from_row).await
 }
 
 pub(super) async fn get_cluster(store: &SqlStore, name: &str) -> Result<Cluster> {
     let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE name = $1");
-    let row = sqlx::query(AssertSqlSafe(sql))
-        .bind(name.to_owned())
-        .fetch_optional(store.reader())
+    store
+        .read_by_key(sql, name, cluster_from_row, "cluster")
         .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("cluster", name))?;
-    cluster_from_row(&row)
 }
 
 pub(in crate::store) fn cluster_from_row(r: &AnyRow) -> Result<Cluster> {

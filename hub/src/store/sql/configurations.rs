@@ -8,10 +8,17 @@ use sqlx::any::AnyRow;
 use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
-use super::SqlStore;
 use super::codec::{from_json, from_ms, get, ms, not_found};
+use super::{Document, SqlStore};
 use crate::model::Configuration;
 use crate::store::{Effects, Result};
+
+/// A Configuration's data, updated at the caller's version.
+const CONFIG_DATA: Document = Document {
+    table: "configurations",
+    kind: "configuration",
+    column: "data",
+};
 
 const CONFIG_COLS: &str =
     "c.id, n.name AS namespace, c.name, c.data, c.version, c.created_at, c.updated_at";
@@ -38,8 +45,7 @@ pub(super) async fn create_configuration(
     .execute(&mut *tx)
     .await
     .map_err(|e| store.exists_or(e, "configuration", name))?;
-    store.write_effects(&mut tx, fx, now).await?;
-    store.commit_effects(tx, fx).await?;
+    store.commit_with_effects(tx, fx, now).await?;
     get_configuration(store, namespace, name).await
 }
 
@@ -52,14 +58,12 @@ pub(super) async fn get_configuration(
         "SELECT {CONFIG_COLS} FROM configurations c JOIN namespaces n ON n.id = c.namespace_id \
          WHERE n.name = $1 AND c.name = $2"
     );
-    let row = sqlx::query(AssertSqlSafe(sql))
+    let query = sqlx::query(AssertSqlSafe(sql))
         .bind(namespace.to_owned())
-        .bind(name.to_owned())
-        .fetch_optional(store.reader())
+        .bind(name.to_owned());
+    store
+        .read_one(query, configuration_from_row, "configuration", name)
         .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("configuration", name))?;
-    configuration_from_row(&row)
 }
 
 pub(super) async fn list_configurations(
@@ -70,12 +74,8 @@ pub(super) async fn list_configurations(
         "SELECT {CONFIG_COLS} FROM configurations c JOIN namespaces n ON n.id = c.namespace_id \
          WHERE n.name = $1 ORDER BY c.name"
     );
-    let rows = sqlx::query(AssertSqlSafe(sql))
-        .bind(namespace.to_owned())
-        .fetch_all(store.reader())
-        .await
-        .map_err(|e| store.classify(e))?;
-    rows.iter().map(configuration_from_row).collect()
+    let query = sqlx::query(AssertSqlSafe(sql)).bind(namespace.to_owned());
+    store.read_all(query, configuration_from_row).await
 }
 
 pub(super) async fn update_configuration(
@@ -86,36 +86,16 @@ pub(super) async fn update_configuration(
     expected_version: i64,
     fx: &Effects,
 ) -> Result<Configuration> {
-    let now = Utc::now();
-    let mut tx = store.begin().await?;
-    let ns_id = store.namespace_id(&mut tx, namespace).await?;
-    let updated = sqlx::query(
-        "UPDATE configurations SET data = $1, version = version + 1, updated_at = $2 \
-         WHERE namespace_id = $3 AND name = $4 AND version = $5",
-    )
-    .bind(data.to_string())
-    .bind(ms(now))
-    .bind(ns_id.clone())
-    .bind(name.to_owned())
-    .bind(expected_version)
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
-    if updated == 0 {
-        return Err(store
-            .stale_or_missing(
-                &mut tx,
-                "configurations",
-                "configuration",
-                ns_id,
-                name,
-                expected_version,
-            )
-            .await);
-    }
-    store.write_effects(&mut tx, fx, now).await?;
-    store.commit_effects(tx, fx).await?;
+    store
+        .update_document(
+            CONFIG_DATA,
+            namespace,
+            name,
+            data.to_string(),
+            expected_version,
+            fx,
+        )
+        .await?;
     get_configuration(store, namespace, name).await
 }
 
@@ -128,18 +108,14 @@ pub(super) async fn delete_configuration(
     let now = Utc::now();
     let mut tx = store.begin().await?;
     let ns_id = store.namespace_id(&mut tx, namespace).await?;
-    let deleted = sqlx::query("DELETE FROM configurations WHERE namespace_id = $1 AND name = $2")
+    let query = sqlx::query("DELETE FROM configurations WHERE namespace_id = $1 AND name = $2")
         .bind(ns_id)
-        .bind(name.to_owned())
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?
-        .rows_affected();
+        .bind(name.to_owned());
+    let deleted = store.run_in(&mut tx, query).await?;
     if deleted == 0 {
         return Err(not_found("configuration", name));
     }
-    store.write_effects(&mut tx, fx, now).await?;
-    store.commit_effects(tx, fx).await
+    store.commit_with_effects(tx, fx, now).await
 }
 
 fn configuration_from_row(r: &AnyRow) -> Result<Configuration> {

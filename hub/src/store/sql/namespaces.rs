@@ -46,31 +46,22 @@ pub(super) async fn create_namespace(
             store.classify(e)
         }
     })?;
-    store.write_effects(&mut tx, fx, now).await?;
-    store.commit_effects(tx, fx).await?;
+    store.commit_with_effects(tx, fx, now).await?;
     get_namespace(store, &ns.name).await
 }
 
 pub(super) async fn get_namespace(store: &SqlStore, name: &str) -> Result<Namespace> {
     let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE name = $1");
-    let row = sqlx::query(AssertSqlSafe(sql))
-        .bind(name.to_owned())
-        .fetch_optional(store.reader())
+    store
+        .read_by_key(sql, name, namespace_from_row, "namespace")
         .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("namespace", name))?;
-    namespace_from_row(&row)
 }
 
 pub(super) async fn get_namespace_by_id(store: &SqlStore, id: &str) -> Result<Namespace> {
     let sql = format!("SELECT {NAMESPACE_COLS} FROM namespaces WHERE id = $1");
-    let row = sqlx::query(AssertSqlSafe(sql))
-        .bind(id.to_owned())
-        .fetch_optional(store.reader())
+    store
+        .read_by_key(sql, id, namespace_from_row, "namespace")
         .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("namespace", id))?;
-    namespace_from_row(&row)
 }
 
 pub(super) async fn list_namespaces(
@@ -125,28 +116,19 @@ pub(super) async fn delete_namespace(store: &SqlStore, name: &str, fx: &Effects)
          (SELECT id FROM agents WHERE namespace_id = $1)",
         "DELETE FROM agents WHERE namespace_id = $1",
     ] {
-        sqlx::query(sql)
-            .bind(id.clone())
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| store.classify(e))?;
+        let query = sqlx::query(sql).bind(id.clone());
+        store.run_in(&mut tx, query).await?;
     }
     for table in ["configurations", "idempotency_keys", "api_tokens"] {
-        sqlx::query(AssertSqlSafe(format!(
+        let query = sqlx::query(AssertSqlSafe(format!(
             "DELETE FROM {table} WHERE namespace_id = $1"
         )))
-        .bind(id.clone())
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?;
+        .bind(id.clone());
+        store.run_in(&mut tx, query).await?;
     }
-    sqlx::query("DELETE FROM namespaces WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?;
-    store.write_effects(&mut tx, fx, now).await?;
-    store.commit_effects(tx, fx).await
+    let query = sqlx::query("DELETE FROM namespaces WHERE id = $1").bind(id);
+    store.run_in(&mut tx, query).await?;
+    store.commit_with_effects(tx, fx, now).await
 }
 
 pub(super) async fn set_namespace_state(
@@ -158,22 +140,18 @@ pub(super) async fn set_namespace_state(
 ) -> Result<Namespace> {
     let now = Utc::now();
     let mut tx = store.begin().await?;
-    let updated = sqlx::query(
+    let query = sqlx::query(
         "UPDATE namespaces SET state = $1, state_reason = $2, updated_at = $3 WHERE id = $4",
     )
     .bind(state.as_str())
     .bind(reason.map(str::to_owned))
     .bind(ms(now))
-    .bind(id.to_owned())
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
+    .bind(id.to_owned());
+    let updated = store.run_in(&mut tx, query).await?;
     if updated == 0 {
         return Err(not_found("namespace", id));
     }
-    store.write_effects(&mut tx, fx, now).await?;
-    store.commit_effects(tx, fx).await?;
+    store.commit_with_effects(tx, fx, now).await?;
     get_namespace_by_id(store, id).await
 }
 
@@ -182,16 +160,14 @@ pub(super) async fn mark_namespace_provisioned(
     id: &str,
     at: DateTime<Utc>,
 ) -> Result<Namespace> {
-    sqlx::query(
+    let query = sqlx::query(
         "UPDATE namespaces SET state = $1, provisioned_at = COALESCE(provisioned_at, $2), \
          updated_at = $2 WHERE id = $3 AND state IN ('pending', 'active')",
     )
     .bind(NamespaceState::Active.as_str())
     .bind(ms(at))
-    .bind(id.to_owned())
-    .execute(&store.pool)
-    .await
-    .map_err(|e| store.classify(e))?;
+    .bind(id.to_owned());
+    store.run(query).await?;
     get_namespace_by_id(store, id).await
 }
 

@@ -23,12 +23,8 @@ pub(super) const REVISION_FROM: &str = "agent_revisions r JOIN agents a ON a.id 
 
 async fn revision_by_id(store: &SqlStore, tx: &mut Tx, id: &str) -> Result<AgentRevision> {
     let sql = format!("SELECT {REVISION_COLS} FROM {REVISION_FROM} WHERE r.id = $1");
-    let row = sqlx::query(AssertSqlSafe(sql))
-        .bind(id.to_owned())
-        .fetch_optional(&mut **tx)
-        .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("revision", id))?;
+    let query = sqlx::query(AssertSqlSafe(sql)).bind(id.to_owned());
+    let row = store.one_in(tx, query, "revision", id).await?;
     revision_from_row(&row)
 }
 
@@ -40,15 +36,13 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
     let mut tx = store.begin().await?;
     let ns_id = store.namespace_id(&mut tx, &rev.namespace).await?;
     if let Some(idem) = &rev.idempotency {
-        let earlier = sqlx::query(
+        let query = sqlx::query(
             "SELECT fingerprint, revision_id FROM idempotency_keys \
              WHERE namespace_id = $1 AND key = $2",
         )
         .bind(ns_id.clone())
-        .bind(idem.key.clone())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?;
+        .bind(idem.key.clone());
+        let earlier = store.row_in(&mut tx, query).await?;
         if let Some(row) = earlier {
             let fingerprint: String = row.get(0);
             if fingerprint != idem.fingerprint {
@@ -65,16 +59,13 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
             }));
         }
     }
-    let agent = sqlx::query(
+    let query = sqlx::query(
         "SELECT id, version, latest_revision FROM agents \
          WHERE namespace_id = $1 AND name = $2 AND deleted_at IS NULL",
     )
     .bind(ns_id.clone())
-    .bind(rev.agent.clone())
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?
-    .ok_or_else(|| not_found("agent", &rev.agent))?;
+    .bind(rev.agent.clone());
+    let agent = store.one_in(&mut tx, query, "agent", &rev.agent).await?;
     let agent_id: String = agent.get(0);
     if agent.get::<i64, _>(1) != rev.agent_version {
         return Err(StoreError::Conflict {
@@ -87,7 +78,7 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
     let number = previous.unwrap_or(0) + 1;
     // Compare-and-swap on the revision counter: a concurrent deploy that
     // won the race leaves this update matching no row.
-    let claimed = sqlx::query(
+    let query = sqlx::query(
         "UPDATE agents SET latest_revision = $1, desired_state = 'running', updated_at = $2 \
          WHERE id = $3 AND version = $4 AND COALESCE(latest_revision, 0) = $5",
     )
@@ -95,11 +86,8 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
     .bind(ms(now))
     .bind(agent_id.clone())
     .bind(rev.agent_version)
-    .bind(previous.unwrap_or(0))
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
+    .bind(previous.unwrap_or(0));
+    let claimed = store.run_in(&mut tx, query).await?;
     if claimed == 0 {
         return Ok(None);
     }
@@ -131,16 +119,14 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
     }
     // The Agent's credentials as they are now, still sealed: a later
     // set does not change this revision; the next deploy carries it.
-    sqlx::query(
+    let query = sqlx::query(
         "INSERT INTO revision_credentials (revision_id, kind, key_id, nonce, ciphertext, \
          version, set_at) SELECT $1, kind, key_id, nonce, ciphertext, version, set_at \
          FROM agent_credentials WHERE agent_id = $2",
     )
     .bind(rev_id.clone())
-    .bind(agent_id.clone())
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?;
+    .bind(agent_id.clone());
+    store.run_in(&mut tx, query).await?;
     if let Some(idem) = &rev.idempotency {
         let inserted = sqlx::query(
             "INSERT INTO idempotency_keys (namespace_id, key, fingerprint, revision_id, \
@@ -215,24 +201,17 @@ pub(super) async fn list_revisions(
         "SELECT {REVISION_COLS} FROM {REVISION_FROM} WHERE n.name = $1 AND a.name = $2 \
          ORDER BY r.number"
     );
-    let rows = sqlx::query(AssertSqlSafe(sql))
+    let query = sqlx::query(AssertSqlSafe(sql))
         .bind(namespace.to_owned())
-        .bind(agent.to_owned())
-        .fetch_all(store.reader())
-        .await
-        .map_err(|e| store.classify(e))?;
-    rows.iter().map(revision_from_row).collect()
+        .bind(agent.to_owned());
+    store.read_all(query, revision_from_row).await
 }
 
 pub(super) async fn get_revision_by_id(store: &SqlStore, id: &str) -> Result<AgentRevision> {
     let sql = format!("SELECT {REVISION_COLS} FROM {REVISION_FROM} WHERE r.id = $1");
-    let row = sqlx::query(AssertSqlSafe(sql))
-        .bind(id.to_owned())
-        .fetch_optional(store.reader())
+    store
+        .read_by_key(sql, id, revision_from_row, "revision")
         .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("revision", id))?;
-    revision_from_row(&row)
 }
 
 pub(super) async fn update_revision(
@@ -248,15 +227,12 @@ pub(super) async fn update_revision(
     // compare-and-swap below sees the same state) to know whether the
     // phase or reason changed.
     let mut tx = store.begin().await?;
-    let before = sqlx::query(
+    let query = sqlx::query(
         "SELECT r.phase, r.reason, r.version, a.namespace_id FROM agent_revisions r \
          JOIN agents a ON a.id = r.agent_id WHERE r.id = $1",
     )
-    .bind(id.to_owned())
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?
-    .ok_or_else(|| not_found("revision", id))?;
+    .bind(id.to_owned());
+    let before = store.one_in(&mut tx, query, "revision", id).await?;
     let (old_phase, old_reason, version, namespace_id): (String, Option<String>, i64, String) = (
         get(&before, "revision", "phase")?,
         get(&before, "revision", "reason")?,
@@ -264,7 +240,7 @@ pub(super) async fn update_revision(
         get(&before, "revision", "namespace_id")?,
     );
     let updated = if version == expected_version {
-        sqlx::query(
+        let query = sqlx::query(
             "UPDATE agent_revisions SET phase = $1, reason = $2, progress = $3, \
              updated_at = $4, version = version + 1 WHERE id = $5 AND version = $6",
         )
@@ -273,11 +249,8 @@ pub(super) async fn update_revision(
         .bind(to_json(progress)?)
         .bind(ms(Utc::now()))
         .bind(id.to_owned())
-        .bind(expected_version)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?
-        .rows_affected()
+        .bind(expected_version);
+        store.run_in(&mut tx, query).await?
     } else {
         0
     };
@@ -318,15 +291,13 @@ pub(super) async fn update_revision(
 }
 
 pub(super) async fn place_revision(store: &SqlStore, id: &str, cluster: &str) -> Result<()> {
-    sqlx::query(
+    let query = sqlx::query(
         "UPDATE agent_revisions SET resolved_cluster = $1 WHERE id = $2 \
          AND resolved_cluster IS NULL",
     )
     .bind(cluster.to_owned())
-    .bind(id.to_owned())
-    .execute(&store.pool)
-    .await
-    .map_err(|e| store.classify(e))?;
+    .bind(id.to_owned());
+    store.run(query).await?;
     Ok(())
 }
 
@@ -338,7 +309,7 @@ pub(super) async fn activate_revision(
 ) -> Result<bool> {
     // Only while the Agent still wants this revision: a stop or a newer
     // deploy that landed first wins over a pass that read older facts.
-    let updated = sqlx::query(
+    let query = sqlx::query(
         "UPDATE agents SET active_revision = $1, updated_at = $2 WHERE name = $3 AND \
          namespace_id = (SELECT id FROM namespaces WHERE name = $4) AND \
          desired_state = 'running' AND latest_revision = $1",
@@ -346,11 +317,8 @@ pub(super) async fn activate_revision(
     .bind(number)
     .bind(ms(Utc::now()))
     .bind(agent.to_owned())
-    .bind(namespace.to_owned())
-    .execute(&store.pool)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
+    .bind(namespace.to_owned());
+    let updated = store.run(query).await?;
     Ok(updated == 1)
 }
 
@@ -359,16 +327,14 @@ pub(super) async fn clear_active_revision(
     namespace: &str,
     agent: &str,
 ) -> Result<()> {
-    sqlx::query(
+    let query = sqlx::query(
         "UPDATE agents SET active_revision = NULL, updated_at = $1 WHERE name = $2 AND \
          namespace_id = (SELECT id FROM namespaces WHERE name = $3)",
     )
     .bind(ms(Utc::now()))
     .bind(agent.to_owned())
-    .bind(namespace.to_owned())
-    .execute(&store.pool)
-    .await
-    .map_err(|e| store.classify(e))?;
+    .bind(namespace.to_owned());
+    store.run(query).await?;
     Ok(())
 }
 
@@ -382,15 +348,18 @@ pub(super) async fn get_revision(
         "SELECT {REVISION_COLS} FROM {REVISION_FROM} \
          WHERE n.name = $1 AND a.name = $2 AND r.number = $3"
     );
-    let row = sqlx::query(AssertSqlSafe(sql))
+    let query = sqlx::query(AssertSqlSafe(sql))
         .bind(namespace.to_owned())
         .bind(agent.to_owned())
-        .bind(number)
-        .fetch_optional(store.reader())
+        .bind(number);
+    store
+        .read_one(
+            query,
+            revision_from_row,
+            "revision",
+            &format!("{agent}/{number}"),
+        )
         .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("revision", &format!("{agent}/{number}")))?;
-    revision_from_row(&row)
 }
 
 fn revision_from_row(r: &AnyRow) -> Result<AgentRevision> {

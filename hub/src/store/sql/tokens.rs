@@ -53,49 +53,35 @@ pub(super) async fn create_token(store: &SqlStore, token: &NewToken) -> Result<A
 }
 
 pub(super) async fn find_token(store: &SqlStore, hash: &str) -> Result<Option<ApiToken>> {
-    let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.token_hash = $1");
-    sqlx::query(AssertSqlSafe(sql))
-        .bind(hash.to_owned())
-        .fetch_optional(store.reader())
-        .await
-        .map_err(|e| store.classify(e))?
-        .as_ref()
-        .map(token_from_row)
-        .transpose()
+    find_token_by(store, "token_hash", hash).await
 }
 
 pub(super) async fn get_token(store: &SqlStore, id: &str) -> Result<ApiToken> {
     let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.id = $1");
-    let row = sqlx::query(AssertSqlSafe(sql))
-        .bind(id.to_owned())
-        .fetch_optional(store.reader())
-        .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("token", id))?;
-    token_from_row(&row)
+    store.read_by_key(sql, id, token_from_row, "token").await
 }
 
 pub(super) async fn find_token_by_name(store: &SqlStore, name: &str) -> Result<Option<ApiToken>> {
-    let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.name = $1");
-    sqlx::query(AssertSqlSafe(sql))
-        .bind(name.to_owned())
-        .fetch_optional(store.reader())
-        .await
-        .map_err(|e| store.classify(e))?
-        .as_ref()
-        .map(token_from_row)
-        .transpose()
+    find_token_by(store, "name", name).await
+}
+
+/// The token whose `column`, a unique column of `api_tokens`, is `value`.
+async fn find_token_by(
+    store: &SqlStore,
+    column: &'static str,
+    value: &str,
+) -> Result<Option<ApiToken>> {
+    let sql = format!("SELECT {TOKEN_COLS} FROM {TOKEN_FROM} WHERE t.{column} = $1");
+    let query = sqlx::query(AssertSqlSafe(sql)).bind(value.to_owned());
+    store.read_optional(query, token_from_row).await
 }
 
 pub(super) async fn revoke_token(store: &SqlStore, name: &str, at: DateTime<Utc>) -> Result<()> {
-    let done =
+    let query =
         sqlx::query("UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE name = $2")
             .bind(ms(at))
-            .bind(name.to_owned())
-            .execute(&store.pool)
-            .await
-            .map_err(|e| store.classify(e))?
-            .rows_affected();
+            .bind(name.to_owned());
+    let done = store.run(query).await?;
     if done == 0 {
         return Err(not_found("token", name));
     }

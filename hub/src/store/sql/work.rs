@@ -10,7 +10,7 @@ use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
-use super::codec::{from_json, from_ms, get, ms, not_found, parse_enum};
+use super::codec::{from_json, from_ms, get, ms, parse_enum};
 use super::{SqlStore, Tx};
 use crate::model::{WorkItem, WorkState};
 use crate::store::{
@@ -71,15 +71,16 @@ pub(super) async fn insert_work(
     }
     let id = Uuid::now_v7().to_string();
     let namespace = match &w.namespace_id {
-        Some(ns_id) => sqlx::query("SELECT name FROM namespaces WHERE id = $1")
-            .bind(ns_id.clone())
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(|e| store.classify(e))?
+        Some(ns_id) => store
+            .row_in(
+                tx,
+                sqlx::query("SELECT name FROM namespaces WHERE id = $1").bind(ns_id.clone()),
+            )
+            .await?
             .map(|r| r.get::<String, _>(0)),
         None => None,
     };
-    sqlx::query(
+    let query = sqlx::query(
         "INSERT INTO work_items (id, kind, namespace, namespace_id, target, payload, \
          requested_by, state, attempts, max_attempts, run_at, created_at, updated_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $9, $10, $10)",
@@ -93,10 +94,8 @@ pub(super) async fn insert_work(
     .bind(w.requested_by.clone())
     .bind(i64::from(w.max_attempts))
     .bind(ms(w.run_at))
-    .bind(ms(now))
-    .execute(&mut **tx)
-    .await
-    .map_err(|e| store.classify(e))?;
+    .bind(ms(now));
+    store.run_in(tx, query).await?;
     Ok(id)
 }
 
@@ -111,7 +110,7 @@ async fn join_pending_work(
     w: &NewWork,
     now: DateTime<Utc>,
 ) -> Result<Option<String>> {
-    let row = sqlx::query(
+    let query = sqlx::query(
         "UPDATE work_items SET run_at = CASE WHEN run_at > $1 THEN $1 ELSE run_at END, \
          updated_at = $2 \
          WHERE id = (SELECT id FROM work_items WHERE state = 'pending' AND target = $3 \
@@ -122,10 +121,8 @@ async fn join_pending_work(
     .bind(ms(w.run_at))
     .bind(ms(now))
     .bind(w.target.clone())
-    .bind(w.kind.clone())
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(|e| store.classify(e))?;
+    .bind(w.kind.clone());
+    let row = store.row_in(tx, query).await?;
     Ok(row.map(|r| r.get::<String, _>(0)))
 }
 
@@ -182,7 +179,7 @@ async fn settle_claim(
     error: &str,
     now: DateTime<Utc>,
 ) -> Result<bool> {
-    let done = sqlx::query(
+    let query = sqlx::query(
         "UPDATE work_items SET state = $1, run_at = COALESCE($2, run_at), last_error = $3, \
          lease_owner = NULL, lease_expires_at = NULL, updated_at = $4, \
          completed_at = CASE WHEN $1 = 'failed' THEN $4 ELSE NULL END \
@@ -193,11 +190,8 @@ async fn settle_claim(
     .bind(error.to_owned())
     .bind(ms(now))
     .bind(id.to_owned())
-    .bind(worker.to_owned())
-    .execute(&store.pool)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
+    .bind(worker.to_owned());
+    let done = store.run(query).await?;
     Ok(done == 1)
 }
 
@@ -336,7 +330,7 @@ pub(super) async fn defer_work(
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<bool> {
-    let done = sqlx::query(
+    let query = sqlx::query(
         "UPDATE work_items SET state = 'pending', run_at = $1, updated_at = $2, \
          attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, last_error = $3, \
          lease_owner = NULL, lease_expires_at = NULL \
@@ -346,11 +340,8 @@ pub(super) async fn defer_work(
     .bind(ms(now))
     .bind(reason.to_owned())
     .bind(id.to_owned())
-    .bind(worker.to_owned())
-    .execute(&store.pool)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
+    .bind(worker.to_owned());
+    let done = store.run(query).await?;
     put_back(store, done == 1)
 }
 
@@ -360,7 +351,7 @@ pub(super) async fn release_work(
     id: &str,
     now: DateTime<Utc>,
 ) -> Result<bool> {
-    let done = sqlx::query(
+    let query = sqlx::query(
         "UPDATE work_items SET state = 'pending', run_at = $1, updated_at = $1, \
          attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, \
          lease_owner = NULL, lease_expires_at = NULL \
@@ -368,11 +359,8 @@ pub(super) async fn release_work(
     )
     .bind(ms(now))
     .bind(id.to_owned())
-    .bind(worker.to_owned())
-    .execute(&store.pool)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
+    .bind(worker.to_owned());
+    let done = store.run(query).await?;
     put_back(store, done == 1)
 }
 
@@ -392,16 +380,13 @@ pub(super) async fn recover_expired_work(
     .await
     .map_err(|e| store.classify(e))?
     .rows_affected();
-    let requeued = sqlx::query(
+    let query = sqlx::query(
         "UPDATE work_items SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, \
          run_at = $1, updated_at = $1 \
          WHERE state = 'claimed' AND lease_expires_at < $1",
     )
-    .bind(ms(now))
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
+    .bind(ms(now));
+    let requeued = store.run_in(&mut tx, query).await?;
     store.commit(tx).await?;
     if requeued > 0 {
         store.signals.work.notify();
@@ -418,27 +403,21 @@ pub(super) async fn reclaim_incarnation(
     // no LIKE wildcard in it.
     let like = format!("{owner_prefix}%");
     let mut tx = store.begin().await?;
-    let work = sqlx::query(
+    let query = sqlx::query(
         "UPDATE work_items SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, \
          attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, \
          run_at = $1, updated_at = $1 \
          WHERE state = 'claimed' AND lease_owner LIKE $2",
     )
     .bind(ms(now))
-    .bind(like.clone())
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
-    let passes = sqlx::query(
+    .bind(like.clone());
+    let work = store.run_in(&mut tx, query).await?;
+    let query = sqlx::query(
         "UPDATE agents SET pass_holder = NULL, pass_expires_at = NULL \
          WHERE pass_holder LIKE $1",
     )
-    .bind(like)
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
+    .bind(like);
+    let passes = store.run_in(&mut tx, query).await?;
     store.commit(tx).await?;
     if work > 0 {
         store.signals.work.notify();
@@ -448,13 +427,7 @@ pub(super) async fn reclaim_incarnation(
 
 pub(super) async fn get_work(store: &SqlStore, id: &str) -> Result<WorkItem> {
     let sql = format!("SELECT {WORK_COLS} FROM work_items WHERE id = $1");
-    let row = sqlx::query(AssertSqlSafe(sql))
-        .bind(id.to_owned())
-        .fetch_optional(store.reader())
-        .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("work item", id))?;
-    work_from_row(&row)
+    store.read_by_key(sql, id, work_from_row, "work item").await
 }
 
 pub(super) async fn list_work(store: &SqlStore, filter: &WorkFilter) -> Result<Vec<WorkItem>> {

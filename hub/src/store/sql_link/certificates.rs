@@ -8,7 +8,7 @@ use sqlx::Row;
 use super::SqlStore;
 use crate::model::Cluster;
 use crate::store::link::{CertificateStatus, RevokedCertificate};
-use crate::store::sql::{from_ms, ms, not_found};
+use crate::store::sql::{from_ms, ms};
 use crate::store::{Effects, Result};
 
 pub(super) async fn add_certificate(
@@ -19,32 +19,25 @@ pub(super) async fn add_certificate(
     now: DateTime<Utc>,
 ) -> Result<()> {
     let mut tx = store.begin().await?;
-    let row = sqlx::query("SELECT certificate_serials FROM clusters WHERE id = $1")
-        .bind(cluster_id.to_owned())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("cluster", cluster_id))?;
+    let query = sqlx::query("SELECT certificate_serials FROM clusters WHERE id = $1")
+        .bind(cluster_id.to_owned());
+    let row = store.one_in(&mut tx, query, "cluster", cluster_id).await?;
     let mut serials: Vec<String> =
         serde_json::from_str(&row.get::<String, _>(0)).unwrap_or_default();
     serials.push(serial.to_owned());
-    sqlx::query("UPDATE clusters SET certificate_serials = $1 WHERE id = $2")
+    let query = sqlx::query("UPDATE clusters SET certificate_serials = $1 WHERE id = $2")
         .bind(serde_json::to_string(&serials).unwrap_or_else(|_| "[]".into()))
-        .bind(cluster_id.to_owned())
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?;
-    sqlx::query(
+        .bind(cluster_id.to_owned());
+    store.run_in(&mut tx, query).await?;
+    let query = sqlx::query(
         "INSERT INTO cluster_certificates (serial, cluster_id, issued_at, not_after, \
          revoked_at) VALUES ($1, $2, $3, $4, NULL)",
     )
     .bind(serial.to_owned())
     .bind(cluster_id.to_owned())
     .bind(ms(now))
-    .bind(ms(not_after))
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?;
+    .bind(ms(not_after));
+    store.run_in(&mut tx, query).await?;
     store.commit(tx).await
 }
 
@@ -92,22 +85,15 @@ pub(super) async fn revoke_cluster(
     fx: &Effects,
 ) -> Result<Cluster> {
     let mut tx = store.begin().await?;
-    let id: String = sqlx::query("SELECT id FROM clusters WHERE name = $1")
-        .bind(name.to_owned())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("cluster", name))?
-        .get(0);
-    sqlx::query(
+    let query = sqlx::query("SELECT id FROM clusters WHERE name = $1").bind(name.to_owned());
+    let id: String = store.one_in(&mut tx, query, "cluster", name).await?.get(0);
+    let query = sqlx::query(
         "UPDATE clusters SET connection_state = 'revoked', revoked_at = COALESCE(revoked_at, $1) \
          WHERE id = $2",
     )
     .bind(ms(at))
-    .bind(id.clone())
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?;
+    .bind(id.clone());
+    store.run_in(&mut tx, query).await?;
     revoke_certificates(store, &mut tx, &id, at).await?;
     store.write_effects(&mut tx, fx, at).await?;
     store.insert_cluster_event(&mut tx, &id, at).await?;
@@ -153,15 +139,13 @@ pub(super) async fn revoke_certificates(
             .await
             .map_err(|e| store.classify(e))?
             .get(0);
-    sqlx::query(
+    let query = sqlx::query(
         "UPDATE cluster_certificates SET revoked_at = COALESCE(revoked_at, $1), \
          revoked_seq = COALESCE(revoked_seq, $2) WHERE cluster_id = $3",
     )
     .bind(ms(at))
     .bind(seq)
-    .bind(cluster_id.to_owned())
-    .execute(&mut **tx)
-    .await
-    .map_err(|e| store.classify(e))?;
+    .bind(cluster_id.to_owned());
+    store.run_in(tx, query).await?;
     Ok(())
 }

@@ -7,17 +7,13 @@ use sqlx::{AssertSqlSafe, Row};
 use super::SqlStore;
 use crate::model::{Cluster, ConnectionState};
 use crate::store::Result;
-use crate::store::sql::{CLUSTER_COLS, cluster_from_row, from_ms, ms, not_found};
+use crate::store::sql::{CLUSTER_COLS, cluster_from_row, from_ms, ms};
 
 pub(super) async fn get_cluster_by_id(store: &SqlStore, id: &str) -> Result<Cluster> {
     let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE id = $1");
-    let row = sqlx::query(AssertSqlSafe(sql))
-        .bind(id.to_owned())
-        .fetch_optional(store.reader())
+    store
+        .read_by_key(sql, id, cluster_from_row, "cluster")
         .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("cluster", id))?;
-    cluster_from_row(&row)
 }
 
 pub(super) async fn set_connection_state(
@@ -41,20 +37,20 @@ pub(super) async fn set_connection_state(
     // the event's sequence is one row every writer waits for, and a
     // failover would queue thousands of them for nothing).
     let mut tx = store.begin().await?;
-    let before: Option<(String, Option<String>, Option<String>)> =
+    let query =
         sqlx::query("SELECT connection_state, version, capabilities FROM clusters WHERE id = $1")
-            .bind(cluster_id.to_owned())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| store.classify(e))?
-            .map(|r| (r.get(0), r.get(1), r.get(2)));
+            .bind(cluster_id.to_owned());
+    let before: Option<(String, Option<String>, Option<String>)> = store
+        .row_in(&mut tx, query)
+        .await?
+        .map(|r| (r.get(0), r.get(1), r.get(2)));
     let hello_changes = match (&before, &version, &capabilities) {
         (Some((_, v0, c0)), Some(v), Some(c)) => {
             v0.as_deref() != Some(v.as_str()) || c0.as_deref() != Some(c.as_str())
         }
         _ => false,
     };
-    let updated = sqlx::query(
+    let query = sqlx::query(
         "UPDATE clusters SET connection_state = $1, last_seen = $2, \
          version = COALESCE($3, version), capabilities = COALESCE($4, capabilities) \
          WHERE id = $5 AND revoked_at IS NULL",
@@ -63,11 +59,8 @@ pub(super) async fn set_connection_state(
     .bind(ms(last_seen))
     .bind(version)
     .bind(capabilities)
-    .bind(cluster_id.to_owned())
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| store.classify(e))?
-    .rows_affected();
+    .bind(cluster_id.to_owned());
+    let updated = store.run_in(&mut tx, query).await?;
     let changed = before.as_ref().map(|b| b.0.as_str()) != Some(state.as_str());
     let event = updated == 1 && (changed || hello_changes);
     if event {
@@ -97,15 +90,16 @@ pub(super) async fn mark_stale_offline(store: &SqlStore, before: DateTime<Utc>) 
     .collect();
     let mut marked = 0;
     for id in &stale {
-        marked += sqlx::query(
-            "UPDATE clusters SET connection_state = 'offline' \
+        marked += store
+            .run_in(
+                &mut tx,
+                sqlx::query(
+                    "UPDATE clusters SET connection_state = 'offline' \
              WHERE id = $1 AND connection_state = 'online' AND revoked_at IS NULL",
-        )
-        .bind(id.clone())
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?
-        .rows_affected();
+                )
+                .bind(id.clone()),
+            )
+            .await?;
         store.insert_cluster_event(&mut tx, id, Utc::now()).await?;
     }
     store.commit(tx).await?;

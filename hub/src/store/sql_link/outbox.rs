@@ -7,7 +7,7 @@ use sqlx::{AssertSqlSafe, Row};
 use super::{SqlStore, mismatch};
 use crate::store::group::{LinkWrite, Written};
 use crate::store::link::{OutboxItem, OutboxSummary};
-use crate::store::sql::{from_ms, ms, not_found};
+use crate::store::sql::{from_ms, ms};
 use crate::store::{Result, StoreError};
 
 pub(in crate::store) const OUTBOX_COLS: &str =
@@ -59,17 +59,14 @@ pub(super) async fn outbox_pending(
     after_sequence: i64,
     limit: i64,
 ) -> Result<Vec<OutboxItem>> {
-    let rows = sqlx::query(AssertSqlSafe(format!(
+    let query = sqlx::query(AssertSqlSafe(format!(
         "SELECT {OUTBOX_COLS} FROM outbox WHERE cluster_id = $1 AND acked_at IS NULL \
          AND sequence > $2 ORDER BY sequence LIMIT $3"
     )))
     .bind(cluster_id.to_owned())
     .bind(after_sequence)
-    .bind(limit)
-    .fetch_all(store.reader())
-    .await
-    .map_err(|e| store.classify(e))?;
-    rows.iter().map(outbox_from_row).collect()
+    .bind(limit);
+    store.read_all(query, outbox_from_row).await
 }
 
 pub(super) async fn outbox_ack(
@@ -107,18 +104,19 @@ pub(super) async fn outbox_ack_applied(
     let mut tx = store.begin().await?;
     let mut acked = 0;
     for (target, generation) in applied {
-        acked += sqlx::query(
-            "UPDATE outbox SET acked_at = $1 WHERE cluster_id = $2 AND target = $3 \
+        acked += store
+            .run_in(
+                &mut tx,
+                sqlx::query(
+                    "UPDATE outbox SET acked_at = $1 WHERE cluster_id = $2 AND target = $3 \
              AND generation <= $4 AND acked_at IS NULL",
-        )
-        .bind(ms(now))
-        .bind(cluster_id.to_owned())
-        .bind(target.clone())
-        .bind(*generation)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?
-        .rows_affected();
+                )
+                .bind(ms(now))
+                .bind(cluster_id.to_owned())
+                .bind(target.clone())
+                .bind(*generation),
+            )
+            .await?;
     }
     store.commit(tx).await?;
     Ok(acked)
@@ -199,41 +197,35 @@ pub(super) async fn outbox_resend(
         let now = Utc::now();
         let mut tx = store.begin().await?;
         // The counter bump first: it serialises puts to this cluster.
-        let sequence: i64 = sqlx::query(
+        let query = sqlx::query(
             "UPDATE clusters SET next_sequence = next_sequence + 1 WHERE id = $1 \
              RETURNING next_sequence",
         )
-        .bind(cluster_id.to_owned())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?
-        .ok_or_else(|| not_found("cluster", cluster_id))?
-        .get(0);
-        let queued = sqlx::query(
+        .bind(cluster_id.to_owned());
+        let sequence: i64 = store
+            .one_in(&mut tx, query, "cluster", cluster_id)
+            .await?
+            .get(0);
+        let query = sqlx::query(
             "SELECT 1 FROM outbox WHERE cluster_id = $1 AND target = $2 AND acked_at IS NULL",
         )
         .bind(cluster_id.to_owned())
-        .bind(target.clone())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?
-        .is_some();
+        .bind(target.clone());
+        let queued = store.row_in(&mut tx, query).await?.is_some();
         if queued {
             continue;
         }
-        let latest = sqlx::query(AssertSqlSafe(format!(
+        let query = sqlx::query(AssertSqlSafe(format!(
             "SELECT {OUTBOX_COLS} FROM outbox WHERE cluster_id = $1 AND target = $2 \
              AND acked_at IS NOT NULL ORDER BY generation DESC, sequence DESC LIMIT 1"
         )))
         .bind(cluster_id.to_owned())
-        .bind(target.clone())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?;
+        .bind(target.clone());
+        let latest = store.row_in(&mut tx, query).await?;
         let Some(item) = latest.as_ref().map(outbox_from_row).transpose()? else {
             continue;
         };
-        sqlx::query(AssertSqlSafe(format!(
+        let query = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO outbox ({OUTBOX_COLS}, acked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)"
         )))
         .bind(cluster_id.to_owned())
@@ -242,10 +234,8 @@ pub(super) async fn outbox_resend(
         .bind(item.kind)
         .bind(item.generation)
         .bind(item.spec)
-        .bind(ms(now))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| store.classify(e))?;
+        .bind(ms(now));
+        store.run_in(&mut tx, query).await?;
         store.commit(tx).await?;
         sequences.push(sequence);
     }

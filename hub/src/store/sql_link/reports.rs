@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use super::{SqlStore, mismatch};
-use crate::store::group::{LinkWrite, Written};
+use crate::store::group::{LinkWrite, ReportWrite, Written};
 use crate::store::link::SpokeReport;
 use crate::store::sql::from_ms;
 use crate::store::{Result, StoreError};
@@ -20,14 +20,14 @@ pub(super) async fn put_report(
     now: DateTime<Utc>,
 ) -> Result<()> {
     let written = store
-        .link_write(LinkWrite::Report {
+        .link_write(LinkWrite::Report(ReportWrite {
             cluster_id: cluster_id.to_owned(),
             target: target.to_owned(),
             kind: kind.to_owned(),
             generation,
             body: body.to_string(),
             now,
-        })
+        }))
         .await?;
     match written {
         Written::Report => Ok(()),
@@ -36,15 +36,12 @@ pub(super) async fn put_report(
 }
 
 pub(super) async fn list_reports(store: &SqlStore, cluster_id: &str) -> Result<Vec<SpokeReport>> {
-    let rows = sqlx::query(
+    let query = sqlx::query(
         "SELECT cluster_id, target, kind, generation, body, received_at FROM spoke_reports \
          WHERE cluster_id = $1 ORDER BY target, kind",
     )
-    .bind(cluster_id.to_owned())
-    .fetch_all(store.reader())
-    .await
-    .map_err(|e| store.classify(e))?;
-    rows.iter().map(report_from_row).collect()
+    .bind(cluster_id.to_owned());
+    store.read_all(query, report_from_row).await
 }
 
 pub(super) async fn target_reports(
