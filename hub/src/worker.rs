@@ -104,24 +104,8 @@ impl WorkError {
     /// What the queue records of it: the context and each cause,
     /// `context: cause: cause's cause`.
     pub fn record(&self) -> String {
-        with_causes(self)
+        clawfed_proto::errors::chain(self)
     }
-}
-
-/// `err` and each of its causes, joined by `: `; a cause whose text its
-/// error already ends with (an error that prints its source too) is not
-/// repeated.
-pub fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut next = err.source();
-    while let Some(cause) = next {
-        let part = cause.to_string();
-        if !part.is_empty() && !text.ends_with(&part) {
-            text = format!("{text}: {part}");
-        }
-        next = cause.source();
-    }
-    text
 }
 
 /// The handler of one work kind.

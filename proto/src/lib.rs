@@ -20,12 +20,14 @@
 //! - [`diagnostics`]: the runtime Pods' diagnostics endpoint and its bounds.
 //! - [`digest`]: the applied-state digest of the heartbeat, computed the
 //!   same way by spoke and hub.
+//! - [`errors`]: an error and its causes as one line, each cause once.
 //!
 //! Nothing here performs I/O.
 
 pub mod capability;
 pub mod diagnostics;
 pub mod digest;
+pub mod errors;
 pub mod kinds;
 pub mod labels;
 pub mod naming;

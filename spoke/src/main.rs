@@ -7,7 +7,7 @@ use clawfed_spoke::server::{self, Options};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     let opts = Options::parse();
     tracing_subscriber::fmt()
         .json()
@@ -26,7 +26,14 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!("spoke.draining");
         stop.cancel();
     });
-    Ok(server::run(opts, shutdown).await?)
+    match server::run(opts, shutdown).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, each cause once (some errors print their source).
+            eprintln!("error: {}", clawfed_proto::errors::chain(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 async fn wait_for_signal() {

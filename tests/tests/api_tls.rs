@@ -740,7 +740,7 @@ async fn plain_http_beyond_loopback_refuses_to_start() {
     let err = clawfed_hub::server::start_with_store(&config, db.dyn_store(), Handlers::builtin())
         .await
         .expect_err("a mismatched pair");
-    let chain = clawfed_hub::api::tls::error_chain(&err);
+    let chain = clawfed_proto::errors::chain(&err);
     assert!(chain.contains("do not form a usable pair"), "{chain}");
 }
 

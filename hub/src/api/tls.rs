@@ -231,7 +231,7 @@ impl ApiTls {
                     );
                 }
                 Err(e) => {
-                    let text = error_chain(&e);
+                    let text = clawfed_proto::errors::chain(&e);
                     if last_error.as_ref() != Some(&text) {
                         tracing::error!(
                             error = %text,
@@ -262,18 +262,6 @@ impl ApiTls {
             .grpc
             .clone()
     }
-}
-
-/// An error and its causes, one line (for logs).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 /// The bytes of the configured files.

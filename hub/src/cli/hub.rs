@@ -210,7 +210,8 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Each cause once (some errors print their source too).
+            eprintln!("error: {}", clawfed_proto::errors::chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }
