@@ -166,6 +166,37 @@ impl TestHub {
             .unwrap()
     }
 
+    /// POSTs to `path` as root without a body (actions such as revoke).
+    pub async fn post_root(&self, path: &str) -> reqwest::Response {
+        self.http
+            .post(self.url(path))
+            .bearer_auth(&self.root_token)
+            .send()
+            .await
+            .expect("send")
+    }
+
+    /// POSTs `body` to `path` as root.
+    pub async fn post_root_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
+        self.http
+            .post(self.url(path))
+            .bearer_auth(&self.root_token)
+            .json(body)
+            .send()
+            .await
+            .expect("send")
+    }
+
+    /// [`Self::post_root_json`] that must succeed: the JSON answer, or the
+    /// test fails naming the path, the status and the hub's body.
+    pub async fn post_ok(&self, path: &str, body: serde_json::Value) -> serde_json::Value {
+        let response = self.post_root_json(path, &body).await;
+        let status = response.status();
+        let text = response.text().await.expect("body");
+        assert!(status.is_success(), "{path}: {status} {text}");
+        serde_json::from_str(&text).expect("json")
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}/api/v1{path}", self.rest)
     }
@@ -186,6 +217,17 @@ impl TestHub {
             hub.stop().await;
         }
     }
+}
+
+/// `msg` with `authorization: Bearer <token>` metadata: how every gRPC
+/// test call authenticates.
+pub fn authed<T>(token: &str, msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("metadata value"),
+    );
+    req
 }
 
 async fn mint(store: &dyn Store, name: &str, namespace: Option<&str>, role: Role) -> String {

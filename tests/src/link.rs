@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clawfed_hub::model::{BootstrapTokenCreated, Cluster};
+use clawfed_hub::store::LinkStore;
 use clawfed_spoke::link::identity::FileIdentityStore;
 use clawfed_spoke::link::ledger::FileLedger;
 use clawfed_spoke::link::tls::HubAddress;
@@ -273,6 +274,18 @@ pub async fn cluster(hub: &TestHub, name: &str) -> Option<Cluster> {
         return None;
     }
     Some(response.json().await.expect("cluster body"))
+}
+
+/// How many outbox items wait for `cluster_id` (0 when none): the tests'
+/// measure of undelivered work.
+pub async fn outbox_depth<S: LinkStore + ?Sized>(store: &S, cluster_id: &str) -> i64 {
+    store
+        .outbox_summary()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.cluster_id == cluster_id)
+        .map_or(0, |s| s.depth)
 }
 
 /// Polls `check` every 20 ms until it returns Some, or panics after

@@ -3,7 +3,7 @@
 //! concurrency, authentication and tenant isolation, audit, bad input,
 //! OpenAPI routing and the ops endpoints.
 //!
-//! Every semantic test is an `async fn(Backend)`; `both_backends!` runs it
+//! Every semantic test is an `async fn(Backend)`; `clawfed_tests::on_both_backends!` runs it
 //! once per store, as `sqlite::<name>` and `postgres::<name>`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,28 +19,7 @@ use reqwest::Method;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await;
-                }
-            )*
-        }
-    };
-}
-
-both_backends!(
+clawfed_tests::on_both_backends!(
     namespaces_crud,
     configurations_crud,
     agents_crud,

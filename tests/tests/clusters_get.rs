@@ -152,13 +152,7 @@ async fn a_cluster_shows_its_certificate_expiry_version_provider_and_capabilitie
     );
 
     // Revoked: no certificate left to expire.
-    let revoked = hub
-        .http
-        .post(hub.url("/clusters/exec-a/revoke"))
-        .bearer_auth(&hub.root_token)
-        .send()
-        .await
-        .unwrap();
+    let revoked = hub.post_root("/clusters/exec-a/revoke").await;
     assert!(revoked.status().is_success(), "{}", revoked.status());
     let c = cluster(&hub, "exec-a").await.expect("exec-a");
     assert_eq!(c.connection_state, ConnectionState::Revoked);

@@ -23,8 +23,8 @@ use anyhow::{Context, Result, bail, ensure};
 use async_trait::async_trait;
 use clawfed_hub::auth::{self, Role};
 use clawfed_hub::client::HubClient;
-use clawfed_hub::gateway::objects::{HARNESS_ENDPOINT_ENV, route_api_resource, route_spec};
-use clawfed_hub::gateway::{DEFAULT_ROUTE_API_VERSION, Gateways};
+use clawfed_hub::gateway::Gateways;
+use clawfed_hub::gateway::objects::HARNESS_ENDPOINT_ENV;
 use clawfed_hub::model::{
     Agent, AgentRevision, ConnectionState, Namespace, RevisionPhase, WorkState,
 };
@@ -41,7 +41,7 @@ use clawfed_spoke::tunnel::resolve::KubeHarnessDialer;
 use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
 use clawfed_tests::api::{HARNESS_IMAGE, HubTestExt, gateway_image, short_id};
 use clawfed_tests::cleanup::Cleanup;
-use clawfed_tests::control_env::{self, gateway_ns};
+use clawfed_tests::control_env::{self, gateway_ns, route_backend, routes};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env::{self, TestCluster, agent_selector, live_names};
 use clawfed_tests::procs::{Proc, bin};
@@ -50,7 +50,7 @@ use clawfed_tests::{db, spoke_env};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, DynamicObject, ListParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
@@ -219,22 +219,6 @@ impl Drop for InSpoke {
 }
 
 // ------------------------------------------------------- cluster reads
-
-fn routes(client: &Client, gw_ns: &str) -> Result<Api<DynamicObject>> {
-    let ar = route_api_resource(DEFAULT_ROUTE_API_VERSION)?;
-    Ok(Api::namespaced_with(client.clone(), gw_ns, &ar))
-}
-
-async fn route_backend(control: &Client, gw_ns: &str, agent: &str) -> Result<Option<String>> {
-    let Some(r) = routes(control, gw_ns)?.get_opt(agent).await? else {
-        return Ok(None);
-    };
-    let s = route_spec(&r)?;
-    Ok(s.rules
-        .first()
-        .and_then(|r| r.backend_refs.first())
-        .map(|b| b.name.clone()))
-}
 
 /// Every object of `agent` in `ns`, deleting or not.
 async fn all_names<K>(client: &Client, ns: &str, agent: &str) -> Result<Vec<String>>

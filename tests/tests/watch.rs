@@ -14,9 +14,8 @@ use clawfed_hub::model::event::{ClusterEvent, EventBody, WorkFailedEvent, WorkFa
 use clawfed_hub::model::{ConnectionState, RevisionPhase};
 use clawfed_hub::store::{ClusterRecord, NewEvent, Store};
 use clawfed_proto::admin::v1 as pb;
-use clawfed_tests::hub::{Backend, TestHub, test_config};
+use clawfed_tests::hub::{Backend, TestHub, authed, test_config};
 use serde_json::{Value, json};
-use tonic::Request;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -114,15 +113,6 @@ impl SseStream {
         }
         out
     }
-}
-
-fn authed<T>(token: &str, msg: T) -> Request<T> {
-    let mut req = Request::new(msg);
-    req.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {token}").parse().expect("metadata value"),
-    );
-    req
 }
 
 /// A work failure event of `namespace_id` (or a cluster's when `None`).
