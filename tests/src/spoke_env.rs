@@ -6,16 +6,16 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail, ensure};
-use clawfed_proto::work::{ExecutionMode, HarnessWork, SecretData};
+use clawfed_proto::work::{ContainerDefaults, ExecutionMode, HarnessWork, SecretData};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use crate::control_env::{ssa, typed};
 use crate::kube_env::TestCluster;
 
 /// Namespace of the spoke's ServiceAccount.
@@ -32,10 +32,7 @@ pub fn deploy_file(name: &str) -> Result<String> {
         .with_context(|| format!("reading deploy/spoke/{name}"))
 }
 
-fn typed<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T> {
-    Ok(serde_json::from_value(v.clone())?)
-}
-
+/// Server-side applies `obj` in the namespace it names.
 async fn apply_namespaced<K>(client: &Client, obj: K) -> Result<()>
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -47,16 +44,10 @@ where
     let ns = obj
         .namespace()
         .with_context(|| format!("namespace of {}", obj.name_any()))?;
-    Api::<K>::namespaced(client.clone(), &ns)
-        .patch(
-            &obj.name_any(),
-            &PatchParams::apply("clawfed-tests").force(),
-            &Patch::Apply(&obj),
-        )
-        .await?;
-    Ok(())
+    ssa(Api::namespaced(client.clone(), &ns), &obj).await
 }
 
+/// Server-side applies cluster-scoped `obj`.
 async fn apply_cluster_scoped<K>(client: &Client, obj: K) -> Result<()>
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
@@ -65,14 +56,7 @@ where
         + Clone
         + std::fmt::Debug,
 {
-    Api::<K>::all(client.clone())
-        .patch(
-            &obj.name_any(),
-            &PatchParams::apply("clawfed-tests").force(),
-            &Patch::Apply(&obj),
-        )
-        .await?;
-    Ok(())
+    ssa(Api::all(client.clone()), &obj).await
 }
 
 /// The ClusterRoles of deploy/spoke/`file`.
@@ -224,4 +208,24 @@ pub fn fake_model_credential() -> SecretData {
 /// Pins a Harness to kwok's node in the test clusters.
 pub fn kwok_node_selector() -> BTreeMap<String, String> {
     BTreeMap::from([("kubernetes.io/hostname".into(), "kwok-node-0".into())])
+}
+
+/// Names for a fresh tenant: (tenant, namespace id, data-plane namespace),
+/// new on every call so concurrent tests never share a namespace.
+pub fn tenant_names(prefix: &str) -> (String, String, String) {
+    let u = uuid::Uuid::new_v4().simple().to_string();
+    let id = format!("{prefix}-{u}");
+    let ns = clawfed_proto::naming::data_plane_namespace(&id);
+    (format!("{prefix}-{}", &u[..8]), id, ns)
+}
+
+/// The container defaults the spoke tests give a tenant's LimitRange.
+pub fn test_container_defaults() -> ContainerDefaults {
+    ContainerDefaults {
+        default_request: BTreeMap::from([
+            ("cpu".into(), "50m".into()),
+            ("memory".into(), "64Mi".into()),
+        ]),
+        default_limit: BTreeMap::from([("memory".into(), "256Mi".into())]),
+    }
 }

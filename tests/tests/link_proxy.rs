@@ -26,7 +26,7 @@ use clawfed_tests::kube_env;
 use clawfed_tests::link::{bootstrap_token, cluster, eventually, hub_ca, hub_url};
 use clawfed_tests::netns::Netns;
 use clawfed_tests::procs::{self, Proc};
-use clawfed_tests::spoke_env::harness_work;
+use clawfed_tests::spoke_env::{harness_work, tenant_names};
 use clawfed_tests::{control_env, spoke_env};
 use serde_json::json;
 
@@ -637,10 +637,7 @@ async fn a_spoke_behind_the_proxy_applies_a_harness_in_a_real_cluster() {
     let id = cluster(&setup.hub, &name).await.expect("cluster").id;
 
     // A namespace and a Harness, sent down the proxied link.
-    let u = uuid::Uuid::new_v4().simple().to_string();
-    let tenant = format!("px-{}", &u[..8]);
-    let namespace_id = format!("px-{u}");
-    let ns = clawfed_proto::naming::data_plane_namespace(&namespace_id);
+    let (tenant, namespace_id, ns) = tenant_names("px");
     let harness = harness_work(&tenant, &namespace_id, &ns, "scout");
     let link = setup.hub.hub.as_ref().unwrap().link.clone().unwrap();
     for (t, spec) in [

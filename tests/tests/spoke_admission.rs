@@ -26,7 +26,9 @@ use clawfed_spoke::link::identity::{
     Identity, IdentityError, IdentityStore, SecretIdentityStore, new_key_and_csr,
 };
 use clawfed_tests::kube_env::{eventually, is_forbidden};
-use clawfed_tests::spoke_env::{SPOKE_IDENTITY_SECRET, SPOKE_NAMESPACE, SpokeEnv};
+use clawfed_tests::spoke_env::{
+    SPOKE_IDENTITY_SECRET, SPOKE_NAMESPACE, SpokeEnv, test_container_defaults,
+};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{RoleBinding, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -108,13 +110,7 @@ fn namespace_work(tenant: &str, id: &str, adopt: Option<&str>) -> NamespaceWork 
         namespace_id: id.into(),
         adopt: adopt.map(String::from),
         quota: BTreeMap::from([("pods".into(), "20".into())]),
-        container_defaults: clawfed_proto::work::ContainerDefaults {
-            default_request: BTreeMap::from([
-                ("cpu".into(), "50m".into()),
-                ("memory".into(), "64Mi".into()),
-            ]),
-            default_limit: BTreeMap::from([("memory".into(), "256Mi".into())]),
-        },
+        container_defaults: test_container_defaults(),
         ..Default::default()
     }
 }

@@ -11,7 +11,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clawfed_proto::labels;
 use clawfed_proto::link::v1::{Report, Work, report};
-use clawfed_proto::naming::data_plane_namespace;
 use clawfed_proto::work::{
     ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, Workspace, target,
 };
@@ -21,7 +20,9 @@ use clawfed_spoke::drift::limit::Budget;
 use clawfed_spoke::drift::{DriftMetrics, ObjectKey, Repairer};
 use clawfed_spoke::exec::Executor;
 use clawfed_tests::kube_env::{TestCluster, eventually};
-use clawfed_tests::spoke_env::{SpokeEnv, fake_model_credential, harness_work, kwok_node_selector};
+use clawfed_tests::spoke_env::{
+    SpokeEnv, fake_model_credential, harness_work, kwok_node_selector, tenant_names,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -41,13 +42,8 @@ struct Tenant {
 
 impl Tenant {
     fn new(prefix: &str) -> Self {
-        let u = uuid::Uuid::new_v4().simple().to_string();
-        let id = format!("{prefix}-{u}");
-        Tenant {
-            tenant: format!("{prefix}-{}", &u[..8]),
-            ns: data_plane_namespace(&id),
-            id,
-        }
+        let (tenant, id, ns) = tenant_names(prefix);
+        Tenant { tenant, id, ns }
     }
 
     fn work(target: String, generation: i64, spec: WorkSpec) -> Work {

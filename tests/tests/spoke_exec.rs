@@ -11,7 +11,6 @@ use anyhow::{Context, Result};
 use async_trait::async_trait;
 use clawfed_proto::labels;
 use clawfed_proto::link::v1::{ReadinessObservation, Report, Work, WorkResult, report};
-use clawfed_proto::naming::data_plane_namespace;
 use clawfed_proto::work::{
     ExecutionMode, HarnessWork, NamespaceDeleteWork, NamespaceWork, RevisionWork, WorkSpec,
     Workspace, target,
@@ -40,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 const WAIT: Duration = Duration::from_secs(60);
 use clawfed_tests::spoke_env::{
     SPOKE_NAMESPACE as SPOKE_NS, SPOKE_SERVICE_ACCOUNT as SPOKE_SA, SpokeEnv,
-    fake_model_credential, harness_work, kwok_node_selector,
+    fake_model_credential, harness_work, kwok_node_selector, tenant_names, test_container_defaults,
 };
 
 fn typed<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T> {
@@ -64,12 +63,11 @@ struct Tenant {
 
 impl Tenant {
     fn new(prefix: &str) -> Self {
-        let u = uuid::Uuid::new_v4().simple().to_string();
-        let id = format!("{prefix}-{u}");
+        let (tenant, id, ns) = tenant_names(prefix);
         Tenant {
-            tenant: format!("{prefix}-{}", &u[..8]),
-            ns: data_plane_namespace(&id),
+            tenant,
             id,
+            ns,
             seq: Default::default(),
         }
     }
@@ -89,13 +87,7 @@ impl Tenant {
             tenant: self.tenant.clone(),
             namespace_id: self.id.clone(),
             quota: BTreeMap::from([("pods".into(), "20".into())]),
-            container_defaults: clawfed_proto::work::ContainerDefaults {
-                default_request: BTreeMap::from([
-                    ("cpu".into(), "50m".into()),
-                    ("memory".into(), "64Mi".into()),
-                ]),
-                default_limit: BTreeMap::from([("memory".into(), "256Mi".into())]),
-            },
+            container_defaults: test_container_defaults(),
             network: clawfed_proto::work::HarnessNetwork {
                 ingress_from_spoke: true,
                 ingress_from_cidrs: vec!["10.96.0.0/12".into()],
