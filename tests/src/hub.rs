@@ -106,10 +106,7 @@ impl TestHub {
         gateways: Option<Gateways>,
         wrap: impl FnOnce(Arc<dyn GatewayRuntime>) -> Arc<dyn GatewayRuntime>,
     ) -> Self {
-        let db = match backend {
-            Backend::Sqlite => crate::db::sqlite().await,
-            Backend::Postgres => crate::db::postgres().await,
-        };
+        let db = crate::db::open(backend).await;
         let mut config = test_config(&db.url);
         adjust(&mut config);
         let secrets = Arc::new(
@@ -164,6 +161,19 @@ impl TestHub {
             .text()
             .await
             .unwrap()
+    }
+
+    /// GETs `path` as root and returns the JSON answer.
+    pub async fn get_root_json(&self, path: &str) -> serde_json::Value {
+        self.http
+            .get(self.url(path))
+            .bearer_auth(&self.root_token)
+            .send()
+            .await
+            .expect("send")
+            .json()
+            .await
+            .expect("json")
     }
 
     /// POSTs to `path` as root without a body (actions such as revoke).

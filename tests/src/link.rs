@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clawfed_hub::link::server::LinkHandle;
 use clawfed_hub::model::{BootstrapTokenCreated, Cluster};
 use clawfed_hub::store::LinkStore;
 use clawfed_spoke::link::identity::FileIdentityStore;
@@ -82,24 +83,22 @@ pub fn kube_link_config(
     })
 }
 
-/// The hub's link URL.
-pub fn hub_url(hub: &TestHub) -> String {
-    let link = hub
-        .hub
+/// The test hub's link server (the tests here all enable it).
+fn link(hub: &TestHub) -> &LinkHandle {
+    hub.hub
         .as_ref()
         .and_then(|h| h.link.as_ref())
-        .expect("link enabled");
-    format!("https://127.0.0.1:{}", link.addr.port())
+        .expect("link enabled")
+}
+
+/// The hub's link URL.
+pub fn hub_url(hub: &TestHub) -> String {
+    format!("https://127.0.0.1:{}", link(hub).addr.port())
 }
 
 /// The hub's link CA.
 pub fn hub_ca(hub: &TestHub) -> String {
-    let link = hub
-        .hub
-        .as_ref()
-        .and_then(|h| h.link.as_ref())
-        .expect("link enabled");
-    link.ca_pem().to_owned()
+    link(hub).ca_pem().to_owned()
 }
 
 /// A bootstrap token for `cluster`, created through REST as the root admin.

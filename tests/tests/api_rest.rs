@@ -986,10 +986,7 @@ async fn digest_policy_is_enforced_at_deploy(backend: Backend) {
     hub.stop().await;
 
     // The policy with a tagged default Gateway image: the hub does not start.
-    let db = match backend {
-        Backend::Sqlite => clawfed_tests::db::sqlite().await,
-        Backend::Postgres => clawfed_tests::db::postgres().await,
-    };
+    let db = clawfed_tests::db::open(backend).await;
     let mut config = clawfed_tests::hub::test_config(&db.url);
     config.policy.require_immutable_digest = true;
     config.policy.default_gateway_image = "reg.example/gateway:latest".into();

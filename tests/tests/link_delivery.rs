@@ -406,16 +406,7 @@ async fn enrollment_can_wait_for_manual_approval() {
     assert_eq!(approve(&hub).await.unwrap().status(), 204);
     wait_state(&hub, "exec-a", ConnectionState::Online).await;
     assert!(dir.path().join("identity.json").exists());
-    let audit: serde_json::Value = hub
-        .http
-        .get(hub.url("/audit"))
-        .bearer_auth(&hub.root_token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let audit: serde_json::Value = hub.get_root_json("/audit").await;
     let actions: Vec<&str> = audit["items"]
         .as_array()
         .unwrap()

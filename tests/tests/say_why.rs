@@ -17,15 +17,8 @@ use clawfed_tests::hub::{Backend, TestHub};
 use serde_json::{Value, json};
 
 async fn revision(hub: &TestHub) -> Value {
-    hub.http
-        .get(hub.url("/namespaces/team/agents/bot/revisions/1"))
-        .bearer_auth(&hub.root_token)
-        .send()
+    hub.get_root_json("/namespaces/team/agents/bot/revisions/1")
         .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json")
 }
 
 /// Polls the revision until its reason contains `needle`.

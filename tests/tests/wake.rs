@@ -101,10 +101,7 @@ async fn called(recorder: &Recorder, id: &str, n: usize) -> Vec<Instant> {
 }
 
 async fn the_worker_wakes_on_enqueue_and_when_work_falls_due(backend: Backend) {
-    let db = match backend {
-        Backend::Sqlite => db::sqlite().await,
-        Backend::Postgres => db::postgres().await,
-    };
+    let db = db::open(backend).await;
     let store = db.dyn_store();
     let recorder = Recorder::default();
     let mut handlers = Handlers::default();
