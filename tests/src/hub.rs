@@ -240,7 +240,8 @@ pub fn authed<T>(token: &str, msg: T) -> tonic::Request<T> {
     req
 }
 
-async fn mint(store: &dyn Store, name: &str, namespace: Option<&str>, role: Role) -> String {
+/// A new token of `role` named `name` in `store`: its secret.
+pub async fn mint(store: &dyn Store, name: &str, namespace: Option<&str>, role: Role) -> String {
     let minted = auth::mint_token();
     store
         .create_token(&NewToken {

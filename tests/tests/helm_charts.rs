@@ -31,11 +31,11 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use clawfed_hub::auth::{self, Role as TokenRole};
+use clawfed_hub::auth::Role as TokenRole;
 use clawfed_hub::client::{HubClient, TlsOptions};
 use clawfed_hub::model::{Agent, AgentRevision, Cluster, ConnectionState, RevisionPhase};
-use clawfed_hub::store::{NewToken, Store};
 use clawfed_tests::control_env::{self, STORAGE_CLASS};
+use clawfed_tests::hub::mint;
 use clawfed_tests::kube_env::{self, TestCluster};
 use clawfed_tests::procs::{Proc, bin};
 use clawfed_tests::{db, until};
@@ -1416,22 +1416,19 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
     let mut hub = Proc::spawn("hub", &mut c, &logs)?;
     let listening = hub.hub_listening(Duration::from_secs(60)).await?;
     let (rest_url, link_url) = (listening.field("rest")?, listening.field("link")?);
-    let minted = auth::mint_token();
-    db.store
-        .create_token(&NewToken {
-            name: "root".into(),
-            namespace: None,
-            role: TokenRole::InstallationAdmin,
-            hash: minted.hash,
-            expires_at: None,
-        })
-        .await?;
+    let root = mint(
+        db.store.as_ref(),
+        "root",
+        None,
+        TokenRole::InstallationAdmin,
+    )
+    .await;
     // Over TLS, trusting only the API's CA (as `clawfed --ca-file`).
     let api_ca_file = dir.path().join("api-ca.pem");
     std::fs::write(&api_ca_file, api_ca_cert.pem())?;
     let rest = HubClient::with_tls(
         &rest_url,
-        Some(minted.secret),
+        Some(root),
         TlsOptions {
             ca_file: Some(api_ca_file),
             ..TlsOptions::default()
