@@ -12,7 +12,7 @@ use clawfed_hub::store::LinkStore;
 use clawfed_spoke::link::identity::FileIdentityStore;
 use clawfed_spoke::link::ledger::FileLedger;
 use clawfed_spoke::link::tls::HubAddress;
-use clawfed_spoke::link::{Link, LinkConfig, LinkError, LinkStatus, SpokeMetrics};
+use clawfed_spoke::link::{Link, LinkConfig, LinkError, LinkStatus, SpokeMetrics, WorkApplier};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -89,6 +89,23 @@ fn link(hub: &TestHub) -> &LinkHandle {
         .as_ref()
         .and_then(|h| h.link.as_ref())
         .expect("link enabled")
+}
+
+/// The link of a test spoke applying with Kubernetes (`applier`):
+/// `cluster` enrolling with `hub` by `token`, its identity kept in `dir`.
+pub fn kube_link(
+    hub: &TestHub,
+    cluster: &str,
+    token: String,
+    dir: &Path,
+    applier: Arc<dyn WorkApplier>,
+) -> anyhow::Result<Link> {
+    Ok(Link::new(
+        kube_link_config(&hub_url(hub), hub_ca(hub), cluster, Some(token))?,
+        Arc::new(FileIdentityStore::new(dir)),
+        applier,
+        SpokeMetrics::default(),
+    ))
 }
 
 /// The hub's link URL.

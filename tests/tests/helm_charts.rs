@@ -33,7 +33,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use clawfed_hub::auth::Role as TokenRole;
 use clawfed_hub::client::{HubClient, TlsOptions};
-use clawfed_hub::model::{Agent, AgentRevision, Cluster, ConnectionState, RevisionPhase};
+use clawfed_hub::model::{Agent, AgentRevision, RevisionPhase};
+use clawfed_tests::api::HubTestExt;
 use clawfed_tests::control_env::{self, STORAGE_CLASS};
 use clawfed_tests::hub::mint;
 use clawfed_tests::kube_env::{self, TestCluster};
@@ -1553,14 +1554,10 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
         .args(["--backoff-max-seconds", "1"]);
     let mut spoke = Proc::spawn("spoke", &mut c, &logs)?;
 
-    let cluster: Cluster = until(WAIT, "the spoke online", || async {
-        let c: Cluster = rest
-            .call(Method::GET, &format!("/clusters/{cluster_name}"), None)
-            .await?;
-        Ok((c.connection_state == ConnectionState::Online).then_some(c))
-    })
-    .await
-    .with_context(|| format!("spoke log:\n{}", Proc::text(&spoke.stderr)))?;
+    let cluster = rest
+        .wait_online(&cluster_name, WAIT)
+        .await
+        .with_context(|| format!("spoke log:\n{}", Proc::text(&spoke.stderr)))?;
     assert_eq!(cluster.name, cluster_name);
     // The identity lives in the chart's Secret, written by the spoke.
     let identity = Api::<Secret>::namespaced(exec_a.admin(), &spoke_ns)
@@ -1577,9 +1574,7 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
 
     // ---- deploy → active, with exactly the charts' rights
     let tenant = format!("t{id}");
-    let ns: clawfed_hub::model::Namespace = rest
-        .call(Method::POST, "/namespaces", Some(json!({ "name": tenant })))
-        .await?;
+    let ns: clawfed_hub::model::Namespace = rest.create_namespace(&tenant).await?;
     it.namespaces.push((false, ns.data_plane_namespace.clone()));
     // The tenant's Gateway namespace, which the hub creates.
     let gw_ns = control_env::gateway_ns(&ns.id);

@@ -3931,10 +3931,7 @@ const STARTUP_LABEL: &str = "standin.clawfed.test/startup";
 /// cleanup.
 async fn startup_agent(w: &mut World, mode: &str) -> Result<(Namespace, Agent)> {
     let tenant = format!("t{}", short_id());
-    let ns: Namespace = w
-        .rest
-        .call(Method::POST, "/namespaces", Some(json!({ "name": tenant })))
-        .await?;
+    let ns: Namespace = w.rest.create_namespace(&tenant).await?;
     let agent: Agent = w
         .rest
         .call(
