@@ -438,30 +438,11 @@ mod store_cases {
     }
 }
 
-macro_rules! store_suite {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let db = clawfed_tests::db::sqlite().await;
-                    super::store_cases::$case(db.dyn_store()).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let db = clawfed_tests::db::postgres().await;
-                    super::store_cases::$case(db.dyn_store()).await;
-                }
-            )*
-        }
-    };
-}
-
-store_suite!(
+clawfed_tests::on_both_databases!(
+    store_cases,
+    sqlite,
+    postgres,
+    clawfed_tests::db::TestDb::dyn_store;
     the_log_is_ordered_gapless_and_bounded,
     phase_changes_carry_their_event,
     connection_changes_are_events,
