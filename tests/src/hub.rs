@@ -163,38 +163,29 @@ impl TestHub {
             .unwrap()
     }
 
+    /// A request to `path` as root: what the helpers below send.
+    fn root_request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, self.url(path))
+            .bearer_auth(&self.root_token)
+    }
+
     /// GETs `path` as root and returns the JSON answer.
     pub async fn get_root_json(&self, path: &str) -> serde_json::Value {
-        self.http
-            .get(self.url(path))
-            .bearer_auth(&self.root_token)
-            .send()
-            .await
-            .expect("send")
-            .json()
-            .await
-            .expect("json")
+        let response = self.root_request(reqwest::Method::GET, path).send().await;
+        response.expect("send").json().await.expect("json")
     }
 
     /// POSTs to `path` as root without a body (actions such as revoke).
     pub async fn post_root(&self, path: &str) -> reqwest::Response {
-        self.http
-            .post(self.url(path))
-            .bearer_auth(&self.root_token)
-            .send()
-            .await
-            .expect("send")
+        let request = self.root_request(reqwest::Method::POST, path);
+        request.send().await.expect("send")
     }
 
     /// POSTs `body` to `path` as root.
     pub async fn post_root_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
-        self.http
-            .post(self.url(path))
-            .bearer_auth(&self.root_token)
-            .json(body)
-            .send()
-            .await
-            .expect("send")
+        let request = self.root_request(reqwest::Method::POST, path).json(body);
+        request.send().await.expect("send")
     }
 
     /// [`Self::post_root_json`] that must succeed: the JSON answer, or the
