@@ -2,8 +2,8 @@
 //! SQLite and on PostgreSQL: the same semantics as REST (both are adapters
 //! over one service layer), with gRPC status codes.
 //!
-//! Every test is an `async fn(Backend)`; `clawfed_tests::on_both_backends!` runs it once per
-//! store, as `sqlite::<name>` and `postgres::<name>`.
+//! Every test is an `async fn(Backend)`; `clawfed_tests::on_both_backends!`
+//! runs it once per store, as `sqlite::<name>` and `postgres::<name>`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -3,8 +3,9 @@
 //! concurrency, authentication and tenant isolation, audit, bad input,
 //! OpenAPI routing and the ops endpoints.
 //!
-//! Every semantic test is an `async fn(Backend)`; `clawfed_tests::on_both_backends!` runs it
-//! once per store, as `sqlite::<name>` and `postgres::<name>`.
+//! Every semantic test is an `async fn(Backend)`;
+//! `clawfed_tests::on_both_backends!` runs it once per store, as
+//! `sqlite::<name>` and `postgres::<name>`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
