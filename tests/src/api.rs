@@ -39,7 +39,12 @@ pub fn short_id() -> String {
 #[allow(async_fn_in_trait)]
 pub trait HubTestExt {
     /// A new tenant named `t<short id>`.
-    async fn new_tenant(&self) -> Result<Namespace>;
+    async fn new_tenant(&self) -> Result<Namespace> {
+        self.create_namespace(&format!("t{}", short_id())).await
+    }
+
+    /// A new tenant named `name`.
+    async fn create_namespace(&self, name: &str) -> Result<Namespace>;
 
     /// A new Agent `a<short id>` of `harness_kind` and these images in
     /// `tenant`, placed on `cluster`.
@@ -119,13 +124,9 @@ pub trait HubTestExt {
 }
 
 impl HubTestExt for HubClient {
-    async fn new_tenant(&self) -> Result<Namespace> {
+    async fn create_namespace(&self, name: &str) -> Result<Namespace> {
         Ok(self
-            .call(
-                Method::POST,
-                "/namespaces",
-                Some(json!({ "name": format!("t{}", short_id()) })),
-            )
+            .call(Method::POST, "/namespaces", Some(json!({ "name": name })))
             .await?)
     }
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail, ensure};
+use clawfed_hub::gateway::objects::{route_api_resource, route_spec};
 use clawfed_hub::gateway::{DEFAULT_ROUTE_API_VERSION, GatewayConfig, PrivateRouting};
 use clawfed_proto::work::EgressRule;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -29,6 +30,25 @@ use serde_json::json;
 use tokio::sync::OnceCell;
 
 use crate::kube_env::{self, TestCluster};
+
+/// The Gateway API routes in `gw_ns` (at the hub's default route API version).
+pub fn routes(client: &Client, gw_ns: &str) -> Result<Api<DynamicObject>> {
+    let ar = route_api_resource(DEFAULT_ROUTE_API_VERSION)?;
+    Ok(Api::namespaced_with(client.clone(), gw_ns, &ar))
+}
+
+/// The Service `agent`'s route in `gw_ns` sends to (its first rule's first
+/// backend), or None without a route.
+pub async fn route_backend(client: &Client, gw_ns: &str, agent: &str) -> Result<Option<String>> {
+    let Some(r) = routes(client, gw_ns)?.get_opt(agent).await? else {
+        return Ok(None);
+    };
+    let s = route_spec(&r)?;
+    Ok(s.rules
+        .first()
+        .and_then(|r| r.backend_refs.first())
+        .map(|b| b.name.clone()))
+}
 
 /// Namespace of the hub's ServiceAccount.
 pub const HUB_NS: &str = "clawfed-system";

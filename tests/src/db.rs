@@ -7,6 +7,8 @@ use std::sync::Arc;
 use clawfed_hub::store::{self, SqlStore};
 use sqlx::Connection;
 
+use crate::hub::Backend;
+
 /// A store that lives as long as this value.
 pub struct TestDb {
     pub store: Arc<SqlStore>,
@@ -31,6 +33,14 @@ pub fn postgres_url() -> String {
              `eval \"$(scripts/postgres.sh env)\"` (the README's test command does this)."
         )
     })
+}
+
+/// A fresh database on `backend`.
+pub async fn open(backend: Backend) -> TestDb {
+    match backend {
+        Backend::Sqlite => sqlite().await,
+        Backend::Postgres => postgres().await,
+    }
 }
 
 /// A fresh SQLite database in a temp dir.

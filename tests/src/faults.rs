@@ -35,14 +35,13 @@ use anyhow::{Context, Result, bail, ensure};
 
 use crate::until;
 use chrono::{DateTime, Utc};
-use clawfed_hub::auth::{self, Role};
+use clawfed_hub::auth::Role;
 use clawfed_hub::client::HubClient;
 use clawfed_hub::gateway::Gateways;
 use clawfed_hub::gateway::objects::{route_api_resource, route_spec};
 use clawfed_hub::model::{
     Agent, AgentRevision, ConnectionState, DesiredState, Namespace, RevisionPhase,
 };
-use clawfed_hub::store::NewToken;
 use clawfed_proto::labels;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
@@ -896,24 +895,10 @@ pub async fn run(opts: Options) -> Result<Report> {
     let hub_proc = hub.serve().await?;
     // The root token, written straight into the database.
     let store = clawfed_hub::store::connect(&pg.url()).await?;
-    let minted = auth::mint_token();
-    clawfed_hub::store::Store::create_token(
-        &store,
-        &NewToken {
-            name: "faults".into(),
-            namespace: None,
-            role: Role::InstallationAdmin,
-            hash: minted.hash,
-            expires_at: None,
-        },
-    )
-    .await?;
+    let root = crate::hub::mint(&store, "faults", None, Role::InstallationAdmin).await;
     drop(store);
-    let rest = HubClient::new(
-        &format!("http://127.0.0.1:{}", hub.rest_port),
-        Some(minted.secret),
-    )?
-    .with_request_timeout(Duration::from_secs(10));
+    let rest = HubClient::new(&format!("http://127.0.0.1:{}", hub.rest_port), Some(root))?
+        .with_request_timeout(Duration::from_secs(10));
     let id = &short_id()[..6];
     let mut spokes = Vec::new();
     for (i, exec) in EXEC.into_iter().enumerate() {

@@ -106,10 +106,7 @@ impl TestHub {
         gateways: Option<Gateways>,
         wrap: impl FnOnce(Arc<dyn GatewayRuntime>) -> Arc<dyn GatewayRuntime>,
     ) -> Self {
-        let db = match backend {
-            Backend::Sqlite => crate::db::sqlite().await,
-            Backend::Postgres => crate::db::postgres().await,
-        };
+        let db = crate::db::open(backend).await;
         let mut config = test_config(&db.url);
         adjust(&mut config);
         let secrets = Arc::new(
@@ -166,6 +163,41 @@ impl TestHub {
             .unwrap()
     }
 
+    /// A request to `path` as root: what the helpers below send.
+    fn root_request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, self.url(path))
+            .bearer_auth(&self.root_token)
+    }
+
+    /// GETs `path` as root and returns the JSON answer.
+    pub async fn get_root_json(&self, path: &str) -> serde_json::Value {
+        let response = self.root_request(reqwest::Method::GET, path).send().await;
+        response.expect("send").json().await.expect("json")
+    }
+
+    /// POSTs to `path` as root without a body (actions such as revoke).
+    pub async fn post_root(&self, path: &str) -> reqwest::Response {
+        let request = self.root_request(reqwest::Method::POST, path);
+        request.send().await.expect("send")
+    }
+
+    /// POSTs `body` to `path` as root.
+    pub async fn post_root_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
+        let request = self.root_request(reqwest::Method::POST, path).json(body);
+        request.send().await.expect("send")
+    }
+
+    /// [`Self::post_root_json`] that must succeed: the JSON answer, or the
+    /// test fails naming the path, the status and the hub's body.
+    pub async fn post_ok(&self, path: &str, body: serde_json::Value) -> serde_json::Value {
+        let response = self.post_root_json(path, &body).await;
+        let status = response.status();
+        let text = response.text().await.expect("body");
+        assert!(status.is_success(), "{path}: {status} {text}");
+        serde_json::from_str(&text).expect("json")
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}/api/v1{path}", self.rest)
     }
@@ -188,7 +220,19 @@ impl TestHub {
     }
 }
 
-async fn mint(store: &dyn Store, name: &str, namespace: Option<&str>, role: Role) -> String {
+/// `msg` with `authorization: Bearer <token>` metadata: how every gRPC
+/// test call authenticates.
+pub fn authed<T>(token: &str, msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("metadata value"),
+    );
+    req
+}
+
+/// A new token of `role` named `name` in `store`: its secret.
+pub async fn mint(store: &dyn Store, name: &str, namespace: Option<&str>, role: Role) -> String {
     let minted = auth::mint_token();
     store
         .create_token(&NewToken {

@@ -130,3 +130,31 @@ macro_rules! on_both_backends {
         }
     };
 }
+
+/// Runs each case `$cases::name(arg)` as a test on a fresh SQLite and a
+/// fresh PostgreSQL database, in modules `$sqlite` and `$postgres`; `arg`
+/// is `$arg(&db)` of the [`db::TestDb`] (e.g. `TestDb::dyn_store` for store
+/// cases, `std::convert::identity` for cases that take the database).
+#[macro_export]
+macro_rules! on_both_databases {
+    ($cases:ident, $sqlite:ident, $postgres:ident, $arg:path; $($case:ident),* $(,)?) => {
+        mod $sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let db = $crate::db::sqlite().await;
+                    super::$cases::$case($arg(&db)).await;
+                }
+            )*
+        }
+        mod $postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let db = $crate::db::postgres().await;
+                    super::$cases::$case($arg(&db)).await;
+                }
+            )*
+        }
+    };
+}

@@ -6,11 +6,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clawfed_hub::link::server::LinkHandle;
 use clawfed_hub::model::{BootstrapTokenCreated, Cluster};
+use clawfed_hub::store::LinkStore;
 use clawfed_spoke::link::identity::FileIdentityStore;
 use clawfed_spoke::link::ledger::FileLedger;
 use clawfed_spoke::link::tls::HubAddress;
-use clawfed_spoke::link::{Link, LinkConfig, LinkError, LinkStatus, SpokeMetrics};
+use clawfed_spoke::link::{Link, LinkConfig, LinkError, LinkStatus, SpokeMetrics, WorkApplier};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -81,24 +83,39 @@ pub fn kube_link_config(
     })
 }
 
-/// The hub's link URL.
-pub fn hub_url(hub: &TestHub) -> String {
-    let link = hub
-        .hub
+/// The test hub's link server (the tests here all enable it).
+fn link(hub: &TestHub) -> &LinkHandle {
+    hub.hub
         .as_ref()
         .and_then(|h| h.link.as_ref())
-        .expect("link enabled");
-    format!("https://127.0.0.1:{}", link.addr.port())
+        .expect("link enabled")
+}
+
+/// The link of a test spoke applying with Kubernetes (`applier`):
+/// `cluster` enrolling with `hub` by `token`, its identity kept in `dir`.
+pub fn kube_link(
+    hub: &TestHub,
+    cluster: &str,
+    token: String,
+    dir: &Path,
+    applier: Arc<dyn WorkApplier>,
+) -> anyhow::Result<Link> {
+    Ok(Link::new(
+        kube_link_config(&hub_url(hub), hub_ca(hub), cluster, Some(token))?,
+        Arc::new(FileIdentityStore::new(dir)),
+        applier,
+        SpokeMetrics::default(),
+    ))
+}
+
+/// The hub's link URL.
+pub fn hub_url(hub: &TestHub) -> String {
+    format!("https://127.0.0.1:{}", link(hub).addr.port())
 }
 
 /// The hub's link CA.
 pub fn hub_ca(hub: &TestHub) -> String {
-    let link = hub
-        .hub
-        .as_ref()
-        .and_then(|h| h.link.as_ref())
-        .expect("link enabled");
-    link.ca_pem().to_owned()
+    link(hub).ca_pem().to_owned()
 }
 
 /// A bootstrap token for `cluster`, created through REST as the root admin.
@@ -273,6 +290,18 @@ pub async fn cluster(hub: &TestHub, name: &str) -> Option<Cluster> {
         return None;
     }
     Some(response.json().await.expect("cluster body"))
+}
+
+/// How many outbox items wait for `cluster_id` (0 when none): the tests'
+/// measure of undelivered work.
+pub async fn outbox_depth<S: LinkStore + ?Sized>(store: &S, cluster_id: &str) -> i64 {
+    store
+        .outbox_summary()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.cluster_id == cluster_id)
+        .map_or(0, |s| s.depth)
 }
 
 /// Polls `check` every 20 ms until it returns Some, or panics after

@@ -60,6 +60,18 @@ pub struct Browser {
     _profile: tempfile::TempDir,
 }
 
+/// Between the start polls: fails once chromedriver has exited or
+/// `deadline` has passed.
+fn still_starting(driver: &mut Proc, deadline: Instant) -> Result<()> {
+    ensure!(
+        driver.alive(),
+        "chromedriver exited: {}",
+        driver.stderr_text()
+    );
+    ensure!(Instant::now() < deadline, "chromedriver did not start");
+    Ok(())
+}
+
 impl Browser {
     /// Starts chromedriver and a headless Chromium session of
     /// `width`x`height`; logs go to `logs`.
@@ -87,12 +99,7 @@ impl Browser {
             if let Some(port) = started {
                 break port;
             }
-            ensure!(
-                driver.alive(),
-                "chromedriver exited: {}",
-                driver.stderr_text()
-            );
-            ensure!(Instant::now() < deadline, "chromedriver did not start");
+            still_starting(&mut driver, deadline)?;
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         let base = format!("http://127.0.0.1:{port}");
@@ -107,12 +114,7 @@ impl Browser {
             if ready {
                 break;
             }
-            ensure!(
-                driver.alive(),
-                "chromedriver exited: {}",
-                driver.stderr_text()
-            );
-            ensure!(Instant::now() < deadline, "chromedriver did not start");
+            still_starting(&mut driver, deadline)?;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let profile = tempfile::tempdir()?;

@@ -27,10 +27,9 @@ use clawfed_hub::model::{Agent, AgentRevision, Namespace, RevisionPhase};
 use clawfed_spoke::apply::environment::{ClusterEnvironment, RegistryMirror, WorkloadProxy};
 use clawfed_spoke::config::SpokeConfig;
 use clawfed_spoke::exec::Executor;
-use clawfed_spoke::link::identity::FileIdentityStore;
-use clawfed_spoke::link::{Link, SpokeMetrics};
 use clawfed_spoke::tunnel::resolve::KubeHarnessDialer;
 use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
+use clawfed_tests::api::HubTestExt;
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::procs::Proc;
 use clawfed_tests::{kube_env, openclaw, spoke_env};
@@ -203,28 +202,13 @@ async fn an_air_gapped_cluster_runs_an_agent_through_its_mirror_and_proxy() -> R
         Arc::new(KubeHarnessDialer::new(spoke_client, executor.clone())),
         TunnelSettings::default(),
     ));
-    let link = Link::new(
-        clawfed_tests::link::kube_link_config(
-            &clawfed_tests::link::hub_url(&hub),
-            clawfed_tests::link::hub_ca(&hub),
-            &cluster,
-            Some(clawfed_tests::link::bootstrap_token(&hub, &cluster, false).await),
-        )?,
-        Arc::new(FileIdentityStore::new(dir.path())),
-        executor,
-        SpokeMetrics::default(),
-    )
-    .with_tunnels(tunnels);
+    let token = clawfed_tests::link::bootstrap_token(&hub, &cluster, false).await;
+    let link = clawfed_tests::link::kube_link(&hub, &cluster, token, dir.path(), executor)?
+        .with_tunnels(tunnels);
     let spoke = tokio::spawn(link.run(reports_rx, shutdown.clone()));
 
     let tenant = format!("air{id}");
-    let ns: Namespace = rest
-        .call(
-            reqwest::Method::POST,
-            "/namespaces",
-            Some(json!({ "name": tenant })),
-        )
-        .await?;
+    let ns: Namespace = rest.create_namespace(&tenant).await?;
     let probe_ns = air.create_namespace("air-pull").await?;
     let result = check(
         &rest,
@@ -284,13 +268,7 @@ async fn check(
         .any(|c| c.type_ == "Ready" && c.status == "True");
     ensure!(!ready, "a Pod of an unmirrored image is never Ready");
 
-    kube_env::eventually(WAIT, "the spoke online", || async {
-        let c: serde_json::Value = rest
-            .call(reqwest::Method::GET, &format!("/clusters/{cluster}"), None)
-            .await?;
-        Ok((c["connectionState"] == "online").then_some(()))
-    })
-    .await?;
+    rest.wait_online(cluster, WAIT).await?;
 
     // An embedded OpenClaw Agent whose model provider is the model API.
     let _: serde_json::Value = rest

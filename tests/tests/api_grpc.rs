@@ -2,8 +2,8 @@
 //! SQLite and on PostgreSQL: the same semantics as REST (both are adapters
 //! over one service layer), with gRPC status codes.
 //!
-//! Every test is an `async fn(Backend)`; `both_backends!` runs it once per
-//! store, as `sqlite::<name>` and `postgres::<name>`.
+//! Every test is an `async fn(Backend)`; `clawfed_tests::on_both_backends!`
+//! runs it once per store, as `sqlite::<name>` and `postgres::<name>`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -14,33 +14,12 @@ use clawfed_hub::store::ClusterRecord;
 use clawfed_hub::worker::Handlers;
 use clawfed_proto::admin::v1 as pb;
 use clawfed_proto::admin::v1::admin_service_client::AdminServiceClient;
-use clawfed_tests::hub::{Backend, TestHub};
+use clawfed_tests::hub::{Backend, TestHub, authed};
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await;
-                }
-            )*
-        }
-    };
-}
-
-both_backends!(
+clawfed_tests::on_both_backends!(
     grpc_and_rest_share_one_state,
     grpc_deploy_idempotency_and_rollback,
     grpc_unauthenticated,
@@ -58,16 +37,6 @@ both_backends!(
 // ---- helpers -------------------------------------------------------------------
 
 type Client = AdminServiceClient<Channel>;
-
-/// `msg` with `authorization: Bearer <token>` metadata.
-fn authed<T>(token: &str, msg: T) -> Request<T> {
-    let mut req = Request::new(msg);
-    req.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {token}").parse().expect("metadata value"),
-    );
-    req
-}
 
 /// Unwraps a successful call.
 #[track_caller]

@@ -3,8 +3,9 @@
 //! concurrency, authentication and tenant isolation, audit, bad input,
 //! OpenAPI routing and the ops endpoints.
 //!
-//! Every semantic test is an `async fn(Backend)`; `both_backends!` runs it
-//! once per store, as `sqlite::<name>` and `postgres::<name>`.
+//! Every semantic test is an `async fn(Backend)`;
+//! `clawfed_tests::on_both_backends!` runs it once per store, as
+//! `sqlite::<name>` and `postgres::<name>`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -19,28 +20,7 @@ use reqwest::Method;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await;
-                }
-            )*
-        }
-    };
-}
-
-both_backends!(
+clawfed_tests::on_both_backends!(
     namespaces_crud,
     configurations_crud,
     agents_crud,
@@ -1007,10 +987,7 @@ async fn digest_policy_is_enforced_at_deploy(backend: Backend) {
     hub.stop().await;
 
     // The policy with a tagged default Gateway image: the hub does not start.
-    let db = match backend {
-        Backend::Sqlite => clawfed_tests::db::sqlite().await,
-        Backend::Postgres => clawfed_tests::db::postgres().await,
-    };
+    let db = clawfed_tests::db::open(backend).await;
     let mut config = clawfed_tests::hub::test_config(&db.url);
     config.policy.require_immutable_digest = true;
     config.policy.default_gateway_image = "reg.example/gateway:latest".into();

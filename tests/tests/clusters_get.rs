@@ -75,16 +75,7 @@ async fn a_cluster_shows_its_certificate_expiry_version_provider_and_capabilitie
             && expires <= after + chrono::Duration::seconds(ttl) + slack,
         "expiry {expires} is not enrollment + {ttl} s ({before}..{after})"
     );
-    let listed: Value = hub
-        .http
-        .get(hub.url("/clusters"))
-        .bearer_auth(&hub.root_token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = hub.get_root_json("/clusters").await;
     let item = &listed["items"][0];
     assert_eq!(item["provider"], "kata-test", "{listed}");
     let listed_expiry: DateTime<Utc> =
@@ -152,13 +143,7 @@ async fn a_cluster_shows_its_certificate_expiry_version_provider_and_capabilitie
     );
 
     // Revoked: no certificate left to expire.
-    let revoked = hub
-        .http
-        .post(hub.url("/clusters/exec-a/revoke"))
-        .bearer_auth(&hub.root_token)
-        .send()
-        .await
-        .unwrap();
+    let revoked = hub.post_root("/clusters/exec-a/revoke").await;
     assert!(revoked.status().is_success(), "{}", revoked.status());
     let c = cluster(&hub, "exec-a").await.expect("exec-a");
     assert_eq!(c.connection_state, ConnectionState::Revoked);

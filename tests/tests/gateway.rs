@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clawfed_hub::gateway::objects::{TRANSPORT_KEYS, route_api_resource, route_spec};
+use clawfed_hub::gateway::objects::{TRANSPORT_KEYS, route_spec};
 use clawfed_hub::gateway::{
-    Activation, DEFAULT_ROUTE_API_VERSION, Error, GatewayConfig, GatewaySpec, Gateways,
-    PrivateRouting, Readiness, StepAction, TenantGateways, Transport,
+    Activation, Error, GatewayConfig, GatewaySpec, Gateways, PrivateRouting, Readiness, StepAction,
+    TenantGateways, Transport,
 };
 use clawfed_proto::labels;
 use clawfed_tests::control_env::{
@@ -96,19 +96,11 @@ async fn wait_ready(g: &TenantGateways, agent: &str, revision: i64) -> Result<()
 }
 
 fn routes(admin: &Client) -> Result<Api<DynamicObject>> {
-    let ar = route_api_resource(DEFAULT_ROUTE_API_VERSION)?;
-    Ok(Api::namespaced_with(admin.clone(), &gw_ns(), &ar))
+    control_env::routes(admin, &gw_ns())
 }
 
 async fn backend(admin: &Client, agent: &str) -> Result<Option<String>> {
-    let Some(r) = routes(admin)?.get_opt(agent).await? else {
-        return Ok(None);
-    };
-    let s = route_spec(&r)?;
-    Ok(s.rules
-        .first()
-        .and_then(|r| r.backend_refs.first())
-        .map(|b| b.name.clone()))
+    control_env::route_backend(admin, &gw_ns(), agent).await
 }
 
 async fn count<K>(admin: &Client, agent: &str) -> Result<usize>

@@ -31,11 +31,12 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use clawfed_hub::auth::{self, Role as TokenRole};
+use clawfed_hub::auth::Role as TokenRole;
 use clawfed_hub::client::{HubClient, TlsOptions};
-use clawfed_hub::model::{Agent, AgentRevision, Cluster, ConnectionState, RevisionPhase};
-use clawfed_hub::store::{NewToken, Store};
+use clawfed_hub::model::{Agent, AgentRevision, RevisionPhase};
+use clawfed_tests::api::HubTestExt;
 use clawfed_tests::control_env::{self, STORAGE_CLASS};
+use clawfed_tests::hub::mint;
 use clawfed_tests::kube_env::{self, TestCluster};
 use clawfed_tests::procs::{Proc, bin};
 use clawfed_tests::{db, until};
@@ -1416,22 +1417,19 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
     let mut hub = Proc::spawn("hub", &mut c, &logs)?;
     let listening = hub.hub_listening(Duration::from_secs(60)).await?;
     let (rest_url, link_url) = (listening.field("rest")?, listening.field("link")?);
-    let minted = auth::mint_token();
-    db.store
-        .create_token(&NewToken {
-            name: "root".into(),
-            namespace: None,
-            role: TokenRole::InstallationAdmin,
-            hash: minted.hash,
-            expires_at: None,
-        })
-        .await?;
+    let root = mint(
+        db.store.as_ref(),
+        "root",
+        None,
+        TokenRole::InstallationAdmin,
+    )
+    .await;
     // Over TLS, trusting only the API's CA (as `clawfed --ca-file`).
     let api_ca_file = dir.path().join("api-ca.pem");
     std::fs::write(&api_ca_file, api_ca_cert.pem())?;
     let rest = HubClient::with_tls(
         &rest_url,
-        Some(minted.secret),
+        Some(root),
         TlsOptions {
             ca_file: Some(api_ca_file),
             ..TlsOptions::default()
@@ -1556,14 +1554,10 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
         .args(["--backoff-max-seconds", "1"]);
     let mut spoke = Proc::spawn("spoke", &mut c, &logs)?;
 
-    let cluster: Cluster = until(WAIT, "the spoke online", || async {
-        let c: Cluster = rest
-            .call(Method::GET, &format!("/clusters/{cluster_name}"), None)
-            .await?;
-        Ok((c.connection_state == ConnectionState::Online).then_some(c))
-    })
-    .await
-    .with_context(|| format!("spoke log:\n{}", Proc::text(&spoke.stderr)))?;
+    let cluster = rest
+        .wait_online(&cluster_name, WAIT)
+        .await
+        .with_context(|| format!("spoke log:\n{}", Proc::text(&spoke.stderr)))?;
     assert_eq!(cluster.name, cluster_name);
     // The identity lives in the chart's Secret, written by the spoke.
     let identity = Api::<Secret>::namespaced(exec_a.admin(), &spoke_ns)
@@ -1580,9 +1574,7 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
 
     // ---- deploy → active, with exactly the charts' rights
     let tenant = format!("t{id}");
-    let ns: clawfed_hub::model::Namespace = rest
-        .call(Method::POST, "/namespaces", Some(json!({ "name": tenant })))
-        .await?;
+    let ns: clawfed_hub::model::Namespace = rest.create_namespace(&tenant).await?;
     it.namespaces.push((false, ns.data_plane_namespace.clone()));
     // The tenant's Gateway namespace, which the hub creates.
     let gw_ns = control_env::gateway_ns(&ns.id);

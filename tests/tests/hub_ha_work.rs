@@ -33,18 +33,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use clawfed_hub::auth::{self, Role};
+use clawfed_hub::auth::Role;
 use clawfed_hub::client::HubClient;
 use clawfed_hub::model::event::EventBody;
 use clawfed_hub::model::{
     Agent, AgentRevision, ConnectionState, Namespace, RevisionPhase, WorkState,
 };
-use clawfed_hub::store::{NewToken, SessionStore, SqlStore, Store, WatchStore, WorkFilter};
+use clawfed_hub::store::{SessionStore, SqlStore, Store, WatchStore, WorkFilter};
 use clawfed_hub::worker::kinds::rollout_work;
 use clawfed_proto::labels;
 use clawfed_tests::api::{HubTestExt, short_id};
 use clawfed_tests::cleanup::Cleanup;
 use clawfed_tests::control_env::{self, gateway_ns};
+use clawfed_tests::hub::mint;
 use clawfed_tests::kube_env::{self, TestCluster};
 use clawfed_tests::procs::{Proc, bin};
 use clawfed_tests::{db, spoke_env, until};
@@ -138,18 +139,9 @@ impl Env {
             &hub_kubeconfig,
         )
         .await?;
-        let minted = auth::mint_token();
-        db.store
-            .create_token(&NewToken {
-                name: "root".into(),
-                namespace: None,
-                role: Role::InstallationAdmin,
-                hash: minted.hash,
-                expires_at: None,
-            })
-            .await?;
+        let root = mint(db.store.as_ref(), "root", None, Role::InstallationAdmin).await;
         // Pointed at a replica with `at` before every use.
-        let rest = HubClient::new("", Some(minted.secret))?;
+        let rest = HubClient::new("", Some(root))?;
         Ok(Some(Self {
             ca_dir: dir.path().join("ca"),
             dir,

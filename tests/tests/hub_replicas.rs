@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use clawfed_hub::store::{LinkStore, SqlStore, Store};
 use clawfed_tests::db::TestDb;
+use clawfed_tests::link::outbox_depth;
 use clawfed_tests::procs::{Proc, bin};
 use clawfed_tests::wait_for_every;
 
@@ -215,16 +216,6 @@ async fn cluster_id(store: &SqlStore) -> String {
     store.get_cluster(CLUSTER).await.unwrap().id
 }
 
-async fn depth(store: &SqlStore, cluster_id: &str) -> i64 {
-    store
-        .outbox_summary()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|s| s.cluster_id == cluster_id)
-        .map_or(0, |s| s.depth)
-}
-
 /// Two replicas without a shared CA directory present one CA (the
 /// store's): the spoke enrolled through A reconnects to B with the same
 /// pinned CA and certificate. Then outbox work written by another process
@@ -278,7 +269,7 @@ async fn replicas_share_the_ca_and_wake_the_session_holder_at_once() {
             .expect("queued");
         wait_for(Duration::from_secs(30), "the ack", || {
             let (store, id) = (&store, &id);
-            async move { (depth(store, id).await == 0).then_some(()) }
+            async move { (outbox_depth(store, id).await == 0).then_some(()) }
         })
         .await;
         if i > 0 {

@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use clawfed_hub::model::ConnectionState;
-use clawfed_hub::store::Store;
 use clawfed_tests::hub::{Backend, TestHub};
-use clawfed_tests::link::{bootstrap_token, cluster, eventually, start_spoke};
+use clawfed_tests::link::{bootstrap_token, cluster, eventually, outbox_depth, start_spoke};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -29,16 +28,6 @@ async fn wait_state(hub: &TestHub, name: &str, state: ConnectionState) {
             .map(|_| ())
     })
     .await;
-}
-
-async fn depth(store: &dyn Store, cluster_id: &str) -> i64 {
-    store
-        .outbox_summary()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|s| s.cluster_id == cluster_id)
-        .map_or(0, |s| s.depth)
 }
 
 /// Issue 9, defect 1: a report lost on the way (here: gone from the hub's
@@ -68,7 +57,11 @@ async fn a_lost_report_is_sent_again_after_reconnect(backend: Backend) {
     .await;
     spoke.stop().await.unwrap();
     wait_state(&hub, "exec-a", ConnectionState::Offline).await;
-    assert_eq!(depth(store.as_ref(), &id).await, 0, "the work is acked");
+    assert_eq!(
+        outbox_depth(store.as_ref(), &id).await,
+        0,
+        "the work is acked"
+    );
     sqlx::query("DELETE FROM spoke_reports WHERE cluster_id = $1")
         .bind(id.clone())
         .execute(hub.db.store.pool())
@@ -111,7 +104,7 @@ async fn delivery_resumes_and_supersedes(backend: Backend) {
         .expect("queued");
     let store = hub.store();
     eventually(WAIT, "ack of generation 1", || async {
-        (depth(store.as_ref(), &id).await == 0).then_some(())
+        (outbox_depth(store.as_ref(), &id).await == 0).then_some(())
     })
     .await;
     assert_eq!(spoke.ledger.writes("ns/team-a").await, 1);
@@ -148,13 +141,13 @@ async fn delivery_resumes_and_supersedes(backend: Backend) {
         .expect("queued");
     }
     assert_eq!(
-        depth(store.as_ref(), &id).await,
+        outbox_depth(store.as_ref(), &id).await,
         1,
         "older generations superseded"
     );
     let spoke = start_spoke(&hub, "exec-a", None, dir.path());
     eventually(WAIT, "ack of generation 4", || async {
-        (depth(store.as_ref(), &id).await == 0).then_some(())
+        (outbox_depth(store.as_ref(), &id).await == 0).then_some(())
     })
     .await;
     assert_eq!(
@@ -175,7 +168,7 @@ async fn delivery_resumes_and_supersedes(backend: Backend) {
         .unwrap();
     let spoke = start_spoke(&hub, "exec-a", None, dir.path());
     eventually(WAIT, "ack after restart", || async {
-        (depth(store.as_ref(), &id).await == 0).then_some(())
+        (outbox_depth(store.as_ref(), &id).await == 0).then_some(())
     })
     .await;
     assert_eq!(spoke.ledger.writes("ns/team-b").await, 1);
@@ -275,13 +268,7 @@ async fn revocation_closes_the_stream_within_a_second_and_refuses_reconnects() {
     cluster_id(&hub, "exec-a").await;
     wait_state(&hub, "exec-a", ConnectionState::Online).await;
     let started = std::time::Instant::now();
-    let revoked = hub
-        .http
-        .post(hub.url("/clusters/exec-a/revoke"))
-        .bearer_auth(&hub.root_token)
-        .send()
-        .await
-        .unwrap();
+    let revoked = hub.post_root("/clusters/exec-a/revoke").await;
     assert_eq!(revoked.status(), 200);
     let ended = spoke.ended(Duration::from_secs(5)).await;
     assert!(
@@ -306,13 +293,8 @@ async fn revocation_closes_the_stream_within_a_second_and_refuses_reconnects() {
     );
     // Re-enrollment is an admin decision: a plain token is refused…
     let plain = hub
-        .http
-        .post(hub.url("/clusters/exec-a/bootstrap-tokens"))
-        .bearer_auth(&hub.root_token)
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
+        .post_root_json("/clusters/exec-a/bootstrap-tokens", &json!({}))
+        .await;
     assert_eq!(plain.status(), 409);
     // …a re-enrollment token with a fresh identity works.
     let token = bootstrap_token(&hub, "exec-a", true).await;
@@ -358,7 +340,7 @@ async fn certificates_rotate_without_dropping_work() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     eventually(WAIT, "all work acked", || async {
-        (depth(store.as_ref(), &id).await == 0).then_some(())
+        (outbox_depth(store.as_ref(), &id).await == 0).then_some(())
     })
     .await;
     let serials = cluster(&hub, "exec-a").await.unwrap().certificate_serials;
@@ -380,13 +362,11 @@ async fn certificates_rotate_without_dropping_work() {
 async fn enrollment_can_wait_for_manual_approval() {
     let hub = TestHub::start(Backend::Sqlite).await;
     let created = hub
-        .http
-        .post(hub.url("/clusters/exec-a/bootstrap-tokens"))
-        .bearer_auth(&hub.root_token)
-        .json(&json!({ "requireApproval": true }))
-        .send()
-        .await
-        .unwrap();
+        .post_root_json(
+            "/clusters/exec-a/bootstrap-tokens",
+            &json!({ "requireApproval": true }),
+        )
+        .await;
     assert_eq!(created.status(), 201);
     let token = created
         .json::<clawfed_hub::model::BootstrapTokenCreated>()
@@ -426,16 +406,7 @@ async fn enrollment_can_wait_for_manual_approval() {
     assert_eq!(approve(&hub).await.unwrap().status(), 204);
     wait_state(&hub, "exec-a", ConnectionState::Online).await;
     assert!(dir.path().join("identity.json").exists());
-    let audit: serde_json::Value = hub
-        .http
-        .get(hub.url("/audit"))
-        .bearer_auth(&hub.root_token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let audit: serde_json::Value = hub.get_root_json("/audit").await;
     let actions: Vec<&str> = audit["items"]
         .as_array()
         .unwrap()
@@ -546,7 +517,7 @@ async fn a_slow_target_does_not_hold_up_the_others_and_each_target_stays_in_orde
         started.elapsed()
     );
     eventually(WAIT, "slow target acked", || async {
-        (depth(store.as_ref(), &id).await == 0).then_some(())
+        (outbox_depth(store.as_ref(), &id).await == 0).then_some(())
     })
     .await;
     let applied = clawfed_spoke::link::WorkApplier::applied(applier.as_ref())
@@ -727,7 +698,7 @@ async fn concurrent_applies_keep_one_generation_at_a_time_per_target_within_the_
     };
     send_round(0).await;
     eventually(WAIT, "round 0 acked", || async {
-        (depth(store.as_ref(), &id).await == 0).then_some(())
+        (outbox_depth(store.as_ref(), &id).await == 0).then_some(())
     })
     .await;
     let check = |round: usize, bound: usize| {
@@ -762,7 +733,7 @@ async fn concurrent_applies_keep_one_generation_at_a_time_per_target_within_the_
     }
     send_round(1).await;
     eventually(WAIT, "round 1 acked", || async {
-        (depth(store.as_ref(), &id).await == 0).then_some(())
+        (outbox_depth(store.as_ref(), &id).await == 0).then_some(())
     })
     .await;
     check(1, 3);
@@ -810,7 +781,7 @@ async fn one_outbox_read_per_item_sent(backend: Backend) {
         .unwrap()
         .expect("queued");
         eventually(WAIT, "ack", || async {
-            (depth(store.as_ref(), &id).await == 0).then_some(())
+            (outbox_depth(store.as_ref(), &id).await == 0).then_some(())
         })
         .await;
         // Room for the NOTIFY of this put to arrive before the next one.

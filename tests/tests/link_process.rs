@@ -24,6 +24,7 @@ use clawfed_hub::model::ConnectionState;
 use clawfed_hub::store::{self, LinkStore, SqlStore, Store};
 use clawfed_spoke::link::WorkApplier;
 use clawfed_spoke::link::ledger::FileLedger;
+use clawfed_tests::link::outbox_depth;
 use clawfed_tests::netns::Netns;
 use clawfed_tests::procs::Proc;
 use clawfed_tests::wait_for;
@@ -201,16 +202,6 @@ impl Env {
     }
 }
 
-async fn depth(store: &SqlStore, cluster_id: &str) -> i64 {
-    store
-        .outbox_summary()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|s| s.cluster_id == cluster_id)
-        .map_or(0, |s| s.depth)
-}
-
 async fn state(store: &SqlStore) -> ConnectionState {
     store.get_cluster(CLUSTER).await.unwrap().connection_state
 }
@@ -303,12 +294,12 @@ async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
             puts.put(&store, &id, &format!("ns/b{batch}-{i:03}"), 2)
                 .await;
         }
-        let total = depth(&store, &id).await;
+        let total = outbox_depth(&store, &id).await;
         // Kill once about a third of the batch is acked: the rest is in
         // flight (sent ahead in the window) or still queued.
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let d = depth(&store, &id).await;
+            let d = outbox_depth(&store, &id).await;
             if d == 0 {
                 break;
             }
@@ -330,7 +321,7 @@ async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
     for (target, generation) in &at_kill {
         assert!(puts.0[target].contains(generation), "{target}");
     }
-    assert!(depth(&store, &id).await > 0, "killed mid-stream");
+    assert!(outbox_depth(&store, &id).await > 0, "killed mid-stream");
     eprintln!(
         "spoke killed in batch {batch} with {killed_at_depth} items unacked, {} targets applied",
         at_kill.len()
@@ -353,7 +344,7 @@ async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
     )
     .await;
     wait_for(Duration::from_secs(60), "outbox drained", || async {
-        (depth(&store, &id).await == 0).then_some(())
+        (outbox_depth(&store, &id).await == 0).then_some(())
     })
     .await;
     puts.check(&spoke_dir).await;
@@ -384,7 +375,7 @@ async fn binaries_resume_after_kill_9_of_either_side_and_drain_on_sigterm() {
     let mut hub = env.serve(2).await;
     // The spoke reconnects by itself (backoff) and delivery resumes.
     wait_for(Duration::from_secs(30), "new work acked", || async {
-        (depth(&store, &id).await == 0).then_some(())
+        (outbox_depth(&store, &id).await == 0).then_some(())
     })
     .await;
     wait_for(Duration::from_secs(10), "exec-a online again", || async {

@@ -20,14 +20,13 @@ use std::process::Command;
 use std::time::Duration;
 
 use clawfed_hub::model::ConnectionState;
-use clawfed_proto::work::{
-    ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, target,
-};
+use clawfed_proto::work::{NamespaceWork, WorkSpec, target};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env;
 use clawfed_tests::link::{bootstrap_token, cluster, eventually, hub_ca, hub_url};
 use clawfed_tests::netns::Netns;
 use clawfed_tests::procs::{self, Proc};
+use clawfed_tests::spoke_env::{harness_work, tenant_names};
 use clawfed_tests::{control_env, spoke_env};
 use serde_json::json;
 
@@ -644,39 +643,8 @@ async fn a_spoke_behind_the_proxy_applies_a_harness_in_a_real_cluster() {
     let id = cluster(&setup.hub, &name).await.expect("cluster").id;
 
     // A namespace and a Harness, sent down the proxied link.
-    let u = uuid::Uuid::new_v4().simple().to_string();
-    let tenant = format!("px-{}", &u[..8]);
-    let namespace_id = format!("px-{u}");
-    let ns = clawfed_proto::naming::data_plane_namespace(&namespace_id);
-    let harness = HarnessWork {
-        tenant: tenant.clone(),
-        namespace_id: namespace_id.clone(),
-        data_plane_namespace: ns.clone(),
-        agent: "scout".into(),
-        revision: 1,
-        revision_id: "rev-1".into(),
-        harness_kind: "openclaw-native".into(),
-        image: format!("registry.invalid/openclaw@sha256:{}", "ab".repeat(32)),
-        require_digest: true,
-        requirement_labels: Default::default(),
-        resources: Default::default(),
-        port: 8080,
-        env: Default::default(),
-        workspace: None,
-        credential: SecretData(Default::default()),
-        dedicated: true,
-        predecessors: vec![],
-        execution: ExecutionMode::Ordinary,
-        node_selector: Default::default(),
-        tolerations: Vec::new(),
-        headless_service: false,
-        seccomp_localhost_profile: None,
-        service_principal: None,
-        plugin_selections: Vec::new(),
-        require_startup_status: false,
-        runtime_config: None,
-        app_server: None,
-    };
+    let (tenant, namespace_id, ns) = tenant_names("px");
+    let harness = harness_work(&tenant, &namespace_id, &ns, "scout");
     let link = setup.hub.hub.as_ref().unwrap().link.clone().unwrap();
     for (t, spec) in [
         (

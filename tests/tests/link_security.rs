@@ -24,7 +24,9 @@ use clawfed_proto::link::v1::{hub_message, spoke_message};
 use clawfed_spoke::link::identity::{Identity, new_key_and_csr};
 use clawfed_spoke::link::tls::{self as spoke_tls, HubAddress, SwappableCert};
 use clawfed_tests::hub::{Backend, TestHub};
-use clawfed_tests::link::{bootstrap_token, cluster, eventually, hub_ca, hub_url, start_spoke};
+use clawfed_tests::link::{
+    bootstrap_token, cluster, eventually, hub_ca, hub_url, outbox_depth, start_spoke,
+};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -259,16 +261,6 @@ async fn unchanged(store: &dyn Store, before: &Snapshot) {
     }
 }
 
-async fn depth(store: &dyn Store, cluster_id: &str) -> i64 {
-    store
-        .outbox_summary()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|s| s.cluster_id == cluster_id)
-        .map_or(0, |s| s.depth)
-}
-
 /// Dials with `config`, sends the HTTP/2 preface and reads until the hub
 /// refuses; returns the TLS error. A connection the hub keeps open fails
 /// the test.
@@ -433,13 +425,7 @@ async fn revoked_certificate_is_refused_in_the_handshake(backend: Backend) {
     ok.welcome().await;
     drop(ok);
 
-    let revoked = hub
-        .http
-        .post(hub.url("/clusters/exec-a/revoke"))
-        .bearer_auth(&hub.root_token)
-        .send()
-        .await
-        .unwrap();
+    let revoked = hub.post_root("/clusters/exec-a/revoke").await;
     assert_eq!(revoked.status(), 200);
     let serials = get_cluster(&hub, "exec-a").await.certificate_serials;
     assert_eq!(serials.len(), 1);
@@ -562,7 +548,7 @@ async fn a_cluster_cannot_ack_or_report_on_another_clusters_work(backend: Backen
     unchanged(store.as_ref(), &before).await;
 
     // B's item is still unacked and still delivered to B.
-    assert_eq!(depth(store.as_ref(), &b.cluster_id).await, 1);
+    assert_eq!(outbox_depth(store.as_ref(), &b.cluster_id).await, 1);
     let mut sb = Stream::open(&hub, &b, hello(&b.cluster_id, HashMap::new()))
         .await
         .unwrap();
@@ -707,13 +693,11 @@ async fn an_expired_bootstrap_token_is_refused(backend: Backend) {
 
     // And one that expires by its ttl, through REST.
     let response = hub
-        .http
-        .post(hub.url("/clusters/exec-b/bootstrap-tokens"))
-        .bearer_auth(&hub.root_token)
-        .json(&json!({ "ttlSeconds": 1 }))
-        .send()
-        .await
-        .unwrap();
+        .post_root_json(
+            "/clusters/exec-b/bootstrap-tokens",
+            &json!({ "ttlSeconds": 1 }),
+        )
+        .await;
     assert_eq!(response.status(), 201);
     let created = response
         .json::<clawfed_hub::model::BootstrapTokenCreated>()
@@ -949,7 +933,7 @@ async fn oversized_messages_close_the_stream_and_store_nothing() {
     let status = s.closed_with().await;
     assert_status(&status, Code::OutOfRange, "message length too large");
     unchanged(store.as_ref(), &before).await;
-    assert_eq!(depth(store.as_ref(), &a.cluster_id).await, 1);
+    assert_eq!(outbox_depth(store.as_ref(), &a.cluster_id).await, 1);
 
     // The hub still serves the cluster normally.
     let mut s = Stream::open(&hub, &a, hello(&a.cluster_id, HashMap::new()))

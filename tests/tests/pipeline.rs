@@ -114,17 +114,7 @@ async fn deploy_change_and_stop_through_a_real_spoke() -> Result<()> {
         reports_tx,
     ));
     let shutdown = CancellationToken::new();
-    let link = Link::new(
-        clawfed_tests::link::kube_link_config(
-            &hub_url(&hub),
-            hub_ca(&hub),
-            &cluster_name,
-            Some(token),
-        )?,
-        Arc::new(FileIdentityStore::new(dir.path())),
-        executor,
-        SpokeMetrics::default(),
-    );
+    let link = clawfed_tests::link::kube_link(&hub, &cluster_name, token, dir.path(), executor)?;
     let spoke = tokio::spawn(link.run(reports_rx, shutdown.clone()));
     eventually(WAIT, "spoke online", || async {
         cluster(&hub, &cluster_name)

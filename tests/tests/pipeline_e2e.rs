@@ -21,14 +21,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use async_trait::async_trait;
-use clawfed_hub::auth::{self, Role};
+use clawfed_hub::auth::Role;
 use clawfed_hub::client::HubClient;
-use clawfed_hub::gateway::objects::{HARNESS_ENDPOINT_ENV, route_api_resource, route_spec};
-use clawfed_hub::gateway::{DEFAULT_ROUTE_API_VERSION, Gateways};
+use clawfed_hub::gateway::Gateways;
+use clawfed_hub::gateway::objects::HARNESS_ENDPOINT_ENV;
 use clawfed_hub::model::{
     Agent, AgentRevision, ConnectionState, Namespace, RevisionPhase, WorkState,
 };
-use clawfed_hub::store::{LinkStore, NewToken, Store, WorkFilter};
+use clawfed_hub::store::{LinkStore, Store, WorkFilter};
 use clawfed_hub::worker::kinds::REVISION_ROLLOUT;
 use clawfed_hub::worker::rollout::{GatewayFailure, GatewayRuntime, GatewayTarget};
 use clawfed_proto::labels;
@@ -41,8 +41,8 @@ use clawfed_spoke::tunnel::resolve::KubeHarnessDialer;
 use clawfed_spoke::tunnel::{TunnelSettings, Tunnels};
 use clawfed_tests::api::{HARNESS_IMAGE, HubTestExt, gateway_image, short_id};
 use clawfed_tests::cleanup::Cleanup;
-use clawfed_tests::control_env::{self, gateway_ns};
-use clawfed_tests::hub::{Backend, TestHub};
+use clawfed_tests::control_env::{self, gateway_ns, route_backend, routes};
+use clawfed_tests::hub::{Backend, TestHub, mint};
 use clawfed_tests::kube_env::{self, TestCluster, agent_selector, live_names};
 use clawfed_tests::procs::{Proc, bin};
 use clawfed_tests::until;
@@ -50,7 +50,7 @@ use clawfed_tests::{db, spoke_env};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, DynamicObject, ListParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
@@ -219,22 +219,6 @@ impl Drop for InSpoke {
 }
 
 // ------------------------------------------------------- cluster reads
-
-fn routes(client: &Client, gw_ns: &str) -> Result<Api<DynamicObject>> {
-    let ar = route_api_resource(DEFAULT_ROUTE_API_VERSION)?;
-    Ok(Api::namespaced_with(client.clone(), gw_ns, &ar))
-}
-
-async fn route_backend(control: &Client, gw_ns: &str, agent: &str) -> Result<Option<String>> {
-    let Some(r) = routes(control, gw_ns)?.get_opt(agent).await? else {
-        return Ok(None);
-    };
-    let s = route_spec(&r)?;
-    Ok(s.rules
-        .first()
-        .and_then(|r| r.backend_refs.first())
-        .map(|b| b.name.clone()))
-}
 
 /// Every object of `agent` in `ns`, deleting or not.
 async fn all_names<K>(client: &Client, ns: &str, agent: &str) -> Result<Vec<String>>
@@ -1730,19 +1714,10 @@ impl HubEnv {
             (self.rest_port, self.link_port) = listening.pin_hub_ports(&self.config)?;
         }
         if self.rest.is_none() {
-            let minted = auth::mint_token();
-            self.store
-                .create_token(&NewToken {
-                    name: "root".into(),
-                    namespace: None,
-                    role: Role::InstallationAdmin,
-                    hash: minted.hash,
-                    expires_at: None,
-                })
-                .await?;
+            let root = mint(self.store.as_ref(), "root", None, Role::InstallationAdmin).await;
             self.rest = Some(HubClient::new(
                 &format!("http://127.0.0.1:{}", self.rest_port),
-                Some(minted.secret),
+                Some(root),
             )?);
         }
         Ok(p)
@@ -3952,10 +3927,7 @@ const STARTUP_LABEL: &str = "standin.clawfed.test/startup";
 /// cleanup.
 async fn startup_agent(w: &mut World, mode: &str) -> Result<(Namespace, Agent)> {
     let tenant = format!("t{}", short_id());
-    let ns: Namespace = w
-        .rest
-        .call(Method::POST, "/namespaces", Some(json!({ "name": tenant })))
-        .await?;
+    let ns: Namespace = w.rest.create_namespace(&tenant).await?;
     let agent: Agent = w
         .rest
         .call(
@@ -4644,17 +4616,13 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
     // Tenant B runs before anyone looks: its events are in the log.
     rest.deploy_current(&ns_b.name, &agent_b.name).await?;
     let key_a = format!("{}/{}", ns_a.name, agent_a.name);
-    let minted = auth::mint_token();
-    env.store
-        .create_token(&NewToken {
-            name: "viewer-a".into(),
-            namespace: Some(ns_a.name.clone()),
-            role: Role::Viewer,
-            hash: minted.hash,
-            expires_at: None,
-        })
-        .await?;
-    let token_a = minted.secret;
+    let token_a = mint(
+        env.store.as_ref(),
+        "viewer-a",
+        Some(&ns_a.name),
+        Role::Viewer,
+    )
+    .await;
 
     let browser = Browser::start(&env.logs(), 1280, 900).await?;
     browser.goto(&ui).await?;

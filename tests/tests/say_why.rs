@@ -16,29 +16,9 @@ use clawfed_proto::admin::v1 as pb;
 use clawfed_tests::hub::{Backend, TestHub};
 use serde_json::{Value, json};
 
-async fn post(hub: &TestHub, path: &str, body: Value) -> Value {
-    let r = hub
-        .http
-        .post(hub.url(path))
-        .bearer_auth(&hub.root_token)
-        .json(&body)
-        .send()
-        .await
-        .expect("send");
-    assert!(r.status().is_success(), "{path}: {}", r.status());
-    r.json().await.expect("json")
-}
-
 async fn revision(hub: &TestHub) -> Value {
-    hub.http
-        .get(hub.url("/namespaces/team/agents/bot/revisions/1"))
-        .bearer_auth(&hub.root_token)
-        .send()
+    hub.get_root_json("/namespaces/team/agents/bot/revisions/1")
         .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json")
 }
 
 /// Polls the revision until its reason contains `needle`.
@@ -80,15 +60,15 @@ async fn an_unplaced_revision_says_why_it_waits() {
         clawfed_hub::worker::Handlers::builtin(),
     )
     .await;
-    post(&hub, "/namespaces", json!({ "name": "team" })).await;
-    post(
-        &hub,
+    hub.post_ok("/namespaces", json!({ "name": "team" })).await;
+    hub.post_ok(
         "/namespaces/team/agents",
         json!({ "name": "bot", "spec": { "harnessKind": "embedded-openclaw", "image": "img:1",
                 "placement": { "clusterSelector": { "pool": "gpu" } } } }),
     )
     .await;
-    post(&hub, "/namespaces/team/agents/bot/deploy", json!({})).await;
+    hub.post_ok("/namespaces/team/agents/bot/deploy", json!({}))
+        .await;
 
     let rev = wait_reason(&hub, "no execution cluster is enrolled").await;
     assert_eq!(rev["phase"], "pending");
@@ -213,23 +193,23 @@ fn cell(table: &str, header: &str) -> String {
 async fn fleet_separates_desired_from_actual(backend: Backend) {
     use clawfed_hub::model::{RevisionPhase, RevisionProgress};
     let mut hub = TestHub::start(backend).await;
-    post(&hub, "/namespaces", json!({ "name": "team" })).await;
-    post(&hub, "/namespaces", json!({ "name": "other" })).await;
+    hub.post_ok("/namespaces", json!({ "name": "team" })).await;
+    hub.post_ok("/namespaces", json!({ "name": "other" })).await;
     let spec = json!({ "harnessKind": "embedded-openclaw", "image": "img:1" });
-    post(
-        &hub,
+    hub.post_ok(
         "/namespaces/team/agents",
         json!({ "name": "bot", "spec": spec }),
     )
     .await;
-    post(
-        &hub,
+    hub.post_ok(
         "/namespaces/other/agents",
         json!({ "name": "idle", "spec": spec }),
     )
     .await;
     // No cluster is enrolled: the revision is placed nowhere.
-    let rev = post(&hub, "/namespaces/team/agents/bot/deploy", json!({})).await;
+    let rev = hub
+        .post_ok("/namespaces/team/agents/bot/deploy", json!({}))
+        .await;
     assert!(rev["resolvedCluster"].is_null(), "{rev}");
 
     // Wanted running, running nowhere: the old count said RUNNING 1.

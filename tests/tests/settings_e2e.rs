@@ -22,8 +22,7 @@ use clawfed_hub::gateway::Gateways;
 use clawfed_hub::model::{Agent, AgentRevision, Namespace};
 use clawfed_spoke::config::SpokeConfig;
 use clawfed_spoke::exec::Executor;
-use clawfed_spoke::link::identity::FileIdentityStore;
-use clawfed_spoke::link::{Link, SpokeMetrics};
+use clawfed_tests::api::HubTestExt;
 use clawfed_tests::control_env::{self, gateway_ns};
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env;
@@ -177,35 +176,14 @@ async fn every_installation_setting_is_visible_on_the_objects_it_governs() -> Re
         SpokeConfig::default(),
         reports_tx,
     ));
-    let link = Link::new(
-        clawfed_tests::link::kube_link_config(
-            &clawfed_tests::link::hub_url(&hub),
-            clawfed_tests::link::hub_ca(&hub),
-            &cluster,
-            Some(clawfed_tests::link::bootstrap_token(&hub, &cluster, false).await),
-        )?,
-        Arc::new(FileIdentityStore::new(dir.path())),
-        executor,
-        SpokeMetrics::default(),
-    );
+    let token = clawfed_tests::link::bootstrap_token(&hub, &cluster, false).await;
+    let link = clawfed_tests::link::kube_link(&hub, &cluster, token, dir.path(), executor)?;
     let spoke = tokio::spawn(link.run(reports_rx, shutdown.clone()));
 
     let tenant = format!("t{id}");
-    let ns: Namespace = rest
-        .call(
-            reqwest::Method::POST,
-            "/namespaces",
-            Some(json!({ "name": tenant })),
-        )
-        .await?;
+    let ns: Namespace = rest.create_namespace(&tenant).await?;
     // A second tenant, with an Agent of the same name.
-    let other: Namespace = rest
-        .call(
-            reqwest::Method::POST,
-            "/namespaces",
-            Some(json!({ "name": format!("u{id}") })),
-        )
-        .await?;
+    let other: Namespace = rest.create_namespace(&format!("u{id}")).await?;
     let codex = format!("c{id}");
     let native = format!("o{id}");
     let result = check(
@@ -257,13 +235,7 @@ async fn check(
     codex: &str,
     native: &str,
 ) -> Result<()> {
-    kube_env::eventually(WAIT, "the spoke online", || async {
-        let c: serde_json::Value = rest
-            .call(reqwest::Method::GET, &format!("/clusters/{cluster}"), None)
-            .await?;
-        Ok((c["connectionState"] == "online").then_some(()))
-    })
-    .await?;
+    rest.wait_online(cluster, WAIT).await?;
     // Neither Agent names an image: the installation's images are used.
     for (name, kind, resources) in [
         (codex, "dedicated-codex", json!({ "memoryLimit": "2Gi" })),

@@ -25,9 +25,9 @@ use clawfed_spoke::exec::Executor;
 use clawfed_spoke::link::identity::{
     Identity, IdentityError, IdentityStore, SecretIdentityStore, new_key_and_csr,
 };
-use clawfed_tests::kube_env::{self, TestCluster, eventually, is_forbidden};
+use clawfed_tests::kube_env::{eventually, is_forbidden};
 use clawfed_tests::spoke_env::{
-    SPOKE_IDENTITY_SECRET, SPOKE_NAMESPACE, SPOKE_SERVICE_ACCOUNT, install_spoke_rbac,
+    SPOKE_IDENTITY_SECRET, SPOKE_NAMESPACE, SpokeEnv, test_container_defaults,
 };
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{RoleBinding, Subject};
@@ -40,20 +40,6 @@ const WAIT: Duration = Duration::from_secs(60);
 /// The name of the admission policy in deploy/spoke/admission.yaml; its
 /// denials name it, which tells them from RBAC's.
 const POLICY: &str = "clawfed-spoke-managed-namespaces";
-
-struct Env {
-    cluster: TestCluster,
-    spoke: Client,
-}
-
-async fn env() -> Result<Env> {
-    let cluster = kube_env::cluster("exec-a").await?;
-    install_spoke_rbac(&cluster).await?;
-    let spoke = cluster
-        .service_account_client(SPOKE_NAMESPACE, SPOKE_SERVICE_ACCOUNT, None)
-        .await?;
-    Ok(Env { cluster, spoke })
-}
 
 fn rand(n: usize) -> String {
     uuid::Uuid::new_v4().simple().to_string()[..n].to_string()
@@ -124,13 +110,7 @@ fn namespace_work(tenant: &str, id: &str, adopt: Option<&str>) -> NamespaceWork 
         namespace_id: id.into(),
         adopt: adopt.map(String::from),
         quota: BTreeMap::from([("pods".into(), "20".into())]),
-        container_defaults: clawfed_proto::work::ContainerDefaults {
-            default_request: BTreeMap::from([
-                ("cpu".into(), "50m".into()),
-                ("memory".into(), "64Mi".into()),
-            ]),
-            default_limit: BTreeMap::from([("memory".into(), "256Mi".into())]),
-        },
+        container_defaults: test_container_defaults(),
         ..Default::default()
     }
 }
@@ -175,7 +155,7 @@ async fn delete_namespaces(admin: &Client, names: &[String]) {
 
 #[tokio::test]
 async fn spoke_cannot_take_over_a_namespace_that_is_not_clawfeds() -> Result<()> {
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = e.cluster.admin();
     let suffix = rand(10);
     let victim = format!("victim-{suffix}");
@@ -203,7 +183,7 @@ async fn spoke_cannot_take_over_a_namespace_that_is_not_clawfeds() -> Result<()>
 
 #[allow(clippy::too_many_arguments)]
 async fn escalation(
-    e: &Env,
+    e: &SpokeEnv,
     admin: &Client,
     victim: &str,
     lent: &str,
@@ -556,7 +536,7 @@ fn same(a: &Identity, b: &Identity) -> bool {
 
 #[tokio::test]
 async fn identity_secret_store_works_as_the_spoke_service_account() -> Result<()> {
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = Api::<Secret>::namespaced(e.cluster.admin(), SPOKE_NAMESPACE);
     let other = format!("not-the-identity-{}", rand(8));
     let res = identity_store(&e, &other).await;
@@ -566,7 +546,7 @@ async fn identity_secret_store_works_as_the_spoke_service_account() -> Result<()
     res
 }
 
-async fn identity_store(e: &Env, other: &str) -> Result<()> {
+async fn identity_store(e: &SpokeEnv, other: &str) -> Result<()> {
     let admin = Api::<Secret>::namespaced(e.cluster.admin(), SPOKE_NAMESPACE);
     let sa = Api::<Secret>::namespaced(e.spoke.clone(), SPOKE_NAMESPACE);
     // Start from no Secret: the first save must create it.
@@ -740,7 +720,7 @@ async fn a_providers_privileged_parts_run_only_under_the_approved_runtime_class(
     use k8s_openapi::api::node::v1::RuntimeClass;
     const PROVIDER_POLICY: &str = "clawfed-provider-privileged-parts";
     const APPROVED: &str = "clawfed-sandbox";
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = e.cluster.admin();
     let ns = format!("oce-{}", rand(15));
     Api::<Namespace>::all(admin.clone())

@@ -11,7 +11,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clawfed_proto::labels;
 use clawfed_proto::link::v1::{Report, Work, report};
-use clawfed_proto::naming::data_plane_namespace;
 use clawfed_proto::work::{
     ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, Workspace, target,
 };
@@ -20,9 +19,9 @@ use clawfed_spoke::config::SpokeConfig;
 use clawfed_spoke::drift::limit::Budget;
 use clawfed_spoke::drift::{DriftMetrics, ObjectKey, Repairer};
 use clawfed_spoke::exec::Executor;
-use clawfed_tests::kube_env::{self, TestCluster, eventually};
+use clawfed_tests::kube_env::{TestCluster, eventually};
 use clawfed_tests::spoke_env::{
-    SPOKE_NAMESPACE as SPOKE_NS, SPOKE_SERVICE_ACCOUNT as SPOKE_SA, install_spoke_rbac,
+    SpokeEnv, fake_model_credential, harness_work, kwok_node_selector, tenant_names,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -43,13 +42,8 @@ struct Tenant {
 
 impl Tenant {
     fn new(prefix: &str) -> Self {
-        let u = uuid::Uuid::new_v4().simple().to_string();
-        let id = format!("{prefix}-{u}");
-        Tenant {
-            tenant: format!("{prefix}-{}", &u[..8]),
-            ns: data_plane_namespace(&id),
-            id,
-        }
+        let (tenant, id, ns) = tenant_names(prefix);
+        Tenant { tenant, id, ns }
     }
 
     fn work(target: String, generation: i64, spec: WorkSpec) -> Work {
@@ -77,39 +71,10 @@ impl Tenant {
 
     fn harness(&self, agent: &str) -> HarnessWork {
         HarnessWork {
-            tenant: self.tenant.clone(),
-            namespace_id: self.id.clone(),
-            data_plane_namespace: self.ns.clone(),
-            agent: agent.into(),
-            revision: 1,
-            revision_id: "rev-1".into(),
-            harness_kind: "openclaw-native".into(),
             image: IMAGE.into(),
-            require_digest: true,
-            requirement_labels: BTreeMap::new(),
-            resources: Default::default(),
-            port: 8080,
-            env: BTreeMap::new(),
-            workspace: None,
-            credential: SecretData(BTreeMap::from([(
-                "MODEL_API_KEY".into(),
-                "sk-test-not-real".into(),
-            )])),
-            dedicated: true,
-            predecessors: vec![],
-            execution: ExecutionMode::Ordinary,
-            node_selector: BTreeMap::from([(
-                "kubernetes.io/hostname".into(),
-                "kwok-node-0".into(),
-            )]),
-            tolerations: Vec::new(),
-            headless_service: false,
-            seccomp_localhost_profile: None,
-            service_principal: None,
-            plugin_selections: Vec::new(),
-            require_startup_status: false,
-            runtime_config: None,
-            app_server: None,
+            credential: fake_model_credential(),
+            node_selector: kwok_node_selector(),
+            ..harness_work(&self.tenant, &self.id, &self.ns, agent)
         }
     }
 
@@ -142,11 +107,10 @@ impl Drop for Spoke {
 /// namespace only.
 async fn spoke(t: &Tenant, h: &HarnessWork, budget: Budget) -> Result<Spoke> {
     clawfed_tests::link::init_test_logging();
-    let cluster = kube_env::cluster("exec-a").await?;
-    install_spoke_rbac(&cluster).await?;
-    let client = cluster
-        .service_account_client(SPOKE_NS, SPOKE_SA, None)
-        .await?;
+    let SpokeEnv {
+        cluster,
+        spoke: client,
+    } = SpokeEnv::exec_a().await?;
     let (tx, rx) = mpsc::channel(4096);
     let exec = Arc::new(Executor::new(client, SpokeConfig::default(), tx));
     for w in [t.ensure(), t.apply(h)] {
@@ -563,12 +527,11 @@ async fn a_hub_side_digest_mismatch_resends_the_affected_target() -> Result<()> 
     // No credential: the outbox would hold it sealed, which this test's
     // hand-written outbox item does not.
     h.credential = SecretData(BTreeMap::new());
-    let cluster = kube_env::cluster("exec-a").await?;
-    install_spoke_rbac(&cluster).await?;
+    let SpokeEnv {
+        cluster,
+        spoke: client,
+    } = SpokeEnv::exec_a().await?;
     let admin = cluster.admin();
-    let client = cluster
-        .service_account_client(SPOKE_NS, SPOKE_SA, None)
-        .await?;
 
     let mut hub = TestHub::start(Backend::Sqlite).await;
     let name = format!("exec-digest-{}", &t.id[t.id.len() - 8..]);

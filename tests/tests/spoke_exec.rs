@@ -11,17 +11,16 @@ use anyhow::{Context, Result};
 use async_trait::async_trait;
 use clawfed_proto::labels;
 use clawfed_proto::link::v1::{ReadinessObservation, Report, Work, WorkResult, report};
-use clawfed_proto::naming::data_plane_namespace;
 use clawfed_proto::work::{
-    ExecutionMode, HarnessWork, NamespaceDeleteWork, NamespaceWork, RevisionWork, SecretData,
-    WorkSpec, Workspace, target,
+    ExecutionMode, HarnessWork, NamespaceDeleteWork, NamespaceWork, RevisionWork, WorkSpec,
+    Workspace, target,
 };
 use clawfed_spoke::config::SpokeConfig;
 use clawfed_spoke::exec::Executor;
 use clawfed_spoke::provider::crd::CrdSandboxDriver;
 use clawfed_spoke::provider::ordinary::DeploymentDriver;
 use clawfed_spoke::provider::{NamespaceContext, ProviderError, RevisionContext, SandboxDriver};
-use clawfed_tests::kube_env::{self, TestCluster, eventually, is_forbidden};
+use clawfed_tests::kube_env::{eventually, is_forbidden};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, LimitRange, Namespace, PersistentVolumeClaim, Pod, ResourceQuota, Secret, Service,
@@ -39,25 +38,12 @@ use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(60);
 use clawfed_tests::spoke_env::{
-    SPOKE_NAMESPACE as SPOKE_NS, SPOKE_SERVICE_ACCOUNT as SPOKE_SA, install_spoke_rbac,
+    SPOKE_NAMESPACE as SPOKE_NS, SPOKE_SERVICE_ACCOUNT as SPOKE_SA, SpokeEnv,
+    fake_model_credential, harness_work, kwok_node_selector, tenant_names, test_container_defaults,
 };
 
 fn typed<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T> {
     Ok(serde_json::from_value(v.clone())?)
-}
-
-struct Env {
-    cluster: TestCluster,
-    spoke: Client,
-}
-
-async fn env() -> Result<Env> {
-    let cluster = kube_env::cluster("exec-a").await?;
-    install_spoke_rbac(&cluster).await?;
-    let spoke = cluster
-        .service_account_client(SPOKE_NS, SPOKE_SA, None)
-        .await?;
-    Ok(Env { cluster, spoke })
 }
 
 fn config() -> SpokeConfig {
@@ -77,12 +63,11 @@ struct Tenant {
 
 impl Tenant {
     fn new(prefix: &str) -> Self {
-        let u = uuid::Uuid::new_v4().simple().to_string();
-        let id = format!("{prefix}-{u}");
+        let (tenant, id, ns) = tenant_names(prefix);
         Tenant {
-            tenant: format!("{prefix}-{}", &u[..8]),
-            ns: data_plane_namespace(&id),
+            tenant,
             id,
+            ns,
             seq: Default::default(),
         }
     }
@@ -102,13 +87,7 @@ impl Tenant {
             tenant: self.tenant.clone(),
             namespace_id: self.id.clone(),
             quota: BTreeMap::from([("pods".into(), "20".into())]),
-            container_defaults: clawfed_proto::work::ContainerDefaults {
-                default_request: BTreeMap::from([
-                    ("cpu".into(), "50m".into()),
-                    ("memory".into(), "64Mi".into()),
-                ]),
-                default_limit: BTreeMap::from([("memory".into(), "256Mi".into())]),
-            },
+            container_defaults: test_container_defaults(),
             network: clawfed_proto::work::HarnessNetwork {
                 ingress_from_spoke: true,
                 ingress_from_cidrs: vec!["10.96.0.0/12".into()],
@@ -133,34 +112,15 @@ impl Tenant {
 
     fn harness(&self, agent: &str, revision: i64) -> HarnessWork {
         HarnessWork {
-            tenant: self.tenant.clone(),
-            namespace_id: self.id.clone(),
-            data_plane_namespace: self.ns.clone(),
-            agent: agent.into(),
             revision,
             revision_id: format!("rev-{revision}"),
-            harness_kind: "openclaw-native".into(),
-            image: format!("registry.invalid/openclaw@sha256:{}", "ab".repeat(32)),
-            require_digest: true,
             requirement_labels: BTreeMap::from([(
                 "sandbox.clawfed.io/class".into(),
                 "standard".into(),
             )]),
-            resources: Default::default(),
-            port: 8080,
             env: BTreeMap::from([("OPENCLAW_MODE".into(), "harness".into())]),
-            workspace: None,
-            credential: SecretData(BTreeMap::from([(
-                "MODEL_API_KEY".into(),
-                "sk-test-not-real".into(),
-            )])),
-            dedicated: true,
-            predecessors: vec![],
-            execution: ExecutionMode::Ordinary,
-            node_selector: BTreeMap::from([(
-                "kubernetes.io/hostname".into(),
-                "kwok-node-0".into(),
-            )]),
+            credential: fake_model_credential(),
+            node_selector: kwok_node_selector(),
             // The installation's tolerations reach the Pod (issue 30).
             tolerations: vec![clawfed_proto::work::Toleration {
                 key: Some("clawfed.test/agents".into()),
@@ -168,13 +128,7 @@ impl Tenant {
                 effect: Some("NoSchedule".into()),
                 ..Default::default()
             }],
-            headless_service: false,
-            seccomp_localhost_profile: None,
-            service_principal: None,
-            plugin_selections: Vec::new(),
-            require_startup_status: false,
-            runtime_config: None,
-            app_server: None,
+            ..harness_work(&self.tenant, &self.id, &self.ns, agent)
         }
     }
 
@@ -309,7 +263,7 @@ where
 
 #[tokio::test]
 async fn namespace_guard_rails_and_ready_verdict_then_not_unique_at_two_pods() -> Result<()> {
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = e.cluster.admin();
     let t = Tenant::new("ready");
     let (tx, mut reports) = Reports::new();
@@ -534,7 +488,7 @@ impl SandboxDriver for Recording {
 #[tokio::test]
 async fn stop_deletes_deployment_then_always_calls_provider_keeps_data_retire_keeps_the_agents_claim()
 -> Result<()> {
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = e.cluster.admin();
     let t = Tenant::new("stop");
     let (tx, _reports) = Reports::new();
@@ -623,7 +577,7 @@ async fn stop_deletes_deployment_then_always_calls_provider_keeps_data_retire_ke
 
 #[tokio::test]
 async fn dedicated_replacement_stops_predecessor_first() -> Result<()> {
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = e.cluster.admin();
     let t = Tenant::new("dedicated");
     let (tx, mut reports) = Reports::new();
@@ -664,7 +618,7 @@ async fn dedicated_replacement_stops_predecessor_first() -> Result<()> {
 #[tokio::test]
 async fn namespace_teardown_provider_failure_or_failed_revocation_keeps_infrastructure()
 -> Result<()> {
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = e.cluster.admin();
     let t = Tenant::new("teardown");
     for (fail_cleanup, fail_revoke) in [(true, false), (false, true)] {
@@ -731,7 +685,7 @@ async fn namespace_teardown_provider_failure_or_failed_revocation_keeps_infrastr
 
 #[tokio::test]
 async fn crd_provider_owns_the_harness_through_its_custom_resource() -> Result<()> {
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = e.cluster.admin();
     let t = Tenant::new("crd");
     let (tx, mut reports) = Reports::new();
@@ -796,7 +750,7 @@ async fn crd_provider_owns_the_harness_through_its_custom_resource() -> Result<(
 
 #[tokio::test]
 async fn restart_rebuilds_from_the_cluster_and_converges_without_duplicates() -> Result<()> {
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = e.cluster.admin();
     let t = Tenant::new("restart");
     let h = t.harness("phoenix", 1);
@@ -860,7 +814,7 @@ async fn restart_rebuilds_from_the_cluster_and_converges_without_duplicates() ->
 
 #[tokio::test]
 async fn namespace_resolution_fails_closed_and_accepts_marked_legacy() -> Result<()> {
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = e.cluster.admin();
     let (tx, _r) = Reports::new();
     let exec = Executor::new(e.spoke.clone(), config(), tx);
@@ -1017,7 +971,7 @@ async fn namespace_resolution_fails_closed_and_accepts_marked_legacy() -> Result
 
 #[tokio::test]
 async fn spoke_service_account_is_denied_outside_its_grant() -> Result<()> {
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = e.cluster.admin();
     let sa = e.spoke.clone();
     let other = e.cluster.create_namespace("not-clawfed").await?;
@@ -1122,7 +1076,7 @@ async fn spoke_service_account_is_denied_outside_its_grant() -> Result<()> {
 #[tokio::test]
 async fn provider_work_in_a_namespace_longer_than_its_workspace_limit_is_refused() -> Result<()> {
     use clawfed_spoke::provider::crd::WORKSPACE_NAMESPACE_LIMIT;
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = e.cluster.admin();
     let (tx, _reports) = Reports::new();
     let driver = Arc::new(CrdSandboxDriver::new(e.spoke.clone()));
@@ -1182,7 +1136,7 @@ async fn provider_work_in_a_namespace_longer_than_its_workspace_limit_is_refused
 /// get a real 403 from the real apiserver.
 #[tokio::test]
 async fn forbidden_is_retried_for_its_window_then_final() -> Result<()> {
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = e.cluster.admin();
     let t = Tenant::new("forbid");
     let (tx, _reports) = Reports::new();
@@ -1275,7 +1229,7 @@ async fn forbidden_is_retried_for_its_window_then_final() -> Result<()> {
 #[tokio::test]
 async fn an_air_gapped_clusters_settings_reach_namespace_and_harness() -> Result<()> {
     use clawfed_spoke::apply::environment::{self as envt, ClusterEnvironment, WorkloadProxy};
-    let e = env().await?;
+    let e = SpokeEnv::exec_a().await?;
     let admin = e.cluster.admin();
     let t = Tenant::new("airgap");
     let (tx, _reports) = Reports::new();

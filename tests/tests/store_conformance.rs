@@ -2693,59 +2693,22 @@ mod raw_cases {
     }
 }
 
-macro_rules! raw_suite {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite_raw {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let db = clawfed_tests::db::sqlite().await;
-                    super::raw_cases::$case(&db).await;
-                }
-            )*
-        }
-        mod postgres_raw {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let db = clawfed_tests::db::postgres().await;
-                    super::raw_cases::$case(&db).await;
-                }
-            )*
-        }
-    };
-}
-
-raw_suite!(
+clawfed_tests::on_both_databases!(
+    raw_cases,
+    sqlite_raw,
+    postgres_raw,
+    std::convert::identity;
     credentials_are_sealed_snapshotted_and_bound_to_their_agent,
     link_ca_is_shared_sealed_and_imported_once,
     link_writes_commit_in_groups_like_one_by_one,
     link_group_fails_unknown_cluster_puts_alone_and_notifies,
 );
 
-/// Instantiates every case for one backend.
-macro_rules! conformance {
-    ($backend:ident, $open:path; $($case:ident),* $(,)?) => {
-        mod $backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let db = $open().await;
-                    super::cases::$case(db.dyn_store()).await;
-                }
-            )*
-        }
-    };
-}
-
-macro_rules! suite {
-    ($($case:ident),* $(,)?) => {
-        conformance!(sqlite, clawfed_tests::db::sqlite; $($case),*);
-        conformance!(postgres, clawfed_tests::db::postgres; $($case),*);
-    };
-}
-
-suite!(
+clawfed_tests::on_both_databases!(
+    cases,
+    sqlite,
+    postgres,
+    clawfed_tests::db::TestDb::dyn_store;
     namespaces_round_trip_with_atomic_effects,
     namespace_delete_refuses_while_agents_exist,
     configurations_use_optimistic_concurrency,

@@ -19,7 +19,7 @@ use clawfed_tests::link::{
     TestSpoke, bootstrap_token, cluster, eventually, start_spoke_with_tunnels,
 };
 use clawfed_tests::tunnel::{Conn, Ingress, MapDialer, connect, echo_server};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -47,38 +47,24 @@ struct Env {
 
 type Rev = clawfed_tests::tunnel::TunnelTarget;
 
-async fn post(hub: &TestHub, path: &str, body: Value) -> Value {
-    let r = hub
-        .http
-        .post(hub.url(path))
-        .bearer_auth(&hub.root_token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "{path}: {:?}", r.text().await);
-    r.json().await.unwrap()
-}
-
 /// A deployed revision of `agent` in tenant `team`, placed on exec-a and
 /// moved to `waiting-ready` (the pipeline is off: the test plays it).
 async fn revision(hub: &TestHub, agent: &str) -> Rev {
     let store = hub.store();
     if store.get_namespace("team").await.is_err() {
-        post(hub, "/namespaces", json!({ "name": "team" })).await;
+        hub.post_ok("/namespaces", json!({ "name": "team" })).await;
     }
-    post(
-        hub,
+    hub.post_ok(
         "/namespaces/team/agents",
         json!({ "name": agent, "spec": { "harnessKind": "embedded-openclaw", "image": "x:1" } }),
     )
     .await;
-    let deployed = post(
-        hub,
-        &format!("/namespaces/team/agents/{agent}/deploy"),
-        json!({}),
-    )
-    .await;
+    let deployed = hub
+        .post_ok(
+            &format!("/namespaces/team/agents/{agent}/deploy"),
+            json!({}),
+        )
+        .await;
     let id = deployed["id"].as_str().expect("revision id").to_owned();
     clawfed_tests::tunnel::ready_to_tunnel(store, &hub.secrets, &id, "exec-a").await
 }
@@ -321,14 +307,7 @@ async fn the_revision_limit_refuses_clearly() {
 
 /// Revokes exec-a through REST; `s` must end within 5 s.
 async fn revoke_and_see_the_tunnel_end(e: &Env, s: &mut Conn) {
-    let revoked = e
-        .hub
-        .http
-        .post(e.hub.url("/clusters/exec-a/revoke"))
-        .bearer_auth(&e.hub.root_token)
-        .send()
-        .await
-        .unwrap();
+    let revoked = e.hub.post_root("/clusters/exec-a/revoke").await;
     assert_eq!(revoked.status(), 200);
     let mut rest = Vec::new();
     let ended = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;

@@ -101,10 +101,7 @@ async fn called(recorder: &Recorder, id: &str, n: usize) -> Vec<Instant> {
 }
 
 async fn the_worker_wakes_on_enqueue_and_when_work_falls_due(backend: Backend) {
-    let db = match backend {
-        Backend::Sqlite => db::sqlite().await,
-        Backend::Postgres => db::postgres().await,
-    };
+    let db = db::open(backend).await;
     let store = db.dyn_store();
     let recorder = Recorder::default();
     let mut handlers = Handlers::default();
@@ -178,21 +175,6 @@ async fn the_worker_wakes_on_enqueue_and_when_work_falls_due(backend: Backend) {
     assert_eq!(totals.completed, 6, "{totals:?}");
 }
 
-async fn rest(hub: &TestHub, path: &str, body: serde_json::Value) -> serde_json::Value {
-    let response = hub
-        .http
-        .post(hub.url(path))
-        .bearer_auth(&hub.root_token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status();
-    let text = response.text().await.unwrap();
-    assert!(status.is_success(), "{path}: {status} {text}");
-    serde_json::from_str(&text).unwrap()
-}
-
 async fn a_deploy_starts_without_waiting_for_the_poll(backend: Backend) {
     let hub = TestHub::start_with(
         backend,
@@ -205,9 +187,8 @@ async fn a_deploy_starts_without_waiting_for_the_poll(backend: Backend) {
     .await;
     let store = hub.store();
     let tenant = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    rest(&hub, "/namespaces", json!({ "name": tenant })).await;
-    rest(
-        &hub,
+    hub.post_ok("/namespaces", json!({ "name": tenant })).await;
+    hub.post_ok(
         &format!("/namespaces/{tenant}/agents"),
         json!({
             "name": "bot",
@@ -219,8 +200,7 @@ async fn a_deploy_starts_without_waiting_for_the_poll(backend: Backend) {
     )
     .await;
     let deployed = Instant::now();
-    rest(
-        &hub,
+    hub.post_ok(
         &format!("/namespaces/{tenant}/agents/bot/deploy"),
         json!({}),
     )
@@ -310,7 +290,7 @@ async fn outbox_writes_and_revocations_reach_the_session_without_the_poll(backen
 
     // A revocation in this process closes the session at once.
     let revoking = Instant::now();
-    rest(&hub, "/clusters/wake-a/revoke", json!({})).await;
+    hub.post_ok("/clusters/wake-a/revoke", json!({})).await;
     let ended = spoke.ended(WAIT).await;
     assert!(
         matches!(ended, Err(clawfed_spoke::link::LinkError::Revoked(_))),
@@ -336,9 +316,8 @@ async fn a_gateway_turning_ready_queues_a_pass_for_the_revision_waiting_for_it(b
     let hub = TestHub::start_with(backend, |c| c.worker.enabled = false, Handlers::builtin()).await;
     let store = hub.store();
     let tenant = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    rest(&hub, "/namespaces", json!({ "name": tenant })).await;
-    rest(
-        &hub,
+    hub.post_ok("/namespaces", json!({ "name": tenant })).await;
+    hub.post_ok(
         &format!("/namespaces/{tenant}/agents"),
         json!({
             "name": "bot",
@@ -349,8 +328,7 @@ async fn a_gateway_turning_ready_queues_a_pass_for_the_revision_waiting_for_it(b
         }),
     )
     .await;
-    rest(
-        &hub,
+    hub.post_ok(
         &format!("/namespaces/{tenant}/agents/bot/deploy"),
         json!({}),
     )

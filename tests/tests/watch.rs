@@ -14,9 +14,8 @@ use clawfed_hub::model::event::{ClusterEvent, EventBody, WorkFailedEvent, WorkFa
 use clawfed_hub::model::{ConnectionState, RevisionPhase};
 use clawfed_hub::store::{ClusterRecord, NewEvent, Store};
 use clawfed_proto::admin::v1 as pb;
-use clawfed_tests::hub::{Backend, TestHub, test_config};
+use clawfed_tests::hub::{Backend, TestHub, authed, test_config};
 use serde_json::{Value, json};
-use tonic::Request;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -114,15 +113,6 @@ impl SseStream {
         }
         out
     }
-}
-
-fn authed<T>(token: &str, msg: T) -> Request<T> {
-    let mut req = Request::new(msg);
-    req.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {token}").parse().expect("metadata value"),
-    );
-    req
 }
 
 /// A work failure event of `namespace_id` (or a cluster's when `None`).
@@ -448,30 +438,11 @@ mod store_cases {
     }
 }
 
-macro_rules! store_suite {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let db = clawfed_tests::db::sqlite().await;
-                    super::store_cases::$case(db.dyn_store()).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let db = clawfed_tests::db::postgres().await;
-                    super::store_cases::$case(db.dyn_store()).await;
-                }
-            )*
-        }
-    };
-}
-
-store_suite!(
+clawfed_tests::on_both_databases!(
+    store_cases,
+    sqlite,
+    postgres,
+    clawfed_tests::db::TestDb::dyn_store;
     the_log_is_ordered_gapless_and_bounded,
     phase_changes_carry_their_event,
     connection_changes_are_events,

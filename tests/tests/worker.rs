@@ -23,7 +23,7 @@ use clawfed_hub::store::{Effects, NewAudit, NewNamespace, NewWork, Store, WorkFi
 use clawfed_hub::worker::backoff::Backoff;
 use clawfed_hub::worker::kinds::NAMESPACE_PROVISION;
 use clawfed_hub::worker::{Handlers, WorkError, WorkHandler, Worker, WorkerConfig, WorkerTotals};
-use clawfed_tests::db::{self, TestDb};
+use clawfed_tests::db;
 use clawfed_tests::hub::{Backend, TestHub};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -67,13 +67,6 @@ async fn settled(store: &dyn Store, id: &str) -> WorkItem {
         matches!(item.state, WorkState::Done | WorkState::Failed).then_some(item)
     })
     .await
-}
-
-async fn open(backend: Backend) -> TestDb {
-    match backend {
-        Backend::Sqlite => db::sqlite().await,
-        Backend::Postgres => db::postgres().await,
-    }
 }
 
 fn work(kind: &str, max_attempts: i32) -> NewWork {
@@ -610,7 +603,7 @@ async fn busy_work_waits_without_using_its_attempts(backend: Backend) {
 /// handlers (more than the pool holds) with heartbeats every 100 ms must
 /// finish in about the time its handlers take.
 async fn lease_heartbeats_never_stall_a_batch_holding_the_pool(backend: Backend) {
-    let db = open(backend).await;
+    let db = db::open(backend).await;
     let store = db.dyn_store();
     let handlers = handlers_with(
         "test.storebound",
@@ -648,7 +641,7 @@ async fn lease_heartbeats_never_stall_a_batch_holding_the_pool(backend: Backend)
 /// blocked item and 5 quick ones queued after it, the quick ones all
 /// complete through the one free slot while the blocked one still runs.
 async fn a_blocked_item_holds_one_slot_not_the_batch(backend: Backend) {
-    let db = open(backend).await;
+    let db = db::open(backend).await;
     let store = db.dyn_store();
     let started = Arc::new(tokio::sync::Notify::new());
     let release = CancellationToken::new();
@@ -832,7 +825,7 @@ async fn recheck_refuses_revoked_tokens_wrong_scopes_and_lost_owners(backend: Ba
 ///    expires and completed by a live worker (a second attempt); a lease
 ///    can only be settled by its holder.
 async fn expired_leases_are_recovered_and_fenced(backend: Backend) {
-    let db = open(backend).await;
+    let db = db::open(backend).await;
     let store = db.dyn_store();
     let mut ids = store
         .enqueue_work(&vec![work("test.count", 5); 3])
@@ -949,7 +942,7 @@ async fn expired_leases_are_recovered_and_fenced(backend: Backend) {
 ///    PostgreSQL the claims race through `FOR UPDATE SKIP LOCKED`).
 async fn concurrent_workers_complete_each_item_once(backend: Backend) {
     const ITEMS: usize = 500;
-    let db = open(backend).await;
+    let db = db::open(backend).await;
     let store = db.dyn_store();
 
     let calls = Calls::default();
@@ -1044,7 +1037,7 @@ async fn concurrent_workers_complete_each_item_once(backend: Backend) {
 ///    the item back to pending with its lease cleared, and `run` returns;
 ///    the next worker picks it up.
 async fn shutdown_releases_the_item_in_hand(backend: Backend) {
-    let db = open(backend).await;
+    let db = db::open(backend).await;
     let store = db.dyn_store();
     let id = store
         .enqueue_work(&[work("test.slow", 5)])
@@ -1130,7 +1123,7 @@ impl Captured {
 ///    worker.completed with durationMs, worker.error for a retry and a
 ///    failure, and worker.stopped with the totals.
 async fn logs_worker_lifecycle_as_json(backend: Backend) {
-    let db = open(backend).await;
+    let db = db::open(backend).await;
     let store = db.dyn_store();
     let mut handlers = Handlers::builtin();
     handlers.register(

@@ -31,6 +31,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestRunner};
 
 use super::{Property, report};
+use crate::hub::Backend;
 
 /// On SQLite (a temp file).
 pub const SQLITE: Property = Property {
@@ -204,13 +205,6 @@ pub fn check_ops(outbox: &dyn Outbox, ops: &[Op]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Which SQL backend.
-#[derive(Debug, Clone, Copy)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
-
 /// The real store's outbox of one cluster, driven from sync code.
 struct SqlOutbox<'a> {
     rt: &'a tokio::runtime::Runtime,
@@ -276,12 +270,7 @@ fn run_sql(runner: &mut TestRunner, backend: Backend) -> Result<(), String> {
         .map_err(|e| format!("tokio runtime: {e}"))?;
     // Drops (the pool) happen inside the runtime.
     let _enter = rt.enter();
-    let db = rt.block_on(async {
-        match backend {
-            Backend::Sqlite => crate::db::sqlite().await,
-            Backend::Postgres => crate::db::postgres().await,
-        }
-    });
+    let db = rt.block_on(crate::db::open(backend));
     let store = db.dyn_store();
     let clusters = AtomicU64::new(0);
     report(runner.run(&ops(), |ops| {
