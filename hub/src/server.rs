@@ -16,6 +16,7 @@ use tokio::task::JoinSet;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::grpc::AdminApi;
@@ -134,11 +135,14 @@ where
     };
     let (tx, rx) = mpsc::channel(64);
     let (open, shutdown) = (open.clone(), shutdown.clone());
-    tasks.spawn(async move {
-        if opened(&open, &shutdown).await {
-            crate::api::tls::accept_loop(listener, config, what, tx, shutdown).await;
+    tasks.spawn(
+        async move {
+            if opened(&open, &shutdown).await {
+                crate::api::tls::accept_loop(listener, config, what, tx, shutdown).await;
+            }
         }
-    });
+        .instrument(tracing::info_span!("api.accept", what)),
+    );
     Incoming::Tls(rx)
 }
 
@@ -262,12 +266,18 @@ pub async fn start_with_parts(
     // Other replicas' writes wake this one at once (PostgreSQL); SQLite is
     // one process, whose store signals its own commits.
     if store.backend() == store::Backend::Postgres {
-        tasks.spawn(store::clock::keep_in_sync(store.clone(), shutdown.clone()));
-        tasks.spawn(crate::wake::pg::run(
-            config.database.url.clone(),
-            store.signals(),
-            shutdown.clone(),
-        ));
+        tasks.spawn(
+            store::clock::keep_in_sync(store.clone(), shutdown.clone())
+                .instrument(tracing::info_span!("store.clock")),
+        );
+        tasks.spawn(
+            crate::wake::pg::run(
+                config.database.url.clone(),
+                store.signals(),
+                shutdown.clone(),
+            )
+            .instrument(tracing::info_span!("wake.pg")),
+        );
     }
     // Before the APIs serve: a watch never finds the feed missing.
     service.set_watch(
@@ -281,10 +291,14 @@ pub async fn start_with_parts(
     );
 
     if let Some(tls) = &api_tls {
-        tasks.spawn(tls.clone().watch(
-            std::time::Duration::from_millis(config.api.tls.reload_interval_ms),
-            shutdown.clone(),
-        ));
+        tasks.spawn(
+            tls.clone()
+                .watch(
+                    std::time::Duration::from_millis(config.api.tls.reload_interval_ms),
+                    shutdown.clone(),
+                )
+                .instrument(tracing::info_span!("api.tls_watch")),
+        );
     }
     let rest_incoming = incoming(
         rest_listener,
@@ -308,88 +322,97 @@ pub async fn start_with_parts(
     let ready = metrics.clone();
     let rest_app = rest_app(state).layer(crate::api::detach::RunToCompletionLayer);
     let (token, rest_open) = (shutdown.clone(), open.clone());
-    tasks.spawn(async move {
-        if !opened(&rest_open, &token).await {
-            return;
-        }
-        tracing::info!(addr = %rest_addr, tls, "rest.listening");
-        let served = match rest_incoming {
-            Incoming::Plain(listener) => {
-                axum::serve(listener, rest_app)
+    tasks.spawn(
+        async move {
+            if !opened(&rest_open, &token).await {
+                return;
+            }
+            tracing::info!(addr = %rest_addr, tls, "rest.listening");
+            let served = match rest_incoming {
+                Incoming::Plain(listener) => {
+                    axum::serve(listener, rest_app)
+                        .with_graceful_shutdown(token.cancelled_owned())
+                        .await
+                }
+                Incoming::Tls(conns) => {
+                    // The connection's peer (and client certificate) reaches
+                    // the handlers as `ConnectInfo<TlsPeer>`.
+                    axum::serve(
+                        crate::api::tls::TlsListener::new(conns, rest_addr),
+                        rest_app.into_make_service_with_connect_info::<crate::api::tls::TlsPeer>(),
+                    )
                     .with_graceful_shutdown(token.cancelled_owned())
                     .await
+                }
+            };
+            if let Err(e) = served {
+                tracing::error!(error = %e, "rest.failed");
             }
-            Incoming::Tls(conns) => {
-                // The connection's peer (and client certificate) reaches
-                // the handlers as `ConnectInfo<TlsPeer>`.
-                axum::serve(
-                    crate::api::tls::TlsListener::new(conns, rest_addr),
-                    rest_app.into_make_service_with_connect_info::<crate::api::tls::TlsPeer>(),
-                )
-                .with_graceful_shutdown(token.cancelled_owned())
-                .await
-            }
-        };
-        if let Err(e) = served {
-            tracing::error!(error = %e, "rest.failed");
+            tracing::info!("rest.stopped");
         }
-        tracing::info!("rest.stopped");
-    });
+        .instrument(tracing::info_span!("rest", addr = %rest_addr)),
+    );
 
     let ops = metrics::ops_router(metrics, store.clone());
     let (token, metrics_open) = (shutdown.clone(), open.clone());
-    tasks.spawn(async move {
-        if !opened(&metrics_open, &token).await {
-            return;
+    tasks.spawn(
+        async move {
+            if !opened(&metrics_open, &token).await {
+                return;
+            }
+            tracing::info!(addr = %metrics_addr, "metrics.listening");
+            let served = axum::serve(metrics_listener, ops)
+                .with_graceful_shutdown(token.cancelled_owned())
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "metrics.failed");
+            }
         }
-        tracing::info!(addr = %metrics_addr, "metrics.listening");
-        let served = axum::serve(metrics_listener, ops)
-            .with_graceful_shutdown(token.cancelled_owned())
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "metrics.failed");
-        }
-    });
+        .instrument(tracing::info_span!("metrics", addr = %metrics_addr)),
+    );
 
     let max_message = config.api.max_body_bytes;
     let grpc = AdminServiceServer::new(AdminApi::new(service.clone()))
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(16 * 1024 * 1024);
     let (token, grpc_open) = (shutdown.clone(), open.clone());
-    tasks.spawn(async move {
-        if !opened(&grpc_open, &token).await {
-            return;
-        }
-        tracing::info!(addr = %grpc_addr, tls, "grpc.listening");
-        let router = tonic::transport::Server::builder()
-            .layer(tower::util::MapResponseLayer::new(
-                crate::api::grpc::codec_status_codes::<tonic::body::Body>,
-            ))
-            .layer(crate::api::detach::RunToCompletionLayer)
-            .add_service(grpc);
-        let served = match grpc_incoming {
-            Incoming::Plain(listener) => {
-                router
-                    .serve_with_incoming_shutdown(
-                        TcpListenerStream::new(listener),
-                        token.cancelled_owned(),
-                    )
-                    .await
+    tasks.spawn(
+        async move {
+            if !opened(&grpc_open, &token).await {
+                return;
             }
-            Incoming::Tls(conns) => {
-                router
-                    .serve_with_incoming_shutdown(
-                        ReceiverStream::new(conns).map(Ok::<_, std::io::Error>),
-                        token.cancelled_owned(),
-                    )
-                    .await
+            tracing::info!(addr = %grpc_addr, tls, "grpc.listening");
+            let router = tonic::transport::Server::builder()
+                .layer(tower::util::MapResponseLayer::new(
+                    crate::api::grpc::codec_status_codes::<tonic::body::Body>,
+                ))
+                .layer(crate::api::detach::RunToCompletionLayer)
+                .add_service(grpc);
+            let served = match grpc_incoming {
+                Incoming::Plain(listener) => {
+                    router
+                        .serve_with_incoming_shutdown(
+                            TcpListenerStream::new(listener),
+                            token.cancelled_owned(),
+                        )
+                        .await
+                }
+                Incoming::Tls(conns) => {
+                    router
+                        .serve_with_incoming_shutdown(
+                            ReceiverStream::new(conns).map(Ok::<_, std::io::Error>),
+                            token.cancelled_owned(),
+                        )
+                        .await
+                }
+            };
+            if let Err(e) = served {
+                tracing::error!(error = %e, "grpc.failed");
             }
-        };
-        if let Err(e) = served {
-            tracing::error!(error = %e, "grpc.failed");
+            tracing::info!("grpc.stopped");
         }
-        tracing::info!("grpc.stopped");
-    });
+        .instrument(tracing::info_span!("grpc", addr = %grpc_addr)),
+    );
 
     // The pipeline needs the link: revisions are prepared through spokes.
     let mut handlers = handlers;
@@ -470,7 +493,7 @@ pub async fn start_with_parts(
         if let Some(trigger) = &rollout_trigger
             && let Some(watch) = gateways.start_watch(trigger.clone(), shutdown.clone())
         {
-            tasks.spawn(watch);
+            tasks.spawn(watch.instrument(tracing::info_span!("gateway.watch")));
         }
         service.set_diagnostics(Arc::new(crate::service::diagnose::LinkDiagnostics {
             link: link.state.clone(),
@@ -531,11 +554,15 @@ pub async fn start_with_parts(
             if let Some(prefix) = &owner_prefix {
                 lane.id = format!("{prefix}{}", lane.id);
             }
+            let span = tracing::info_span!("worker", worker = %lane.id);
             let worker = Worker::new(store.clone(), handlers.clone(), lane);
             let token = shutdown.clone();
-            tasks.spawn(async move {
-                worker.run(token).await;
-            });
+            tasks.spawn(
+                async move {
+                    worker.run(token).await;
+                }
+                .instrument(span),
+            );
         }
     }
 

@@ -28,6 +28,7 @@ use serde::Deserialize;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::model::event::{RelistEvent, RelistReason, WatchEvent};
 use crate::store::{EventBounds, Store};
@@ -395,8 +396,16 @@ impl Feed {
                 None
             }
         };
-        tasks.spawn(feed.clone().tail(waiter, head));
-        tasks.spawn(feed.clone().trim());
+        tasks.spawn(
+            feed.clone()
+                .tail(waiter, head)
+                .instrument(tracing::info_span!("watch.tail")),
+        );
+        tasks.spawn(
+            feed.clone()
+                .trim()
+                .instrument(tracing::info_span!("watch.trim")),
+        );
         feed
     }
 
@@ -486,7 +495,8 @@ impl Feed {
             last: after,
             tx,
         };
-        tokio::spawn(stream.run(live, follow, end_tx));
+        let span = tracing::info_span!("watch.stream", after, follow);
+        tokio::spawn(stream.run(live, follow, end_tx).instrument(span));
         Subscription {
             events,
             end: Some(end),

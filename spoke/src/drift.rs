@@ -47,6 +47,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::exec::Executor;
 use index::State;
@@ -290,13 +291,16 @@ impl Repairer {
             return;
         };
         let client = self.inner.exec.client().clone();
-        let ns_watch = tokio::spawn(watch_kind::<Namespace>(
-            Api::all(client),
-            "Namespace",
-            None,
-            self.inner.tx.clone(),
-            self.inner.cancel.clone(),
-        ));
+        let ns_watch = tokio::spawn(
+            watch_kind::<Namespace>(
+                Api::all(client),
+                "Namespace",
+                None,
+                self.inner.tx.clone(),
+                self.inner.cancel.clone(),
+            )
+            .instrument(tracing::info_span!("drift.watch", kind = "Namespace")),
+        );
         loop {
             let ev = tokio::select! {
                 () = self.inner.cancel.cancelled() => break,

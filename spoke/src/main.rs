@@ -5,6 +5,7 @@
 use clap::Parser;
 use clawfed_spoke::server::{self, Options};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -21,11 +22,14 @@ async fn main() -> std::process::ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("spoke.draining");
-        stop.cancel();
-    });
+    tokio::spawn(
+        async move {
+            wait_for_signal().await;
+            tracing::info!("spoke.draining");
+            stop.cancel();
+        }
+        .instrument(tracing::info_span!("signals")),
+    );
     match server::run(opts, shutdown).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

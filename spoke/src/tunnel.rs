@@ -21,6 +21,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 pub use clawfed_tunnel::Refusal;
 
@@ -106,9 +107,13 @@ impl Tunnels {
         let slots = self.slots.clone();
         let idle = self.settings.idle_timeout;
         let cancel = self.cancel.child_token();
-        self.tasks.spawn(async move {
-            serve(dialer, slots, idle, cancel, channel, open).await;
-        });
+        let span = tracing::info_span!("tunnel", id = %open.tunnel_id, target = %open.target);
+        self.tasks.spawn(
+            async move {
+                serve(dialer, slots, idle, cancel, channel, open).await;
+            }
+            .instrument(span),
+        );
     }
 }
 

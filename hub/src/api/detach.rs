@@ -14,6 +14,7 @@ use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use tower::{Layer, Service};
+use tracing::Instrument;
 
 /// Runs each request of the wrapped service in a task of its own.
 #[derive(Debug, Clone, Copy, Default)]
@@ -49,7 +50,8 @@ where
     }
 
     fn call(&mut self, req: R) -> Self::Future {
-        let running = tokio::spawn(self.inner.call(req));
+        // The handler keeps the request's span.
+        let running = tokio::spawn(self.inner.call(req).in_current_span());
         Box::pin(async move {
             match running.await {
                 Ok(answer) => answer,

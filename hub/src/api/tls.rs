@@ -32,6 +32,7 @@ use std::sync::atomic::AtomicU64;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::auth::{self, ClientCertError};
 use crate::link::metrics::ResultLabel;
@@ -435,16 +436,21 @@ pub async fn accept_loop(
         let _ = tcp.set_nodelay(true);
         let acceptor = tokio_rustls::TlsAcceptor::from(config());
         let conns = conns.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => {
-                    let _ = conns.send(tls).await;
+        tokio::spawn(
+            async move {
+                let _slot = slot;
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = conns.send(tls).await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(what, %peer, error = %e, "api.tls_handshake_failed")
+                    }
+                    Err(_) => tracing::debug!(what, %peer, "api.tls_handshake_timeout"),
                 }
-                Ok(Err(e)) => tracing::debug!(what, %peer, error = %e, "api.tls_handshake_failed"),
-                Err(_) => tracing::debug!(what, %peer, "api.tls_handshake_timeout"),
             }
-        });
+            .instrument(tracing::info_span!("api.handshake", %peer)),
+        );
     }
 }
 

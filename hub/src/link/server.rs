@@ -32,6 +32,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use self::accept::accept_loop;
 use self::leases::session_keeper;
@@ -241,7 +242,10 @@ pub async fn start_with_ca(
     });
 
     let (conn_tx, conn_rx) = mpsc::channel(1024);
-    tasks.spawn(accept_loop(listener, tls, state.clone(), conn_tx));
+    tasks.spawn(
+        accept_loop(listener, tls, state.clone(), conn_tx)
+            .instrument(tracing::info_span!("link.accept", %addr)),
+    );
 
     let link = SpokeLinkServer::new(SpokeLinkApi::new(state.clone()))
         .max_decoding_message_size(config.max_message_bytes)
@@ -250,46 +254,52 @@ pub async fn start_with_ca(
         .max_decoding_message_size(64 * 1024);
     let token = shutdown.clone();
     let registry = state.registry.clone();
-    tasks.spawn(async move {
-        tracing::info!(%addr, "link.listening");
-        let served = tonic::transport::Server::builder()
-            // Windows are credit, not memory: an idle spoke costs nothing
-            // for them. Each tunneled connection is its own stream with its
-            // own window, and the spoke carries tunnels on a connection of
-            // their own whose window holds every tunnel the cluster may
-            // open stalled: stalled tunnels (a Gateway client that stopped
-            // reading) never stop the others, nor the Connect stream.
-            .initial_connection_window_size(clawfed_proto::tunnel::connection_window(
-                config.tunnel.max_per_cluster,
-            ))
-            .initial_stream_window_size(clawfed_proto::tunnel::STREAM_WINDOW)
-            // What one credential can hold open: streams per connection,
-            // and Tunnel messages no larger than a data frame (a stream
-            // announcing more is refused before its bytes are buffered).
-            .max_concurrent_streams(super::stream_limits::max_concurrent_streams(
-                config.tunnel.max_per_cluster,
-            ))
-            .layer(tower::util::MapRequestLayer::new(
-                super::stream_limits::limit_tunnel_messages,
-            ))
-            .add_service(link)
-            .add_service(enroll)
-            .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), async move {
-                token.cancelled().await;
-                registry.close_all();
-            })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "link.failed");
+    tasks.spawn(
+        async move {
+            tracing::info!(%addr, "link.listening");
+            let served = tonic::transport::Server::builder()
+                // Windows are credit, not memory: an idle spoke costs nothing
+                // for them. Each tunneled connection is its own stream with its
+                // own window, and the spoke carries tunnels on a connection of
+                // their own whose window holds every tunnel the cluster may
+                // open stalled: stalled tunnels (a Gateway client that stopped
+                // reading) never stop the others, nor the Connect stream.
+                .initial_connection_window_size(clawfed_proto::tunnel::connection_window(
+                    config.tunnel.max_per_cluster,
+                ))
+                .initial_stream_window_size(clawfed_proto::tunnel::STREAM_WINDOW)
+                // What one credential can hold open: streams per connection,
+                // and Tunnel messages no larger than a data frame (a stream
+                // announcing more is refused before its bytes are buffered).
+                .max_concurrent_streams(super::stream_limits::max_concurrent_streams(
+                    config.tunnel.max_per_cluster,
+                ))
+                .layer(tower::util::MapRequestLayer::new(
+                    super::stream_limits::limit_tunnel_messages,
+                ))
+                .add_service(link)
+                .add_service(enroll)
+                .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), async move {
+                    token.cancelled().await;
+                    registry.close_all();
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "link.failed");
+            }
+            tracing::info!("link.stopped");
         }
-        tracing::info!("link.stopped");
-    });
+        .instrument(tracing::info_span!("link.serve", %addr)),
+    );
 
-    tasks.spawn(revocation_watcher(state.clone(), revocations_seen));
-    tasks.spawn(outbox_poller(state.clone()));
-    tasks.spawn(session_keeper(state.clone()));
+    tasks.spawn(
+        revocation_watcher(state.clone(), revocations_seen)
+            .instrument(tracing::info_span!("link.revocations")),
+    );
+    tasks.spawn(outbox_poller(state.clone()).instrument(tracing::info_span!("link.outbox")));
+    tasks.spawn(session_keeper(state.clone()).instrument(tracing::info_span!("link.leases")));
     if state.config.advertise_url.is_some() {
-        tasks.spawn(balancer(state.clone()));
+        tasks.spawn(balancer(state.clone()).instrument(tracing::info_span!("link.balancer")));
     }
     Ok(LinkHandle { addr, state })
 }

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{Semaphore, oneshot};
+use tracing::Instrument;
 
 use super::sql::SqlStore;
 use super::{Backend, Result, Store, StoreError};
@@ -216,10 +217,13 @@ impl SqlStore {
             // write (more than MAX_GROUP were queued before it): then it
             // loops for the next turn.
             let store = self.clone();
-            let _ = tokio::spawn(async move {
-                store.commit_group(batch).await;
-                drop(turn);
-            })
+            let _ = tokio::spawn(
+                async move {
+                    store.commit_group(batch).await;
+                    drop(turn);
+                }
+                .in_current_span(),
+            )
             .await;
         }
     }

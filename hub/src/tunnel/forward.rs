@@ -19,6 +19,7 @@ use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tracing::Instrument;
 
 use super::Refusal;
 use crate::store::Store;
@@ -157,7 +158,11 @@ impl Forwarding {
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
             .await
             .map_err(|e| failed(&e))?;
-        tokio::spawn(connection.with_upgrades());
+        tokio::spawn(
+            connection
+                .with_upgrades()
+                .instrument(tracing::info_span!("tunnel.forward", %url)),
+        );
         Ok(sender)
     }
 

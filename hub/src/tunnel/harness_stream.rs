@@ -10,10 +10,11 @@ use hyper_util::rt::TokioIo;
 use tokio::io::DuplexStream;
 use tokio_util::either::Either;
 use tokio_util::sync::{CancellationToken, DropGuard};
+use tracing::Instrument;
 
 use super::Refusal;
 use super::broker::{Broker, Slot};
-use super::route::Route;
+use super::route::{Route, route_span};
 
 /// How long the hub's own tunnel may sit idle.
 const IDLE: Duration = Duration::from_secs(120);
@@ -44,6 +45,7 @@ pub async fn open(
     let opened = broker.open(route).await?;
     let (io, tunnel_io) = tokio::io::duplex(64 * 1024);
     let cancel = CancellationToken::new();
+    let span = route_span!("tunnel.local", route);
     // The cluster's revocation ends the stream, as it ends a Gateway's.
     tokio::spawn({
         let (cancel, revoked) = (cancel.clone(), opened.revoked);
@@ -53,15 +55,19 @@ pub async fn open(
                 _ = cancel.cancelled() => {}
             }
         }
+        .instrument(span.clone())
     });
-    tokio::spawn(clawfed_tunnel::pump(
-        tunnel_io,
-        opened.inbound,
-        opened.outbound,
-        IDLE,
-        cancel.clone(),
-        Default::default(),
-    ));
+    tokio::spawn(
+        clawfed_tunnel::pump(
+            tunnel_io,
+            opened.inbound,
+            opened.outbound,
+            IDLE,
+            cancel.clone(),
+            Default::default(),
+        )
+        .instrument(span),
+    );
     let local = LocalTunnel {
         _pump: cancel.drop_guard(),
         _slot: opened.slot,

@@ -32,12 +32,13 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::Refusal;
 use super::broker::{Broker, Opened};
 use super::forward::Forwarding;
 use super::metrics::DirectionLabel;
-use super::route::{Route, Routes};
+use super::route::{Route, Routes, route_span};
 use crate::link::LinkState;
 use crate::link::tls::ingress_server_config;
 
@@ -127,7 +128,10 @@ pub async fn start(
     tracing::info!(%addr, %url, tls = tls.is_some(), "tunnel.listening");
     let ca_pem = tls.as_ref().map(|(_, ca)| ca.clone());
     let acceptor = tls.map(|(server, _)| tokio_rustls::TlsAcceptor::from(server));
-    tasks.spawn(accept_loop(listener, acceptor, ingress));
+    tasks.spawn(
+        accept_loop(listener, acceptor, ingress)
+            .instrument(tracing::info_span!("tunnel.accept", %addr)),
+    );
     Ok(IngressHandle {
         addr,
         url,
@@ -157,20 +161,23 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         let ingress = ingress.clone();
         let acceptor = acceptor.clone();
-        tokio::spawn(async move {
-            match acceptor {
-                None => serve_connection(stream, ingress, peer).await,
-                Some(acceptor) => {
-                    match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => serve_connection(tls, ingress, peer).await,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "tunnel.tls_handshake_failed")
+        tokio::spawn(
+            async move {
+                match acceptor {
+                    None => serve_connection(stream, ingress, peer).await,
+                    Some(acceptor) => {
+                        match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+                            Ok(Ok(tls)) => serve_connection(tls, ingress, peer).await,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "tunnel.tls_handshake_failed")
+                            }
+                            Err(_) => tracing::debug!(%peer, "tunnel.tls_handshake_timeout"),
                         }
-                        Err(_) => tracing::debug!(%peer, "tunnel.tls_handshake_timeout"),
                     }
                 }
             }
-        });
+            .instrument(tracing::info_span!("tunnel.conn", %peer)),
+        );
     }
     tracing::info!("tunnel.stopped");
 }
@@ -317,7 +324,8 @@ impl Ingress {
             && let Some(upstream) = self.broker.through_holder(&route, token).await
         {
             let upstream = upstream.map_err(|r| (r, Some(route.clone())))?;
-            tokio::spawn(relay(req, route, upstream));
+            let span = route_span!("tunnel.relay", route);
+            tokio::spawn(relay(req, route, upstream).instrument(span));
             return Ok(());
         }
         let opened = self
@@ -325,7 +333,8 @@ impl Ingress {
             .open(&route)
             .await
             .map_err(|r| (r, Some(route.clone())))?;
-        tokio::spawn(self.serve(req, route, opened));
+        let span = route_span!("tunnel.pump", route);
+        tokio::spawn(self.serve(req, route, opened).instrument(span));
         Ok(())
     }
 
@@ -378,7 +387,7 @@ impl Ingress {
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
             .await
             .map_err(|e| failed(format!("HTTP to the Harness: {e}")))?;
-        let connection = tokio::spawn(conn.with_upgrades());
+        let connection = tokio::spawn(conn.with_upgrades().in_current_span());
         let downstream = hyper::upgrade::on(&mut req);
         let (mut parts, body) = req.into_parts();
         parts.uri = match parts.uri.query() {
@@ -411,30 +420,35 @@ impl Ingress {
         let upstream = hyper::upgrade::on(&mut answer);
         let metrics = self.broker.metrics().clone();
         let started = Instant::now();
-        tokio::spawn(async move {
-            let (down, up) = match tokio::try_join!(downstream, upstream) {
-                Ok(both) => both,
-                Err(e) => {
-                    tracing::debug!(agent = %route.agent, error = %e, "tunnel.upgrade_failed");
-                    return;
-                }
-            };
-            metrics.open.inc();
-            let moved =
-                tokio::io::copy_bidirectional(&mut TokioIo::new(down), &mut TokioIo::new(up)).await;
-            metrics.open.dec();
-            drop((local, connection));
-            tracing::info!(
-                tenant = %route.tenant,
-                agent = %route.agent,
-                revision = route.revision,
-                cluster = %route.cluster_name,
-                moved = ?moved.as_ref().ok(),
-                duration_ms = started.elapsed().as_millis() as u64,
-                result = if moved.is_ok() { "ok" } else { "error" },
-                "tunnel.upgrade_closed"
-            );
-        });
+        let span = route_span!("tunnel.upgrade", route);
+        tokio::spawn(
+            async move {
+                let (down, up) = match tokio::try_join!(downstream, upstream) {
+                    Ok(both) => both,
+                    Err(e) => {
+                        tracing::debug!(agent = %route.agent, error = %e, "tunnel.upgrade_failed");
+                        return;
+                    }
+                };
+                metrics.open.inc();
+                let moved =
+                    tokio::io::copy_bidirectional(&mut TokioIo::new(down), &mut TokioIo::new(up))
+                        .await;
+                metrics.open.dec();
+                drop((local, connection));
+                tracing::info!(
+                    tenant = %route.tenant,
+                    agent = %route.agent,
+                    revision = route.revision,
+                    cluster = %route.cluster_name,
+                    moved = ?moved.as_ref().ok(),
+                    duration_ms = started.elapsed().as_millis() as u64,
+                    result = if moved.is_ok() { "ok" } else { "error" },
+                    "tunnel.upgrade_closed"
+                );
+            }
+            .instrument(span),
+        );
         let mut resp = Response::new(Full::new(Bytes::new()));
         *resp.status_mut() = status;
         *resp.headers_mut() = headers;
@@ -468,6 +482,7 @@ impl Ingress {
                 revoked.cancelled().await;
                 cancel.cancel();
             }
+            .in_current_span()
         });
         let counters = Arc::new(Counters::default());
         let result = pump(

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use http_body_util::BodyExt;
+use tracing::Instrument;
 
 use super::broker::Broker;
 use super::harness_stream::{self, HarnessIo, LocalTunnel};
@@ -167,7 +168,7 @@ where
             .map_err(|e| no_answer(&e))?;
     // Ended with this function however it ends (a timeout included): the
     // connection owns the stream, whose drop stops the tunnel.
-    let connection = AbortOnDrop(tokio::spawn(conn).abort_handle());
+    let connection = AbortOnDrop(tokio::spawn(conn.in_current_span()).abort_handle());
     let body = serde_json::json!({
         "model": "openclaw/default",
         "user": turn.user,

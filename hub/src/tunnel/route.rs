@@ -33,6 +33,20 @@ pub struct Route {
     pub port: i32,
 }
 
+/// A span named `$name` with the route's agent, revision and cluster; a
+/// macro because a span's name must be a constant at its call site.
+macro_rules! route_span {
+    ($name:literal, $route:expr) => {
+        tracing::info_span!(
+            $name,
+            agent = %$route.agent,
+            revision = $route.revision,
+            cluster = %$route.cluster_name
+        )
+    };
+}
+pub(crate) use route_span;
+
 /// Entries kept at most; the cache is cleared when it would grow past this
 /// (only valid credentials are cached, so this bounds a busy fleet, not an
 /// attacker).
@@ -243,4 +257,29 @@ pub async fn route_of(store: &dyn Store, rev: &AgentRevision, port: i32) -> Resu
         authority: harness_authority(&rev.agent, rev.number, physical, port),
         port,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_route_span_names_the_agent_revision_and_cluster() {
+        let route = Route {
+            revision_id: "rev-1".into(),
+            tenant: "t".into(),
+            agent: "a".into(),
+            revision: 3,
+            cluster_id: "c1".into(),
+            cluster_name: "east".into(),
+            target: "harness/n/a/3".into(),
+            authority: "a.n:8080".into(),
+            port: 8080,
+        };
+        let span = route_span!("tunnel.pump", route);
+        let meta = span.metadata().expect("a span keeps its metadata");
+        assert_eq!(meta.name(), "tunnel.pump");
+        let fields: Vec<&str> = meta.fields().iter().map(|f| f.name()).collect();
+        assert_eq!(fields, ["agent", "revision", "cluster"]);
+    }
 }

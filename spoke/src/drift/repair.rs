@@ -9,6 +9,7 @@ use clawfed_proto::link::v1::{DriftReport, Report, report};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::check::{self, Drift};
 use super::desired::{self, Record};
@@ -90,19 +91,29 @@ impl Repairer {
             st.inflight.insert(key.clone(), false);
         }
         let this = self.clone();
-        tokio::spawn(async move {
-            loop {
-                this.repair(&key, &target, &hint, seen).await;
-                let mut st = this.lock();
-                match st.inflight.get_mut(&key) {
-                    Some(again) if *again => *again = false,
-                    _ => {
-                        st.inflight.remove(&key);
-                        return;
+        let span = tracing::info_span!(
+            "drift.repair",
+            kind = key.kind,
+            namespace = %key.namespace,
+            name = %key.name,
+            target = %target
+        );
+        tokio::spawn(
+            async move {
+                loop {
+                    this.repair(&key, &target, &hint, seen).await;
+                    let mut st = this.lock();
+                    match st.inflight.get_mut(&key) {
+                        Some(again) if *again => *again = false,
+                        _ => {
+                            st.inflight.remove(&key);
+                            return;
+                        }
                     }
                 }
             }
-        });
+            .instrument(span),
+        );
     }
 
     fn recheck_after(&self, key: &ObjectKey, after: Duration) {
@@ -114,7 +125,8 @@ impl Repairer {
                 () = cancel.cancelled() => {}
                 () = tokio::time::sleep(after) => { let _ = tx.send(Observed::Recheck(key)).await; }
             }
-        });
+        }
+        .in_current_span());
     }
 
     async fn repair(

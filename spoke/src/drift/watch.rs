@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::{ObjectKey, Repairer};
 
@@ -55,13 +56,20 @@ impl Repairer {
         let ns = Some(namespace.to_string());
         macro_rules! watch {
             ($t:ty, $kind:literal) => {
-                tokio::spawn(watch_kind::<$t>(
-                    Api::namespaced(c.clone(), namespace),
-                    $kind,
-                    ns.clone(),
-                    tx.clone(),
-                    stop.clone(),
-                ));
+                tokio::spawn(
+                    watch_kind::<$t>(
+                        Api::namespaced(c.clone(), namespace),
+                        $kind,
+                        ns.clone(),
+                        tx.clone(),
+                        stop.clone(),
+                    )
+                    .instrument(tracing::info_span!(
+                        "drift.watch",
+                        kind = $kind,
+                        namespace
+                    )),
+                );
             };
         }
         watch!(Deployment, "Deployment");

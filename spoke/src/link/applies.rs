@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use clawfed_proto::link::v1 as pb;
 use clawfed_proto::link::v1::spoke_message;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use super::{ApplyError, Link, WorkApplier};
 use crate::pressure::ApplyLimit;
@@ -103,11 +104,20 @@ impl Applies {
     fn start(&mut self, applier: &Arc<dyn WorkApplier>, work: pb::Work) {
         self.busy.insert(work.target.clone());
         let applier = applier.clone();
-        self.running.spawn(async move {
-            let started = Instant::now();
-            let result = applier.apply(&work).await;
-            (work, result, started.elapsed())
-        });
+        let span = tracing::info_span!(
+            "link.apply",
+            target = %work.target,
+            generation = work.generation,
+            sequence = work.sequence
+        );
+        self.running.spawn(
+            async move {
+                let started = Instant::now();
+                let result = applier.apply(&work).await;
+                (work, result, started.elapsed())
+            }
+            .instrument(span),
+        );
     }
 
     /// `target` finished: start what waits, targets not already running.

@@ -13,6 +13,7 @@ use clawfed_proto::link::v1::{hub_message, spoke_message};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::applies::{Applies, supersede, superseded_ack};
 use super::identity::Identity;
@@ -64,12 +65,11 @@ impl Link {
         cert.install(&identity)?;
         let mtls = tls::mtls_config(&self.config.ca_pem, cert.clone())?;
         let (identity_tx, identity_rx) = watch::channel(identity);
-        let renewer = tokio::spawn(self.clone().renew_loop(
-            mtls.clone(),
-            cert.clone(),
-            identity_tx,
-            shutdown.clone(),
-        ));
+        let renewer = tokio::spawn(
+            self.clone()
+                .renew_loop(mtls.clone(), cert.clone(), identity_tx, shutdown.clone())
+                .instrument(tracing::info_span!("link.renew")),
+        );
         let mut delays = self.reconnect();
         let mut sessions = 0u64;
         let result = loop {
@@ -352,10 +352,11 @@ impl Link {
                             // up the stream. The read inside is bounded.
                             let applier = self.applier.clone();
                             let out = out.clone();
+                            let span = tracing::info_span!("link.diagnose", request = %req.request_id, target = %req.target);
                             tokio::spawn(async move {
                                 let result = applier.diagnose(&req).await;
                                 let _ = out.send(send(spoke_message::Body::DiagnoseResult(result))).await;
-                            });
+                            }.instrument(span));
                         }
                         Ok(Some(_)) => {}
                         Ok(None) => return SessionEnd::Failed("hub closed the stream".into()),

@@ -32,6 +32,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::observe;
 
@@ -407,13 +408,16 @@ impl Observer {
         };
         let this = self.clone();
         let ns = namespace.to_string();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = stop.cancelled() => {}
-                () = this.run_watcher(&ns) => {}
+        tokio::spawn(
+            async move {
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    () = this.run_watcher(&ns) => {}
+                }
+                tracing::debug!(namespace = %ns, "spoke.readiness.watch_stopped");
             }
-            tracing::debug!(namespace = %ns, "spoke.readiness.watch_stopped");
-        });
+            .instrument(tracing::info_span!("readiness.watch", namespace)),
+        );
     }
 
     /// Stops watching `namespace` and forgets its revisions.
@@ -505,6 +509,12 @@ impl Observer {
             return;
         };
         let this = self.clone();
+        let span = tracing::info_span!(
+            "readiness.read",
+            namespace = %job.namespace,
+            pod = %job.key.0,
+            revision = %job.revision_id
+        );
         tokio::spawn(async move {
             for attempt in 0..STARTUP_MAX_READS {
                 if attempt > 0 {
@@ -548,7 +558,8 @@ impl Observer {
                     return;
                 }
             }
-        });
+        }
+        .instrument(span));
     }
 
     /// [`Self::finish`] behind a box: a read's evaluation may start reads

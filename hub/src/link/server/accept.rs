@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc};
 use tokio_rustls::LazyConfigAcceptor;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::link::LinkState;
 use crate::link::admission::{Admission, Limits, Lobby, Phase, Slots, phase_of};
@@ -82,22 +83,25 @@ impl Handshakes {
             self.state.clone(),
             self.freed.clone(),
         );
-        tokio::spawn(async move {
-            let result = tokio::select! {
-                _ = cancel.cancelled() => Err("shed"),
-                r = task.run(tcp, peer, tls) => r,
-            };
-            lock(&task.slots).release(id);
-            freed.notify_one();
-            let outcome = match result {
-                Ok(tls) => {
-                    let _ = conns.send(Ok(tls)).await;
-                    "ok"
-                }
-                Err(outcome) => outcome,
-            };
-            count_handshake(&state, outcome);
-        });
+        tokio::spawn(
+            async move {
+                let result = tokio::select! {
+                    _ = cancel.cancelled() => Err("shed"),
+                    r = task.run(tcp, peer, tls) => r,
+                };
+                lock(&task.slots).release(id);
+                freed.notify_one();
+                let outcome = match result {
+                    Ok(tls) => {
+                        let _ = conns.send(Ok(tls)).await;
+                        "ok"
+                    }
+                    Err(outcome) => outcome,
+                };
+                count_handshake(&state, outcome);
+            }
+            .instrument(tracing::info_span!("link.handshake", conn = id, %peer)),
+        );
     }
 }
 

@@ -10,6 +10,7 @@ use clawfed_proto::link::v1::spoke_link_server::SpokeLink;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
 
 use super::{HubStream, hub, jittered_retry_after, merged, run};
 use crate::link::LinkState;
@@ -72,9 +73,14 @@ impl SpokeLink for SpokeLinkApi {
         }
         let state = self.state.clone();
         let inbound = request.into_inner();
-        tokio::spawn(async move {
-            run(state, identity, cluster, inbound, tx, control).await;
-        });
+        let span =
+            tracing::info_span!("link.session", cluster = %cluster.name, cluster_id = %cluster.id);
+        tokio::spawn(
+            async move {
+                run(state, identity, cluster, inbound, tx, control).await;
+            }
+            .instrument(span),
+        );
         Ok(Response::new(merged(control_rx, rx)))
     }
 
