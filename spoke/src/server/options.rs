@@ -332,3 +332,6 @@ pub(super) fn read(name: &'static str, path: &Path) -> Result<String, ServerErro
         source,
     })
 }
+
+#[cfg(test)]
+mod tests;
