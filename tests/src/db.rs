@@ -66,14 +66,19 @@ pub async fn postgres() -> TestDb {
         .execute(&mut admin)
         .await
         .expect("create test schema");
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{sep}options[search_path]={schema}");
+    let url = schema_url(&base, &schema);
     let store = store::connect(&url).await.expect("open postgres store");
     TestDb {
         store: Arc::new(store),
         url,
         _dir: None,
     }
+}
+
+/// `base` with its connections' search path set to `schema`.
+pub fn schema_url(base: &str, schema: &str) -> String {
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}options[search_path]={schema}")
 }
 
 /// Every value of every column of every table of `db`, as text (binary

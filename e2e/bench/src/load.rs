@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::{Result, bail};
 use clawfed_proto::link::v1::Work;
 use clawfed_proto::work::{
-    ContainerDefaults, ExecutionMode, HarnessWork, NamespaceWork, SecretData, WorkSpec, target,
+    ContainerDefaults, HarnessWork, NamespaceWork, SecretData, WorkSpec, target,
 };
 use clawfed_spoke::exec::Executor;
 use futures::{StreamExt, TryStreamExt};
@@ -35,34 +35,13 @@ pub fn tenant_of(prefix: &str, id: &str) -> String {
 /// Revision 1 of Agent `a<i>` in namespace `ns` of tenant `tenant`.
 pub fn harness(tenant: &str, id: &str, ns: &str, i: usize) -> HarnessWork {
     HarnessWork {
-        tenant: tenant.into(),
-        namespace_id: id.into(),
-        data_plane_namespace: ns.into(),
-        agent: format!("a{i:04}"),
-        revision: 1,
         revision_id: format!("rev-{i}"),
-        harness_kind: "openclaw-native".into(),
         image: IMAGE.into(),
-        require_digest: true,
-        requirement_labels: BTreeMap::new(),
-        resources: Default::default(),
-        port: 8080,
-        env: BTreeMap::new(),
-        workspace: None,
         credential: SecretData(BTreeMap::from([("MODEL_API_KEY".into(), "bench".into())])),
         dedicated: false,
-        predecessors: vec![],
-        execution: ExecutionMode::Ordinary,
-        node_selector: BTreeMap::new(),
-        tolerations: Vec::new(),
         // 1,000 ClusterIPs do not fit the test cluster's Service CIDR.
         headless_service: true,
-        seccomp_localhost_profile: None,
-        service_principal: None,
-        plugin_selections: Vec::new(),
-        require_startup_status: false,
-        runtime_config: None,
-        app_server: None,
+        ..clawfed_tests::spoke_env::harness_work(tenant, id, ns, &format!("a{i:04}"))
     }
 }
 

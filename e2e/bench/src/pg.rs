@@ -43,11 +43,9 @@ pub async fn drop_databases_on(base: &str, names: &[String]) {
     }
 }
 
-/// `base` with its connections' search path set to `schema`.
-pub fn schema_url(base: &str, schema: &str) -> String {
-    let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}options[search_path]={schema}")
-}
+/// `base` with its connections' search path set to `schema` (the test
+/// crate's rule, which its stores use too).
+pub use clawfed_tests::db::schema_url;
 
 /// The hub's database for a run: a fresh PostgreSQL database named
 /// `<prefix>_<uuid>` when `postgres`, else SQLite in `dir`. Returns the URL
