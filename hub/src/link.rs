@@ -92,6 +92,9 @@ pub struct LinkConfig {
     pub advertise_url: Option<String>,
     /// How this replica balances sessions with the others.
     pub balance: balance::BalanceConfig,
+    /// The installation's `runtime.nodeSelector`, sent in Welcome: the
+    /// nodes whose capacity a spoke reports.
+    pub node_selector: std::collections::BTreeMap<String, String>,
 }
 
 impl LinkConfig {
@@ -139,6 +142,7 @@ impl Default for LinkConfig {
             replica_id: uuid::Uuid::new_v4().to_string(),
             advertise_url: None,
             balance: balance::BalanceConfig::default(),
+            node_selector: Default::default(),
         }
     }
 }

@@ -29,10 +29,14 @@ mod work;
 
 pub use agent::{
     Agent, AgentSpec, Channel, ChatAnswer, ChatRequest, CreateAgent, CredentialMeta, DeployRequest,
-    DesiredState, ExecutionMode, HarnessKind, Placement, Resources, SetCredential, UpdateAgent,
+    DesiredState, ExecutionMode, HarnessKind, Placement, Resources, SetCredential, Spread,
+    UpdateAgent,
 };
 pub use audit::AuditEvent;
-pub use cluster::{BootstrapTokenCreated, Cluster, ConnectionState, CreateBootstrapToken};
+pub use cluster::{
+    BootstrapTokenCreated, Cluster, ClusterCapacity, ConnectionState, CreateBootstrapToken,
+    ResourceAmounts,
+};
 pub use configuration::{Configuration, CreateConfiguration, UpdateConfiguration};
 pub use diagnosis::{ComponentDiagnosis, Diagnosis, DiagnosticCheck};
 pub use fleet::FleetSummary;

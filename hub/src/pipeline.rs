@@ -25,6 +25,13 @@ use chrono::{DateTime, Utc};
 
 use crate::model::RevisionPhase;
 
+pub mod placement;
+
+pub use placement::{
+    Placement, Reason as UnplacedReason, Request as PlacementRequest, WAITING_FOR_PLACEMENT,
+    choose_cluster, unplaced_reason, why_not,
+};
+
 /// The default of `pipeline.gatewayRecheckMs`: how soon a pass looks at
 /// the Gateway again while it alone is not Ready. No spoke report announces
 /// control-cluster state; the hub's watch of the Gateways wakes the pass
@@ -381,46 +388,6 @@ pub fn cannot_serve(
     })
 }
 
-/// The outcome of placement.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Placement<'a> {
-    /// The first online cluster matching the selector that can serve.
-    Chosen(&'a crate::model::Cluster),
-    /// Online clusters match the selector, and none can serve: why.
-    Refused(String),
-    /// No online cluster matches the selector (yet).
-    Unavailable,
-}
-
-/// Placement: the first online cluster whose labels carry every
-/// `selector` pair and whose spoke advertises what the revision `needs`,
-/// in the order given (the deploy and the pipeline both place with this).
-pub fn choose_cluster<'a>(
-    clusters: &'a [crate::model::Cluster],
-    selector: &std::collections::BTreeMap<String, String>,
-    needs: clawfed_proto::capability::Needs,
-) -> Placement<'a> {
-    let mut refusals = Vec::new();
-    for c in clusters.iter().filter(|c| {
-        c.connection_state == crate::model::ConnectionState::Online
-            && selector.iter().all(|(k, v)| c.labels.get(k) == Some(v))
-    }) {
-        match cannot_serve(c, needs) {
-            None => return Placement::Chosen(c),
-            Some(why) => refusals.push(why),
-        }
-    }
-    if refusals.is_empty() {
-        Placement::Unavailable
-    } else {
-        Placement::Refused(refusals.join("; "))
-    }
-}
-
-/// How every reason of a revision still waiting for a cluster begins
-/// ([`unplaced_reason`]).
-pub const WAITING_FOR_PLACEMENT: &str = "waiting for placement";
-
 /// Why revision `rev` is still unplaced, as its last placement attempt
 /// found it ([`unplaced_reason`]); `None` once it is placed.
 pub fn placement_wait(rev: &crate::model::AgentRevision) -> Option<String> {
@@ -448,43 +415,6 @@ pub fn phase_deadline(
         RevisionPhase::WaitingReady => rev.progress.ready_deadline,
         _ => None,
     }
-}
-
-/// Why no cluster can take a revision whose placement selector is
-/// `selector` (for [`Placement::Unavailable`]), so the revision says so
-/// instead of an unexplained `pending`: none enrolled, none matching the
-/// selector, or the matching ones offline, revoked or not connected yet.
-pub fn unplaced_reason(
-    clusters: &[crate::model::Cluster],
-    selector: &std::collections::BTreeMap<String, String>,
-) -> String {
-    use crate::model::ConnectionState as S;
-    if clusters.is_empty() {
-        return format!("{WAITING_FOR_PLACEMENT}: no execution cluster is enrolled");
-    }
-    let matching: Vec<_> = clusters
-        .iter()
-        .filter(|c| selector.iter().all(|(k, v)| c.labels.get(k) == Some(v)))
-        .collect();
-    if matching.is_empty() {
-        let wanted: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        return format!(
-            "{WAITING_FOR_PLACEMENT}: none of the {} enrolled clusters carries the labels {}",
-            clusters.len(),
-            wanted.join(",")
-        );
-    }
-    let states: Vec<String> = matching
-        .iter()
-        .map(|c| match c.connection_state {
-            S::Pending => format!("{} has not connected yet", c.name),
-            state => format!("{} is {}", c.name, state.as_str()),
-        })
-        .collect();
-    format!(
-        "{WAITING_FOR_PLACEMENT}: no matching cluster is online ({})",
-        states.join(", ")
-    )
 }
 
 /// Decides the next step from the facts.

@@ -117,6 +117,9 @@ pub struct Policy {
     /// that need a dedicated Gateway are refused (the seeds' rule: a real
     /// Gateway runs on the trusted nodes, never beside tenant workloads).
     pub gateway_node_selector_required: bool,
+    /// The installation's Harness settings: what a revision requests of
+    /// its cluster, for placement at deploy.
+    pub workload: crate::compute_driver::WorkloadSettings,
 }
 
 impl Default for Policy {
@@ -129,6 +132,7 @@ impl Default for Policy {
             pipeline: false,
             harness_port: clawfed_proto::work::harness::DEFAULT_PORT,
             gateway_node_selector_required: false,
+            workload: Default::default(),
         }
     }
 }

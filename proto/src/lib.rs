@@ -8,6 +8,8 @@
 //!   form of a hub link address (`--hub-url`, `GoAway.redirect_url`).
 //! - [`capability`]: what a spoke advertises in Hello and what a revision
 //!   needs of it (placement).
+//! - [`capacity`]: the labels and capacity a spoke reports for placement,
+//!   and Kubernetes quantities as numbers.
 //! - [`kinds`]: which Harness runs an Agent, who owns its workload.
 //! - [`labels`]: the Kubernetes label and annotation keys clawfed owns.
 //! - [`naming`]: name validation and the data-plane namespace rule.
@@ -25,6 +27,7 @@
 //! Nothing here performs I/O.
 
 pub mod capability;
+pub mod capacity;
 pub mod diagnostics;
 pub mod digest;
 pub mod errors;

@@ -17,6 +17,8 @@
 //! - [`drift`]: watches what the spoke manages and re-applies its fields
 //!   on drift, from the durable desired-state records.
 //! - [`config`]: the spoke's execution settings.
+//! - [`capacity`]: what the cluster can still take (Nodes and bound Pods,
+//!   watched), reported to the hub for placement.
 //! - [`link`]: the hub link: enrollment, the mTLS stream, renewal, reconnects.
 //! - [`pressure`]: how many targets are applied at once, set by the
 //!   apiserver's throttling answers.
@@ -28,6 +30,7 @@
 #![forbid(unsafe_code)]
 
 pub mod apply;
+pub mod capacity;
 pub mod cleanup;
 pub mod config;
 pub mod drift;

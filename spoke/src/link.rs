@@ -251,6 +251,10 @@ pub struct Link {
     reconnect_spread: Duration,
     /// What enrolment says about the cluster (see [`Link::with_cluster`]).
     cluster: ClusterIdentity,
+    /// The cluster's labels, sent in every Hello (see [`Link::with_labels`]).
+    labels: std::collections::BTreeMap<String, String>,
+    /// Capacity reports (see [`Link::with_capacity`]).
+    capacity: Option<crate::capacity::CapacityWatch>,
 }
 
 /// Which Kubernetes cluster the spoke runs in, as enrolment reports it: the
@@ -312,6 +316,8 @@ impl Link {
             ))),
             reconnect_spread: reconnect::DEFAULT_SPREAD,
             cluster: ClusterIdentity::default(),
+            labels: Default::default(),
+            capacity: None,
             config,
         }
     }
@@ -356,6 +362,21 @@ impl Link {
     /// not check).
     pub fn with_cluster(mut self, cluster: ClusterIdentity) -> Self {
         self.cluster = cluster;
+        self
+    }
+
+    /// Every Hello reports `labels` as the cluster's labels (the hub
+    /// replaces what it held); checked with
+    /// `clawfed_proto::capacity::check_labels` when the flags are read.
+    pub fn with_labels(mut self, labels: std::collections::BTreeMap<String, String>) -> Self {
+        self.labels = labels;
+        self
+    }
+
+    /// Hands each Welcome's node selector to `capacity` and sends its
+    /// reports: the current one after Welcome, then each change.
+    pub fn with_capacity(mut self, capacity: crate::capacity::CapacityWatch) -> Self {
+        self.capacity = Some(capacity);
         self
     }
 

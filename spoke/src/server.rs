@@ -165,6 +165,16 @@ pub async fn run(opts: Options, shutdown: CancellationToken) -> Result<(), Serve
         kubernetes_uid: kubernetes_uid(kube.as_ref()).await?,
         allow_shared: opts.allow_shared_cluster,
     });
+    let link = link.with_labels(opts.cluster_labels()?);
+    // The Kubernetes applier reports capacity; the file ledger has no
+    // cluster to measure.
+    let link = match (&kube, opts.applier) {
+        (Some(client), Applier::Kube) => link.with_capacity(crate::capacity::spawn(
+            client.clone(),
+            shutdown.child_token(),
+        )),
+        _ => link,
+    };
     let link = match parts.tunnels {
         Some(t) => link.with_tunnels(t),
         None => link,

@@ -252,6 +252,7 @@ async fn grpc_and_rest_share_one_state(backend: Backend) {
         placement: Some(pb::Placement {
             cluster: String::new(),
             cluster_selector: HashMap::from([("region".into(), "eu".into())]),
+            ..Default::default()
         }),
         plugins: vec!["web".into(), "shell".into()],
         channels: vec![],

@@ -110,6 +110,7 @@ fn hello(claimed_cluster_id: &str, applied: HashMap<String, i64>) -> spoke_messa
         capabilities: vec![],
         applied,
         claimed_cluster_id: claimed_cluster_id.to_owned(),
+        labels: HashMap::new(),
     })
 }
 

@@ -564,6 +564,110 @@ mod cases {
         assert_eq!(s.fleet_summary(None).await.unwrap().clusters_online, 1);
     }
 
+    /// Issue 33: a Hello's labels replace the stored ones (a Hello that
+    /// changes only them is a watch event); the latest capacity report is
+    /// kept with when it came, and a heartbeat's state write keeps both.
+    pub async fn clusters_keep_what_their_spoke_reports(s: Arc<dyn Store>) {
+        use clawfed_hub::model::ResourceAmounts;
+        use clawfed_hub::store::{LinkStore, SpokeHello};
+        use clawfed_proto::capacity::{Capacity, Resources};
+        let c = s
+            .upsert_cluster(&ClusterRecord {
+                name: "exec-a".into(),
+                labels: BTreeMap::from([("set-by".into(), "admin".into())]),
+                capabilities: vec![],
+                certificate_serials: vec![],
+                connection_state: ConnectionState::Offline,
+                last_seen: None,
+                version: String::new(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(c.capacity, None, "nothing reported yet");
+        let caps = vec!["applier:kube".to_owned()];
+        let hello = |labels: &'static [(&'static str, &'static str)]| {
+            let (s, id, caps) = (s.clone(), c.id.clone(), caps.clone());
+            async move {
+                let labels: BTreeMap<String, String> = labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                let h = SpokeHello {
+                    version: "1.0",
+                    capabilities: &caps,
+                    labels: &labels,
+                };
+                s.set_connection_state(&id, ConnectionState::Online, Utc::now(), Some(h))
+                    .await
+                    .unwrap();
+            }
+        };
+        hello(&[("region", "eu"), ("tier", "gpu")]).await;
+        let got = s.get_cluster("exec-a").await.unwrap();
+        assert_eq!(
+            got.labels,
+            BTreeMap::from([
+                ("region".into(), "eu".into()),
+                ("tier".into(), "gpu".into())
+            ]),
+            "replaced, not merged"
+        );
+        let head = s.events_after(0, 1000).await.unwrap().len();
+        hello(&[("region", "us")]).await;
+        let events = s.events_after(0, 1000).await.unwrap().len();
+        assert_eq!(events, head + 1, "a label change is a cluster event");
+        hello(&[("region", "us")]).await;
+        assert_eq!(s.events_after(0, 1000).await.unwrap().len(), events);
+
+        let report = Capacity {
+            nodes: 3,
+            allocatable: Resources {
+                cpu_millis: 12_000,
+                memory_bytes: 48 << 30,
+            },
+            free: Resources {
+                cpu_millis: 7_250,
+                memory_bytes: (20 << 30) + 1,
+            },
+        };
+        let at = Utc::now() - chrono::Duration::seconds(5);
+        s.set_cluster_capacity(&c.id, report, at).await.unwrap();
+        let mut later = report;
+        later.free.cpu_millis = 250;
+        s.set_cluster_capacity(&c.id, later, at + chrono::Duration::seconds(1))
+            .await
+            .unwrap();
+        // A heartbeat's write touches neither labels nor capacity.
+        s.set_connection_state(&c.id, ConnectionState::Online, Utc::now(), None)
+            .await
+            .unwrap();
+        let got = s.get_cluster("exec-a").await.unwrap();
+        let k = got.capacity.expect("stored");
+        assert_eq!(k.nodes, 3);
+        assert_eq!(
+            k.allocatable,
+            ResourceAmounts {
+                cpu_millis: 12_000,
+                memory_bytes: 48 << 30
+            }
+        );
+        assert_eq!(
+            k.free,
+            ResourceAmounts {
+                cpu_millis: 250,
+                memory_bytes: (20 << 30) + 1
+            },
+            "the latest report"
+        );
+        assert_eq!(
+            k.reported_at.timestamp_millis(),
+            (at + chrono::Duration::seconds(1)).timestamp_millis()
+        );
+        assert_eq!(k.as_capacity(), later);
+        assert_eq!(got.labels.get("region").map(String::as_str), Some("us"));
+        assert_eq!(s.list_clusters().await.unwrap(), vec![got]);
+    }
+
     pub async fn work_claims_are_exclusive_and_leased(s: Arc<dyn Store>) {
         let items: Vec<_> = (0..50).map(|i| work("k", None, &i.to_string())).collect();
         s.enqueue_work(&items).await.unwrap();
@@ -2717,6 +2821,7 @@ clawfed_tests::on_both_databases!(
     deploy_is_idempotent_per_key,
     concurrent_deploys_get_distinct_numbers,
     clusters_upsert_by_name,
+    clusters_keep_what_their_spoke_reports,
     work_claims_are_exclusive_and_leased,
     expired_claims_are_recovered,
     retries_wait_for_run_at_and_keep_the_error,

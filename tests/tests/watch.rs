@@ -5,6 +5,7 @@
 //! slow consumer is cut off while another keeps up; a tenant never
 //! receives another tenant's events.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use chrono::Utc;
 use clawfed_hub::auth::Role;
 use clawfed_hub::model::event::{ClusterEvent, EventBody, WorkFailedEvent, WorkFailureSource};
 use clawfed_hub::model::{ConnectionState, RevisionPhase};
-use clawfed_hub::store::{ClusterRecord, NewEvent, Store};
+use clawfed_hub::store::{ClusterRecord, NewEvent, SpokeHello, Store};
 use clawfed_proto::admin::v1 as pb;
 use clawfed_tests::hub::{Backend, TestHub, authed, test_config};
 use serde_json::{Value, json};
@@ -334,7 +335,13 @@ mod store_cases {
         let hello = |v: &'static str, caps: &[String]| {
             let (s, id, caps) = (s.clone(), c.id.clone(), caps.to_vec());
             async move {
-                s.set_connection_state(&id, ConnectionState::Online, Utc::now(), Some((v, &caps)))
+                let labels = BTreeMap::new();
+                let hello = SpokeHello {
+                    version: v,
+                    capabilities: &caps,
+                    labels: &labels,
+                };
+                s.set_connection_state(&id, ConnectionState::Online, Utc::now(), Some(hello))
                     .await
                     .unwrap()
             }
@@ -389,7 +396,11 @@ mod store_cases {
             &c.id,
             ConnectionState::Online,
             Utc::now(),
-            Some(("9.9", &caps)),
+            Some(SpokeHello {
+                version: "9.9",
+                capabilities: &caps,
+                labels: &BTreeMap::new(),
+            }),
         )
         .await
         .unwrap();
@@ -403,7 +414,11 @@ mod store_cases {
             &c.id,
             ConnectionState::Online,
             Utc::now(),
-            Some(("9.9", &caps)),
+            Some(SpokeHello {
+                version: "9.9",
+                capabilities: &caps,
+                labels: &BTreeMap::new(),
+            }),
         )
         .await
         .unwrap();

@@ -227,19 +227,32 @@ pub fn diagnosis_rows(d: &crate::model::Diagnosis) -> Vec<Vec<String>> {
 
 impl Tabular for Cluster {
     fn headers() -> &'static [&'static str] {
-        &["NAME", "STATE", "VERSION", "OUTBOX", "LAST SEEN"]
+        &["NAME", "STATE", "VERSION", "FREE", "OUTBOX", "LAST SEEN"]
     }
     fn row(&self) -> Vec<String> {
         vec![
             self.name.clone(),
             self.connection_state.as_str().into(),
             self.version.clone(),
+            capacity(self, |c| c.free),
             self.outbox_depth
                 .map_or_else(|| "-".into(), |d| d.to_string()),
             self.last_seen
                 .map_or_else(|| "-".into(), |t| format!("{} ago", ago(t))),
         ]
     }
+}
+
+/// One side of a cluster's reported capacity (`cpu 500m, memory 1Gi`),
+/// `-` until its spoke reports.
+fn capacity(
+    c: &Cluster,
+    side: impl Fn(&crate::model::ClusterCapacity) -> crate::model::ResourceAmounts,
+) -> String {
+    c.capacity.as_ref().map_or_else(
+        || "-".into(),
+        |k| clawfed_proto::capacity::Resources::from(side(k)).to_string(),
+    )
 }
 
 /// A cluster as `clusters get` shows it: what its spoke said of itself
@@ -259,6 +272,10 @@ impl Tabular for ClusterDetail {
             "CERTIFICATE EXPIRES",
             "LAST SEEN",
             "OUTBOX",
+            "LABELS",
+            "NODES",
+            "ALLOCATABLE",
+            "FREE",
         ]
     }
     fn row(&self) -> Vec<String> {
@@ -281,6 +298,17 @@ impl Tabular for ClusterDetail {
             c.last_seen
                 .map_or_else(|| "-".into(), |t| format!("{} ago", ago(t))),
             c.outbox_depth.map_or_else(|| "-".into(), |d| d.to_string()),
+            if c.labels.is_empty() {
+                "-".into()
+            } else {
+                let pairs: Vec<String> = c.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                pairs.join(",")
+            },
+            c.capacity
+                .as_ref()
+                .map_or_else(|| "-".into(), |k| k.nodes.to_string()),
+            capacity(c, |k| k.allocatable),
+            capacity(c, |k| k.free),
         ]
     }
 }

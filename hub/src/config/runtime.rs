@@ -101,6 +101,7 @@ impl Config {
             harness_port: self.workload_settings().harness_port,
             gateway_node_selector_required: self.mode == InstallationMode::Production
                 && self.gateway.options.node_selector.is_empty(),
+            workload: self.workload_settings(),
         }
     }
 
@@ -137,6 +138,7 @@ impl Config {
                 slack: self.link.balance_slack,
                 max_moves: self.link.balance_max_moves,
             },
+            node_selector: self.workload_settings().node_selector,
             ..crate::link::LinkConfig::default()
         }
     }

@@ -124,7 +124,11 @@ impl Enrollment for EnrollmentApi {
                 &cluster.id,
                 ConnectionState::Offline,
                 now,
-                Some((&req.spoke_version, &[])),
+                Some(crate::store::SpokeHello {
+                    version: &req.spoke_version,
+                    capabilities: &[],
+                    labels: &Default::default(),
+                }),
             )
             .await
             .map_err(store_status)?;

@@ -260,12 +260,25 @@ impl Session {
             .await
             .map_err(Self::store_err)?;
         self.handle.epoch.store(epoch, Ordering::Release);
+        let labels: std::collections::BTreeMap<String, String> = hello
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if let Err(why) = clawfed_proto::capacity::check_labels(&labels) {
+            tracing::warn!(cluster = %self.cluster.name, error = %why, "link.hello_labels_refused");
+            return Err(Status::invalid_argument(format!("Hello.labels: {why}")));
+        }
         store
             .set_connection_state(
                 &id,
                 ConnectionState::Online,
                 Utc::now(),
-                Some((&hello.spoke_version, &hello.capabilities)),
+                Some(crate::store::SpokeHello {
+                    version: &hello.spoke_version,
+                    capabilities: &hello.capabilities,
+                    labels: &labels,
+                }),
             )
             .await
             .map_err(Self::store_err)?;
@@ -295,6 +308,11 @@ impl Session {
             cluster_name: self.cluster.name.clone(),
             heartbeat_interval_seconds: self.state.config.heartbeat.as_secs().max(1) as u32,
             resend: pending.iter().map(|p| p.target.clone()).collect(),
+            node_selector: config
+                .node_selector
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         };
         if !self.send(hub_message::Body::Welcome(welcome)).await {
             return Err(Status::cancelled("spoke went away"));

@@ -36,6 +36,42 @@ pub struct Placement {
     pub cluster: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cluster_selector: BTreeMap<String, String>,
+    /// An ordered preference: the first listed cluster that can take the
+    /// revision wins (only these are considered; not with `cluster`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<String>,
+    /// Among the clusters the selector matches: `spread` takes the one
+    /// with the most free capacity, `pack` the one with the least that
+    /// still fits. Absent: the first by name that fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<Spread>,
+}
+
+/// How selector placement picks among the clusters that fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Spread {
+    /// The most free capacity left: Agents spread over the clusters.
+    Spread,
+    /// The least free capacity that still fits: clusters fill up one by one.
+    Pack,
+}
+
+impl Spread {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Spread => "spread",
+            Self::Pack => "pack",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Spread, Self::Pack]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
 }
 
 /// The editable definition of an Agent (its draft).

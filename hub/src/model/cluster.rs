@@ -65,6 +65,62 @@ pub struct Cluster {
     /// tenant tokens, and when no unrevoked certificate is left.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_expires_at: Option<DateTime<Utc>>,
+    /// What the cluster's spoke last reported it can take; null until it
+    /// reports (a spoke of an older version, or the ledger applier, never
+    /// does).
+    #[serde(default)]
+    pub capacity: Option<ClusterCapacity>,
+}
+
+/// CPU in millicores and memory in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceAmounts {
+    pub cpu_millis: i64,
+    pub memory_bytes: i64,
+}
+
+impl From<clawfed_proto::capacity::Resources> for ResourceAmounts {
+    fn from(r: clawfed_proto::capacity::Resources) -> Self {
+        Self {
+            cpu_millis: r.cpu_millis,
+            memory_bytes: r.memory_bytes,
+        }
+    }
+}
+
+impl From<ResourceAmounts> for clawfed_proto::capacity::Resources {
+    fn from(r: ResourceAmounts) -> Self {
+        Self {
+            cpu_millis: r.cpu_millis,
+            memory_bytes: r.memory_bytes,
+        }
+    }
+}
+
+/// A cluster's capacity as its spoke last reported it: the Ready,
+/// schedulable nodes the installation's `runtime.nodeSelector` selects,
+/// their allocatable CPU and memory, and that minus the requests of the
+/// Pods bound to them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterCapacity {
+    pub nodes: u32,
+    pub allocatable: ResourceAmounts,
+    pub free: ResourceAmounts,
+    /// When the hub received the report (the hub's clock).
+    pub reported_at: DateTime<Utc>,
+}
+
+impl ClusterCapacity {
+    /// The report as the contract's type, for placement.
+    pub fn as_capacity(&self) -> clawfed_proto::capacity::Capacity {
+        clawfed_proto::capacity::Capacity {
+            nodes: self.nodes,
+            allocatable: self.allocatable.into(),
+            free: self.free.into(),
+        }
+    }
 }
 
 /// Body of `POST /api/v1/clusters/{name}/bootstrap-tokens`.

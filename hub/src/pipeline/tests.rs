@@ -2,7 +2,6 @@
 
 use super::*;
 use RevisionPhase as P;
-use clawfed_proto::capability::Needs;
 
 fn fresh() -> Facts {
     Facts {
@@ -300,143 +299,10 @@ fn a_lost_harness_result_ends_at_the_preparation_deadline() {
     }
 }
 
+/// Issue 12: a placed revision whose cluster cannot serve it fails before
+/// any Harness work is sent, naming why (placement itself: `placement/tests.rs`).
 #[test]
-fn placement_takes_the_first_online_cluster_matching_every_label() {
-    use crate::model::{Cluster, ConnectionState};
-    let cluster = |name: &str, state, pool: &str| Cluster {
-        id: name.into(),
-        name: name.into(),
-        labels: [("pool".to_owned(), pool.to_owned())].into(),
-        capabilities: vec![],
-        certificate_serials: vec![],
-        connection_state: state,
-        last_seen: None,
-        version: String::new(),
-        created_at: chrono::Utc::now(),
-        outbox_depth: None,
-        provider: None,
-        certificate_expires_at: None,
-    };
-    let clusters = vec![
-        cluster("a", ConnectionState::Offline, "gpu"),
-        cluster("b", ConnectionState::Online, "cpu"),
-        cluster("c", ConnectionState::Online, "gpu"),
-    ];
-    let gpu = [("pool".to_owned(), "gpu".to_owned())].into();
-    let any = Needs::default();
-    assert_eq!(
-        choose_cluster(&clusters, &gpu, any),
-        Placement::Chosen(&clusters[2])
-    );
-    assert_eq!(
-        choose_cluster(&clusters, &Default::default(), any),
-        Placement::Chosen(&clusters[1])
-    );
-    let none = [("pool".to_owned(), "tpu".to_owned())].into();
-    assert_eq!(
-        choose_cluster(&clusters, &none, any),
-        Placement::Unavailable
-    );
-
-    // Why nothing was chosen, in each case.
-    assert_eq!(
-        unplaced_reason(&[], &gpu),
-        "waiting for placement: no execution cluster is enrolled"
-    );
-    let why = unplaced_reason(&clusters, &none);
-    assert!(
-        why.contains("none of the 3 enrolled clusters carries the labels pool=tpu"),
-        "{why}"
-    );
-    let mut offline = clusters.clone();
-    offline[2].connection_state = ConnectionState::Revoked;
-    offline[1].labels = gpu.clone();
-    offline[1].connection_state = ConnectionState::Pending;
-    let why = unplaced_reason(&offline, &gpu);
-    assert!(
-        why.contains("a is offline, b has not connected yet, c is revoked"),
-        "{why}"
-    );
-}
-
-/// Issue 12: a cluster whose spoke cannot serve the revision is not
-/// chosen, and the refusal names the cluster and what it lacks.
-#[test]
-fn placement_refuses_a_cluster_without_the_capabilities_the_revision_needs() {
-    use crate::model::{Cluster, ConnectionState};
-    use clawfed_proto::capability as cap;
-    let cluster = |name: &str, capabilities: &[&str]| Cluster {
-        id: name.into(),
-        name: name.into(),
-        labels: Default::default(),
-        capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
-        certificate_serials: vec![],
-        connection_state: ConnectionState::Online,
-        last_seen: None,
-        version: String::new(),
-        created_at: chrono::Utc::now(),
-        outbox_depth: None,
-        provider: None,
-        certificate_expires_at: None,
-    };
-    let native = Needs {
-        provisioning_driver: true,
-        containment: true,
-    };
-    let plain = cluster("plain", &["sandbox-driver:deployment"]);
-    let half = cluster(
-        "half",
-        &[
-            "sandbox-driver:crd",
-            cap::SANDBOX_PROVISIONS,
-            cap::CONTAINMENT_NETWORKING,
-        ],
-    );
-    let mut all = vec!["sandbox-driver:crd", cap::SANDBOX_PROVISIONS];
-    all.extend(cap::ALL_CONTAINMENT);
-    let full = cluster("full", &all);
-
-    let refused = choose_cluster(
-        std::slice::from_ref(&plain),
-        &Default::default(),
-        Needs {
-            provisioning_driver: true,
-            containment: false,
-        },
-    );
-    assert_eq!(
-        refused,
-        Placement::Refused(
-            "cluster plain cannot serve the revision: its spoke does not advertise \
-             sandbox-provisions"
-                .into()
-        )
-    );
-    let clusters = vec![plain.clone(), half.clone()];
-    match choose_cluster(&clusters, &Default::default(), native) {
-        Placement::Refused(why) => {
-            let half = why
-                .split("; ")
-                .find(|w| w.starts_with("cluster half"))
-                .unwrap_or_else(|| panic!("{why}"));
-            assert!(half.contains(cap::CONTAINMENT_PROCESS), "{half}");
-            assert!(!half.contains("networking"), "{half}");
-            assert!(why.contains("cluster plain"), "{why}");
-        }
-        other => panic!("{other:?}"),
-    }
-    let clusters = vec![plain, half, full];
-    assert_eq!(
-        choose_cluster(&clusters, &Default::default(), native),
-        Placement::Chosen(&clusters[2])
-    );
-    // Ordinary revisions need nothing of the driver.
-    assert_eq!(
-        choose_cluster(&clusters, &Default::default(), Needs::default()),
-        Placement::Chosen(&clusters[0])
-    );
-    // A placed revision whose cluster cannot serve it fails before any
-    // Harness work is sent, naming why.
+fn a_placed_revision_its_cluster_cannot_serve_fails_before_harness_work() {
     let mut f = fresh();
     f.unservable = Some("cluster plain cannot serve the revision".into());
     assert!(failure(&decide(&f)).is_some_and(|r| r.contains("placement refused: cluster plain")));

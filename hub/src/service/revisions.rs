@@ -176,38 +176,44 @@ impl Service {
         Ok((deployed.revision, deployed.created))
     }
 
-    /// An explicit placement must name an enrolled cluster; otherwise the
-    /// first online cluster matching the selector, or none yet (the
-    /// pipeline places it when a cluster is available).
+    /// An explicit placement must name an enrolled cluster that can serve
+    /// the revision; placed now when a cluster takes it
+    /// (`pipeline::choose_cluster`: the pinned one, or by the placement's
+    /// rule), or not yet (the pipeline places it when one can, saying why
+    /// meanwhile).
     async fn resolve_cluster(&self, spec: &crate::model::AgentSpec) -> Result<Option<String>> {
-        let needs = crate::pipeline::needs(spec);
+        let request = crate::pipeline::PlacementRequest {
+            placement: &spec.placement,
+            needs: crate::pipeline::needs(spec),
+            demand: crate::worker::rollout::spec::harness_demand(spec, &self.policy.workload),
+        };
         if let Some(name) = &spec.placement.cluster {
-            return match self.store.get_cluster(name).await {
-                Ok(c) => match crate::pipeline::cannot_serve(&c, needs) {
-                    None => Ok(Some(c.name)),
-                    Some(why) => Err(ServiceError::FailedPrecondition(format!(
-                        "spec.placement.cluster: {why}"
-                    ))),
-                },
-                Err(StoreError::NotFound { .. }) => Err(ServiceError::FailedPrecondition(format!(
-                    "spec.placement.cluster names {name:?}, which is not enrolled"
-                ))),
-                Err(e) => Err(e.into()),
-            };
+            match self.store.get_cluster(name).await {
+                Ok(c) => {
+                    if let Some(why) = crate::pipeline::cannot_serve(&c, request.needs) {
+                        return Err(ServiceError::FailedPrecondition(format!(
+                            "spec.placement.cluster: {why}"
+                        )));
+                    }
+                    // Pinned and fitting (or not reported yet): placed.
+                    let fits = crate::pipeline::why_not(&c, &request).is_none();
+                    return Ok(fits.then_some(c.name));
+                }
+                Err(StoreError::NotFound { .. }) => {
+                    return Err(ServiceError::FailedPrecondition(format!(
+                        "spec.placement.cluster names {name:?}, which is not enrolled"
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         let clusters = self.store.list_clusters().await?;
         // A refusal is left to the pipeline, which fails the revision naming
         // why (another cluster may come online before it places).
-        Ok(
-            match crate::pipeline::choose_cluster(
-                &clusters,
-                &spec.placement.cluster_selector,
-                needs,
-            ) {
-                crate::pipeline::Placement::Chosen(c) => Some(c.name.clone()),
-                _ => None,
-            },
-        )
+        Ok(match crate::pipeline::choose_cluster(&clusters, &request) {
+            crate::pipeline::Placement::Chosen(c) => Some(c.name.clone()),
+            _ => None,
+        })
     }
 
     /// Stops an Agent: its desired state becomes `stopped`.

@@ -74,9 +74,7 @@ pub fn agent_spec(spec: &AgentSpec, default_image: bool) -> Result<(), ServiceEr
         }
         label_value(&field, value)?;
     }
-    if let Some(cluster) = &spec.placement.cluster {
-        dns_label("spec.placement.cluster", cluster)?;
-    }
+    placement(&spec.placement)?;
     labels(
         "spec.placement.clusterSelector",
         &spec.placement.cluster_selector,
@@ -95,6 +93,29 @@ pub fn agent_spec(spec: &AgentSpec, default_image: bool) -> Result<(), ServiceEr
         let field = format!("spec.channels[{i}].name");
         dns_label(&field, &channel.name)?;
         if !seen.insert(&channel.name) {
+            return Err(invalid(field, "is listed twice"));
+        }
+    }
+    Ok(())
+}
+
+/// `spec.placement`: a pinned cluster or a preference list (not both),
+/// cluster names as DNS labels, each listed once.
+fn placement(p: &crate::model::Placement) -> Result<(), ServiceError> {
+    if let Some(cluster) = &p.cluster {
+        dns_label("spec.placement.cluster", cluster)?;
+        if !p.clusters.is_empty() {
+            return Err(invalid(
+                "spec.placement.clusters",
+                "give either spec.placement.cluster (pinned) or spec.placement.clusters (a preference list), not both",
+            ));
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, cluster) in p.clusters.iter().enumerate() {
+        let field = format!("spec.placement.clusters[{i}]");
+        dns_label(&field, cluster)?;
+        if !seen.insert(cluster) {
             return Err(invalid(field, "is listed twice"));
         }
     }

@@ -12,6 +12,16 @@ use chrono::{DateTime, Utc};
 use super::{Effects, Result};
 use crate::model::{Cluster, ConnectionState};
 
+/// What a spoke says of itself in its Hello: it replaces what the store
+/// holds for the cluster.
+#[derive(Debug, Clone, Copy)]
+pub struct SpokeHello<'a> {
+    pub version: &'a str,
+    pub capabilities: &'a [String],
+    /// The cluster's labels, from the spoke's configuration.
+    pub labels: &'a std::collections::BTreeMap<String, String>,
+}
+
 /// A bootstrap token to create (the secret is shown once; this is its hash).
 #[derive(Debug, Clone)]
 pub struct NewBootstrapToken {
@@ -199,7 +209,17 @@ pub trait LinkStore: Send + Sync {
         cluster_id: &str,
         state: ConnectionState,
         last_seen: DateTime<Utc>,
-        hello: Option<(&str, &[String])>,
+        hello: Option<SpokeHello<'_>>,
+    ) -> Result<()>;
+
+    /// Records the capacity the cluster's spoke reported, received at
+    /// `at` (the hub's clock); replaces the previous report. Not a watch
+    /// event: reports come whenever Pods come and go.
+    async fn set_cluster_capacity(
+        &self,
+        cluster_id: &str,
+        capacity: clawfed_proto::capacity::Capacity,
+        at: DateTime<Utc>,
     ) -> Result<()>;
 
     /// Marks clusters offline whose last_seen is older than `before` while

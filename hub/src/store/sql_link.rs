@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use super::group::Written;
 use super::link::{
     BootstrapToken, CertificateStatus, ClusterClaim, EnrollRejected, LinkStore, NewBootstrapToken,
-    OutboxItem, OutboxSummary, RevokedCertificate, SpokeReport,
+    OutboxItem, OutboxSummary, RevokedCertificate, SpokeHello, SpokeReport,
 };
 use super::sql::SqlStore;
 use super::{Effects, Result, StoreError};
@@ -94,9 +94,18 @@ impl LinkStore for SqlStore {
         cluster_id: &str,
         state: ConnectionState,
         last_seen: DateTime<Utc>,
-        hello: Option<(&str, &[String])>,
+        hello: Option<SpokeHello<'_>>,
     ) -> Result<()> {
         connection::set_connection_state(self, cluster_id, state, last_seen, hello).await
+    }
+
+    async fn set_cluster_capacity(
+        &self,
+        cluster_id: &str,
+        capacity: clawfed_proto::capacity::Capacity,
+        at: DateTime<Utc>,
+    ) -> Result<()> {
+        connection::set_cluster_capacity(self, cluster_id, capacity, at).await
     }
 
     async fn mark_stale_offline(&self, before: DateTime<Utc>) -> Result<u64> {

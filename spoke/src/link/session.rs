@@ -235,6 +235,11 @@ impl Link {
             capabilities: self.config.capabilities.clone(),
             applied: applied.clone(),
             claimed_cluster_id: cluster_id,
+            labels: self
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         };
         let send = |body| pb::SpokeMessage { body: Some(body) };
         if out
@@ -254,6 +259,9 @@ impl Link {
                 body: Some(hub_message::Body::Welcome(w)),
             })) => {
                 tracing::info!(cluster = %w.cluster_name, hub = %hub.url(), resend = w.resend.len(), "link.connected");
+                if let Some(capacity) = &self.capacity {
+                    capacity.set_selector(w.node_selector.into_iter().collect());
+                }
                 Duration::from_secs(u64::from(w.heartbeat_interval_seconds.max(1)))
             }
             Ok(Some(pb::HubMessage {
@@ -285,6 +293,12 @@ impl Link {
                 return SessionEnd::Failed("outbound stream closed".into());
             }
         }
+        // The current capacity now (if known yet), then each change.
+        let mut capacity = self.capacity.as_ref().map(|c| {
+            let mut rx = c.reports();
+            rx.mark_changed();
+            rx
+        });
         let mut beat = tokio::time::interval(heartbeat);
         let mut last_heard = Instant::now();
         // Items whose apply failed, retried until applied or superseded.
@@ -372,6 +386,13 @@ impl Link {
                         return SessionEnd::Failed("outbound stream closed".into());
                     }
                 }
+                report = next_capacity(&mut capacity) => {
+                    if let Some(c) = report
+                        && out.send(send(spoke_message::Body::Capacity(c.into()))).await.is_err()
+                    {
+                        return SessionEnd::Failed("outbound stream closed".into());
+                    }
+                }
                 _ = beat.tick() => {
                     if last_heard.elapsed() > heartbeat * 3 {
                         return SessionEnd::Failed("hub silent for three heartbeat intervals".into());
@@ -403,6 +424,21 @@ impl Link {
             }
         }
     }
+}
+
+/// The next capacity report (never, without a capacity watch or once it
+/// ended; `None` while it has none).
+async fn next_capacity(
+    rx: &mut Option<watch::Receiver<Option<clawfed_proto::capacity::Capacity>>>,
+) -> Option<clawfed_proto::capacity::Capacity> {
+    let Some(r) = rx.as_mut() else {
+        return std::future::pending().await;
+    };
+    if r.changed().await.is_err() {
+        *rx = None;
+        return std::future::pending().await;
+    }
+    *r.borrow_and_update()
 }
 
 /// A GoAway as how the session ended.

@@ -4,6 +4,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use std::collections::BTreeMap;
+
 use clap::{Parser, ValueEnum};
 
 use super::ServerError;
@@ -166,6 +168,16 @@ pub struct Options {
     /// not supported: without this the hub refuses the enrolment.
     #[arg(long, env = "CLAWFED_ALLOW_SHARED_CLUSTER")]
     pub allow_shared_cluster: bool,
+    /// A label of this cluster, `key=value` (a Kubernetes label key and
+    /// value), reported to the hub in every Hello: Agents' placement
+    /// selectors match them. Repeat or comma-separate.
+    #[arg(
+        long,
+        env = "CLAWFED_CLUSTER_LABELS",
+        value_delimiter = ',',
+        value_parser = clawfed_proto::capacity::parse_label
+    )]
+    pub cluster_label: Vec<(String, String)>,
     /// Namespace of the spoke's own ServiceAccount: each data-plane
     /// namespace binds --tenant-cluster-role to it (a Helm release names it).
     #[arg(
@@ -192,6 +204,21 @@ pub struct Options {
 }
 
 impl Options {
+    /// The cluster's labels (`--cluster-label`); a key given twice is
+    /// refused rather than one of its values silently winning.
+    pub fn cluster_labels(&self) -> Result<BTreeMap<String, String>, ServerError> {
+        let mut labels = BTreeMap::new();
+        for (k, v) in &self.cluster_label {
+            if labels.insert(k.clone(), v.clone()).is_some() {
+                return Err(flag(
+                    "--cluster-label",
+                    format!("{k} is given more than once"),
+                ));
+            }
+        }
+        Ok(labels)
+    }
+
     /// The addresses of `--hub-url` (each through its proxy, checked against
     /// `--hub-server-name` when given).
     pub fn hub_addresses(&self) -> Result<Vec<HubAddress>, ServerError> {

@@ -212,6 +212,14 @@ pub fn link_seeds() -> Vec<Vec<u8>> {
             capabilities: vec!["provisioning-driver".into()],
             applied: [("harness/id/bot/3".to_owned(), 2i64)].into(),
             claimed_cluster_id: "c-1".into(),
+            labels: [("region".to_owned(), "eu".to_owned())].into(),
+        })),
+        spoke(spoke_message::Body::Capacity(pb::CapacityReport {
+            nodes: 2,
+            allocatable_cpu_millis: 4000,
+            allocatable_memory_bytes: 8 << 30,
+            free_cpu_millis: 1500,
+            free_memory_bytes: 3 << 30,
         })),
         spoke(spoke_message::Body::Ack(pb::Ack {
             sequence: 7,
@@ -253,6 +261,7 @@ pub fn link_seeds() -> Vec<Vec<u8>> {
             cluster_name: "exec-a".into(),
             heartbeat_interval_seconds: 5,
             resend: vec!["namespace/id".into()],
+            node_selector: [("pool".to_owned(), "agents".to_owned())].into(),
         })),
         hub(hub_message::Body::TunnelOpen(pb::TunnelOpen {
             tunnel_id: "t".into(),

@@ -51,6 +51,16 @@ pub(super) fn spec_from_pb(spec: Option<pb::AgentSpec>) -> Result<AgentSpec, Sta
         placement: Placement {
             cluster: non_empty(placement.cluster),
             cluster_selector: placement.cluster_selector.into_iter().collect(),
+            clusters: placement.clusters,
+            spread: match placement.spread.as_str() {
+                "" => None,
+                s => Some(model::Spread::parse(s).ok_or_else(|| {
+                    invalid(
+                        "spec.placement.spread",
+                        format!("{s:?} is not one of spread, pack"),
+                    )
+                })?),
+            },
         },
         plugins: spec.plugins,
         channels: spec
@@ -81,6 +91,12 @@ fn spec_to_pb(s: AgentSpec) -> pb::AgentSpec {
         placement: Some(pb::Placement {
             cluster: s.placement.cluster.unwrap_or_default(),
             cluster_selector: s.placement.cluster_selector.into_iter().collect(),
+            clusters: s.placement.clusters,
+            spread: s
+                .placement
+                .spread
+                .map(|s| s.as_str().to_owned())
+                .unwrap_or_default(),
         }),
         plugins: s.plugins,
         channels: s
@@ -244,6 +260,14 @@ pub(super) fn cluster_to_pb(c: model::Cluster) -> pb::Cluster {
         outbox_depth: c.outbox_depth,
         provider: c.provider,
         certificate_expires_at: c.certificate_expires_at.map(time),
+        capacity: c.capacity.map(|k| pb::ClusterCapacity {
+            nodes: k.nodes,
+            allocatable_cpu_millis: k.allocatable.cpu_millis,
+            allocatable_memory_bytes: k.allocatable.memory_bytes,
+            free_cpu_millis: k.free.cpu_millis,
+            free_memory_bytes: k.free.memory_bytes,
+            reported_at: time(k.reported_at),
+        }),
     }
 }
 

@@ -149,7 +149,11 @@ pub fn served_document(
                 "uniqueItems": true }),
     );
     let placement = &mut schemas["Placement"]["properties"];
-    state(&mut placement["cluster"], dns_label);
+    state(&mut placement["cluster"], dns_label.clone());
+    state(
+        &mut placement["clusters"],
+        json!({ "items": dns_label, "uniqueItems": true }),
+    );
     state(&mut placement["clusterSelector"], labels);
     for field in ["cpuRequest", "cpuLimit", "memoryRequest", "memoryLimit"] {
         state(

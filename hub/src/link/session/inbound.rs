@@ -84,6 +84,15 @@ impl Session {
                 }
                 Ok(())
             }
+            Some(spoke_message::Body::Capacity(report)) => {
+                let capacity = clawfed_proto::capacity::Capacity::from(&report);
+                tracing::debug!(cluster = %self.cluster.name, nodes = capacity.nodes, free = %capacity.free, "link.capacity");
+                self.state
+                    .store
+                    .set_cluster_capacity(&id, capacity, Utc::now())
+                    .await
+                    .map_err(Self::store_err)
+            }
             Some(spoke_message::Body::Hello(_)) => Err(Status::invalid_argument(
                 "Hello may only be the first message of a stream",
             )),

@@ -10,16 +10,23 @@ use uuid::Uuid;
 
 use super::SqlStore;
 use super::codec::{from_json, from_ms, get, ms, parse_enum, to_json};
-use crate::model::{Cluster, ConnectionState};
+use crate::model::{Cluster, ClusterCapacity, ConnectionState, ResourceAmounts};
 use crate::store::{ClusterRecord, Result};
 
-pub(in crate::store) const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
+/// The columns an upsert writes.
+const CLUSTER_WRITE_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
      connection_state, last_seen, version, created_at";
+
+/// The columns [`cluster_from_row`] reads.
+pub(in crate::store) const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
+     connection_state, last_seen, version, created_at, capacity_nodes, \
+     capacity_allocatable_cpu_millis, capacity_allocatable_memory_bytes, \
+     capacity_free_cpu_millis, capacity_free_memory_bytes, capacity_reported_at";
 
 pub(super) async fn upsert_cluster(store: &SqlStore, c: &ClusterRecord) -> Result<Cluster> {
     let now = Utc::now();
     let sql = format!(
-        "INSERT INTO clusters ({CLUSTER_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+        "INSERT INTO clusters ({CLUSTER_WRITE_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
          ON CONFLICT (name) DO UPDATE SET labels = $3, capabilities = $4, \
          certificate_serials = $5, connection_state = $6, last_seen = $7, version = $8 \
          RETURNING {CLUSTER_COLS}"
@@ -70,5 +77,27 @@ pub(in crate::store) fn cluster_from_row(r: &AnyRow) -> Result<Cluster> {
         created_at: from_ms(get(r, W, "created_at")?),
         outbox_depth: None,
         certificate_expires_at: None,
+        capacity: capacity_from_row(r)?,
     })
+}
+
+/// The cluster's last capacity report, if it made one.
+fn capacity_from_row(r: &AnyRow) -> Result<Option<ClusterCapacity>> {
+    const W: &str = "cluster";
+    let Some(at) = get::<Option<i64>>(r, W, "capacity_reported_at")? else {
+        return Ok(None);
+    };
+    let n = |col: &str| -> Result<i64> { Ok(get::<Option<i64>>(r, W, col)?.unwrap_or(0)) };
+    Ok(Some(ClusterCapacity {
+        nodes: u32::try_from(n("capacity_nodes")?).unwrap_or(u32::MAX),
+        allocatable: ResourceAmounts {
+            cpu_millis: n("capacity_allocatable_cpu_millis")?,
+            memory_bytes: n("capacity_allocatable_memory_bytes")?,
+        },
+        free: ResourceAmounts {
+            cpu_millis: n("capacity_free_cpu_millis")?,
+            memory_bytes: n("capacity_free_memory_bytes")?,
+        },
+        reported_at: from_ms(at),
+    }))
 }

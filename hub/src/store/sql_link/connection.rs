@@ -6,8 +6,9 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::SqlStore;
 use crate::model::{Cluster, ConnectionState};
-use crate::store::Result;
 use crate::store::sql::{CLUSTER_COLS, cluster_from_row, from_ms, ms};
+use crate::store::{Result, SpokeHello};
+use clawfed_proto::capacity::Capacity;
 
 pub(super) async fn get_cluster_by_id(store: &SqlStore, id: &str) -> Result<Cluster> {
     let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE id = $1");
@@ -21,44 +22,51 @@ pub(super) async fn set_connection_state(
     cluster_id: &str,
     state: ConnectionState,
     last_seen: DateTime<Utc>,
-    hello: Option<(&str, &[String])>,
+    hello: Option<SpokeHello<'_>>,
 ) -> Result<()> {
-    let (version, capabilities) = match hello {
-        Some((v, caps)) => (
-            Some(v.to_owned()),
-            Some(serde_json::to_string(caps).unwrap_or_else(|_| "[]".into())),
+    let (version, capabilities, labels) = match hello {
+        Some(h) => (
+            Some(h.version.to_owned()),
+            Some(serde_json::to_string(h.capabilities).unwrap_or_else(|_| "[]".into())),
+            Some(serde_json::to_string(h.labels).unwrap_or_else(|_| "{}".into())),
         ),
-        None => (None, None),
+        None => (None, None, None),
     };
     // With its watch event in one transaction: a change of state, or a
-    // Hello that changes the version or capabilities, is an event; a
+    // Hello that changes the version, capabilities or labels, is an event; a
     // heartbeat's last_seen is not, nor a Hello that changes nothing (a
     // spoke moving to another replica while its cluster stays online:
     // the event's sequence is one row every writer waits for, and a
     // failover would queue thousands of them for nothing).
     let mut tx = store.begin().await?;
-    let query =
-        sqlx::query("SELECT connection_state, version, capabilities FROM clusters WHERE id = $1")
-            .bind(cluster_id.to_owned());
-    let before: Option<(String, Option<String>, Option<String>)> = store
+    let query = sqlx::query(
+        "SELECT connection_state, version, capabilities, labels FROM clusters WHERE id = $1",
+    )
+    .bind(cluster_id.to_owned());
+    type Before = (String, Option<String>, Option<String>, Option<String>);
+    let before: Option<Before> = store
         .row_in(&mut tx, query)
         .await?
-        .map(|r| (r.get(0), r.get(1), r.get(2)));
-    let hello_changes = match (&before, &version, &capabilities) {
-        (Some((_, v0, c0)), Some(v), Some(c)) => {
-            v0.as_deref() != Some(v.as_str()) || c0.as_deref() != Some(c.as_str())
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)));
+    let hello_changes = match (&before, &version, &capabilities, &labels) {
+        (Some((_, v0, c0, l0)), Some(v), Some(c), Some(l)) => {
+            v0.as_deref() != Some(v.as_str())
+                || c0.as_deref() != Some(c.as_str())
+                || l0.as_deref() != Some(l.as_str())
         }
         _ => false,
     };
     let query = sqlx::query(
         "UPDATE clusters SET connection_state = $1, last_seen = $2, \
-         version = COALESCE($3, version), capabilities = COALESCE($4, capabilities) \
-         WHERE id = $5 AND revoked_at IS NULL",
+         version = COALESCE($3, version), capabilities = COALESCE($4, capabilities), \
+         labels = COALESCE($5, labels) \
+         WHERE id = $6 AND revoked_at IS NULL",
     )
     .bind(state.as_str())
     .bind(ms(last_seen))
     .bind(version)
     .bind(capabilities)
+    .bind(labels)
     .bind(cluster_id.to_owned());
     let updated = store.run_in(&mut tx, query).await?;
     let changed = before.as_ref().map(|b| b.0.as_str()) != Some(state.as_str());
@@ -72,6 +80,28 @@ pub(super) async fn set_connection_state(
     if event {
         store.events_committed();
     }
+    Ok(())
+}
+
+pub(super) async fn set_cluster_capacity(
+    store: &SqlStore,
+    cluster_id: &str,
+    c: Capacity,
+    at: DateTime<Utc>,
+) -> Result<()> {
+    let query = sqlx::query(
+        "UPDATE clusters SET capacity_nodes = $1, capacity_allocatable_cpu_millis = $2, \
+         capacity_allocatable_memory_bytes = $3, capacity_free_cpu_millis = $4, \
+         capacity_free_memory_bytes = $5, capacity_reported_at = $6 WHERE id = $7",
+    )
+    .bind(i64::from(c.nodes))
+    .bind(c.allocatable.cpu_millis)
+    .bind(c.allocatable.memory_bytes)
+    .bind(c.free.cpu_millis)
+    .bind(c.free.memory_bytes)
+    .bind(ms(at))
+    .bind(cluster_id.to_owned());
+    store.run(query).await?;
     Ok(())
 }
 

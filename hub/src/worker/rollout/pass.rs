@@ -9,14 +9,14 @@ use clawfed_proto::work::{self as wire, generation};
 
 use super::facts::Gathered;
 use super::spec::{
-    gateway_target, harness_credential, harness_target, harness_work, namespace_target,
-    namespace_work, revision_work,
+    gateway_target, harness_credential, harness_demand, harness_target, harness_work,
+    namespace_target, namespace_work, revision_work,
 };
 use super::{BUSY_FALLBACK, Flow, PassError, PassResult, Rollout, revision_and_agent, store_err};
 use crate::auth::Action;
 use crate::model::{Agent, AgentRevision, Namespace, RevisionPhase, WorkItem};
 use crate::pipeline::{
-    FailReason, Placement, Step, choose_cluster, decide, needs, unplaced_reason,
+    FailReason, Placement, PlacementRequest, Step, choose_cluster, decide, needs, unplaced_reason,
 };
 use crate::store::Store;
 use crate::worker::WorkError;
@@ -143,11 +143,12 @@ impl Rollout {
             }
             Step::Place => {
                 let clusters = store.list_clusters().await.map_err(store_err)?;
-                let c = match choose_cluster(
-                    &clusters,
-                    &rev.spec.placement.cluster_selector,
-                    needs(&rev.spec),
-                ) {
+                let request = PlacementRequest {
+                    placement: &rev.spec.placement,
+                    needs: needs(&rev.spec),
+                    demand: harness_demand(&rev.spec, &self.config.workload),
+                };
+                let c = match choose_cluster(&clusters, &request) {
                     Placement::Chosen(c) => c,
                     Placement::Refused(why) => {
                         let reason = FailReason::PlacementRefused(why).to_string();
@@ -155,7 +156,7 @@ impl Rollout {
                     }
                     Placement::Unavailable => {
                         // Say why in the revision, not just `pending`.
-                        let why = unplaced_reason(&clusters, &rev.spec.placement.cluster_selector);
+                        let why = unplaced_reason(&clusters, &request);
                         if rev.reason.as_deref() != Some(why.as_str()) {
                             rev.reason = Some(why);
                             self.save(store, &mut rev).await?;

@@ -8,7 +8,7 @@ use clawfed_proto::work::{self as spec, target};
 
 use crate::compute_driver::WorkloadSettings;
 use crate::gateway::{GatewayTarget, TunnelEndpoint};
-use crate::model::{Agent, AgentRevision, HarnessKind, Namespace};
+use crate::model::{Agent, AgentRevision, AgentSpec, HarnessKind, Namespace};
 use crate::secrets::SecretValue;
 
 /// The Harness work target of a revision.
@@ -41,18 +41,18 @@ pub fn namespace_work(ns: &Namespace, settings: &WorkloadSettings) -> spec::Work
 
 /// The installation's agent resources with the revision's own on top, key
 /// by key (an Agent that sets only a memory limit keeps the default CPU).
-fn harness_resources(rev: &AgentRevision, settings: &WorkloadSettings) -> spec::Resources {
+fn harness_resources(agent: &AgentSpec, settings: &WorkloadSettings) -> spec::Resources {
     // The installation's, or, when it sets none, what the runtime of this
     // kind was measured to need.
     let mut out = if settings.agent_resources == spec::Resources::default() {
-        match rev.spec.harness_kind {
+        match agent.harness_kind {
             HarnessKind::DedicatedCodex => spec::codex::default_resources(),
             _ => spec::runtime::default_resources(),
         }
     } else {
         settings.agent_resources.clone()
     };
-    let r = &rev.spec.resources;
+    let r = &agent.resources;
     for (limit, key, value) in [
         (false, "cpu", &r.cpu_request),
         (false, "memory", &r.memory_request),
@@ -69,6 +69,28 @@ fn harness_resources(rev: &AgentRevision, settings: &WorkloadSettings) -> spec::
         }
     }
     out
+}
+
+/// The CPU and memory a Harness of `agent` requests of its node, as the
+/// scheduler will count them: the requests its work carries, else the
+/// tenant LimitRange's default request (the installation's container
+/// defaults). Placement puts a revision only where this fits. A quantity
+/// that does not parse counts as zero (deploy validation refuses those).
+pub fn harness_demand(
+    agent: &AgentSpec,
+    settings: &WorkloadSettings,
+) -> clawfed_proto::capacity::Resources {
+    let requests = harness_resources(agent, settings).requests;
+    let defaults = &settings.container_defaults.default_request;
+    let get = |k: &str| requests.get(k).or_else(|| defaults.get(k));
+    clawfed_proto::capacity::Resources {
+        cpu_millis: get("cpu")
+            .and_then(|q| clawfed_proto::capacity::cpu_millis(q).ok())
+            .unwrap_or(0),
+        memory_bytes: get("memory")
+            .and_then(|q| clawfed_proto::capacity::bytes(q).ok())
+            .unwrap_or(0),
+    }
 }
 
 /// `harness.apply` for `rev` in `data_plane_namespace` (the physical name
@@ -118,7 +140,7 @@ pub fn harness_work(
         image,
         require_digest,
         requirement_labels: rev.spec.requirement_labels.clone(),
-        resources: harness_resources(rev, settings),
+        resources: harness_resources(&rev.spec, settings),
         port: settings.harness_port,
         env,
         // The Agent-owned claim: the runtime's state and workspace for
@@ -435,6 +457,34 @@ runtime:
         };
         assert!(n.quota.is_empty() && n.network.dns.is_none());
         assert_eq!(n.network.harness_port, 8080);
+    }
+
+    #[test]
+    fn the_demand_placed_on_is_the_requests_the_work_carries() {
+        let s = settings();
+        let rev = revision(
+            "dedicated-openclaw",
+            serde_json::json!({ "cpuRequest": "1" }),
+        );
+        assert_eq!(
+            harness_demand(&rev.spec, &s),
+            clawfed_proto::capacity::Resources {
+                cpu_millis: 1000,
+                memory_bytes: 1 << 30
+            }
+        );
+        // Without agent resources the runtime's measured needs, and where
+        // those name no request the LimitRange's default request.
+        let mut bare = s.clone();
+        bare.agent_resources = spec::Resources::default();
+        let measured = spec::runtime::default_resources();
+        let rev = revision("embedded-openclaw", serde_json::json!({}));
+        let d = harness_demand(&rev.spec, &bare);
+        let cpu = measured.requests.get("cpu").map_or("100m", String::as_str);
+        assert_eq!(
+            d.cpu_millis,
+            clawfed_proto::capacity::cpu_millis(cpu).unwrap()
+        );
     }
 
     #[test]
