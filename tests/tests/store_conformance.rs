@@ -569,7 +569,7 @@ mod cases {
     /// kept with when it came, and a heartbeat's state write keeps both.
     pub async fn clusters_keep_what_their_spoke_reports(s: Arc<dyn Store>) {
         use clawfed_hub::model::ResourceAmounts;
-        use clawfed_hub::store::{LinkStore, SpokeHello};
+        use clawfed_hub::store::SpokeHello;
         use clawfed_proto::capacity::{Capacity, Resources};
         let c = s
             .upsert_cluster(&ClusterRecord {
@@ -642,7 +642,7 @@ mod cases {
             .await
             .unwrap();
         let got = s.get_cluster("exec-a").await.unwrap();
-        let k = got.capacity.expect("stored");
+        let k = got.capacity.clone().expect("stored");
         assert_eq!(k.nodes, 3);
         assert_eq!(
             k.allocatable,

@@ -256,15 +256,20 @@ pub fn unplaced_reason(clusters: &[Cluster], req: &Request<'_>) -> String {
             wanted.join(",")
         );
     }
-    let matching_offline = considered
+    let matching: Vec<&(&Cluster, Reason)> = considered
         .iter()
         .filter(|(_, r)| !matches!(r, Reason::Labels(_)))
-        .all(|(_, r)| matches!(r, Reason::State(_)));
-    let what = match matching_offline {
-        true => "no matching cluster is online",
-        false => "no cluster can take the revision",
+        .collect();
+    // Only connection states keep the matching clusters out: name those
+    // alone; otherwise every cluster with its reason.
+    let (what, named) = match matching.iter().all(|(_, r)| matches!(r, Reason::State(_))) {
+        true => ("no matching cluster is online", matching),
+        false => (
+            "no cluster can take the revision",
+            considered.iter().collect(),
+        ),
     };
-    let each: Vec<String> = considered
+    let each: Vec<String> = named
         .iter()
         .map(|(c, r)| match r {
             // cannot_serve's text names the cluster itself.

@@ -478,7 +478,11 @@ fn placement_invariants_hold_over_generated_fleets() {
                 assert!(why.starts_with(WAITING_FOR_PLACEMENT), "{why}");
                 for c in &clusters {
                     let r = why_not(c, &req).expect("a reason");
-                    let named = !matches!(r, Reason::NotPinned | Reason::NotListed);
+                    // Every cluster the placement names or selects, with
+                    // its reason (label mismatches too, unless only
+                    // connection states keep the matching ones out).
+                    let named =
+                        !matches!(r, Reason::NotPinned | Reason::NotListed | Reason::Labels(_));
                     let all_labels = clusters.iter().all(|c| {
                         matches!(
                             why_not(c, &req),
