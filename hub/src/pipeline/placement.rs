@@ -262,11 +262,13 @@ pub fn unplaced_reason(clusters: &[Cluster], req: &Request<'_>) -> String {
         .collect();
     // Only connection states keep the matching clusters out: name those
     // alone; otherwise every cluster with its reason.
-    let (what, named) = match matching.iter().all(|(_, r)| matches!(r, Reason::State(_))) {
-        true => ("no matching cluster is online", matching),
+    // (A fit reason has commas of its own: `; ` between those.)
+    let (what, named, sep) = match matching.iter().all(|(_, r)| matches!(r, Reason::State(_))) {
+        true => ("no matching cluster is online", matching, ", "),
         false => (
             "no cluster can take the revision",
             considered.iter().collect(),
+            "; ",
         ),
     };
     let each: Vec<String> = named
@@ -277,7 +279,7 @@ pub fn unplaced_reason(clusters: &[Cluster], req: &Request<'_>) -> String {
             r => format!("{} {r}", c.name),
         })
         .collect();
-    format!("{WAITING_FOR_PLACEMENT}: {what} ({})", each.join("; "))
+    format!("{WAITING_FOR_PLACEMENT}: {what} ({})", each.join(sep))
 }
 
 #[cfg(test)]

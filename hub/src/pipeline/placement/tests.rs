@@ -95,7 +95,7 @@ fn the_first_online_cluster_matching_every_label_by_default() {
     let why = unplaced_reason(&offline, &Request::anywhere(&gpu));
     assert!(
         why.contains(
-            "no matching cluster is online (a is offline; b has not connected yet; c is revoked)"
+            "no matching cluster is online (a is offline, b has not connected yet, c is revoked)"
         ),
         "{why}"
     );
