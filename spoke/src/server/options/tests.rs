@@ -109,3 +109,39 @@ fn hub_addresses_and_token() {
         Some("secret-token")
     );
 }
+
+#[test]
+fn cluster_labels_are_kubernetes_labels_given_once() {
+    let o = options(&[
+        "--cluster-label",
+        "topology.kubernetes.io/region=eu-1,tier=gpu",
+        "--cluster-label",
+        "spare=",
+    ]);
+    assert_eq!(
+        o.cluster_labels().expect("labels"),
+        BTreeMap::from([
+            ("topology.kubernetes.io/region".to_owned(), "eu-1".to_owned()),
+            ("tier".to_owned(), "gpu".to_owned()),
+            ("spare".to_owned(), String::new()),
+        ])
+    );
+    let twice = options(&["--cluster-label", "tier=gpu", "--cluster-label", "tier=cpu"]);
+    let err = refusal(twice.cluster_labels().unwrap_err());
+    assert!(err.starts_with("--cluster-label: tier is given more than once"), "{err}");
+    let bad = Options::try_parse_from([
+        "clawfed-spoke",
+        "--hub-url",
+        "https://127.0.0.1:8443",
+        "--ca-file",
+        "/nonexistent/ca.pem",
+        "--cluster-name",
+        "exec-a",
+        "--cluster-label",
+        "tier=not ok",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(bad.contains("--cluster-label"), "{bad}");
+    assert!(bad.contains("tier="), "{bad}");
+}
