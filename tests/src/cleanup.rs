@@ -91,19 +91,29 @@ impl Drop for Cleanup {
             return;
         }
         let mut me = std::mem::take(self);
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("cleanup runtime");
-            rt.block_on(async {
-                match tokio::time::timeout(Duration::from_secs(90), me.run()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => eprintln!("cleanup failed: {e:#}"),
-                    Err(_) => eprintln!("cleanup timed out"),
-                }
-            });
-        })
-        .join();
+        on_own_runtime(Duration::from_secs(90), async move { me.run().await });
     }
+}
+
+/// Runs `cleanup` to its end (or `within`) on a runtime of its own, on a
+/// thread of its own: from a `Drop`, which may run inside a test's runtime
+/// or while a failed test unwinds. Failures are printed, never raised.
+pub fn on_own_runtime<F>(within: Duration, cleanup: F)
+where
+    F: std::future::Future<Output = Result<()>> + Send + 'static,
+{
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("cleanup runtime");
+        rt.block_on(async {
+            match tokio::time::timeout(within, cleanup).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => eprintln!("cleanup failed: {e:#}"),
+                Err(_) => eprintln!("cleanup timed out"),
+            }
+        });
+    })
+    .join();
 }

@@ -27,6 +27,49 @@ pub fn bin(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Where a `clawfed-spoke --applier kube` child finds what it needs.
+#[derive(Debug, Clone, Copy)]
+pub struct KubeSpoke<'a> {
+    pub hub_url: &'a str,
+    pub ca_file: &'a Path,
+    pub cluster_name: &'a str,
+    pub state_dir: &'a Path,
+    /// Acting as the spoke's ServiceAccount.
+    pub kubeconfig: &'a Path,
+    /// Only for its first start (enrolment).
+    pub token_file: Option<&'a Path>,
+}
+
+impl KubeSpoke<'_> {
+    /// The command, with the environment's `CLAWFED_*` and `KUBECONFIG`
+    /// removed (only the flags say what it does), metrics on port 0 and a
+    /// 1 s reconnect cap; add flags before spawning.
+    pub fn command(&self) -> Result<Command> {
+        let mut c = Command::new(bin("clawfed-spoke")?);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("CLAWFED_") || k == "KUBECONFIG" {
+                c.env_remove(k);
+            }
+        }
+        c.args(["--hub-url", self.hub_url])
+            .arg("--ca-file")
+            .arg(self.ca_file)
+            .args(["--cluster-name", self.cluster_name])
+            .arg("--state-dir")
+            .arg(self.state_dir)
+            .args(["--applier", "kube"])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .args(["--backoff-max-seconds", "1"])
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig)
+            .env("CLAWFED_LOG", "info");
+        if let Some(token) = self.token_file {
+            c.arg("--bootstrap-token-file").arg(token);
+        }
+        Ok(c)
+    }
+}
+
 /// What a clawfed process prints on stdout once its listeners are bound:
 /// `clawfed-hub listening: rest=… grpc=… metrics=…/metrics link=… tunnel=…
 /// database=…`, `clawfed-spoke listening: metrics=…/metrics`.

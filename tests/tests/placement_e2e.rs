@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -20,10 +19,11 @@ use clawfed_hub::config::ComputeDriverSection;
 use clawfed_hub::model::{AgentRevision, Cluster, ConnectionState, Namespace};
 use clawfed_proto::capacity::{self, Resources};
 use clawfed_tests::api::HARNESS_IMAGE;
+use clawfed_tests::cleanup::on_own_runtime;
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env::{self, TestCluster};
 use clawfed_tests::link::{bootstrap_token, cluster, eventually, hub_ca, hub_url};
-use clawfed_tests::procs::{Proc, bin};
+use clawfed_tests::procs::{KubeSpoke, Proc};
 use clawfed_tests::{control_env, spoke_env};
 use k8s_openapi::api::core::v1::{
     Container, Namespace as KubeNamespace, Node, NodeSpec, NodeStatus, Pod, PodSpec,
@@ -84,23 +84,9 @@ impl Made {
 impl Drop for Made {
     fn drop(&mut self) {
         let objects = std::mem::take(&mut self.objects);
-        if objects.is_empty() {
-            return;
+        if !objects.is_empty() {
+            on_own_runtime(Duration::from_secs(60), Made::remove(objects));
         }
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("cleanup runtime");
-            rt.block_on(async {
-                match tokio::time::timeout(Duration::from_secs(60), Made::remove(objects)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => eprintln!("cleanup failed: {e:#}"),
-                    Err(_) => eprintln!("cleanup timed out"),
-                }
-            });
-        })
-        .join();
     }
 }
 
@@ -289,26 +275,16 @@ async fn spawn_spoke(
     std::fs::write(&token, bootstrap_token(hub, name, false).await)?;
     let ca = root.join("hub-ca.pem");
     std::fs::write(&ca, hub_ca(hub))?;
-    let mut c = Command::new(bin("clawfed-spoke")?);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CLAWFED_") || k == "KUBECONFIG" {
-            c.env_remove(k);
-        }
+    let state = root.join("state");
+    let mut c = KubeSpoke {
+        hub_url: &hub_url(hub),
+        ca_file: &ca,
+        cluster_name: name,
+        state_dir: &state,
+        kubeconfig: &kubeconfig,
+        token_file: Some(&token),
     }
-    c.args(["--hub-url", &hub_url(hub)])
-        .arg("--ca-file")
-        .arg(&ca)
-        .args(["--cluster-name", name])
-        .arg("--state-dir")
-        .arg(root.join("state"))
-        .args(["--applier", "kube"])
-        .args(["--metrics-addr", "127.0.0.1:0"])
-        .args(["--backoff-max-seconds", "1"])
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--bootstrap-token-file")
-        .arg(&token)
-        .env("CLAWFED_LOG", "info");
+    .command()?;
     for label in labels {
         c.args(["--cluster-label", label]);
     }
