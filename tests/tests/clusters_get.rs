@@ -156,6 +156,119 @@ async fn a_cluster_shows_its_certificate_expiry_version_provider_and_capabilitie
     spoke.abort();
 }
 
+
+/// Issue 33: the labels a spoke reports in its Hello (it runs the real link
+/// over mTLS) and the capacity the hub holds for the cluster show through
+/// REST, gRPC and the CLI; capacity is absent until reported.
+async fn a_cluster_shows_its_labels_and_capacity(backend: Backend) {
+    use clawfed_proto::capacity::{Capacity, Resources};
+    use clawfed_spoke::link::identity::FileIdentityStore;
+    use clawfed_spoke::link::{Link, SpokeMetrics};
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    let hub = TestHub::start(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = bootstrap_token(&hub, "exec-a", false).await;
+    let labels = BTreeMap::from([
+        ("region".to_owned(), "eu".to_owned()),
+        ("tier".to_owned(), "gpu".to_owned()),
+    ]);
+    let link = Link::new(
+        clawfed_spoke::link::LinkConfig {
+            capabilities: vec!["applier:ledger".to_owned()],
+            ..clawfed_tests::link::kube_link_config(
+                &clawfed_tests::link::hub_url(&hub),
+                clawfed_tests::link::hub_ca(&hub),
+                "exec-a",
+                Some(token),
+            )
+            .unwrap()
+        },
+        Arc::new(FileIdentityStore::new(dir.path())),
+        Arc::new(clawfed_spoke::link::ledger::FileLedger::open(dir.path()).unwrap()),
+        SpokeMetrics::default(),
+    )
+    .with_labels(labels.clone());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (_reports, reports_rx) = tokio::sync::mpsc::channel(1);
+    let spoke = tokio::spawn(link.run(reports_rx, shutdown.clone()));
+    let c = eventually(WAIT, "exec-a online", || async {
+        cluster(&hub, "exec-a")
+            .await
+            .filter(|c| c.connection_state == ConnectionState::Online)
+    })
+    .await;
+    assert_eq!(c.labels, labels, "the spoke's labels");
+    assert_eq!(c.capacity, None, "the ledger spoke reports no capacity");
+    let row = cli(&hub, &["clusters", "get", "exec-a"]);
+    assert!(row.contains("region=eu,tier=gpu"), "{row}");
+
+    let report = Capacity {
+        nodes: 2,
+        allocatable: Resources {
+            cpu_millis: 8000,
+            memory_bytes: 16 << 30,
+        },
+        free: Resources {
+            cpu_millis: 1500,
+            memory_bytes: 3 << 29,
+        },
+    };
+    hub.store()
+        .set_cluster_capacity(&c.id, report, Utc::now())
+        .await
+        .unwrap();
+    let got: Value = hub.get_root_json("/clusters/exec-a").await;
+    assert_eq!(got["capacity"]["nodes"], 2, "{got}");
+    assert_eq!(got["capacity"]["free"]["cpuMillis"], 1500, "{got}");
+    assert_eq!(
+        got["capacity"]["allocatable"]["memoryBytes"],
+        16i64 << 30,
+        "{got}"
+    );
+    let listed: Value = hub.get_root_json("/clusters").await;
+    assert_eq!(listed["items"][0]["capacity"], got["capacity"], "{listed}");
+
+    let mut grpc = hub.grpc().await;
+    let mut req = tonic::Request::new(pb::GetClusterRequest {
+        name: "exec-a".into(),
+    });
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {}", hub.root_token).parse().unwrap(),
+    );
+    let g = grpc
+        .get_cluster(req)
+        .await
+        .expect("GetCluster")
+        .into_inner();
+    assert_eq!(g.labels.get("tier").map(String::as_str), Some("gpu"));
+    let k = g.capacity.expect("gRPC capacity");
+    assert_eq!(
+        (k.nodes, k.free_cpu_millis, k.free_memory_bytes),
+        (2, 1500, 3 << 29)
+    );
+    assert!(k.reported_at.parse::<DateTime<Utc>>().is_ok(), "{k:?}");
+
+    let table = cli(&hub, &["clusters", "get", "exec-a"]);
+    let header = table.lines().next().unwrap_or_default();
+    for column in ["LABELS", "NODES", "ALLOCATABLE", "FREE"] {
+        assert!(header.contains(column), "{table}");
+    }
+    assert!(table.contains("cpu 8000m, memory 16Gi"), "{table}");
+    assert!(table.contains("cpu 1500m, memory 1.5Gi"), "{table}");
+    let list = cli(&hub, &["clusters", "list"]);
+    assert!(
+        list.lines().next().unwrap_or_default().contains("FREE"),
+        "{list}"
+    );
+    assert!(list.contains("cpu 1500m, memory 1.5Gi"), "{list}");
+    shutdown.cancel();
+    let _ = spoke.await;
+}
+
 clawfed_tests::on_both_backends!(
-    a_cluster_shows_its_certificate_expiry_version_provider_and_capabilities
+    a_cluster_shows_its_certificate_expiry_version_provider_and_capabilities,
+    a_cluster_shows_its_labels_and_capacity
 );

@@ -355,7 +355,8 @@ pub(super) enum RevisionCommand {
 pub(super) enum ClusterCommand {
     List,
     /// A cluster in detail (every cluster without NAME): state, version,
-    /// provider, capabilities, certificate expiry, last seen, outbox.
+    /// provider, capabilities, certificate expiry, last seen, outbox,
+    /// labels and the capacity its spoke reported.
     Get {
         name: Option<String>,
     },
