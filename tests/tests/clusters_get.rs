@@ -156,7 +156,6 @@ async fn a_cluster_shows_its_certificate_expiry_version_provider_and_capabilitie
     spoke.abort();
 }
 
-
 /// Issue 33: the labels a spoke reports in its Hello (it runs the real link
 /// over mTLS) and the capacity the hub holds for the cluster show through
 /// REST, gRPC and the CLI; capacity is absent until reported.

@@ -594,6 +594,31 @@ async fn hello_claiming_another_clusters_id_is_refused() {
     unchanged(store.as_ref(), &before).await;
 }
 
+/// Issue 33: the labels a Hello reports are what placement selectors
+/// match; one that is not a Kubernetes label is refused, naming it, and
+/// nothing is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_with_labels_that_are_not_kubernetes_labels_is_refused() {
+    let hub = start_hub(|_| {}).await;
+    let store = hub.store();
+    let a = enroll(&hub, "exec-a").await;
+    let before = snapshot(store.as_ref()).await;
+    let mut bad = hello(&a.cluster_id, HashMap::new());
+    if let spoke_message::Body::Hello(h) = &mut bad {
+        h.labels = HashMap::from([("zone".to_owned(), "not a value".to_owned())]);
+    }
+    let mut s = Stream::open(&hub, &a, bad).await.unwrap();
+    let status = s.closed_with().await;
+    assert_status(
+        &status,
+        Code::InvalidArgument,
+        "Hello.labels: cluster label zone=",
+    );
+    unchanged(store.as_ref(), &before).await;
+    let c = store.get_cluster("exec-a").await.unwrap();
+    assert!(c.labels.is_empty(), "{:?}", c.labels);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_message_must_be_hello_and_only_the_first() {
     let hub = start_hub(|_| {}).await;

@@ -192,6 +192,22 @@ async fn run(
             .await;
         return;
     }
+    // Labels placement matches must be Kubernetes labels: refused before
+    // anything is recorded.
+    let labels: std::collections::BTreeMap<String, String> = hello
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if let Err(why) = clawfed_proto::capacity::check_labels(&labels) {
+        tracing::warn!(cluster = %cluster.name, error = %why, "link.hello_labels_refused");
+        let _ = tx
+            .send(Err(Status::invalid_argument(format!(
+                "Hello.labels: {why}"
+            ))))
+            .await;
+        return;
+    }
     let handle = state
         .registry
         .register(&cluster.id, &cluster.name, now_ms(), Some(control));
@@ -228,7 +244,7 @@ async fn run(
             ..Default::default()
         },
     };
-    let end = match session.open(&hello).await {
+    let end = match session.open(&hello, &labels).await {
         Ok(()) => session.serve(&mut inbound, &identity).await,
         Err(status) => End::Status(status),
     };
@@ -248,7 +264,11 @@ impl Session {
 
     /// Marks the cluster online, acks what the spoke already applied and
     /// sends Welcome.
-    async fn open(&mut self, hello: &pb::Hello) -> Result<(), Status> {
+    async fn open(
+        &mut self,
+        hello: &pb::Hello,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), Status> {
         let store = &self.state.store;
         let id = self.cluster.id.clone();
         // Before the cluster shows online: this session supersedes any
@@ -260,15 +280,6 @@ impl Session {
             .await
             .map_err(Self::store_err)?;
         self.handle.epoch.store(epoch, Ordering::Release);
-        let labels: std::collections::BTreeMap<String, String> = hello
-            .labels
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        if let Err(why) = clawfed_proto::capacity::check_labels(&labels) {
-            tracing::warn!(cluster = %self.cluster.name, error = %why, "link.hello_labels_refused");
-            return Err(Status::invalid_argument(format!("Hello.labels: {why}")));
-        }
         store
             .set_connection_state(
                 &id,
@@ -277,7 +288,7 @@ impl Session {
                 Some(crate::store::SpokeHello {
                     version: &hello.spoke_version,
                     capabilities: &hello.capabilities,
-                    labels: &labels,
+                    labels,
                 }),
             )
             .await
