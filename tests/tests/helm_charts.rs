@@ -1765,7 +1765,12 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
             (false, &["get", "secrets", "-n", "kube-system"]),
             (false, &["list", "secrets", "--all-namespaces"]),
             (false, &["create", "deployments.apps", "-n", "kube-system"]),
-            (false, &["get", "nodes"]),
+            // Capacity reports: Nodes and bound Pods, read only.
+            (true, &["watch", "nodes"]),
+            (true, &["list", "pods", "--all-namespaces"]),
+            (false, &["patch", "nodes"]),
+            (false, &["get", "pods", "-n", "kube-system"]),
+            (false, &["delete", "pods", "-n", "kube-system"]),
             (
                 false,
                 &[
