@@ -976,20 +976,27 @@ async fn spoke_service_account_is_denied_outside_its_grant() -> Result<()> {
     let sa = e.spoke.clone();
     let other = e.cluster.create_namespace("not-clawfed").await?;
     // Tenant objects outside data-plane namespaces: forbidden.
-    let err = Api::<Pod>::namespaced(sa.clone(), "kube-system")
-        .list(&ListParams::default())
-        .await
-        .expect_err("pods in kube-system");
-    assert!(is_forbidden(&err), "{err}");
     let err = Api::<Secret>::all(sa.clone())
         .list(&ListParams::default())
         .await
         .expect_err("secrets cluster-wide");
     assert!(is_forbidden(&err), "{err}");
-    let err = Api::<Pod>::all(sa.clone())
-        .list(&ListParams::default())
+    // Pods anywhere are listed and watched for capacity reports (issue 33),
+    // read only: never read one by one, written or deleted outside a
+    // data-plane namespace.
+    Api::<Pod>::all(sa.clone())
+        .list(&ListParams::default().limit(1))
+        .await?;
+    let kube_system = Api::<Pod>::namespaced(sa.clone(), "kube-system");
+    let err = kube_system
+        .get("any")
         .await
-        .expect_err("pods cluster-wide");
+        .expect_err("a pod in kube-system");
+    assert!(is_forbidden(&err), "{err}");
+    let err = kube_system
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .expect_err("deleting pods in kube-system");
     assert!(is_forbidden(&err), "{err}");
     let err = Api::<Deployment>::namespaced(sa.clone(), &other.name)
         .list(&ListParams::default())
