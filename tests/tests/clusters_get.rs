@@ -33,6 +33,21 @@ fn cli(hub: &TestHub, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
+/// `GetCluster` as the root token.
+async fn grpc_cluster(hub: &TestHub, name: &str) -> pb::Cluster {
+    let mut req = tonic::Request::new(pb::GetClusterRequest { name: name.into() });
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {}", hub.root_token).parse().unwrap(),
+    );
+    hub.grpc()
+        .await
+        .get_cluster(req)
+        .await
+        .expect("GetCluster")
+        .into_inner()
+}
+
 async fn a_cluster_shows_its_certificate_expiry_version_provider_and_capabilities(
     backend: Backend,
 ) {
@@ -83,19 +98,7 @@ async fn a_cluster_shows_its_certificate_expiry_version_provider_and_capabilitie
     assert_eq!(listed_expiry, expires);
 
     // gRPC: the same fields.
-    let mut grpc = hub.grpc().await;
-    let mut req = tonic::Request::new(pb::GetClusterRequest {
-        name: "exec-a".into(),
-    });
-    req.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {}", hub.root_token).parse().unwrap(),
-    );
-    let g = grpc
-        .get_cluster(req)
-        .await
-        .expect("GetCluster")
-        .into_inner();
+    let g = grpc_cluster(&hub, "exec-a").await;
     assert_eq!(g.provider.as_deref(), Some("kata-test"));
     assert_eq!(g.version, "test");
     assert_eq!(g.capabilities, c.capabilities);
@@ -229,19 +232,7 @@ async fn a_cluster_shows_its_labels_and_capacity(backend: Backend) {
     let listed: Value = hub.get_root_json("/clusters").await;
     assert_eq!(listed["items"][0]["capacity"], got["capacity"], "{listed}");
 
-    let mut grpc = hub.grpc().await;
-    let mut req = tonic::Request::new(pb::GetClusterRequest {
-        name: "exec-a".into(),
-    });
-    req.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {}", hub.root_token).parse().unwrap(),
-    );
-    let g = grpc
-        .get_cluster(req)
-        .await
-        .expect("GetCluster")
-        .into_inner();
+    let g = grpc_cluster(&hub, "exec-a").await;
     assert_eq!(g.labels.get("tier").map(String::as_str), Some("gpu"));
     let k = g.capacity.expect("gRPC capacity");
     assert_eq!(
