@@ -392,7 +392,7 @@ pub enum Placement<'a> {
     Unavailable,
 }
 
-/// Placement: the first online cluster whose labels carry every
+/// Placement: the first online, uncordoned cluster whose labels carry every
 /// `selector` pair and whose spoke advertises what the revision `needs`,
 /// in the order given (the deploy and the pipeline both place with this).
 pub fn choose_cluster<'a>(
@@ -403,6 +403,7 @@ pub fn choose_cluster<'a>(
     let mut refusals = Vec::new();
     for c in clusters.iter().filter(|c| {
         c.connection_state == crate::model::ConnectionState::Online
+            && !c.cordoned()
             && selector.iter().all(|(k, v)| c.labels.get(k) == Some(v))
     }) {
         match cannot_serve(c, needs) {
@@ -453,7 +454,8 @@ pub fn phase_deadline(
 /// Why no cluster can take a revision whose placement selector is
 /// `selector` (for [`Placement::Unavailable`]), so the revision says so
 /// instead of an unexplained `pending`: none enrolled, none matching the
-/// selector, or the matching ones offline, revoked or not connected yet.
+/// selector, or the matching ones cordoned, offline, revoked or not
+/// connected yet.
 pub fn unplaced_reason(
     clusters: &[crate::model::Cluster],
     selector: &std::collections::BTreeMap<String, String>,
@@ -477,12 +479,13 @@ pub fn unplaced_reason(
     let states: Vec<String> = matching
         .iter()
         .map(|c| match c.connection_state {
+            _ if c.cordoned() => format!("{} is cordoned", c.name),
             S::Pending => format!("{} has not connected yet", c.name),
             state => format!("{} is {}", c.name, state.as_str()),
         })
         .collect();
     format!(
-        "{WAITING_FOR_PLACEMENT}: no matching cluster is online ({})",
+        "{WAITING_FOR_PLACEMENT}: no matching cluster is online and uncordoned ({})",
         states.join(", ")
     )
 }

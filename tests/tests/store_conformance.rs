@@ -103,6 +103,7 @@ fn revision(ns: &str, agent: &str, version: i64, image: &str) -> NewRevision {
         images: vec![],
         resolved_cluster: None,
         rolled_back_from: None,
+        moved: None,
         idempotency: None,
         requested_by: Some("token-1".into()),
     }

@@ -65,6 +65,25 @@ pub struct Cluster {
     /// tenant tokens, and when no unrevoked certificate is left.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_expires_at: Option<DateTime<Utc>>,
+    /// When new placements on the cluster stopped (`clusters cordon`, or a
+    /// drain); null while it takes new revisions.
+    #[serde(default)]
+    pub cordoned_at: Option<DateTime<Utc>>,
+    /// The cluster's latest drain, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<super::Drain>,
+}
+
+impl Cluster {
+    /// No new revision is placed here.
+    pub fn cordoned(&self) -> bool {
+        self.cordoned_at.is_some()
+    }
+
+    /// A drain is moving its Agents away.
+    pub fn draining(&self) -> bool {
+        self.drain.as_ref().is_some_and(|d| d.finished_at.is_none())
+    }
 }
 
 /// Body of `POST /api/v1/clusters/{name}/bootstrap-tokens`.

@@ -316,6 +316,8 @@ fn placement_takes_the_first_online_cluster_matching_every_label() {
         outbox_depth: None,
         provider: None,
         certificate_expires_at: None,
+        cordoned_at: None,
+        drain: None,
     };
     let clusters = vec![
         cluster("a", ConnectionState::Offline, "gpu"),
@@ -359,6 +361,42 @@ fn placement_takes_the_first_online_cluster_matching_every_label() {
     );
 }
 
+/// Issue 33: a cordoned cluster takes no new revision, and the reason a
+/// revision waits names it.
+#[test]
+fn placement_passes_over_a_cordoned_cluster_and_says_so() {
+    use crate::model::{Cluster, ConnectionState};
+    let cluster = |name: &str, cordoned: bool| Cluster {
+        id: name.into(),
+        name: name.into(),
+        labels: Default::default(),
+        capabilities: vec![],
+        certificate_serials: vec![],
+        connection_state: ConnectionState::Online,
+        last_seen: None,
+        version: String::new(),
+        created_at: chrono::Utc::now(),
+        outbox_depth: None,
+        provider: None,
+        certificate_expires_at: None,
+        cordoned_at: cordoned.then(chrono::Utc::now),
+        drain: None,
+    };
+    let any = Needs::default();
+    let clusters = vec![cluster("a", true), cluster("b", false)];
+    assert_eq!(
+        choose_cluster(&clusters, &Default::default(), any),
+        Placement::Chosen(&clusters[1])
+    );
+    let only_cordoned = &clusters[..1];
+    assert_eq!(
+        choose_cluster(only_cordoned, &Default::default(), any),
+        Placement::Unavailable
+    );
+    let why = unplaced_reason(only_cordoned, &Default::default());
+    assert!(why.contains("(a is cordoned)"), "{why}");
+}
+
 /// Issue 12: a cluster whose spoke cannot serve the revision is not
 /// chosen, and the refusal names the cluster and what it lacks.
 #[test]
@@ -378,6 +416,8 @@ fn placement_refuses_a_cluster_without_the_capabilities_the_revision_needs() {
         outbox_depth: None,
         provider: None,
         certificate_expires_at: None,
+        cordoned_at: None,
+        drain: None,
     };
     let native = Needs {
         provisioning_driver: true,

@@ -158,6 +158,7 @@ impl Service {
             images,
             resolved_cluster,
             rolled_back_from: req.from_revision,
+            moved: None,
             idempotency,
             requested_by: Some(p.token_id.clone()),
         };
@@ -176,13 +177,17 @@ impl Service {
         Ok((deployed.revision, deployed.created))
     }
 
-    /// An explicit placement must name an enrolled cluster; otherwise the
-    /// first online cluster matching the selector, or none yet (the
+    /// An explicit placement must name an enrolled, uncordoned cluster;
+    /// otherwise the first online, uncordoned cluster matching the selector, or none yet (the
     /// pipeline places it when a cluster is available).
     async fn resolve_cluster(&self, spec: &crate::model::AgentSpec) -> Result<Option<String>> {
         let needs = crate::pipeline::needs(spec);
         if let Some(name) = &spec.placement.cluster {
             return match self.store.get_cluster(name).await {
+                Ok(c) if c.cordoned() => Err(ServiceError::FailedPrecondition(format!(
+                    "spec.placement.cluster: cluster {name} is cordoned: it takes no new \
+                     revisions until `clawfed clusters uncordon {name}`"
+                ))),
                 Ok(c) => match crate::pipeline::cannot_serve(&c, needs) {
                     None => Ok(Some(c.name)),
                     Some(why) => Err(ServiceError::FailedPrecondition(format!(
