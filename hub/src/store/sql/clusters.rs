@@ -14,6 +14,10 @@ use super::revisions::{REVISION_COLS, REVISION_FROM, revision_from_row};
 use crate::model::{AgentRevision, Cluster, ConnectionState, Drain};
 use crate::store::{ClusterRecord, Effects, Result};
 
+/// What the spoke's session writes (the upsert's columns).
+const CLUSTER_SESSION_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
+     connection_state, last_seen, version, created_at";
+
 pub(in crate::store) const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
      connection_state, last_seen, version, created_at, cordoned_at, drain_started_at, \
      drain_finished_at, drain_parallelism, drain_requested_by";
@@ -21,7 +25,7 @@ pub(in crate::store) const CLUSTER_COLS: &str = "id, name, labels, capabilities,
 pub(super) async fn upsert_cluster(store: &SqlStore, c: &ClusterRecord) -> Result<Cluster> {
     let now = Utc::now();
     let sql = format!(
-        "INSERT INTO clusters ({CLUSTER_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+        "INSERT INTO clusters ({CLUSTER_SESSION_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
          ON CONFLICT (name) DO UPDATE SET labels = $3, capabilities = $4, \
          certificate_serials = $5, connection_state = $6, last_seen = $7, version = $8 \
          RETURNING {CLUSTER_COLS}"
