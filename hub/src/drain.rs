@@ -42,13 +42,15 @@ pub fn plan(cluster: &str, drain: &Drain, revisions: &[AgentRevision]) -> DrainP
     }
     let mut agents = Vec::new();
     let mut candidates = Vec::new();
+    let mut retiring = false;
     for ((ns, agent), mut revs) in by_agent {
         revs.sort_by_key(|r| r.number);
         let (entry, movable) = standing(cluster, drain, ns, agent, &revs);
         if let Some(m) = movable {
             candidates.push((ns.to_owned(), agent.to_owned(), m));
         }
-        agents.extend(entry);
+        retiring |= entry.as_ref().is_some_and(|e| e.retiring.is_some());
+        agents.extend(entry.map(|e| e.agent));
     }
     let moving = agents
         .iter()
@@ -65,7 +67,8 @@ pub fn plan(cluster: &str, drain: &Drain, revisions: &[AgentRevision]) -> DrainP
         failed: count(DrainAgentState::Failed),
         agents,
     };
-    let finished = progress.waiting == 0 && progress.moving == 0;
+    // Over once nothing of the moved Agents is left to retire there either.
+    let finished = progress.waiting == 0 && progress.moving == 0 && !retiring;
     DrainPlan {
         progress,
         start,
@@ -81,6 +84,23 @@ fn unfinished(phase: RevisionPhase) -> bool {
     )
 }
 
+/// An Agent's entry in the progress, and the revision still to retire on
+/// the drained cluster once it moved (it was stopped before the move
+/// started, so it no longer takes a slot).
+struct Entry {
+    agent: DrainAgent,
+    retiring: Option<i64>,
+}
+
+impl From<DrainAgent> for Entry {
+    fn from(agent: DrainAgent) -> Self {
+        Self {
+            agent,
+            retiring: None,
+        }
+    }
+}
+
 /// One Agent's standing, and the move to make if it is to move.
 fn standing(
     cluster: &str,
@@ -88,7 +108,7 @@ fn standing(
     ns: &str,
     agent: &str,
     revs: &[&AgentRevision],
-) -> (Option<DrainAgent>, Option<Move>) {
+) -> (Option<Entry>, Option<Move>) {
     let here = revs
         .iter()
         .rfind(|r| r.resolved_cluster.as_deref() == Some(cluster) && unfinished(r.phase));
@@ -108,26 +128,31 @@ fn standing(
         reason,
     };
     if let Some(m) = moved {
-        return (
-            Some(match m.phase {
-                RevisionPhase::Failed => entry(DrainAgentState::Failed, m.reason.clone()),
-                RevisionPhase::Active if here.is_none() => DrainAgent {
+        let entry = match m.phase {
+            RevisionPhase::Failed => entry(DrainAgentState::Failed, m.reason.clone()).into(),
+            RevisionPhase::Active => Entry {
+                agent: DrainAgent {
                     workspace: Some(WorkspaceOrigin::Fresh),
-                    ..entry(DrainAgentState::Moved, None)
+                    ..entry(
+                        DrainAgentState::Moved,
+                        here.map(|h| format!("revision {} is retiring there", h.number)),
+                    )
                 },
-                // Stopped or superseded after the move: it left anyway.
-                RevisionPhase::Stopped | RevisionPhase::Retired if here.is_none() => entry(
-                    DrainAgentState::Moved,
-                    Some(format!(
-                        "revision {} was {} after the move",
-                        m.number,
-                        m.phase.as_str()
-                    )),
-                ),
-                _ => entry(DrainAgentState::Moving, None),
-            }),
-            None,
-        );
+                retiring: here.map(|h| h.number),
+            },
+            // Stopped or superseded after the move: it left anyway.
+            RevisionPhase::Stopped | RevisionPhase::Retired if here.is_none() => entry(
+                DrainAgentState::Moved,
+                Some(format!(
+                    "revision {} was {} after the move",
+                    m.number,
+                    m.phase.as_str()
+                )),
+            )
+            .into(),
+            _ => entry(DrainAgentState::Moving, None).into(),
+        };
+        return (Some(entry), None);
     }
     let Some(here) = here else {
         return (None, None);
@@ -137,37 +162,37 @@ fn standing(
         .find(|r| r.number > here.number && unfinished(r.phase))
     {
         return (
-            Some(entry(
-                DrainAgentState::Moving,
-                Some(format!("revision {} replaces it", newer.number)),
-            )),
+            Some(
+                entry(
+                    DrainAgentState::Moving,
+                    Some(format!("revision {} replaces it", newer.number)),
+                )
+                .into(),
+            ),
             None,
         );
     }
     if here.spec.placement.cluster.as_deref() == Some(cluster) {
         return (
-            Some(entry(
-                DrainAgentState::Blocked,
-                Some(format!("spec.placement.cluster pins it to {cluster}")),
-            )),
+            Some(
+                entry(
+                    DrainAgentState::Blocked,
+                    Some(format!("spec.placement.cluster pins it to {cluster}")),
+                )
+                .into(),
+            ),
             None,
         );
     }
     if here.phase != RevisionPhase::Active {
+        let why = format!("revision {} is {}", here.number, here.phase.as_str());
         return (
-            Some(entry(
-                DrainAgentState::Waiting,
-                Some(format!(
-                    "revision {} is {}",
-                    here.number,
-                    here.phase.as_str()
-                )),
-            )),
+            Some(entry(DrainAgentState::Waiting, Some(why)).into()),
             None,
         );
     }
     (
-        Some(entry(DrainAgentState::Waiting, None)),
+        Some(entry(DrainAgentState::Waiting, None).into()),
         Some(Move {
             cluster: cluster.to_owned(),
             revision: here.number,

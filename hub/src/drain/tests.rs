@@ -113,14 +113,27 @@ fn a_move_in_flight_takes_a_slot_and_a_finished_one_frees_it() {
 }
 
 #[test]
-fn a_move_active_before_its_predecessor_retires_is_still_moving() {
+fn a_move_active_before_its_predecessor_retires_frees_its_slot_not_the_drain() {
     let revs = [
         rev("a", 1, Some("exec-a"), RevisionPhase::Active),
         moved("a", 2, Some("exec-b"), RevisionPhase::Active, 11),
+        rev("b", 1, Some("exec-a"), RevisionPhase::Active),
     ];
     let p = plan("exec-a", &drain(1), &revs);
-    assert_eq!(states(&p), [("a".into(), DrainAgentState::Moving)]);
-    assert!(!p.finished);
+    assert_eq!(
+        states(&p),
+        [
+            ("a".into(), DrainAgentState::Moved),
+            ("b".into(), DrainAgentState::Waiting)
+        ]
+    );
+    assert_eq!(p.start.len(), 1, "revision 1 was stopped before the move");
+    assert_eq!(
+        p.progress.agents[0].reason.as_deref(),
+        Some("revision 1 is retiring there")
+    );
+    let p = plan("exec-a", &drain(1), &revs[..2]);
+    assert!(!p.finished, "revision 1 still retires on exec-a");
 }
 
 #[test]
