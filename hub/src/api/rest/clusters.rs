@@ -115,7 +115,8 @@ pub(super) async fn uncordon_cluster(
 #[utoipa::path(post, path = "/api/v1/clusters/{name}/drain", tag = "clusters",
     params(("name" = String, Path)), request_body(content = Option<DrainRequest>),
     responses((status = 202, body = Cluster), (status = 400, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody, description = "This hub runs no pipeline")))]
 pub(super) async fn drain_cluster(
     State(s): State<AppState>,
     Caller(p): Caller,
