@@ -168,9 +168,8 @@ fn cli_as(server: &str, token: &str, args: &[impl AsRef<std::ffi::OsStr>]) -> Re
 /// An Agent of `ns` placed by the pipeline (no pinned cluster).
 async fn unpinned_agent(rest: &HubClient, ns: &str, any_cluster: &str) -> Result<Agent> {
     let agent = rest.new_agent(ns, any_cluster, "dedicated-codex").await?;
-    Ok(rest
-        .edit_spec(ns, &agent.name, |s| s.placement = Default::default())
-        .await?)
+    rest.edit_spec(ns, &agent.name, |s| s.placement = Default::default())
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -351,7 +350,8 @@ async fn drain_scenario(
         rest.wait_phase(&ns.name, agent, 1, RevisionPhase::Retired)
             .await?;
     }
-    let pods = pods.lock().expect("pods");
+    // The watch tasks ended: this is the last reader.
+    let pods = std::mem::take(&mut *pods.lock().expect("pods"));
     let watched: BTreeSet<&String> = pods.most.keys().collect();
     ensure!(
         watched.len() == 3,
@@ -367,7 +367,6 @@ async fn drain_scenario(
         .map(|(_, a)| a)
         .collect();
     ensure!(on_b.len() == 3, "live on exec-b: {on_b:?}");
-    drop(pods);
 
     // Still cordoned after the drain: a new revision goes to exec-b, and
     // the CLI shows the finished drain Agent by Agent.
