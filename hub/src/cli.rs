@@ -11,6 +11,7 @@
 
 mod args;
 pub mod client;
+mod drain;
 pub mod hub;
 pub mod output;
 pub mod watch;

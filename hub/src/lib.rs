@@ -30,6 +30,7 @@ pub mod cli;
 pub mod client;
 pub mod compute_driver;
 pub mod config;
+pub mod drain;
 pub mod gateway;
 pub mod link;
 pub mod model;

@@ -6,7 +6,7 @@
 
 //!
 //! One file per resource: `namespace`, `configuration`, `agent` (with its
-//! request bodies), `revision`, `cluster`, `work`, `audit`, `fleet`,
+//! request bodies), `revision`, `cluster` (and its `drain`), `work`, `audit`, `fleet`,
 //! `diagnosis`, and `event` (the watch stream); this file holds the
 //! request helpers and the list envelope they share.
 
@@ -21,6 +21,7 @@ mod audit;
 mod cluster;
 mod configuration;
 mod diagnosis;
+mod drain;
 pub mod event;
 mod fleet;
 mod namespace;
@@ -39,6 +40,10 @@ pub use cluster::{
 };
 pub use configuration::{Configuration, CreateConfiguration, UpdateConfiguration};
 pub use diagnosis::{ComponentDiagnosis, Diagnosis, DiagnosticCheck};
+pub use drain::{
+    Drain, DrainAgent, DrainAgentState, DrainProgress, DrainRequest, MAX_DRAIN_PARALLELISM,
+    WorkspaceOrigin,
+};
 pub use fleet::FleetSummary;
 pub use namespace::{
     CreateNamespace, Namespace, NamespaceClusterState, NamespaceClusterStatus, NamespaceState,

@@ -25,6 +25,7 @@ use crate::config::Config;
 use crate::gateway::TransportCredentials;
 use crate::service::Service;
 use crate::store::{self, Store};
+use crate::worker::drain::{CLUSTER_DRAIN, DrainHandler};
 use crate::worker::rollout::{
     AGENT_DELETE, AGENT_STOP, DeleteHandler, GATEWAY_ENSURE, GatewayEnsureHandler, GatewayRuntime,
     GatewaysDisabled, NAMESPACE_TEARDOWN, REVISION_ROLLOUT, Rollout, RolloutConfig, RolloutHandler,
@@ -543,6 +544,12 @@ pub async fn start_with_parts(
             handlers.register(AGENT_STOP, StopHandler(rollout.clone()));
             handlers.register(AGENT_DELETE, DeleteHandler(rollout.clone()));
             handlers.register(NAMESPACE_TEARDOWN, TeardownHandler(rollout));
+            handlers.register(
+                CLUSTER_DRAIN,
+                DrainHandler {
+                    max_attempts: config.worker.max_attempts,
+                },
+            );
         }
         Some(link)
     } else {

@@ -23,6 +23,7 @@ mod agents;
 mod clusters;
 mod configurations;
 mod credentials;
+mod drain;
 mod fleet;
 mod namespaces;
 mod records;

@@ -183,9 +183,24 @@ pub struct NewRevision {
     pub images: Vec<ImageRef>,
     pub resolved_cluster: Option<String>,
     pub rolled_back_from: Option<i64>,
+    /// A drain's move: the copy of the revision running on the drained
+    /// cluster, deployed only while that revision is still the Agent's
+    /// latest and the Agent is asked to run.
+    pub moved: Option<Move>,
     pub idempotency: Option<IdempotencyKey>,
     /// The API token (id) that asked for it.
     pub requested_by: Option<String>,
+}
+
+/// What a drain's move of an Agent copies, and from where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    /// The drained cluster.
+    pub cluster: String,
+    /// The revision running there: the Agent's latest when the move is
+    /// deployed, or the move is refused (a deploy of the Agent's own
+    /// came first).
+    pub revision: i64,
 }
 
 /// A client-supplied idempotency key and the fingerprint of its request.
@@ -470,6 +485,38 @@ pub trait Store:
     async fn upsert_cluster(&self, cluster: &ClusterRecord) -> Result<Cluster>;
     async fn list_clusters(&self) -> Result<Vec<Cluster>>;
     async fn get_cluster(&self, name: &str) -> Result<Cluster>;
+    /// Cordons cluster `name` (`cordoned_at` set) or uncordons it (`None`),
+    /// which also ends a running drain at `now`.
+    async fn set_cordon(
+        &self,
+        name: &str,
+        cordoned_at: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+        fx: &Effects,
+    ) -> Result<Cluster>;
+    /// Starts a drain of cluster `name` at `now` (cordoning it), or, while
+    /// one runs, gives it the new `parallelism`; `fx` queues its pass.
+    async fn start_drain(
+        &self,
+        name: &str,
+        parallelism: u32,
+        requested_by: &str,
+        now: DateTime<Utc>,
+        fx: &Effects,
+    ) -> Result<Cluster>;
+    /// Ends cluster `name`'s drain that started at `started_at`, if it
+    /// still runs (a newer drain is left alone).
+    async fn finish_drain(
+        &self,
+        name: &str,
+        started_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+    /// What a drain of cluster `name` started at `since` concerns: the
+    /// unfinished revisions (pending to stopping) of every Agent that has
+    /// one placed there or moved one away since, and those moves.
+    async fn drain_revisions(&self, name: &str, since: DateTime<Utc>)
+    -> Result<Vec<AgentRevision>>;
 
     // Work queue.
     async fn enqueue_work(&self, items: &[NewWork]) -> Result<Vec<String>>;

@@ -9,6 +9,7 @@
 //! - `rollout.rs`: the revision pipeline's driver (`revision.rollout`, `agent.stop`).
 
 pub mod backoff;
+pub mod drain;
 pub mod kinds;
 pub mod rollout;
 

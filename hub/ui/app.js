@@ -72,6 +72,14 @@ const PHASE_TONE = {
 const phaseBadge = (p) => (p ? badge(p, PHASE_TONE[p] || 'idle') : badge('not deployed', 'idle'));
 const STATE_TONE = { online: 'ok', offline: 'bad', revoked: 'bad', pending: 'warn' };
 
+// A cluster that takes no new revisions: `draining` while a drain runs,
+// else `cordoned` (none when it is schedulable).
+function schedulingBadge(c) {
+  if (c.drain && !c.drain.finishedAt) return [' ', badge('draining', 'warn')];
+  if (c.cordonedAt) return [' ', badge('cordoned', 'warn')];
+  return [];
+}
+
 function fmtTime(s) {
   if (!s) return '-';
   const d = new Date(s);
@@ -172,6 +180,8 @@ function mergeClusters(list, replace) {
       // Connection state comes from events (newer than any listing in
       // flight); the listing adds what events do not carry.
       old.outboxDepth = c.outboxDepth;
+      old.cordonedAt = c.cordonedAt;
+      old.drain = c.drain;
       if (c.certificateExpiresAt) old.certificateExpiresAt = c.certificateExpiresAt;
       if (c.lastSeen && (!old.lastSeen || new Date(c.lastSeen) > new Date(old.lastSeen))) {
         old.lastSeen = c.lastSeen;
@@ -441,7 +451,8 @@ function overview() {
     ['Cluster', 'State', 'Last seen', 'Outbox depth', 'Certificate expires', 'Version', 'Capabilities'],
     clusters.map((c) => el('tr', { 'data-cluster': c.name, 'data-state': c.connectionState, 'data-changed-at': c.changedAt },
       el('td', {}, c.name),
-      el('td', { class: 'state' }, badge(c.connectionState || 'unknown', STATE_TONE[c.connectionState] || 'idle')),
+      el('td', { class: 'state' }, badge(c.connectionState || 'unknown', STATE_TONE[c.connectionState] || 'idle'),
+        ...schedulingBadge(c)),
       el('td', { title: fmtRelative(c.lastSeen) }, fmtTime(c.lastSeen)),
       el('td', { class: 'num' }, c.outboxDepth === undefined || c.outboxDepth === null ? '-' : c.outboxDepth),
       el('td', {}, c.certificateExpiresAt ? `${fmtTime(c.certificateExpiresAt)} (${fmtRelative(c.certificateExpiresAt)})` : '-'),

@@ -394,6 +394,32 @@ async fn grpc_and_rest_share_one_state(backend: Backend) {
     let (_, body) = rest_get(&hub, &root, "/clusters/exec-a").await;
     assert_eq!(body["id"], cluster.id);
 
+    // Issue 33: a cordon set over gRPC is what REST shows; a drain's
+    // parallelism is checked, naming the field; uncordon lifts it.
+    let name = || "exec-a".to_owned();
+    let cordoned = ok(g
+        .cordon_cluster(authed(&root, pb::CordonClusterRequest { name: name() }))
+        .await);
+    assert!(cordoned.cordoned_at.is_some());
+    let (_, body) = rest_get(&hub, &root, "/clusters/exec-a").await;
+    assert!(body["cordonedAt"].is_string(), "{body}");
+    let refused = g
+        .drain_cluster(authed(
+            &root,
+            pb::DrainClusterRequest {
+                name: name(),
+                parallelism: 65,
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("parallelism"), "{refused:?}");
+    let open = ok(g
+        .uncordon_cluster(authed(&root, pb::UncordonClusterRequest { name: name() }))
+        .await);
+    assert!(open.cordoned_at.is_none() && open.drain.is_none());
+
     let rev = ok(deploy(&mut g, &root, "team", "bot", "", None).await);
     assert_eq!(rev.number, 1);
     assert_eq!(rev.resolved_cluster, "exec-a");

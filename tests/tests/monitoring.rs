@@ -302,6 +302,7 @@ async fn pending_revision(s: &dyn Store) {
             images: vec![],
             resolved_cluster: None,
             rolled_back_from: None,
+            moved: None,
             idempotency: None,
             requested_by: None,
         },

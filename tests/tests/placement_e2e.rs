@@ -529,7 +529,7 @@ async fn placement_follows_the_labels_and_capacity_spokes_report() -> Result<()>
     let why = r.reason.unwrap_or_default();
     assert!(
         why.contains(&format!(
-            "no matching cluster is online ({pl_b} is offline)"
+            "no matching cluster is online and uncordoned ({pl_b} is offline)"
         )),
         "{why}"
     );

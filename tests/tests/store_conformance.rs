@@ -14,7 +14,7 @@ use clawfed_hub::model::{
     Placement, Resources, RevisionPhase, WorkState,
 };
 use clawfed_hub::store::{
-    ClusterRecord, Effects, IdempotencyKey, NewAgent, NewAudit, NewNamespace, NewRevision,
+    ClusterRecord, Effects, IdempotencyKey, Move, NewAgent, NewAudit, NewNamespace, NewRevision,
     NewToken, NewWork, Store, StoreError, WorkFilter, WorkLane,
 };
 use serde_json::json;
@@ -103,6 +103,7 @@ fn revision(ns: &str, agent: &str, version: i64, image: &str) -> NewRevision {
         images: vec![],
         resolved_cluster: None,
         rolled_back_from: None,
+        moved: None,
         idempotency: None,
         requested_by: Some("token-1".into()),
     }
@@ -666,6 +667,125 @@ mod cases {
         assert_eq!(k.as_capacity(), later);
         assert_eq!(got.labels.get("region").map(String::as_str), Some("us"));
         assert_eq!(s.list_clusters().await.unwrap(), vec![got]);
+    }
+
+    /// Issue 33: cordon and drain are kept per cluster. A drain keeps its
+    /// start while it runs (asking again changes its parallelism), ends
+    /// only by the drain that started it or an uncordon; a move deploys
+    /// only while the moved revision is the Agent's latest and the Agent
+    /// runs; a drain concerns what is placed there and the moves since.
+    pub async fn clusters_cordon_and_drain_record_moves(s: Arc<dyn Store>) {
+        let s = s.as_ref();
+        let ms = |m: i64| {
+            chrono::DateTime::from_timestamp_millis(Utc::now().timestamp_millis() + m)
+                .expect("time")
+        };
+        let (t0, t1, t2, t3, t4, t5) = (ms(0), ms(1), ms(2), ms(3), ms(4), ms(5));
+        online_cluster(s, "exec-d").await;
+        let c = s
+            .set_cordon("exec-d", Some(t0), t0, &fx("cluster.cordon"))
+            .await
+            .unwrap();
+        assert_eq!((c.cordoned_at, c.drain.clone()), (Some(t0), None));
+        let d = s
+            .start_drain("exec-d", 2, "tok", t1, &fx("cluster.drain"))
+            .await
+            .unwrap();
+        assert_eq!(d.cordoned_at, Some(t0), "the earlier cordon is kept");
+        let drain = d.drain.clone().expect("drain");
+        assert_eq!(
+            (drain.started_at, drain.parallelism, drain.finished_at),
+            (t1, 2, None)
+        );
+        assert_eq!(drain.requested_by.as_deref(), Some("tok"));
+        let again = s
+            .start_drain("exec-d", 5, "tok", t2, &fx("cluster.drain"))
+            .await
+            .unwrap()
+            .drain
+            .expect("drain");
+        assert_eq!((again.started_at, again.parallelism), (t1, 5));
+        assert!(
+            !s.finish_drain("exec-d", t2, t3).await.unwrap(),
+            "not its start"
+        );
+        assert!(s.finish_drain("exec-d", t1, t3).await.unwrap());
+        assert!(
+            !s.finish_drain("exec-d", t1, t4).await.unwrap(),
+            "already over"
+        );
+        let over = s.get_cluster("exec-d").await.unwrap();
+        assert_eq!(over.drain.expect("drain").finished_at, Some(t3));
+        let next = s
+            .start_drain("exec-d", 1, "tok", t4, &fx("cluster.drain"))
+            .await
+            .unwrap();
+        assert!(next.draining());
+        assert_eq!(next.drain.expect("drain").started_at, t4);
+        let open = s
+            .set_cordon("exec-d", None, t5, &fx("cluster.uncordon"))
+            .await
+            .unwrap();
+        assert!(!open.cordoned() && !open.draining());
+        assert_eq!(open.drain.expect("drain").finished_at, Some(t5));
+        assert!(matches!(
+            s.set_cordon("nope", None, t5, &fx("cluster.uncordon"))
+                .await,
+            Err(StoreError::NotFound { .. })
+        ));
+        assert!(matches!(
+            s.start_drain("nope", 1, "tok", t5, &fx("cluster.drain"))
+                .await,
+            Err(StoreError::NotFound { .. })
+        ));
+
+        namespace(s, "team-d").await;
+        agent(s, "team-d", "bot").await;
+        let r1 = s
+            .deploy(&revision("team-d", "bot", 1, "img:1"), &fx("agent.deploy"))
+            .await
+            .unwrap()
+            .revision;
+        s.place_revision(&r1.id, "exec-d").await.unwrap();
+        let since = ms(0);
+        let move_of = |n: i64| NewRevision {
+            moved: Some(Move {
+                cluster: "exec-d".into(),
+                revision: n,
+            }),
+            ..revision("team-d", "bot", 1, "img:1")
+        };
+        assert!(matches!(
+            s.deploy(&move_of(2), &fx("agent.move")).await,
+            Err(StoreError::FailedPrecondition(_))
+        ));
+        let r2 = s
+            .deploy(&move_of(1), &fx("agent.move"))
+            .await
+            .unwrap()
+            .revision;
+        assert_eq!((r2.number, r2.moved_from.as_deref()), (2, Some("exec-d")));
+        let concerned = |revs: Vec<clawfed_hub::model::AgentRevision>| {
+            revs.iter().map(|r| r.number).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            concerned(s.drain_revisions("exec-d", since).await.unwrap()),
+            [1, 2]
+        );
+        assert!(
+            s.drain_revisions("exec-e", since).await.unwrap().is_empty(),
+            "nothing runs on another cluster"
+        );
+        s.set_desired_state("team-d", "bot", DesiredState::Stopped, &fx("agent.stop"))
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                s.deploy(&move_of(2), &fx("agent.move")).await,
+                Err(StoreError::FailedPrecondition(_))
+            ),
+            "a stopped Agent is not moved"
+        );
     }
 
     pub async fn work_claims_are_exclusive_and_leased(s: Arc<dyn Store>) {
@@ -2822,6 +2942,7 @@ clawfed_tests::on_both_databases!(
     concurrent_deploys_get_distinct_numbers,
     clusters_upsert_by_name,
     clusters_keep_what_their_spoke_reports,
+    clusters_cordon_and_drain_record_moves,
     work_claims_are_exclusive_and_leased,
     expired_claims_are_recovered,
     retries_wait_for_run_at_and_keep_the_error,

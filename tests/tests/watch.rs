@@ -253,6 +253,7 @@ mod store_cases {
                     images: vec![],
                     resolved_cluster: None,
                     rolled_back_from: None,
+                    moved: None,
                     idempotency: None,
                     requested_by: None,
                 },

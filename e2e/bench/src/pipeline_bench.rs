@@ -33,6 +33,10 @@
 //!    and each Gateway's apply time (the hub's `gateway_ensure` histogram)
 //!    beside Kubernetes alone's.
 //!
+//! 3. Drain (issue 33): `--drain-agents` Agents put on the first cluster,
+//!    which is then drained at `--drain-parallelism`; the drain's wall
+//!    time and each Agent's move time.
+//!
 //! Every verdict line names its conditions (Gateways, clusters, how many
 //! deploys at once, backend, worker poll).
 //!
@@ -76,6 +80,8 @@ mod clusters;
 mod database;
 #[path = "pipeline_bench/direct.rs"]
 mod direct;
+#[path = "pipeline_bench/drain.rs"]
+mod drain;
 #[path = "pipeline_bench/gateway_world.rs"]
 mod gateway_world;
 #[path = "pipeline_bench/hub_rest.rs"]
@@ -134,6 +140,13 @@ struct Args {
     /// Skip the Kubernetes-alone reference (and the ratio).
     #[arg(long)]
     no_direct: bool,
+    /// Agents put on the first cluster and then moved away by draining
+    /// it (0 skips the drain phase).
+    #[arg(long, default_value_t = 50)]
+    drain_agents: usize,
+    /// How many Agents the drain moves at once.
+    #[arg(long, default_value_t = 10)]
+    drain_parallelism: u32,
     /// Count the hub's SQL statements over the throughput phase and print
     /// them per revision (sqlx's statement events; costs some CPU).
     #[arg(long)]
@@ -407,6 +420,29 @@ async fn run(args: Args) -> Result<()> {
                 tp.samples.len(),
             );
             work_item_rows(&db.url, tp.samples.len()).await?;
+        }
+        if bench.args.drain_agents > 0 {
+            let d = bench
+                .drain(
+                    bench.args.drain_agents,
+                    bench.args.drain_parallelism,
+                    Duration::from_secs(bench.args.throughput_timeout_seconds),
+                )
+                .await?;
+            println!(
+                "drain: {} Agents moved off {} at parallelism {}: drain {:.1} s (hub's start to end), \
+                 per-Agent move (move created to Active, the stop on {} confirmed in between) \
+                 p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms [{}]",
+                d.agents,
+                d.from,
+                d.parallelism,
+                d.total_ms / 1000.0,
+                d.from,
+                pct(&d.moves_ms, 50.0),
+                pct(&d.moves_ms, 99.0),
+                d.moves_ms.last().copied().unwrap_or_default(),
+                cond.at(&format!("{} moved at once", d.parallelism))
+            );
         }
         let p50 = pct(&sorted(lat.iter().map(Sample::overhead).collect()), 50.0);
         println!(

@@ -400,6 +400,39 @@ impl AdminService for AdminApi {
         reply(cluster_to_pb(c))
     }
 
+    async fn cordon_cluster(&self, req: Request<pb::CordonClusterRequest>) -> Reply<pb::Cluster> {
+        let (p, r) = self.open(req).await?;
+        let c = self
+            .service
+            .cordon_cluster(&p, required("name", &r.name)?)
+            .await?;
+        reply(cluster_to_pb(c))
+    }
+
+    async fn uncordon_cluster(
+        &self,
+        req: Request<pb::UncordonClusterRequest>,
+    ) -> Reply<pb::Cluster> {
+        let (p, r) = self.open(req).await?;
+        let c = self
+            .service
+            .uncordon_cluster(&p, required("name", &r.name)?)
+            .await?;
+        reply(cluster_to_pb(c))
+    }
+
+    async fn drain_cluster(&self, req: Request<pb::DrainClusterRequest>) -> Reply<pb::Cluster> {
+        let (p, r) = self.open(req).await?;
+        let body = crate::model::DrainRequest {
+            parallelism: (r.parallelism != 0).then_some(r.parallelism),
+        };
+        let c = self
+            .service
+            .drain_cluster(&p, required("name", &r.name)?, body)
+            .await?;
+        reply(cluster_to_pb(c))
+    }
+
     async fn approve_cluster(
         &self,
         req: Request<pb::ApproveClusterRequest>,

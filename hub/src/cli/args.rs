@@ -360,6 +360,28 @@ pub(super) enum ClusterCommand {
     Get {
         name: Option<String>,
     },
+    /// Stop new placements on a cluster (what runs there keeps running).
+    Cordon {
+        name: String,
+    },
+    /// Let a cluster take new revisions again; a running drain ends (its
+    /// moves in flight finish).
+    Uncordon {
+        name: String,
+    },
+    /// Cordon a cluster and move each Agent running there to another
+    /// cluster, each stopped there (and the stop confirmed) before it
+    /// starts elsewhere, with a fresh workspace: claims do not move. Prints
+    /// the progress, Agent by Agent.
+    Drain {
+        name: String,
+        /// How many Agents move at once (1 to 64).
+        #[arg(long, default_value_t = 1)]
+        parallelism: u32,
+        /// Wait until the drain ends, printing its counts as they change.
+        #[arg(long)]
+        wait: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

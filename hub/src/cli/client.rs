@@ -329,6 +329,21 @@ async fn run(cli: Cli) -> ClientResult<String> {
                 )
                 .map_err(|e| ClientError::Other(e.to_string()))
             }
+            ClusterCommand::Cordon { name } => one(
+                f,
+                c.post::<_, Cluster>(&format!("/clusters/{name}/cordon"), &())
+                    .await?,
+            ),
+            ClusterCommand::Uncordon { name } => one(
+                f,
+                c.post::<_, Cluster>(&format!("/clusters/{name}/uncordon"), &())
+                    .await?,
+            ),
+            ClusterCommand::Drain {
+                name,
+                parallelism,
+                wait,
+            } => super::drain::drain(&c, f, &name, parallelism, wait).await,
         },
         Command::Deploy {
             agent,

@@ -232,7 +232,7 @@ impl Tabular for Cluster {
     fn row(&self) -> Vec<String> {
         vec![
             self.name.clone(),
-            self.connection_state.as_str().into(),
+            scheduling_state(self),
             self.version.clone(),
             capacity(self, |c| c.free),
             self.outbox_depth
@@ -253,6 +253,17 @@ fn capacity(
         || "-".into(),
         |k| clawfed_proto::capacity::Resources::from(side(k)).to_string(),
     )
+}
+
+/// A cluster's connection state, with `,cordoned` or `,draining` when
+/// it takes no new revisions.
+fn scheduling_state(c: &Cluster) -> String {
+    let state = c.connection_state.as_str();
+    match (c.draining(), c.cordoned()) {
+        (true, _) => format!("{state},draining"),
+        (false, true) => format!("{state},cordoned"),
+        _ => state.into(),
+    }
 }
 
 /// A cluster as `clusters get` shows it: what its spoke said of itself
@@ -282,7 +293,7 @@ impl Tabular for ClusterDetail {
         let c = &self.0;
         vec![
             c.name.clone(),
-            c.connection_state.as_str().into(),
+            scheduling_state(c),
             if c.version.is_empty() {
                 "-".into()
             } else {
@@ -311,6 +322,71 @@ impl Tabular for ClusterDetail {
             capacity(c, |k| k.free),
         ]
     }
+}
+
+/// A cluster's drain as `clusters drain` shows it: a line for the drain,
+/// then a row per Agent (JSON and YAML: the cluster as REST answers it).
+pub fn print_drain(format: Format, c: &Cluster) -> anyhow::Result<String> {
+    if format != Format::Table {
+        return print_one(format, c);
+    }
+    let Some(d) = &c.drain else {
+        return Ok(format!("cluster {}: never drained\n", c.name));
+    };
+    let state = if d.finished_at.is_some() {
+        "finished"
+    } else {
+        "draining"
+    };
+    let mut out = format!(
+        "cluster {}: {state} (parallelism {})",
+        c.name, d.parallelism
+    );
+    let agents = match &d.progress {
+        Some(p) => {
+            out.push_str(&format!(
+                ": waiting {}, moving {}, moved {}, blocked {}, failed {}\n",
+                p.waiting, p.moving, p.moved, p.blocked, p.failed
+            ));
+            p.agents.as_slice()
+        }
+        None => {
+            out.push('\n');
+            &[]
+        }
+    };
+    let rows: Vec<Vec<String>> = agents
+        .iter()
+        .map(|a| {
+            vec![
+                a.namespace.clone(),
+                a.agent.clone(),
+                a.state.as_str().into(),
+                opt(&a.from_revision),
+                opt(&a.to_revision),
+                opt(&a.to_cluster),
+                a.workspace
+                    .map_or_else(|| "-".into(), |w| w.as_str().into()),
+                opt(&a.reason),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        out.push_str(&table(
+            &[
+                "NAMESPACE",
+                "AGENT",
+                "STATE",
+                "FROM",
+                "TO",
+                "CLUSTER",
+                "WORKSPACE",
+                "REASON",
+            ],
+            &rows,
+        ));
+    }
+    Ok(out)
 }
 
 /// A certificate expiry as a time and how far it is from `now`.

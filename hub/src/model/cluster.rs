@@ -70,6 +70,25 @@ pub struct Cluster {
     /// does).
     #[serde(default)]
     pub capacity: Option<ClusterCapacity>,
+    /// When new placements on the cluster stopped (`clusters cordon`, or a
+    /// drain); null while it takes new revisions.
+    #[serde(default)]
+    pub cordoned_at: Option<DateTime<Utc>>,
+    /// The cluster's latest drain, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<super::Drain>,
+}
+
+impl Cluster {
+    /// No new revision is placed here.
+    pub fn cordoned(&self) -> bool {
+        self.cordoned_at.is_some()
+    }
+
+    /// A drain is moving its Agents away.
+    pub fn draining(&self) -> bool {
+        self.drain.as_ref().is_some_and(|d| d.finished_at.is_none())
+    }
 }
 
 /// CPU in millicores and memory in bytes.

@@ -91,6 +91,10 @@ pub struct AgentRevision {
     pub reason: Option<String>,
     /// The revision this one was rolled back from.
     pub rolled_back_from: Option<i64>,
+    /// The cluster a drain moved the Agent away from with this revision
+    /// (a copy of the one that ran there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<String>,
     /// Pipeline progress: effects done and phase timings.
     #[serde(default)]
     pub progress: RevisionProgress,

@@ -49,6 +49,8 @@ pub enum Reason {
     NotListed,
     /// It lacks (or has another value for) these selector labels.
     Labels(BTreeMap<String, String>),
+    /// Cordoned (`clusters cordon`, or a drain): it takes no new revision.
+    Cordoned,
     /// Not online (pending: never connected; offline; revoked).
     State(ConnectionState),
     /// Its spoke does not advertise what the revision needs (final: no
@@ -67,6 +69,7 @@ impl fmt::Display for Reason {
                 let pairs: Vec<String> = missing.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 write!(f, "does not carry the labels {}", pairs.join(","))
             }
+            Reason::Cordoned => f.write_str("is cordoned"),
             Reason::State(ConnectionState::Pending) => f.write_str("has not connected yet"),
             Reason::State(state) => write!(f, "is {}", state.as_str()),
             Reason::Capability(why) => f.write_str(why),
@@ -79,7 +82,7 @@ impl fmt::Display for Reason {
 
 /// Why `cluster` does not take a revision asking `req`, or `None` when it
 /// can. The first reason that applies, in this order: pinned / listed,
-/// labels, connection state, capability, fit.
+/// labels, cordoned, connection state, capability, fit.
 ///
 /// A pinned cluster need not be online (the operator chose it; its work
 /// waits in the outbox, as it always has). A cluster that has not reported
@@ -104,6 +107,9 @@ pub fn why_not(cluster: &Cluster, req: &Request<'_>) -> Option<Reason> {
         .collect();
     if !missing.is_empty() {
         return Some(Reason::Labels(missing));
+    }
+    if cluster.cordoned() {
+        return Some(Reason::Cordoned);
     }
     if pinned.is_none() && cluster.connection_state != ConnectionState::Online {
         return Some(Reason::State(cluster.connection_state));
@@ -151,7 +157,7 @@ pub fn choose_cluster<'a>(clusters: &'a [Cluster], req: &Request<'_>) -> Placeme
             Some(Reason::Capability(why)) => refusals.push(why),
             // Only clusters the placement names or selects could change
             // their mind by waiting.
-            Some(Reason::State(_) | Reason::DoesNotFit { .. }) => waiting = true,
+            Some(Reason::State(_) | Reason::Cordoned | Reason::DoesNotFit { .. }) => waiting = true,
             Some(_) => {}
         }
     }
@@ -260,11 +266,18 @@ pub fn unplaced_reason(clusters: &[Cluster], req: &Request<'_>) -> String {
         .iter()
         .filter(|(_, r)| !matches!(r, Reason::Labels(_)))
         .collect();
-    // Only connection states keep the matching clusters out: name those
-    // alone; otherwise every cluster with its reason.
-    // (A fit reason has commas of its own: `; ` between those.)
-    let (what, named, sep) = match matching.iter().all(|(_, r)| matches!(r, Reason::State(_))) {
-        true => ("no matching cluster is online", matching, ", "),
+    // Only connection states and cordons keep the matching clusters out:
+    // name those alone; otherwise every cluster with its reason. (A fit
+    // reason has commas of its own: `; ` between those.)
+    let offline = matching
+        .iter()
+        .all(|(_, r)| matches!(r, Reason::State(_) | Reason::Cordoned));
+    let (what, named, sep) = match offline {
+        true => (
+            "no matching cluster is online and uncordoned",
+            matching,
+            ", ",
+        ),
         false => (
             "no cluster can take the revision",
             considered.iter().collect(),

@@ -1,6 +1,6 @@
 //! Execution clusters: listed and read (a tenant sees only those its
 //! revisions are placed on, without the installation-admin data), enrolled
-//! with bootstrap tokens, approved and revoked.
+//! with bootstrap tokens, approved and revoked (cordon and drain: `drain`).
 
 use chrono::Utc;
 
@@ -33,6 +33,7 @@ impl Service {
         let mut cluster = self.store.get_cluster(name).await?;
         match self.visible_clusters(p).await? {
             None => {
+                cluster = self.cluster_with_drain_progress(name).await?;
                 self.with_outbox_depth(std::slice::from_mut(&mut cluster))
                     .await?
             }
@@ -171,6 +172,9 @@ impl Service {
 /// cluster's identity).
 fn tenant_view(c: &mut Cluster) {
     c.certificate_serials.clear();
+    if let Some(drain) = &mut c.drain {
+        drain.progress = None; // names other tenants' Agents
+    }
     c.outbox_depth = None;
     c.certificate_expires_at = None;
 }

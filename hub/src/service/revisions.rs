@@ -158,6 +158,7 @@ impl Service {
             images,
             resolved_cluster,
             rolled_back_from: req.from_revision,
+            moved: None,
             idempotency,
             requested_by: Some(p.token_id.clone()),
         };
@@ -176,8 +177,8 @@ impl Service {
         Ok((deployed.revision, deployed.created))
     }
 
-    /// An explicit placement must name an enrolled cluster that can serve
-    /// the revision; placed now when a cluster takes it
+    /// An explicit placement must name an enrolled, uncordoned cluster that
+    /// can serve the revision; placed now when a cluster takes it
     /// (`pipeline::choose_cluster`: the pinned one, or by the placement's
     /// rule), or not yet (the pipeline places it when one can, saying why
     /// meanwhile).
@@ -189,6 +190,12 @@ impl Service {
         };
         if let Some(name) = &spec.placement.cluster {
             match self.store.get_cluster(name).await {
+                Ok(c) if c.cordoned() => {
+                    return Err(ServiceError::FailedPrecondition(format!(
+                        "spec.placement.cluster: cluster {name} is cordoned: it takes no new \
+                         revisions until `clawfed clusters uncordon {name}`"
+                    )));
+                }
                 Ok(c) => {
                     if let Some(why) = crate::pipeline::cannot_serve(&c, request.needs) {
                         return Err(ServiceError::FailedPrecondition(format!(

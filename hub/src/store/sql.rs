@@ -474,6 +474,44 @@ impl Store for SqlStore {
         clusters::get_cluster(self, name).await
     }
 
+    async fn set_cordon(
+        &self,
+        name: &str,
+        cordoned_at: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+        fx: &Effects,
+    ) -> Result<Cluster> {
+        clusters::set_cordon(self, name, cordoned_at, now, fx).await
+    }
+
+    async fn start_drain(
+        &self,
+        name: &str,
+        parallelism: u32,
+        requested_by: &str,
+        now: DateTime<Utc>,
+        fx: &Effects,
+    ) -> Result<Cluster> {
+        clusters::start_drain(self, name, parallelism, requested_by, now, fx).await
+    }
+
+    async fn finish_drain(
+        &self,
+        name: &str,
+        started_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        clusters::finish_drain(self, name, started_at, now).await
+    }
+
+    async fn drain_revisions(
+        &self,
+        name: &str,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<AgentRevision>> {
+        clusters::drain_revisions(self, name, since).await
+    }
+
     // Work queue: sql/work.rs.
     async fn enqueue_work(&self, items: &[NewWork]) -> Result<Vec<String>> {
         work::enqueue_work(self, items).await

@@ -127,7 +127,7 @@ impl Bench {
     }
 
     /// Makes the Agent in the hub (and, Gateways on, its Gateway PV).
-    async fn create_agent(&self, agent: &str, cluster: usize) -> Result<()> {
+    pub(super) async fn create_agent(&self, agent: &str, cluster: usize) -> Result<()> {
         self.placed
             .lock()
             .unwrap_or_else(|p| p.into_inner())

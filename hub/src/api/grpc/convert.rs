@@ -192,6 +192,7 @@ pub(super) fn revision_to_pb(r: model::AgentRevision) -> pb::AgentRevision {
         phase: r.phase.as_str().into(),
         reason: r.reason.unwrap_or_default(),
         rolled_back_from: r.rolled_back_from,
+        moved_from: r.moved_from,
         created_at: time(r.created_at),
         updated_at: time(r.updated_at),
         readiness: r.readiness.map(|v| pb::Readiness {
@@ -260,6 +261,8 @@ pub(super) fn cluster_to_pb(c: model::Cluster) -> pb::Cluster {
         outbox_depth: c.outbox_depth,
         provider: c.provider,
         certificate_expires_at: c.certificate_expires_at.map(time),
+        cordoned_at: c.cordoned_at.map(time),
+        drain: c.drain.map(drain_to_pb),
         capacity: c.capacity.map(|k| pb::ClusterCapacity {
             nodes: k.nodes,
             allocatable_cpu_millis: k.allocatable.cpu_millis,
@@ -267,6 +270,35 @@ pub(super) fn cluster_to_pb(c: model::Cluster) -> pb::Cluster {
             free_cpu_millis: k.free.cpu_millis,
             free_memory_bytes: k.free.memory_bytes,
             reported_at: time(k.reported_at),
+        }),
+    }
+}
+
+fn drain_to_pb(d: model::Drain) -> pb::Drain {
+    pb::Drain {
+        parallelism: d.parallelism,
+        started_at: time(d.started_at),
+        finished_at: d.finished_at.map(time),
+        progress: d.progress.map(|p| pb::DrainProgress {
+            waiting: p.waiting,
+            moving: p.moving,
+            moved: p.moved,
+            blocked: p.blocked,
+            failed: p.failed,
+            agents: p
+                .agents
+                .into_iter()
+                .map(|a| pb::DrainAgent {
+                    namespace: a.namespace,
+                    agent: a.agent,
+                    state: a.state.as_str().into(),
+                    from_revision: a.from_revision,
+                    to_revision: a.to_revision,
+                    to_cluster: a.to_cluster,
+                    workspace: a.workspace.map(|w| w.as_str().into()),
+                    reason: a.reason,
+                })
+                .collect(),
         }),
     }
 }

@@ -1,5 +1,5 @@
 //! REST handlers of execution clusters: listed, read, enrolled (bootstrap
-//! tokens), approved and revoked.
+//! tokens), approved, revoked, cordoned and drained.
 
 use axum::Json;
 use axum::extract::State;
@@ -10,7 +10,7 @@ use super::extract::{Caller, OptionalBody, PathParams};
 use super::{ApiResult, created};
 use crate::api::AppState;
 use crate::api::error::ErrorBody;
-use crate::model::{BootstrapTokenCreated, Cluster, CreateBootstrapToken, List};
+use crate::model::{BootstrapTokenCreated, Cluster, CreateBootstrapToken, DrainRequest, List};
 
 /// List enrolled execution clusters.
 #[utoipa::path(get, path = "/api/v1/clusters", tag = "clusters",
@@ -78,4 +78,54 @@ pub(super) async fn revoke_cluster(
     PathParams(name): PathParams<String>,
 ) -> ApiResult<Json<Cluster>> {
     Ok(Json(s.service.revoke_cluster(&p, &name).await?))
+}
+
+/// Cordon a cluster: no new revision is placed there; what runs there
+/// keeps running.
+#[utoipa::path(post, path = "/api/v1/clusters/{name}/cordon", tag = "clusters",
+    params(("name" = String, Path)),
+    responses((status = 200, body = Cluster), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
+pub(super) async fn cordon_cluster(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    PathParams(name): PathParams<String>,
+) -> ApiResult<Json<Cluster>> {
+    Ok(Json(s.service.cordon_cluster(&p, &name).await?))
+}
+
+/// Uncordon a cluster: it takes new revisions again; a running drain ends
+/// (its moves in flight finish).
+#[utoipa::path(post, path = "/api/v1/clusters/{name}/uncordon", tag = "clusters",
+    params(("name" = String, Path)),
+    responses((status = 200, body = Cluster), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
+pub(super) async fn uncordon_cluster(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    PathParams(name): PathParams<String>,
+) -> ApiResult<Json<Cluster>> {
+    Ok(Json(s.service.uncordon_cluster(&p, &name).await?))
+}
+
+/// Drain a cluster: cordon it and move each Agent running there to another
+/// cluster, `parallelism` at a time, each stopped there (and the stop
+/// confirmed) before it starts elsewhere. Answers at once with the
+/// progress; `GET /clusters/{name}` follows it.
+#[utoipa::path(post, path = "/api/v1/clusters/{name}/drain", tag = "clusters",
+    params(("name" = String, Path)), request_body(content = Option<DrainRequest>),
+    responses((status = 202, body = Cluster), (status = 400, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody, description = "This hub runs no pipeline")))]
+pub(super) async fn drain_cluster(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    PathParams(name): PathParams<String>,
+    OptionalBody(body): OptionalBody<DrainRequest>,
+) -> ApiResult<(StatusCode, Json<Cluster>)> {
+    let cluster = s
+        .service
+        .drain_cluster(&p, &name, body.or_default())
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(cluster)))
 }

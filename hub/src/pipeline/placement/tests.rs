@@ -20,6 +20,8 @@ fn cluster(name: &str, state: ConnectionState, pool: &str) -> Cluster {
         provider: None,
         certificate_expires_at: None,
         capacity: None,
+        cordoned_at: None,
+        drain: None,
     }
 }
 
@@ -95,9 +97,47 @@ fn the_first_online_cluster_matching_every_label_by_default() {
     let why = unplaced_reason(&offline, &Request::anywhere(&gpu));
     assert!(
         why.contains(
-            "no matching cluster is online (a is offline, b has not connected yet, c is revoked)"
+            "no matching cluster is online and uncordoned (a is offline, b has not connected yet, c is revoked)"
         ),
         "{why}"
+    );
+}
+
+/// Issue 33: a cordoned cluster takes no new revision, and the reason a
+/// revision waits names it.
+#[test]
+fn placement_passes_over_a_cordoned_cluster_and_says_so() {
+    let mut a = cluster("a", ConnectionState::Online, "x");
+    a.cordoned_at = Some(chrono::DateTime::UNIX_EPOCH);
+    let clusters = vec![a, cluster("b", ConnectionState::Online, "x")];
+    let any = Spec::default();
+    assert_eq!(
+        choose_cluster(&clusters, &Request::anywhere(&any)),
+        Placement::Chosen(&clusters[1])
+    );
+    let only_cordoned = &clusters[..1];
+    assert_eq!(
+        choose_cluster(only_cordoned, &Request::anywhere(&any)),
+        Placement::Unavailable
+    );
+    let why = unplaced_reason(only_cordoned, &Request::anywhere(&any));
+    assert!(why.contains("(a is cordoned)"), "{why}");
+    // Listed first, or pinned: still passed over.
+    let listed = Spec {
+        clusters: vec!["a".into(), "b".into()],
+        ..Default::default()
+    };
+    assert_eq!(
+        choose_cluster(&clusters, &Request::anywhere(&listed)),
+        Placement::Chosen(&clusters[1])
+    );
+    let pinned = Spec {
+        cluster: Some("a".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        why_not(&clusters[0], &Request::anywhere(&pinned)),
+        Some(Reason::Cordoned)
     );
 }
 

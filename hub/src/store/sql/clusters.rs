@@ -1,7 +1,7 @@
 //! The `clusters` table as the [`Store`](crate::store::Store) sees it:
-//! upserted, listed and read by name.
+//! upserted, listed and read by name; cordoned and drained.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sqlx::any::AnyRow;
 // Dynamic SQL here (wrapped in `AssertSqlSafe`) only interpolates the
 // column lists and placeholders defined in this file, never input.
@@ -9,24 +9,28 @@ use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
 use super::SqlStore;
-use super::codec::{from_json, from_ms, get, ms, parse_enum, to_json};
-use crate::model::{Cluster, ClusterCapacity, ConnectionState, ResourceAmounts};
-use crate::store::{ClusterRecord, Result};
+use super::codec::{from_json, from_ms, get, ms, not_found, parse_enum, to_json};
+use super::revisions::{REVISION_COLS, REVISION_FROM, revision_from_row};
+use crate::model::{
+    AgentRevision, Cluster, ClusterCapacity, ConnectionState, Drain, ResourceAmounts,
+};
+use crate::store::{ClusterRecord, Effects, Result};
 
-/// The columns an upsert writes.
-const CLUSTER_WRITE_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
+/// What the spoke's session writes (the upsert's columns).
+const CLUSTER_SESSION_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
      connection_state, last_seen, version, created_at";
 
 /// The columns [`cluster_from_row`] reads.
 pub(in crate::store) const CLUSTER_COLS: &str = "id, name, labels, capabilities, certificate_serials, \
-     connection_state, last_seen, version, created_at, capacity_nodes, \
+     connection_state, last_seen, version, created_at, cordoned_at, drain_started_at, \
+     drain_finished_at, drain_parallelism, drain_requested_by, capacity_nodes, \
      capacity_allocatable_cpu_millis, capacity_allocatable_memory_bytes, \
      capacity_free_cpu_millis, capacity_free_memory_bytes, capacity_reported_at";
 
 pub(super) async fn upsert_cluster(store: &SqlStore, c: &ClusterRecord) -> Result<Cluster> {
     let now = Utc::now();
     let sql = format!(
-        "INSERT INTO clusters ({CLUSTER_WRITE_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+        "INSERT INTO clusters ({CLUSTER_SESSION_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
          ON CONFLICT (name) DO UPDATE SET labels = $3, capabilities = $4, \
          certificate_serials = $5, connection_state = $6, last_seen = $7, version = $8 \
          RETURNING {CLUSTER_COLS}"
@@ -78,6 +82,20 @@ pub(in crate::store) fn cluster_from_row(r: &AnyRow) -> Result<Cluster> {
         outbox_depth: None,
         certificate_expires_at: None,
         capacity: capacity_from_row(r)?,
+        cordoned_at: get::<Option<i64>>(r, W, "cordoned_at")?.map(from_ms),
+        drain: match get::<Option<i64>>(r, W, "drain_started_at")? {
+            None => None,
+            Some(started) => Some(Drain {
+                parallelism: u32::try_from(
+                    get::<Option<i64>>(r, W, "drain_parallelism")?.unwrap_or(1),
+                )
+                .unwrap_or(1),
+                started_at: from_ms(started),
+                finished_at: get::<Option<i64>>(r, W, "drain_finished_at")?.map(from_ms),
+                progress: None,
+                requested_by: get(r, W, "drain_requested_by")?,
+            }),
+        },
     })
 }
 
@@ -100,4 +118,99 @@ fn capacity_from_row(r: &AnyRow) -> Result<Option<ClusterCapacity>> {
         },
         reported_at: from_ms(at),
     }))
+}
+
+/// The revision phases that may still run a Harness: placed and not
+/// finished.
+const UNFINISHED: &str = "('pending', 'provisioning', 'preparing', 'waiting-ready', 'active', \
+     'stopping')";
+
+pub(super) async fn set_cordon(
+    store: &SqlStore,
+    name: &str,
+    cordoned_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    fx: &Effects,
+) -> Result<Cluster> {
+    let mut tx = store.begin().await?;
+    // Uncordoning ends a running drain: its moves in flight finish, no
+    // new one starts (the cluster takes placements again).
+    let query = sqlx::query(
+        "UPDATE clusters SET cordoned_at = $1, drain_finished_at = CASE \
+         WHEN $1 IS NULL AND drain_started_at IS NOT NULL AND drain_finished_at IS NULL \
+         THEN $2 ELSE drain_finished_at END WHERE name = $3",
+    )
+    .bind(cordoned_at.map(ms))
+    .bind(ms(now))
+    .bind(name.to_owned());
+    if store.run_in(&mut tx, query).await? == 0 {
+        return Err(not_found("cluster", name));
+    }
+    store.commit_with_effects(tx, fx, now).await?;
+    get_cluster(store, name).await
+}
+
+pub(super) async fn start_drain(
+    store: &SqlStore,
+    name: &str,
+    parallelism: u32,
+    requested_by: &str,
+    now: DateTime<Utc>,
+    fx: &Effects,
+) -> Result<Cluster> {
+    let mut tx = store.begin().await?;
+    // A drain that still runs keeps its start (its moves count) and takes
+    // the new parallelism; otherwise a new drain starts now.
+    let query = sqlx::query(
+        "UPDATE clusters SET cordoned_at = COALESCE(cordoned_at, $1), \
+         drain_started_at = CASE WHEN drain_started_at IS NOT NULL AND drain_finished_at IS NULL \
+         THEN drain_started_at ELSE $1 END, \
+         drain_finished_at = NULL, drain_parallelism = $2, drain_requested_by = $3 \
+         WHERE name = $4",
+    )
+    .bind(ms(now))
+    .bind(i64::from(parallelism))
+    .bind(requested_by.to_owned())
+    .bind(name.to_owned());
+    if store.run_in(&mut tx, query).await? == 0 {
+        return Err(not_found("cluster", name));
+    }
+    store.commit_with_effects(tx, fx, now).await?;
+    get_cluster(store, name).await
+}
+
+pub(super) async fn finish_drain(
+    store: &SqlStore,
+    name: &str,
+    started_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let query = sqlx::query(
+        "UPDATE clusters SET drain_finished_at = $1 \
+         WHERE name = $2 AND drain_started_at = $3 AND drain_finished_at IS NULL",
+    )
+    .bind(ms(now))
+    .bind(name.to_owned())
+    .bind(ms(started_at));
+    Ok(store.run(query).await? == 1)
+}
+
+pub(super) async fn drain_revisions(
+    store: &SqlStore,
+    name: &str,
+    since: DateTime<Utc>,
+) -> Result<Vec<AgentRevision>> {
+    // The Agents concerned: one of their revisions still runs (or may)
+    // on the cluster, or one moved away from it since the drain began.
+    let sql = format!(
+        "SELECT {REVISION_COLS} FROM {REVISION_FROM} WHERE r.agent_id IN (\
+         SELECT agent_id FROM agent_revisions WHERE (resolved_cluster = $1 AND phase IN {UNFINISHED}) \
+         OR (moved_from = $1 AND created_at >= $2)) \
+         AND (r.phase IN {UNFINISHED} OR (r.moved_from = $1 AND r.created_at >= $2)) \
+         ORDER BY n.name, a.name, r.number"
+    );
+    let query = sqlx::query(AssertSqlSafe(sql))
+        .bind(name.to_owned())
+        .bind(ms(since));
+    store.read_all(query, revision_from_row).await
 }

@@ -12,12 +12,12 @@ use super::codec::{
     from_json, from_ms, get, is_unique_violation, ms, not_found, parse_enum, to_json,
 };
 use super::{SqlStore, Tx};
-use crate::model::{AgentRevision, RevisionPhase};
+use crate::model::{AgentRevision, DesiredState, RevisionPhase};
 use crate::store::{Deployed, Effects, NewRevision, Result, StoreError};
 
-const REVISION_COLS: &str = "r.id, n.name AS namespace, a.name AS agent, r.number, r.spec, \
+pub(super) const REVISION_COLS: &str = "r.id, n.name AS namespace, a.name AS agent, r.number, r.spec, \
      r.configuration, r.images, r.resolved_cluster, r.phase, r.reason, r.rolled_back_from, \
-     r.progress, r.version, r.requested_by, r.created_at, r.updated_at";
+     r.moved_from, r.progress, r.version, r.requested_by, r.created_at, r.updated_at";
 pub(super) const REVISION_FROM: &str = "agent_revisions r JOIN agents a ON a.id = r.agent_id \
      JOIN namespaces n ON n.id = a.namespace_id";
 
@@ -60,7 +60,7 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
         }
     }
     let query = sqlx::query(
-        "SELECT id, version, latest_revision FROM agents \
+        "SELECT id, version, latest_revision, desired_state FROM agents \
          WHERE namespace_id = $1 AND name = $2 AND deleted_at IS NULL",
     )
     .bind(ns_id.clone())
@@ -75,6 +75,18 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
         });
     }
     let previous: Option<i64> = agent.get(2);
+    if let Some(moved) = &rev.moved {
+        // A drain's view may be stale: the Agent was redeployed or
+        // stopped since; moving the older revision would undo that.
+        let desired: String = agent.get(3);
+        if previous != Some(moved.revision) || desired != DesiredState::Running.as_str() {
+            return Err(StoreError::FailedPrecondition(format!(
+                "agent {:?} changed since the drain read it (latest revision {:?}, {desired}): \
+                 revision {} is not moved",
+                rev.agent, previous, moved.revision
+            )));
+        }
+    }
     let number = previous.unwrap_or(0) + 1;
     // Compare-and-swap on the revision counter: a concurrent deploy that
     // won the race leaves this update matching no row.
@@ -95,7 +107,8 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
     let inserted_revision = sqlx::query(
         "INSERT INTO agent_revisions (id, agent_id, number, spec, configuration, images, \
          resolved_cluster, phase, reason, rolled_back_from, created_at, updated_at, \
-         requested_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, $10, $10, $11)",
+         requested_by, moved_from) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, $10, $10, $11, $12)",
     )
     .bind(rev_id.clone())
     .bind(agent_id.clone())
@@ -108,6 +121,7 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
     .bind(rev.rolled_back_from)
     .bind(ms(now))
     .bind(rev.requested_by.clone())
+    .bind(rev.moved.as_ref().map(|m| m.cluster.clone()))
     .execute(&mut *tx)
     .await;
     match inserted_revision {
@@ -362,7 +376,7 @@ pub(super) async fn get_revision(
         .await
 }
 
-fn revision_from_row(r: &AnyRow) -> Result<AgentRevision> {
+pub(super) fn revision_from_row(r: &AnyRow) -> Result<AgentRevision> {
     const W: &str = "revision";
     let phase: String = get(r, W, "phase")?;
     Ok(AgentRevision {
@@ -377,6 +391,7 @@ fn revision_from_row(r: &AnyRow) -> Result<AgentRevision> {
         phase: parse_enum(W, &phase, RevisionPhase::parse)?,
         reason: get(r, W, "reason")?,
         rolled_back_from: get(r, W, "rolled_back_from")?,
+        moved_from: get(r, W, "moved_from")?,
         progress: from_json(W, &get::<String>(r, W, "progress")?)?,
         version: get(r, W, "version")?,
         requested_by: get(r, W, "requested_by")?,

@@ -192,6 +192,7 @@ impl Rollout {
                 if phase == RevisionPhase::Active {
                     self.log_completed(&rev);
                     self.observe("deploy", "ok", rev.created_at);
+                    self.wake_drain(store, &rev).await?;
                 }
             }
             Step::QueueGateway => {
@@ -386,6 +387,7 @@ impl Rollout {
             Step::PredecessorsRetired => {
                 rev.progress.predecessors_retired_at = Some(now);
                 self.save(store, &mut rev).await?;
+                self.wake_drain(store, &rev).await?;
             }
             Step::Fail(reason) => return self.fail(store, ns, g, rev, reason.to_string()).await,
         }

@@ -84,6 +84,7 @@ impl Rollout {
         let created = rev.created_at;
         self.enter(store, &mut rev, RevisionPhase::Failed, Some(reason))
             .await?;
+        self.wake_drain(store, &rev).await?;
         self.observe("deploy", "failed", created);
         Ok(Flow::Settled)
     }

@@ -62,6 +62,27 @@ impl Rollout {
         Ok(())
     }
 
+    /// A drain's move settled (its predecessors retired, or it failed):
+    /// the drain's next pass runs now, not at its recheck.
+    pub(super) async fn wake_drain(
+        &self,
+        store: &dyn Store,
+        rev: &AgentRevision,
+    ) -> Result<(), WorkError> {
+        if let Some(cluster) = &rev.moved_from {
+            store
+                .enqueue_work(&[crate::worker::drain::drain_work(
+                    cluster,
+                    None,
+                    Utc::now(),
+                    self.config.max_attempts,
+                )])
+                .await
+                .map_err(store_err)?;
+        }
+        Ok(())
+    }
+
     /// Opens the credentials `rev` froze at deploy (sealed for `agent`).
     /// The inner error is why the revision cannot get them (a changed key,
     /// a value altered or moved), without any value.
