@@ -289,6 +289,17 @@ function applyEvent(ev) {
       scheduleRefresh('clusters', 'fleet');
       break;
     }
+    case 'cluster.scheduling': {
+      const c = state.clusters.get(ev.cluster);
+      if (c) {
+        c.cordonedAt = b.cordonedAt;
+        // The drain's record comes with the listing; until then a
+        // running one is marked as such.
+        c.drain = b.draining ? Object.assign({}, c.drain, { finishedAt: null }) : c.drain;
+      }
+      scheduleRefresh('clusters');
+      break;
+    }
     case 'revision.phase': {
       const entry = state.agents.get(`${ev.namespace}/${b.agent}`);
       if (!entry) {

@@ -4636,6 +4636,25 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
         )
         .await?;
 
+    // Issue 33: a cordon shows on the page as it happens (its watch
+    // event), and goes with the uncordon.
+    for (verb, want) in [("cordon", true), ("uncordon", false)] {
+        rest.post::<_, clawfed_hub::model::Cluster>(
+            &format!("/clusters/{cluster_name}/{verb}"),
+            &(),
+        )
+        .await?;
+        browser
+            .wait_for::<bool>(
+                Duration::from_secs(15),
+                &format!("the page after {verb}"),
+                "const r = document.querySelector(`[data-cluster=\"${CSS.escape(arguments[0])}\"] td.state`); \
+                 return r && (r.textContent.includes('cordoned') === arguments[1]) ? true : null;",
+                vec![json!(cluster_name), json!(want)],
+            )
+            .await?;
+    }
+
     // The token: in this tab's session storage, never in the URL, a
     // cookie or local storage.
     let (href, kept, cookie, local): (String, Option<String>, String, u32) = browser

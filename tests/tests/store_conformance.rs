@@ -728,6 +728,30 @@ mod cases {
             .unwrap();
         assert!(!open.cordoned() && !open.draining());
         assert_eq!(open.drain.expect("drain").finished_at, Some(t5));
+        // Each change is on the watch stream, as views see it.
+        use clawfed_hub::model::event::EventBody;
+        let scheduling: Vec<(bool, bool)> = s
+            .events_after(0, 1000)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.cluster.as_deref() == Some("exec-d"))
+            .filter_map(|e| match e.body {
+                EventBody::ClusterScheduling(b) => Some((b.cordoned_at.is_some(), b.draining)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            scheduling,
+            [
+                (true, false),  // cordoned
+                (true, true),   // drain started
+                (true, true),   // re-paced
+                (true, false),  // drain over
+                (true, true),   // a new drain
+                (false, false)  // uncordoned: the drain ends
+            ]
+        );
         assert!(matches!(
             s.set_cordon("nope", None, t5, &fx("cluster.uncordon"))
                 .await,

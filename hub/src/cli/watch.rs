@@ -30,6 +30,11 @@ pub fn line(e: &WatchEvent) -> String {
                     .map_or("-".into(), |t| t.to_rfc3339()),
             )
         }
+        EventBody::ClusterScheduling(s) => match (s.draining, s.cordoned_at) {
+            (true, _) => "draining".to_owned(),
+            (false, Some(at)) => format!("cordoned since {}", at.to_rfc3339()),
+            (false, None) => "schedulable".to_owned(),
+        },
         EventBody::RevisionPhase(p) => format!(
             "{}#{} {} <- {}{}",
             p.agent,

@@ -53,6 +53,10 @@ pub enum EventBody {
     /// A cluster was revoked.
     #[serde(rename = "cluster.revoked")]
     ClusterRevoked(ClusterEvent),
+    /// A cluster was cordoned or uncordoned, or a drain of it started or
+    /// ended.
+    #[serde(rename = "cluster.scheduling")]
+    ClusterScheduling(SchedulingEvent),
     /// A revision entered a phase, or its reason changed.
     #[serde(rename = "revision.phase")]
     RevisionPhase(RevisionPhaseEvent),
@@ -75,6 +79,7 @@ impl EventBody {
             Self::ClusterConnected(_) => "cluster.connected",
             Self::ClusterOffline(_) => "cluster.offline",
             Self::ClusterRevoked(_) => "cluster.revoked",
+            Self::ClusterScheduling(_) => "cluster.scheduling",
             Self::RevisionPhase(_) => "revision.phase",
             Self::Readiness(_) => "readiness",
             Self::WorkFailed(_) => "work.failed",
@@ -103,6 +108,16 @@ pub struct ClusterEvent {
     pub capabilities: Vec<String>,
     /// When the cluster's newest unrevoked client certificate expires.
     pub certificate_expires_at: Option<DateTime<Utc>>,
+}
+
+/// Whether a cluster takes new revisions, and its drain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingEvent {
+    /// When new placements there stopped; null: it takes them.
+    pub cordoned_at: Option<DateTime<Utc>>,
+    /// A drain is moving its Agents away.
+    pub draining: bool,
 }
 
 /// A revision's phase change.

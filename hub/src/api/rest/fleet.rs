@@ -42,9 +42,10 @@ pub(super) struct WatchParams {
 
 /// Watch events as Server-Sent Events: each has `id` = its cursor,
 /// `event` = its kind (`cluster.connected`, `cluster.offline`,
-/// `cluster.revoked`, `revision.phase`, `readiness`, `work.failed`) and
-/// `data` = the event as JSON (`cursor`, `at`, `namespace`, `cluster`,
-/// `kind`, `body`; bodies: ClusterEvent, RevisionPhaseEvent,
+/// `cluster.revoked`, `cluster.scheduling`, `revision.phase`, `readiness`,
+/// `work.failed`) and `data` = the event as JSON (`cursor`, `at`,
+/// `namespace`, `cluster`, `kind`, `body`; bodies: ClusterEvent,
+/// SchedulingEvent, RevisionPhaseEvent,
 /// ReadinessEvent, WorkFailedEvent). A tenant token sees its own
 /// namespace's events and those of the clusters its revisions are placed
 /// on. A client that leaves its stream's buffer full is cut off with a

@@ -21,6 +21,7 @@ use crate::api::error::ErrorBody;
     components(schemas(
         ErrorBody,
         crate::model::event::ClusterEvent,
+        crate::model::event::SchedulingEvent,
         crate::model::event::RevisionPhaseEvent,
         crate::model::event::ReadinessEvent,
         crate::model::event::WorkFailedEvent,

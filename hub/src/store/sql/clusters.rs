@@ -8,9 +8,9 @@ use sqlx::any::AnyRow;
 use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
-use super::SqlStore;
 use super::codec::{from_json, from_ms, get, ms, not_found, parse_enum, to_json};
 use super::revisions::{REVISION_COLS, REVISION_FROM, revision_from_row};
+use super::{SqlStore, Tx};
 use crate::model::{
     AgentRevision, Cluster, ClusterCapacity, ConnectionState, Drain, ResourceAmounts,
 };
@@ -146,7 +146,9 @@ pub(super) async fn set_cordon(
     if store.run_in(&mut tx, query).await? == 0 {
         return Err(not_found("cluster", name));
     }
+    scheduling_event(store, &mut tx, name, now).await?;
     store.commit_with_effects(tx, fx, now).await?;
+    store.events_committed();
     get_cluster(store, name).await
 }
 
@@ -175,7 +177,9 @@ pub(super) async fn start_drain(
     if store.run_in(&mut tx, query).await? == 0 {
         return Err(not_found("cluster", name));
     }
+    scheduling_event(store, &mut tx, name, now).await?;
     store.commit_with_effects(tx, fx, now).await?;
+    store.events_committed();
     get_cluster(store, name).await
 }
 
@@ -192,7 +196,39 @@ pub(super) async fn finish_drain(
     .bind(ms(now))
     .bind(name.to_owned())
     .bind(ms(started_at));
-    Ok(store.run(query).await? == 1)
+    let mut tx = store.begin().await?;
+    if store.run_in(&mut tx, query).await? == 0 {
+        store.commit(tx).await?;
+        return Ok(false);
+    }
+    scheduling_event(store, &mut tx, name, now).await?;
+    store.commit(tx).await?;
+    store.events_committed();
+    Ok(true)
+}
+
+/// Records cluster `name`'s scheduling as it is in `tx` on the watch
+/// stream (`cluster.scheduling`), so views update without polling.
+async fn scheduling_event(
+    store: &SqlStore,
+    tx: &mut Tx,
+    name: &str,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    use crate::model::event::{EventBody, SchedulingEvent};
+    let sql = format!("SELECT {CLUSTER_COLS} FROM clusters WHERE name = $1");
+    let query = sqlx::query(AssertSqlSafe(sql)).bind(name.to_owned());
+    let cluster = cluster_from_row(&store.one_in(tx, query, "cluster", name).await?)?;
+    let event = crate::store::NewEvent {
+        namespace_id: None,
+        cluster: Some(cluster.name.clone()),
+        body: EventBody::ClusterScheduling(SchedulingEvent {
+            draining: cluster.draining(),
+            cordoned_at: cluster.cordoned_at,
+        }),
+    };
+    store.insert_event(tx, &event, now).await?;
+    Ok(())
 }
 
 pub(super) async fn drain_revisions(
