@@ -27,6 +27,22 @@ pub fn bin(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// `clawfed ARGS` (the CLI of this target dir) against the hub at
+/// `server` as `token`: its stdout, or an error carrying its stderr.
+pub fn clawfed(server: &str, token: &str, args: &[impl AsRef<std::ffi::OsStr>]) -> Result<String> {
+    let out = Command::new(bin("clawfed")?)
+        .args(["--server", server, "--token", token])
+        .args(args)
+        .output()
+        .context("running clawfed")?;
+    ensure!(
+        out.status.success(),
+        "clawfed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// Where a `clawfed-spoke --applier kube` child finds what it needs.
 #[derive(Debug, Clone, Copy)]
 pub struct KubeSpoke<'a> {

@@ -5,7 +5,6 @@
 //! watchers of both clusters' Pods see it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +22,7 @@ use clawfed_tests::cleanup::Cleanup;
 use clawfed_tests::control_env;
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env::{self, TestCluster};
-use clawfed_tests::procs::bin;
+use clawfed_tests::procs::clawfed;
 use clawfed_tests::{spoke_env, until};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -145,26 +144,6 @@ fn watch_pods(
         .collect()
 }
 
-/// `clawfed ARGS` as the root token.
-fn cli(hub: &TestHub, args: &[&str]) -> Result<String> {
-    cli_as(&hub.rest, &hub.root_token, args)
-}
-
-/// `clawfed ARGS` against `server` as `token`.
-fn cli_as(server: &str, token: &str, args: &[impl AsRef<std::ffi::OsStr>]) -> Result<String> {
-    let out = Command::new(bin("clawfed")?)
-        .args(["--server", server, "--token", token])
-        .args(args)
-        .output()
-        .context("running clawfed")?;
-    ensure!(
-        out.status.success(),
-        "clawfed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// An Agent of `ns` placed by the pipeline (no pinned cluster).
 async fn unpinned_agent(rest: &HubClient, ns: &str, any_cluster: &str) -> Result<Agent> {
     let agent = rest.new_agent(ns, any_cluster, "dedicated-codex").await?;
@@ -265,7 +244,7 @@ async fn drain_scenario(
         ),
         other => anyhow::bail!("deploy onto cordoned {b_name}: {other:?}"),
     }
-    let listed = cli(hub, &["clusters", "list"])?;
+    let listed = clawfed(&hub.rest, &hub.root_token, &["clusters", "list"])?;
     ensure!(listed.contains("online,cordoned"), "{listed}");
     rest.post::<_, Cluster>(&format!("/clusters/{b_name}/uncordon"), &())
         .await?;
@@ -308,7 +287,7 @@ async fn drain_scenario(
     let cli_drain = {
         let args = ["clusters", "drain", a_name, "--parallelism", "2", "--wait"].map(String::from);
         let (rest_url, token) = (hub.rest.clone(), hub.root_token.clone());
-        tokio::task::spawn_blocking(move || cli_as(&rest_url, &token, &args))
+        tokio::task::spawn_blocking(move || clawfed(&rest_url, &token, &args))
     };
     let most_moving = Arc::new(Mutex::new(0));
     let drained = until(WAIT * 2, "the drain of exec-a ends", || async {

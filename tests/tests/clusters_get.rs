@@ -4,7 +4,6 @@
 //! mTLS and says what it runs in its Hello; the expiry is that of the
 //! certificate the hub issued it, and is gone once the cluster is revoked.
 
-use std::process::Command;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -13,24 +12,13 @@ use clawfed_proto::admin::v1 as pb;
 use clawfed_proto::capability;
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::link::{bootstrap_token, cluster, eventually, start_spoke_advertising};
-use clawfed_tests::procs::bin;
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
 
 /// `clawfed ARGS` as the root token; stdout.
 fn cli(hub: &TestHub, args: &[&str]) -> String {
-    let out = Command::new(bin("clawfed").expect("the clawfed binary"))
-        .args(["--server", &hub.rest, "--token", &hub.root_token])
-        .args(args)
-        .output()
-        .expect("run clawfed");
-    assert!(
-        out.status.success(),
-        "clawfed {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
+    clawfed_tests::procs::clawfed(&hub.rest, &hub.root_token, args).expect("clawfed")
 }
 
 /// `GetCluster` as the root token.

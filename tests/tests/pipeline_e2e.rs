@@ -3998,17 +3998,7 @@ async fn wait_readiness(
 
 /// `clawfed ARGS` (the CLI binary of the target dir) as the root token.
 fn cli(hub: &TestHub, args: &[&str]) -> Result<String> {
-    let out = Command::new(bin("clawfed")?)
-        .args(["--server", &hub.rest, "--token", &hub.root_token])
-        .args(args)
-        .output()
-        .context("running clawfed")?;
-    ensure!(
-        out.status.success(),
-        "clawfed {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    clawfed_tests::procs::clawfed(&hub.rest, &hub.root_token, args)
 }
 
 /// Issue 12, plugin startup status, on the real clusters with the Harness
