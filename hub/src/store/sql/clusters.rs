@@ -132,7 +132,6 @@ pub(super) async fn set_cordon(
     now: DateTime<Utc>,
     fx: &Effects,
 ) -> Result<Cluster> {
-    let mut tx = store.begin().await?;
     // Uncordoning ends a running drain: its moves in flight finish, no
     // new one starts (the cluster takes placements again).
     let query = sqlx::query(
@@ -143,13 +142,7 @@ pub(super) async fn set_cordon(
     .bind(cordoned_at.map(ms))
     .bind(ms(now))
     .bind(name.to_owned());
-    if store.run_in(&mut tx, query).await? == 0 {
-        return Err(not_found("cluster", name));
-    }
-    scheduling_event(store, &mut tx, name, now).await?;
-    store.commit_with_effects(tx, fx, now).await?;
-    store.events_committed();
-    get_cluster(store, name).await
+    change_scheduling(store, name, query, now, fx).await
 }
 
 pub(super) async fn start_drain(
@@ -160,7 +153,6 @@ pub(super) async fn start_drain(
     now: DateTime<Utc>,
     fx: &Effects,
 ) -> Result<Cluster> {
-    let mut tx = store.begin().await?;
     // A drain that still runs keeps its start (its moves count) and takes
     // the new parallelism; otherwise a new drain starts now.
     let query = sqlx::query(
@@ -174,7 +166,20 @@ pub(super) async fn start_drain(
     .bind(i64::from(parallelism))
     .bind(requested_by.to_owned())
     .bind(name.to_owned());
-    if store.run_in(&mut tx, query).await? == 0 {
+    change_scheduling(store, name, query, now, fx).await
+}
+
+/// Runs `update` of cluster `name`'s cordon or drain with its effects
+/// and its watch event, in one transaction; the cluster as it is after.
+async fn change_scheduling(
+    store: &SqlStore,
+    name: &str,
+    update: super::run::Query<'_>,
+    now: DateTime<Utc>,
+    fx: &Effects,
+) -> Result<Cluster> {
+    let mut tx = store.begin().await?;
+    if store.run_in(&mut tx, update).await? == 0 {
         return Err(not_found("cluster", name));
     }
     scheduling_event(store, &mut tx, name, now).await?;
