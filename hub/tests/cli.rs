@@ -400,7 +400,10 @@ fn clawfed_drives_a_real_hub() {
     assert_eq!(rows[0][0], "NAMESPACES");
     assert_eq!(rows[1][..2], ["1", "1"]);
     let rows = table(&stdout_of(&hub.clawfed(&["clusters", "list"])));
-    assert_eq!(rows, [["NAME", "STATE", "VERSION", "OUTBOX", "LAST SEEN"]]);
+    assert_eq!(
+        rows,
+        [["NAME", "STATE", "VERSION", "FREE", "OUTBOX", "LAST SEEN"]]
+    );
     assert_eq!(
         hub.json(&["clusters", "list"])["items"],
         serde_json::json!([])
