@@ -662,6 +662,22 @@ async fn diagnosis(store: &SqlStore, replicas: &[Replica]) -> String {
 
 /// Lines of `log` (a replica's JSON log) that carry `message` and mention
 /// `id`.
+/// A put never repeats a generation it already holds (the store refuses
+/// it under the cluster row's lock), so an extra outbox row of a target and
+/// generation is a resend the link made on purpose (a spoke's heartbeat
+/// digest disagreed twice, or it asked, as after its session's replica
+/// died): each must be one the replicas logged.
+async fn outbox_rows_are_puts_or_logged_resends(store: &SqlStore, logs: &[String]) -> Result<()> {
+    let duplicates = duplicate_outbox_rows(store).await?;
+    let extra: i64 = duplicates.iter().map(|(_, _, n)| n - 1).sum();
+    let resent: i64 = logs.iter().map(|l| logged_resends(l)).sum();
+    ensure!(
+        extra <= resent,
+        "outbox puts repeated beyond the {resent} logged resends: {duplicates:?}"
+    );
+    Ok(())
+}
+
 /// Outbox rows the link resent (`link.digest_mismatch` and
 /// `link.resend_requested` lines, their `resent` counts) in `log`.
 fn logged_resends(log: &str) -> i64 {
@@ -842,12 +858,10 @@ async fn kill9_of_the_session_owner_during_pending_deploys_applies_each_harness_
             "{gw} made more than once: {g:?}"
         );
     }
-    // And in the hub's records.
-    let duplicates = duplicate_outbox_rows(env.store()).await?;
-    ensure!(
-        duplicates.is_empty(),
-        "outbox puts repeated: {duplicates:?}"
-    );
+    // And in the hub's records: no put repeated, an extra row being a
+    // resend a replica logged (see `logged_resends`).
+    let logs: Vec<String> = replicas.iter().map(Replica::log).collect();
+    outbox_rows_are_puts_or_logged_resends(env.store(), &logs).await?;
     for (revision, entered) in phase_entries(env.store()).await? {
         ensure!(
             entered.values().all(|n| *n == 1),
@@ -1003,17 +1017,7 @@ async fn two_replicas_driving_the_same_revisions_at_once_apply_each_step_once() 
             replica_sets_of(&env.exec.admin(), &dpns, &format!("{}-r1-harness", r.agent)).await?;
         ensure!(sets == 1, "{} Harness has {sets} ReplicaSets", r.agent);
     }
-    // A put never repeats a generation it already holds (the store refuses
-    // it), so an extra row is a resend the link made on purpose (a spoke's
-    // heartbeat digest disagreed twice, or it asked): each must be one the
-    // replicas logged.
-    let duplicates = duplicate_outbox_rows(env.store()).await?;
-    let extra: i64 = duplicates.iter().map(|(_, _, n)| n - 1).sum();
-    let resent: i64 = logs.iter().map(|l| logged_resends(l)).sum();
-    ensure!(
-        extra <= resent,
-        "outbox puts repeated beyond the {resent} logged resends: {duplicates:?}"
-    );
+    outbox_rows_are_puts_or_logged_resends(env.store(), &logs).await?;
     let failed = failed_work(env.store()).await?;
     ensure!(failed.is_empty(), "failed work: {failed:?}");
     drop(replicas);
