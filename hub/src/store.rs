@@ -485,8 +485,9 @@ pub trait Store:
     async fn upsert_cluster(&self, cluster: &ClusterRecord) -> Result<Cluster>;
     async fn list_clusters(&self) -> Result<Vec<Cluster>>;
     async fn get_cluster(&self, name: &str) -> Result<Cluster>;
-    /// Cordons cluster `name` (`cordoned_at` set) or uncordons it (`None`),
-    /// which also ends a running drain at `now`.
+    /// Cordons cluster `name` at `cordoned_at` (a cordoned one keeps its
+    /// first time) or uncordons it (`None`), which also ends a running
+    /// drain at `now`.
     async fn set_cordon(
         &self,
         name: &str,

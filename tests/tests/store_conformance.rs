@@ -687,6 +687,15 @@ mod cases {
             .await
             .unwrap();
         assert_eq!((c.cordoned_at, c.drain.clone()), (Some(t0), None));
+        let twice = s
+            .set_cordon("exec-d", Some(t1), t1, &fx("cluster.cordon"))
+            .await
+            .unwrap();
+        assert_eq!(
+            twice.cordoned_at,
+            Some(t0),
+            "cordoning again keeps the first time"
+        );
         let d = s
             .start_drain("exec-d", 2, "tok", t1, &fx("cluster.drain"))
             .await
@@ -745,6 +754,7 @@ mod cases {
             scheduling,
             [
                 (true, false),  // cordoned
+                (true, false),  // cordoned again (same time)
                 (true, true),   // drain started
                 (true, true),   // re-paced
                 (true, false),  // drain over

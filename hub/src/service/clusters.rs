@@ -33,7 +33,7 @@ impl Service {
         let mut cluster = self.store.get_cluster(name).await?;
         match self.visible_clusters(p).await? {
             None => {
-                cluster = self.cluster_with_drain_progress(name).await?;
+                self.with_drain_progress(&mut cluster).await?;
                 self.with_outbox_depth(std::slice::from_mut(&mut cluster))
                     .await?
             }

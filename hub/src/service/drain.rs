@@ -15,17 +15,13 @@ impl Service {
     pub async fn cordon_cluster(&self, p: &Principal, name: &str) -> Result<Cluster> {
         let m = Mutation::new(p, "cluster.cordon", None, format!("clusters/{name}"));
         self.authorize(Action::Installation, &m).await?;
+        // Cordoning twice keeps the first time (the store's rule).
         let now = Utc::now();
-        let cluster = self.store.get_cluster(name).await;
-        let result = match cluster {
-            // Cordoning twice keeps the first time.
-            Ok(c) => {
-                let at = c.cordoned_at.unwrap_or(now);
-                self.store.set_cordon(name, Some(at), now, &m.ok()).await
-            }
-            Err(e) => Err(e),
-        }
-        .map_err(Into::into);
+        let result = self
+            .store
+            .set_cordon(name, Some(now), now, &m.ok())
+            .await
+            .map_err(Into::into);
         self.finish(&m, result).await
     }
 
@@ -78,22 +74,26 @@ impl Service {
                 now,
                 self.policy.work_max_attempts,
             ));
-            self.store
+            let mut cluster = self
+                .store
                 .start_drain(name, parallelism, &p.token_id, now, &fx)
                 .await?;
-            self.cluster_with_drain_progress(name).await
+            self.with_drain_progress(&mut cluster).await?;
+            Ok(cluster)
         })
         .await
     }
 
-    /// Cluster `name` with its drain's progress, Agent by Agent (the
+    /// Fills `cluster`'s drain progress, Agent by Agent (the
     /// installation-admin view of one cluster).
-    pub(super) async fn cluster_with_drain_progress(&self, name: &str) -> Result<Cluster> {
-        let mut cluster = self.store.get_cluster(name).await?;
+    pub(super) async fn with_drain_progress(&self, cluster: &mut Cluster) -> Result<()> {
         if let Some(drain) = &mut cluster.drain {
-            let revisions = self.store.drain_revisions(name, drain.started_at).await?;
-            drain.progress = Some(crate::drain::plan(name, drain, &revisions).progress);
+            let revisions = self
+                .store
+                .drain_revisions(&cluster.name, drain.started_at)
+                .await?;
+            drain.progress = Some(crate::drain::plan(&cluster.name, drain, &revisions).progress);
         }
-        Ok(cluster)
+        Ok(())
     }
 }

@@ -132,10 +132,12 @@ pub(super) async fn set_cordon(
     now: DateTime<Utc>,
     fx: &Effects,
 ) -> Result<Cluster> {
-    // Uncordoning ends a running drain: its moves in flight finish, no
-    // new one starts (the cluster takes placements again).
+    // Cordoning twice keeps the first time. Uncordoning ends a running
+    // drain: its moves in flight finish, no new one starts (the cluster
+    // takes placements again).
     let query = sqlx::query(
-        "UPDATE clusters SET cordoned_at = $1, drain_finished_at = CASE \
+        "UPDATE clusters SET cordoned_at = CASE WHEN $1 IS NULL THEN NULL \
+         ELSE COALESCE(cordoned_at, $1) END, drain_finished_at = CASE \
          WHEN $1 IS NULL AND drain_started_at IS NOT NULL AND drain_finished_at IS NULL \
          THEN $2 ELSE drain_finished_at END WHERE name = $3",
     )
