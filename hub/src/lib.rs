@@ -11,6 +11,7 @@
 //! - [`api`]: REST (`/api/v1`, OpenAPI), gRPC admin, metrics, errors.
 //! - [`worker`]: the durable work queue's worker.
 //! - [`pipeline`]: the revision pipeline as a pure state machine.
+//! - [`drain`], [`failover`]: when Agents move off a cluster (pure).
 //! - [`runtime_config`]: the OpenClaw runtime's config file: the frozen Configuration with the keys clawfed owns (pure).
 //! - [`gateway`]: each Agent's Gateway in the control cluster (kube).
 //! - [`link`]: the spoke link (CA, enrollment, mTLS stream, outbox delivery).
@@ -31,6 +32,7 @@ pub mod client;
 pub mod compute_driver;
 pub mod config;
 pub mod drain;
+pub mod failover;
 pub mod gateway;
 pub mod link;
 pub mod model;

@@ -30,8 +30,8 @@ mod work;
 
 pub use agent::{
     Agent, AgentSpec, Channel, ChatAnswer, ChatRequest, CreateAgent, CredentialMeta, DeployRequest,
-    DesiredState, ExecutionMode, HarnessKind, Placement, Resources, SetCredential, Spread,
-    UpdateAgent,
+    DesiredState, ExecutionMode, Failover, HarnessKind, Placement, Resources, SetCredential,
+    Spread, UpdateAgent,
 };
 pub use audit::AuditEvent;
 pub use cluster::{

@@ -53,7 +53,7 @@ pub enum WorkOutcome {
 }
 
 impl WorkOutcome {
-    fn is_applied(&self) -> bool {
+    pub fn is_applied(&self) -> bool {
         matches!(self, WorkOutcome::Applied)
     }
 
@@ -117,12 +117,18 @@ pub struct Predecessor {
     pub stop: WorkOutcome,
     pub retire_sent: bool,
     pub retire: WorkOutcome,
+    /// Its cluster's spoke has fenced it: the failover period plus its
+    /// margin passed since the cluster's lease was last renewed
+    /// (`crate::failover::lapsed`). Nothing of it runs, although the
+    /// cluster (lost) cannot confirm the stop.
+    pub fenced: bool,
 }
 
 impl Predecessor {
-    /// Nothing of it runs any more as far as its cluster confirmed.
+    /// Nothing of it runs any more as far as its cluster confirmed, or
+    /// its spoke fenced it.
     fn stopped(&self) -> bool {
-        !self.harness_sent || self.stop.is_applied() || self.retire.is_applied()
+        !self.harness_sent || self.stop.is_applied() || self.retire.is_applied() || self.fenced
     }
 
     fn retired(&self) -> bool {

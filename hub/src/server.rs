@@ -556,6 +556,16 @@ pub async fn start_with_parts(
         None
     };
 
+    if config.worker.enabled && link.is_some() && config.pipeline_enabled() {
+        tasks.spawn(
+            crate::worker::failover::run(
+                store.clone(),
+                config.worker.max_attempts,
+                shutdown.clone(),
+            )
+            .instrument(tracing::info_span!("failover.scan")),
+        );
+    }
     if config.worker.enabled {
         for mut lane in config.worker_lanes() {
             if let Some(prefix) = &owner_prefix {

@@ -192,6 +192,17 @@ pub struct NewRevision {
     pub requested_by: Option<String>,
 }
 
+/// A revision a failover scan looks at, with its cluster's lease.
+#[derive(Debug, Clone)]
+pub struct FailoverCandidate {
+    pub revision: AgentRevision,
+    pub namespace_id: String,
+    /// The newest execution lease renewal of its cluster's spoke.
+    pub lease_renewed_at: Option<DateTime<Utc>>,
+    /// The Harness work targets its cluster's spoke reports it fenced.
+    pub fenced_targets: Vec<String>,
+}
+
 /// What a drain's move of an Agent copies, and from where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Move {
@@ -518,6 +529,16 @@ pub trait Store:
     /// one placed there or moved one away since, and those moves.
     async fn drain_revisions(&self, name: &str, since: DateTime<Utc>)
     -> Result<Vec<AgentRevision>>;
+    /// When the newest execution lease renewal of cluster `cluster`'s
+    /// spoke was recorded (none: never).
+    async fn execution_lease(&self, cluster: &str) -> Result<Option<DateTime<Utc>>>;
+    /// What a failover scan looks at: the active latest revisions of
+    /// running failover-enabled Agents on clusters that reported a fence
+    /// or recorded no lease renewal since `lapsed_before`.
+    async fn failover_candidates(
+        &self,
+        lapsed_before: DateTime<Utc>,
+    ) -> Result<Vec<FailoverCandidate>>;
 
     // Work queue.
     async fn enqueue_work(&self, items: &[NewWork]) -> Result<Vec<String>>;

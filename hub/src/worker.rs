@@ -7,10 +7,14 @@
 //! - `backoff.rs`: retry delays (pure).
 //! - `kinds.rs`: work kinds and their handlers.
 //! - `rollout.rs`: the revision pipeline's driver (`revision.rollout`, `agent.stop`).
+//! - `drain.rs`, `failover.rs`: the drain's passes and the failover scan;
+//!   `moves.rs`: the move of an Agent off a cluster both deploy.
 
 pub mod backoff;
 pub mod drain;
+pub mod failover;
 pub mod kinds;
+mod moves;
 pub mod rollout;
 
 use std::collections::HashMap;

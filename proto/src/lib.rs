@@ -23,6 +23,7 @@
 //! - [`digest`]: the applied-state digest of the heartbeat, computed the
 //!   same way by spoke and hub.
 //! - [`errors`]: an error and its causes as one line, each cause once.
+//! - [`failover`]: the execution lease's periods (spoke fence, hub move).
 //!
 //! Nothing here performs I/O.
 
@@ -31,6 +32,7 @@ pub mod capacity;
 pub mod diagnostics;
 pub mod digest;
 pub mod errors;
+pub mod failover;
 pub mod kinds;
 pub mod labels;
 pub mod naming;

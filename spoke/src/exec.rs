@@ -26,8 +26,8 @@
 //! The pieces: the generation gate and the result (`gate`), namespace work
 //! (`namespace`), Harness work (`harness`), the cleanup plans' steps
 //! (`ops`), the view rebuilt from the cluster (`rebuild`), per-target locks
-//! (`locks`), a piece of work's outcome (`outcome`) and diagnostics
-//! (`diagnose`).
+//! (`locks`), a piece of work's outcome (`outcome`), diagnostics
+//! (`diagnose`) and the fence of failover-enabled Harnesses (`fence`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -47,6 +47,7 @@ use crate::provider::ordinary::DeploymentDriver;
 use crate::readiness::observer::Observer;
 
 mod diagnose;
+mod fence;
 mod forbidden;
 mod gate;
 mod harness;
@@ -103,6 +104,8 @@ pub struct Executor {
     /// Data-plane namespaces found to be the tenant's, by name: tenant,
     /// namespace id and when (see [`NAMESPACE_RECHECK`]).
     owned: Mutex<HashMap<String, (String, String, Instant)>>,
+    /// The Harnesses of failover-enabled Agents (`fence`).
+    fenceables: Mutex<fence::Fenceables>,
 }
 
 /// How long a namespace found to be the tenant's is taken as such by the
@@ -150,6 +153,7 @@ impl Executor {
             closing: Mutex::new(HashSet::new()),
             forbidden_runs: Mutex::new(forbidden::ForbiddenRuns::default()),
             owned: Mutex::new(HashMap::new()),
+            fenceables: Mutex::new(HashMap::new()),
         }
     }
 

@@ -17,6 +17,8 @@
 //! - [`drift`]: watches what the spoke manages and re-applies its fields
 //!   on drift, from the durable desired-state records.
 //! - [`config`]: the spoke's execution settings.
+//! - [`failover`]: the execution lease failover-enabled Harnesses run
+//!   under, renewed over the link; they are fenced when it lapses.
 //! - [`capacity`]: what the cluster can still take (Nodes and bound Pods,
 //!   watched), reported to the hub for placement.
 //! - [`link`]: the hub link: enrollment, the mTLS stream, renewal, reconnects.
@@ -35,6 +37,7 @@ pub mod cleanup;
 pub mod config;
 pub mod drift;
 pub mod exec;
+pub mod failover;
 pub mod link;
 pub mod podproxy;
 pub mod pressure;

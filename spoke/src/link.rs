@@ -25,6 +25,7 @@
 
 mod applies;
 mod enroll;
+mod fence;
 pub mod hubs;
 pub mod identity;
 pub mod ledger;
@@ -87,6 +88,18 @@ pub trait WorkApplier: Send + Sync + 'static {
 
     /// The diagnostics of the Harness of a target it manages
     /// (`DiagnoseRequest`); an applier without Pods knows nothing.
+    /// The failover-enabled Harnesses it runs and those it fenced (an
+    /// applier without Pods has none).
+    async fn failover(&self) -> Result<crate::failover::FailoverState, ApplyError> {
+        Ok(Default::default())
+    }
+
+    /// Fences `target` (its execution lease lapsed); false when there was
+    /// nothing to fence.
+    async fn fence(&self, _target: &str) -> Result<bool, ApplyError> {
+        Ok(false)
+    }
+
     async fn diagnose(&self, req: &pb::DiagnoseRequest) -> pb::DiagnoseResult {
         pb::DiagnoseResult {
             request_id: req.request_id.clone(),
@@ -255,6 +268,8 @@ pub struct Link {
     labels: std::collections::BTreeMap<String, String>,
     /// Capacity reports (see [`Link::with_capacity`]).
     capacity: Option<crate::capacity::CapacityWatch>,
+    /// The execution lease failover-enabled Harnesses run under.
+    lease: Arc<crate::failover::ExecutionLease>,
 }
 
 /// Which Kubernetes cluster the spoke runs in, as enrolment reports it: the
@@ -318,6 +333,9 @@ impl Link {
             cluster: ClusterIdentity::default(),
             labels: Default::default(),
             capacity: None,
+            lease: Arc::new(crate::failover::ExecutionLease::new(
+                tokio::time::Instant::now(),
+            )),
             config,
         }
     }
@@ -459,6 +477,18 @@ impl WorkApplier for crate::exec::Executor {
 
     async fn diagnose(&self, req: &pb::DiagnoseRequest) -> pb::DiagnoseResult {
         crate::exec::Executor::diagnose(self, req).await
+    }
+
+    async fn failover(&self) -> Result<crate::failover::FailoverState, ApplyError> {
+        self.failover_state()
+            .await
+            .map_err(|e| ApplyError(e.to_string()))
+    }
+
+    async fn fence(&self, target: &str) -> Result<bool, ApplyError> {
+        crate::exec::Executor::fence(self, target)
+            .await
+            .map_err(|e| ApplyError(e.to_string()))
     }
 }
 

@@ -194,6 +194,7 @@ pub fn harness_work(
         require_startup_status: false,
         runtime_config: None,
         app_server: None,
+        failover_after_seconds: None,
     }
 }
 

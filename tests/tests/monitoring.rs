@@ -251,6 +251,7 @@ fn spec() -> AgentSpec {
         placement: Placement::default(),
         plugins: vec![],
         channels: vec![],
+        failover: None,
     }
 }
 

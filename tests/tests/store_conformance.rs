@@ -46,6 +46,7 @@ fn spec(image: &str) -> AgentSpec {
         placement: Placement::default(),
         plugins: vec!["web".into()],
         channels: vec![],
+        failover: None,
     }
 }
 

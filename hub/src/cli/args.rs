@@ -315,6 +315,11 @@ pub(super) struct SpecArgs {
     /// Place on this cluster.
     #[arg(long)]
     pub(super) cluster: Option<String>,
+    /// Move the Agent to another cluster when its cluster cannot renew
+    /// its execution lease for this many seconds (fenced there first);
+    /// 0 turns failover off.
+    #[arg(long, value_name = "SECONDS")]
+    pub(super) failover_after: Option<u32>,
     /// Harness requirement label KEY=VALUE (repeatable).
     #[arg(long = "requirement-label", value_name = "KEY=VALUE")]
     pub(super) requirement_labels: Vec<String>,
@@ -419,6 +424,7 @@ impl SpecArgs {
                 placement: Default::default(),
                 plugins: Vec::new(),
                 channels: Vec::new(),
+                failover: None,
             },
         };
         if let Some(kind) = &self.harness_kind {
@@ -446,6 +452,11 @@ impl SpecArgs {
         }
         if let Some(v) = self.cluster {
             spec.placement.cluster = Some(v);
+        }
+        match self.failover_after {
+            Some(0) => spec.failover = None,
+            Some(after_seconds) => spec.failover = Some(crate::model::Failover { after_seconds }),
+            None => {}
         }
         for label in self.requirement_labels {
             let (k, v) = label.split_once('=').ok_or_else(|| {

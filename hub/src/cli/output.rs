@@ -135,13 +135,30 @@ impl Tabular for AgentRevision {
             self.agent.clone(),
             self.number.to_string(),
             self.phase.as_str().into(),
-            opt(&self.resolved_cluster),
+            placed_on(self),
             self.spec.image.clone(),
             opt(&self.reason),
             ago(self.created_at),
             startup_warnings(self.readiness.as_ref()).unwrap_or_else(|| "-".into()),
             drift(self.drift.as_ref()),
         ]
+    }
+}
+
+/// Where a revision runs; for one moved off a cluster (drain or
+/// failover), from where and what became of its workspace: claims do not
+/// move between clusters.
+fn placed_on(r: &AgentRevision) -> String {
+    let cluster = opt(&r.resolved_cluster);
+    match &r.moved_from {
+        Some(from) if r.resolved_cluster.as_ref() == Some(from) => {
+            format!("{cluster} (moved back, workspace kept)")
+        }
+        Some(from) if r.resolved_cluster.is_some() => {
+            format!("{cluster} (moved from {from}, fresh workspace)")
+        }
+        Some(from) => format!("- (moving from {from})"),
+        None => cluster,
     }
 }
 

@@ -150,6 +150,9 @@ struct Session {
     last_seen_written: Instant,
     /// The applied-digest comparison of this session.
     digest: DigestCheck,
+    /// The fenced targets the spoke last reported on this session (as
+    /// written to the store).
+    fenced: Option<Vec<String>>,
 }
 
 /// Bound of [`Session::sent_targets`].
@@ -236,6 +239,7 @@ async fn run(
         maybe_pending: true,
         sent_targets: Default::default(),
         last_seen_written: Instant::now(),
+        fenced: None,
         digest: DigestCheck {
             enabled: hello
                 .capabilities
@@ -394,7 +398,7 @@ impl Session {
                 }
                 _ = &mut silence => return End::Silent,
                 _ = beat.tick() => {
-                    let beat_msg = pb::Heartbeat { unix_millis: now_ms() as u64, applied_digest: String::new() };
+                    let beat_msg = pb::Heartbeat { unix_millis: now_ms() as u64, ..Default::default() };
                     if !self.send(hub_message::Body::Heartbeat(beat_msg)).await {
                         return End::Gone;
                     }

@@ -109,6 +109,24 @@ pub struct AgentSpec {
         deserialize_with = "objects"
     )]
     pub channels: Vec<Channel>,
+    /// Move the Agent off a cluster that lost its link, fencing it there
+    /// first. Absent: the Agent stays where it runs while its cluster is
+    /// offline (the execution cluster's autonomy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<Failover>,
+}
+
+/// `spec.failover`: the Agent runs under its spoke's execution lease. When
+/// the spoke cannot renew it for `afterSeconds`, the spoke stops the
+/// Harness there; a little later (`clawfed_proto::failover::periods`) the
+/// hub deploys it elsewhere, with a fresh workspace (claims do not move
+/// between clusters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Failover {
+    /// Seconds without a lease renewal before the spoke fences the Agent
+    /// (10 to 86400).
+    pub after_seconds: u32,
 }
 
 /// An external messaging channel of an Agent.

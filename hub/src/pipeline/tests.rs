@@ -84,6 +84,7 @@ fn pred(number: i64, cluster: &str) -> Predecessor {
         stop: WorkOutcome::Waiting,
         retire_sent: false,
         retire: WorkOutcome::Waiting,
+        fenced: false,
     }
 }
 
@@ -358,6 +359,22 @@ fn dedicated_replacement_stops_each_predecessor_before_the_harness() {
     assert_eq!(decide(&f), Step::SendHarness);
     f.harness_sent = true;
     assert_eq!(decide(&f), WAIT, "sent once, then wait for the spoke");
+}
+
+#[test]
+fn a_fenced_predecessor_on_a_lost_cluster_counts_as_stopped() {
+    let mut f = fresh();
+    f.phase = P::Preparing;
+    f.namespace = WorkOutcome::Applied;
+    f.gateway_applied = true;
+    f.exclusive = true;
+    f.predecessors = vec![pred(1, "exec-a")];
+    // The stop goes into the lost cluster's outbox all the same.
+    assert_eq!(decide(&f), Step::StopPredecessors(vec![1]));
+    f.predecessors[0].stop_sent = true;
+    assert_eq!(decide(&f), WAIT, "no confirmation, not fenced yet");
+    f.predecessors[0].fenced = true;
+    assert_eq!(decide(&f), Step::SendHarness);
 }
 
 #[test]

@@ -100,6 +100,7 @@ mod tests {
                 placement: Default::default(),
                 plugins: vec![],
                 channels: vec![],
+                failover: None,
             };
             spec.requirement_labels.insert(key.into(), value.into());
             validate::agent_spec(&spec, false).is_ok()

@@ -75,6 +75,7 @@ pub fn agent_spec(spec: &AgentSpec, default_image: bool) -> Result<(), ServiceEr
         label_value(&field, value)?;
     }
     placement(&spec.placement)?;
+    failover(spec)?;
     labels(
         "spec.placement.clusterSelector",
         &spec.placement.cluster_selector,
@@ -95,6 +96,29 @@ pub fn agent_spec(spec: &AgentSpec, default_image: bool) -> Result<(), ServiceEr
         if !seen.insert(&channel.name) {
             return Err(invalid(field, "is listed twice"));
         }
+    }
+    Ok(())
+}
+
+/// `spec.failover`: a bounded period, and a placement that leaves another
+/// cluster to move to.
+fn failover(spec: &crate::model::AgentSpec) -> Result<(), ServiceError> {
+    let Some(f) = spec.failover else {
+        return Ok(());
+    };
+    clawfed_proto::failover::check_after_seconds(f.after_seconds)
+        .map_err(|why| invalid("spec.failover.afterSeconds", why))?;
+    if spec.placement.cluster.is_some() {
+        return Err(invalid(
+            "spec.failover",
+            "needs a placement that can choose another cluster: spec.placement.cluster pins the Agent",
+        ));
+    }
+    if spec.placement.clusters.len() == 1 {
+        return Err(invalid(
+            "spec.failover",
+            "needs a placement that can choose another cluster: spec.placement.clusters lists one",
+        ));
     }
     Ok(())
 }
@@ -260,6 +284,7 @@ mod tests {
             placement: Placement::default(),
             plugins: vec![],
             channels: vec![],
+            failover: None,
         }
     }
 
@@ -342,5 +367,30 @@ mod tests {
         assert!(label_key("f", "/gpu").is_err());
         assert!(label_key("f", "Example_.com/gpu").is_err());
         assert!(label_key("f", "gpu-").is_err());
+    }
+
+    #[test]
+    fn failover_needs_a_bounded_period_and_somewhere_else_to_go() {
+        let mut s = spec();
+        s.failover = Some(crate::model::Failover { after_seconds: 9 });
+        assert_eq!(
+            field_of(agent_spec(&s, false).unwrap_err()),
+            "spec.failover.afterSeconds"
+        );
+        s.failover = Some(crate::model::Failover { after_seconds: 30 });
+        agent_spec(&s, false).unwrap();
+        s.placement.cluster = Some("exec-a".into());
+        assert_eq!(
+            field_of(agent_spec(&s, false).unwrap_err()),
+            "spec.failover"
+        );
+        s.placement.cluster = None;
+        s.placement.clusters = vec!["exec-a".into()];
+        assert_eq!(
+            field_of(agent_spec(&s, false).unwrap_err()),
+            "spec.failover"
+        );
+        s.placement.clusters.push("exec-b".into());
+        agent_spec(&s, false).unwrap();
     }
 }

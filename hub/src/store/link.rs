@@ -222,6 +222,15 @@ pub trait LinkStore: Send + Sync {
         at: DateTime<Utc>,
     ) -> Result<()>;
 
+    /// Records an execution lease renewal of the cluster's spoke received
+    /// at `at` (the database's clock; also its last_seen). The hub answers
+    /// the renewal only after this returns.
+    async fn renew_execution_lease(&self, cluster_id: &str, at: DateTime<Utc>) -> Result<()>;
+
+    /// Replaces the Harness work targets the cluster's spoke reports it
+    /// fenced (empty: none).
+    async fn set_fenced_targets(&self, cluster_id: &str, targets: &[String]) -> Result<()>;
+
     /// Marks clusters offline whose last_seen is older than `before` while
     /// they are recorded online (a crashed hub leaves them online).
     async fn mark_stale_offline(&self, before: DateTime<Utc>) -> Result<u64>;

@@ -17,6 +17,7 @@ mod audit;
 mod clusters;
 mod codec;
 mod configurations;
+mod failover;
 mod fleet;
 mod namespaces;
 mod revisions;
@@ -34,9 +35,9 @@ use chrono::{DateTime, Utc};
 use sqlx::{Any, AnyPool, AssertSqlSafe, Row, Transaction};
 
 use super::{
-    ApiToken, Backend, ClusterRecord, Deployed, Effects, NewAgent, NewAudit, NewNamespace,
-    NewRevision, NewToken, NewWork, PhaseStaleness, Reclaimed, Recovered, Result, Store,
-    StoreError, WorkDue, WorkFilter, WorkLane, WorkStats, postgres, sqlite,
+    ApiToken, Backend, ClusterRecord, Deployed, Effects, FailoverCandidate, NewAgent, NewAudit,
+    NewNamespace, NewRevision, NewToken, NewWork, PhaseStaleness, Reclaimed, Recovered, Result,
+    Store, StoreError, WorkDue, WorkFilter, WorkLane, WorkStats, postgres, sqlite,
 };
 use crate::model::{
     Agent, AgentRevision, AgentSpec, AuditEvent, Cluster, Configuration, DesiredState,
@@ -46,6 +47,7 @@ use crate::model::{
 pub(super) use clusters::{CLUSTER_COLS, cluster_from_row};
 use codec::is_unique_violation;
 pub(super) use codec::{from_ms, ms, not_found};
+pub(super) use failover::{renew_execution_lease, set_fenced_targets};
 pub(super) use work::{LaneFilter, WORK_COLS};
 
 /// The store over a sqlx `Any` pool bound to one backend.
@@ -510,6 +512,17 @@ impl Store for SqlStore {
         since: DateTime<Utc>,
     ) -> Result<Vec<AgentRevision>> {
         clusters::drain_revisions(self, name, since).await
+    }
+
+    async fn execution_lease(&self, cluster: &str) -> Result<Option<DateTime<Utc>>> {
+        failover::execution_lease(self, cluster).await
+    }
+
+    async fn failover_candidates(
+        &self,
+        lapsed_before: DateTime<Utc>,
+    ) -> Result<Vec<FailoverCandidate>> {
+        failover::failover_candidates(self, lapsed_before).await
     }
 
     // Work queue: sql/work.rs.

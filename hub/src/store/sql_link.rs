@@ -108,6 +108,14 @@ impl LinkStore for SqlStore {
         connection::set_cluster_capacity(self, cluster_id, capacity, at).await
     }
 
+    async fn renew_execution_lease(&self, cluster_id: &str, at: DateTime<Utc>) -> Result<()> {
+        super::sql::renew_execution_lease(self, cluster_id, at).await
+    }
+
+    async fn set_fenced_targets(&self, cluster_id: &str, targets: &[String]) -> Result<()> {
+        super::sql::set_fenced_targets(self, cluster_id, targets).await
+    }
+
     async fn mark_stale_offline(&self, before: DateTime<Utc>) -> Result<u64> {
         connection::mark_stale_offline(self, before).await
     }

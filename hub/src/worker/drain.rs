@@ -8,12 +8,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
+use super::moves::{MoveOrder, deploy_move};
 use super::{WorkError, WorkHandler, recheck_token};
 use crate::auth::Action;
-use crate::model::{Drain, WorkItem};
-use crate::store::{Effects, Move, NewAudit, NewRevision, NewWork, Store, StoreError};
+use crate::model::WorkItem;
+use crate::store::{NewWork, Store, StoreError};
 
 /// A pass over cluster `target`'s running drain.
 pub const CLUSTER_DRAIN: &str = "cluster.drain";
@@ -93,8 +93,19 @@ impl WorkHandler for DrainHandler {
             .map_err(WorkError::from_store)?;
         let plan = crate::drain::plan(name, &drain, &revisions);
         for (ns, agent, moved) in plan.start {
-            self.move_agent(store, &drain, &ns, &agent, moved, now)
-                .await?;
+            let order = MoveOrder {
+                namespace: &ns,
+                agent: &agent,
+                detail: format!(
+                    "revision {} moved away from cluster {}",
+                    moved.revision, moved.cluster
+                ),
+                moved,
+                requested_by: drain.requested_by.clone(),
+                actor: "system:drain",
+                action: "agent.move",
+            };
+            deploy_move(store, order, now, self.max_attempts).await?;
         }
         if plan.finished {
             if store
@@ -114,81 +125,5 @@ impl WorkHandler for DrainHandler {
             .await
             .map_err(WorkError::from_store)?;
         Ok(())
-    }
-}
-
-impl DrainHandler {
-    /// Deploys the move of `agent`: a copy of the revision running on the
-    /// drained cluster, which the pipeline places elsewhere. A move the
-    /// store refuses (the Agent was redeployed, stopped or edited since
-    /// the plan read it) is left to the next pass.
-    async fn move_agent(
-        &self,
-        store: &dyn Store,
-        drain: &Drain,
-        ns: &str,
-        agent: &str,
-        moved: Move,
-        now: DateTime<Utc>,
-    ) -> Result<(), WorkError> {
-        let from = store
-            .get_revision(ns, agent, moved.revision)
-            .await
-            .map_err(WorkError::from_store)?;
-        let current = store
-            .get_agent(ns, agent)
-            .await
-            .map_err(WorkError::from_store)?;
-        let namespace = store
-            .get_namespace(ns)
-            .await
-            .map_err(WorkError::from_store)?;
-        let cluster = moved.cluster.clone();
-        let new = NewRevision {
-            id: Uuid::now_v7().to_string(),
-            namespace: ns.to_owned(),
-            agent: agent.to_owned(),
-            agent_version: current.version,
-            spec: from.spec,
-            configuration: from.configuration,
-            images: from.images,
-            resolved_cluster: None,
-            rolled_back_from: None,
-            moved: Some(moved),
-            idempotency: None,
-            requested_by: drain.requested_by.clone(),
-        };
-        let fx = Effects {
-            audit: NewAudit {
-                actor: "system:drain".into(),
-                action: "agent.move".into(),
-                namespace: Some(ns.to_owned()),
-                target: format!("agents/{agent}"),
-                result: "ok".into(),
-                detail: Some(format!(
-                    "revision {} moved away from cluster {cluster}",
-                    from.number
-                )),
-            },
-            work: vec![super::kinds::rollout_work(
-                &new.id,
-                &namespace.id,
-                drain.requested_by.clone(),
-                now,
-                self.max_attempts,
-            )],
-        };
-        match store.deploy(&new, &fx).await {
-            Ok(d) => {
-                tracing::info!(cluster = %cluster, namespace = %ns, agent = %agent,
-                    from = from.number, to = d.revision.number, "drain.moving");
-                Ok(())
-            }
-            Err(e @ (StoreError::FailedPrecondition(_) | StoreError::Conflict { .. })) => {
-                tracing::debug!(cluster = %cluster, agent = %agent, reason = %e, "drain.move_deferred");
-                Ok(())
-            }
-            Err(e) => Err(WorkError::from_store(e)),
-        }
     }
 }

@@ -169,6 +169,27 @@ pub struct HarnessWork {
     /// [`codex::TOKEN_FILE`](super::codex::TOKEN_FILE). `None`: it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_server: Option<AppServer>,
+    /// The Agent's `failover.afterSeconds`: the Harness runs under the
+    /// spoke's execution lease and is fenced when it lapses
+    /// ([`crate::failover`]). `None`: it keeps running offline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover_after_seconds: Option<u32>,
+}
+
+impl HarnessWork {
+    /// The revision this Harness is, as stop and retire work name it.
+    pub fn revision_work(&self) -> RevisionWork {
+        RevisionWork {
+            tenant: self.tenant.clone(),
+            namespace_id: self.namespace_id.clone(),
+            data_plane_namespace: self.data_plane_namespace.clone(),
+            agent: self.agent.clone(),
+            revision: self.revision,
+            revision_id: self.revision_id.clone(),
+            execution: self.execution,
+            agent_deleted: false,
+        }
+    }
 }
 
 /// How a Codex app-server Harness runs.

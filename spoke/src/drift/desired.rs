@@ -59,6 +59,11 @@ pub struct Record {
     /// before this field kept it in the namespace's ledger ConfigMap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_generation: Option<i64>,
+    /// A `harness.stop` the spoke wrote itself: it fenced the Harness when
+    /// its execution lease lapsed (`crate::failover`). It stays stopped
+    /// until the hub's own stop or retirement replaces the record.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fenced: bool,
 }
 
 /// The spec field holding the Harness credential (`HarnessWork.credential`).
@@ -136,6 +141,7 @@ pub fn from_work(
         spec,
         credential_digests,
         applied_generation,
+        fenced: false,
     })
 }
 
@@ -147,18 +153,22 @@ pub async fn record(api: &Api<Secret>, tenant: &str, record: &Record) -> Result<
 /// The applied generation of every record in `api`'s namespace (target ->
 /// generation); records that name none yet are left out.
 pub async fn applied(api: &Api<Secret>) -> Result<Vec<(String, i64)>> {
+    Ok(all(api)
+        .await?
+        .into_iter()
+        .filter_map(|r| r.applied_generation.map(|g| (r.target, g)))
+        .collect())
+}
+
+/// Every record in `api`'s namespace (unreadable ones left out).
+pub async fn all(api: &Api<Secret>) -> Result<Vec<Record>> {
     let lp = kube::api::ListParams::default().labels(&format!("{LABEL}=true"));
     let namespace = api.namespace().unwrap_or_default();
     let list = api
         .list(&lp)
         .await
         .map_err(|source| RequestError::new("list", "Secret", namespace, "", source))?;
-    Ok(list
-        .items
-        .iter()
-        .filter_map(parse)
-        .filter_map(|r| r.applied_generation.map(|g| (r.target, g)))
-        .collect())
+    Ok(list.items.iter().filter_map(parse).collect())
 }
 
 /// Reads `target`'s record from the apiserver; `None` when there is none.
@@ -188,6 +198,7 @@ mod tests {
             spec: serde_json::json!({"agent": "a1"}),
             credential_digests: BTreeMap::from([("K".into(), credential_digest(b"v"))]),
             applied_generation: Some(4),
+            fenced: false,
         };
         let s = object("t", &r).expect("object");
         assert_eq!(s.metadata.labels.as_ref().expect("labels")[LABEL], "true");

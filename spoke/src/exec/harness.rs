@@ -57,14 +57,10 @@ impl Executor {
             // Harness starts.
             for p in &h.predecessors {
                 let r = RevisionWork {
-                    tenant: h.tenant.clone(),
-                    namespace_id: h.namespace_id.clone(),
-                    data_plane_namespace: h.data_plane_namespace.clone(),
-                    agent: h.agent.clone(),
                     revision: p.revision,
                     revision_id: p.revision_id.clone(),
                     execution: p.execution,
-                    agent_deleted: false,
+                    ..h.revision_work()
                 };
                 // The predecessor's record says stopped before its objects
                 // go, under its lock, so drift repair does not put them back.
@@ -86,6 +82,7 @@ impl Executor {
                 let ops = RevisionOps::new(self, &r);
                 run_plan(&ops, STOP).await?;
                 self.observer.untrack(ns, &h.agent, p.revision);
+                self.forget_failover(&pt);
             }
         }
         self.observer
@@ -102,16 +99,7 @@ impl Executor {
             .await;
         if let Err(f) = self.prepare_harness(h, work).await {
             // Preparation error: run the workload cleanup hooks.
-            let r = RevisionWork {
-                tenant: h.tenant.clone(),
-                namespace_id: h.namespace_id.clone(),
-                data_plane_namespace: h.data_plane_namespace.clone(),
-                agent: h.agent.clone(),
-                revision: h.revision,
-                revision_id: h.revision_id.clone(),
-                execution: h.execution,
-                agent_deleted: false,
-            };
+            let r = h.revision_work();
             if let Err(hook) = run_plan(&RevisionOps::new(self, &r), PREPARATION_FAILED).await {
                 tracing::warn!(error = %hook, "spoke.harness.cleanup_hook_failed");
                 return Err(Failure {
@@ -128,6 +116,7 @@ impl Executor {
             .await?;
         self.recorded_lock()
             .insert(work.target.clone(), (ns.to_string(), work.generation));
+        self.track_failover(&work.target, h);
         Ok(Done {
             reason: format!("harness {}/{} revision {} applied", ns, h.agent, h.revision),
             namespace: ns.into(),
@@ -219,6 +208,7 @@ impl Executor {
             .await?;
         self.recorded_lock()
             .insert(work.target.clone(), (ns.to_string(), work.generation));
+        self.forget_failover(&work.target);
         Ok(Done {
             reason: format!("harness {ns}/{} revision {} {what}", r.agent, r.revision),
             namespace: ns.into(),

@@ -104,6 +104,13 @@ impl Executor {
         for ns in self.managed_namespaces().await? {
             let name = ns.name_any();
             self.observer.watch_namespace(&name);
+            // Failover-enabled Harnesses fence without a hub after a restart.
+            let secrets = Api::<Secret>::namespaced(self.client.clone(), &name);
+            match crate::drift::desired::all(&secrets).await {
+                Ok(records) => self.restore_failover(&records),
+                Err(apply::Error::Kube(e)) if e.is_forbidden() => {}
+                Err(e) => return Err(e),
+            }
             let services = Api::<Service>::namespaced(self.client.clone(), &name);
             let selector = format!(
                 "{}={HARNESS_ROLE},{}={}",

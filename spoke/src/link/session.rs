@@ -70,6 +70,10 @@ impl Link {
                 .renew_loop(mtls.clone(), cert.clone(), identity_tx, shutdown.clone())
                 .instrument(tracing::info_span!("link.renew")),
         );
+        let fencer = tokio::spawn(
+            super::fence::run(self.applier.clone(), self.lease.clone(), shutdown.clone())
+                .instrument(tracing::info_span!("link.fence")),
+        );
         let mut delays = self.reconnect();
         let mut sessions = 0u64;
         let result = loop {
@@ -194,6 +198,7 @@ impl Link {
             }
         };
         renewer.abort();
+        fencer.abort();
         // Revoked or shutting down: no tunnel outlives the link.
         self.tunnels.shutdown().await;
         result
@@ -300,6 +305,7 @@ impl Link {
             rx
         });
         let mut beat = tokio::time::interval(heartbeat);
+        let mut renew = tokio::time::interval(RENEW_CHECK);
         let mut last_heard = Instant::now();
         // Items whose apply failed, retried until applied or superseded.
         let mut failed: BTreeMap<String, pb::Work> = BTreeMap::new();
@@ -358,6 +364,11 @@ impl Link {
                         Ok(Some(pb::HubMessage { body: Some(hub_message::Body::GoAway(g)) })) => {
                             return go_away(g);
                         }
+                        Ok(Some(pb::HubMessage { body: Some(hub_message::Body::Heartbeat(beat)) })) => {
+                            if beat.renewed_sequence != 0 {
+                                self.lease.renewed(beat.renewed_sequence);
+                            }
+                        }
                         Ok(Some(pb::HubMessage { body: Some(hub_message::Body::TunnelOpen(open)) })) => {
                             self.tunnels.start(tunnel_channel.clone(), open);
                         }
@@ -399,6 +410,7 @@ impl Link {
                     }
                     let expiry = identity.borrow().seconds_to_expiry();
                     self.metrics.certificate_expiry_seconds.set(expiry as f64);
+                    let (renew_sequence, fenced) = self.lease_heartbeat(heartbeat, true).await;
                     let msg = pb::Heartbeat {
                         unix_millis: chrono::Utc::now().timestamp_millis() as u64,
                         applied_digest: match &self.applied_digest {
@@ -407,9 +419,30 @@ impl Link {
                                 applied.iter().map(|(t, g)| (t.as_str(), *g)),
                             ),
                         },
+                        renew_sequence,
+                        renewed_sequence: 0,
+                        fenced,
                     };
                     if out.send(send(spoke_message::Body::Heartbeat(msg))).await.is_err() {
                         return SessionEnd::Failed("outbound stream closed".into());
+                    }
+                }
+                _ = renew.tick() => {
+                    // Between heartbeats: a renewal alone, when the
+                    // shortest failover period asks for one (no digest, so
+                    // the hub compares nothing).
+                    let (renew_sequence, fenced) = self.lease_heartbeat(heartbeat, false).await;
+                    if renew_sequence != 0 {
+                        let msg = pb::Heartbeat {
+                            unix_millis: chrono::Utc::now().timestamp_millis() as u64,
+                            applied_digest: String::new(),
+                            renew_sequence,
+                            renewed_sequence: 0,
+                            fenced,
+                        };
+                        if out.send(send(spoke_message::Body::Heartbeat(msg))).await.is_err() {
+                            return SessionEnd::Failed("outbound stream closed".into());
+                        }
                     }
                 }
                 _ = retry.tick(), if !failed.is_empty() => {
@@ -423,6 +456,31 @@ impl Link {
                 }
             }
         }
+    }
+}
+
+/// How often a session looks whether a lease renewal is due between
+/// heartbeats.
+const RENEW_CHECK: Duration = Duration::from_secs(1);
+
+impl Link {
+    /// The lease fields of a heartbeat sent now: a renewal's sequence
+    /// (0: none) and the fenced targets. A renewal goes out when
+    /// failover-enabled Harnesses run and one is due, or on every regular
+    /// heartbeat (`regular`) while they run.
+    async fn lease_heartbeat(&self, heartbeat: Duration, regular: bool) -> (u64, Vec<String>) {
+        let state = self.applier.failover().await.unwrap_or_default();
+        let now = tokio::time::Instant::now();
+        let renew = state.shortest().is_some_and(|f| {
+            regular
+                || self.lease.renewal_due(
+                    now,
+                    clawfed_proto::failover::periods(f).fence_after,
+                    heartbeat,
+                )
+        });
+        let sequence = if renew { self.lease.request(now) } else { 0 };
+        (sequence, state.fenced)
     }
 }
 

@@ -175,6 +175,7 @@ fn predecessor() -> impl Strategy<Value = Predecessor> {
                 },
                 retire_sent: false,
                 retire: WorkOutcome::Waiting,
+                fenced: false,
             };
             // A stopped predecessor's cluster confirmed its stop.
             if phase == P::Stopped && harness_sent {

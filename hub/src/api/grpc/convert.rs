@@ -71,6 +71,9 @@ pub(super) fn spec_from_pb(spec: Option<pb::AgentSpec>) -> Result<AgentSpec, Sta
                 enabled: c.enabled,
             })
             .collect(),
+        failover: spec.failover.map(|f| model::Failover {
+            after_seconds: f.after_seconds,
+        }),
     })
 }
 
@@ -107,6 +110,9 @@ fn spec_to_pb(s: AgentSpec) -> pb::AgentSpec {
                 enabled: c.enabled,
             })
             .collect(),
+        failover: s.failover.map(|f| pb::Failover {
+            after_seconds: f.after_seconds,
+        }),
     }
 }
 

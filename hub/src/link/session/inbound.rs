@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use chrono::Utc;
 use clawfed_proto::link::v1 as pb;
-use clawfed_proto::link::v1::{report, spoke_message};
+use clawfed_proto::link::v1::{hub_message, report, spoke_message};
 use tonic::Status;
 
 use super::{IN_FLIGHT_MAX_AGE, LAST_SEEN_WRITE_INTERVAL, Session, aged_out};
@@ -58,6 +58,7 @@ impl Session {
             }
             Some(spoke_message::Body::Report(report)) => self.on_report(report).await,
             Some(spoke_message::Body::Heartbeat(beat)) => {
+                self.on_lease(&beat).await?;
                 if self.last_seen_written.elapsed() >= LAST_SEEN_WRITE_INTERVAL {
                     self.last_seen_written = Instant::now();
                     self.state
@@ -98,6 +99,41 @@ impl Session {
             )),
             None => Err(Status::invalid_argument("empty SpokeMessage")),
         }
+    }
+
+    /// The heartbeat's execution lease fields (`clawfed_proto::failover`):
+    /// a renewal is recorded, on the database's clock, before it is
+    /// answered; a change in the fenced targets is recorded.
+    async fn on_lease(&mut self, beat: &pb::Heartbeat) -> Result<(), Status> {
+        let id = self.cluster.id.clone();
+        if beat.renew_sequence != 0 {
+            let at = self.state.store.now();
+            self.state
+                .store
+                .renew_execution_lease(&id, at)
+                .await
+                .map_err(Self::store_err)?;
+            let answer = pb::Heartbeat {
+                unix_millis: at.timestamp_millis() as u64,
+                renewed_sequence: beat.renew_sequence,
+                ..Default::default()
+            };
+            if !self.send(hub_message::Body::Heartbeat(answer)).await {
+                return Err(Status::unavailable("session closed"));
+            }
+        }
+        if self.fenced.as_ref() != Some(&beat.fenced) {
+            if !beat.fenced.is_empty() {
+                tracing::warn!(cluster = %self.cluster.name, fenced = beat.fenced.len(), "link.fenced_reported");
+            }
+            self.state
+                .store
+                .set_fenced_targets(&id, &beat.fenced)
+                .await
+                .map_err(Self::store_err)?;
+            self.fenced = Some(beat.fenced.clone());
+        }
+        Ok(())
     }
 
     async fn on_report(&mut self, report: pb::Report) -> Result<(), Status> {

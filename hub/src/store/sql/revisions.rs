@@ -107,8 +107,8 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
     let inserted_revision = sqlx::query(
         "INSERT INTO agent_revisions (id, agent_id, number, spec, configuration, images, \
          resolved_cluster, phase, reason, rolled_back_from, created_at, updated_at, \
-         requested_by, moved_from) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, $10, $10, $11, $12)",
+         requested_by, moved_from, failover_after_seconds) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, $10, $10, $11, $12, $13)",
     )
     .bind(rev_id.clone())
     .bind(agent_id.clone())
@@ -122,6 +122,7 @@ async fn try_deploy(store: &SqlStore, rev: &NewRevision, fx: &Effects) -> Result
     .bind(ms(now))
     .bind(rev.requested_by.clone())
     .bind(rev.moved.as_ref().map(|m| m.cluster.clone()))
+    .bind(rev.spec.failover.map(|f| i64::from(f.after_seconds)))
     .execute(&mut *tx)
     .await;
     match inserted_revision {

@@ -271,6 +271,24 @@ impl Rollout {
                     .as_ref()
                     .map_or(WorkOutcome::Waiting, |s| s.outcome(g))
             };
+            // A failover-enabled predecessor's lease is read only when
+            // its stop is still unconfirmed.
+            let fenced = match (&p.spec.failover, &p.resolved_cluster) {
+                (Some(f), Some(name))
+                    if sent(generation::HARNESS_APPLY)
+                        && !out(generation::HARNESS_STOP).is_applied()
+                        && !out(generation::HARNESS_RETIRE).is_applied() =>
+                {
+                    let lease = store.execution_lease(name).await.map_err(store_err)?;
+                    crate::failover::lapsed(
+                        lease,
+                        p.progress.activated_at,
+                        f.after_seconds,
+                        store.now(),
+                    )
+                }
+                _ => false,
+            };
             predecessors.push(Predecessor {
                 number: p.number,
                 phase: p.phase,
@@ -280,6 +298,7 @@ impl Rollout {
                 stop: out(generation::HARNESS_STOP),
                 retire_sent: sent(generation::HARNESS_RETIRE),
                 retire: out(generation::HARNESS_RETIRE),
+                fenced,
             });
             located.push(Located {
                 revision: p,

@@ -174,6 +174,7 @@ pub fn harness_work(
         app_server: (kind == HarnessKind::DedicatedCodex).then(|| spec::AppServer {
             model_base_url: crate::runtime_config::codex_model_base_url(&rev.configuration),
         }),
+        failover_after_seconds: rev.spec.failover.map(|f| f.after_seconds),
     }))
 }
 

@@ -44,6 +44,7 @@ pub(crate) fn harness() -> HarnessWork {
         require_startup_status: false,
         runtime_config: None,
         app_server: None,
+        failover_after_seconds: None,
     }
 }
 
