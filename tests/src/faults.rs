@@ -57,13 +57,11 @@ use rand::{Rng, SeedableRng};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use crate::control_env::{self, gateway_ns};
 use crate::kube_env::{self, TestCluster, agent_selector, live_names};
 use crate::procs::{Proc, bin};
+use crate::proxy::Proxy;
 use crate::spoke_env;
 
 const HARNESS_IMAGE: &str = "ghcr.io/openclaw/openclaw";
@@ -390,62 +388,6 @@ impl Drop for PgCluster {
         let _ = Command::new("pg_dropcluster")
             .args(["--stop", &self.version, &self.name])
             .output();
-    }
-}
-
-// ----------------------------------------------------------------- proxy
-
-/// A TCP proxy 127.0.0.1:port → the hub's link port. While partitioned it
-/// drops every open connection and closes new ones at once.
-struct Proxy {
-    port: u16,
-    partitioned: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
-
-impl Proxy {
-    async fn start(target: u16) -> Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let port = listener.local_addr()?.port();
-        let (tx, rx) = watch::channel(false);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((inbound, _)) = listener.accept().await else {
-                    continue;
-                };
-                if *rx.borrow() {
-                    drop(inbound);
-                    continue;
-                }
-                let mut cut = rx.clone();
-                tokio::spawn(async move {
-                    let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
-                        return;
-                    };
-                    let (mut a, mut b) = (inbound, outbound);
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut a, &mut b) => {}
-                        _ = cut.wait_for(|p| *p) => {}
-                    }
-                });
-            }
-        });
-        Ok(Self {
-            port,
-            partitioned: tx,
-            task,
-        })
-    }
-
-    fn partition(&self, on: bool) {
-        let _ = self.partitioned.send(on);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.partition(true);
-        self.task.abort();
     }
 }
 

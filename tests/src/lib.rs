@@ -13,9 +13,12 @@
 //! - [`openapi`]: the served OpenAPI document as an oracle: operations and a schema validator.
 //! - [`properties`]: property-based tests of the pure cores (suite and bench).
 //! - [`procs`]: `clawfed-hub` / `clawfed-spoke` child processes.
+//! - [`proxy`]: a TCP proxy in front of the hub's link, to partition a spoke.
+//! - [`live_pods`]: each Agent's live Harness Pods across clusters, watched.
 //! - [`spoke_env`]: the spoke's own RBAC and ServiceAccount client in a test cluster.
 //! - [`tunnel`]: a Gateway's CONNECT to the hub's tunnel ingress.
 //! - [`kube_env`]: attach to the real Kubernetes test clusters (`e2e/cluster.sh`).
+//! - [`kube_spoke`]: an in-process Kubernetes spoke, optionally behind a partitionable proxy.
 //! - [`webdriver`]: headless Chromium over WebDriver (Debian's chromedriver), for the web view.
 //! - [`poll`]: the one polling helper ([`until`]: fallible, every 20 ms;
 //!   [`wait_for`]: infallible, failing the test at the deadline).
@@ -27,12 +30,15 @@ pub mod db;
 pub mod faults;
 pub mod hub;
 pub mod kube_env;
+pub mod kube_spoke;
 pub mod link;
+pub mod live_pods;
 pub mod netns;
 pub mod openapi;
 pub mod openclaw;
 pub mod procs;
 pub mod properties;
+pub mod proxy;
 pub mod seed;
 pub mod spoke_env;
 pub mod tunnel;

@@ -256,6 +256,7 @@ async fn grpc_and_rest_share_one_state(backend: Backend) {
         }),
         plugins: vec!["web".into(), "shell".into()],
         channels: vec![],
+        failover: Some(pb::Failover { after_seconds: 45 }),
     };
     let agent = ok(g
         .create_agent(authed(
@@ -284,6 +285,7 @@ async fn grpc_and_rest_share_one_state(backend: Backend) {
             "requirementLabels": { "example.com/gpu": "a100" },
             "placement": { "clusterSelector": { "region": "eu" } },
             "plugins": ["web", "shell"],
+            "failover": { "afterSeconds": 45 },
         })
     );
 

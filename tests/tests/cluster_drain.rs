@@ -4,7 +4,7 @@
 //! each Agent away, never running two Harnesses of one Agent at once, as
 //! watchers of both clusters' Pods see it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,135 +14,21 @@ use clawfed_hub::gateway::Gateways;
 use clawfed_hub::model::{
     Agent, Cluster, DrainAgentState, Namespace, RevisionPhase, WorkspaceOrigin,
 };
-use clawfed_proto::labels;
-use clawfed_spoke::config::SpokeConfig;
-use clawfed_spoke::exec::Executor;
 use clawfed_tests::api::{HubTestExt, short_id};
 use clawfed_tests::cleanup::Cleanup;
 use clawfed_tests::control_env;
 use clawfed_tests::hub::{Backend, TestHub};
 use clawfed_tests::kube_env::{self, TestCluster};
+use clawfed_tests::kube_spoke::KubeSpoke;
+use clawfed_tests::live_pods::{self, LivePods};
 use clawfed_tests::procs::clawfed;
-use clawfed_tests::{spoke_env, until};
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use clawfed_tests::until;
+use kube::Api;
 use kube::api::DeleteParams;
-use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(90);
-
-/// A real spoke (link and Kubernetes executor) in this process.
-struct Spoke {
-    shutdown: CancellationToken,
-    task: Option<JoinHandle<Result<(), clawfed_spoke::link::LinkError>>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Spoke {
-    async fn start(
-        hub: &TestHub,
-        rest: &HubClient,
-        name: &str,
-        exec: &TestCluster,
-    ) -> Result<Self> {
-        let token = rest.bootstrap_token(name).await?;
-        let client = spoke_env::spoke_client(exec).await?;
-        let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(1024);
-        let executor = Arc::new(Executor::new(client, SpokeConfig::default(), reports_tx));
-        let dir = tempfile::tempdir()?;
-        let link = clawfed_tests::link::kube_link(hub, name, token, dir.path(), executor)?;
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(link.run(reports_rx, shutdown.clone()));
-        rest.wait_online(name, WAIT).await?;
-        Ok(Self {
-            shutdown,
-            task: Some(task),
-            _dir: dir,
-        })
-    }
-
-    async fn stop(&mut self) {
-        self.shutdown.cancel();
-        if let Some(t) = self.task.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
-        }
-    }
-}
-
-/// Live Harness Pods per Agent across both execution clusters, kept by a
-/// watch of each; the most ever seen at once is the invariant.
-#[derive(Default)]
-struct LivePods {
-    /// (cluster, Pod name) -> Agent, for Pods not terminating.
-    live: BTreeMap<(usize, String), String>,
-    /// The most live Pods one Agent had at once, and when it broke.
-    most: BTreeMap<String, usize>,
-}
-
-impl LivePods {
-    fn seen(&mut self, cluster: usize, pod: &Pod) {
-        let key = (cluster, pod.name_any());
-        let terminal = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|p| p == "Succeeded" || p == "Failed");
-        match pod.labels().get(labels::AGENT) {
-            Some(agent) if pod.metadata.deletion_timestamp.is_none() && !terminal => {
-                self.live.insert(key, agent.clone());
-                let n = self.live.values().filter(|a| *a == agent).count();
-                let most = self.most.entry(agent.clone()).or_default();
-                *most = (*most).max(n);
-            }
-            _ => {
-                self.live.remove(&key);
-            }
-        }
-    }
-}
-
-/// Watches the Pods of data-plane namespace `dpns` on each cluster into
-/// `pods` until `stop`.
-fn watch_pods(
-    clusters: Vec<Client>,
-    dpns: &str,
-    pods: Arc<Mutex<LivePods>>,
-    stop: CancellationToken,
-) -> Vec<JoinHandle<()>> {
-    clusters
-        .into_iter()
-        .enumerate()
-        .map(|(i, client)| {
-            let api = Api::<Pod>::namespaced(client, dpns);
-            let pods = pods.clone();
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let mut events = watcher(api, watcher::Config::default()).boxed();
-                loop {
-                    let event = tokio::select! {
-                        _ = stop.cancelled() => return,
-                        e = events.next() => e,
-                    };
-                    match event {
-                        Some(Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p))) => {
-                            pods.lock().expect("pods").seen(i, &p)
-                        }
-                        Some(Ok(watcher::Event::Delete(p))) => {
-                            pods.lock().expect("pods").live.remove(&(i, p.name_any()));
-                        }
-                        Some(Ok(_)) => {}
-                        Some(Err(e)) => eprintln!("pod watch on cluster {i}: {e}"),
-                        None => return,
-                    }
-                }
-            })
-        })
-        .collect()
-}
 
 /// An Agent of `ns` placed by the pipeline (no pinned cluster).
 async fn unpinned_agent(rest: &HubClient, ns: &str, any_cluster: &str) -> Result<Agent> {
@@ -176,8 +62,8 @@ async fn cordon_keeps_new_revisions_off_and_drain_moves_each_agent_exclusively()
     let rest = HubClient::new(&hub.rest, Some(hub.root_token.clone()))?;
     let suffix = &short_id()[..6];
     let (a_name, b_name) = (format!("exec-a-{suffix}"), format!("exec-b-{suffix}"));
-    let mut spoke_a = Spoke::start(&hub, &rest, &a_name, &exec_a).await?;
-    let mut spoke_b = Spoke::start(&hub, &rest, &b_name, &exec_b).await?;
+    let mut spoke_a = KubeSpoke::start(&hub, &rest, &a_name, &exec_a, false).await?;
+    let mut spoke_b = KubeSpoke::start(&hub, &rest, &b_name, &exec_b, false).await?;
     let ns = rest.new_tenant().await?;
     let mut cleanup = Cleanup::default();
     let result = drain_scenario(
@@ -253,7 +139,7 @@ async fn drain_scenario(
     // each Agent's live Harness Pods.
     let pods = Arc::new(Mutex::new(LivePods::default()));
     let stop_watch = CancellationToken::new();
-    let watchers = watch_pods(
+    let watchers = live_pods::watch(
         execs.iter().map(|c| c.admin()).collect(),
         &ns.data_plane_namespace,
         pods.clone(),
@@ -339,12 +225,7 @@ async fn drain_scenario(
     for (agent, most) in &pods.most {
         ensure!(*most == 1, "{agent} had {most} live Harness Pods at once");
     }
-    let on_b: BTreeSet<&String> = pods
-        .live
-        .iter()
-        .filter(|((c, _), _)| *c == 1)
-        .map(|(_, a)| a)
-        .collect();
+    let on_b = pods.agents_on(1);
     ensure!(on_b.len() == 3, "live on exec-b: {on_b:?}");
 
     // Still cordoned after the drain: a new revision goes to exec-b, and

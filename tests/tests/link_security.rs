@@ -628,7 +628,7 @@ async fn the_first_message_must_be_hello_and_only_the_first() {
 
     let heartbeat = spoke_message::Body::Heartbeat(pb::Heartbeat {
         unix_millis: 1,
-        applied_digest: String::new(),
+        ..Default::default()
     });
     let mut s = Stream::open(&hub, &a, heartbeat).await.unwrap();
     let status = s.closed_with().await;

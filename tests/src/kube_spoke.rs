@@ -1,0 +1,100 @@
+//! A real spoke (link and Kubernetes executor) in the test process, on
+//! one of the test clusters: what drains and failovers move Agents
+//! between. It may reach the hub through a [`Proxy`], so a test can
+//! partition it while it keeps running (and fencing).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use clawfed_hub::client::HubClient;
+use clawfed_spoke::config::SpokeConfig;
+use clawfed_spoke::exec::Executor;
+use clawfed_spoke::link::identity::FileIdentityStore;
+use clawfed_spoke::link::{Link, LinkError, SpokeMetrics};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::HubTestExt;
+use crate::hub::TestHub;
+use crate::kube_env::TestCluster;
+use crate::proxy::Proxy;
+use crate::{link, spoke_env};
+
+/// How long the spoke may take to come online.
+const ONLINE: Duration = Duration::from_secs(90);
+
+/// A running in-process Kubernetes spoke.
+pub struct KubeSpoke {
+    /// The proxy it reaches the hub through, when it was started with one.
+    pub proxy: Option<Proxy>,
+    shutdown: CancellationToken,
+    task: Option<JoinHandle<Result<(), LinkError>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl KubeSpoke {
+    /// Enrolls cluster `name` on `exec` with `hub` and waits until it is
+    /// online; through a partitionable proxy when `proxied`.
+    pub async fn start(
+        hub: &TestHub,
+        rest: &HubClient,
+        name: &str,
+        exec: &TestCluster,
+        proxied: bool,
+    ) -> Result<Self> {
+        let token = rest.bootstrap_token(name).await?;
+        let client = spoke_env::spoke_client(exec).await?;
+        let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(1024);
+        let executor = Arc::new(Executor::new(client, SpokeConfig::default(), reports_tx));
+        let dir = tempfile::tempdir()?;
+        let url = link::hub_url(hub);
+        let proxy = match proxied {
+            true => {
+                let port = url.rsplit(':').next().unwrap_or_default().parse::<u16>()?;
+                Some(Proxy::start(port).await?)
+            }
+            false => None,
+        };
+        let url = match &proxy {
+            Some(p) => format!("https://127.0.0.1:{}", p.port),
+            None => url,
+        };
+        let link = Link::new(
+            link::kube_link_config(&url, link::hub_ca(hub), name, Some(token))?,
+            Arc::new(FileIdentityStore::new(dir.path())),
+            executor,
+            SpokeMetrics::default(),
+        );
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(link.run(reports_rx, shutdown.clone()));
+        rest.wait_online(name, ONLINE).await?;
+        Ok(Self {
+            proxy,
+            shutdown,
+            task: Some(task),
+            _dir: dir,
+        })
+    }
+
+    /// Cuts (`true`) or heals (`false`) its path to the hub.
+    pub fn partition(&self, on: bool) {
+        if let Some(p) = &self.proxy {
+            p.partition(on);
+        }
+    }
+
+    /// Stops it gracefully.
+    pub async fn stop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+    }
+}
+
+impl Drop for KubeSpoke {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

@@ -1,0 +1,273 @@
+//! Issue 33, failover with fencing, on the real clusters: a hub with the
+//! pipeline (Gateways in control), a real spoke on exec-a reaching the hub
+//! through a proxy the test partitions, and one on exec-b. Two Agents with
+//! `failover.afterSeconds: 10` prefer exec-a. Watchers of both clusters'
+//! Pods count each Agent's Harness Pods until they are gone (terminating
+//! ones included): never two at once.
+//!
+//! 1. A short partition: exec-a's spoke fences the Agents itself when its
+//!    lease lapses, says so when it reconnects, and the hub deploys them
+//!    again; exec-a, first in their preference and online, takes them back
+//!    with their workspace.
+//! 2. A partition that lasts: the hub waits out the fence period and its
+//!    margin, then moves the Agents to exec-b with a fresh workspace,
+//!    counting the fenced predecessors as stopped. When the partition
+//!    heals, exec-a's spoke retires what it fenced.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use clawfed_hub::client::HubClient;
+use clawfed_hub::gateway::Gateways;
+use clawfed_hub::model::{AgentRevision, Failover, Namespace, RevisionPhase};
+use clawfed_tests::api::{HubTestExt, short_id};
+use clawfed_tests::cleanup::Cleanup;
+use clawfed_tests::control_env;
+use clawfed_tests::hub::{Backend, TestHub};
+use clawfed_tests::kube_env::{self, TestCluster};
+use clawfed_tests::kube_spoke::KubeSpoke;
+use clawfed_tests::live_pods::{self, LivePods, Liveness};
+use clawfed_tests::procs::clawfed;
+use clawfed_tests::until;
+use kube::Api;
+use kube::api::DeleteParams;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(90);
+const AFTER_SECONDS: u32 = 10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_cluster_fences_its_agents_before_the_hub_moves_them() -> Result<()> {
+    clawfed_tests::link::init_test_logging();
+    let control = control_env::control().await?;
+    let exec_a = kube_env::cluster("exec-a").await?;
+    let exec_b = kube_env::cluster("exec-b").await?;
+    let gateways = Gateways::new(
+        control_env::hub_client(&control).await?,
+        control_env::gateway_config(),
+    )?;
+    let mut hub = TestHub::start_with_gateway_runtime(
+        Backend::Postgres,
+        |c| {
+            c.pipeline.enabled = true;
+            c.pipeline.ready_deadline_seconds = 60;
+            c.worker.max_attempts = 8;
+        },
+        clawfed_hub::worker::Handlers::builtin(),
+        Some(gateways),
+        |g| g,
+    )
+    .await;
+    let rest = HubClient::new(&hub.rest, Some(hub.root_token.clone()))?;
+    let suffix = &short_id()[..6];
+    let (a_name, b_name) = (format!("exec-a-{suffix}"), format!("exec-b-{suffix}"));
+    let mut spoke_a = KubeSpoke::start(&hub, &rest, &a_name, &exec_a, true).await?;
+    let mut spoke_b = KubeSpoke::start(&hub, &rest, &b_name, &exec_b, false).await?;
+    let ns = rest.new_tenant().await?;
+    let mut cleanup = Cleanup::default();
+    let world = World {
+        hub: &hub,
+        rest: &rest,
+        ns: &ns,
+        a_name: &a_name,
+        b_name: &b_name,
+        spoke_a: &spoke_a,
+    };
+    let result = scenario(&world, &control, [&exec_a, &exec_b], &mut cleanup).await;
+    spoke_a.stop().await;
+    spoke_b.stop().await;
+    hub.stop().await;
+    for exec in [&exec_a, &exec_b] {
+        let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(exec.admin())
+            .delete(&ns.data_plane_namespace, &DeleteParams::background())
+            .await;
+    }
+    result?;
+    cleanup.run().await
+}
+
+struct World<'a> {
+    hub: &'a TestHub,
+    rest: &'a HubClient,
+    ns: &'a Namespace,
+    a_name: &'a str,
+    b_name: &'a str,
+    spoke_a: &'a KubeSpoke,
+}
+
+impl World<'_> {
+    /// Waits until revision `number` of every Agent is active, and returns them.
+    async fn active(&self, agents: &[String], number: i64) -> Result<Vec<AgentRevision>> {
+        let mut out = Vec::new();
+        for agent in agents {
+            out.push(
+                self.rest
+                    .wait_phase(&self.ns.name, agent, number, RevisionPhase::Active)
+                    .await?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Waits until revision `number` of every Agent is retired.
+    async fn retired(&self, agents: &[String], number: i64) -> Result<()> {
+        for agent in agents {
+            self.rest
+                .wait_phase(&self.ns.name, agent, number, RevisionPhase::Retired)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+async fn scenario(
+    w: &World<'_>,
+    control: &TestCluster,
+    execs: [&TestCluster; 2],
+    cleanup: &mut Cleanup,
+) -> Result<()> {
+    let (rest, ns) = (w.rest, w.ns);
+    // Two Agents preferring exec-a, with failover; a pinned one is refused.
+    let mut agents = Vec::new();
+    for _ in 0..2 {
+        let agent = rest
+            .new_agent(&ns.name, w.a_name, "dedicated-codex")
+            .await?;
+        cleanup.track(&control.admin(), ns, &agent.name).await?;
+        let refused = rest
+            .edit_spec(&ns.name, &agent.name, |s| {
+                s.failover = Some(Failover {
+                    after_seconds: AFTER_SECONDS,
+                })
+            })
+            .await;
+        ensure!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("spec.failover")),
+            "failover on a pinned Agent: {refused:?}"
+        );
+        let (a, b) = (w.a_name.to_owned(), w.b_name.to_owned());
+        rest.edit_spec(&ns.name, &agent.name, move |s| {
+            s.placement = Default::default();
+            s.placement.clusters = vec![a, b];
+            s.failover = Some(Failover {
+                after_seconds: AFTER_SECONDS,
+            });
+        })
+        .await?;
+        rest.deploy_current(&ns.name, &agent.name).await?;
+        agents.push(agent.name);
+    }
+    for r in w.active(&agents, 1).await? {
+        ensure!(r.resolved_cluster.as_deref() == Some(w.a_name), "{r:?}");
+    }
+    let pods = Arc::new(Mutex::new(LivePods::new(Liveness::UntilGone)));
+    let stop_watch = CancellationToken::new();
+    let watchers = live_pods::watch(
+        execs.iter().map(|c| c.admin()).collect(),
+        &ns.data_plane_namespace,
+        pods.clone(),
+        stop_watch.clone(),
+    );
+    until(WAIT, "the watchers see both Agents on exec-a", || async {
+        Ok((pods.lock().expect("pods").agents_on(0) == sorted(&agents)).then_some(()))
+    })
+    .await?;
+
+    // 1. A short partition: the spoke fences, reconnects and reports it;
+    // the hub deploys the Agents again and exec-a takes them back.
+    let cut = Instant::now();
+    w.spoke_a.partition(true);
+    until(WAIT, "exec-a's spoke fences both Agents", || async {
+        Ok(pods
+            .lock()
+            .expect("pods")
+            .agents_on(0)
+            .is_empty()
+            .then_some(()))
+    })
+    .await?;
+    let fenced_after = cut.elapsed();
+    w.spoke_a.partition(false);
+    let back = w.active(&agents, 2).await?;
+    for r in &back {
+        ensure!(r.moved_from.as_deref() == Some(w.a_name), "{r:?}");
+    }
+    w.retired(&agents, 1).await?;
+    let moved_back = back
+        .iter()
+        .filter(|r| r.resolved_cluster.as_deref() == Some(w.a_name))
+        .count();
+
+    // 2. A partition that lasts: fenced on exec-a, moved to exec-b once
+    // the hub's period has passed.
+    until(WAIT, "both Agents run on exec-a's side again", || async {
+        let p = pods.lock().expect("pods");
+        Ok((p.agents_on(0).len() + p.agents_on(1).len() == 2).then_some(()))
+    })
+    .await?;
+    let on_a: Vec<String> = back
+        .iter()
+        .filter(|r| r.resolved_cluster.as_deref() == Some(w.a_name))
+        .map(|r| r.agent.clone())
+        .collect();
+    let cut = Instant::now();
+    w.spoke_a.partition(true);
+    let moved = match on_a.is_empty() {
+        true => Vec::new(),
+        false => w.active(&on_a, 3).await?,
+    };
+    let moved_after = cut.elapsed();
+    for r in &moved {
+        ensure!(
+            r.moved_from.as_deref() == Some(w.a_name)
+                && r.resolved_cluster.as_deref() == Some(w.b_name),
+            "{r:?}"
+        );
+    }
+    ensure!(
+        pods.lock().expect("pods").agents_on(0).is_empty(),
+        "fenced on exec-a"
+    );
+    let listed = clawfed(
+        &w.hub.rest,
+        &w.hub.root_token,
+        &["revisions", "list", "-n", &ns.name, "-a", &agents[0]],
+    )?;
+    ensure!(listed.contains("moved from"), "{listed}");
+    // The partition heals: exec-a's spoke retires what it fenced.
+    w.spoke_a.partition(false);
+    w.retired(&on_a, 2).await?;
+    stop_watch.cancel();
+    for w in watchers {
+        let _ = w.await;
+    }
+    let pods = std::mem::take(&mut *pods.lock().expect("pods"));
+    ensure!(pods.most.len() == 2, "watched {:?}", pods.most);
+    for (agent, most) in &pods.most {
+        ensure!(
+            *most == 1,
+            "{agent} had {most} Harness Pods at once (terminating ones counted)"
+        );
+    }
+    eprintln!(
+        "failover: fenced {fenced_after:?} after the cut; {moved_back} of 2 moved back to exec-a; \
+         {} moved to exec-b {moved_after:?} after the second cut (F = {AFTER_SECONDS} s, \
+         hub period {:?})",
+        moved.len(),
+        clawfed_proto::failover::periods(AFTER_SECONDS).replace_after
+    );
+    ensure!(
+        !moved.is_empty(),
+        "the second partition moved nothing: {back:?}"
+    );
+    Ok(())
+}
+
+fn sorted(v: &[String]) -> Vec<String> {
+    let mut v = v.to_vec();
+    v.sort();
+    v
+}
