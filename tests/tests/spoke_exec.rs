@@ -615,6 +615,122 @@ async fn dedicated_replacement_stops_predecessor_first() -> Result<()> {
     Ok(())
 }
 
+/// Failover with fencing, the spoke's side: a fenced Harness is stopped
+/// with its record saying so, a resend of the same apply does not start it
+/// again, drift repair has nothing to restore, and a restarted spoke finds
+/// it fenced (and its running failover Harnesses leased) from the records.
+#[tokio::test]
+async fn a_fenced_harness_stays_stopped_through_a_resend_and_a_restart() -> Result<()> {
+    let e = SpokeEnv::exec_a().await?;
+    let admin = e.cluster.admin();
+    let t = Tenant::new("fence");
+    let (tx, mut reports) = Reports::new();
+    let exec = Executor::new(e.spoke.clone(), config(), tx);
+    // The executor sees every managed namespace of the shared cluster.
+    let ours = |target: &str| target.contains(&t.id);
+    let fenced_of = |s: &clawfed_spoke::failover::FailoverState| -> Vec<String> {
+        s.fenced.iter().filter(|f| ours(f)).cloned().collect()
+    };
+    assert_applied(&exec.apply(&t.ensure(1)).await?, "ensure");
+    let mut fenced = t.harness("fenced", 1);
+    fenced.failover_after_seconds = Some(30);
+    let mut kept = t.harness("kept", 1);
+    kept.failover_after_seconds = Some(60);
+    let (wf, wk) = (t.apply(&fenced, 1), t.apply(&kept, 1));
+    assert_applied(&exec.apply(&wf).await?, "fenced r1");
+    assert_applied(&exec.apply(&wk).await?, "kept r1");
+    reports
+        .readiness(&wf.target, "fenced r1 ready", |o| o.ready)
+        .await?;
+    let state = exec.failover_state().await?;
+    assert_eq!(
+        state
+            .running
+            .iter()
+            .filter(|l| ours(&l.target))
+            .map(|l| (l.target.as_str(), l.after_seconds, l.since.is_some()))
+            .collect::<Vec<_>>(),
+        [
+            (wf.target.as_str(), 30, true),
+            (wk.target.as_str(), 60, true)
+        ],
+        "applied by this process: leased from the apply"
+    );
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), &t.ns);
+    let sel = "clawfed.io/agent=fenced,clawfed.io/revision=1";
+    let pod = Api::<Pod>::namespaced(admin.clone(), &t.ns)
+        .list(&ListParams::default().labels(sel))
+        .await?;
+    let grace = pod.items[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds);
+    assert_eq!(
+        grace,
+        Some(clawfed_proto::failover::FENCE_GRACE.as_secs() as i64),
+        "a fenced Pod goes within the margin the hub waits"
+    );
+
+    assert!(exec.fence(&wf.target).await?);
+    assert!(!exec.fence(&wf.target).await?, "fenced once");
+    assert_eq!(count::<Deployment>(&admin, &t.ns, sel).await?, 0);
+    assert_eq!(count::<Pod>(&admin, &t.ns, sel).await?, 0);
+    let state = exec.failover_state().await?;
+    assert_eq!(fenced_of(&state), [wf.target.clone()]);
+    assert_eq!(state.running.iter().filter(|l| ours(&l.target)).count(), 1);
+    // The hub resends the same apply (a digest mismatch): answered, not run.
+    let again = exec.apply(&wf).await?;
+    assert!(
+        again.applied && again.reason.contains("settled as harness.stop"),
+        "{again:?}"
+    );
+    assert_eq!(count::<Deployment>(&admin, &t.ns, sel).await?, 0);
+    let records =
+        clawfed_spoke::drift::desired::all(&Api::<Secret>::namespaced(admin.clone(), &t.ns))
+            .await?;
+    let record = records
+        .iter()
+        .find(|r| r.target == wf.target)
+        .expect("record");
+    assert!(record.fenced && record.kind == "harness.stop", "{record:?}");
+    exec.shutdown();
+
+    // A restarted spoke: fenced stays fenced; the other is leased from
+    // its start (it cannot know how long it was down).
+    let (tx, _reports) = Reports::new();
+    let restarted = Executor::new(e.spoke.clone(), config(), tx);
+    let state = restarted.failover_state().await?;
+    assert_eq!(fenced_of(&state), [wf.target.clone()]);
+    assert_eq!(
+        state
+            .running
+            .iter()
+            .filter(|l| ours(&l.target))
+            .map(|l| (l.target.as_str(), l.since))
+            .collect::<Vec<_>>(),
+        [(wk.target.as_str(), None)]
+    );
+    // The hub's own stop replaces the fence.
+    let stop = t.work(
+        wf.target.clone(),
+        2,
+        WorkSpec::HarnessStop(fenced.revision_work()),
+    );
+    assert_applied(&restarted.apply(&stop).await?, "hub stop");
+    assert!(fenced_of(&restarted.failover_state().await?).is_empty());
+    assert_eq!(
+        deployment
+            .list(&ListParams::default().labels(sel))
+            .await?
+            .items
+            .len(),
+        0
+    );
+    restarted.shutdown();
+    t.cleanup(&admin).await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn namespace_teardown_provider_failure_or_failed_revocation_keeps_infrastructure()
 -> Result<()> {

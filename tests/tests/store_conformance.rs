@@ -823,6 +823,97 @@ mod cases {
         );
     }
 
+    pub async fn failover_scan_sees_lapsed_leases_and_reported_fences(s: Arc<dyn Store>) {
+        use clawfed_hub::model::{RevisionPhase, RevisionProgress};
+        let s = s.as_ref();
+        let base = Utc::now().timestamp_millis();
+        let at =
+            |secs: i64| chrono::DateTime::from_timestamp_millis(base + secs * 1000).expect("time");
+        let id = online_cluster(s, "exec-f").await;
+        assert_eq!(s.execution_lease("exec-f").await.unwrap(), None);
+        s.renew_execution_lease(&id, at(0)).await.unwrap();
+        assert_eq!(s.execution_lease("exec-f").await.unwrap(), Some(at(0)));
+        assert_eq!(
+            s.get_cluster("exec-f").await.unwrap().last_seen,
+            Some(at(0)),
+            "a renewal is also a sign of life"
+        );
+        assert_eq!(s.execution_lease("nope").await.unwrap(), None);
+
+        namespace(s, "team-f").await;
+        agent(s, "team-f", "bot").await;
+        let with_failover = NewRevision {
+            spec: AgentSpec {
+                failover: Some(clawfed_hub::model::Failover { after_seconds: 30 }),
+                ..spec("img:1")
+            },
+            ..revision("team-f", "bot", 1, "img:1")
+        };
+        let r1 = s
+            .deploy(&with_failover, &fx("agent.deploy"))
+            .await
+            .unwrap()
+            .revision;
+        s.place_revision(&r1.id, "exec-f").await.unwrap();
+        // Not active yet: nothing to move.
+        assert!(s.failover_candidates(at(1)).await.unwrap().is_empty());
+        let r1 = s
+            .update_revision(
+                &r1.id,
+                r1.version,
+                RevisionPhase::Active,
+                None,
+                &RevisionProgress::default(),
+            )
+            .await
+            .unwrap();
+        // Renewed at 0: seen by a scan whose cut-off is later, not earlier.
+        let seen = s.failover_candidates(at(1)).await.unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            (seen[0].revision.id.as_str(), seen[0].lease_renewed_at),
+            (r1.id.as_str(), Some(at(0)))
+        );
+        assert_eq!(
+            seen[0].revision.spec.failover.map(|f| f.after_seconds),
+            Some(30)
+        );
+        assert!(s.failover_candidates(at(-1)).await.unwrap().is_empty());
+        // A reported fence makes it a candidate whatever the lease says.
+        let fenced = vec!["harness/x/bot/1".to_owned()];
+        s.set_fenced_targets(&id, &fenced).await.unwrap();
+        let seen = s.failover_candidates(at(-1)).await.unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].fenced_targets, fenced);
+        s.set_fenced_targets(&id, &[]).await.unwrap();
+        assert!(s.failover_candidates(at(-1)).await.unwrap().is_empty());
+        // A stopped Agent, or one without failover, is never a candidate.
+        s.set_desired_state("team-f", "bot", DesiredState::Stopped, &fx("agent.stop"))
+            .await
+            .unwrap();
+        assert!(s.failover_candidates(at(1)).await.unwrap().is_empty());
+        agent(s, "team-f", "plain").await;
+        let plain = s
+            .deploy(
+                &revision("team-f", "plain", 1, "img:1"),
+                &fx("agent.deploy"),
+            )
+            .await
+            .unwrap()
+            .revision;
+        s.place_revision(&plain.id, "exec-f").await.unwrap();
+        s.update_revision(
+            &plain.id,
+            plain.version,
+            RevisionPhase::Active,
+            None,
+            &RevisionProgress::default(),
+        )
+        .await
+        .unwrap();
+        assert!(s.failover_candidates(at(1)).await.unwrap().is_empty());
+    }
+
     pub async fn work_claims_are_exclusive_and_leased(s: Arc<dyn Store>) {
         let items: Vec<_> = (0..50).map(|i| work("k", None, &i.to_string())).collect();
         s.enqueue_work(&items).await.unwrap();
@@ -2978,6 +3069,7 @@ clawfed_tests::on_both_databases!(
     clusters_upsert_by_name,
     clusters_keep_what_their_spoke_reports,
     clusters_cordon_and_drain_record_moves,
+    failover_scan_sees_lapsed_leases_and_reported_fences,
     work_claims_are_exclusive_and_leased,
     expired_claims_are_recovered,
     retries_wait_for_run_at_and_keep_the_error,

@@ -556,6 +556,11 @@ pub fn pod_spec(h: &HarnessWork) -> PodSpec {
             ..Default::default()
         }],
         volumes: Some(volumes),
+        // A fenced Harness must be gone within the margin the hub waits
+        // past the lease (clawfed_proto::failover::FENCE_GRACE).
+        termination_grace_period_seconds: h
+            .failover_after_seconds
+            .map(|_| clawfed_proto::failover::FENCE_GRACE.as_secs() as i64),
         ..Default::default()
     }
 }
@@ -606,12 +611,6 @@ pub fn startup_env(h: &HarnessWork) -> Vec<EnvVar> {
 pub fn pod_spec_in(h: &HarnessWork, cluster: &super::environment::ClusterEnvironment) -> PodSpec {
     let mut pod = pod_spec(h);
     cluster.decorate(&mut pod);
-    if h.failover_after_seconds.is_some() {
-        // A fenced Harness must be gone within the margin the hub waits
-        // past the lease (clawfed_proto::failover::FENCE_GRACE).
-        pod.termination_grace_period_seconds =
-            Some(clawfed_proto::failover::FENCE_GRACE.as_secs() as i64);
-    }
     pod
 }
 
