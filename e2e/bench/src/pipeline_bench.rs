@@ -36,6 +36,10 @@
 //! 3. Drain (issue 33): `--drain-agents` Agents put on the first cluster,
 //!    which is then drained at `--drain-parallelism`; the drain's wall
 //!    time and each Agent's move time.
+//! 4. Failover (issue 33): `--failover-agents` Agents with
+//!    `failover.afterSeconds` on the first cluster, whose spoke (its link
+//!    through a proxy in this process) is then cut off from the hub; each
+//!    Agent's cut → active elsewhere, beside the contract's periods.
 //!
 //! Every verdict line names its conditions (Gateways, clusters, how many
 //! deploys at once, backend, worker poll).
@@ -82,6 +86,8 @@ mod database;
 mod direct;
 #[path = "pipeline_bench/drain.rs"]
 mod drain;
+#[path = "pipeline_bench/failover.rs"]
+mod failover;
 #[path = "pipeline_bench/gateway_world.rs"]
 mod gateway_world;
 #[path = "pipeline_bench/hub_rest.rs"]
@@ -147,6 +153,13 @@ struct Args {
     /// How many Agents the drain moves at once.
     #[arg(long, default_value_t = 10)]
     drain_parallelism: u32,
+    /// Agents with failover put on the first cluster, whose spoke is then
+    /// partitioned from the hub (0 skips the failover phase).
+    #[arg(long, default_value_t = 50)]
+    failover_agents: usize,
+    /// Their `failover.afterSeconds`.
+    #[arg(long, default_value_t = 10)]
+    failover_after_seconds: u32,
     /// Count the hub's SQL statements over the throughput phase and print
     /// them per revision (sqlx's statement events; costs some CPU).
     #[arg(long)]
@@ -284,6 +297,7 @@ async fn run(args: Args) -> Result<()> {
     let stop_watch = CancellationToken::new();
     let times: Times = Arc::default();
     let mut spokes = Vec::new();
+    let mut partition: Option<clawfed_tests::proxy::Proxy> = None;
     let mut watches = Vec::new();
     let mut data_plane = None;
     let mut namespace_id = None;
@@ -297,8 +311,18 @@ async fn run(args: Args) -> Result<()> {
         .collect();
 
     let result = async {
-        // Spokes: enroll each with a bootstrap token, wait Online.
-        for (c, hub_name) in clusters.iter().zip(&hub_clusters) {
+        // Spokes: enroll each with a bootstrap token, wait Online. The
+        // first reaches the hub through a proxy the failover phase cuts.
+        for (i, (c, hub_name)) in clusters.iter().zip(&hub_clusters).enumerate() {
+            let hub_url = match i == 0 && args.failover_agents > 0 {
+                true => {
+                    let proxy = clawfed_tests::proxy::Proxy::start(link.addr.port()).await?;
+                    let url = format!("https://127.0.0.1:{}", proxy.port);
+                    partition = Some(proxy);
+                    url
+                }
+                false => hub_url.clone(),
+            };
             let client = spoke_client(c).await?;
             let token = rest.bootstrap_token(hub_name).await?;
             let (tx, rx) = tokio::sync::mpsc::channel(4096);
@@ -444,6 +468,17 @@ async fn run(args: Args) -> Result<()> {
                 cond.at(&format!("{} moved at once", d.parallelism))
             );
         }
+        if let Some(proxy) = &partition {
+            let f = bench
+                .failover(
+                    proxy,
+                    bench.args.failover_agents,
+                    bench.args.failover_after_seconds,
+                    Duration::from_secs(bench.args.throughput_timeout_seconds),
+                )
+                .await?;
+            report_failover(&f, &cond);
+        }
         let p50 = pct(&sorted(lat.iter().map(Sample::overhead).collect()), 50.0);
         println!(
             "goal overhead p50 <= {OVERHEAD_GOAL_MS} ms: {} ({:.1} ms over {} revisions) [{}]",
@@ -517,4 +552,43 @@ async fn main() {
         eprintln!("pipeline-bench failed: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// The failover phase's figures, beside the contract's periods, and its
+/// goal: every Agent active elsewhere within the hub's period, plus one
+/// renewal interval (the last renewal may be that old at the cut), plus
+/// 10 s to deploy it again.
+fn report_failover(f: &failover::FailedOver, cond: &Conditions) {
+    let periods = clawfed_proto::failover::periods(f.after_seconds);
+    let p99 = pct(&f.times_ms, 99.0);
+    let renew = periods.fence_after / 4;
+    let bound = periods.replace_after + renew + Duration::from_secs(10);
+    println!(
+        "failover: {} Agents (failover.afterSeconds {}) cut off on {}: cut -> active elsewhere \
+         p50 {:.1} s, p99 {:.1} s, max {:.1} s; the spoke fences {:.1} s and the hub moves {:.1} s \
+         after the last renewal (renewed every {:.1} s); every fenced revision retired {:.1} s \
+         after the cut, the partition healed [{}]",
+        f.agents,
+        f.after_seconds,
+        f.from,
+        pct(&f.times_ms, 50.0) / 1000.0,
+        p99 / 1000.0,
+        f.times_ms.last().copied().unwrap_or_default() / 1000.0,
+        periods.fence_after.as_secs_f64(),
+        periods.replace_after.as_secs_f64(),
+        renew.as_secs_f64(),
+        f.retired_ms / 1000.0,
+        cond.at(&format!("{} cut off at once", f.agents))
+    );
+    println!(
+        "goal failover p99 <= hub period + renewal interval + 10 s ({:.1} s): {} ({:.1} s) [{}]",
+        bound.as_secs_f64(),
+        if p99 <= bound.as_secs_f64() * 1000.0 {
+            "met"
+        } else {
+            "NOT met"
+        },
+        p99 / 1000.0,
+        cond.at(&format!("{} Agents", f.agents))
+    );
 }

@@ -46,33 +46,9 @@ impl Bench {
         let names: Vec<String> = (0..agents)
             .map(|i| format!("drain{i}-{}", self.suffix))
             .collect();
-        for name in &names {
-            self.create_agent(name, 0).await?;
-            // Placed by the pipeline, not pinned: a pinned Agent cannot move.
-            let a: Agent = self
-                .rest
-                .get(&format!("/namespaces/{}/agents/{name}", self.tenant))
-                .await?;
-            let mut spec = serde_json::to_value(&a.spec)?;
-            spec["placement"] = json!({});
-            let _: Agent = self
-                .rest
-                .put(
-                    &format!("/namespaces/{}/agents/{name}", self.tenant),
-                    &json!({ "spec": spec, "version": a.version }),
-                )
-                .await?;
-        }
-        let deployed: Vec<Result<()>> = futures::stream::iter(names.iter())
-            .map(|n| async move {
-                self.rest.deploy_current(&self.tenant, n).await?;
-                Ok(())
-            })
-            .buffer_unordered(16)
-            .collect()
-            .await;
-        deployed.into_iter().collect::<Result<Vec<_>>>()?;
-        self.wait_active(&names, 1, timeout).await?;
+        // Placed by the pipeline, not pinned: a pinned Agent cannot move.
+        self.deploy_with(&names, |spec| spec["placement"] = json!({}), timeout)
+            .await?;
         for c in others {
             let _: Cluster = self
                 .rest
@@ -126,8 +102,49 @@ impl Bench {
         })
     }
 
+    /// Creates `names` (on the first cluster), edits each spec with
+    /// `edit`, deploys them 16 at a time and waits until all are active.
+    pub(super) async fn deploy_with(
+        &self,
+        names: &[String],
+        edit: impl Fn(&mut serde_json::Value),
+        timeout: Duration,
+    ) -> Result<()> {
+        for name in names {
+            self.create_agent(name, 0).await?;
+            let a: Agent = self
+                .rest
+                .get(&format!("/namespaces/{}/agents/{name}", self.tenant))
+                .await?;
+            let mut spec = serde_json::to_value(&a.spec)?;
+            edit(&mut spec);
+            let _: Agent = self
+                .rest
+                .put(
+                    &format!("/namespaces/{}/agents/{name}", self.tenant),
+                    &json!({ "spec": spec, "version": a.version }),
+                )
+                .await?;
+        }
+        let deployed: Vec<Result<()>> = futures::stream::iter(names.iter())
+            .map(|n| async move {
+                self.rest.deploy_current(&self.tenant, n).await?;
+                Ok(())
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        deployed.into_iter().collect::<Result<Vec<_>>>()?;
+        self.wait_active(names, 1, timeout).await
+    }
+
     /// Waits until each of `names` has revision `number` active.
-    async fn wait_active(&self, names: &[String], number: i64, timeout: Duration) -> Result<()> {
+    pub(super) async fn wait_active(
+        &self,
+        names: &[String],
+        number: i64,
+        timeout: Duration,
+    ) -> Result<()> {
         let started = Instant::now();
         loop {
             let list: List<Agent> = self
