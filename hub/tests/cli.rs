@@ -323,8 +323,11 @@ fn clawfed_drives_a_real_hub() {
         "ghcr.io/example/helper:1.1",
         "--cpu-request",
         "100m",
+        "--failover-after",
+        "30",
     ]);
     assert_eq!(updated["spec"]["image"], "ghcr.io/example/helper:1.1");
+    assert_eq!(updated["spec"]["failover"]["afterSeconds"], 30);
     assert_eq!(updated["spec"]["requirementLabels"]["tier"], "gold");
     assert_eq!(updated["spec"]["plugins"][0], "web");
     assert_eq!(updated["spec"]["resources"]["cpuRequest"], "100m");
@@ -339,6 +342,16 @@ fn clawfed_drives_a_real_hub() {
     assert_eq!(rows[1][..2], ["helper", "embedded-openclaw"]);
     let got = hub.yaml(&["agents", "get", "helper", "-n", "team-a"]);
     assert_eq!(got["spec"]["image"], "ghcr.io/example/helper:1.1");
+    let off = hub.json(&[
+        "agents",
+        "update",
+        "helper",
+        "-n",
+        "team-a",
+        "--failover-after",
+        "0",
+    ]);
+    assert!(off["spec"].get("failover").is_none(), "{off}");
 
     // Deploy: a revision; the same idempotency key twice makes one revision.
     let first = hub.json(&["deploy", "helper", "-n", "team-a"]);

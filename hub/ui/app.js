@@ -537,6 +537,17 @@ function readinessText(v) {
   return `not ready: ${v.startupReason || v.reason}`;
 }
 
+// Where a revision runs; for one moved off a cluster (drain or failover),
+// from where and what became of its workspace (claims do not move).
+function placedOn(r) {
+  const at = r.resolvedCluster || '-';
+  if (!r.movedFrom) return at;
+  if (!r.resolvedCluster) return `- (moving from ${r.movedFrom})`;
+  return r.resolvedCluster === r.movedFrom
+    ? `${at} (moved back, workspace kept)`
+    : `${at} (moved from ${r.movedFrom}, fresh workspace)`;
+}
+
 function agentPage() {
   const d = state.detail;
   const parts = [el('p', {}, el('a', { href: '#/', 'data-key': 'back' }, '← Fleet overview'))];
@@ -549,6 +560,8 @@ function agentPage() {
     el('dt', {}, 'Harness kind'), el('dd', {}, a.spec.harnessKind),
     el('dt', {}, 'Desired state'), el('dd', {}, a.desiredState),
     el('dt', {}, 'Active revision'), el('dd', {}, a.activeRevision ?? '-'),
+    el('dt', {}, 'Failover'),
+    el('dd', { class: 'failover' }, a.spec.failover ? `after ${a.spec.failover.afterSeconds} s (fenced first)` : 'off'),
     el('dt', {}, 'Image'), el('dd', {}, a.spec.image),
     el('dt', {}, 'Requirement labels'),
     el('dd', {}, Object.entries(a.spec.requirementLabels || {}).map(([k, v]) => `${k}=${v}`).join(', ') || '-')));
@@ -558,7 +571,7 @@ function agentPage() {
     revisions.map((r) => el('tr', { 'data-revision': r.number, 'data-phase': r.phase },
       el('td', { class: 'num' }, r.number),
       el('td', { class: 'phase' }, phaseBadge(r.phase)),
-      el('td', {}, r.resolvedCluster || '-'),
+      el('td', { class: 'cluster' }, placedOn(r)),
       el('td', {}, readinessText(r.readiness)),
       el('td', { class: 'reason' }, r.reason || ''),
       el('td', {}, fmtTime(r.createdAt)),

@@ -98,3 +98,80 @@ impl Drop for KubeSpoke {
         self.shutdown.cancel();
     }
 }
+
+/// What drain and failover tests run in: a hub on PostgreSQL with the
+/// pipeline and Gateways in control, a real spoke on exec-a (behind a
+/// partitionable proxy when asked) and one on exec-b, and a fresh tenant.
+pub struct TwoClusters {
+    pub control: TestCluster,
+    /// exec-a, exec-b.
+    pub execs: [TestCluster; 2],
+    pub hub: TestHub,
+    pub rest: HubClient,
+    /// Their cluster names at the hub (unique per test).
+    pub names: [String; 2],
+    pub spokes: [KubeSpoke; 2],
+    pub ns: clawfed_hub::model::Namespace,
+}
+
+impl TwoClusters {
+    /// Starts it all; exec-a's spoke behind a proxy when `proxied_a`.
+    pub async fn start(proxied_a: bool) -> Result<Self> {
+        crate::link::init_test_logging();
+        let control = crate::control_env::control().await?;
+        let execs = [
+            crate::kube_env::cluster("exec-a").await?,
+            crate::kube_env::cluster("exec-b").await?,
+        ];
+        let gateways = clawfed_hub::gateway::Gateways::new(
+            crate::control_env::hub_client(&control).await?,
+            crate::control_env::gateway_config(),
+        )?;
+        let hub = TestHub::start_with_gateway_runtime(
+            crate::hub::Backend::Postgres,
+            |c| {
+                c.pipeline.enabled = true;
+                c.pipeline.ready_deadline_seconds = 60;
+                c.worker.max_attempts = 8;
+            },
+            clawfed_hub::worker::Handlers::builtin(),
+            Some(gateways),
+            |g| g,
+        )
+        .await;
+        let rest = HubClient::new(&hub.rest, Some(hub.root_token.clone()))?;
+        let suffix = &crate::api::short_id()[..6];
+        let names = [format!("exec-a-{suffix}"), format!("exec-b-{suffix}")];
+        let spokes = [
+            KubeSpoke::start(&hub, &rest, &names[0], &execs[0], proxied_a).await?,
+            KubeSpoke::start(&hub, &rest, &names[1], &execs[1], false).await?,
+        ];
+        let ns = rest.new_tenant().await?;
+        Ok(Self {
+            control,
+            execs,
+            hub,
+            rest,
+            names,
+            spokes,
+            ns,
+        })
+    }
+
+    /// Stops the spokes and the hub, and deletes the tenant's data-plane
+    /// namespaces.
+    pub async fn stop(&mut self) {
+        for s in &mut self.spokes {
+            s.stop().await;
+        }
+        self.hub.stop().await;
+        for exec in &self.execs {
+            let _ = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(exec.admin())
+                .delete(
+                    &self.ns.data_plane_namespace,
+                    &kube::api::DeleteParams::background(),
+                )
+                .await;
+        }
+    }
+}

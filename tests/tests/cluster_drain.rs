@@ -10,21 +10,17 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use clawfed_hub::client::{ClientError, HubClient};
-use clawfed_hub::gateway::Gateways;
 use clawfed_hub::model::{
     Agent, Cluster, DrainAgentState, Namespace, RevisionPhase, WorkspaceOrigin,
 };
-use clawfed_tests::api::{HubTestExt, short_id};
+use clawfed_tests::api::HubTestExt;
 use clawfed_tests::cleanup::Cleanup;
-use clawfed_tests::control_env;
-use clawfed_tests::hub::{Backend, TestHub};
-use clawfed_tests::kube_env::{self, TestCluster};
-use clawfed_tests::kube_spoke::KubeSpoke;
+use clawfed_tests::hub::TestHub;
+use clawfed_tests::kube_env::TestCluster;
+use clawfed_tests::kube_spoke::TwoClusters;
 use clawfed_tests::live_pods::{self, LivePods};
 use clawfed_tests::procs::clawfed;
 use clawfed_tests::until;
-use kube::Api;
-use kube::api::DeleteParams;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -39,50 +35,20 @@ async fn unpinned_agent(rest: &HubClient, ns: &str, any_cluster: &str) -> Result
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cordon_keeps_new_revisions_off_and_drain_moves_each_agent_exclusively() -> Result<()> {
-    clawfed_tests::link::init_test_logging();
-    let control = control_env::control().await?;
-    let exec_a = kube_env::cluster("exec-a").await?;
-    let exec_b = kube_env::cluster("exec-b").await?;
-    let gateways = Gateways::new(
-        control_env::hub_client(&control).await?,
-        control_env::gateway_config(),
-    )?;
-    let mut hub = TestHub::start_with_gateway_runtime(
-        Backend::Postgres,
-        |c| {
-            c.pipeline.enabled = true;
-            c.pipeline.ready_deadline_seconds = 60;
-            c.worker.max_attempts = 8;
-        },
-        clawfed_hub::worker::Handlers::builtin(),
-        Some(gateways),
-        |g| g,
-    )
-    .await;
-    let rest = HubClient::new(&hub.rest, Some(hub.root_token.clone()))?;
-    let suffix = &short_id()[..6];
-    let (a_name, b_name) = (format!("exec-a-{suffix}"), format!("exec-b-{suffix}"));
-    let mut spoke_a = KubeSpoke::start(&hub, &rest, &a_name, &exec_a, false).await?;
-    let mut spoke_b = KubeSpoke::start(&hub, &rest, &b_name, &exec_b, false).await?;
-    let ns = rest.new_tenant().await?;
+    let mut w = TwoClusters::start(false).await?;
     let mut cleanup = Cleanup::default();
     let result = drain_scenario(
-        &hub,
-        &rest,
-        &control,
-        [&exec_a, &exec_b],
-        &ns,
-        &a_name,
-        &b_name,
+        &w.hub,
+        &w.rest,
+        &w.control,
+        [&w.execs[0], &w.execs[1]],
+        &w.ns,
+        &w.names[0],
+        &w.names[1],
         &mut cleanup,
     )
     .await;
-    spoke_a.stop().await;
-    spoke_b.stop().await;
-    hub.stop().await;
-    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(exec_b.admin())
-        .delete(&ns.data_plane_namespace, &DeleteParams::background())
-        .await;
+    w.stop().await;
     result?;
     cleanup.run().await
 }

@@ -19,19 +19,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
 use clawfed_hub::client::HubClient;
-use clawfed_hub::gateway::Gateways;
 use clawfed_hub::model::{AgentRevision, Failover, Namespace, RevisionPhase};
-use clawfed_tests::api::{HubTestExt, short_id};
+use clawfed_tests::api::HubTestExt;
 use clawfed_tests::cleanup::Cleanup;
-use clawfed_tests::control_env;
-use clawfed_tests::hub::{Backend, TestHub};
-use clawfed_tests::kube_env::{self, TestCluster};
-use clawfed_tests::kube_spoke::KubeSpoke;
+use clawfed_tests::hub::TestHub;
+use clawfed_tests::kube_env::TestCluster;
+use clawfed_tests::kube_spoke::{KubeSpoke, TwoClusters};
 use clawfed_tests::live_pods::{self, LivePods, Liveness};
 use clawfed_tests::procs::clawfed;
 use clawfed_tests::until;
-use kube::Api;
-use kube::api::DeleteParams;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -39,50 +35,24 @@ const AFTER_SECONDS: u32 = 10;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_cluster_fences_its_agents_before_the_hub_moves_them() -> Result<()> {
-    clawfed_tests::link::init_test_logging();
-    let control = control_env::control().await?;
-    let exec_a = kube_env::cluster("exec-a").await?;
-    let exec_b = kube_env::cluster("exec-b").await?;
-    let gateways = Gateways::new(
-        control_env::hub_client(&control).await?,
-        control_env::gateway_config(),
-    )?;
-    let mut hub = TestHub::start_with_gateway_runtime(
-        Backend::Postgres,
-        |c| {
-            c.pipeline.enabled = true;
-            c.pipeline.ready_deadline_seconds = 60;
-            c.worker.max_attempts = 8;
-        },
-        clawfed_hub::worker::Handlers::builtin(),
-        Some(gateways),
-        |g| g,
-    )
-    .await;
-    let rest = HubClient::new(&hub.rest, Some(hub.root_token.clone()))?;
-    let suffix = &short_id()[..6];
-    let (a_name, b_name) = (format!("exec-a-{suffix}"), format!("exec-b-{suffix}"));
-    let mut spoke_a = KubeSpoke::start(&hub, &rest, &a_name, &exec_a, true).await?;
-    let mut spoke_b = KubeSpoke::start(&hub, &rest, &b_name, &exec_b, false).await?;
-    let ns = rest.new_tenant().await?;
+    let mut two = TwoClusters::start(true).await?;
     let mut cleanup = Cleanup::default();
     let world = World {
-        hub: &hub,
-        rest: &rest,
-        ns: &ns,
-        a_name: &a_name,
-        b_name: &b_name,
-        spoke_a: &spoke_a,
+        hub: &two.hub,
+        rest: &two.rest,
+        ns: &two.ns,
+        a_name: &two.names[0],
+        b_name: &two.names[1],
+        spoke_a: &two.spokes[0],
     };
-    let result = scenario(&world, &control, [&exec_a, &exec_b], &mut cleanup).await;
-    spoke_a.stop().await;
-    spoke_b.stop().await;
-    hub.stop().await;
-    for exec in [&exec_a, &exec_b] {
-        let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(exec.admin())
-            .delete(&ns.data_plane_namespace, &DeleteParams::background())
-            .await;
-    }
+    let result = scenario(
+        &world,
+        &two.control,
+        [&two.execs[0], &two.execs[1]],
+        &mut cleanup,
+    )
+    .await;
+    two.stop().await;
     result?;
     cleanup.run().await
 }

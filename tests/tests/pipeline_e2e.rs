@@ -4788,18 +4788,24 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
     // (the page keeps focus across its live re-renders), then Enter.
     focus(&browser, &format!("[data-key=\"agent:{key_a}\"]")).await?;
     browser.press(webdriver::ENTER).await?;
-    let (timings, tenant): (u32, String) = browser
+    let (timings, tenant, failover): (u32, String, String) = browser
         .wait_for(
             WAIT,
             "revision 1 active with its phase timings on the Agent page",
             "const r = document.querySelector('[data-revision=\"1\"]'); \
              if (!r || r.dataset.phase !== 'active') return null; \
              const t = document.querySelector('dd.display-name'); \
-             return [r.querySelectorAll('.timings li').length, t ? t.textContent : ''];",
+             const f = document.querySelector('dd.failover'); \
+             return [r.querySelectorAll('.timings li').length, t ? t.textContent : '', \
+                     f ? f.textContent : ''];",
             vec![],
         )
         .await?;
     ensure!(timings >= 3, "{timings} phase timings");
+    ensure!(
+        failover == "off",
+        "the Agent page shows failover {failover:?}"
+    );
     ensure!(
         tenant == HOSTILE_NAME,
         "the Agent page shows the tenant as {tenant:?}"

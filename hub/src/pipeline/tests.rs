@@ -341,13 +341,20 @@ fn placement_has_a_deadline() {
     assert!(failure(&decide(&f)).is_some_and(|r| r.contains("placement")));
 }
 
-#[test]
-fn dedicated_replacement_stops_each_predecessor_before_the_harness() {
+/// A revision preparing to replace its predecessors exclusively, its
+/// namespace and Gateway done.
+fn preparing_exclusive() -> Facts {
     let mut f = fresh();
     f.phase = P::Preparing;
     f.namespace = WorkOutcome::Applied;
     f.gateway_applied = true;
     f.exclusive = true;
+    f
+}
+
+#[test]
+fn dedicated_replacement_stops_each_predecessor_before_the_harness() {
+    let mut f = preparing_exclusive();
     f.predecessors = vec![pred(1, "exec-a"), pred(2, "exec-b")];
     f.predecessors[0].phase = P::Stopped;
     f.predecessors[0].stop_sent = true;
@@ -363,11 +370,7 @@ fn dedicated_replacement_stops_each_predecessor_before_the_harness() {
 
 #[test]
 fn a_fenced_predecessor_on_a_lost_cluster_counts_as_stopped() {
-    let mut f = fresh();
-    f.phase = P::Preparing;
-    f.namespace = WorkOutcome::Applied;
-    f.gateway_applied = true;
-    f.exclusive = true;
+    let mut f = preparing_exclusive();
     f.predecessors = vec![pred(1, "exec-a")];
     // The stop goes into the lost cluster's outbox all the same.
     assert_eq!(decide(&f), Step::StopPredecessors(vec![1]));
@@ -379,11 +382,7 @@ fn a_fenced_predecessor_on_a_lost_cluster_counts_as_stopped() {
 
 #[test]
 fn a_refused_predecessor_stop_fails_the_dedicated_revision() {
-    let mut f = fresh();
-    f.phase = P::Preparing;
-    f.namespace = WorkOutcome::Applied;
-    f.gateway_applied = true;
-    f.exclusive = true;
+    let mut f = preparing_exclusive();
     f.predecessors = vec![pred(1, "exec-a")];
     f.predecessors[0].stop_sent = true;
     f.predecessors[0].stop = WorkOutcome::Failed("forbidden".into());

@@ -33,9 +33,14 @@ pub(in crate::store) async fn set_fenced_targets(
 ) -> Result<()> {
     let json = (!targets.is_empty())
         .then(|| serde_json::to_string(targets).unwrap_or_else(|_| "[]".into()));
-    let query = sqlx::query("UPDATE clusters SET fenced_targets = $1 WHERE id = $2")
-        .bind(json)
-        .bind(cluster_id.to_owned());
+    // A session's first heartbeat reports its list even when unchanged:
+    // no row is written then.
+    let query = sqlx::query(
+        "UPDATE clusters SET fenced_targets = $1 \
+         WHERE id = $2 AND COALESCE(fenced_targets, '') <> COALESCE($1, '')",
+    )
+    .bind(json)
+    .bind(cluster_id.to_owned());
     store.run(query).await?;
     Ok(())
 }
