@@ -19,6 +19,7 @@ use std::time::Duration;
 use clawfed_hub::client::HubClient;
 use clawfed_tests::api::HubTestExt;
 use clawfed_tests::db::{login_url, postgres_url};
+use clawfed_tests::link::start_spoke_to;
 use clawfed_tests::procs::{Proc, bin};
 use sqlx::Connection;
 
@@ -98,9 +99,16 @@ impl Roles {
 /// `clawfed-hub ARGS` on `db_url`, every listener on a free loopback port,
 /// its files in `dir`.
 fn hub(dir: &Path, db_url: &str, args: &[&str]) -> Command {
+    // The link certificate names the address the test's spoke dials.
+    let config = dir.join("hub.yaml");
+    std::fs::write(
+        &config,
+        "version: 1\nlink:\n  serverNames: [\"127.0.0.1\"]\n  heartbeatSeconds: 1\n",
+    )
+    .unwrap();
     let mut c = Command::new(bin("clawfed-hub").unwrap());
     c.args(args)
-        .env_remove("CLAWFED_CONFIG")
+        .env("CLAWFED_CONFIG", &config)
         .env_remove("OCC_CONFIG_PATH")
         .env("CLAWFED_DATABASE_URL", db_url)
         .env("CLAWFED_REST_ADDR", "127.0.0.1:0")
@@ -239,8 +247,8 @@ async fn the_application_role_serves_without_ddl_rights_after_migrate_by_the_own
     );
 
     // The hub works as the application role: it starts (its link CA and
-    // keys written), the operator commands run, the API creates, deploys
-    // and reads.
+    // keys written), the operator commands run, a spoke enrolls over the
+    // link and comes online, the API creates, deploys and reads.
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).unwrap();
     let mut serve = Proc::spawn("hub-app", &mut hub(dir, &app, &["serve"]), &logs).unwrap();
@@ -258,14 +266,27 @@ async fn the_application_role_serves_without_ddl_rights_after_migrate_by_the_own
         ],
     ))
     .await;
-    ok(hub(
+    let bootstrap = ok(hub(
         dir,
         &app,
         &["cluster", "token", "create", "exec-roles"],
     ))
     .await;
+    let ca = ok(hub(dir, &app, &["cluster", "ca"])).await;
+    let spoke_dir = tempfile::tempdir().unwrap();
+    let spoke = start_spoke_to(
+        &listening.field("link").unwrap(),
+        &ca,
+        "exec-roles",
+        Some(bootstrap.trim().to_owned()),
+        spoke_dir.path(),
+    );
     let rest = listening.field("rest").unwrap();
     let client = HubClient::new(&rest, Some(token.trim().to_owned())).unwrap();
+    client
+        .wait_online("exec-roles", Duration::from_secs(30))
+        .await
+        .unwrap();
     let (ns, agent) = client
         .tenant_with_agent("exec-roles", "dedicated-codex")
         .await
@@ -276,6 +297,7 @@ async fn the_application_role_serves_without_ddl_rights_after_migrate_by_the_own
         client.revisions(&ns.name, &agent.name).await.unwrap().len(),
         1
     );
+    spoke.stop().await.unwrap();
     serve.terminate().await;
 
     // A newer release's migration in the database: serve refuses, naming

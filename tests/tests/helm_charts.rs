@@ -1007,13 +1007,7 @@ async fn the_chart_migrates_with_its_own_secret_before_the_hub_starts() -> Resul
     ensure!(mounts_ca(hc), "the hub mounts PostgreSQL's CA");
     // The Job's Pod is not one of the hub's: Services and the
     // NetworkPolicy select by these labels.
-    let selector = hub
-        .spec
-        .as_ref()
-        .context("spec")?
-        .selector
-        .match_labels
-        .clone();
+    let selector = hub.spec.selector.match_labels.clone();
     let labels = job
         .spec
         .as_ref()
@@ -1151,17 +1145,20 @@ async fn rendered_charts_pass_a_server_side_dry_run() -> Result<()> {
         // Pod Security is enforced on Pods (a Deployment only warns): the
         // charts' Pod templates as Pods pass; with an added capability
         // the same Pod is refused, so the dry run really judges them.
-        for (cluster, ns, text) in [
-            (&control, &hub_ns.name, &hub),
-            (&exec_a, &spoke_ns.name, &spoke),
+        // The hub's migration Job's Pod too.
+        for (cluster, ns, text, kind) in [
+            (&control, &hub_ns.name, &hub, "Deployment"),
+            (&control, &hub_ns.name, &hub, "Job"),
+            (&exec_a, &spoke_ns.name, &spoke, "Deployment"),
         ] {
             let d = documents(text)?
                 .into_iter()
-                .find(|d| d["kind"] == "Deployment")
-                .context("Deployment")?;
+                .find(|d| d["kind"] == kind)
+                .context(kind)?;
+            let name = format!("{release}-dry-{}", kind.to_lowercase());
             let mut pod = json!({
                 "apiVersion": "v1", "kind": "Pod",
-                "metadata": { "name": format!("{release}-dry"), "namespace": ns },
+                "metadata": { "name": name, "namespace": ns },
                 "spec": d["spec"]["template"]["spec"].clone()
             });
             // A dry run creates no ServiceAccount for a Pod to name.

@@ -7,8 +7,8 @@
 //! migrated by earlier releases (which ran sqlx's migrator on every start)
 //! are read as they are.
 
-use sqlx::any::AnyConnection;
-use sqlx::migrate::{Migrate, MigrateError, Migrator};
+use sqlx::AnyConnection;
+use sqlx::migrate::{Migrate, Migrator};
 use sqlx::{Connection, Row};
 
 use super::{Backend, Result, StoreError};
