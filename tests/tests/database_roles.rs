@@ -253,19 +253,15 @@ async fn the_application_role_serves_without_ddl_rights_after_migrate_by_the_own
     std::fs::create_dir_all(&logs).unwrap();
     let mut serve = Proc::spawn("hub-app", &mut hub(dir, &app, &["serve"]), &logs).unwrap();
     let listening = serve.hub_listening(Duration::from_secs(60)).await.unwrap();
-    let token = ok(hub(
-        dir,
-        &app,
-        &[
-            "token",
-            "create",
-            "--name",
-            "ops",
-            "--role",
-            "installation-admin",
-        ],
-    ))
-    .await;
+    let admin_token = [
+        "token",
+        "create",
+        "--name",
+        "ops",
+        "--role",
+        "installation-admin",
+    ];
+    let token = ok(hub(dir, &app, &admin_token)).await;
     let bootstrap = ok(hub(
         dir,
         &app,

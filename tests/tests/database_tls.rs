@@ -38,19 +38,9 @@ fn verify_full(base: &str, ca_file: &str) -> String {
 /// A CA the test server's certificate does not chain to, named `name`,
 /// written into `dir`.
 fn other_ca(dir: &std::path::Path, name: &str) -> String {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::default();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        rcgen::KeyUsagePurpose::KeyCertSign,
-        rcgen::KeyUsagePurpose::CrlSign,
-    ];
-    let cert = params.self_signed(&key).unwrap();
+    let (pem, _) = clawfed_tests::certs::ca(name);
     let path = dir.join(format!("{}.crt", name.replace(' ', "-")));
-    std::fs::write(&path, cert.pem()).unwrap();
+    std::fs::write(&path, pem).unwrap();
     path.display().to_string()
 }
 
