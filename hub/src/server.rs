@@ -157,10 +157,20 @@ async fn opened(open: &CancellationToken, shutdown: &CancellationToken) -> bool 
     }
 }
 
+/// Opens the configured store: migrations applied or required as
+/// `database.migrateOnStart` says (required, by default, on PostgreSQL).
+pub async fn open_store(config: &Config) -> Result<store::SqlStore, store::StoreError> {
+    store::open(
+        &config.database.url,
+        config.pool_settings(),
+        config.database.migrations(),
+    )
+    .await
+}
+
 /// Opens the configured store and starts the hub.
 pub async fn start(config: &Config) -> Result<Hub, ServerError> {
-    let store: Arc<dyn Store> =
-        Arc::new(store::connect_with(&config.database.url, config.pool_settings()).await?);
+    let store: Arc<dyn Store> = Arc::new(open_store(config).await?);
     start_with_store(config, store, Handlers::builtin()).await
 }
 

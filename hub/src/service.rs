@@ -85,6 +85,7 @@ impl From<StoreError> for ServiceError {
             StoreError::Unavailable(_) => Self::Unavailable("database unavailable".into()),
             StoreError::Database(_)
             | StoreError::Migrate(_)
+            | StoreError::Schema(_)
             | StoreError::Corrupt { .. }
             | StoreError::UnsupportedUrl(_) => {
                 tracing::error!(error = %message, "store.error");

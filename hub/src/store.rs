@@ -16,7 +16,9 @@
 //! - `watch.rs`, `sql_watch.rs`: the watch API's durable, bounded, ordered
 //!   event log.
 //! - `postgres.rs`, `sqlite.rs`: what differs per backend: connecting,
-//!   migrations, the work-claim statement and error classification.
+//!   the work-claim statement and error classification.
+//! - `schema.rs`: migrations, applied (`clawfed-hub migrate`) or checked
+//!   (`serve` with an application role that has no DDL rights).
 //!
 //! Every mutation of desired state takes [`Effects`]: its audit event and
 //! the work it enqueues are written in the same transaction, so an audit
@@ -27,6 +29,7 @@ mod credentials;
 mod group;
 mod link;
 mod postgres;
+mod schema;
 mod session;
 mod sql;
 mod sql_credentials;
@@ -51,6 +54,7 @@ use crate::model::{
 pub use credentials::*;
 pub use group::GroupStats;
 pub use link::*;
+pub use schema::{MigrationInfo, Migrations, SchemaError};
 pub use session::*;
 pub use sql::SqlStore;
 pub use watch::*;
@@ -88,6 +92,10 @@ pub enum StoreError {
     /// Applying migrations failed.
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The database's schema is not this binary's (a migration pending,
+    /// or a newer release's schema).
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
     /// A stored value could not be decoded (a bug or a hand-edited row).
     #[error("stored {what} is corrupt: {detail}")]
     Corrupt { what: &'static str, detail: String },
@@ -658,8 +666,6 @@ pub trait Store:
     async fn revision_by_transport_hash(&self, token_hash: &str) -> Result<Option<String>>;
 }
 
-/// Opens the store a database URL names (`postgres://…`, `sqlite://…`) and
-/// applies pending migrations.
 /// Connection pool settings (PostgreSQL; SQLite always holds one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolSettings {
@@ -679,16 +685,81 @@ impl Default for PoolSettings {
     }
 }
 
+/// Opens the store a database URL names (`postgres://…`, `sqlite://…`) and
+/// applies pending migrations (tests and tools acting as the migration
+/// role; the hub itself uses [`open`]).
 pub async fn connect(url: &str) -> Result<SqlStore> {
     connect_with(url, PoolSettings::default()).await
 }
 
 /// [`connect`] with explicit pool settings.
 pub async fn connect_with(url: &str, pool: PoolSettings) -> Result<SqlStore> {
+    open(url, pool, Migrations::Apply).await
+}
+
+/// Opens the store, applying pending migrations or requiring none
+/// ([`Migrations`]).
+pub async fn open(url: &str, pool: PoolSettings, migrations: Migrations) -> Result<SqlStore> {
+    Ok(open_reporting(url, pool, migrations).await?.0)
+}
+
+/// What `clawfed-hub migrate` did.
+#[derive(Debug, Clone)]
+pub struct MigrateReport {
+    /// The migrations applied now, in order (none when up to date).
+    pub applied: Vec<MigrationInfo>,
+    /// The newest migration of the schema.
+    pub version: i64,
+    /// The schema the application role was granted, when one was named.
+    pub granted_schema: Option<String>,
+}
+
+/// Applies pending migrations and, when `application_role` is named
+/// (PostgreSQL), grants it the rows of every table and nothing more
+/// (see `schema::grant_application_role`). Idempotent.
+pub async fn migrate(
+    url: &str,
+    pool: PoolSettings,
+    application_role: Option<&str>,
+) -> Result<MigrateReport> {
+    let (store, applied) = open_reporting(url, pool, Migrations::Apply).await?;
+    let mut conn = store
+        .pool()
+        .acquire()
+        .await
+        .map_err(|e| store.classify(e))?;
+    let granted_schema = match application_role {
+        None => None,
+        Some(_) if store.backend() != Backend::Postgres => {
+            return Err(StoreError::FailedPrecondition(
+                "an application role applies to PostgreSQL only".into(),
+            ));
+        }
+        Some(role) => Some(
+            schema::grant_application_role(&mut conn, role)
+                .await
+                .map_err(|e| store.classify(e))?,
+        ),
+    };
+    let version = schema::newest_applied(&mut conn, store.backend())
+        .await
+        .map_err(|e| store.classify(e))?;
+    Ok(MigrateReport {
+        applied,
+        version,
+        granted_schema,
+    })
+}
+
+async fn open_reporting(
+    url: &str,
+    pool: PoolSettings,
+    migrations: Migrations,
+) -> Result<(SqlStore, Vec<MigrationInfo>)> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        postgres::connect(url, pool).await
+        postgres::connect(url, pool, migrations).await
     } else if url.starts_with("sqlite:") {
-        sqlite::connect(url).await
+        sqlite::connect(url, migrations).await
     } else {
         Err(StoreError::UnsupportedUrl(url.to_owned()))
     }

@@ -77,8 +77,38 @@ pub async fn postgres() -> TestDb {
 
 /// `base` with its connections' search path set to `schema`.
 pub fn schema_url(base: &str, schema: &str) -> String {
+    with_query(base, &format!("options[search_path]={schema}"))
+}
+
+/// `base` with `param` (`key=value`) added to its query.
+pub fn with_query(base: &str, param: &str) -> String {
     let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}options[search_path]={schema}")
+    format!("{base}{sep}{param}")
+}
+
+/// The PostgreSQL test server's CA (`scripts/postgres.sh` issues the
+/// server's certificate with it, for 127.0.0.1 and localhost); panics with
+/// instructions when unset, like [`postgres_url`].
+pub fn postgres_ca() -> String {
+    std::env::var("CLAWFED_TEST_DATABASE_CA").unwrap_or_else(|_| {
+        panic!(
+            "CLAWFED_TEST_DATABASE_CA is not set. Start the test server with \
+             `eval \"$(scripts/postgres.sh env)\"` (it serves TLS with a test CA's certificate)."
+        )
+    })
+}
+
+/// `base` (`postgres://user:password@host:port/database?query`) as
+/// `user`/`password` on `database`, its query kept.
+pub fn login_url(base: &str, user: &str, password: &str, database: &str) -> String {
+    let (scheme, rest) = base.split_once("://").expect("a postgres:// URL");
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let (host, query) = match rest.split_once('/') {
+        Some((host, path)) => (host, path.split_once('?').map(|(_, q)| q)),
+        None => (rest, None),
+    };
+    let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+    format!("{scheme}://{user}:{password}@{host}/{database}{query}")
 }
 
 /// Every value of every column of every table of `db`, as text (binary

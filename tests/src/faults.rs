@@ -834,11 +834,13 @@ pub async fn run(opts: Options) -> Result<Report> {
     std::fs::create_dir_all(dir.join("logs"))?;
     let pg = tokio::task::spawn_blocking(PgCluster::create).await??;
     let mut hub = HubProc::new(&dir, &control, &pg.url()).await?;
-    let hub_proc = hub.serve().await?;
-    // The root token, written straight into the database.
+    // The schema first (opening the store as the owner migrates it: the
+    // hub requires it on PostgreSQL), and the root token written straight
+    // into the database.
     let store = clawfed_hub::store::connect(&pg.url()).await?;
     let root = crate::hub::mint(&store, "faults", None, Role::InstallationAdmin).await;
     drop(store);
+    let hub_proc = hub.serve().await?;
     let rest = HubClient::new(&format!("http://127.0.0.1:{}", hub.rest_port), Some(root))?
         .with_request_timeout(Duration::from_secs(10));
     let id = &short_id()[..6];

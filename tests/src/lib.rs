@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //! - [`api`]: the tests' calls on the hub's REST API over `clawfed_hub::client::HubClient` (tenants, Agents, waits).
+//! - [`certs`]: certificate authorities minted for one test.
 //! - [`cleanup`]: what a test made in the clusters, removed when it ends.
 //! - [`control_env`]: the hub's RBAC, Gateway storage and edge Gateway in the control cluster.
 //! - [`faults`]: the seeded fault-injection run (hub, spokes, PostgreSQL, partitions) and its invariants.
@@ -24,6 +25,7 @@
 //!   [`wait_for`]: infallible, failing the test at the deadline).
 
 pub mod api;
+pub mod certs;
 pub mod cleanup;
 pub mod control_env;
 pub mod db;

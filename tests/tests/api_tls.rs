@@ -56,21 +56,8 @@ struct Pair {
 
 impl Ca {
     fn new(name: &str) -> Self {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::default();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            rcgen::KeyUsagePurpose::KeyCertSign,
-            rcgen::KeyUsagePurpose::DigitalSignature,
-        ];
-        let cert = params.self_signed(&key).unwrap();
-        Self {
-            pem: cert.pem(),
-            issuer: rcgen::Issuer::new(params, key),
-        }
+        let (pem, issuer) = clawfed_tests::certs::ca(name);
+        Self { pem, issuer }
     }
 
     /// A serving certificate for 127.0.0.1 and localhost, expiring at

@@ -11,6 +11,9 @@
 //!   provider rights only with `provider: crd`, the ServiceMonitor only
 //!   when enabled, the image by digest, the rendered hub config accepted by
 //!   the hub's own loader;
+//! - the migration Job: a pre-install/pre-upgrade hook running `clawfed-hub
+//!   migrate` with the migration role's Secret, the hub's Pods only with
+//!   the application role's;
 //! - `helm template` applied with a server-side dry run;
 //! - `helm install` of the hub chart into `control` and the spoke chart into
 //!   `exec-a` (own namespaces, Pod Security `restricted` enforced there),
@@ -43,6 +46,7 @@ use clawfed_tests::{db, until};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolume, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -910,6 +914,125 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
     Ok(())
 }
 
+/// The schema is migrated by a hook Job before the hub's Pods start or
+/// roll, with the migration role's Secret (and the application role to
+/// grant); the hub's Pods get only the application role's Secret; both
+/// mount PostgreSQL's CA when one is given. Off, no Job.
+#[tokio::test]
+async fn the_chart_migrates_with_its_own_secret_before_the_hub_starts() -> Result<()> {
+    let Some(bin) = helm_or_skip()? else {
+        return Ok(());
+    };
+    let helm = Helm::new(bin)?;
+    let mut v = hub_values();
+    v["database"] = json!({
+        "caSecret": "pg-ca",
+        "migration": { "applicationRole": "clawfed_app" }
+    });
+    let docs = documents(&helm.template("clawfed-hub", "clawfed-hub", "clawfed-system", &v)?)?;
+    let jobs = of_kind::<Job>(&docs, "Job")?;
+    ensure!(jobs.len() == 1, "one migration Job: {jobs:?}");
+    let job = &jobs[0];
+    ensure!(
+        job.name_any() == "clawfed-hub-migrate",
+        "{}",
+        job.name_any()
+    );
+    let hooks = job.annotations().get("helm.sh/hook").cloned();
+    ensure!(
+        hooks.as_deref() == Some("pre-install,pre-upgrade"),
+        "hooks: {hooks:?}"
+    );
+    let pod = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .context("Job pod spec")?;
+    ensure!(pod.restart_policy.as_deref() == Some("Never"));
+    ensure!(
+        pod.automount_service_account_token == Some(false),
+        "the Job needs no API access"
+    );
+    let c = &pod.containers[0];
+    ensure!(
+        c.args.as_deref() == Some(&["migrate".to_owned()][..]),
+        "{:?}",
+        c.args
+    );
+    let env = |c: &k8s_openapi::api::core::v1::Container, name: &str| {
+        c.env
+            .iter()
+            .flatten()
+            .find(|e| e.name == name)
+            .cloned()
+            .with_context(|| format!("env {name}"))
+    };
+    let secret_of = |e: k8s_openapi::api::core::v1::EnvVar| {
+        e.value_from
+            .and_then(|f| f.secret_key_ref)
+            .map(|r| (r.name, r.key))
+    };
+    ensure!(
+        secret_of(env(c, "CLAWFED_DATABASE_URL")?)
+            == Some(("clawfed-hub-database-migration".into(), "url".into())),
+        "the Job's URL is the migration role's Secret"
+    );
+    ensure!(
+        env(c, "CLAWFED_DATABASE_APPLICATION_ROLE")?
+            .value
+            .as_deref()
+            == Some("clawfed_app")
+    );
+    let mounts_ca = |c: &k8s_openapi::api::core::v1::Container| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "database-ca" && m.mount_path == "/etc/clawfed/database-ca")
+    };
+    ensure!(mounts_ca(c), "the Job mounts PostgreSQL's CA");
+    let hub = of_kind::<Deployment>(&docs, "Deployment")?
+        .into_iter()
+        .next()
+        .context("Deployment")?;
+    let hc = &pod_spec(&hub).containers[0];
+    ensure!(
+        secret_of(env(hc, "CLAWFED_DATABASE_URL")?)
+            == Some(("clawfed-hub-database".into(), "url".into())),
+        "the hub's URL is the application role's Secret"
+    );
+    ensure!(
+        !serde_json::to_string(&hub)?.contains("clawfed-hub-database-migration"),
+        "the hub's Pods never see the migration role's Secret"
+    );
+    ensure!(mounts_ca(hc), "the hub mounts PostgreSQL's CA");
+    // The Job's Pod is not one of the hub's: Services and the
+    // NetworkPolicy select by these labels.
+    let selector = hub.spec.selector.match_labels.clone();
+    let labels = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    ensure!(
+        !selector
+            .iter()
+            .flatten()
+            .all(|(k, v)| labels.get(k) == Some(v)),
+        "the hub's selector matches the Job's Pod: {labels:?}"
+    );
+    ensure!(
+        c.security_context == hc.security_context
+            && pod.security_context == pod_spec(&hub).security_context,
+        "the Job's Pod is as restricted as the hub's"
+    );
+
+    v["database"]["migration"]["enabled"] = json!(false);
+    let docs = documents(&helm.template("clawfed-hub", "clawfed-hub", "clawfed-system", &v)?)?;
+    ensure!(of_kind::<Job>(&docs, "Job")?.is_empty(), "no Job when off");
+    Ok(())
+}
+
 fn pod_spec(d: &Deployment) -> &k8s_openapi::api::core::v1::PodSpec {
     d.spec.template.spec.as_ref().expect("pod spec")
 }
@@ -1003,6 +1126,7 @@ async fn rendered_charts_pass_a_server_side_dry_run() -> Result<()> {
             "validatingadmissionpolicy.admissionregistration.k8s.io/",
             "service/",
             "configmap/",
+            "job.batch/",
         ] {
             ensure!(out.contains(what), "dry run applied a {what}: {out}");
         }
@@ -1021,17 +1145,20 @@ async fn rendered_charts_pass_a_server_side_dry_run() -> Result<()> {
         // Pod Security is enforced on Pods (a Deployment only warns): the
         // charts' Pod templates as Pods pass; with an added capability
         // the same Pod is refused, so the dry run really judges them.
-        for (cluster, ns, text) in [
-            (&control, &hub_ns.name, &hub),
-            (&exec_a, &spoke_ns.name, &spoke),
+        // The hub's migration Job's Pod too.
+        for (cluster, ns, text, kind) in [
+            (&control, &hub_ns.name, &hub, "Deployment"),
+            (&control, &hub_ns.name, &hub, "Job"),
+            (&exec_a, &spoke_ns.name, &spoke, "Deployment"),
         ] {
             let d = documents(text)?
                 .into_iter()
-                .find(|d| d["kind"] == "Deployment")
-                .context("Deployment")?;
+                .find(|d| d["kind"] == kind)
+                .context(kind)?;
+            let name = format!("{release}-dry-{}", kind.to_lowercase());
             let mut pod = json!({
                 "apiVersion": "v1", "kind": "Pod",
-                "metadata": { "name": format!("{release}-dry"), "namespace": ns },
+                "metadata": { "name": name, "namespace": ns },
                 "spec": d["spec"]["template"]["spec"].clone()
             });
             // A dry run creates no ServiceAccount for a Pod to name.
@@ -1254,13 +1381,16 @@ async fn install_and_run(it: &mut Installed) -> Result<()> {
     it.namespaces.push((true, hub_ns.clone()));
     restricted(&control, &hub_ns).await?;
     let db = db::postgres().await;
-    secret(
-        &control,
-        &hub_ns,
-        "clawfed-hub-database",
-        &[("url", db.url.clone().into_bytes())],
-    )
-    .await?;
+    // One role here: the migration Job's Secret names the same URL.
+    for name in ["clawfed-hub-database", "clawfed-hub-database-migration"] {
+        secret(
+            &control,
+            &hub_ns,
+            name,
+            &[("url", db.url.clone().into_bytes())],
+        )
+        .await?;
+    }
     let ca_dir = dir.path().join("ca");
     clawfed_hub::link::ca::CertificateAuthority::load_or_create(&ca_dir)?;
     let (ca_crt, ca_key) = (

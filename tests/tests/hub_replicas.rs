@@ -512,6 +512,7 @@ async fn a_killed_listen_connection_is_reestablished_and_wakes_again() {
     let db = OwnDatabase::create(&mut admin).await;
     let tmp = tempfile::tempdir().unwrap();
     let env = Env::new(tmp.path(), &db.url, SAFETY_POLL_MS);
+    env.cli(&["migrate"]).await;
     let a = env.serve("a", &[]).await;
     let a_listen = wait_listen(&mut admin, &db.name, "A's LISTEN backend", |pids| {
         (pids.len() == 1).then(|| pids[0])
@@ -670,6 +671,7 @@ async fn idle_database_load_per_replica() {
         let db = OwnDatabase::create(&mut admin).await;
         let name = poll_ms.map_or("defaults".to_owned(), |ms| ms.to_string());
         let env = Env::with_polls(&tmp.path().join(&name), &db.url, poll_ms);
+        env.cli(&["migrate"]).await;
         // The defaults include the heartbeat (10 s): the session keeper's
         // lapsed-lease sweep runs every half heartbeat whatever the polls,
         // 2/s at the 1 s these tests use elsewhere.

@@ -319,7 +319,7 @@ cd "$m/var/lib/clawfed" && find . -mindepth 1 -printf '%p %U:%G\n' | sort
         );
     }
     assert!(stdout.contains("-----BEGIN CERTIFICATE-----"), "{stdout}");
-    assert!(stdout.contains("migrations applied"), "{stdout}");
+    assert!(stdout.contains("migration(s) applied"), "{stdout}");
     for path in [
         "./clawfed-ca/ca.crt",
         "./clawfed-ca.secrets.key",

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
+use clawfed_bench::MIGRATE_ON_START;
 use clawfed_bench::procfs::{cpu_secs, rss_kib};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -98,6 +99,7 @@ async fn run(a: Args) -> anyhow::Result<bool> {
         .arg("--config")
         .arg(&config)
         .arg("serve")
+        .env(MIGRATE_ON_START.0, MIGRATE_ON_START.1)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)

@@ -11,6 +11,12 @@ pub mod pg;
 pub mod procfs;
 pub mod statements;
 
+/// The environment a bench's `clawfed-hub serve` gets so it migrates its
+/// fresh database itself, as every release did on start (on PostgreSQL the
+/// hub now refuses a pending migration unless told so); a `--hub-bin` of an
+/// older release ignores it.
+pub const MIGRATE_ON_START: (&str, &str) = ("CLAWFED_DATABASE_MIGRATE_ON_START", "true");
+
 /// "release", "debug" or "custom" for a binary in a cargo target dir.
 pub fn profile_of(bin: &Path) -> &'static str {
     match bin

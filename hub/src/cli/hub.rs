@@ -30,7 +30,10 @@ struct Args {
 enum Command {
     /// Run the hub (REST, gRPC, metrics, worker) until SIGTERM/SIGINT.
     Serve,
-    /// Apply database migrations and exit.
+    /// Apply pending database migrations (as the migration role), print
+    /// each one applied, grant `database.applicationRole` its rights, and
+    /// exit. `serve` on PostgreSQL applies none and refuses to start while
+    /// one is pending.
     Migrate,
     /// Manage API tokens.
     Token {
@@ -284,16 +287,40 @@ fn redact_url(url: &str) -> String {
     }
 }
 
+/// Applies pending migrations (this is the migration role's command),
+/// prints each one applied, then grants the configured application role
+/// its rights. Idempotent.
 async fn migrate(config: &Config) -> anyhow::Result<()> {
-    store::connect_with(&config.database.url, config.pool_settings())
-        .await
-        .context("applying migrations")?;
-    println!("migrations applied");
+    let report = store::migrate(
+        &config.database.url,
+        config.pool_settings(),
+        config.database.application_role.as_deref(),
+    )
+    .await
+    .with_context(|| format!("migrating {}", redact_url(&config.database.url)))?;
+    for m in &report.applied {
+        println!("applied {m}");
+    }
+    if report.applied.is_empty() {
+        println!("no pending migrations; schema at {:04}", report.version);
+    } else {
+        println!(
+            "{} migration(s) applied; schema at {:04}",
+            report.applied.len(),
+            report.version
+        );
+    }
+    if let (Some(role), Some(schema)) = (&config.database.application_role, &report.granted_schema)
+    {
+        println!(
+            "granted role {role} SELECT, INSERT, UPDATE, DELETE on the tables of schema {schema} (no DDL)"
+        );
+    }
     Ok(())
 }
 
 async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<()> {
-    let store = store::connect_with(&config.database.url, config.pool_settings()).await?;
+    let store = server::open_store(config).await?;
     match command {
         TokenCommand::Create {
             name,
@@ -344,9 +371,7 @@ async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<()> {
 }
 
 async fn cluster(config: &Config, command: ClusterCommand) -> anyhow::Result<()> {
-    let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(
-        store::connect_with(&config.database.url, config.pool_settings()).await?,
-    );
+    let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(server::open_store(config).await?);
     if let ClusterCommand::Ca { command } = command {
         return link_ca(config, store.as_ref(), command).await;
     }

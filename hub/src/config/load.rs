@@ -26,7 +26,8 @@ fn has_key(doc: &serde_yaml_ng::Value, key: &str) -> bool {
 impl Config {
     /// Loads `path` (when given), applies overrides from `env` and checks
     /// the result ([`Self::validate`]). Overrides:
-    /// `CLAWFED_DATABASE_URL`, `CLAWFED_REST_ADDR`, `CLAWFED_GRPC_ADDR`,
+    /// `CLAWFED_DATABASE_URL`, `CLAWFED_DATABASE_MIGRATE_ON_START`,
+    /// `CLAWFED_DATABASE_APPLICATION_ROLE`, `CLAWFED_REST_ADDR`, `CLAWFED_GRPC_ADDR`,
     /// `CLAWFED_METRICS_ADDR`, `CLAWFED_WORKER_ENABLED`,
     /// `CLAWFED_REQUIRE_IMMUTABLE_DIGEST`, `CLAWFED_LOG_FORMAT`,
     /// `CLAWFED_LOG`, `CLAWFED_API_TLS_CERT_FILE`, `CLAWFED_API_TLS_KEY_FILE`,
@@ -63,8 +64,7 @@ impl Config {
     /// polls the file did not set become [`POSTGRES_SAFETY_POLL`] (after
     /// the environment, which may name the database).
     pub fn apply_backend_defaults(&mut self) {
-        let url = &self.database.url;
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        if !self.database.is_postgres() {
             return;
         }
         let ms = POSTGRES_SAFETY_POLL.as_millis() as u64;
@@ -155,6 +155,12 @@ impl Config {
         for (name, value) in env {
             match name.as_str() {
                 "CLAWFED_DATABASE_URL" => self.database.url = value.clone(),
+                "CLAWFED_DATABASE_MIGRATE_ON_START" => {
+                    self.database.migrate_on_start = Some(parse(name, value)?)
+                }
+                "CLAWFED_DATABASE_APPLICATION_ROLE" => {
+                    self.database.application_role = Some(value.clone())
+                }
                 "CLAWFED_REST_ADDR" => self.api.rest_addr = parse(name, value)?,
                 "CLAWFED_GRPC_ADDR" => self.api.grpc_addr = parse(name, value)?,
                 "CLAWFED_METRICS_ADDR" => self.api.metrics_addr = parse(name, value)?,

@@ -23,6 +23,35 @@ pub struct DatabaseConfig {
     /// How long a call waits for a pooled connection before it fails as
     /// "database unavailable".
     pub acquire_timeout_seconds: u64,
+    /// Whether `serve` (and the other commands but `migrate`) apply
+    /// pending migrations when they open the database. Unset: yes on
+    /// SQLite (a file the hub owns: the embedded one-command start), no on
+    /// PostgreSQL, where `clawfed-hub migrate` runs them with the migration
+    /// role and the hub, with an application role that has no DDL rights,
+    /// refuses to start while one is pending.
+    pub migrate_on_start: Option<bool>,
+    /// PostgreSQL: the role `clawfed-hub migrate` grants the rows of every
+    /// table (SELECT, INSERT, UPDATE, DELETE), the sequences and functions
+    /// of the schema, after migrating: the application role `serve` runs
+    /// as. Unset: no grants (one role owns and uses the schema).
+    pub application_role: Option<String>,
+}
+
+impl DatabaseConfig {
+    /// Whether the URL names PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        self.url.starts_with("postgres://") || self.url.starts_with("postgresql://")
+    }
+
+    /// What opening the store does about migrations (see
+    /// [`Self::migrate_on_start`]).
+    pub fn migrations(&self) -> crate::store::Migrations {
+        if self.migrate_on_start.unwrap_or(!self.is_postgres()) {
+            crate::store::Migrations::Apply
+        } else {
+            crate::store::Migrations::Require
+        }
+    }
 }
 
 impl Default for DatabaseConfig {
@@ -31,6 +60,8 @@ impl Default for DatabaseConfig {
             url: "sqlite://./clawfed.db".into(),
             max_connections: None,
             acquire_timeout_seconds: 10,
+            migrate_on_start: None,
+            application_role: None,
         }
     }
 }
@@ -425,4 +456,81 @@ impl Default for LogConfig {
 pub enum LogFormat {
     Json,
     Text,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::super::Config;
+    use crate::store::Migrations;
+
+    fn load(yaml: &str, env: &[(&str, &str)]) -> Result<Config, super::super::ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::load(Some(&path), &env)
+    }
+
+    const PG: &str = "postgres://app@127.0.0.1/clawfed";
+
+    #[test]
+    fn sqlite_migrates_on_start_and_postgres_requires_migrate() {
+        let c = load("version: 1\n", &[]).unwrap();
+        assert_eq!(c.database.migrations(), Migrations::Apply);
+        let c = load("version: 1\n", &[("CLAWFED_DATABASE_URL", PG)]).unwrap();
+        assert_eq!(c.database.migrations(), Migrations::Require);
+        let c = load(
+            "version: 1\ndatabase: { migrateOnStart: true }\n",
+            &[("CLAWFED_DATABASE_URL", PG)],
+        )
+        .unwrap();
+        assert_eq!(c.database.migrations(), Migrations::Apply);
+        let c = load(
+            "version: 1\n",
+            &[("CLAWFED_DATABASE_MIGRATE_ON_START", "false")],
+        )
+        .unwrap();
+        assert_eq!(c.database.migrations(), Migrations::Require);
+        assert!(
+            load(
+                "version: 1\n",
+                &[("CLAWFED_DATABASE_MIGRATE_ON_START", "sometimes")]
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn the_application_role_is_a_postgres_role_name() {
+        let c = load(
+            "version: 1\ndatabase: { applicationRole: clawfed_app }\n",
+            &[("CLAWFED_DATABASE_URL", PG)],
+        )
+        .unwrap();
+        assert_eq!(c.database.application_role.as_deref(), Some("clawfed_app"));
+        let c = load(
+            "version: 1\n",
+            &[
+                ("CLAWFED_DATABASE_URL", PG),
+                ("CLAWFED_DATABASE_APPLICATION_ROLE", "app"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.database.application_role.as_deref(), Some("app"));
+        let sqlite = load("version: 1\ndatabase: { applicationRole: app }\n", &[]).unwrap_err();
+        assert!(
+            sqlite.to_string().contains("database.applicationRole"),
+            "{sqlite}"
+        );
+        let long = format!(
+            "version: 1\ndatabase: {{ applicationRole: {} }}\n",
+            "r".repeat(64)
+        );
+        assert!(load(&long, &[("CLAWFED_DATABASE_URL", PG)]).is_err());
+    }
 }

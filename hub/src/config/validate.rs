@@ -35,6 +35,21 @@ impl Config {
         if self.database.max_connections.is_some_and(|n| n < 2) {
             return Err(invalid("database.maxConnections", "must be at least 2"));
         }
+        if let Some(role) = &self.database.application_role {
+            if !self.database.is_postgres() {
+                return Err(invalid(
+                    "database.applicationRole",
+                    "applies to PostgreSQL only",
+                ));
+            }
+            // PostgreSQL's NAMEDATALEN; quoted, any other character is fine.
+            if role.is_empty() || role.len() > 63 || role.contains('\0') {
+                return Err(invalid(
+                    "database.applicationRole",
+                    "must be a PostgreSQL role name of 1-63 bytes",
+                ));
+            }
+        }
         if self.database.acquire_timeout_seconds == 0 {
             return Err(invalid(
                 "database.acquireTimeoutSeconds",

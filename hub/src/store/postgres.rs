@@ -1,16 +1,21 @@
-//! PostgreSQL backend: connection, migrations, the `SKIP LOCKED` claim and
-//! SQLSTATE classification.
+//! PostgreSQL backend: connection, the `SKIP LOCKED` claim and SQLSTATE
+//! classification.
 
 use std::sync::OnceLock;
 
 use sqlx::any::AnyPoolOptions;
 
+use super::schema::{self, MigrationInfo, Migrations};
 use super::sql::{LaneFilter, SqlStore, WORK_COLS};
 use super::{Backend, Result, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
-pub(super) async fn connect(url: &str, settings: super::PoolSettings) -> Result<SqlStore> {
+pub(super) async fn connect(
+    url: &str,
+    settings: super::PoolSettings,
+    migrations: Migrations,
+) -> Result<(SqlStore, Vec<MigrationInfo>)> {
     sqlx::any::install_default_drivers();
     let pool = AnyPoolOptions::new()
         .max_connections(settings.max_connections)
@@ -18,13 +23,20 @@ pub(super) async fn connect(url: &str, settings: super::PoolSettings) -> Result<
         .connect(url)
         .await
         .map_err(classify)?;
-    // sqlx takes an advisory lock around migrations, so replicas starting
-    // together apply each migration once.
-    MIGRATOR.run(&pool).await?;
+    let mut conn = pool.acquire().await.map_err(classify)?;
+    let applied = schema::prepare(
+        &mut conn,
+        Backend::Postgres,
+        &MIGRATOR,
+        migrations,
+        classify,
+    )
+    .await?;
+    drop(conn);
     let store = SqlStore::new(pool, Backend::Postgres);
     // Leases are judged by the database's clock from the first one.
     super::Store::sync_clock(&store).await?;
-    Ok(store)
+    Ok((store, applied))
 }
 
 /// The claim: due pending items in order, skipping rows another worker has

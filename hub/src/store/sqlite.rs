@@ -8,6 +8,7 @@ use sqlx::Executor;
 use sqlx::any::AnyPoolOptions;
 use sqlx::sqlite::SqliteConnectOptions;
 
+use super::schema::{self, MigrationInfo, Migrations};
 use super::sql::{LaneFilter, SqlStore, WORK_COLS};
 use super::{Backend, Result, StoreError};
 
@@ -22,7 +23,10 @@ const READERS: u32 = 4;
 const WRITER_PRAGMAS: &str = "PRAGMA busy_timeout = 30000; PRAGMA journal_mode = WAL; \
      PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;";
 
-pub(super) async fn connect(url: &str) -> Result<SqlStore> {
+pub(super) async fn connect(
+    url: &str,
+    migrations: Migrations,
+) -> Result<(SqlStore, Vec<MigrationInfo>)> {
     sqlx::any::install_default_drivers();
     // Validate with the SQLite driver's own parser; create the file on
     // first start unless the URL chose a mode.
@@ -49,11 +53,14 @@ pub(super) async fn connect(url: &str) -> Result<SqlStore> {
         .connect(&url)
         .await
         .map_err(classify)?;
-    MIGRATOR.run(&pool).await?;
+    let mut conn = pool.acquire().await.map_err(classify)?;
+    let applied =
+        schema::prepare(&mut conn, Backend::Sqlite, &MIGRATOR, migrations, classify).await?;
+    drop(conn);
     let store = SqlStore::new(pool, Backend::Sqlite);
     // An in-memory database is private to its one connection.
     if url.contains(":memory:") || url.contains("mode=memory") {
-        return Ok(store);
+        return Ok((store, applied));
     }
     // Readers of their own: in WAL mode they read the last commit without
     // waiting for the writer, so a burst of writes (outbox puts and acks)
@@ -71,7 +78,7 @@ pub(super) async fn connect(url: &str) -> Result<SqlStore> {
         .connect(&url)
         .await
         .map_err(classify)?;
-    Ok(store.with_reader(reader))
+    Ok((store.with_reader(reader), applied))
 }
 
 /// The claim: one UPDATE statement, atomic because SQLite serialises writers.

@@ -36,6 +36,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
+{{/* The volume of database.caSecret (PostgreSQL's CA), when set. */}}
+{{- define "clawfed-hub.databaseCaVolume" -}}
+{{- if .Values.database.caSecret -}}
+- name: database-ca
+  secret:
+    secretName: {{ .Values.database.caSecret }}
+    items:
+      - { key: ca.crt, path: ca.crt }
+{{- end -}}
+{{- end -}}
+
 {{/* The hub config file (hub.yaml). Secrets stay out of it. */}}
 {{- define "clawfed-hub.config" -}}
 {{- $full := include "clawfed-hub.fullname" . -}}

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use clawfed_bench::MIGRATE_ON_START;
 use clawfed_bench::fleet::{HubProc, http_get};
 use clawfed_bench::hubconf::{HubYaml, many_spokes_link};
 use tokio::process::Command;
@@ -98,6 +99,7 @@ impl ReplicaSet {
             .arg(&self.config)
             .arg("serve")
             .env_remove("CLAWFED_CONFIG")
+            .env(MIGRATE_ON_START.0, MIGRATE_ON_START.1)
             // Port 0: the replica binds a free one and prints it.
             .env("CLAWFED_LINK_ADDR", "127.0.0.1:0");
         let log = self.log_dir.join(format!("{tag}.log"));

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use anyhow::Context;
+use clawfed_bench::MIGRATE_ON_START;
 use clawfed_bench::hubconf::{HubYaml, LOOPBACK_SERVER_NAMES, listening_line};
 use clawfed_hub::store::{Effects, NewAudit};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -45,6 +46,7 @@ pub(super) async fn spawn_hub(bin: &Path, config: &Path, log: &Path) -> anyhow::
         .arg("--config")
         .arg(config)
         .arg("serve")
+        .env(MIGRATE_ON_START.0, MIGRATE_ON_START.1)
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         .kill_on_drop(true)
