@@ -577,7 +577,7 @@ fn errors_have_exit_codes_and_name_the_field() {
 fn serve_drains_and_exits_zero_on_sigterm() {
     let db = Database::new();
     let out = stdout_of(&db.hub(&["migrate"]));
-    assert!(out.contains("migrations applied"), "{out}");
+    assert!(out.contains("migration(s) applied; schema at"), "{out}");
     drop(db);
 
     let hub = HubProcess::start();
