@@ -676,7 +676,7 @@ async fn a_fenced_harness_stays_stopped_through_a_resend_and_a_restart() -> Resu
     assert_eq!(count::<Deployment>(&admin, &t.ns, sel).await?, 0);
     assert_eq!(count::<Pod>(&admin, &t.ns, sel).await?, 0);
     let state = exec.failover_state().await?;
-    assert_eq!(fenced_of(&state), [wf.target.clone()]);
+    assert_eq!(fenced_of(&state), std::slice::from_ref(&wf.target));
     assert_eq!(state.running.iter().filter(|l| ours(&l.target)).count(), 1);
     // The hub resends the same apply (a digest mismatch): answered, not run.
     let again = exec.apply(&wf).await?;
@@ -700,7 +700,7 @@ async fn a_fenced_harness_stays_stopped_through_a_resend_and_a_restart() -> Resu
     let (tx, _reports) = Reports::new();
     let restarted = Executor::new(e.spoke.clone(), config(), tx);
     let state = restarted.failover_state().await?;
-    assert_eq!(fenced_of(&state), [wf.target.clone()]);
+    assert_eq!(fenced_of(&state), std::slice::from_ref(&wf.target));
     assert_eq!(
         state
             .running
