@@ -151,7 +151,7 @@ impl Bench {
                 .rest
                 .get(&format!("/namespaces/{}/agents", self.tenant))
                 .await?;
-            let waiting = names
+            let waiting: Vec<&String> = names
                 .iter()
                 .filter(|n| {
                     !list
@@ -159,13 +159,20 @@ impl Bench {
                         .iter()
                         .any(|a| &a.name == *n && a.active_revision == Some(number))
                 })
-                .count();
-            if waiting == 0 {
+                .collect();
+            let Some(first) = waiting.first() else {
                 return Ok(());
-            }
+            };
             if started.elapsed() > timeout {
+                let r = self.rest.revision(&self.tenant, first, number).await;
+                let why = match r {
+                    Ok(r) => format!("{:?}: {}", r.phase, r.reason.unwrap_or_default()),
+                    Err(e) => e.to_string(),
+                };
                 bail!(
-                    "{waiting} of {} Agents not active within {timeout:?}",
+                    "{} of {} Agents without revision {number} active within {timeout:?} \
+                     ({first}'s: {why})",
+                    waiting.len(),
                     names.len()
                 );
             }
