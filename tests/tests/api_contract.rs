@@ -688,13 +688,14 @@ fn request(doc: &Value, ops: &[openapi::Operation], i: usize) -> BoxedStrategy<G
 /// execution mode (embedded-openclaw runs ordinary, dedicated-openclaw
 /// through a provider); channels (enabled ones only on a dedicated harness,
 /// names unique in the Agent); a configuration and a revision to deploy
-/// from that exist; label keys clawfed sets itself; a label key prefix
-/// longer than 253 characters.
-const RULES_BEYOND_THE_SCHEMA: [(&str, &str); 6] = [
+/// from (or to diagnose) that exist; label keys clawfed sets itself; a
+/// label key prefix longer than 253 characters.
+const RULES_BEYOND_THE_SCHEMA: [(&str, &str); 7] = [
     ("spec.executionMode", ""),
     ("spec.channels[", ""),
     ("spec.configuration", "does not exist"),
     ("fromRevision", "has no revision"),
+    ("revision", "has no revision"),
     ("spec.requirementLabels[", "clawfed sets itself"),
     ("spec.requirementLabels[", "prefix must be a DNS subdomain"),
 ];

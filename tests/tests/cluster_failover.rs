@@ -5,6 +5,8 @@
 //! Pods count each Agent's Harness Pods until they are gone (terminating
 //! ones included): never two at once.
 //!
+//! 0. A cluster merely slow (cut off for less than the period): nothing
+//!    is fenced or moved.
 //! 1. A short partition: exec-a's spoke fences the Agents itself when its
 //!    lease lapses, says so when it reconnects, and the hub deploys them
 //!    again; exec-a, first in their preference and online, takes them back
@@ -145,6 +147,23 @@ async fn scenario(
         Ok((pods.lock().expect("pods").agents_on(0) == sorted(&agents)).then_some(()))
     })
     .await?;
+
+    // 0. A cluster merely slow to answer (cut off for less than F, then
+    // back): its spoke renews in time, so nothing is fenced or moved, as
+    // seen well past the moment the lease would have lapsed.
+    w.spoke_a.partition(true);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    w.spoke_a.partition(false);
+    tokio::time::sleep(Duration::from_secs(u64::from(AFTER_SECONDS) + 4)).await;
+    ensure!(
+        pods.lock().expect("pods").agents_on(0) == sorted(&agents),
+        "a 4 s partition fenced: {:?}",
+        pods.lock().expect("pods").live
+    );
+    for agent in &agents {
+        let a = rest.agent(&ns.name, agent).await?;
+        ensure!(a.latest_revision == Some(1), "a 4 s partition moved {agent}");
+    }
 
     // 1. A short partition: the spoke fences, reconnects and reports it;
     // the hub deploys the Agents again and exec-a takes them back.
