@@ -162,7 +162,10 @@ async fn scenario(
     );
     for agent in &agents {
         let a = rest.agent(&ns.name, agent).await?;
-        ensure!(a.latest_revision == Some(1), "a 4 s partition moved {agent}");
+        ensure!(
+            a.latest_revision == Some(1),
+            "a 4 s partition moved {agent}"
+        );
     }
 
     // 1. A short partition: the spoke fences, reconnects and reports it;
