@@ -150,16 +150,6 @@ pub async fn record(api: &Api<Secret>, tenant: &str, record: &Record) -> Result<
     ssa(api, &object(tenant, record)?).await.map(|_| ())
 }
 
-/// The applied generation of every record in `api`'s namespace (target ->
-/// generation); records that name none yet are left out.
-pub async fn applied(api: &Api<Secret>) -> Result<Vec<(String, i64)>> {
-    Ok(all(api)
-        .await?
-        .into_iter()
-        .filter_map(|r| r.applied_generation.map(|g| (r.target, g)))
-        .collect())
-}
-
 /// Every record in `api`'s namespace (unreadable ones left out).
 pub async fn all(api: &Api<Secret>) -> Result<Vec<Record>> {
     let lp = kube::api::ListParams::default().labels(&format!("{LABEL}=true"));

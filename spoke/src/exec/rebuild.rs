@@ -13,6 +13,7 @@ use kube::{Api, ResourceExt};
 
 use super::{ExecError, Executor, Recorded};
 use crate::apply::{self, harness, ledger};
+use crate::drift::desired::Record;
 use crate::readiness::observer::StartupCheck;
 
 impl Executor {
@@ -23,7 +24,7 @@ impl Executor {
     /// revisions (see [`Executor::resume`]).
     pub async fn applied(&self) -> Result<HashMap<String, i64>, ExecError> {
         self.resume().await?;
-        let fresh = self.read_applied().await?;
+        let (fresh, _) = self.read_applied().await?;
         let mut rec = self.recorded_lock();
         *rec = fresh;
         Ok(rec.iter().map(|(t, (_, g))| (t.clone(), *g)).collect())
@@ -42,8 +43,10 @@ impl Executor {
             .collect())
     }
 
-    async fn read_applied(&self) -> Result<Recorded, apply::Error> {
+    /// What is applied, and every desired-state record read on the way.
+    async fn read_applied(&self) -> Result<(Recorded, Vec<Record>), apply::Error> {
         let mut out = HashMap::new();
+        let mut all = Vec::new();
         for ns in self.managed_namespaces().await? {
             let name = ns.name_any();
             let ann = ns.annotations();
@@ -58,17 +61,22 @@ impl Executor {
             let secrets = Api::<Secret>::namespaced(self.client.clone(), &name);
             // The records, and the ledger entries written before them.
             let read = async {
-                let mut entries: Vec<(String, i64)> =
-                    ledger::load(&cms).await?.into_iter().collect();
-                entries.extend(crate::drift::desired::applied(&secrets).await?);
-                Ok::<_, apply::Error>(entries)
+                let ledger = ledger::load(&cms).await?;
+                let records = crate::drift::desired::all(&secrets).await?;
+                Ok::<_, apply::Error>((ledger, records))
             };
             match read.await {
-                Ok(entries) => {
+                Ok((ledger, records)) => {
+                    let entries = ledger.into_iter().chain(
+                        records
+                            .iter()
+                            .filter_map(|r| r.applied_generation.map(|g| (r.target.clone(), g))),
+                    );
                     for (t, g) in entries {
                         let newest = out.get(&t).map_or(g, |(_, have)| g.max(*have));
                         out.insert(t, (name.clone(), newest));
                     }
+                    all.extend(records);
                 }
                 // Labelled as managed but never provisioned by this spoke (no
                 // tenant binding): not ours to report.
@@ -78,7 +86,7 @@ impl Executor {
                 Err(e) => return Err(e),
             }
         }
-        Ok(out)
+        Ok((out, all))
     }
 
     /// Rebuilds the spoke's view from the cluster once (idempotent): recorded
@@ -99,18 +107,13 @@ impl Executor {
     /// watchers of every managed namespace, and the tracked revisions (from
     /// the annotations of their Harness Services).
     async fn rebuild(&self) -> Result<(), apply::Error> {
-        let fresh = self.read_applied().await?;
+        let (fresh, records) = self.read_applied().await?;
         *self.recorded_lock() = fresh;
+        // Failover-enabled Harnesses fence without a hub after a restart.
+        self.restore_failover(&records);
         for ns in self.managed_namespaces().await? {
             let name = ns.name_any();
             self.observer.watch_namespace(&name);
-            // Failover-enabled Harnesses fence without a hub after a restart.
-            let secrets = Api::<Secret>::namespaced(self.client.clone(), &name);
-            match crate::drift::desired::all(&secrets).await {
-                Ok(records) => self.restore_failover(&records),
-                Err(apply::Error::Kube(e)) if e.is_forbidden() => {}
-                Err(e) => return Err(e),
-            }
             let services = Api::<Service>::namespaced(self.client.clone(), &name);
             let selector = format!(
                 "{}={HARNESS_ROLE},{}={}",
