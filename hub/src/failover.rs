@@ -39,15 +39,6 @@ impl std::fmt::Display for MoveReason {
     }
 }
 
-/// The moment the hub counts from: the later of `lease_renewed_at` and
-/// `activated_at`.
-fn reference(
-    lease_renewed_at: Option<DateTime<Utc>>,
-    activated_at: Option<DateTime<Utc>>,
-) -> Option<DateTime<Utc>> {
-    lease_renewed_at.max(activated_at)
-}
-
 /// A Harness activated at `activated_at` with `after_seconds`, on a
 /// cluster whose newest renewal was recorded at `lease_renewed_at`, is
 /// fenced at `now`: the hub's period has passed. A revision never
@@ -58,10 +49,10 @@ pub fn lapsed(
     after_seconds: u32,
     now: DateTime<Utc>,
 ) -> bool {
-    let Some(activated_at) = activated_at else {
+    // The later of the two (`None` sorts first); never activated: none.
+    let Some(from) = activated_at.and(lease_renewed_at.max(activated_at)) else {
         return false;
     };
-    let from = reference(lease_renewed_at, Some(activated_at)).unwrap_or(activated_at);
     let wait = chrono::Duration::from_std(periods(after_seconds).replace_after)
         .unwrap_or(chrono::Duration::MAX);
     from + wait <= now
@@ -85,8 +76,11 @@ pub fn decide(c: &FailoverCandidate, now: DateTime<Utc>) -> Option<MoveReason> {
         failover.after_seconds,
         now,
     )
-    .then(|| MoveReason::LeaseLapsed {
-        since: reference(c.lease_renewed_at, activated_at).unwrap_or(now),
+    .then(|| {
+        MoveReason::LeaseLapsed {
+            // Set: `lapsed` holds only for an activated revision.
+            since: c.lease_renewed_at.max(activated_at).unwrap_or(now),
+        }
     })
 }
 

@@ -9,7 +9,7 @@
 //! moves P after the last one it recorded. The partition then heals and the
 //! spoke retires what it fenced.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use clawfed_hub::model::Cluster;
@@ -17,7 +17,7 @@ use clawfed_tests::proxy::Proxy;
 use serde_json::json;
 
 use super::phases::Bench;
-use super::{chrono_ms, sorted};
+use super::{chrono_ms, now_ms, sorted};
 
 /// What a failover took.
 pub(super) struct FailedOver {
@@ -72,11 +72,7 @@ impl Bench {
                 r.resolved_cluster
             );
         }
-        let cut_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64()
-            * 1000.0;
+        let cut_ms = now_ms();
         let cut = Instant::now();
         partition.partition(true);
         self.wait_active(&names, 2, timeout).await?;
