@@ -48,17 +48,13 @@ impl KubeSpoke {
         let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(1024);
         let executor = Arc::new(Executor::new(client, SpokeConfig::default(), reports_tx));
         let dir = tempfile::tempdir()?;
-        let url = link::hub_url(hub);
         let proxy = match proxied {
-            true => {
-                let port = url.rsplit(':').next().unwrap_or_default().parse::<u16>()?;
-                Some(Proxy::start(port).await?)
-            }
+            true => Some(Proxy::start(link::hub_port(hub)).await?),
             false => None,
         };
         let url = match &proxy {
             Some(p) => format!("https://127.0.0.1:{}", p.port),
-            None => url,
+            None => link::hub_url(hub),
         };
         let link = Link::new(
             link::kube_link_config(&url, link::hub_ca(hub), name, Some(token))?,

@@ -110,7 +110,12 @@ pub fn kube_link(
 
 /// The hub's link URL.
 pub fn hub_url(hub: &TestHub) -> String {
-    format!("https://127.0.0.1:{}", link(hub).addr.port())
+    format!("https://127.0.0.1:{}", hub_port(hub))
+}
+
+/// The hub's link port.
+pub fn hub_port(hub: &TestHub) -> u16 {
+    link(hub).addr.port()
 }
 
 /// The hub's link CA.

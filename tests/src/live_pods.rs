@@ -80,41 +80,66 @@ impl LivePods {
     }
 }
 
-/// Watches the Pods of data-plane namespace `dpns` on each cluster (its
-/// index in `clusters` is its number) into `pods` until `stop`.
-pub fn watch(
-    clusters: Vec<Client>,
-    dpns: &str,
+/// Watches of the Pods of one data-plane namespace on each cluster (its
+/// index in the list is its number), kept in a [`LivePods`].
+pub struct PodWatch {
     pods: Arc<Mutex<LivePods>>,
     stop: CancellationToken,
-) -> Vec<JoinHandle<()>> {
-    clusters
-        .into_iter()
-        .enumerate()
-        .map(|(i, client)| {
-            let api = Api::<Pod>::namespaced(client, dpns);
-            let pods = pods.clone();
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let mut events = watcher(api, watcher::Config::default()).boxed();
-                loop {
-                    let event = tokio::select! {
-                        _ = stop.cancelled() => return,
-                        e = events.next() => e,
-                    };
-                    match event {
-                        Some(Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p))) => {
-                            pods.lock().expect("pods").seen(i, &p)
-                        }
-                        Some(Ok(watcher::Event::Delete(p))) => {
-                            pods.lock().expect("pods").live.remove(&(i, p.name_any()));
-                        }
-                        Some(Ok(_)) => {}
-                        Some(Err(e)) => eprintln!("pod watch on cluster {i}: {e}"),
-                        None => return,
-                    }
-                }
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl PodWatch {
+    /// Starts watching `dpns` on each of `clusters`, counting by `liveness`.
+    pub fn start(clusters: Vec<Client>, dpns: &str, liveness: Liveness) -> Self {
+        let pods = Arc::new(Mutex::new(LivePods::new(liveness)));
+        let stop = CancellationToken::new();
+        let tasks = clusters
+            .into_iter()
+            .enumerate()
+            .map(|(i, client)| {
+                tokio::spawn(watch_one(
+                    i,
+                    Api::<Pod>::namespaced(client, dpns),
+                    pods.clone(),
+                    stop.clone(),
+                ))
             })
-        })
-        .collect()
+            .collect();
+        Self { pods, stop, tasks }
+    }
+
+    /// What the watches have seen so far.
+    pub fn now(&self) -> std::sync::MutexGuard<'_, LivePods> {
+        self.pods.lock().expect("pods")
+    }
+
+    /// Ends the watches; what they saw.
+    pub async fn stop(self) -> LivePods {
+        self.stop.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        std::mem::take(&mut *self.pods.lock().expect("pods"))
+    }
+}
+
+async fn watch_one(i: usize, api: Api<Pod>, pods: Arc<Mutex<LivePods>>, stop: CancellationToken) {
+    let mut events = watcher(api, watcher::Config::default()).boxed();
+    loop {
+        let event = tokio::select! {
+            _ = stop.cancelled() => return,
+            e = events.next() => e,
+        };
+        match event {
+            Some(Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p))) => {
+                pods.lock().expect("pods").seen(i, &p)
+            }
+            Some(Ok(watcher::Event::Delete(p))) => {
+                pods.lock().expect("pods").live.remove(&(i, p.name_any()));
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => eprintln!("pod watch on cluster {i}: {e}"),
+            None => return,
+        }
+    }
 }

@@ -18,11 +18,10 @@ use clawfed_tests::cleanup::Cleanup;
 use clawfed_tests::hub::TestHub;
 use clawfed_tests::kube_env::TestCluster;
 use clawfed_tests::kube_spoke::TwoClusters;
-use clawfed_tests::live_pods::{self, LivePods};
+use clawfed_tests::live_pods::{Liveness, PodWatch};
 use clawfed_tests::procs::clawfed;
 use clawfed_tests::until;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -103,13 +102,10 @@ async fn drain_scenario(
 
     // Drain exec-a two at a time while watchers on both clusters count
     // each Agent's live Harness Pods.
-    let pods = Arc::new(Mutex::new(LivePods::default()));
-    let stop_watch = CancellationToken::new();
-    let watchers = live_pods::watch(
+    let watch = PodWatch::start(
         execs.iter().map(|c| c.admin()).collect(),
         &ns.data_plane_namespace,
-        pods.clone(),
-        stop_watch.clone(),
+        Liveness::Running,
     );
     let bad = rest
         .call::<serde_json::Value>(
@@ -152,10 +148,7 @@ async fn drain_scenario(
     })
     .await?;
     let most_moving = *most_moving.lock().expect("most");
-    stop_watch.cancel();
-    for w in watchers {
-        let _ = w.await;
-    }
+    let pods = watch.stop().await;
     ensure!(
         drained.moved == 3 && drained.failed == 0 && drained.blocked == 0,
         "{drained:?}"
@@ -181,8 +174,6 @@ async fn drain_scenario(
         rest.wait_phase(&ns.name, agent, 1, RevisionPhase::Retired)
             .await?;
     }
-    // The watch tasks ended: this is the last reader.
-    let pods = std::mem::take(&mut *pods.lock().expect("pods"));
     let watched: BTreeSet<&String> = pods.most.keys().collect();
     ensure!(
         watched.len() == 3,

@@ -16,7 +16,6 @@
 //!    counting the fenced predecessors as stopped. When the partition
 //!    heals, exec-a's spoke retires what it fenced.
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
@@ -27,10 +26,9 @@ use clawfed_tests::cleanup::Cleanup;
 use clawfed_tests::hub::TestHub;
 use clawfed_tests::kube_env::TestCluster;
 use clawfed_tests::kube_spoke::{KubeSpoke, TwoClusters};
-use clawfed_tests::live_pods::{self, LivePods, Liveness};
+use clawfed_tests::live_pods::{Liveness, PodWatch};
 use clawfed_tests::procs::clawfed;
 use clawfed_tests::until;
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(90);
 const AFTER_SECONDS: u32 = 10;
@@ -135,16 +133,13 @@ async fn scenario(
     for r in w.active(&agents, 1).await? {
         ensure!(r.resolved_cluster.as_deref() == Some(w.a_name), "{r:?}");
     }
-    let pods = Arc::new(Mutex::new(LivePods::new(Liveness::UntilGone)));
-    let stop_watch = CancellationToken::new();
-    let watchers = live_pods::watch(
+    let watch = PodWatch::start(
         execs.iter().map(|c| c.admin()).collect(),
         &ns.data_plane_namespace,
-        pods.clone(),
-        stop_watch.clone(),
+        Liveness::UntilGone,
     );
     until(WAIT, "the watchers see both Agents on exec-a", || async {
-        Ok((pods.lock().expect("pods").agents_on(0) == sorted(&agents)).then_some(()))
+        Ok((watch.now().agents_on(0) == sorted(&agents)).then_some(()))
     })
     .await?;
 
@@ -156,9 +151,9 @@ async fn scenario(
     w.spoke_a.partition(false);
     tokio::time::sleep(Duration::from_secs(u64::from(AFTER_SECONDS) + 4)).await;
     ensure!(
-        pods.lock().expect("pods").agents_on(0) == sorted(&agents),
+        watch.now().agents_on(0) == sorted(&agents),
         "a 4 s partition fenced: {:?}",
-        pods.lock().expect("pods").live
+        watch.now().live
     );
     for agent in &agents {
         let a = rest.agent(&ns.name, agent).await?;
@@ -173,12 +168,7 @@ async fn scenario(
     let cut = Instant::now();
     w.spoke_a.partition(true);
     until(WAIT, "exec-a's spoke fences both Agents", || async {
-        Ok(pods
-            .lock()
-            .expect("pods")
-            .agents_on(0)
-            .is_empty()
-            .then_some(()))
+        Ok(watch.now().agents_on(0).is_empty().then_some(()))
     })
     .await?;
     let fenced_after = cut.elapsed();
@@ -196,7 +186,7 @@ async fn scenario(
     // 2. A partition that lasts: fenced on exec-a, moved to exec-b once
     // the hub's period has passed.
     until(WAIT, "both Agents run on exec-a's side again", || async {
-        let p = pods.lock().expect("pods");
+        let p = watch.now();
         Ok((p.agents_on(0).len() + p.agents_on(1).len() == 2).then_some(()))
     })
     .await?;
@@ -219,10 +209,7 @@ async fn scenario(
             "{r:?}"
         );
     }
-    ensure!(
-        pods.lock().expect("pods").agents_on(0).is_empty(),
-        "fenced on exec-a"
-    );
+    ensure!(watch.now().agents_on(0).is_empty(), "fenced on exec-a");
     let listed = clawfed(
         &w.hub.rest,
         &w.hub.root_token,
@@ -232,11 +219,7 @@ async fn scenario(
     // The partition heals: exec-a's spoke retires what it fenced.
     w.spoke_a.partition(false);
     w.retired(&on_a, 2).await?;
-    stop_watch.cancel();
-    for w in watchers {
-        let _ = w.await;
-    }
-    let pods = std::mem::take(&mut *pods.lock().expect("pods"));
+    let pods = watch.stop().await;
     ensure!(pods.most.len() == 2, "watched {:?}", pods.most);
     for (agent, most) in &pods.most {
         ensure!(
