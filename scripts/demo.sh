@@ -269,7 +269,7 @@ EOF
 kc exec-a wait -n demo-model --for=condition=Ready pod -l app=model --timeout=120s >&2
 model_ip="$(kc exec-a get pod -n demo-model -l app=model -o jsonpath='{.items[0].status.podIP}')"
 # The Agent's Configuration is OpenClaw's own document; clawfed adds the
-# keys it owns (docs/openclaw-runtime.md) and the key as ${MODEL_API_KEY}.
+# keys it owns (docs/openclaw-runtime.md) and the key as ${CLAWFED_MODEL_API_KEY}.
 cat > "$STATE/assistant.json" <<EOF
 { "models": { "providers": { "standin": {
     "baseUrl": "http://$model_ip:8000/v1", "api": "openai-completions",

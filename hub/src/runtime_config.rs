@@ -11,7 +11,7 @@
 //! - `update.checkOnStart` and `models.catalogRefresh.enabled` (`false`:
 //!   nothing is fetched from outside at start, for air-gapped clusters);
 //! - `models.providers.<id>.apiKey` of every provider: the Agent's managed
-//!   model credential (`${MODEL_API_KEY}`, substituted by the runtime from
+//!   model credential (`${CLAWFED_MODEL_API_KEY}`, substituted by the runtime from
 //!   its environment). A key in the document is a secret in the wrong place.
 //!
 //! A Configuration that sets an owned key to another value is refused at
@@ -240,7 +240,7 @@ mod tests {
         let user = json!({
             "agents": {"defaults": {"model": "openai/gpt-5.4"}},
             "models": {"providers": {
-                "openai": {"baseUrl": "http://198.18.0.9:8000/v1", "apiKey": "${MODEL_API_KEY}"},
+                "openai": {"baseUrl": "http://198.18.0.9:8000/v1", "apiKey": "${CLAWFED_MODEL_API_KEY}"},
                 "other": {"baseUrl": "http://198.18.0.9:9000/v1"}
             }},
             "plugins": {"entries": {"codex": {"config": {"sessionCatalog": {"enabled": false}}}}}
@@ -260,7 +260,7 @@ mod tests {
             "the model endpoint is the Harness', not the Gateway's"
         );
         assert!(doc["models"]["providers"]["other"].get("apiKey").is_none());
-        assert!(!doc.to_string().contains("MODEL_API_KEY"), "{doc}");
+        assert!(!doc.to_string().contains("CLAWFED_MODEL_API_KEY"), "{doc}");
         let codex = &doc["plugins"]["entries"]["codex"];
         assert_eq!(codex["enabled"], true);
         assert_eq!(
@@ -320,7 +320,7 @@ mod tests {
         assert_eq!(doc["models"]["catalogRefresh"]["enabled"], false);
         assert_eq!(
             doc["models"]["providers"]["standin"]["apiKey"],
-            "${MODEL_API_KEY}"
+            "${CLAWFED_MODEL_API_KEY}"
         );
         assert_eq!(
             doc["models"]["providers"]["standin"]["baseUrl"],
@@ -364,7 +364,7 @@ mod tests {
         assert_eq!(doc["gateway"]["port"], 18789);
         assert_eq!(
             doc["models"]["providers"]["p"]["apiKey"],
-            "${MODEL_API_KEY}"
+            "${CLAWFED_MODEL_API_KEY}"
         );
     }
 

@@ -579,7 +579,7 @@ mod tests {
         let sb = SecretBox::generate().unwrap();
         let mut spec = serde_json::json!({
             "agent": "bot",
-            "credential": { "MODEL_API_KEY": "sk-live-123" },
+            "credential": { "CLAWFED_MODEL_API_KEY": "sk-live-123" },
         });
         let original = spec.clone();
         sb.seal_work_credentials("c1", "harness/n/bot/1", &mut spec)

@@ -212,7 +212,7 @@ mod tests {
             "image": "reg.example/agent@sha256:0000000000000000000000000000000000000000000000000000000000000000",
             "requireDigest": true,
             "requirementLabels": {"sandbox.io/class": "gvisor"},
-            "credential": {"MODEL_API_KEY": "s3cret"},
+            "credential": {"CLAWFED_MODEL_API_KEY": "s3cret"},
             "execution": "provider",
             "predecessors": [{"revision": 1, "revisionId": "rev-1"}]
         }"#;
@@ -254,6 +254,7 @@ mod tests {
         }
         assert_eq!(CredentialKind::parse("password"), None);
         assert_eq!(CredentialKind::ModelApiKey.secret_key(), MODEL_API_KEY);
+        assert_eq!(MODEL_API_KEY, "CLAWFED_MODEL_API_KEY");
         assert_eq!(
             CredentialKind::ServiceAccount.secret_key(),
             SERVICE_ACCOUNT_CREDENTIAL

@@ -201,7 +201,7 @@ pub fn harness_work(
 /// A model API key that is not real, as the Harness credential.
 pub fn fake_model_credential() -> SecretData {
     SecretData(BTreeMap::from([(
-        "MODEL_API_KEY".into(),
+        "CLAWFED_MODEL_API_KEY".into(),
         "sk-test-not-real".into(),
     )]))
 }

@@ -42,7 +42,7 @@ fn gateway_config(model_url: &str) -> serde_json::Value {
             "catalogRefresh": {"enabled": false},
             "providers": {"standin": {
                 "baseUrl": model_url,
-                "apiKey": "${MODEL_API_KEY}",
+                "apiKey": "${CLAWFED_MODEL_API_KEY}",
                 "api": "openai-completions",
                 "models": [{"id": openclaw::MODEL_ID, "name": openclaw::MODEL_ID}]
             }}
@@ -107,7 +107,7 @@ async fn runtime_keeps_state(
             &PostParams::default(),
             &typed(json!({
                 "metadata": {"name": "openclaw-credentials"},
-                "stringData": {"OPENCLAW_GATEWAY_TOKEN": token, "MODEL_API_KEY": api_key}
+                "stringData": {"OPENCLAW_GATEWAY_TOKEN": token, "CLAWFED_MODEL_API_KEY": api_key}
             })),
         )
         .await?;
@@ -235,5 +235,98 @@ async fn runtime_keeps_state(
         "the workspace file survived the Pod: {answer}"
     );
 
+    Ok(())
+}
+
+/// The environment variables of the official provider plugins in the
+/// installed runtime's bundled catalog (`dist/official-external-provider-catalog-*.mjs`):
+/// a variable of one of them in the runtime's environment makes the runtime
+/// install that provider's plugin from npm at start.
+fn official_provider_env_vars(
+    install: &std::path::Path,
+) -> Result<std::collections::BTreeSet<String>> {
+    let dist = install.join("app/node_modules/openclaw/dist");
+    let pattern = regex::Regex::new(r#""envVars":\s*\[([^\]]*)\]"#)?;
+    let name = regex::Regex::new(r#""([A-Za-z0-9_]+)""#)?;
+    let mut vars = std::collections::BTreeSet::new();
+    let mut catalogs = 0;
+    for entry in std::fs::read_dir(&dist).with_context(|| format!("reading {}", dist.display()))? {
+        let path = entry?.path();
+        let file = path
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or_default();
+        if !(file.starts_with("official-external-provider-catalog-") && file.ends_with(".mjs")) {
+            continue;
+        }
+        catalogs += 1;
+        let text = std::fs::read_to_string(&path)?;
+        for list in pattern.captures_iter(&text) {
+            vars.extend(name.captures_iter(&list[1]).map(|c| c[1].to_owned()));
+        }
+    }
+    ensure!(
+        catalogs > 0,
+        "no official provider catalog in {}",
+        dist.display()
+    );
+    ensure!(
+        !vars.is_empty(),
+        "no envVars in the provider catalog of {}",
+        dist.display()
+    );
+    Ok(vars)
+}
+
+/// The runtime installs the official plugin of any provider whose
+/// environment variable it finds set (the Meta provider claims
+/// `MODEL_API_KEY`): in a cluster without the npm registry each attempt
+/// waits out a minute, so the runtime turned ready two minutes late. No
+/// variable of the embedded Harness' environment, as the spoke builds it
+/// with every managed credential, is one of those.
+#[test]
+fn no_variable_of_the_harness_environment_is_a_provider_plugins() -> Result<()> {
+    use clawfed_proto::work::credential::CredentialKind;
+    let out =
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../e2e/openclaw.sh"))
+            .arg("--print")
+            .output()?;
+    ensure!(out.status.success(), "e2e/openclaw.sh --print: {out:?}");
+    let install = std::path::PathBuf::from(String::from_utf8(out.stdout)?.trim());
+    if !install.join(".complete").is_file() {
+        ensure!(
+            std::env::var("CLAWFED_REQUIRE_CLUSTERS").as_deref() != Ok("1"),
+            "the OpenClaw install {} is missing (e2e/openclaw.sh)",
+            install.display()
+        );
+        eprintln!("skipped: no OpenClaw install at {}", install.display());
+        return Ok(());
+    }
+    let claimed = official_provider_env_vars(&install)?;
+
+    let (tenant, id, dp) = clawfed_tests::spoke_env::tenant_names("envcheck");
+    let mut h = clawfed_tests::spoke_env::harness_work(&tenant, &id, &dp, "a1");
+    h.runtime_config = Some("{}".into());
+    h.credential.0 = CredentialKind::ALL
+        .iter()
+        .map(|k| (k.secret_key().to_owned(), "x".to_owned()))
+        .collect();
+    let spec = clawfed_spoke::apply::harness::pod_spec(&h);
+    let names: Vec<String> = spec
+        .containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten().map(|e| e.name.clone()))
+        .collect();
+    ensure!(
+        names
+            .iter()
+            .any(|n| n == CredentialKind::ModelApiKey.secret_key()),
+        "the model key is in the Harness environment: {names:?}"
+    );
+    let collisions: Vec<&String> = names.iter().filter(|n| claimed.contains(*n)).collect();
+    assert!(
+        collisions.is_empty(),
+        "the Harness environment sets a provider plugin's variable: {collisions:?}"
+    );
     Ok(())
 }

@@ -3162,7 +3162,7 @@ async fn embedded_openclaw_runs_the_real_runtime_with_the_agents_configuration()
         )?;
         assert_eq!(
             config["models"]["providers"]["standin"]["apiKey"],
-            "${MODEL_API_KEY}"
+            "${CLAWFED_MODEL_API_KEY}"
         );
         assert!(
             !config.to_string().contains(&key),
@@ -3648,7 +3648,7 @@ async fn holders(client: &Client, ns: Option<&str>, secret: &str) -> Result<Vec<
     Ok(found)
 }
 
-/// The `MODEL_API_KEY` the Harness stand-in of revision `n` runs with,
+/// The `CLAWFED_MODEL_API_KEY` the Harness stand-in of revision `n` runs with,
 /// read through exec-a's apiserver Pod proxy.
 async fn harness_env(exec: &Client, dpns: &str, agent: &str, n: i64) -> Result<String> {
     until(WAIT, &format!("revision {n}'s Harness env"), || async {
@@ -3676,7 +3676,7 @@ async fn harness_env(exec: &Client, dpns: &str, agent: &str, n: i64) -> Result<S
     .await
 }
 
-/// The value under `MODEL_API_KEY` of revision `n`'s credential Secret.
+/// The value under `CLAWFED_MODEL_API_KEY` of revision `n`'s credential Secret.
 async fn credential_secret_value(
     exec: &Client,
     dpns: &str,
@@ -3768,7 +3768,7 @@ async fn credentials_e2e(capture: LogCapture) -> Result<()> {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()?;
-    let url = format!("http://{ip}:{port}/env/MODEL_API_KEY");
+    let url = format!("http://{ip}:{port}/env/CLAWFED_MODEL_API_KEY");
     let through_tunnel = until(WAIT, "the key through the tunnel", || async {
         let r = http.get(&url).send().await?;
         Ok(r.status().is_success().then_some(r))

@@ -167,7 +167,7 @@ async fn standin_deployment_is_a_real_process_behind_pod_proxy_and_endpointslice
             &PostParams::default(),
             &typed(json!({
                 "metadata": {"name": "model"},
-                "stringData": {"MODEL_API_KEY": api_key, "EXTRA": extra}
+                "stringData": {"CLAWFED_MODEL_API_KEY": api_key, "EXTRA": extra}
             })),
         )
         .await?;
@@ -225,7 +225,7 @@ async fn standin_deployment_is_a_real_process_behind_pod_proxy_and_endpointslice
     assert_eq!(identity["revision"], "3");
     // The Secret's values, through envFrom and through one secretKeyRef.
     assert_eq!(
-        proxy_text(&client, &ns.name, &name(&pod), "/env/MODEL_API_KEY").await?,
+        proxy_text(&client, &ns.name, &name(&pod), "/env/CLAWFED_MODEL_API_KEY").await?,
         api_key
     );
     assert_eq!(

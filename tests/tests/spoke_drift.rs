@@ -336,7 +336,7 @@ async fn deleted_and_changed_objects_are_repaired_and_reported_foreign_fields_st
     let key = back
         .data
         .unwrap_or_default()
-        .get("MODEL_API_KEY")
+        .get("CLAWFED_MODEL_API_KEY")
         .map(|b| b.0.clone());
     assert_eq!(key.as_deref(), Some(&b"sk-test-not-real"[..]));
     // Someone else changes the value: noticed by digest, resend asked.
@@ -344,7 +344,7 @@ async fn deleted_and_changed_objects_are_repaired_and_reported_foreign_fields_st
         .patch(
             &cred,
             &by("drift-test-rekey"),
-            &Patch::Merge(serde_json::json!({"stringData": {"MODEL_API_KEY": "sk-other"}})),
+            &Patch::Merge(serde_json::json!({"stringData": {"CLAWFED_MODEL_API_KEY": "sk-other"}})),
         )
         .await?;
     eventually(WAIT, "a second resend asked", || async {

@@ -358,7 +358,11 @@ async fn namespace_guard_rails_and_ready_verdict_then_not_unique_at_two_pods() -
     let secret = Api::<Secret>::namespaced(admin.clone(), &t.ns)
         .get("scout-r1-credentials")
         .await?;
-    assert!(secret.data.is_some_and(|d| d.contains_key("MODEL_API_KEY")));
+    assert!(
+        secret
+            .data
+            .is_some_and(|d| d.contains_key("CLAWFED_MODEL_API_KEY"))
+    );
     let svc = Api::<Service>::namespaced(admin.clone(), &t.ns)
         .get("scout-r1-harness")
         .await?;

@@ -37,7 +37,10 @@ pub fn harness(tenant: &str, id: &str, ns: &str, i: usize) -> HarnessWork {
     HarnessWork {
         revision_id: format!("rev-{i}"),
         image: IMAGE.into(),
-        credential: SecretData(BTreeMap::from([("MODEL_API_KEY".into(), "bench".into())])),
+        credential: SecretData(BTreeMap::from([(
+            "CLAWFED_MODEL_API_KEY".into(),
+            "bench".into(),
+        )])),
         dedicated: false,
         // 1,000 ClusterIPs do not fit the test cluster's Service CIDR.
         headless_service: true,

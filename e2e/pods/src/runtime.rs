@@ -41,12 +41,12 @@ const CODEX_BINARY: &str =
 /// `CODEX_HOME` made (Codex refuses one that does not exist, and on a new
 /// claim it does not); the app-server authenticates to the model API with
 /// the account there, which `codex login` writes from the Harness
-/// credential (`MODEL_API_KEY`, by secretKeyRef); then it runs codex with
+/// credential (`CLAWFED_MODEL_API_KEY`, by secretKeyRef); then it runs codex with
 /// the Pod's arguments.
 pub const CODEX_ENTRYPOINT: &str = r#"set -e
 if [ -n "${CODEX_HOME:-}" ]; then mkdir -p "$CODEX_HOME"; fi
-if [ -n "${MODEL_API_KEY:-}" ]; then
-  printenv MODEL_API_KEY | codex login --with-api-key >/dev/null
+if [ -n "${CLAWFED_MODEL_API_KEY:-}" ]; then
+  printenv CLAWFED_MODEL_API_KEY | codex login --with-api-key >/dev/null
 fi
 exec codex "$@""#;
 

@@ -7,8 +7,10 @@ use crate::kinds::HarnessKind;
 use std::fmt;
 
 /// Key of the model API key in the Harness Secret (and so the Harness
-/// container's environment variable).
-pub const MODEL_API_KEY: &str = "MODEL_API_KEY";
+/// container's environment variable). Prefixed: the OpenClaw runtime
+/// installs the plugin of any official provider whose variable it finds
+/// set (`MODEL_API_KEY` is the Meta provider's), from npm, at start.
+pub const MODEL_API_KEY: &str = "CLAWFED_MODEL_API_KEY";
 /// Key of the service-account credential (dedicated Codex only).
 pub const SERVICE_ACCOUNT_CREDENTIAL: &str = "SERVICE_ACCOUNT_CREDENTIAL";
 

@@ -201,7 +201,7 @@ pub fn service_account(h: &HarnessWork, target: &str, generation: i64) -> Servic
 /// The credential Secret: the only place the model credential goes. An
 /// OpenClaw Harness' rendered config file rides along under
 /// [`runtime::CONFIG_FILE`] (mounted, not in the environment): it names the
-/// credential only as `${MODEL_API_KEY}`.
+/// credential only as `${CLAWFED_MODEL_API_KEY}`.
 pub fn credential_secret(h: &HarnessWork, target: &str, generation: i64) -> Secret {
     let mut data = h.credential.0.clone();
     if let Some(config) = &h.runtime_config {

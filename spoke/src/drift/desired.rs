@@ -201,7 +201,7 @@ mod tests {
     fn a_harness_record_keeps_digests_of_the_credential_not_its_value() {
         let spec = serde_json::json!({
             "agent": "a1",
-            "credential": {"MODEL_API_KEY": "sk-live-secret-value"},
+            "credential": {"CLAWFED_MODEL_API_KEY": "sk-live-secret-value"},
         });
         let work = clawfed_proto::link::v1::Work {
             sequence: 1,
@@ -216,9 +216,9 @@ mod tests {
         assert!(!stored.contains("sk-live-secret-value"), "{stored}");
         assert!(r.spec.get("credential").is_none());
         assert_eq!(
-            r.credential_digests["MODEL_API_KEY"],
+            r.credential_digests["CLAWFED_MODEL_API_KEY"],
             credential_digest(b"sk-live-secret-value")
         );
-        assert!(r.credential_digests["MODEL_API_KEY"].starts_with("sha256:"));
+        assert!(r.credential_digests["CLAWFED_MODEL_API_KEY"].starts_with("sha256:"));
     }
 }

@@ -364,7 +364,7 @@ mod tests {
         let mut h = crate::apply::harness::tests::harness();
         h.credential = SecretData(
             [
-                ("MODEL_API_KEY".to_string(), "sk-1".to_string()),
+                ("CLAWFED_MODEL_API_KEY".to_string(), "sk-1".to_string()),
                 ("OPENCLAW_GATEWAY_TOKEN".to_string(), "tok".to_string()),
             ]
             .into(),

@@ -221,7 +221,7 @@ fn transport_secret_never_holds_the_model_credential() {
     // The spec has no field for anything else: an extra key is refused
     // when the spec is decoded.
     let mut v = serde_json::to_value(spec()).expect("json");
-    v["transport"]["MODEL_API_KEY"] = "sk-x".into();
+    v["transport"]["CLAWFED_MODEL_API_KEY"] = "sk-x".into();
     assert!(serde_json::from_value::<GatewaySpec>(v).is_err());
     // And secret values never reach Debug output.
     let dbg = format!("{:?}", spec());

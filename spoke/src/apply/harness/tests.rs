@@ -22,7 +22,10 @@ pub(crate) fn harness() -> HarnessWork {
             size: "1Gi".into(),
             storage_class: None,
         }),
-        credential: SecretData(BTreeMap::from([("MODEL_API_KEY".into(), "k".into())])),
+        credential: SecretData(BTreeMap::from([(
+            "CLAWFED_MODEL_API_KEY".into(),
+            "k".into(),
+        )])),
         dedicated: true,
         predecessors: vec![Predecessor {
             revision: 2,
@@ -128,7 +131,7 @@ fn a_codex_app_server_gets_its_token_file_home_args_and_probes() {
     let env = env_by_name(c);
     assert_eq!(env["CODEX_HOME"].value.as_deref(), Some(codex::HOME_DIR));
     assert!(
-        env.contains_key("MODEL_API_KEY"),
+        env.contains_key("CLAWFED_MODEL_API_KEY"),
         "the model key is its env"
     );
     assert!(
@@ -170,7 +173,10 @@ fn an_openclaw_runtime_gets_its_config_file_state_dir_env_and_probes() {
         data.get(runtime::CONFIG_FILE).map(String::as_str),
         Some(r#"{"gateway":{"port":8080}}"#)
     );
-    assert_eq!(data.get("MODEL_API_KEY").map(String::as_str), Some("k"));
+    assert_eq!(
+        data.get("CLAWFED_MODEL_API_KEY").map(String::as_str),
+        Some("k")
+    );
     let pod = pod_spec(&h);
     let c = &pod.containers[0];
     assert!(c.env_from.is_none(), "the config key stays out of the env");
@@ -181,12 +187,12 @@ fn an_openclaw_runtime_gets_its_config_file_state_dir_env_and_probes() {
         "the heap within the 2Gi limit; the work's own value is not taken"
     );
     assert_eq!(
-        env["MODEL_API_KEY"]
+        env["CLAWFED_MODEL_API_KEY"]
             .value_from
             .as_ref()
             .and_then(|v| v.secret_key_ref.as_ref())
             .map(|r| (r.name.as_str(), r.key.as_str())),
-        Some(("a1-r3-credentials", "MODEL_API_KEY"))
+        Some(("a1-r3-credentials", "CLAWFED_MODEL_API_KEY"))
     );
     assert!(!env.contains_key(runtime::CONFIG_FILE));
     assert_eq!(
@@ -426,7 +432,7 @@ fn secret_holds_the_credential() {
     let s = credential_secret(&harness(), "t", 1);
     assert_eq!(
         s.string_data
-            .and_then(|d| d.get("MODEL_API_KEY").cloned())
+            .and_then(|d| d.get("CLAWFED_MODEL_API_KEY").cloned())
             .as_deref(),
         Some("k")
     );
