@@ -27,6 +27,14 @@ pub struct TestHub {
     pub http: reqwest::Client,
     /// The secrets key the hub seals with (shared by hubs on one database).
     pub secrets: Arc<clawfed_hub::secrets::SecretBox>,
+    /// The link CA's export directory [`test_config`] made; removed on drop.
+    ca_dir: std::path::PathBuf,
+}
+
+impl Drop for TestHub {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.ca_dir);
+    }
 }
 
 /// Which store a test hub runs on.
@@ -126,6 +134,7 @@ impl TestHub {
         let hub = server::start_with_parts(&config, db.dyn_store(), handlers, gateways)
             .await
             .expect("start hub");
+        let ca_dir = config.link.ca_dir.clone();
         let root_token = mint(db.store.as_ref(), "root", None, Role::InstallationAdmin).await;
         let _ = rustls::crypto::ring::default_provider().install_default();
         Self {
@@ -137,6 +146,7 @@ impl TestHub {
             root_token,
             http: reqwest::Client::new(),
             secrets,
+            ca_dir,
         }
     }
 
