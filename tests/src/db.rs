@@ -17,6 +17,22 @@ pub struct TestDb {
     _dir: Option<tempfile::TempDir>,
 }
 
+/// The secrets key file of the hubs on the database at `url` (hubs on one
+/// database share it, as replicas and restarts must); removed with the
+/// [`TestDb`].
+pub fn secrets_key_file(url: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "clawfed-key-{}",
+        &hex::encode(<sha2::Sha256 as sha2::Digest>::digest(url.as_bytes()))[..16]
+    ))
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(secrets_key_file(&self.url));
+    }
+}
+
 impl TestDb {
     /// The store as the trait object the hub uses.
     pub fn dyn_store(&self) -> Arc<dyn store::Store> {

@@ -60,10 +60,7 @@ pub fn test_config(db_url: &str) -> Config {
     config.link.ca_dir = std::env::temp_dir().join(format!("clawfed-ca-{}", uuid::Uuid::new_v4()));
     // Hubs on one database share the secrets key, as replicas and restarts
     // must: the link CA in the store is sealed with it (issue 14).
-    config.secrets.key_file = Some(std::env::temp_dir().join(format!(
-        "clawfed-key-{}",
-        &hex::encode(<sha2::Sha256 as sha2::Digest>::digest(db_url.as_bytes()))[..16]
-    )));
+    config.secrets.key_file = Some(crate::db::secrets_key_file(db_url));
     config.link.heartbeat_seconds = 1;
     config.tunnel.addr = "127.0.0.1:0".parse().unwrap();
     // Pipeline tests whose Gateway and Harness images are not stand-ins
