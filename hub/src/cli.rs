@@ -14,4 +14,5 @@ pub mod client;
 mod drain;
 pub mod hub;
 pub mod output;
+mod version;
 pub mod watch;

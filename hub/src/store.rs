@@ -54,7 +54,7 @@ use crate::model::{
 pub use credentials::*;
 pub use group::GroupStats;
 pub use link::*;
-pub use schema::{MigrationInfo, Migrations, SchemaError};
+pub use schema::{MigrationInfo, Migrations, SchemaError, SchemaStatus};
 pub use session::*;
 pub use sql::SqlStore;
 pub use watch::*;
@@ -749,6 +749,27 @@ pub async fn migrate(
         version,
         granted_schema,
     })
+}
+
+/// Opens the store without applying or checking migrations, and reads its
+/// schema beside this binary's (`clawfed-hub version`). Read the store's
+/// rows only when the schema is current.
+pub async fn inspect(url: &str, pool: PoolSettings) -> Result<(SqlStore, SchemaStatus)> {
+    let (store, _) = open_reporting(url, pool, Migrations::Inspect).await?;
+    let migrator = match store.backend() {
+        Backend::Postgres => &postgres::MIGRATOR,
+        Backend::Sqlite => &sqlite::MIGRATOR,
+    };
+    let mut conn = store
+        .pool()
+        .acquire()
+        .await
+        .map_err(|e| store.classify(e))?;
+    let status = schema::status(&mut conn, store.backend(), migrator)
+        .await
+        .map_err(|e| store.classify(e))?;
+    drop(conn);
+    Ok((store, status))
 }
 
 async fn open_reporting(

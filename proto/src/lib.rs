@@ -81,6 +81,10 @@ pub mod link {
         tonic::include_proto!("clawfed.link.v1");
     }
 
+    /// The link contract's protobuf package: what a hub and a spoke speak
+    /// (`clawfed-hub version` prints it).
+    pub const CONTRACT: &str = "clawfed.link.v1";
+
     pub mod address;
     pub mod close;
 }

@@ -198,6 +198,16 @@ async fn the_application_role_serves_without_ddl_rights_after_migrate_by_the_own
     // The application role cannot migrate either: it may not create tables.
     let err = refused(hub(dir, &app, &["migrate"])).await;
     assert!(err.contains("permission denied"), "{err}");
+    // `version` reads the schema without migrating, as either role.
+    let out = ok(hub(dir, &app, &["version"])).await;
+    assert!(out.contains("link contract: clawfed.link.v1"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "schema at 0000, this clawfed-hub's at {newest:04}: {count} migration(s) pending"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("spokes: not read"), "{out}");
 
     // The owner migrates, printing each migration, and grants the
     // application role; a second run applies nothing.
@@ -293,6 +303,22 @@ async fn the_application_role_serves_without_ddl_rights_after_migrate_by_the_own
         client.revisions(&ns.name, &agent.name).await.unwrap().len(),
         1
     );
+    // The enrolled spoke and its version, beside the current schema.
+    let out = ok(hub(dir, &app, &["version"])).await;
+    // What the in-process test spoke reports as its version.
+    let spoke_version = "test";
+    assert!(
+        out.contains(&format!(
+            "schema at {newest:04}, this clawfed-hub's at {newest:04}: current"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "spokes: 1 enrolled; oldest {spoke_version}, newest {spoke_version}"
+        )) && out.contains(&format!("  exec-roles {spoke_version} online")),
+        "{out}"
+    );
     spoke.stop().await.unwrap();
     serve.terminate().await;
 
@@ -313,6 +339,11 @@ async fn the_application_role_serves_without_ddl_rights_after_migrate_by_the_own
         err.contains(&format!("at migration {future}"))
             && err.contains(&format!("knows (up to {newest})")),
         "{err}"
+    );
+    let out = ok(hub(dir, &app, &["version"])).await;
+    assert!(
+        out.contains(&format!("schema at {future:04}, this clawfed-hub's at {newest:04}: the database schema is at migration {future}, newer")),
+        "{out}"
     );
     // An upgrade not migrated yet: the newest migration unrecorded.
     sqlx::query("DELETE FROM _sqlx_migrations WHERE version >= $1")
@@ -348,4 +379,10 @@ async fn sqlite_migrates_on_start_unless_told_not_to() {
     serve.terminate().await;
     let out = ok(hub(dir, &url, &["migrate"])).await;
     assert!(out.starts_with("no pending migrations"), "{out}");
+    let out = ok(hub(dir, &url, &["version"])).await;
+    assert!(out.contains(": current\n"), "{out}");
+    assert!(
+        out.contains("spokes: 0 enrolled; none has reported a version"),
+        "{out}"
+    );
 }

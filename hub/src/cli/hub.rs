@@ -35,6 +35,10 @@ enum Command {
     /// exit. `serve` on PostgreSQL applies none and refuses to start while
     /// one is pending.
     Migrate,
+    /// Print this binary's version and link contract, the database schema
+    /// beside this binary's migrations, and the versions of the enrolled
+    /// spokes (oldest and newest). Applies no migration.
+    Version,
     /// Manage API tokens.
     Token {
         #[command(subcommand)]
@@ -205,6 +209,7 @@ pub fn main() -> ExitCode {
         match args.command.unwrap_or(Command::Serve) {
             Command::Serve => serve(&config).await,
             Command::Migrate => migrate(&config).await,
+            Command::Version => version(&config).await,
             Command::Token { command } => token(&config, command).await,
             Command::Cluster { command } => cluster(&config, command).await,
             Command::Bundle(args) => bundle(args),
@@ -316,6 +321,19 @@ async fn migrate(config: &Config) -> anyhow::Result<()> {
             "granted role {role} SELECT, INSERT, UPDATE, DELETE on the tables of schema {schema} (no DDL)"
         );
     }
+    Ok(())
+}
+
+async fn version(config: &Config) -> anyhow::Result<()> {
+    let (store, status) = store::inspect(&config.database.url, config.pool_settings())
+        .await
+        .with_context(|| format!("reading {}", redact_url(&config.database.url)))?;
+    let clusters = if status.current() {
+        Some(store.list_clusters().await?)
+    } else {
+        None
+    };
+    print!("{}", super::version::report(&status, clusters.as_deref()));
     Ok(())
 }
 

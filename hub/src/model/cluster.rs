@@ -79,6 +79,31 @@ pub struct Cluster {
     pub drain: Option<super::Drain>,
 }
 
+#[cfg(test)]
+impl Cluster {
+    /// A cluster named `name` in `state` with nothing else set, for unit
+    /// tests to change the fields they are about.
+    pub fn fixture(name: &str, state: ConnectionState) -> Self {
+        Self {
+            id: name.into(),
+            name: name.into(),
+            labels: BTreeMap::new(),
+            capabilities: vec![],
+            certificate_serials: vec![],
+            connection_state: state,
+            last_seen: None,
+            version: String::new(),
+            created_at: DateTime::UNIX_EPOCH,
+            outbox_depth: None,
+            provider: None,
+            certificate_expires_at: None,
+            capacity: None,
+            cordoned_at: None,
+            drain: None,
+        }
+    }
+}
+
 impl Cluster {
     /// No new revision is placed here.
     pub fn cordoned(&self) -> bool {

@@ -9,7 +9,7 @@ use super::schema::{self, MigrationInfo, Migrations};
 use super::sql::{LaneFilter, SqlStore, WORK_COLS};
 use super::{Backend, Result, StoreError};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+pub(super) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 pub(super) async fn connect(
     url: &str,

@@ -24,6 +24,62 @@ pub enum Migrations {
     /// Apply none: refuse to open unless the database has applied exactly
     /// this binary's migrations ([`SchemaError`]).
     Require,
+    /// Apply and check none: open to report ([`status`]).
+    Inspect,
+}
+
+/// The database's schema beside this binary's migrations.
+#[derive(Debug)]
+pub struct SchemaStatus {
+    /// This binary's newest migration.
+    pub binary: i64,
+    /// The database's newest applied migration (0: none).
+    pub database: i64,
+    /// This binary's migrations the database lacks, or why the database
+    /// does not belong to this binary's history.
+    pub pending: std::result::Result<Vec<MigrationInfo>, SchemaError>,
+}
+
+impl SchemaStatus {
+    /// The database has applied exactly this binary's migrations.
+    pub fn current(&self) -> bool {
+        matches!(&self.pending, Ok(p) if p.is_empty())
+    }
+}
+
+impl std::fmt::Display for SchemaStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "schema at {:04}, this clawfed-hub's at {:04}: ",
+            self.database, self.binary
+        )?;
+        match &self.pending {
+            Ok(p) if p.is_empty() => f.write_str("current"),
+            Ok(p) => write!(
+                f,
+                "{} migration(s) pending ({}); run `clawfed-hub migrate`",
+                p.len(),
+                list(p)
+            ),
+            Err(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// The schema of the database `conn` is on, beside `migrator`'s.
+pub(super) async fn status(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    migrator: &Migrator,
+) -> std::result::Result<SchemaStatus, sqlx::Error> {
+    let known = known(migrator);
+    let applied = read_applied(conn, backend).await?;
+    Ok(SchemaStatus {
+        binary: known.iter().map(|k| k.version).max().unwrap_or(0),
+        database: applied.iter().map(|a| a.version).max().unwrap_or(0),
+        pending: pending(&known, &applied).map(|p| p.iter().map(info).collect()),
+    })
 }
 
 /// One migration, as `clawfed-hub migrate` reports it.
@@ -196,6 +252,9 @@ pub(super) async fn prepare(
     classify: fn(sqlx::Error) -> StoreError,
 ) -> Result<Vec<MigrationInfo>> {
     let known = known(migrator);
+    if mode == Migrations::Inspect {
+        return Ok(Vec::new());
+    }
     if mode == Migrations::Require {
         let applied = read_applied(conn, backend).await.map_err(classify)?;
         let pending = pending(&known, &applied)?;

@@ -12,7 +12,7 @@ use super::schema::{self, MigrationInfo, Migrations};
 use super::sql::{LaneFilter, SqlStore, WORK_COLS};
 use super::{Backend, Result, StoreError};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+pub(super) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// Read connections beside the one writer.
 const READERS: u32 = 4;

@@ -7,21 +7,8 @@ use clawfed_proto::capability as cap;
 
 fn cluster(name: &str, state: ConnectionState, pool: &str) -> Cluster {
     Cluster {
-        id: name.into(),
-        name: name.into(),
         labels: [("pool".to_owned(), pool.to_owned())].into(),
-        capabilities: vec![],
-        certificate_serials: vec![],
-        connection_state: state,
-        last_seen: None,
-        version: String::new(),
-        created_at: chrono::DateTime::UNIX_EPOCH,
-        outbox_depth: None,
-        provider: None,
-        certificate_expires_at: None,
-        capacity: None,
-        cordoned_at: None,
-        drain: None,
+        ..Cluster::fixture(name, state)
     }
 }
 
