@@ -80,6 +80,26 @@ function schedulingBadge(c) {
   return [];
 }
 
+// `bytes` in the largest binary unit that keeps it readable (`1.5Gi`), as
+// the CLI prints it (clawfed_proto::capacity::human_bytes).
+function humanBytes(bytes) {
+  let value = bytes;
+  let unit = '';
+  for (const u of ['Ki', 'Mi', 'Gi', 'Ti', 'Pi']) {
+    if (Math.abs(value) < 1024) break;
+    value /= 1024;
+    unit = u;
+  }
+  return unit ? value.toFixed(1).replace(/\.0$/, '') + unit : String(bytes);
+}
+
+// What a cluster's spoke last reported free for new Harnesses
+// (`cpu 500m, memory 1Gi`, as the CLI's FREE column); `-` before a report.
+function freeCapacity(c) {
+  const free = c.capacity && c.capacity.free;
+  return free ? `cpu ${free.cpuMillis}m, memory ${humanBytes(free.memoryBytes)}` : '-';
+}
+
 function fmtTime(s) {
   if (!s) return '-';
   const d = new Date(s);
@@ -182,6 +202,7 @@ function mergeClusters(list, replace) {
       old.outboxDepth = c.outboxDepth;
       old.cordonedAt = c.cordonedAt;
       old.drain = c.drain;
+      old.capacity = c.capacity;
       if (c.certificateExpiresAt) old.certificateExpiresAt = c.certificateExpiresAt;
       if (c.lastSeen && (!old.lastSeen || new Date(c.lastSeen) > new Date(old.lastSeen))) {
         old.lastSeen = c.lastSeen;
@@ -328,7 +349,9 @@ function applyEvent(ev) {
           scheduleRefresh('detail');
         }
       }
-      scheduleRefresh('fleet');
+      // A revision placed, started or retired changes its cluster's free
+      // capacity, which no event carries: list the clusters again too.
+      scheduleRefresh('fleet', 'clusters');
       break;
     }
     case 'readiness': {
@@ -459,7 +482,7 @@ function overview() {
   parts.push(el('h2', { id: 'clusters-h' }, 'Clusters'));
   const clusters = [...state.clusters.values()].sort((a, b) => a.name.localeCompare(b.name));
   parts.push(table('Clusters',
-    ['Cluster', 'State', 'Last seen', 'Outbox depth', 'Certificate expires', 'Version', 'Capabilities'],
+    ['Cluster', 'State', 'Last seen', 'Outbox depth', 'Certificate expires', 'Version', 'Free', 'Capabilities'],
     clusters.map((c) => el('tr', { 'data-cluster': c.name, 'data-state': c.connectionState, 'data-changed-at': c.changedAt },
       el('td', {}, c.name),
       el('td', { class: 'state' }, badge(c.connectionState || 'unknown', STATE_TONE[c.connectionState] || 'idle'),
@@ -468,6 +491,7 @@ function overview() {
       el('td', { class: 'num' }, c.outboxDepth === undefined || c.outboxDepth === null ? '-' : c.outboxDepth),
       el('td', {}, c.certificateExpiresAt ? `${fmtTime(c.certificateExpiresAt)} (${fmtRelative(c.certificateExpiresAt)})` : '-'),
       el('td', {}, c.version || '-'),
+      el('td', { class: 'free', title: c.capacity ? `reported ${fmtRelative(c.capacity.reportedAt)}` : 'not reported yet' }, freeCapacity(c)),
       el('td', { class: 'muted' }, (c.capabilities || []).join(', ') || '-'))),
     'No clusters enrolled.'));
 

@@ -4780,6 +4780,31 @@ async fn the_web_view_shows_the_fleet_live_in_a_browser() -> Result<()> {
         )
         .await?;
     ensure!(expiry != "-", "no certificate expiry shown");
+    // The capacity the spoke reported, as the CLI's FREE column writes it
+    // (the page lists the clusters again after each revision's phase).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let page: String = browser
+            .eval(
+                "return document.querySelector(`[data-cluster=\"${CSS.escape(arguments[0])}\"] td.free`).textContent",
+                vec![json!(cluster_name)],
+            )
+            .await?;
+        let api = rest
+            .cluster(&cluster_name)
+            .await?
+            .capacity
+            .map(|c| clawfed_proto::capacity::Resources::from(c.free).to_string());
+        if api.as_deref() == Some(page.as_str()) {
+            eprintln!("the page shows {cluster_name} free: {page}");
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the page's Free cell {page:?}, the API's {api:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     settled(&browser).await?;
     let artifacts = artifacts_dir();
     browser.screenshot(&artifacts.join("overview.png")).await?;
