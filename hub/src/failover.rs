@@ -84,6 +84,16 @@ pub fn decide(c: &FailoverCandidate, now: DateTime<Utc>) -> Option<MoveReason> {
     })
 }
 
+/// How long after a failover move failed (no cluster took it) the scan
+/// moves the Agent again: each try waits out the placement deadline, so
+/// this only spaces out tries that fail at once.
+pub const RETRY_FAILED_MOVE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Failover moves that failed before this are retried at `now`.
+pub fn retry_cutoff(now: DateTime<Utc>) -> DateTime<Utc> {
+    now - chrono::Duration::from_std(RETRY_FAILED_MOVE_AFTER).unwrap_or_default()
+}
+
 /// The oldest renewal that may still hold a lease at `now`: a scan need
 /// not look at clusters renewed since (the shortest period's cut-off).
 pub fn scan_cutoff(now: DateTime<Utc>) -> DateTime<Utc> {

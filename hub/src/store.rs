@@ -203,7 +203,12 @@ pub struct NewRevision {
 /// A revision a failover scan looks at, with its cluster's lease.
 #[derive(Debug, Clone)]
 pub struct FailoverCandidate {
+    /// The Agent's active revision, on the cluster it may leave.
     pub revision: AgentRevision,
+    /// The Agent's latest revision: the active one, or a move of it off
+    /// that cluster which failed (placed nowhere) before the scan's retry
+    /// cut-off. A new move copies this one.
+    pub latest_revision: i64,
     pub namespace_id: String,
     /// The newest execution lease renewal of its cluster's spoke.
     pub lease_renewed_at: Option<DateTime<Utc>>,
@@ -540,12 +545,15 @@ pub trait Store:
     /// When the newest execution lease renewal of cluster `cluster`'s
     /// spoke was recorded (none: never).
     async fn execution_lease(&self, cluster: &str) -> Result<Option<DateTime<Utc>>>;
-    /// What a failover scan looks at: the active latest revisions of
-    /// running failover-enabled Agents on clusters that reported a fence
-    /// or recorded no lease renewal since `lapsed_before`.
+    /// What a failover scan looks at: the active revisions of running
+    /// failover-enabled Agents on clusters that reported a fence or
+    /// recorded no lease renewal since `lapsed_before`, when the revision
+    /// is the Agent's latest or the latest is a move of it off that
+    /// cluster that failed before `retry_before` (a move retried).
     async fn failover_candidates(
         &self,
         lapsed_before: DateTime<Utc>,
+        retry_before: DateTime<Utc>,
     ) -> Result<Vec<FailoverCandidate>>;
 
     // Work queue.

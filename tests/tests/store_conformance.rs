@@ -856,7 +856,12 @@ mod cases {
             .revision;
         s.place_revision(&r1.id, "exec-f").await.unwrap();
         // Not active yet: nothing to move.
-        assert!(s.failover_candidates(at(1)).await.unwrap().is_empty());
+        assert!(
+            s.failover_candidates(at(1), at(-100))
+                .await
+                .unwrap()
+                .is_empty()
+        );
         let r1 = s
             .update_revision(
                 &r1.id,
@@ -868,7 +873,7 @@ mod cases {
             .await
             .unwrap();
         // Renewed at 0: seen by a scan whose cut-off is later, not earlier.
-        let seen = s.failover_candidates(at(1)).await.unwrap();
+        let seen = s.failover_candidates(at(1), at(-100)).await.unwrap();
         assert_eq!(seen.len(), 1);
         assert_eq!(
             (seen[0].revision.id.as_str(), seen[0].lease_renewed_at),
@@ -878,20 +883,82 @@ mod cases {
             seen[0].revision.spec.failover.map(|f| f.after_seconds),
             Some(30)
         );
-        assert!(s.failover_candidates(at(-1)).await.unwrap().is_empty());
+        assert!(
+            s.failover_candidates(at(-1), at(-100))
+                .await
+                .unwrap()
+                .is_empty()
+        );
         // A reported fence makes it a candidate whatever the lease says.
         let fenced = vec!["harness/x/bot/1".to_owned()];
         s.set_fenced_targets(&id, &fenced).await.unwrap();
-        let seen = s.failover_candidates(at(-1)).await.unwrap();
+        let seen = s.failover_candidates(at(-1), at(-100)).await.unwrap();
         assert_eq!(seen.len(), 1);
         assert_eq!(seen[0].fenced_targets, fenced);
         s.set_fenced_targets(&id, &[]).await.unwrap();
-        assert!(s.failover_candidates(at(-1)).await.unwrap().is_empty());
+        assert!(
+            s.failover_candidates(at(-1), at(-100))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // A move of it under way: not a candidate. The move failed (no
+        // cluster took it): a candidate again once the retry cut-off
+        // passes its failure, the failed move as the one to copy.
+        let failed_move = s
+            .deploy(
+                &NewRevision {
+                    spec: with_failover.spec.clone(),
+                    moved: Some(Move {
+                        cluster: "exec-f".into(),
+                        revision: 1,
+                    }),
+                    ..revision("team-f", "bot", 1, "img:1")
+                },
+                &fx("agent.failover"),
+            )
+            .await
+            .unwrap()
+            .revision;
+        assert!(
+            s.failover_candidates(at(1), at(100))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        s.update_revision(
+            &failed_move.id,
+            failed_move.version,
+            RevisionPhase::Failed,
+            Some("no cluster takes it"),
+            &RevisionProgress::default(),
+        )
+        .await
+        .unwrap();
+        assert!(
+            s.failover_candidates(at(1), at(-100))
+                .await
+                .unwrap()
+                .is_empty(),
+            "failed after the retry cut-off: not yet"
+        );
+        let seen = s.failover_candidates(at(1), at(100)).await.unwrap();
+        assert_eq!(
+            seen.iter()
+                .map(|c| (c.revision.number, c.latest_revision))
+                .collect::<Vec<_>>(),
+            [(1, 2)]
+        );
         // A stopped Agent, or one without failover, is never a candidate.
         s.set_desired_state("team-f", "bot", DesiredState::Stopped, &fx("agent.stop"))
             .await
             .unwrap();
-        assert!(s.failover_candidates(at(1)).await.unwrap().is_empty());
+        assert!(
+            s.failover_candidates(at(1), at(-100))
+                .await
+                .unwrap()
+                .is_empty()
+        );
         agent(s, "team-f", "plain").await;
         let plain = s
             .deploy(
@@ -911,7 +978,12 @@ mod cases {
         )
         .await
         .unwrap();
-        assert!(s.failover_candidates(at(1)).await.unwrap().is_empty());
+        assert!(
+            s.failover_candidates(at(1), at(-100))
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 
     pub async fn work_claims_are_exclusive_and_leased(s: Arc<dyn Store>) {

@@ -41,6 +41,7 @@ fn rev(after: Option<u32>, phase: RevisionPhase) -> AgentRevision {
 
 fn candidate(rev: AgentRevision, renewed: Option<i64>, fenced: &[&str]) -> FailoverCandidate {
     FailoverCandidate {
+        latest_revision: rev.number,
         revision: rev,
         namespace_id: "ns-1".into(),
         lease_renewed_at: renewed.map(at),

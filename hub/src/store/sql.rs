@@ -521,8 +521,9 @@ impl Store for SqlStore {
     async fn failover_candidates(
         &self,
         lapsed_before: DateTime<Utc>,
+        retry_before: DateTime<Utc>,
     ) -> Result<Vec<FailoverCandidate>> {
-        failover::failover_candidates(self, lapsed_before).await
+        failover::failover_candidates(self, lapsed_before, retry_before).await
     }
 
     // Work queue: sql/work.rs.

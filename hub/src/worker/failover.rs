@@ -35,7 +35,10 @@ pub async fn run(store: Arc<dyn Store>, max_attempts: i32, shutdown: Cancellatio
 pub async fn scan(store: &dyn Store, max_attempts: i32) -> Result<usize, WorkError> {
     let now = store.now();
     let candidates = store
-        .failover_candidates(crate::failover::scan_cutoff(now))
+        .failover_candidates(
+            crate::failover::scan_cutoff(now),
+            crate::failover::retry_cutoff(now),
+        )
         .await
         .map_err(WorkError::from_store)?;
     let mut moved = 0;
@@ -47,18 +50,24 @@ pub async fn scan(store: &dyn Store, max_attempts: i32) -> Result<usize, WorkErr
         let Some(cluster) = rev.resolved_cluster.clone() else {
             continue;
         };
+        let retried = (c.latest_revision != rev.number).then_some(c.latest_revision);
         tracing::warn!(cluster = %cluster, namespace = %rev.namespace, agent = %rev.agent,
-            revision = rev.number, reason = %reason, "failover.moving");
+            revision = rev.number, reason = %reason, retried, "failover.moving");
         let order = MoveOrder {
             namespace: &rev.namespace,
             agent: &rev.agent,
             detail: format!(
-                "revision {} moved away from cluster {cluster}: {reason}; the new revision starts with a fresh workspace",
-                rev.number
+                "revision {} moved away from cluster {cluster}: {reason}; the new revision starts with a fresh workspace{}",
+                rev.number,
+                retried.map_or_else(String::new, |n| format!(
+                    " (again: the move to revision {n} found no cluster)"
+                ))
             ),
+            // A retry copies the failed move: the store moves only the
+            // Agent's latest revision, and a move copies the spec as is.
             moved: Move {
                 cluster,
-                revision: rev.number,
+                revision: c.latest_revision,
             },
             requested_by: None,
             actor: "system:failover",

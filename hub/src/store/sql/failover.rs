@@ -63,28 +63,38 @@ pub(super) async fn execution_lease(
 pub(super) async fn failover_candidates(
     store: &SqlStore,
     lapsed_before: DateTime<Utc>,
+    retry_before: DateTime<Utc>,
 ) -> Result<Vec<FailoverCandidate>> {
-    // Active latest revisions of running failover-enabled Agents on a
-    // cluster that reported a fence, or whose lease may have lapsed (no
-    // renewal since `lapsed_before`, the shortest period's cut-off; the
-    // exact period of each is the caller's to apply).
+    // Active revisions of running failover-enabled Agents on a cluster
+    // that reported a fence, or whose lease may have lapsed (no renewal
+    // since `lapsed_before`, the shortest period's cut-off; the exact
+    // period of each is the caller's to apply). The active revision is the
+    // Agent's latest, or the latest is a move of it off that cluster that
+    // failed before `retry_before` (no cluster took it then).
     let sql = format!(
-        "SELECT {REVISION_COLS}, n.id AS namespace_id, c.lease_renewed_at, c.fenced_targets \
+        "SELECT {REVISION_COLS}, n.id AS namespace_id, a.latest_revision, \
+         c.lease_renewed_at, c.fenced_targets \
          FROM {REVISION_FROM} JOIN clusters c ON c.name = r.resolved_cluster \
+         LEFT JOIN agent_revisions l ON l.agent_id = a.id AND l.number = a.latest_revision \
          WHERE r.failover_after_seconds IS NOT NULL AND r.phase = 'active' \
-         AND a.latest_revision = r.number AND a.desired_state = 'running' \
+         AND (a.latest_revision = r.number OR (l.phase = 'failed' \
+              AND l.moved_from = r.resolved_cluster AND l.updated_at < $2)) \
+         AND a.desired_state = 'running' \
          AND a.deleted_at IS NULL AND c.revoked_at IS NULL \
          AND (c.fenced_targets IS NOT NULL OR c.lease_renewed_at IS NULL \
               OR c.lease_renewed_at < $1) \
          ORDER BY r.created_at"
     );
-    let query = sqlx::query(AssertSqlSafe(sql)).bind(ms(lapsed_before));
+    let query = sqlx::query(AssertSqlSafe(sql))
+        .bind(ms(lapsed_before))
+        .bind(ms(retry_before));
     store
         .read_all(query, |r| {
             const W: &str = "failover candidate";
             let fenced: Option<String> = get(r, W, "fenced_targets")?;
             Ok(FailoverCandidate {
                 revision: revision_from_row(r)?,
+                latest_revision: get(r, W, "latest_revision")?,
                 namespace_id: get(r, W, "namespace_id")?,
                 lease_renewed_at: get::<Option<i64>>(r, W, "lease_renewed_at")?.map(from_ms),
                 fenced_targets: fenced
