@@ -84,7 +84,7 @@ pub fn decide(c: &FailoverCandidate, now: DateTime<Utc>) -> Option<MoveReason> {
     })
 }
 
-/// How long after a failover move failed (no cluster took it) the scan
+/// How long after a failover move failed (say, no cluster took it) the scan
 /// moves the Agent again: each try waits out the placement deadline, so
 /// this only spaces out tries that fail at once.
 pub const RETRY_FAILED_MOVE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);

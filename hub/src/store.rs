@@ -206,8 +206,8 @@ pub struct FailoverCandidate {
     /// The Agent's active revision, on the cluster it may leave.
     pub revision: AgentRevision,
     /// The Agent's latest revision: the active one, or a move of it off
-    /// that cluster which failed (placed nowhere) before the scan's retry
-    /// cut-off. A new move copies this one.
+    /// that cluster which failed (for example: no cluster took it) before
+    /// the scan's retry cut-off. A new move copies this one.
     pub latest_revision: i64,
     pub namespace_id: String,
     /// The newest execution lease renewal of its cluster's spoke.

@@ -251,10 +251,10 @@ pub(super) async fn prepare(
     mode: Migrations,
     classify: fn(sqlx::Error) -> StoreError,
 ) -> Result<Vec<MigrationInfo>> {
-    let known = known(migrator);
     if mode == Migrations::Inspect {
         return Ok(Vec::new());
     }
+    let known = known(migrator);
     if mode == Migrations::Require {
         let applied = read_applied(conn, backend).await.map_err(classify)?;
         let pending = pending(&known, &applied)?;

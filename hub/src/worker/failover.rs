@@ -60,7 +60,7 @@ pub async fn scan(store: &dyn Store, max_attempts: i32) -> Result<usize, WorkErr
                 "revision {} moved away from cluster {cluster}: {reason}; the new revision starts with a fresh workspace{}",
                 rev.number,
                 retried.map_or_else(String::new, |n| format!(
-                    " (again: the move to revision {n} found no cluster)"
+                    " (again: the move to revision {n} failed)"
                 ))
             ),
             // A retry copies the failed move: the store moves only the

@@ -70,7 +70,7 @@ pub(super) async fn failover_candidates(
     // since `lapsed_before`, the shortest period's cut-off; the exact
     // period of each is the caller's to apply). The active revision is the
     // Agent's latest, or the latest is a move of it off that cluster that
-    // failed before `retry_before` (no cluster took it then).
+    // failed before `retry_before` (for example: no cluster took it).
     let sql = format!(
         "SELECT {REVISION_COLS}, n.id AS namespace_id, a.latest_revision, \
          c.lease_renewed_at, c.fenced_targets \
