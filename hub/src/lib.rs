@@ -4,6 +4,7 @@
 //! - [`config`]: the YAML config file and its environment overrides.
 //! - [`model`]: domain types (what the store keeps, what REST returns).
 //! - [`auth`]: API tokens, roles, permission rules (pure).
+//! - [`ratelimit`]: API request rate limits per caller and per tenant.
 //! - [`store`]: the desired-state store trait; PostgreSQL and SQLite.
 //! - [`service`]: the one service layer behind REST and gRPC.
 //! - [`secrets`]: write-only Agent credentials sealed at rest (AES-256-GCM)
@@ -37,6 +38,7 @@ pub mod gateway;
 pub mod link;
 pub mod model;
 pub mod pipeline;
+pub mod ratelimit;
 pub mod runtime_config;
 pub mod secrets;
 pub mod server;

@@ -225,8 +225,12 @@ pub async fn start_with_parts(
 
     let secrets = Arc::new(load_secrets_key(config).await?);
     tracing::info!(key_id = %secrets.key_id(), "secrets.key_loaded");
-    let service = Service::new(store.clone(), config.policy()).with_secrets(secrets.clone());
     let mut metrics = metrics::Metrics::new();
+    let rate_limits = Arc::new(crate::ratelimit::RateLimits::new(config.api.rate_limit));
+    rate_limits.register(metrics.registry_mut());
+    let service = Service::new(store.clone(), config.policy())
+        .with_secrets(secrets.clone())
+        .with_rate_limits(rate_limits);
     let link_metrics = crate::link::metrics::LinkMetrics::register(metrics.registry_mut());
     let pipeline_metrics =
         crate::worker::rollout::PipelineMetrics::register(metrics.registry_mut());

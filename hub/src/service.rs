@@ -65,6 +65,9 @@ pub enum ServiceError {
     /// The store is unavailable; retrying later may succeed.
     #[error("{0}")]
     Unavailable(String),
+    /// Over a rate limit (`api.rateLimit`): retry after the time it says.
+    #[error("{0}")]
+    RateLimited(crate::ratelimit::Limited),
     /// A position outside what is kept (a watch cursor older than the
     /// event log): re-list, then watch from the new cursor.
     #[error("{0}")]
@@ -155,6 +158,8 @@ pub struct Service {
     /// The watch feed, set once the hub started it; unset, watching is
     /// unavailable.
     watch: Arc<std::sync::OnceLock<Arc<crate::watch::Feed>>>,
+    /// Request rates admitted per caller and per tenant.
+    rate_limits: Arc<crate::ratelimit::RateLimits>,
 }
 
 impl std::fmt::Debug for Service {
@@ -181,7 +186,14 @@ impl Service {
             diagnostics: Arc::default(),
             chat: Arc::default(),
             watch: Arc::default(),
+            rate_limits: Arc::default(),
         }
+    }
+
+    /// Admits requests at the rates `limits` allow.
+    pub fn with_rate_limits(mut self, limits: Arc<crate::ratelimit::RateLimits>) -> Self {
+        self.rate_limits = limits;
+        self
     }
 
     /// Where `watch` streams from (once; later calls are ignored).

@@ -32,6 +32,8 @@ pub enum ErrorCode {
     FailedPrecondition,
     PayloadTooLarge,
     Unavailable,
+    /// Over a rate limit (HTTP 429 with `Retry-After`).
+    ResourceExhausted,
     /// A watch cursor older than the kept log (HTTP 410 Gone).
     OutOfRange,
     Internal,
@@ -49,6 +51,7 @@ impl ErrorCode {
             ServiceError::Conflict(_) => Self::Conflict,
             ServiceError::FailedPrecondition(_) => Self::FailedPrecondition,
             ServiceError::Unavailable(_) => Self::Unavailable,
+            ServiceError::RateLimited(_) => Self::ResourceExhausted,
             ServiceError::OutOfRange(_) => Self::OutOfRange,
             ServiceError::Internal(_) => Self::Internal,
         }
@@ -66,6 +69,7 @@ impl ErrorCode {
             Self::FailedPrecondition => "failed_precondition",
             Self::PayloadTooLarge => "payload_too_large",
             Self::Unavailable => "unavailable",
+            Self::ResourceExhausted => "resource_exhausted",
             Self::OutOfRange => "out_of_range",
             Self::Internal => "internal",
         }
@@ -81,6 +85,7 @@ impl ErrorCode {
             Self::AlreadyExists | Self::Conflict | Self::FailedPrecondition => StatusCode::CONFLICT,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
             Self::OutOfRange => StatusCode::GONE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -98,6 +103,7 @@ impl ErrorCode {
             Self::FailedPrecondition => tonic::Code::FailedPrecondition,
             Self::PayloadTooLarge => tonic::Code::ResourceExhausted,
             Self::Unavailable => tonic::Code::Unavailable,
+            Self::ResourceExhausted => tonic::Code::ResourceExhausted,
             Self::OutOfRange => tonic::Code::OutOfRange,
             Self::Internal => tonic::Code::Internal,
         }
@@ -129,6 +135,14 @@ impl ApiError {
         }
     }
 
+    /// Seconds to wait before retrying, for a rate-limited request.
+    fn retry_after_secs(&self) -> Option<u64> {
+        match &self.0 {
+            ServiceError::RateLimited(limited) => Some(limited.retry_after_secs()),
+            _ => None,
+        }
+    }
+
     /// The message shown to clients; internal details stay in the log.
     fn message(&self) -> String {
         self.0.to_string()
@@ -156,13 +170,27 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        Self::response(ErrorCode::of(&self.0), self.message(), self.field())
+        let mut response = Self::response(ErrorCode::of(&self.0), self.message(), self.field());
+        if let Some(secs) = self.retry_after_secs() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
     }
 }
 
+/// The gRPC metadata key that carries a rate-limited call's wait, in whole
+/// seconds (as REST's `Retry-After`).
+pub const GRPC_RETRY_AFTER: &str = "retry-after";
+
 impl From<ApiError> for tonic::Status {
     fn from(e: ApiError) -> Self {
-        tonic::Status::new(ErrorCode::of(&e.0).grpc_code(), e.message())
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        if let Some(secs) = e.retry_after_secs() {
+            metadata.insert(GRPC_RETRY_AFTER, secs.into());
+        }
+        tonic::Status::with_metadata(ErrorCode::of(&e.0).grpc_code(), e.message(), metadata)
     }
 }
 

@@ -88,6 +88,8 @@ pub struct ApiConfig {
     /// listener is bound before any serves, so a hub that cannot listen
     /// never answers `/healthz`.
     pub bind_retry_seconds: u64,
+    /// Request rates admitted per caller and per tenant; none unless set.
+    pub rate_limit: crate::ratelimit::RateLimitSettings,
 }
 
 impl Default for ApiConfig {
@@ -100,6 +102,7 @@ impl Default for ApiConfig {
             tls: ApiTlsSettings::default(),
             insecure: false,
             bind_retry_seconds: 15,
+            rate_limit: Default::default(),
         }
     }
 }

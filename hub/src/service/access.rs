@@ -17,18 +17,21 @@ impl Service {
                 "missing bearer token (Authorization: Bearer <token>)".into(),
             ));
         };
+        let hash = auth::hash_token(secret);
+        self.admit_subject(&hash)?;
         let token = self
             .store
-            .find_token(&auth::hash_token(secret))
+            .find_token(&hash)
             .await?
             .ok_or_else(|| ServiceError::Unauthenticated("unknown token".into()))?;
-        valid_token(token, "token")
+        self.admit_tenant(valid_token(token, "token")?)
     }
 
     /// Resolves a request's credentials: its bearer token when it sends
     /// one (a bad one is refused, never passed over), else the API token
     /// its verified client certificate names
-    /// ([`auth::client_cert_token_name`]).
+    /// ([`auth::client_cert_token_name`]). The rate limits apply: the
+    /// caller's before the store is read, its tenant's after.
     pub async fn authenticate_request(
         &self,
         bearer: Option<&str>,
@@ -36,17 +39,40 @@ impl Service {
     ) -> Result<Principal> {
         match (bearer, client_cert) {
             (None, Some(Ok(name))) => {
+                self.admit_subject(&format!("cert:{name}"))?;
                 let token = self.store.find_token_by_name(name).await?.ok_or_else(|| {
                     ServiceError::Unauthenticated(format!(
                         "client certificate CN {name:?} names no API token \
                          (create it with clawfed-hub token create --name {name})"
                     ))
                 })?;
-                valid_token(token, "the token the client certificate names")
+                self.admit_tenant(valid_token(
+                    token,
+                    "the token the client certificate names",
+                )?)
             }
             (None, Some(Err(e))) => Err(ServiceError::Unauthenticated(e.to_string())),
             (bearer, _) => self.authenticate(bearer).await,
         }
+    }
+
+    /// The caller's own bucket (`api.rateLimit.perSubject`), keyed by what
+    /// the request presents: no database work before it.
+    fn admit_subject(&self, presented: &str) -> Result<()> {
+        self.rate_limits
+            .admit_subject(presented)
+            .map_err(ServiceError::RateLimited)
+    }
+
+    /// The bucket of the tenant `p` is scoped to (`api.rateLimit.perTenant`);
+    /// installation admins have none.
+    fn admit_tenant(&self, p: Principal) -> Result<Principal> {
+        if let Some(tenant) = p.namespace.as_deref() {
+            self.rate_limits
+                .admit_tenant(tenant)
+                .map_err(ServiceError::RateLimited)?;
+        }
+        Ok(p)
     }
 
     /// Checks a read; reads are not audited.
