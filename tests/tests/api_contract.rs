@@ -346,7 +346,7 @@ async fn openapi_lists_error_answers_and_limits() {
     for o in openapi::operations(&doc) {
         let responses = &o.op["responses"];
         let what = format!("{} {}", o.method, o.path);
-        for status in ["401", "403"] {
+        for status in ["401", "403", "429"] {
             assert!(responses.get(status).is_some(), "{what}: no {status}");
         }
         if o.path.contains('{') {

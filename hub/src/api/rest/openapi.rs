@@ -77,6 +77,10 @@ impl Modify for ErrorResponses {
             let mut wanted = vec![
                 ("401", "No token, or an unknown, expired or revoked one"),
                 ("403", "The token lacks the permission"),
+                (
+                    "429",
+                    "Over a rate limit (`api.rateLimit`); `Retry-After` gives the seconds to wait",
+                ),
             ];
             if !params.is_empty() || has_body {
                 wanted.push((
