@@ -858,6 +858,18 @@ async fn charts_equal_the_plain_manifests_and_render_what_the_values_say() -> Re
         "in-cluster credentials"
     );
     assert!(config.policy.require_immutable_digest);
+    let rate = |per_second: u32, burst: u32| clawfed_hub::ratelimit::RequestRate {
+        per_second: per_second.try_into().unwrap(),
+        burst: Some(burst.try_into().unwrap()),
+    };
+    assert_eq!(
+        config.api.rate_limit,
+        clawfed_hub::ratelimit::RateLimitSettings {
+            per_subject: Some(rate(50, 100)),
+            per_tenant: Some(rate(100, 200)),
+        },
+        "the chart limits each token and each tenant"
+    );
     assert_eq!(
         config.mode,
         clawfed_hub::config::InstallationMode::Production,

@@ -67,6 +67,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   "secrets" (dict "keyFile" "/etc/clawfed/secrets/key")
 -}}
 {{- $api := get $cfg "api" -}}
+{{- with .Values.api.rateLimit -}}
+{{- $_ := set $api "rateLimit" . -}}
+{{- end -}}
 {{- if .Values.api.tls.secretName -}}
 {{- if .Values.api.insecure -}}
 {{- fail "api.insecure contradicts api.tls.secretName: the API serves TLS; remove one of them" -}}
