@@ -1,20 +1,23 @@
 //! API request rate limits: one token bucket per caller and one per tenant,
 //! so that one tenant's automation cannot starve another's.
 //!
-//! The caller's bucket is checked before any database work, keyed by what
-//! the request presents (its bearer token's hash, or its client
-//! certificate's name); the tenant's bucket right after the token is
-//! resolved (one indexed read), keyed by the namespace the token is scoped
-//! to, so all of a tenant's tokens share it. Installation-admin tokens are
-//! limited by their own bucket only. A refused request costs no database
-//! work beyond that read and is answered 429 with `Retry-After`.
+//! Both buckets are checked before any database work: the caller's keyed
+//! by what the request presents (its bearer token's hash, or its client
+//! certificate's name), the tenant's by the namespace that credential is
+//! scoped to, remembered from its first request (a token's namespace never
+//! changes), so all of a tenant's tokens share one bucket. A credential's
+//! first request charges its tenant right after the token is read.
+//! Installation-admin tokens are limited by their own bucket only. A
+//! refused request is answered 429 with `Retry-After`.
 //!
 //! The buckets are GCRA (governor), equivalent to a token bucket of
 //! `burst` requests refilled at `perSecond`. Time comes from the clock the
 //! limiter is built with, so the decisions are tested with a clock the test
 //! advances.
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -131,6 +134,18 @@ type Buckets<C> =
 /// How many admissions pass between sweeps of idle buckets.
 const SWEEP_EVERY: u64 = 4096;
 
+/// Credentials whose tenant is remembered; past it the memory starts over
+/// (each credential's next request reads its tenant again).
+const TENANTS_REMEMBERED: usize = 65_536;
+
+/// What [`RateLimits::admit_presented`] charged: whether the tenant's
+/// bucket is still to be charged once the credential's tenant is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "charge the tenant with RateLimits::admit_resolved"]
+pub struct Admission {
+    tenant_charged: bool,
+}
+
 /// The API's rate limiter.
 pub struct RateLimits<C: Clock = MonotonicClock> {
     subject: Option<(RequestRate, Buckets<C>)>,
@@ -138,6 +153,10 @@ pub struct RateLimits<C: Clock = MonotonicClock> {
     clock: C,
     refused: Family<ScopeLabel, Counter>,
     admissions: AtomicU64,
+    /// The tenant each credential seen is scoped to (`None`: an
+    /// installation admin), so later requests charge it before the store
+    /// is read.
+    tenants: Mutex<HashMap<String, Option<String>>>,
 }
 
 impl<C: Clock> std::fmt::Debug for RateLimits<C> {
@@ -183,6 +202,7 @@ impl<C: Clock + Clone> RateLimits<C> {
             clock,
             refused: Family::default(),
             admissions: AtomicU64::new(0),
+            tenants: Mutex::default(),
         }
     }
 
@@ -195,15 +215,61 @@ impl<C: Clock + Clone> RateLimits<C> {
         );
     }
 
-    /// Admits one request from the caller `subject` presents (a token's
-    /// hash, a certificate's name), or says when it may come again.
-    pub fn admit_subject(&self, subject: &str) -> Result<(), Limited> {
-        self.admit(Scope::Subject, self.subject.as_ref(), subject)
+    /// Admits one request by what its credential presents (`subject`: a
+    /// token's hash, `cert:<name>`), before any database work: the
+    /// caller's bucket, and its tenant's when the credential was seen
+    /// before. Then [`Self::admit_resolved`] once the token is read.
+    pub fn admit_presented(&self, subject: &str) -> Result<Admission, Limited> {
+        self.admit(Scope::Subject, self.subject.as_ref(), subject)?;
+        if self.tenant.is_none() {
+            return Ok(Admission {
+                tenant_charged: true,
+            });
+        }
+        let known = self.lock_tenants().get(subject).cloned();
+        match known {
+            Some(tenant) => {
+                if let Some(tenant) = tenant {
+                    self.admit(Scope::Tenant, self.tenant.as_ref(), &tenant)?;
+                }
+                Ok(Admission {
+                    tenant_charged: true,
+                })
+            }
+            None => Ok(Admission {
+                tenant_charged: false,
+            }),
+        }
     }
 
-    /// Admits one request of `tenant`'s tokens.
-    pub fn admit_tenant(&self, tenant: &str) -> Result<(), Limited> {
-        self.admit(Scope::Tenant, self.tenant.as_ref(), tenant)
+    /// Charges the tenant the credential `subject` turned out to be scoped
+    /// to (`None`: an installation admin), unless [`Self::admit_presented`]
+    /// already did, and remembers it for the credential's next requests.
+    pub fn admit_resolved(
+        &self,
+        subject: &str,
+        tenant: Option<&str>,
+        admission: Admission,
+    ) -> Result<(), Limited> {
+        if admission.tenant_charged {
+            return Ok(());
+        }
+        {
+            let mut tenants = self.lock_tenants();
+            if tenants.len() >= TENANTS_REMEMBERED {
+                tenants.clear();
+            }
+            tenants.insert(subject.to_owned(), tenant.map(str::to_owned));
+        }
+        match tenant {
+            Some(tenant) => self.admit(Scope::Tenant, self.tenant.as_ref(), tenant),
+            None => Ok(()),
+        }
+    }
+
+    fn lock_tenants(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<String>>> {
+        // A panic while holding it leaves a map that is still whole.
+        self.tenants.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn admit(
@@ -282,13 +348,24 @@ mod tests {
         (RateLimits::with_clock(settings, clock.clone()), clock)
     }
 
+    /// One request of credential `subject`, scoped to `tenant`, through
+    /// both steps as the service makes it.
+    fn request(
+        l: &RateLimits<FakeRelativeClock>,
+        subject: &str,
+        tenant: Option<&str>,
+    ) -> Result<(), Limited> {
+        let admission = l.admit_presented(subject)?;
+        l.admit_resolved(subject, tenant, admission)
+    }
+
     #[test]
     fn a_burst_then_the_sustained_rate() {
         let (l, clock) = limits(rate(10, 3), None);
         for _ in 0..3 {
-            assert_eq!(l.admit_subject("a"), Ok(()));
+            assert_eq!(request(&l, "a", None), Ok(()));
         }
-        let refused = l.admit_subject("a").unwrap_err();
+        let refused = request(&l, "a", None).unwrap_err();
         assert_eq!(refused.scope, Scope::Subject);
         // One request's worth of refill at 10/s.
         assert_eq!(refused.retry_after, Duration::from_millis(100));
@@ -300,57 +377,88 @@ mod tests {
             "{refused}"
         );
         clock.advance(Duration::from_millis(100));
-        assert_eq!(l.admit_subject("a"), Ok(()));
-        assert!(l.admit_subject("a").is_err());
+        assert_eq!(request(&l, "a", None), Ok(()));
+        assert!(request(&l, "a", None).is_err());
     }
 
     #[test]
     fn callers_and_tenants_have_buckets_of_their_own() {
-        let (l, _clock) = limits(rate(1, 1), rate(1, 2));
-        assert_eq!(l.admit_subject("a"), Ok(()));
-        assert!(l.admit_subject("a").is_err());
-        assert_eq!(l.admit_subject("b"), Ok(()), "b is not a's bucket");
+        let (l, _clock) = limits(rate(1, 1), None);
+        assert_eq!(request(&l, "a", None), Ok(()));
+        assert!(request(&l, "a", None).is_err());
+        assert_eq!(request(&l, "b", None), Ok(()), "b is not a's bucket");
 
-        assert_eq!(l.admit_tenant("t1"), Ok(()));
-        assert_eq!(l.admit_tenant("t1"), Ok(()));
-        let refused = l.admit_tenant("t1").unwrap_err();
+        let (l, _clock) = limits(None, rate(1, 2));
+        assert_eq!(request(&l, "a1", Some("t1")), Ok(()));
+        assert_eq!(request(&l, "a2", Some("t1")), Ok(()));
+        let refused = request(&l, "a3", Some("t1")).unwrap_err();
         assert_eq!(refused.scope, Scope::Tenant);
         assert_eq!(refused.tenant.as_deref(), Some("t1"));
         assert!(refused.to_string().contains("perTenant"), "{refused}");
         assert!(refused.to_string().contains("\"t1\""), "{refused}");
-        assert_eq!(l.admit_tenant("t2"), Ok(()), "t2 is not t1's bucket");
+        assert_eq!(
+            request(&l, "b1", Some("t2")),
+            Ok(()),
+            "t2 is not t1's bucket"
+        );
+        // Installation admins have no tenant's bucket.
+        for _ in 0..10 {
+            assert_eq!(request(&l, "root", None), Ok(()));
+        }
+    }
+
+    #[test]
+    fn a_known_credentials_tenant_is_charged_before_its_token_is_read() {
+        let (l, _clock) = limits(None, rate(1, 2));
+        assert_eq!(request(&l, "a1", Some("t1")), Ok(()));
+        // Its second request: the tenant is charged at presentation.
+        let admission = l.admit_presented("a1").unwrap();
+        assert_eq!(admission.tenant_charged, true);
+        assert_eq!(l.admit_resolved("a1", Some("t1"), admission), Ok(()));
+        // The bucket is empty: the next is refused before any lookup.
+        let refused = l.admit_presented("a1").unwrap_err();
+        assert_eq!(refused.scope, Scope::Tenant);
+        // A credential seen for the first time is charged once resolved.
+        let admission = l.admit_presented("a2").unwrap();
+        assert_eq!(admission.tenant_charged, false);
+        assert_eq!(
+            l.admit_resolved("a2", Some("t1"), admission)
+                .unwrap_err()
+                .scope,
+            Scope::Tenant
+        );
     }
 
     #[test]
     fn no_setting_no_limit() {
         let (l, _clock) = limits(None, None);
         for _ in 0..10_000 {
-            assert_eq!(l.admit_subject("a"), Ok(()));
-            assert_eq!(l.admit_tenant("t"), Ok(()));
+            assert_eq!(request(&l, "a", Some("t")), Ok(()));
         }
         assert_eq!(l.buckets_held(), 0);
+        assert!(l.lock_tenants().is_empty(), "nothing remembered");
     }
 
     #[test]
     fn the_burst_defaults_to_the_rate() {
         let (l, _clock) = limits(rate(5, 0), None);
         for _ in 0..5 {
-            assert_eq!(l.admit_subject("a"), Ok(()));
+            assert_eq!(request(&l, "a", None), Ok(()));
         }
-        assert!(l.admit_subject("a").is_err());
+        assert!(request(&l, "a", None).is_err());
     }
 
     #[test]
-    fn refill_buckets_of_callers_gone_quiet_are_forgotten() {
+    fn buckets_of_callers_gone_quiet_are_forgotten() {
         let (l, clock) = limits(rate(100, 1), None);
         for i in 0..1000 {
-            let _ = l.admit_subject(&format!("caller-{i}"));
+            let _ = request(&l, &format!("caller-{i}"), None);
         }
         assert_eq!(l.buckets_held(), 1000);
         clock.advance(Duration::from_secs(1));
         // Enough admissions of one caller to reach the next sweep.
         for _ in 0..SWEEP_EVERY {
-            let _ = l.admit_subject("busy");
+            let _ = request(&l, "busy", None);
             clock.advance(Duration::from_millis(10));
         }
         assert!(l.buckets_held() <= 1, "held {}", l.buckets_held());
@@ -361,11 +469,11 @@ mod tests {
         let (l, _clock) = limits(rate(1, 1), rate(1, 1));
         let mut registry = Registry::default();
         l.register(&mut registry);
-        let _ = l.admit_subject("a");
-        let _ = l.admit_subject("a");
-        let _ = l.admit_tenant("t");
-        let _ = l.admit_tenant("t");
-        let _ = l.admit_tenant("t");
+        let _ = request(&l, "a", None);
+        let _ = request(&l, "a", None);
+        let _ = request(&l, "t1", Some("t"));
+        let _ = request(&l, "t2", Some("t"));
+        let _ = request(&l, "t3", Some("t"));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(

@@ -1,9 +1,10 @@
 //! `api.rateLimit` on a real in-process hub, over REST and gRPC, on SQLite
 //! and PostgreSQL: a tenant over its limit is refused 429 with
 //! `Retry-After` (gRPC RESOURCE_EXHAUSTED with `retry-after` metadata)
-//! while another tenant is served; the caller's bucket refuses before the
-//! token is even looked up; a refused write writes nothing; the refusals
-//! are counted in `/metrics`.
+//! while another tenant is served; the caller's bucket, and the tenant's
+//! for a credential seen before, refuse before the token is even looked
+//! up; a refused write writes nothing; the refusals are counted in
+//! `/metrics`.
 //!
 //! Buckets refill with real time, so each check is one that timing cannot
 //! turn around: a full bucket admits (a fresh tenant, a wait of
@@ -180,6 +181,27 @@ async fn a_tenant_over_its_limit_is_refused_and_another_is_served(backend: Backe
     // After the wait it names, tenant a is served again.
     tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
     assert_eq!(list_configurations(&hub, &a1, "a").await.status(), 200);
+
+    // A credential seen before has its tenant's bucket checked before its
+    // token is read: revoked now, a flood of it meets 429s (the store
+    // would answer 401 "revoked" to any request that reached it).
+    hub.store()
+        .revoke_token("a-automation", chrono::Utc::now())
+        .await
+        .unwrap();
+    let mut statuses = Vec::new();
+    for _ in 0..FLOOD {
+        let status = list_configurations(&hub, &a2, "a").await.status().as_u16();
+        statuses.push(status);
+        if status == 429 {
+            break;
+        }
+    }
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| [401, 429].contains(s)),
+        "{statuses:?}"
+    );
 
     let metrics = hub.scrape_metrics().await;
     let tenant_refusals = metrics

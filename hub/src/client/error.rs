@@ -56,12 +56,14 @@ impl ClientError {
     }
 
     /// Whether the hub may not have answered, so repeating the same request
-    /// can help: no connection, a timeout or a cut-off answer, or a proxy's
-    /// or the hub's "unavailable". A 4xx never is: the hub did answer.
+    /// can help: no connection, a timeout or a cut-off answer, a proxy's
+    /// or the hub's "unavailable", or the hub's rate limit (429: refused
+    /// before any work, so the same request later is safe). Any other 4xx
+    /// never is: the hub did answer.
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Unreachable { source, .. } => !source.is_builder(),
-            Self::Api { status, .. } => matches!(status, 502..=504),
+            Self::Api { status, .. } => matches!(status, 429 | 502..=504),
             // Retrying does not make a certificate trusted.
             Self::Usage(_) | Self::Other(_) | Self::GaveUp { .. } | Self::Tls { .. } => false,
         }
@@ -98,8 +100,8 @@ mod tests {
     }
 
     #[test]
-    fn only_a_missing_answer_is_retried() {
-        for status in [502, 503, 504] {
+    fn only_a_missing_answer_or_a_rate_limit_is_retried() {
+        for status in [429, 502, 503, 504] {
             assert!(api(status).is_retryable(), "{status}");
         }
         // The hub answered: repeating cannot change the outcome (a 409 for a

@@ -18,13 +18,13 @@ impl Service {
             ));
         };
         let hash = auth::hash_token(secret);
-        self.admit_subject(&hash)?;
+        let admission = self.admit_presented(&hash)?;
         let token = self
             .store
             .find_token(&hash)
             .await?
             .ok_or_else(|| ServiceError::Unauthenticated("unknown token".into()))?;
-        self.admit_tenant(valid_token(token, "token")?)
+        self.admit_resolved(&hash, valid_token(token, "token")?, admission)
     }
 
     /// Resolves a request's credentials: its bearer token when it sends
@@ -39,39 +39,42 @@ impl Service {
     ) -> Result<Principal> {
         match (bearer, client_cert) {
             (None, Some(Ok(name))) => {
-                self.admit_subject(&format!("cert:{name}"))?;
+                let subject = format!("cert:{name}");
+                let admission = self.admit_presented(&subject)?;
                 let token = self.store.find_token_by_name(name).await?.ok_or_else(|| {
                     ServiceError::Unauthenticated(format!(
                         "client certificate CN {name:?} names no API token \
                          (create it with clawfed-hub token create --name {name})"
                     ))
                 })?;
-                self.admit_tenant(valid_token(
-                    token,
-                    "the token the client certificate names",
-                )?)
+                let p = valid_token(token, "the token the client certificate names")?;
+                self.admit_resolved(&subject, p, admission)
             }
             (None, Some(Err(e))) => Err(ServiceError::Unauthenticated(e.to_string())),
             (bearer, _) => self.authenticate(bearer).await,
         }
     }
 
-    /// The caller's own bucket (`api.rateLimit.perSubject`), keyed by what
-    /// the request presents: no database work before it.
-    fn admit_subject(&self, presented: &str) -> Result<()> {
+    /// The rate limits' check before the store is read: the caller's
+    /// bucket, keyed by what the request presents, and its tenant's when
+    /// that credential was seen before.
+    fn admit_presented(&self, subject: &str) -> Result<crate::ratelimit::Admission> {
         self.rate_limits
-            .admit_subject(presented)
+            .admit_presented(subject)
             .map_err(ServiceError::RateLimited)
     }
 
-    /// The bucket of the tenant `p` is scoped to (`api.rateLimit.perTenant`);
-    /// installation admins have none.
-    fn admit_tenant(&self, p: Principal) -> Result<Principal> {
-        if let Some(tenant) = p.namespace.as_deref() {
-            self.rate_limits
-                .admit_tenant(tenant)
-                .map_err(ServiceError::RateLimited)?;
-        }
+    /// The check after: the tenant `p` is scoped to, for a credential seen
+    /// for the first time (installation admins have no tenant's bucket).
+    fn admit_resolved(
+        &self,
+        subject: &str,
+        p: Principal,
+        admission: crate::ratelimit::Admission,
+    ) -> Result<Principal> {
+        self.rate_limits
+            .admit_resolved(subject, p.namespace.as_deref(), admission)
+            .map_err(ServiceError::RateLimited)?;
         Ok(p)
     }
 
