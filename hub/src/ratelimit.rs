@@ -413,14 +413,14 @@ mod tests {
         assert_eq!(request(&l, "a1", Some("t1")), Ok(()));
         // Its second request: the tenant is charged at presentation.
         let admission = l.admit_presented("a1").unwrap();
-        assert_eq!(admission.tenant_charged, true);
+        assert!(admission.tenant_charged);
         assert_eq!(l.admit_resolved("a1", Some("t1"), admission), Ok(()));
         // The bucket is empty: the next is refused before any lookup.
         let refused = l.admit_presented("a1").unwrap_err();
         assert_eq!(refused.scope, Scope::Tenant);
         // A credential seen for the first time is charged once resolved.
         let admission = l.admit_presented("a2").unwrap();
-        assert_eq!(admission.tenant_charged, false);
+        assert!(!admission.tenant_charged);
         assert_eq!(
             l.admit_resolved("a2", Some("t1"), admission)
                 .unwrap_err()

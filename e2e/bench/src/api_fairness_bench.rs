@@ -5,9 +5,10 @@
 //! Tenant B reads at a steady `--b-rate` (open loop: each request is sent
 //! on schedule whether or not the one before has been answered, so a slow
 //! hub cannot hide its slowness by slowing B down): `GET` of its
-//! Configurations. Tenant A floods with `--flooders` connections, each
-//! writing a Configuration, then the next, without pause, ignoring
-//! `Retry-After` (the worst neighbour). Four phases of `--seconds` each,
+//! Configurations. Tenant A floods with `--flooders` connections writing
+//! Configurations at `--a-rate` a second in all, ignoring `Retry-After`
+//! (the worst neighbour); the same offered rate on both hubs, so the
+//! limit is the only difference. Four phases of `--seconds` each,
 //! on two hubs: without `api.rateLimit`, B alone then B beside A's flood;
 //! with it (`--tenant-rate`, burst twice that), the same two. The verdict
 //! compares like with like: B's p99 beside the flood divided by B's p99
@@ -44,6 +45,11 @@ struct Args {
     /// Tenant A's concurrent flooding connections.
     #[arg(long, default_value_t = 32)]
     flooders: usize,
+    /// Tenant A's offered writes per second, over all its connections,
+    /// the same on both hubs (each connection waits for its answer, so
+    /// a slower hub is offered fewer).
+    #[arg(long, default_value_t = 2000)]
+    a_rate: u64,
     /// Seconds each phase is measured.
     #[arg(long, default_value_t = 10)]
     seconds: u64,
@@ -91,8 +97,8 @@ impl Phase {
 
 async fn run(a: Args) -> anyhow::Result<bool> {
     anyhow::ensure!(
-        a.b_rate > 0 && a.seconds > 0 && a.tenant_rate > 0,
-        "--b-rate, --seconds and --tenant-rate must be at least 1"
+        a.b_rate > 0 && a.seconds > 0 && a.tenant_rate > 0 && a.a_rate > 0 && a.flooders > 0,
+        "--b-rate, --a-rate, --flooders, --seconds and --tenant-rate must be at least 1"
     );
     let hub_bin = clawfed_bench::hub_bin_built_by(
         a.hub_bin.clone(),
@@ -100,12 +106,13 @@ async fn run(a: Args) -> anyhow::Result<bool> {
     )?;
     println!(
         "api-fairness-bench: hub {} ({}), {}, B {} req/s open loop (GET its Configurations), \
-         A {} connections writing Configurations without pause, {} s a phase",
+         A {} connections writing Configurations at {} req/s offered, {} s a phase",
         hub_bin.display(),
         clawfed_bench::profile_of(&hub_bin),
         if a.postgres { "PostgreSQL" } else { "SQLite" },
         a.b_rate,
         a.flooders,
+        a.a_rate,
         a.seconds
     );
     let limits = format!(
@@ -272,9 +279,13 @@ async fn phase(
         for f in 0..a.flooders {
             let (client, stop) = (client.clone(), stop.clone());
             let (admitted, refused) = (admitted.clone(), refused.clone());
+            let pace = Duration::from_secs_f64(a.flooders as f64 / a.a_rate as f64);
             flooders.spawn(async move {
+                let mut ticker = tokio::time::interval(pace);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
+                    ticker.tick().await;
                     i += 1;
                     let body = json!({ "name": format!("a-{f}-{i}"), "data": { "model": "m" } });
                     match client
