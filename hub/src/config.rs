@@ -115,6 +115,10 @@ pub struct Config {
     /// The watch API: event log retention and stream limits.
     #[serde(default)]
     pub watch: crate::watch::WatchSettings,
+    /// Each tenant's limits: Agents, running Agents, revisions an hour,
+    /// credentials.
+    #[serde(default)]
+    pub quotas: crate::quota::QuotaSettings,
     /// Which safety polls the file set; the others take their backend's
     /// default ([`Config::apply_backend_defaults`]).
     #[serde(skip)]
@@ -178,6 +182,7 @@ impl Default for Config {
             link: LinkSettings::default(),
             pipeline: PipelineSettings::default(),
             gateway: GatewaySettings::default(),
+            quotas: Default::default(),
             tunnel: TunnelSettings::default(),
             log: LogConfig::default(),
             drivers: DriversConfig::default(),

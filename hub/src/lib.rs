@@ -5,6 +5,7 @@
 //! - [`model`]: domain types (what the store keeps, what REST returns).
 //! - [`auth`]: API tokens, roles, permission rules (pure).
 //! - [`ratelimit`]: API request rate limits per caller and per tenant.
+//! - [`quota`]: tenant quotas (Agents, running Agents, revisions an hour, credentials).
 //! - [`store`]: the desired-state store trait; PostgreSQL and SQLite.
 //! - [`service`]: the one service layer behind REST and gRPC.
 //! - [`secrets`]: write-only Agent credentials sealed at rest (AES-256-GCM)
@@ -38,6 +39,7 @@ pub mod gateway;
 pub mod link;
 pub mod model;
 pub mod pipeline;
+pub mod quota;
 pub mod ratelimit;
 pub mod runtime_config;
 pub mod secrets;

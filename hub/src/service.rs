@@ -9,6 +9,7 @@
 //! - `runtime.rs`: diagnose and chat, the calls that reach an Agent's
 //!   running revision (through [`diagnose`] and [`chat`]).
 //! - `fleet.rs`: fleet counts and the watch stream.
+//! - `quotas.rs`: tenant quotas, their usage and the checks writes carry.
 //! - `records.rs`: audit events and work items.
 //! - `validate.rs`, `patterns.rs`: input rules and their JSON Schema
 //!   spellings.
@@ -26,6 +27,7 @@ mod credentials;
 mod drain;
 mod fleet;
 mod namespaces;
+mod quotas;
 mod records;
 mod revisions;
 mod runtime;
@@ -65,6 +67,9 @@ pub enum ServiceError {
     /// The store is unavailable; retrying later may succeed.
     #[error("{0}")]
     Unavailable(String),
+    /// The write would take a tenant past a quota (`quotas`).
+    #[error("{0}")]
+    QuotaExceeded(crate::quota::QuotaExceeded),
     /// Over a rate limit (`api.rateLimit`): retry after the time it says.
     #[error("{0}")]
     RateLimited(crate::ratelimit::Limited),
@@ -85,6 +90,7 @@ impl From<StoreError> for ServiceError {
             StoreError::AlreadyExists { .. } => Self::AlreadyExists(message),
             StoreError::Conflict { .. } => Self::Conflict(message),
             StoreError::FailedPrecondition(_) => Self::FailedPrecondition(message),
+            StoreError::QuotaExceeded(q) => Self::QuotaExceeded(q),
             StoreError::Unavailable(_) => Self::Unavailable("database unavailable".into()),
             StoreError::Database(_)
             | StoreError::Migrate(_)
@@ -125,6 +131,8 @@ pub struct Policy {
     /// The installation's Harness settings: what a revision requests of
     /// its cluster, for placement at deploy.
     pub workload: crate::compute_driver::WorkloadSettings,
+    /// Each tenant's limits (`quotas`).
+    pub quotas: crate::quota::QuotaSettings,
 }
 
 impl Default for Policy {
@@ -138,6 +146,7 @@ impl Default for Policy {
             harness_port: clawfed_proto::work::harness::DEFAULT_PORT,
             gateway_node_selector_required: false,
             workload: Default::default(),
+            quotas: Default::default(),
         }
     }
 }

@@ -102,6 +102,9 @@ pub enum StoreError {
     /// The database URL names no supported backend.
     #[error("unsupported database url {0:?}: use postgres://… or sqlite://…")]
     UnsupportedUrl(String),
+    /// The write would take a tenant past a quota; it was rolled back.
+    #[error(transparent)]
+    QuotaExceeded(#[from] crate::quota::QuotaExceeded),
 }
 
 /// Which backend a store runs on.
@@ -146,6 +149,9 @@ pub struct NewWork {
 pub struct Effects {
     pub audit: NewAudit,
     pub work: Vec<NewWork>,
+    /// Tenant quotas the write must stay within, checked in its
+    /// transaction after the write (over one: rolled back, nothing kept).
+    pub quotas: Vec<QuotaCheck>,
 }
 
 impl Effects {
@@ -154,8 +160,17 @@ impl Effects {
         Self {
             audit,
             work: Vec::new(),
+            quotas: Vec::new(),
         }
     }
+}
+
+/// One tenant quota a write must stay within.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaCheck {
+    pub namespace: String,
+    pub kind: crate::quota::QuotaKind,
+    pub limit: i64,
 }
 
 /// A namespace to create.
@@ -406,6 +421,13 @@ pub trait Store:
     async fn list_namespaces(&self, only: Option<&str>) -> Result<Vec<Namespace>>;
     /// Deletes an empty namespace (no Agents); its tokens go with it.
     async fn delete_namespace(&self, name: &str, fx: &Effects) -> Result<()>;
+    /// What tenant `namespace` has in use of each quota; revisions count
+    /// from an hour before `now`.
+    async fn quota_usage(
+        &self,
+        namespace: &str,
+        now: DateTime<Utc>,
+    ) -> Result<crate::quota::QuotaUsage>;
     /// Sets a namespace's state (and why), with its audit and work.
     async fn set_namespace_state(
         &self,

@@ -25,6 +25,7 @@ const state = {
   loaded: false,
   clusters: new Map(), // name -> cluster (+ certificateExpiresAt, changedAt)
   tenants: new Map(), // name -> namespace
+  quotas: new Map(), // tenant name -> its quotas (limits and use), or null
   agents: new Map(), // "ns/name" -> { ns, agent, revision, asOf }
   work: null, // failed work items, or null when not readable
   fleet: null,
@@ -218,6 +219,25 @@ function mergeClusters(list, replace) {
   if (replace) for (const n of [...state.clusters.keys()]) if (!names.has(n)) state.clusters.delete(n);
 }
 
+/** Each tenant's quotas (`null` where the token may not read them). */
+async function loadQuotas(tenants, gen) {
+  const got = await Promise.all(tenants.map((t) => readable(api(`/namespaces/${enc(t)}/quota`, gen), null)
+    .catch((e) => (e.status === 404 ? null : Promise.reject(e)))));
+  return new Map(tenants.map((t, i) => [t, got[i]]));
+}
+
+const QUOTA_LABEL = {
+  agents: 'agents', runningAgents: 'running', revisionsPerHour: 'revisions/h', credentials: 'credentials',
+};
+
+/** "agents 2/5, running 1/1, revisions/h 3, credentials 0": use/limit, or use alone without a limit. */
+const quotaSummary = (q) => (q
+  ? q.items.map((i) => `${QUOTA_LABEL[i.name] || i.name} ${i.used}${i.limit === undefined || i.limit === null ? '' : `/${i.limit}`}`).join(', ')
+  : '-');
+
+/** True when some quota of `q` is used up. */
+const quotaFull = (q) => !!q && q.items.some((i) => i.limit !== undefined && i.limit !== null && i.used >= i.limit);
+
 async function loadAll(gen) {
   const [clusters, namespaces, work, fleet] = await Promise.all([
     readable(api('/clusters', gen), { items: [] }),
@@ -228,6 +248,7 @@ async function loadAll(gen) {
   const agents = await loadAgents(namespaces.items, gen);
   mergeClusters(clusters.items, true);
   state.tenants = new Map(namespaces.items.map((n) => [n.name, n]));
+  state.quotas = await loadQuotas([...state.tenants.keys()], gen);
   state.agents = new Map();
   agents.forEach(mergeAgent);
   state.work = work ? work.items : null;
@@ -278,6 +299,9 @@ function scheduleRefresh(...what) {
           (await loadAgents(n.items, gen)).forEach(mergeAgent);
         }));
       }
+      if (parts.has('quotas')) {
+        jobs.push(loadQuotas([...state.tenants.keys()], gen).then((q) => { state.quotas = q; }));
+      }
       if (parts.has('detail')) jobs.push(loadDetail(gen));
       await Promise.all(jobs);
     } catch (e) {
@@ -322,6 +346,8 @@ function applyEvent(ev) {
       break;
     }
     case 'revision.phase': {
+      // A deploy, a stop or a new Agent changes what the tenant uses.
+      scheduleRefresh('quotas');
       const entry = state.agents.get(`${ev.namespace}/${b.agent}`);
       if (!entry) {
         scheduleRefresh('agents', 'fleet'); // an Agent listed after we listed
@@ -498,12 +524,13 @@ function overview() {
   parts.push(el('h2', {}, 'Tenants'));
   const tenants = [...state.tenants.values()].sort((a, b) => a.name.localeCompare(b.name));
   const agentCount = (ns) => [...state.agents.values()].filter((a) => a.ns === ns).length;
-  parts.push(table('Tenants', ['Tenant', 'Display name', 'State', 'Agents', 'Data-plane namespace'],
+  parts.push(table('Tenants', ['Tenant', 'Display name', 'State', 'Agents', 'Quotas (used/limit)', 'Data-plane namespace'],
     tenants.map((t) => el('tr', { 'data-tenant': t.name },
       el('td', {}, t.name),
       el('td', { class: 'display-name' }, t.displayName),
       el('td', {}, t.state, t.stateReason ? el('span', { class: 'muted' }, ` (${t.stateReason})`) : null),
       el('td', { class: 'num' }, agentCount(t.name)),
+      el('td', { class: quotaFull(state.quotas.get(t.name)) ? 'quota full' : 'quota' }, quotaSummary(state.quotas.get(t.name))),
       el('td', { class: 'muted' }, t.dataPlaneNamespace))),
     'No tenants.'));
 

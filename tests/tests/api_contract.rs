@@ -963,6 +963,7 @@ const TWINS: &[(&str, &str)] = &[
     ("post /api/v1/namespaces", "CreateNamespace"),
     ("get /api/v1/namespaces/{ns}", "GetNamespace"),
     ("delete /api/v1/namespaces/{ns}", "DeleteNamespace"),
+    ("get /api/v1/namespaces/{ns}/quota", "GetQuota"),
     (
         "get /api/v1/namespaces/{ns}/configurations",
         "ListConfigurations",

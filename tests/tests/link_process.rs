@@ -838,6 +838,7 @@ async fn a_restarted_hub_runs_its_dead_incarnations_claimed_work_at_once() {
     // A namespace and its provisioning, as the hub's API queues them.
     let id = uuid::Uuid::now_v7().to_string();
     let fx = clawfed_hub::store::Effects {
+        quotas: Vec::new(),
         audit: clawfed_hub::store::NewAudit {
             actor: "test".into(),
             action: "namespace.create".into(),

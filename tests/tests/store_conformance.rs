@@ -116,6 +116,7 @@ mod cases {
     pub async fn namespaces_round_trip_with_atomic_effects(s: Arc<dyn Store>) {
         let id = uuid::Uuid::now_v7().to_string();
         let fx = Effects {
+            quotas: Vec::new(),
             audit: audit("namespace.create", Some("team-a"), "namespaces/team-a"),
             work: vec![work("namespace.provision", Some(&id), &id)],
         };
@@ -165,6 +166,7 @@ mod cases {
                     adopted: false,
                 },
                 &Effects {
+                    quotas: Vec::new(),
                     audit: audit("namespace.create", Some("team-a"), "dup"),
                     work: vec![work("namespace.provision", None, "dup")],
                 },
@@ -1943,6 +1945,109 @@ mod cases {
         assert!(s.get_report(&c.id, t, "readiness").await.unwrap().is_none());
     }
 
+    /// Issue 36 part 2: a write carrying a quota check is kept only while
+    /// the tenant stays within the limit, counted in the write's own
+    /// transaction: eight concurrent creates against a limit of three
+    /// leave exactly three, and the refusals name the quota, its limit
+    /// and what is in use. Running Agents and revisions an hour likewise;
+    /// another tenant is not counted, and a hub's move is not the tenant's.
+    pub async fn quotas_hold_under_concurrent_writes(s: Arc<dyn Store>) {
+        use clawfed_hub::quota::{QuotaExceeded, QuotaKind};
+        use clawfed_hub::store::QuotaCheck;
+        namespace(s.as_ref(), "team-a").await;
+        namespace(s.as_ref(), "team-b").await;
+        agent(s.as_ref(), "team-b", "other").await;
+        let within = |kind: QuotaKind, limit: i64| {
+            let mut fx = fx("counted");
+            fx.quotas.push(QuotaCheck {
+                namespace: "team-a".into(),
+                kind,
+                limit,
+            });
+            fx
+        };
+        let creates = (0..8).map(|i| {
+            let (s, fx) = (s.clone(), within(QuotaKind::Agents, 3));
+            async move {
+                let new = NewAgent {
+                    namespace: "team-a".into(),
+                    name: format!("bot-{i}"),
+                    spec: spec("img:1"),
+                };
+                s.create_agent(&new, &fx).await
+            }
+        });
+        let results = futures::future::join_all(creates).await;
+        let kept = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(kept, 3, "{results:?}");
+        let want = QuotaExceeded {
+            kind: QuotaKind::Agents,
+            namespace: "team-a".into(),
+            limit: 3,
+            used: 3,
+        };
+        for refused in results.iter().filter_map(|r| r.as_ref().err()) {
+            assert!(
+                matches!(refused, StoreError::QuotaExceeded(q) if *q == want),
+                "{refused}"
+            );
+        }
+        let agents = s.list_agents("team-a").await.unwrap();
+        assert_eq!(agents.len(), 3, "the refused creates left nothing");
+        let usage = s.quota_usage("team-a", Utc::now()).await.unwrap();
+        assert_eq!(usage.agents, 3, "team-b's Agent is not counted");
+
+        // Running Agents: a second deploy of a running Agent adds none.
+        let (first, second) = (&agents[0].name, &agents[1].name);
+        let running = within(QuotaKind::RunningAgents, 1);
+        s.deploy(&revision("team-a", first, 1, "img:1"), &running)
+            .await
+            .unwrap();
+        s.deploy(&revision("team-a", first, 1, "img:2"), &running)
+            .await
+            .expect("a running Agent's redeploy stays at one running");
+        let refused = s
+            .deploy(&revision("team-a", second, 1, "img:1"), &running)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&refused, StoreError::QuotaExceeded(q)
+                if q.kind == QuotaKind::RunningAgents && q.limit == 1 && q.used == 1),
+            "{refused}"
+        );
+        let a = s.get_agent("team-a", second).await.unwrap();
+        assert_eq!(a.latest_revision, None, "the refused deploy left nothing");
+        assert_eq!(a.desired_state, DesiredState::Stopped);
+
+        // Revisions an hour: the two deploys above count, the window is
+        // the hour before the write.
+        let per_hour = within(QuotaKind::RevisionsPerHour, 3);
+        s.deploy(&revision("team-a", first, 1, "img:3"), &per_hour)
+            .await
+            .unwrap();
+        let refused = s
+            .deploy(&revision("team-a", first, 1, "img:4"), &per_hour)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&refused, StoreError::QuotaExceeded(q)
+                if q.kind == QuotaKind::RevisionsPerHour && q.used == 3),
+            "{refused}"
+        );
+        let usage = s.quota_usage("team-a", Utc::now()).await.unwrap();
+        assert_eq!(usage.revisions_last_hour, 3);
+        assert_eq!(usage.running_agents, 1);
+        let later = s
+            .quota_usage("team-a", Utc::now() + chrono::Duration::minutes(61))
+            .await
+            .unwrap();
+        assert_eq!(later.revisions_last_hour, 0, "an hour later none count");
+        assert!(matches!(
+            s.quota_usage("ghost", Utc::now()).await,
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
     /// Concurrent puts to one cluster (on PostgreSQL through the
     /// `clawfed_outbox_put` function, issue 17): sequences stay dense and
     /// distinct, each (target, generation) is queued once, a newer
@@ -3160,6 +3265,7 @@ clawfed_tests::on_both_databases!(
     outbox_supersedes_and_reports_keep_the_newest,
     outbox_acked_latest_and_resend,
     outbox_concurrent_puts_are_dense_and_once,
+    quotas_hold_under_concurrent_writes,
     transport_key_is_shared_and_only_hashes_are_kept,
     revocations_are_paged_by_commit_sequence_not_by_clock,
     session_epochs_fence_offline_marking,

@@ -34,6 +34,8 @@ pub enum ErrorCode {
     Unavailable,
     /// Over a rate limit (HTTP 429 with `Retry-After`).
     ResourceExhausted,
+    /// Over a tenant quota (HTTP 403; gRPC RESOURCE_EXHAUSTED).
+    QuotaExceeded,
     /// A watch cursor older than the kept log (HTTP 410 Gone).
     OutOfRange,
     Internal,
@@ -52,6 +54,7 @@ impl ErrorCode {
             ServiceError::FailedPrecondition(_) => Self::FailedPrecondition,
             ServiceError::Unavailable(_) => Self::Unavailable,
             ServiceError::RateLimited(_) => Self::ResourceExhausted,
+            ServiceError::QuotaExceeded(_) => Self::QuotaExceeded,
             ServiceError::OutOfRange(_) => Self::OutOfRange,
             ServiceError::Internal(_) => Self::Internal,
         }
@@ -70,6 +73,7 @@ impl ErrorCode {
             Self::PayloadTooLarge => "payload_too_large",
             Self::Unavailable => "unavailable",
             Self::ResourceExhausted => "resource_exhausted",
+            Self::QuotaExceeded => "quota_exceeded",
             Self::OutOfRange => "out_of_range",
             Self::Internal => "internal",
         }
@@ -80,7 +84,7 @@ impl ErrorCode {
         match self {
             Self::InvalidArgument => StatusCode::BAD_REQUEST,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
-            Self::PermissionDenied => StatusCode::FORBIDDEN,
+            Self::PermissionDenied | Self::QuotaExceeded => StatusCode::FORBIDDEN,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::AlreadyExists | Self::Conflict | Self::FailedPrecondition => StatusCode::CONFLICT,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -103,7 +107,7 @@ impl ErrorCode {
             Self::FailedPrecondition => tonic::Code::FailedPrecondition,
             Self::PayloadTooLarge => tonic::Code::ResourceExhausted,
             Self::Unavailable => tonic::Code::Unavailable,
-            Self::ResourceExhausted => tonic::Code::ResourceExhausted,
+            Self::ResourceExhausted | Self::QuotaExceeded => tonic::Code::ResourceExhausted,
             Self::OutOfRange => tonic::Code::OutOfRange,
             Self::Internal => tonic::Code::Internal,
         }
@@ -125,6 +129,9 @@ pub struct ErrorDetail {
     /// The offending field, for `invalid_argument`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// The quota, its limit and what is in use, for `quota_exceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<crate::quota::QuotaItem>,
 }
 
 impl ApiError {
@@ -150,13 +157,19 @@ impl ApiError {
 
     /// An error with an explicit code (REST-only conditions such as body size).
     pub fn response(code: ErrorCode, message: String, field: Option<String>) -> Response {
-        let body = ErrorBody {
-            error: ErrorDetail {
+        Self::response_with(
+            code,
+            ErrorDetail {
                 code: code.as_str().into(),
                 message,
                 field,
+                quota: None,
             },
-        };
+        )
+    }
+
+    fn response_with(code: ErrorCode, detail: ErrorDetail) -> Response {
+        let body = ErrorBody { error: detail };
         let mut response = (code.http_status(), Json(body)).into_response();
         if code == ErrorCode::Unauthenticated {
             response.headers_mut().insert(
@@ -170,7 +183,22 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = Self::response(ErrorCode::of(&self.0), self.message(), self.field());
+        let code = ErrorCode::of(&self.0);
+        let quota = match &self.0 {
+            ServiceError::QuotaExceeded(q) => Some(crate::quota::QuotaItem {
+                name: q.kind.as_str().to_owned(),
+                limit: Some(q.limit),
+                used: q.used,
+            }),
+            _ => None,
+        };
+        let detail = ErrorDetail {
+            code: code.as_str().into(),
+            message: self.message(),
+            field: self.field(),
+            quota,
+        };
+        let mut response = Self::response_with(code, detail);
         if let Some(secs) = self.retry_after_secs() {
             response
                 .headers_mut()

@@ -172,6 +172,22 @@ impl AdminService for AdminApi {
         reply(pb::DeleteNamespaceResponse {})
     }
 
+    async fn get_quota(&self, req: Request<pb::GetQuotaRequest>) -> Reply<pb::TenantQuota> {
+        let (p, r) = self.open(req).await?;
+        let status = self
+            .service
+            .quota(&p, required("namespace", &r.namespace)?)
+            .await?;
+        reply(pb::TenantQuota {
+            namespace: status.namespace,
+            items: all(status.items, |i| pb::QuotaItem {
+                name: i.name,
+                limit: i.limit,
+                used: i.used,
+            }),
+        })
+    }
+
     async fn create_configuration(
         &self,
         req: Request<pb::CreateConfigurationRequest>,

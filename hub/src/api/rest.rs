@@ -53,6 +53,7 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
             namespaces::get_namespace,
             namespaces::delete_namespace
         ))
+        .routes(routes!(namespaces::get_quota))
         .routes(routes!(
             configurations::list_configurations,
             configurations::create_configuration

@@ -153,6 +153,10 @@ pub(super) enum NamespaceCommand {
     Delete {
         name: String,
     },
+    /// The namespace's quotas: each limit and what is in use.
+    Quota {
+        name: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -81,6 +81,12 @@ async fn run(cli: Cli) -> ClientResult<String> {
                 };
                 one(f, c.post::<_, Namespace>("/namespaces", &body).await?)
             }
+            NamespaceCommand::Quota { name } => {
+                let status = c
+                    .get::<crate::quota::TenantQuotaStatus>(&format!("/namespaces/{name}/quota"))
+                    .await?;
+                list(f, status.items.into())
+            }
             NamespaceCommand::Delete { name } => {
                 c.delete(&format!("/namespaces/{name}")).await?;
                 // With execution clusters the teardown runs there first.

@@ -71,6 +71,15 @@ impl Tabular for Namespace {
     }
 }
 
+impl Tabular for crate::quota::QuotaItem {
+    fn headers() -> &'static [&'static str] {
+        &["QUOTA", "USED", "LIMIT"]
+    }
+    fn row(&self) -> Vec<String> {
+        vec![self.name.clone(), self.used.to_string(), opt(&self.limit)]
+    }
+}
+
 impl Tabular for Configuration {
     fn headers() -> &'static [&'static str] {
         &["NAME", "VERSION", "AGE"]

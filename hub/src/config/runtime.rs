@@ -102,6 +102,7 @@ impl Config {
             gateway_node_selector_required: self.mode == InstallationMode::Production
                 && self.gateway.options.node_selector.is_empty(),
             workload: self.workload_settings(),
+            quotas: self.quotas.clone(),
         }
     }
 

@@ -6,6 +6,7 @@ use super::access::Mutation;
 use super::{Result, Service, ServiceError, validate};
 use crate::auth::{Action, Principal};
 use crate::model::{Agent, CreateAgent, UpdateAgent};
+use crate::quota::QuotaKind;
 use crate::store::{Effects, NewAgent, NewWork, StoreError};
 
 impl Service {
@@ -17,7 +18,8 @@ impl Service {
             validate::agent_spec(&req.spec, self.policy.default_agent_image.is_some())?;
             self.check_configuration_exists(ns, req.spec.configuration.as_deref())
                 .await?;
-            let fx = m.ok();
+            let mut fx = m.ok();
+            fx.quotas = self.quota_checks(ns, &[QuotaKind::Agents]);
             let new = NewAgent {
                 namespace: ns.to_owned(),
                 name: req.name.clone(),

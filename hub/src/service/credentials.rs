@@ -7,6 +7,7 @@ use super::access::Mutation;
 use super::{Result, Service, ServiceError};
 use crate::auth::{Action, Principal};
 use crate::model::CredentialMeta;
+use crate::quota::QuotaKind;
 use crate::secrets::SecretValue;
 
 impl Service {
@@ -50,7 +51,8 @@ impl Service {
             let sealed = secrets
                 .seal_credential(&a.id, kind, &value)
                 .map_err(|e| ServiceError::Internal(e.to_string()))?;
-            let fx = m.ok();
+            let mut fx = m.ok();
+            fx.quotas = self.quota_checks(ns, &[QuotaKind::Credentials]);
             Ok(self
                 .store
                 .set_agent_credential(&a.id, kind, &sealed, &fx)

@@ -43,6 +43,7 @@ impl Service {
                 adopted: req.adopt_namespace.is_some(),
             };
             let fx = Effects {
+                quotas: Vec::new(),
                 audit: m.event("ok", None),
                 work: vec![NewWork {
                     kind: kinds::NAMESPACE_PROVISION.into(),
@@ -127,6 +128,7 @@ impl Service {
                 )));
             }
             let fx = Effects {
+                quotas: Vec::new(),
                 audit: m.event("ok", Some("teardown queued".into())),
                 work: vec![crate::worker::kinds::teardown_work(
                     &ns.id,

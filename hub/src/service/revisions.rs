@@ -10,6 +10,7 @@ use super::access::Mutation;
 use super::{Result, Service, ServiceError, validate};
 use crate::auth::{Action, Principal};
 use crate::model::{Agent, AgentRevision, DeployRequest, DesiredState};
+use crate::quota::QuotaKind;
 use crate::store::{IdempotencyKey, NewRevision, StoreError};
 
 impl Service {
@@ -163,6 +164,7 @@ impl Service {
             requested_by: Some(p.token_id.clone()),
         };
         let mut fx = m.ok();
+        fx.quotas = self.quota_checks(ns, &[QuotaKind::RunningAgents, QuotaKind::RevisionsPerHour]);
         if self.policy.pipeline {
             let namespace = self.store.get_namespace(ns).await?;
             fx.work.push(crate::worker::kinds::rollout_work(

@@ -20,6 +20,7 @@ mod configurations;
 mod failover;
 mod fleet;
 mod namespaces;
+mod quotas;
 mod revisions;
 mod run;
 mod secrets;
@@ -236,6 +237,9 @@ impl SqlStore {
         fx: &Effects,
         now: DateTime<Utc>,
     ) -> Result<()> {
+        for quota in &fx.quotas {
+            quotas::check(self, tx, quota, now).await?;
+        }
         audit::insert_audit(self, tx, &fx.audit, now).await?;
         for work in &fx.work {
             work::insert_work(self, tx, work, now).await?;
@@ -313,6 +317,15 @@ impl Store for SqlStore {
 
     async fn delete_namespace(&self, name: &str, fx: &Effects) -> Result<()> {
         namespaces::delete_namespace(self, name, fx).await
+    }
+
+    // Quotas: sql/quotas.rs.
+    async fn quota_usage(
+        &self,
+        namespace: &str,
+        now: DateTime<Utc>,
+    ) -> Result<crate::quota::QuotaUsage> {
+        quotas::quota_usage(self, namespace, now).await
     }
 
     async fn set_namespace_state(

@@ -62,6 +62,7 @@ pub(super) async fn deploy_move(
         requested_by: order.requested_by.clone(),
     };
     let fx = Effects {
+        quotas: Vec::new(),
         audit: NewAudit {
             actor: order.actor.into(),
             action: order.action.into(),

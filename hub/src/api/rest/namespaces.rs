@@ -10,6 +10,7 @@ use super::{ApiResult, created, with_etag};
 use crate::api::AppState;
 use crate::api::error::ErrorBody;
 use crate::model::{CreateNamespace, List, Namespace};
+use crate::quota::TenantQuotaStatus;
 
 /// List the namespaces the caller may see.
 #[utoipa::path(get, path = "/api/v1/namespaces", tag = "namespaces",
@@ -44,6 +45,19 @@ pub(super) async fn get_namespace(
 ) -> ApiResult<Response> {
     let n = s.service.get_namespace(&p, &ns).await?;
     Ok(with_etag(n.version, n))
+}
+
+/// A namespace's quotas: each limit (`quotas` in the hub's configuration;
+/// absent: none) and what the tenant has in use.
+#[utoipa::path(get, path = "/api/v1/namespaces/{ns}/quota", tag = "namespaces",
+    params(("ns" = String, Path)),
+    responses((status = 200, body = TenantQuotaStatus), (status = 404, body = ErrorBody)))]
+pub(super) async fn get_quota(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    PathParams(ns): PathParams<String>,
+) -> ApiResult<Json<TenantQuotaStatus>> {
+    Ok(Json(s.service.quota(&p, &ns).await?))
 }
 
 /// Delete an empty namespace: 204 when it is gone, 202 when its teardown in
