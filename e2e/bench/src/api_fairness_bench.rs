@@ -18,22 +18,17 @@
 //!  "$CARGO_TARGET_DIR"/release/api-fairness-bench [--postgres]`
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use clap::Parser;
-use clawfed_bench::MIGRATE_ON_START;
-use clawfed_bench::hubconf::{HubYaml, listening_line};
+use clawfed_bench::hubconf::{HubYaml, spawn_hub};
 use clawfed_hub::auth::Role;
 use clawfed_hub::client::HubClient;
 use clawfed_hub::store::{self, NewToken, Store};
 use reqwest::Method;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
 #[derive(Debug, Parser)]
 #[command(name = "api-fairness-bench")]
@@ -201,7 +196,8 @@ async fn on_one_hub(
         ..HubYaml::new(db_url)
     }
     .write(dir)?;
-    let (_child, rest) = spawn_hub(hub_bin, &config, &dir.join("hub.log")).await?;
+    let hub = spawn_hub(hub_bin, &config, &dir.join("hub.log")).await?;
+    let rest = hub.rest.clone();
     let admin = HubClient::new(&rest, Some(root))?;
     for ns in ["tenant-a", "tenant-b"] {
         admin
@@ -239,29 +235,6 @@ async fn mint(store: &dyn Store, name: &str, ns: &str) -> anyhow::Result<String>
         })
         .await?;
     Ok(minted.secret)
-}
-
-async fn spawn_hub(bin: &Path, config: &Path, log: &Path) -> anyhow::Result<(Child, String)> {
-    let log = std::fs::File::create(log)?;
-    let mut child = Command::new(bin)
-        .arg("--config")
-        .arg(config)
-        .arg("serve")
-        .env(MIGRATE_ON_START.0, MIGRATE_ON_START.1)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(log))
-        .kill_on_drop(true)
-        .spawn()
-        .context("spawn hub")?;
-    let mut stdout = BufReader::new(child.stdout.take().context("stdout")?).lines();
-    let line = listening_line(&mut stdout, "hub exited before listening (see its log)").await?;
-    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
-    let rest = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("rest="))
-        .map(str::to_owned)
-        .with_context(|| format!("no rest= in {line:?}"))?;
-    Ok((child, rest))
 }
 
 /// B at its rate for `window`, with A flooding when `flood` is given.

@@ -1,11 +1,12 @@
-//! The hub's YAML configuration as the benches write it, and the wait for
-//! a started hub's "listening" line.
+//! The hub's YAML configuration as the benches write it, the hub started
+//! as a child process, and the wait for its "listening" line.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::io::{AsyncBufRead, Lines};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, Command};
 
 /// A bench hub's configuration: the API listeners on free loopback ports,
 /// the link on `link_addr` with its CA in `<dir>/ca`, text logs at warn.
@@ -100,4 +101,48 @@ pub async fn listening_line<R: AsyncBufRead + Unpin>(
     })
     .await
     .context("hub did not start within 60 s")?
+}
+
+/// A `clawfed-hub serve` a bench started: the child (killed on drop) and
+/// the addresses its listening line gave.
+pub struct SpawnedHub {
+    pub child: Child,
+    pub pid: u32,
+    pub rest: String,
+    pub grpc: String,
+    pub link: String,
+}
+
+/// Starts `bin --config config serve` (it migrates its fresh database
+/// itself), its log to `log`, and waits for its listening line.
+pub async fn spawn_hub(bin: &Path, config: &Path, log: &Path) -> anyhow::Result<SpawnedHub> {
+    let log = std::fs::File::create(log)?;
+    let mut child = Command::new(bin)
+        .arg("--config")
+        .arg(config)
+        .arg("serve")
+        .env(crate::MIGRATE_ON_START.0, crate::MIGRATE_ON_START.1)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::from(log))
+        .kill_on_drop(true)
+        .spawn()
+        .context("spawn hub")?;
+    let pid = child.id().context("hub pid")?;
+    let mut stdout = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let line = listening_line(&mut stdout, "hub exited before listening (see its log)").await?;
+    // Keep draining its stdout so it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
+    let field = |key: &str| -> anyhow::Result<String> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .map(str::to_owned)
+            .with_context(|| format!("no {key} in {line:?}"))
+    };
+    Ok(SpawnedHub {
+        pid,
+        rest: field("rest=")?,
+        grpc: field("grpc=")?,
+        link: field("link=")?,
+        child,
+    })
 }

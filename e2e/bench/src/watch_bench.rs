@@ -56,8 +56,9 @@ use clawfed_spoke::link::{Link, LinkConfig, SpokeMetrics};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use clawfed_bench::hubconf::spawn_hub;
 use histogram::Histogram;
-use hub::{audit, hub_config, spawn_hub};
+use hub::{audit, hub_config};
 use load::{AckAll, generate};
 use measure::{measure, met, wait_for};
 use tally::Tally;
