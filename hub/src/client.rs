@@ -325,9 +325,35 @@ impl HubClient {
         if let Some(c) = cursor {
             query.push(format!("cursor={c}"));
         }
+        self.open_stream(&format!("/watch?{}", query.join("&")))
+            .await
+    }
+
+    /// Opens the audit stream (read it with [`EventReader::next_audit`]):
+    /// the events after `cursor` (`None`: from now on), of `namespace`
+    /// (`None`: every one the token may read).
+    pub async fn stream_audit(
+        &self,
+        namespace: Option<&str>,
+        cursor: Option<i64>,
+        follow: bool,
+    ) -> ClientResult<EventReader> {
+        let mut query = vec![format!("follow={follow}")];
+        if let Some(c) = cursor {
+            query.push(format!("cursor={c}"));
+        }
+        if let Some(ns) = namespace {
+            query.push(format!("namespace={ns}"));
+        }
+        self.open_stream(&format!("/audit/stream?{}", query.join("&")))
+            .await
+    }
+
+    /// GETs a `text/event-stream` at `path_and_query`.
+    async fn open_stream(&self, path_and_query: &str) -> ClientResult<EventReader> {
         let mut req = self
             .watch_http
-            .get(self.url(&format!("/watch?{}", query.join("&"))))
+            .get(self.url(path_and_query))
             .header("accept", "text/event-stream");
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);

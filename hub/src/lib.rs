@@ -21,12 +21,14 @@
 //! - [`server`]: wires everything together and runs until shutdown.
 //! - [`wake`]: in-process wake-ups from the store to the loops waiting on it.
 //! - [`watch`]: the watch API's fan-out of the store's event log to streams.
+//! - [`audit_stream`]: the audit log as a stream resumable by cursor.
 //! - [`client`]: the hub's REST API as one typed client (CLI, tests, benches).
 //! - [`cli`]: the `clawfed` command-line client.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod audit_stream;
 pub mod auth;
 pub mod bundle;
 pub mod cli;

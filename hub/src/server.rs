@@ -295,6 +295,12 @@ pub async fn start_with_parts(
         );
     }
     // Before the APIs serve: a watch never finds the feed missing.
+    service.set_audit_feed(crate::audit_stream::AuditFeed::start(
+        store.clone(),
+        &config.watch,
+        shutdown.clone(),
+        &mut tasks,
+    ));
     service.set_watch(
         crate::watch::Feed::start(
             store.clone(),

@@ -167,6 +167,8 @@ pub struct Service {
     /// The watch feed, set once the hub started it; unset, watching is
     /// unavailable.
     watch: Arc<std::sync::OnceLock<Arc<crate::watch::Feed>>>,
+    /// The audit stream's sequencer, set like `watch`.
+    audit: Arc<std::sync::OnceLock<Arc<crate::audit_stream::AuditFeed>>>,
     /// Request rates admitted per caller and per tenant.
     rate_limits: Arc<crate::ratelimit::RateLimits>,
 }
@@ -195,6 +197,7 @@ impl Service {
             diagnostics: Arc::default(),
             chat: Arc::default(),
             watch: Arc::default(),
+            audit: Arc::default(),
             rate_limits: Arc::default(),
         }
     }
@@ -208,6 +211,11 @@ impl Service {
     /// Where `watch` streams from (once; later calls are ignored).
     pub fn set_watch(&self, feed: Arc<crate::watch::Feed>) {
         let _ = self.watch.set(feed);
+    }
+
+    /// Where the audit stream reads from (once; later calls are ignored).
+    pub fn set_audit_feed(&self, feed: Arc<crate::audit_stream::AuditFeed>) {
+        let _ = self.audit.set(feed);
     }
 
     /// Where `diagnose` reads from (once; later calls are ignored).

@@ -125,6 +125,15 @@ pub struct NewAudit {
     pub detail: Option<String>,
 }
 
+/// What [`Store::sequence_audit`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditSequenced {
+    /// The newest cursor given out.
+    pub head: i64,
+    /// Events given a cursor by this call.
+    pub stamped: u64,
+}
+
 /// A work item to enqueue.
 #[derive(Debug, Clone)]
 pub struct NewWork {
@@ -654,6 +663,19 @@ pub trait Store:
     async fn append_audit(&self, event: &NewAudit) -> Result<()>;
     /// Newest first; `namespace` restricts to one tenant.
     async fn list_audit(&self, namespace: Option<&str>, limit: i64) -> Result<Vec<AuditEvent>>;
+    /// Gives committed events their stream cursors, in the order they
+    /// became visible (at most `limit` per call).
+    async fn sequence_audit(&self, limit: i64) -> Result<AuditSequenced>;
+    /// Sequenced events after `cursor`, oldest first, at most `limit`;
+    /// `namespace` restricts to one tenant.
+    async fn audit_after(
+        &self,
+        cursor: i64,
+        namespace: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<AuditEvent>>;
+    /// The newest audit cursor given out (0: none).
+    async fn audit_head(&self) -> Result<i64>;
 
     // API tokens.
     async fn create_token(&self, token: &NewToken) -> Result<ApiToken>;

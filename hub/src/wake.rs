@@ -106,6 +106,9 @@ pub struct StoreSignals {
     pub revocations: Signal,
     /// Events were appended to the watch log.
     pub events: Signal,
+    /// Audit events were committed: the audit stream stamps and passes
+    /// them on.
+    pub audit: Signal,
     /// A cluster's outbox grew in another replica (PostgreSQL only).
     pub outbox: OutboxSignal,
 }
@@ -117,6 +120,7 @@ impl StoreSignals {
         self.work.notify();
         self.revocations.notify();
         self.events.notify();
+        self.audit.notify();
         self.outbox.notify(OutboxWake::All);
     }
 }

@@ -1043,6 +1043,7 @@ const TWINS: &[(&str, &str)] = &[
     ("get /api/v1/fleet", "GetFleetSummary"),
     ("get /api/v1/watch", "Watch"),
     ("get /api/v1/audit", "ListAuditEvents"),
+    ("get /api/v1/audit/stream", "StreamAuditEvents"),
     ("get /api/v1/work", "ListWork"),
     ("get /api/v1/work/{id}", "GetWork"),
 ];

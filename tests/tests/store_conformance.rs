@@ -1370,6 +1370,78 @@ mod cases {
         assert_eq!(s.list_audit(Some("team-b"), 100).await.unwrap().len(), 1);
     }
 
+    /// Issue 36 part 4: the audit stream's cursors. Eight writers append
+    /// while a reader stamps and reads after its cursor, as the stream
+    /// does; every event is read exactly once, in strictly increasing
+    /// cursor order, and a tenant's read holds only its own.
+    pub async fn audit_cursors_pass_every_commit_once_in_order(s: Arc<dyn Store>) {
+        const WRITERS: usize = 8;
+        const EACH: usize = 40;
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = tokio::spawn({
+            let (s, done) = (s.clone(), done.clone());
+            async move {
+                let (mut cursor, mut seen) = (0i64, Vec::new());
+                loop {
+                    // Read after the writers are done: one last pass.
+                    let last = done.load(std::sync::atomic::Ordering::SeqCst);
+                    s.sequence_audit(64).await.unwrap();
+                    loop {
+                        let page = s.audit_after(cursor, None, 16).await.unwrap();
+                        for e in &page {
+                            let c = e.cursor.expect("a read event has its cursor");
+                            assert!(c > cursor, "cursor {c} after {cursor}");
+                            cursor = c;
+                            seen.push(e.target.clone());
+                        }
+                        if page.len() < 16 {
+                            break;
+                        }
+                    }
+                    if last && s.sequence_audit(64).await.unwrap().stamped == 0 {
+                        let rest = s.audit_after(cursor, None, 1000).await.unwrap();
+                        assert!(rest.is_empty(), "unread after the end: {rest:?}");
+                        return seen;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        let writers = (0..WRITERS).map(|w| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                for i in 0..EACH {
+                    let ns = if w % 2 == 0 { "team-a" } else { "team-b" };
+                    s.append_audit(&audit("x", Some(ns), &format!("{w}-{i}")))
+                        .await
+                        .unwrap();
+                }
+            })
+        });
+        for w in futures::future::join_all(writers).await {
+            w.unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let seen = reader.await.unwrap();
+        let unique: std::collections::BTreeSet<_> = seen.iter().cloned().collect();
+        assert_eq!(unique.len(), seen.len(), "an event was read twice");
+        assert_eq!(seen.len(), WRITERS * EACH, "an event was missed");
+        // Cursors are dense from 1, and the head is the newest.
+        let all = s.audit_after(0, None, 1000).await.unwrap();
+        let cursors: Vec<i64> = all.iter().map(|e| e.cursor.unwrap()).collect();
+        assert_eq!(cursors, (1..=(WRITERS * EACH) as i64).collect::<Vec<_>>());
+        assert_eq!(s.audit_head().await.unwrap(), (WRITERS * EACH) as i64);
+        // A tenant's read: its own, in order, from a cursor on.
+        let a = s.audit_after(100, Some("team-a"), 1000).await.unwrap();
+        assert!(!a.is_empty());
+        assert!(a.iter().all(|e| e.namespace.as_deref() == Some("team-a")));
+        assert!(a.windows(2).all(|w| w[0].cursor < w[1].cursor));
+        assert!(a[0].cursor.unwrap() > 100);
+        // The listing shows the cursors too.
+        let newest = s.list_audit(None, 1).await.unwrap();
+        assert_eq!(newest[0].cursor, Some((WRITERS * EACH) as i64));
+    }
+
     pub async fn tokens_are_stored_hashed_and_revocable(s: Arc<dyn Store>) {
         namespace(s.as_ref(), "team-a").await;
         let minted = auth::mint_token();
@@ -3254,6 +3326,7 @@ clawfed_tests::on_both_databases!(
     coalescing_work_joins_the_pending_item_that_has_not_run,
     work_listing_filters,
     audit_lists_newest_first_per_namespace,
+    audit_cursors_pass_every_commit_once_in_order,
     tokens_are_stored_hashed_and_revocable,
     fleet_summary_is_scoped,
     fleet_summary_separates_desired_from_actual,
@@ -3322,4 +3395,38 @@ async fn sqlite_a_cli_write_waits_for_the_running_hubs_writer() {
         let created = created.await.unwrap();
         assert!(created.is_ok(), "round {round}: {created:?}");
     }
+}
+
+/// Issue 36 part 4: on PostgreSQL an audit row's id is taken at insert, so
+/// a transaction can commit a lower id after a higher one was read. The
+/// stream's cursor is stamped in commit order instead: the row committed
+/// late comes after the one already read, not behind its cursor (a cursor
+/// of ids would have skipped it for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_audit_row_committed_late_is_streamed_after_those_read() {
+    use sqlx::Connection;
+    let db = clawfed_tests::db::postgres().await;
+    let s = db.dyn_store();
+    let mut late = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql(
+        "BEGIN; INSERT INTO audit_events (at, actor, action, namespace, target, result) \
+         VALUES (0, 'system:test', 'x', 'team-a', 'late', 'ok')",
+    )
+    .execute(&mut late)
+    .await
+    .unwrap();
+    s.append_audit(&audit("x", Some("team-a"), "early"))
+        .await
+        .unwrap();
+    s.sequence_audit(64).await.unwrap();
+    let read = s.audit_after(0, None, 100).await.unwrap();
+    let targets: Vec<_> = read.iter().map(|e| e.target.as_str()).collect();
+    assert_eq!(targets, ["early"]);
+    let cursor = read[0].cursor.unwrap();
+    sqlx::raw_sql("COMMIT").execute(&mut late).await.unwrap();
+    s.sequence_audit(64).await.unwrap();
+    let next = s.audit_after(cursor, None, 100).await.unwrap();
+    let targets: Vec<_> = next.iter().map(|e| e.target.as_str()).collect();
+    assert_eq!(targets, ["late"], "the late commit follows the cursor read");
+    assert!(next[0].id < read[0].id, "its id is the lower one");
 }

@@ -30,8 +30,9 @@ use crate::service::{Service, ServiceError};
 pub use codec::codec_status_codes;
 
 use convert::{
-    agent_to_pb, cluster_to_pb, configuration_to_pb, credential_to_pb, diagnosis_to_pb,
-    namespace_to_pb, revision_to_pb, spec_from_pb, time, watch_message, work_to_pb,
+    agent_to_pb, audit_to_pb, cluster_to_pb, configuration_to_pb, credential_to_pb,
+    diagnosis_to_pb, namespace_to_pb, revision_to_pb, spec_from_pb, time, watch_message,
+    work_to_pb,
 };
 use fields::{json_object, limit, namespace_filter, non_empty, positive, required, scoped};
 
@@ -97,6 +98,10 @@ fn all<T, U>(items: Vec<T>, to_pb: impl FnMut(T) -> U) -> Vec<U> {
 impl AdminService for AdminApi {
     type WatchStream = std::pin::Pin<
         Box<dyn futures::Stream<Item = Result<pb::WatchEvent, Status>> + Send + 'static>,
+    >;
+
+    type StreamAuditEventsStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<pb::AuditEvent, Status>> + Send + 'static>,
     >;
 
     async fn watch(&self, req: Request<pb::WatchRequest>) -> Reply<Self::WatchStream> {
@@ -497,17 +502,44 @@ impl AdminService for AdminApi {
             .list_audit(&p, ns.as_deref(), limit(r.limit))
             .await?;
         reply(pb::ListAuditEventsResponse {
-            items: all(items, |e| pb::AuditEvent {
-                id: e.id,
-                at: time(e.at),
-                actor: e.actor,
-                action: e.action,
-                namespace: e.namespace.unwrap_or_default(),
-                target: e.target,
-                result: e.result,
-                detail: e.detail.unwrap_or_default(),
-            }),
+            items: all(items, audit_to_pb),
         })
+    }
+
+    async fn stream_audit_events(
+        &self,
+        req: Request<pb::StreamAuditEventsRequest>,
+    ) -> Reply<Self::StreamAuditEventsStream> {
+        use crate::audit_stream::AuditFrame;
+        use futures::StreamExt;
+        let (p, r) = self.open(req).await?;
+        let ns = namespace_filter(r.namespace)?;
+        let subscription = match self
+            .service
+            .stream_audit(&p, ns.as_deref(), r.cursor, r.follow.unwrap_or(true))
+            .await
+        {
+            Ok(s) => s,
+            // Not OUT_OF_RANGE: the codec layer reserves that code's
+            // trailers-only answers (see `codec_status_codes`).
+            Err(ServiceError::OutOfRange(message)) => {
+                return Err(Status::failed_precondition(message));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let after = subscription.after();
+        let mut response = Response::new(Box::pin(subscription.into_stream().map(
+            |frame| match frame {
+                AuditFrame::Event(e) => Ok(audit_to_pb(e)),
+                AuditFrame::Unauthenticated(reason) => Err(Status::unauthenticated(reason)),
+                AuditFrame::Unavailable(reason) => Err(Status::unavailable(reason)),
+            },
+        )) as Self::StreamAuditEventsStream);
+        response.metadata_mut().insert(
+            crate::audit_stream::AFTER_HEADER,
+            tonic::metadata::MetadataValue::from(after),
+        );
+        Ok(response)
     }
 
     async fn list_work(&self, req: Request<pb::ListWorkRequest>) -> Reply<pb::ListWorkResponse> {

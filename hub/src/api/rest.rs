@@ -92,6 +92,7 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(fleet::fleet))
         .routes(routes!(fleet::watch))
         .routes(routes!(records::list_audit))
+        .routes(routes!(records::stream_audit))
         .routes(routes!(records::list_work))
         .routes(routes!(records::get_work));
     // After the routes: a modifier in `#[openapi]` runs before any path

@@ -121,12 +121,21 @@ pub(super) enum Command {
         #[arg(long)]
         cursor: Option<i64>,
     },
-    /// Audit events, newest first.
+    /// Audit events, newest first; with --follow or --cursor, the audit
+    /// stream, oldest first (one line each; `-o json` for a SIEM).
     Audit {
         #[arg(long, short = 'n')]
         namespace: Option<String>,
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["follow", "cursor"])]
         limit: Option<i64>,
+        /// Stream, and keep following new events (Ctrl-C ends); a broken
+        /// connection is resumed from the last event's cursor.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Stream the events after this cursor (an event's CURSOR; 0: the
+        /// whole log). Without it --follow starts with new events.
+        #[arg(long)]
+        cursor: Option<i64>,
     },
     /// Durable work items.
     Work {

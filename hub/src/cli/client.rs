@@ -383,7 +383,17 @@ async fn run(cli: Cli) -> ClientResult<String> {
             let clusters = c.get::<List<Cluster>>("/clusters").await?;
             Ok(format!("{}\n{}", one(f, summary)?, list(f, clusters)?))
         }
-        Command::Audit { namespace, limit } => {
+        Command::Audit {
+            namespace,
+            follow,
+            cursor,
+            ..
+        } if follow || cursor.is_some() => {
+            stream_audit(&c, f, namespace.as_deref(), cursor, follow).await
+        }
+        Command::Audit {
+            namespace, limit, ..
+        } => {
             let mut query = Vec::new();
             if let Some(ns) = namespace {
                 query.push(format!("namespace={ns}"));
@@ -597,24 +607,82 @@ async fn events(
     }
 }
 
+/// `clawfed audit --follow | --cursor N`: the audit stream, one line per
+/// event; a stream that breaks (the hub restarted, the network dropped) is
+/// reopened after the last event's cursor, so nothing is missed or repeated.
+async fn stream_audit(
+    c: &HubClient,
+    f: Format,
+    namespace: Option<&str>,
+    mut cursor: Option<i64>,
+    follow: bool,
+) -> ClientResult<String> {
+    use std::io::Write;
+    let mut out = std::io::stdout();
+    if f == Format::Table {
+        let _ = writeln!(out, "CURSOR  {}", AuditEvent::headers().join("  "));
+    }
+    let mut breaks = 0;
+    loop {
+        let mut reader = open_retrying(|| c.stream_audit(namespace, cursor, follow)).await?;
+        // Opened "from now on": a reopen resumes from where this began.
+        cursor = cursor.or(reader.starts_after());
+        loop {
+            match reader.next_audit().await {
+                Ok(Some(e)) => {
+                    breaks = 0;
+                    cursor = e.cursor.or(cursor);
+                    let text = match f {
+                        Format::Table => {
+                            format!("{}  {}", e.cursor.unwrap_or_default(), e.row().join("  "))
+                        }
+                        _ => serde_json::to_string(&e)
+                            .map_err(|e| ClientError::Other(e.to_string()))?,
+                    };
+                    let _ = writeln!(out, "{text}");
+                    let _ = out.flush();
+                }
+                Ok(None) if !follow => return Ok(String::new()),
+                // The hub closed a following stream: it is shutting down.
+                Ok(None) => break,
+                Err(e) if e.is_retryable() && breaks < REOPEN_ATTEMPTS => break,
+                Err(e) => return Err(ClientError::Other(e.to_string())),
+            }
+        }
+        breaks += 1;
+        tokio::time::sleep(Duration::from_secs(1 << breaks)).await;
+    }
+}
+
+/// Opens a stream with `open`, retrying what may succeed later (the hub
+/// restarting, the network) up to `REOPEN_ATTEMPTS` times, each pause
+/// twice the last.
+async fn open_retrying<F, Fut>(mut open: F) -> ClientResult<crate::client::events::EventReader>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ClientResult<crate::client::events::EventReader>>,
+{
+    let mut failures = 0;
+    loop {
+        match open().await {
+            Ok(reader) => return Ok(reader),
+            Err(e) if failures < REOPEN_ATTEMPTS && e.is_retryable() => {
+                failures += 1;
+                tokio::time::sleep(Duration::from_secs(1 << failures)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// `clawfed fleet --watch`: the fleet table, redrawn after each burst of
 /// events (events arriving together make one redraw).
 async fn watch_fleet(c: &HubClient, f: Format) -> ClientResult<String> {
     use crate::client::events::Frame;
     use std::io::Write;
-    let mut failures = 0;
     loop {
         // Watch first, then read the table: nothing between is missed.
-        let mut reader = match c.watch(None, true).await {
-            Ok(r) => r,
-            Err(e) if failures < REOPEN_ATTEMPTS && e.is_retryable() => {
-                failures += 1;
-                tokio::time::sleep(Duration::from_secs(1 << failures)).await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        failures = 0;
+        let mut reader = open_retrying(|| c.watch(None, true)).await?;
         loop {
             let summary = c.get::<FleetSummary>("/fleet").await?;
             let clusters = c.get::<List<Cluster>>("/clusters").await?;

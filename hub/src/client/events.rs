@@ -1,6 +1,8 @@
-//! The watch API's Server-Sent Events reader (`GET /api/v1/watch`):
-//! frames off an open stream, bounded, keep-alives skipped.
+//! The hub's Server-Sent Events reader (`GET /api/v1/watch`,
+//! `GET /api/v1/audit/stream`): frames off an open stream, bounded,
+//! keep-alives skipped.
 
+use crate::model::AuditEvent;
 use crate::model::event::{EventBody, RelistEvent, WatchEvent};
 
 /// What the stream yields.
@@ -23,6 +25,16 @@ pub enum ReadError {
     /// The hub ended the stream because the token stopped being valid.
     #[error("the hub ended the stream: {0}")]
     Unauthenticated(String),
+    /// The hub ended the stream because its store failed: resume later.
+    #[error("the hub ended the stream: {0}")]
+    Unavailable(String),
+}
+
+impl ReadError {
+    /// Whether reopening the stream (from the last cursor) may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Io(_) | Self::Unavailable(_))
+    }
 }
 
 /// Reads events off an open `text/event-stream` response.
@@ -36,6 +48,18 @@ pub struct EventReader {
 const MAX_EVENT_BYTES: usize = 1 << 20;
 
 impl EventReader {
+    /// The cursor the hub says the stream starts after (the audit stream's
+    /// `clawfed-audit-after` header), if it says.
+    pub fn starts_after(&self) -> Option<i64> {
+        self.response
+            .headers()
+            .get(crate::audit_stream::AFTER_HEADER)?
+            .to_str()
+            .ok()?
+            .parse()
+            .ok()
+    }
+
     /// Over a 200 `text/event-stream` response.
     pub fn new(response: reqwest::Response) -> Self {
         Self {
@@ -46,11 +70,25 @@ impl EventReader {
 
     /// The next frame; `None` when the hub ended the stream.
     pub async fn next(&mut self) -> Result<Option<Frame>, ReadError> {
+        self.next_parsed(parse_block).await
+    }
+
+    /// The next audit event (`GET /api/v1/audit/stream`); `None` when the
+    /// hub ended the stream.
+    pub async fn next_audit(&mut self) -> Result<Option<AuditEvent>, ReadError> {
+        self.next_parsed(parse_audit_block).await
+    }
+
+    /// The next block `parse` makes something of (it skips keep-alives).
+    async fn next_parsed<T>(
+        &mut self,
+        parse: fn(&[u8]) -> Result<Option<T>, ReadError>,
+    ) -> Result<Option<T>, ReadError> {
         loop {
             if let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
                 let block: Vec<u8> = self.buf.drain(..end + 2).collect();
-                if let Some(frame) = parse_block(&block)? {
-                    return Ok(Some(frame));
+                if let Some(item) = parse(&block)? {
+                    return Ok(Some(item));
                 }
                 continue;
             }
@@ -65,8 +103,9 @@ impl EventReader {
     }
 }
 
-/// One SSE block: `None` for a keep-alive comment.
-fn parse_block(block: &[u8]) -> Result<Option<Frame>, ReadError> {
+/// One SSE block's event name and data; `None` for a keep-alive comment.
+/// An `error` event, the hub's last, is the error it carries.
+fn split_block(block: &[u8]) -> Result<Option<(String, String)>, ReadError> {
     let text = std::str::from_utf8(block).map_err(|e| ReadError::Malformed(e.to_string()))?;
     let mut event = "";
     let mut data = String::new();
@@ -80,16 +119,42 @@ fn parse_block(block: &[u8]) -> Result<Option<Frame>, ReadError> {
     if data.is_empty() {
         return Ok(None);
     }
-    let malformed = |e: serde_json::Error| ReadError::Malformed(e.to_string());
     if event == "error" {
-        let v: serde_json::Value = serde_json::from_str(&data).map_err(malformed)?;
-        return Err(ReadError::Unauthenticated(
-            v["error"]["message"]
-                .as_str()
-                .unwrap_or("the token is no longer valid")
-                .to_owned(),
-        ));
+        let v: serde_json::Value =
+            serde_json::from_str(&data).map_err(|e| ReadError::Malformed(e.to_string()))?;
+        let message = v["error"]["message"].as_str().map(str::to_owned);
+        return Err(match v["error"]["code"].as_str() {
+            Some("unavailable") => ReadError::Unavailable(message.unwrap_or_default()),
+            _ => ReadError::Unauthenticated(
+                message.unwrap_or_else(|| "the token is no longer valid".into()),
+            ),
+        });
     }
+    Ok(Some((event.to_owned(), data)))
+}
+
+/// One audit stream block: an `audit` event.
+fn parse_audit_block(block: &[u8]) -> Result<Option<AuditEvent>, ReadError> {
+    let Some((event, data)) = split_block(block)? else {
+        return Ok(None);
+    };
+    if event != "audit" {
+        return Err(ReadError::Malformed(format!(
+            "a {event:?} event on the audit stream"
+        )));
+    }
+    serde_json::from_str(&data)
+        .map(Some)
+        .map_err(|e| ReadError::Malformed(e.to_string()))
+}
+
+/// One watch stream block.
+fn parse_block(block: &[u8]) -> Result<Option<Frame>, ReadError> {
+    let Some((event, data)) = split_block(block)? else {
+        return Ok(None);
+    };
+    let event = event.as_str();
+    let malformed = |e: serde_json::Error| ReadError::Malformed(e.to_string());
     if event == "relist" {
         return match serde_json::from_str::<EventBody>(&data).map_err(malformed)? {
             EventBody::Relist(r) => Ok(Some(Frame::Relist(r))),

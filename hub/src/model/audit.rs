@@ -9,6 +9,10 @@ use utoipa::ToSchema;
 #[serde(rename_all = "camelCase")]
 pub struct AuditEvent {
     pub id: i64,
+    /// The event's place in the audit stream (`GET /api/v1/audit/stream`):
+    /// resume after it. `null` for a moment after the write, until the hub
+    /// stamps it.
+    pub cursor: Option<i64>,
     pub at: DateTime<Utc>,
     /// `token:<name>` for API callers, `system:<component>` for the hub itself.
     pub actor: String,

@@ -66,7 +66,7 @@ impl Service {
 /// deleted: looked up every `recheck`, and at its expiry. A store error is
 /// not a verdict (looked up again next time); the hub's own operator
 /// commands have no token to lose.
-fn token_guard(
+pub(super) fn token_guard(
     store: Arc<dyn Store>,
     p: &Principal,
     recheck: std::time::Duration,

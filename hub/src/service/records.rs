@@ -34,6 +34,50 @@ impl Service {
             .collect())
     }
 
+    /// A stream of the audit events after `cursor` (see
+    /// [`crate::audit_stream::start_after`]) the caller may read: every
+    /// namespace's (or `namespace`'s) for installation admins, a tenant's
+    /// own otherwise. With `follow` false it ends once it has caught up.
+    pub async fn stream_audit(
+        &self,
+        p: &Principal,
+        namespace: Option<&str>,
+        cursor: Option<i64>,
+        follow: bool,
+    ) -> Result<crate::audit_stream::AuditSubscription> {
+        use crate::audit_stream::{AuditCursorError, AuditScope, start_after};
+        let scope = self.scope(p, namespace)?;
+        self.check_read(p, Action::ReadAudit, scope.as_deref())?;
+        let feed = self
+            .audit
+            .get()
+            .ok_or_else(|| ServiceError::Unavailable("the audit stream is not running".into()))?;
+        let since = if p.is_installation_admin() {
+            None
+        } else {
+            Some(self.own_namespace(p).await?.created_at)
+        };
+        let head = feed.head().await?;
+        let after = start_after(cursor, head).map_err(|e| match e {
+            AuditCursorError::Negative(_) => ServiceError::InvalidArgument {
+                field: "cursor".into(),
+                reason: e.to_string(),
+            },
+            AuditCursorError::Ahead { .. } => ServiceError::OutOfRange(e.to_string()),
+        })?;
+        let guard = super::fleet::token_guard(self.store.clone(), p, feed.token_recheck());
+        Ok(feed
+            .open(
+                AuditScope {
+                    namespace: scope,
+                    since,
+                },
+                after,
+                follow,
+            )
+            .until_invalid(guard))
+    }
+
     /// Work items, newest first.
     pub async fn list_work(
         &self,

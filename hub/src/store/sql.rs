@@ -36,9 +36,10 @@ use chrono::{DateTime, Utc};
 use sqlx::{Any, AnyPool, AssertSqlSafe, Row, Transaction};
 
 use super::{
-    ApiToken, Backend, ClusterRecord, Deployed, Effects, FailoverCandidate, NewAgent, NewAudit,
-    NewNamespace, NewRevision, NewToken, NewWork, PhaseStaleness, Reclaimed, Recovered, Result,
-    Store, StoreError, WorkDue, WorkFilter, WorkLane, WorkStats, postgres, sqlite,
+    ApiToken, AuditSequenced, Backend, ClusterRecord, Deployed, Effects, FailoverCandidate,
+    NewAgent, NewAudit, NewNamespace, NewRevision, NewToken, NewWork, PhaseStaleness, Reclaimed,
+    Recovered, Result, Store, StoreError, WorkDue, WorkFilter, WorkLane, WorkStats, postgres,
+    sqlite,
 };
 use crate::model::{
     Agent, AgentRevision, AgentSpec, AuditEvent, Cluster, Configuration, DesiredState,
@@ -144,6 +145,8 @@ impl SqlStore {
         if !fx.work.is_empty() {
             self.signals.work.notify();
         }
+        // Every set of effects carries its audit event.
+        self.signals.audit.notify();
         Ok(())
     }
 
@@ -639,6 +642,23 @@ impl Store for SqlStore {
 
     async fn list_audit(&self, namespace: Option<&str>, limit: i64) -> Result<Vec<AuditEvent>> {
         audit::list_audit(self, namespace, limit).await
+    }
+
+    async fn sequence_audit(&self, limit: i64) -> Result<AuditSequenced> {
+        audit::sequence_audit(self, limit).await
+    }
+
+    async fn audit_after(
+        &self,
+        cursor: i64,
+        namespace: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<AuditEvent>> {
+        audit::audit_after(self, cursor, namespace, limit).await
+    }
+
+    async fn audit_head(&self) -> Result<i64> {
+        audit::audit_head(self).await
     }
 
     // API tokens: sql/tokens.rs.

@@ -325,6 +325,20 @@ pub(super) fn work_to_pb(w: model::WorkItem) -> pb::WorkItem {
     }
 }
 
+pub(super) fn audit_to_pb(e: crate::model::AuditEvent) -> pb::AuditEvent {
+    pb::AuditEvent {
+        id: e.id,
+        cursor: e.cursor.unwrap_or_default(),
+        at: time(e.at),
+        actor: e.actor,
+        action: e.action,
+        namespace: e.namespace.unwrap_or_default(),
+        target: e.target,
+        result: e.result,
+        detail: e.detail.unwrap_or_default(),
+    }
+}
+
 /// A frame of a watch stream as a gRPC message; a token that stopped being
 /// valid ends the stream with `UNAUTHENTICATED`.
 pub(super) fn watch_message(frame: crate::watch::Frame) -> Result<pb::WatchEvent, Status> {

@@ -65,18 +65,9 @@ pub(super) async fn watch(
 ) -> ApiResult<Response> {
     use crate::watch::Frame;
     use axum::response::sse::{Event, KeepAlive, Sse};
-    let cursor = match (q.cursor, headers.get("last-event-id")) {
-        (Some(c), _) => Some(c),
-        (None, Some(v)) => Some(
-            v.to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<i64>().ok())
-                .ok_or_else(|| ServiceError::InvalidArgument {
-                    field: "Last-Event-ID".into(),
-                    reason: "must be an event cursor (an integer)".into(),
-                })?,
-        ),
-        (None, None) => None,
+    let cursor = match q.cursor {
+        Some(c) => Some(c),
+        None => last_event_id(&headers)?,
     };
     let subscription = s
         .service
@@ -108,4 +99,20 @@ pub(super) async fn watch(
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+/// The cursor of an SSE client's `Last-Event-ID` header (sent when it
+/// reconnects), if any.
+pub(super) fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ServiceError> {
+    let Some(v) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    v.to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .map(Some)
+        .ok_or_else(|| ServiceError::InvalidArgument {
+            field: "Last-Event-ID".into(),
+            reason: "must be an event cursor (an integer)".into(),
+        })
 }

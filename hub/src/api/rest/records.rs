@@ -2,6 +2,8 @@
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -36,6 +38,81 @@ pub(super) async fn list_audit(
             .await?
             .into(),
     ))
+}
+
+/// Which audit events a stream carries, from where.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct AuditStreamParams {
+    /// One tenant's events (absent: every namespace the caller may read).
+    namespace: Option<String>,
+    /// Stream the events after this cursor (an event's `cursor`, or the
+    /// SSE `id`). Absent: only events from now on (or after the
+    /// `Last-Event-ID` header's cursor); `0`: the whole log. A cursor
+    /// never given out (the hub's store was replaced) is a 410.
+    #[param(minimum = 0)]
+    cursor: Option<i64>,
+    /// `false`: end the stream once it has caught up with the log.
+    follow: Option<bool>,
+}
+
+/// The audit log as Server-Sent Events, oldest first, resumable: each has
+/// `id` = its cursor, `event` = `audit` and `data` = the AuditEvent as
+/// JSON. A client that reconnects with the last `id` it received (as
+/// `cursor` or `Last-Event-ID`) gets every later event once, none missed:
+/// cursors are given in the order events were committed. A slow client is
+/// never cut off; it only falls behind. A tenant token reads its own
+/// namespace. The `clawfed-audit-after` response header names the cursor
+/// the stream starts after. The stream's last event may be `error` (`unauthenticated`:
+/// the token was revoked or expired; `unavailable`: the store failed,
+/// resume from the last cursor).
+#[utoipa::path(get, path = "/api/v1/audit/stream", tag = "audit", params(AuditStreamParams),
+    responses(
+        (status = 200, description = "The audit stream", content_type = "text/event-stream",
+            body = String),
+        (status = 403, body = ErrorBody),
+        (status = 410, description = "The cursor was never given out: stream from 0, or \
+            without a cursor", body = ErrorBody)))]
+pub(super) async fn stream_audit(
+    State(s): State<AppState>,
+    Caller(p): Caller,
+    Params(q): Params<AuditStreamParams>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    use crate::audit_stream::AuditFrame;
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let cursor = match q.cursor {
+        Some(c) => Some(c),
+        None => super::fleet::last_event_id(&headers)?,
+    };
+    let subscription = s
+        .service
+        .stream_audit(&p, q.namespace.as_deref(), cursor, q.follow.unwrap_or(true))
+        .await?;
+    let after = subscription.after();
+    let events = futures::StreamExt::map(subscription.into_stream(), |frame| {
+        let error = |code: &str, message: String| {
+            Event::default()
+                .event("error")
+                .json_data(serde_json::json!({ "error": { "code": code, "message": message } }))
+        };
+        // Serializing these types cannot fail; an empty event if it did.
+        let event = match frame {
+            AuditFrame::Event(e) => Event::default()
+                .id(e.cursor.unwrap_or_default().to_string())
+                .event("audit")
+                .json_data(&e),
+            AuditFrame::Unauthenticated(reason) => error("unauthenticated", reason),
+            AuditFrame::Unavailable(reason) => error("unavailable", reason),
+        };
+        Ok::<_, std::convert::Infallible>(event.unwrap_or_default())
+    });
+    Ok((
+        [(crate::audit_stream::AFTER_HEADER, after.to_string())],
+        Sse::new(events).keep_alive(KeepAlive::default()),
+    )
+        .into_response())
 }
 
 /// Filters of the work listing.

@@ -181,10 +181,9 @@ pub(super) async fn begin_enrollment(
         result: "ok".into(),
         detail: None,
     };
-    store
-        .write_effects(&mut tx, &Effects::audit(audit), now)
-        .await?;
-    store.commit(tx).await?;
+    let fx = Effects::audit(audit);
+    store.write_effects(&mut tx, &fx, now).await?;
+    store.commit_effects(tx, &fx).await?;
     Ok(Ok(super::connection::get_cluster_by_id(store, &id).await?))
 }
 
