@@ -389,4 +389,5 @@ async fn a_replicas_writes_reach_a_stream_on_another(backend: Backend) {
     );
     assert!(got.windows(2).all(|w| cursor(&w[0]) < cursor(&w[1])));
     other.stop().await;
+    let _ = std::fs::remove_dir_all(&config.link.ca_dir);
 }

@@ -21,6 +21,11 @@ impl Service {
         let limit = list_limit(limit)?;
         let scope = self.scope(p, namespace)?;
         self.check_read(p, Action::ReadAudit, scope.as_deref())?;
+        // Stamped first: what was committed before this request lists with
+        // its stream cursor (which never changes once given).
+        if let Some(feed) = self.audit.get() {
+            feed.head().await?;
+        }
         let events = self.store.list_audit(scope.as_deref(), limit).await?;
         if p.is_installation_admin() {
             return Ok(events);
