@@ -16,6 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -80,10 +83,53 @@ pub enum AuditFrame {
     Unavailable(String),
 }
 
+/// What the audit streams cost: the store reads they make, and how many
+/// are open.
+#[derive(Debug, Clone, Default)]
+pub struct AuditStreamMetrics {
+    reads: Counter,
+    open: Gauge,
+}
+
+impl AuditStreamMetrics {
+    /// Registers `occ_audit_stream_reads_total` and `occ_audit_streams`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "occ_audit_stream_reads",
+            "Pages the audit streams read from the store",
+            metrics.reads.clone(),
+        );
+        registry.register(
+            "occ_audit_streams",
+            "Audit streams open",
+            metrics.open.clone(),
+        );
+        metrics
+    }
+}
+
+/// Counts a stream as open while it lives.
+struct OpenStream(Gauge);
+
+impl OpenStream {
+    fn new(gauge: &Gauge) -> Self {
+        gauge.inc();
+        Self(gauge.clone())
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// The hub's audit sequencer and the head it last stamped.
 pub struct AuditFeed {
     store: Arc<dyn Store>,
     head: watch::Sender<i64>,
+    metrics: AuditStreamMetrics,
     buffer: usize,
     token_recheck: Duration,
     shutdown: CancellationToken,
@@ -103,12 +149,14 @@ impl AuditFeed {
     pub fn start(
         store: Arc<dyn Store>,
         settings: &WatchSettings,
+        metrics: AuditStreamMetrics,
         shutdown: CancellationToken,
         tasks: &mut JoinSet<()>,
     ) -> Arc<Self> {
         let feed = Arc::new(Self {
             store,
             head: watch::channel(0).0,
+            metrics,
             buffer: settings.buffer_events,
             token_recheck: Duration::from_millis(settings.token_recheck_ms),
             shutdown,
@@ -204,9 +252,16 @@ struct Reader {
 
 impl Reader {
     async fn run(mut self, follow: bool) {
+        let _open = OpenStream::new(&self.feed.metrics.open);
         let mut head = self.feed.head.subscribe();
         loop {
-            head.mark_unchanged();
+            if self.tx.is_closed() || self.feed.shutdown.is_cancelled() {
+                return;
+            }
+            // Stamped and committed before the read below, so every event
+            // up to it is in what the read can see.
+            let seen = *head.borrow_and_update();
+            self.feed.metrics.reads.inc();
             let page = match self
                 .feed
                 .store
@@ -237,6 +292,10 @@ impl Reader {
             if full {
                 continue;
             }
+            // Every event up to `seen` this stream reads was in the page:
+            // passing the rest (other tenants') keeps a tenant's stream from
+            // reading again for each of theirs, for good.
+            self.last = self.last.max(seen);
             if !follow {
                 return;
             }

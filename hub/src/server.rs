@@ -234,6 +234,7 @@ pub async fn start_with_parts(
     let link_metrics = crate::link::metrics::LinkMetrics::register(metrics.registry_mut());
     let pipeline_metrics =
         crate::worker::rollout::PipelineMetrics::register(metrics.registry_mut());
+    let audit_metrics = crate::audit_stream::AuditStreamMetrics::register(metrics.registry_mut());
     metrics.set_phase_deadlines(
         std::time::Duration::from_secs(config.pipeline.phase_deadline_seconds),
         std::time::Duration::from_secs(config.pipeline.ready_deadline_seconds),
@@ -298,6 +299,7 @@ pub async fn start_with_parts(
     service.set_audit_feed(crate::audit_stream::AuditFeed::start(
         store.clone(),
         &config.watch,
+        audit_metrics,
         shutdown.clone(),
         &mut tasks,
     ));

@@ -1372,7 +1372,8 @@ mod cases {
 
     /// Issue 36 part 4: the audit stream's cursors. Eight writers append
     /// while a reader stamps and reads after its cursor, as the stream
-    /// does; every event is read exactly once, in strictly increasing
+    /// does, beside a second stamper (another replica's sequencer); every
+    /// event is read exactly once, in strictly increasing
     /// cursor order, and a tenant's read holds only its own.
     pub async fn audit_cursors_pass_every_commit_once_in_order(s: Arc<dyn Store>) {
         const WRITERS: usize = 8;
@@ -1407,6 +1408,16 @@ mod cases {
                 }
             }
         });
+        // A second stamper, as another hub replica's sequencer is.
+        let stamper = tokio::spawn({
+            let (s, done) = (s.clone(), done.clone());
+            async move {
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    s.sequence_audit(7).await.unwrap();
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
         let writers = (0..WRITERS).map(|w| {
             let s = s.clone();
             tokio::spawn(async move {
@@ -1422,6 +1433,7 @@ mod cases {
             w.unwrap();
         }
         done.store(true, std::sync::atomic::Ordering::SeqCst);
+        stamper.await.unwrap();
         let seen = reader.await.unwrap();
         let unique: std::collections::BTreeSet<_> = seen.iter().cloned().collect();
         assert_eq!(unique.len(), seen.len(), "an event was read twice");

@@ -622,35 +622,48 @@ async fn stream_audit(
     if f == Format::Table {
         let _ = writeln!(out, "CURSOR  {}", AuditEvent::headers().join("  "));
     }
-    let mut breaks = 0;
+    // Breaks in a row with no event between: following, the stream is
+    // reopened for as long as it takes (Ctrl-C ends), each pause twice the
+    // last up to 32 s; otherwise it gives up after REOPEN_ATTEMPTS.
+    let mut breaks: u32 = 0;
     loop {
-        let mut reader = open_retrying(|| c.stream_audit(namespace, cursor, follow)).await?;
-        // Opened "from now on": a reopen resumes from where this began.
-        cursor = cursor.or(reader.starts_after());
-        loop {
-            match reader.next_audit().await {
-                Ok(Some(e)) => {
-                    breaks = 0;
-                    cursor = e.cursor.or(cursor);
-                    let text = match f {
-                        Format::Table => {
-                            format!("{}  {}", e.cursor.unwrap_or_default(), e.row().join("  "))
+        let error = match c.stream_audit(namespace, cursor, follow).await {
+            Ok(mut reader) => {
+                // Opened "from now on": a reopen resumes from where this began.
+                cursor = cursor.or(reader.starts_after());
+                loop {
+                    match reader.next_audit().await {
+                        Ok(Some(e)) => {
+                            breaks = 0;
+                            cursor = e.cursor.or(cursor);
+                            let text = match f {
+                                Format::Table => format!(
+                                    "{}  {}",
+                                    e.cursor.unwrap_or_default(),
+                                    e.row().join("  ")
+                                ),
+                                _ => serde_json::to_string(&e)
+                                    .map_err(|e| ClientError::Other(e.to_string()))?,
+                            };
+                            let _ = writeln!(out, "{text}");
+                            let _ = out.flush();
                         }
-                        _ => serde_json::to_string(&e)
-                            .map_err(|e| ClientError::Other(e.to_string()))?,
-                    };
-                    let _ = writeln!(out, "{text}");
-                    let _ = out.flush();
+                        Ok(None) if !follow => return Ok(String::new()),
+                        // The hub closed a following stream: it shuts down.
+                        Ok(None) => break ClientError::Other("the hub closed the stream".into()),
+                        Err(e) if e.is_retryable() => break ClientError::Other(e.to_string()),
+                        Err(e) => return Err(ClientError::Other(e.to_string())),
+                    }
                 }
-                Ok(None) if !follow => return Ok(String::new()),
-                // The hub closed a following stream: it is shutting down.
-                Ok(None) => break,
-                Err(e) if e.is_retryable() && breaks < REOPEN_ATTEMPTS => break,
-                Err(e) => return Err(ClientError::Other(e.to_string())),
             }
-        }
+            Err(e) if e.is_retryable() => e,
+            Err(e) => return Err(e),
+        };
         breaks += 1;
-        tokio::time::sleep(Duration::from_secs(1 << breaks)).await;
+        if !follow && breaks > REOPEN_ATTEMPTS {
+            return Err(error);
+        }
+        tokio::time::sleep(Duration::from_secs(1 << breaks.min(5))).await;
     }
 }
 

@@ -31,8 +31,8 @@ pub(super) async fn fleet(
 #[into_params(parameter_in = Query)]
 pub(super) struct WatchParams {
     /// Stream the events after this cursor (an event's `cursor`, or the
-    /// SSE `id`). Absent: only events from now on (or after the
-    /// `Last-Event-ID` header's cursor); `0`: every kept event. A cursor
+    /// SSE `id`). Absent: only events from now on; `0`: every kept event.
+    /// A `Last-Event-ID` header (an SSE client reconnecting) wins over it. A cursor
     /// older than the oldest kept event, or never given out, is a 410.
     #[param(minimum = 0)]
     cursor: Option<i64>,
@@ -65,10 +65,8 @@ pub(super) async fn watch(
 ) -> ApiResult<Response> {
     use crate::watch::Frame;
     use axum::response::sse::{Event, KeepAlive, Sse};
-    let cursor = match q.cursor {
-        Some(c) => Some(c),
-        None => last_event_id(&headers)?,
-    };
+    // A reconnecting SSE client repeats its URL and adds the header.
+    let cursor = last_event_id(&headers)?.or(q.cursor);
     let subscription = s
         .service
         .watch(&p, cursor, q.follow.unwrap_or(true))

@@ -48,8 +48,8 @@ pub(super) struct AuditStreamParams {
     /// One tenant's events (absent: every namespace the caller may read).
     namespace: Option<String>,
     /// Stream the events after this cursor (an event's `cursor`, or the
-    /// SSE `id`). Absent: only events from now on (or after the
-    /// `Last-Event-ID` header's cursor); `0`: the whole log. A cursor
+    /// SSE `id`). Absent: only events from now on; `0`: the whole log. A
+    /// `Last-Event-ID` header (an SSE client reconnecting) wins over it. A cursor
     /// never given out (the hub's store was replaced) is a 410.
     #[param(minimum = 0)]
     cursor: Option<i64>,
@@ -82,10 +82,8 @@ pub(super) async fn stream_audit(
 ) -> ApiResult<Response> {
     use crate::audit_stream::AuditFrame;
     use axum::response::sse::{Event, KeepAlive, Sse};
-    let cursor = match q.cursor {
-        Some(c) => Some(c),
-        None => super::fleet::last_event_id(&headers)?,
-    };
+    // A reconnecting SSE client repeats its URL and adds the header.
+    let cursor = super::fleet::last_event_id(&headers)?.or(q.cursor);
     let subscription = s
         .service
         .stream_audit(&p, q.namespace.as_deref(), cursor, q.follow.unwrap_or(true))

@@ -50,7 +50,7 @@ pub(super) async fn append_audit(store: &SqlStore, event: &NewAudit) -> Result<(
 pub(super) async fn sequence_audit(store: &SqlStore, limit: i64) -> Result<AuditSequenced> {
     // The common case, nothing to stamp, takes no lock and writes nothing.
     let pending = sqlx::query("SELECT 1 FROM audit_events WHERE seq IS NULL LIMIT 1")
-        .fetch_optional(store.pool())
+        .fetch_optional(store.reader())
         .await
         .map_err(|e| store.classify(e))?;
     if pending.is_none() {
@@ -93,7 +93,7 @@ pub(super) async fn sequence_audit(store: &SqlStore, limit: i64) -> Result<Audit
 /// The newest cursor given out (0: none).
 pub(super) async fn audit_head(store: &SqlStore) -> Result<i64> {
     let row = sqlx::query("SELECT seq FROM audit_head WHERE id = 1")
-        .fetch_one(store.pool())
+        .fetch_one(store.reader())
         .await
         .map_err(|e| store.classify(e))?;
     row.try_get(0).map_err(corrupt("audit head"))
@@ -117,7 +117,7 @@ pub(super) async fn audit_after(
                 .bind(ns.to_owned())
                 .bind(cursor)
                 .bind(limit)
-                .fetch_all(store.pool())
+                .fetch_all(store.reader())
                 .await
         }
         None => {
@@ -126,7 +126,7 @@ pub(super) async fn audit_after(
             sqlx::query(AssertSqlSafe(sql))
                 .bind(cursor)
                 .bind(limit)
-                .fetch_all(store.pool())
+                .fetch_all(store.reader())
                 .await
         }
     }
