@@ -182,13 +182,8 @@ impl AuditFeed {
             // Marked before the store is read: a commit after the read
             // wakes the next wait at once.
             waiter.mark_seen();
-            match self.store.sequence_audit(PAGE).await {
+            match self.stamp().await {
                 Ok(done) => {
-                    self.head.send_if_modified(|head| {
-                        let moved = done.head > *head;
-                        *head = (*head).max(done.head);
-                        moved
-                    });
                     if done.stamped == PAGE as u64 {
                         continue;
                     }
@@ -206,13 +201,19 @@ impl AuditFeed {
     /// The newest cursor given out, stamping what is committed first (so
     /// a stream opened right after a write can start at or before it).
     pub async fn head(&self) -> crate::store::Result<i64> {
+        Ok(self.stamp().await?.head)
+    }
+
+    /// Stamps a page of what was committed, then tells the streams the
+    /// head when it moved.
+    async fn stamp(&self) -> crate::store::Result<crate::store::AuditSequenced> {
         let done = self.store.sequence_audit(PAGE).await?;
         self.head.send_if_modified(|head| {
             let moved = done.head > *head;
             *head = (*head).max(done.head);
             moved
         });
-        Ok(done.head)
+        Ok(done)
     }
 
     /// A stream of the events after `after` that `scope` sees; with
